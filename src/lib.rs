@@ -1,0 +1,18 @@
+//! tokentap: a transparent reverse proxy that meters LLM traffic.
+//!
+//! The module layout follows one request's path through the proxy:
+//! `server` (accept) → `route` (route, tenant) → `sniff` (request body) →
+//! `upstream` (forward) → `meter` (tee the response body) → `framing`
+//! (frames) → `providers` (events) → `telemetry` (spans, metrics, logs).
+//! `app` is the only place that wires the stages together.
+
+pub mod app;
+pub mod config;
+pub mod framing;
+pub mod meter;
+pub mod providers;
+pub mod route;
+pub mod server;
+pub mod sniff;
+pub mod telemetry;
+pub mod upstream;

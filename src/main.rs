@@ -1,0 +1,2 @@
+//! The `tokentap` binary: parse flags, load config, run until a signal.
+fn main() {}

@@ -1,0 +1,204 @@
+//! The meter: clock readings folded into one `Measurement` per request.
+//!
+//! `body` tees the response body (bytes pass untouched, a view feeds the
+//! parser); `Meter` owns the clock and derives the figures defined in
+//! DESIGN.md. Only this module reads the clock.
+
+pub mod body;
+pub mod decompress;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::providers::{Operation, ProviderKind, Usage};
+
+/// How a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The response body finished normally and carried no error.
+    Complete,
+    /// The client went away before the response finished.
+    ClientCancelled,
+    /// The upstream failed: connect/TLS/timeout, an error status, an error
+    /// inside the body, or a body that broke off.
+    UpstreamError,
+    /// The body could not be parsed (bad framing, oversized frame, bad JSON).
+    Malformed,
+}
+
+impl Outcome {
+    /// The `tokentap.outcome` attribute value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Complete => "complete",
+            Outcome::ClientCancelled => "client_cancelled",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::Malformed => "malformed",
+        }
+    }
+}
+
+/// How the output token count was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TokenSource {
+    /// Reported by the provider (exact).
+    Provider,
+    /// Counted from content chunks (estimated).
+    Chunks,
+}
+
+impl TokenSource {
+    /// The `tokentap.tokens.source` attribute value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenSource::Provider => "provider",
+            TokenSource::Chunks => "chunks",
+        }
+    }
+}
+
+/// What happened to the request body on its way through the sniffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum RequestBody {
+    /// Read and parsed as JSON.
+    #[default]
+    Sniffed,
+    /// No body.
+    Empty,
+    /// Larger than the sniff limit: forwarded unread.
+    TooLarge,
+    /// Not JSON: forwarded unread.
+    NotJson,
+}
+
+impl RequestBody {
+    /// The `tokentap.request.body` attribute value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestBody::Sniffed => "sniffed",
+            RequestBody::Empty => "empty",
+            RequestBody::TooLarge => "too_large",
+            RequestBody::NotJson => "not_json",
+        }
+    }
+}
+
+/// Facts known when the request head and body were read, before forwarding.
+#[derive(Debug, Clone)]
+pub struct RequestFacts {
+    /// Configured route name.
+    pub route: Arc<str>,
+    pub provider: ProviderKind,
+    pub operation: Option<Operation>,
+    /// `model` from the request body.
+    pub request_model: Option<String>,
+    /// The client asked for a streamed response.
+    pub stream: bool,
+    pub tenant: Option<String>,
+    /// Upstream host and port (`server.address`, `server.port`).
+    pub server_address: Arc<str>,
+    pub server_port: u16,
+    pub request_body: RequestBody,
+    /// Wall-clock time the request head arrived (for span start times).
+    pub start_wall: SystemTime,
+    /// Monotonic time the request head arrived (t_req).
+    pub start: Instant,
+}
+
+/// Why the response body was not metered, when it was not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unmetered {
+    /// The response `Content-Type` is not a format tokentap parses.
+    UnknownFormat(String),
+    /// The `Content-Encoding` could not be decoded.
+    Encoding(String),
+}
+
+/// The finished record of one request. Exactly one per request.
+#[derive(Debug, Clone)]
+pub struct Measurement {
+    pub request: RequestFacts,
+    pub outcome: Outcome,
+    /// HTTP status sent to the client (502/504 for proxy-side failures).
+    pub status: u16,
+    /// `error.type`, when the outcome is not `Complete`.
+    pub error_type: Option<String>,
+    pub response_model: Option<String>,
+    pub response_id: Option<String>,
+    pub finish_reasons: Vec<String>,
+    pub usage: Usage,
+    /// Output tokens used for rates: provider usage, else content pieces.
+    pub output_tokens: Option<u64>,
+    pub token_source: Option<TokenSource>,
+    /// Number of frames that carried output content.
+    pub content_chunks: u64,
+    /// Response head received, relative to t_req.
+    pub time_to_headers: Option<Duration>,
+    /// First response body byte, relative to t_req.
+    pub time_to_first_byte: Option<Duration>,
+    /// TTFT: first content frame, relative to t_req.
+    pub time_to_first_token: Option<Duration>,
+    /// Last content frame, relative to t_req.
+    pub time_to_last_token: Option<Duration>,
+    /// Body finished or aborted, relative to t_req.
+    pub duration: Duration,
+    /// Largest gap between consecutive content frames.
+    pub max_gap: Option<Duration>,
+    /// Response body bytes forwarded to the client.
+    pub response_bytes: u64,
+    /// Why the body was not metered, if it was not.
+    pub unmetered: Option<Unmetered>,
+}
+
+impl Measurement {
+    /// Time per output token: (t_last − t_first) / (n − 1), for n ≥ 2.
+    pub fn time_per_output_token(&self) -> Option<Duration> {
+        let (first, last, n) = self.decode_window()?;
+        Some((last - first).div_f64((n - 1) as f64))
+    }
+
+    /// Decode tokens per second: (n − 1) / (t_last − t_first), for n ≥ 2.
+    pub fn decode_tokens_per_second(&self) -> Option<f64> {
+        let (first, last, n) = self.decode_window()?;
+        let secs = (last - first).as_secs_f64();
+        (secs > 0.0).then(|| (n - 1) as f64 / secs)
+    }
+
+    /// End-to-end tokens per second: n / (t_end − t_req).
+    pub fn end_to_end_tokens_per_second(&self) -> Option<f64> {
+        let n = self.output_tokens?;
+        let secs = self.duration.as_secs_f64();
+        (n > 0 && secs > 0.0).then(|| n as f64 / secs)
+    }
+
+    /// Prefill rate: input tokens / TTFT.
+    pub fn prefill_tokens_per_second(&self) -> Option<f64> {
+        let input = self.usage.input?;
+        let secs = self.time_to_first_token?.as_secs_f64();
+        (input > 0 && secs > 0.0).then(|| input as f64 / secs)
+    }
+
+    /// Whether token counts are estimates rather than provider-reported.
+    pub fn estimated(&self) -> bool {
+        matches!(self.token_source, Some(TokenSource::Chunks))
+    }
+
+    fn decode_window(&self) -> Option<(Duration, Duration, u64)> {
+        if !self.request.stream {
+            return None;
+        }
+        let n = self.output_tokens?;
+        let first = self.time_to_first_token?;
+        let last = self.time_to_last_token?;
+        (n >= 2 && last > first).then_some((first, last, n))
+    }
+}
+
+/// Where a request's measurement goes. Implemented by telemetry; the meter
+/// calls `chunk_gap` per content frame and `finish` exactly once.
+pub trait Recorder: Send + 'static {
+    /// A gap between two consecutive content frames (a per-chunk histogram).
+    fn chunk_gap(&mut self, gap: Duration);
+    /// The request is over.
+    fn finish(self: Box<Self>, measurement: Measurement);
+}

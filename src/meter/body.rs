@@ -1,0 +1,1 @@
+//! Response body tee (stub).

@@ -1,0 +1,1 @@
+//! Decompression of the metering copy (stub).
