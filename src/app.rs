@@ -1,24 +1,211 @@
 //! Wiring: a validated `Config` in, a running proxy out. The only module
-//! that knows every stage.
+//! that knows every stage; `handle` walks one request through them.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Instant, SystemTime};
+
+use bytes::Bytes;
+use http::header;
+use http::{Request, Response, StatusCode, Version};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use crate::config::Config;
+use crate::meter::body::{BoxError, Meter, MeteredBody};
+use crate::meter::{RequestFacts, Unmetered};
+use crate::providers::{Operation, Parser, ProviderKind};
+use crate::route::{self, Router};
+use crate::telemetry::Telemetry;
+use crate::upstream::{self, Client};
+use crate::{server, sniff};
+
+/// Everything a request needs, built once at start-up.
+#[derive(Debug)]
+struct State {
+    config: Config,
+    router: Router,
+    client: Client,
+    telemetry: Arc<Telemetry>,
+}
 
 /// A running tokentap instance.
 #[derive(Debug)]
 pub struct Running {
     /// The proxy's bound address (useful when configured with port 0).
     pub addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<()>,
+    telemetry: Arc<Telemetry>,
 }
 
 impl Running {
     /// Stop accepting, let in-flight requests finish within the configured
-    /// grace period, flush telemetry.
-    pub async fn shutdown(self) {}
+    /// grace period, then flush telemetry.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.server.await;
+        let telemetry = self.telemetry;
+        let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    }
+
+    /// Wait until the server stops on its own (it does not, unless shut down).
+    pub fn is_finished(&self) -> bool {
+        self.server.is_finished()
+    }
 }
 
-/// Bind the listener and start serving.
-pub async fn start(_config: Config) -> anyhow::Result<Running> {
-    anyhow::bail!("not yet wired")
+/// Bind the listener and start serving. Must run inside a tokio runtime.
+pub async fn start(config: Config) -> anyhow::Result<Running> {
+    let telemetry = Arc::new(Telemetry::init(&config.telemetry)?);
+    let client = Client::new(&config.upstream)?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("listen {}: {e}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let state = Arc::new(State {
+        router: Router::new(&config.routes),
+        client,
+        telemetry: telemetry.clone(),
+        config,
+    });
+    let (stop, stopped) = watch::channel(false);
+    let server_cfg = state.config.server.clone();
+    let handler = move |req| handle(state.clone(), req);
+    let server = tokio::spawn(server::serve(listener, server_cfg, handler, stopped));
+    Ok(Running { addr, stop, server, telemetry })
+}
+
+/// The response body served to clients.
+#[derive(Debug)]
+pub enum ProxyBody {
+    /// An upstream body, metered on its way through.
+    Metered(MeteredBody<Incoming>),
+    /// A response tokentap wrote itself (errors).
+    Local(Full<Bytes>),
+}
+
+impl From<Full<Bytes>> for ProxyBody {
+    fn from(body: Full<Bytes>) -> Self {
+        ProxyBody::Local(body)
+    }
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            ProxyBody::Metered(b) => Pin::new(b).poll_frame(cx),
+            ProxyBody::Local(b) => Pin::new(b).poll_frame(cx).map_err(|never| match never {}),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ProxyBody::Metered(b) => b.is_end_stream(),
+            ProxyBody::Local(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ProxyBody::Metered(b) => b.size_hint(),
+            ProxyBody::Local(b) => b.size_hint(),
+        }
+    }
+}
+
+/// The request's host without port: the URI authority (HTTP/2, absolute
+/// form) or the `Host` header.
+fn request_host<B>(req: &Request<B>) -> Option<&str> {
+    if let Some(host) = req.uri().host() {
+        return Some(host);
+    }
+    let host = req.headers().get(header::HOST)?.to_str().ok()?;
+    // Keep IPv6 literals intact: strip only a trailing `:port`.
+    Some(match host.rfind(':') {
+        Some(i) if !host[i..].contains(']') => &host[..i],
+        _ => host,
+    })
+}
+
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody> {
+    let start = Instant::now();
+    let start_wall = SystemTime::now();
+    let Some(route) = state.router.find(request_host(&req), req.uri().path()) else {
+        return upstream::error_response(StatusCode::NOT_FOUND, "no route matches this path", "no_route");
+    };
+    let upstream_uri = match route.upstream_uri(req.uri()) {
+        Ok(uri) => uri,
+        Err(e) => {
+            return upstream::error_response(StatusCode::BAD_REQUEST, &format!("bad request target: {e}"), "bad_request");
+        }
+    };
+    let (mut parts, body) = req.into_parts();
+    let path = route.strip(parts.uri.path()).unwrap_or(parts.uri.path());
+    let (operation, provider) = (Operation::from_path(path), route.provider.or_else(|| ProviderKind::detect(path)));
+
+    let (sniffed, body) = sniff::sniff(&parts.headers, body, state.config.sniff.max_body_bytes).await;
+    let tenant = route::resolve_tenant(&state.config.tenant, &parts.headers, sniffed.user.as_deref());
+    let facts = RequestFacts {
+        route: route.name.clone(),
+        provider: provider.unwrap_or(ProviderKind::Openai),
+        operation,
+        request_model: sniffed.model,
+        stream: sniffed.stream,
+        tenant,
+        server_address: route.server_address.clone(),
+        server_port: route.server_port,
+        request_body: sniffed.body,
+        start_wall,
+        start,
+    };
+    let telemetry = state.telemetry.begin(&facts, &parts.headers);
+
+    // The upstream request: same method, headers and body bytes; hop-by-hop
+    // headers and Host dropped (hyper writes Host / :authority from the URI).
+    let client_version = parts.version;
+    upstream::strip_hop_by_hop(&mut parts.headers);
+    parts.headers.remove(header::HOST);
+    telemetry.inject(&mut parts.headers);
+    parts.uri = upstream_uri;
+    parts.version = Version::HTTP_11;
+    let mut meter = Meter::new(facts, Box::new(telemetry));
+
+    let res = match state.client.send(Request::from_parts(parts, body)).await {
+        Ok(res) => res,
+        Err(e) => {
+            tracing::debug!(route = %route.name, error = %e, "upstream request failed");
+            meter.fail(e.status().as_u16(), e.code());
+            return e.to_response();
+        }
+    };
+
+    let (mut head, body) = res.into_parts();
+    let content_type = head.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let is_sse = content_type.trim_start().to_ascii_lowercase().starts_with("text/event-stream");
+    let parser = match provider {
+        None => Err(Unmetered::UnknownFormat("no provider configured or detected from the path".into())),
+        Some(kind) => Parser::new(kind, operation, content_type, state.config.meter.max_frame_bytes)
+            .ok_or_else(|| Unmetered::UnknownFormat(format!("content-type {content_type:?}"))),
+    };
+    let encoding = head.headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok());
+    meter.on_head(head.status.as_u16(), is_sse, parser, encoding);
+
+    upstream::strip_hop_by_hop(&mut head.headers);
+    head.version = client_version;
+    let upstream_cfg = &state.config.upstream;
+    let body = MeteredBody::new(body, meter, upstream_cfg.idle_timeout, upstream_cfg.total_timeout);
+    Response::from_parts(head, ProxyBody::Metered(body))
 }

@@ -1,2 +1,72 @@
-//! The `tokentap` binary: parse flags, load config, run until a signal.
-fn main() {}
+//! The `tokentap` binary: flags in, a running proxy until SIGTERM/SIGINT out.
+
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use tokentap::config::{self, Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match config::load(&cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tokentap: configuration error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    tokentap::telemetry::init_logging(config.telemetry.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tokentap: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match cli.command() {
+        Command::Run => runtime.block_on(run(config)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tokentap: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: config::Config) -> anyhow::Result<()> {
+    let routes: Vec<String> = config
+        .routes
+        .iter()
+        .map(|r| format!("{} {} -> {}", r.name, r.prefix, r.upstream))
+        .collect();
+    let running = tokentap::app::start(config).await?;
+    tracing::info!(routes = ?routes, "listening on {}", running.addr);
+    eprintln!("tokentap listening on {}", running.addr);
+    shutdown_signal().await;
+    tracing::info!("shutdown signal received; draining");
+    running.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,1 +1,237 @@
-//! route
+//! Routing and tenancy: a request head in, the route it belongs to, the
+//! upstream URI to forward to, and the tenant it is billed to out.
+
+use std::sync::Arc;
+
+use http::uri::{PathAndQuery, Scheme};
+use http::{HeaderMap, Uri};
+use sha2::{Digest, Sha256};
+
+use crate::config::{RouteConfig, TenantConfig, TenantSource};
+use crate::providers::ProviderKind;
+
+/// A configured route, prepared for matching.
+#[derive(Debug)]
+pub struct Route {
+    /// Route name (`tokentap.route`).
+    pub name: Arc<str>,
+    /// Path prefix without a trailing slash (empty for `/`).
+    prefix: String,
+    host: Option<String>,
+    scheme: Scheme,
+    authority: http::uri::Authority,
+    /// Upstream base path without a trailing slash (may be empty).
+    base_path: String,
+    /// Configured API family, if any.
+    pub provider: Option<ProviderKind>,
+    /// `server.address` for telemetry.
+    pub server_address: Arc<str>,
+    /// `server.port` for telemetry.
+    pub server_port: u16,
+}
+
+/// Request heads in, routes out; first match in configured order wins.
+#[derive(Debug)]
+pub struct Router {
+    routes: Vec<Route>,
+}
+
+impl Router {
+    /// Prepare the configured routes.
+    pub fn new(configs: &[RouteConfig]) -> Router {
+        let routes = configs.iter().map(Route::new).collect();
+        Router { routes }
+    }
+
+    /// The route for a request's `Host` (without port) and path.
+    pub fn find(&self, host: Option<&str>, path: &str) -> Option<&Route> {
+        self.routes.iter().find(|r| r.matches(host, path))
+    }
+}
+
+impl Route {
+    fn new(cfg: &RouteConfig) -> Route {
+        let scheme = cfg.upstream.scheme().cloned().unwrap_or(Scheme::HTTP);
+        let authority = cfg
+            .upstream
+            .authority()
+            .cloned()
+            .unwrap_or_else(|| http::uri::Authority::from_static("localhost"));
+        let default_port = if scheme == Scheme::HTTPS { 443 } else { 80 };
+        Route {
+            name: Arc::from(cfg.name.as_str()),
+            prefix: cfg.prefix.trim_end_matches('/').to_owned(),
+            host: cfg.host.as_ref().map(|h| h.to_ascii_lowercase()),
+            server_address: Arc::from(authority.host()),
+            server_port: authority.port_u16().unwrap_or(default_port),
+            scheme,
+            authority,
+            base_path: cfg.upstream.path().trim_end_matches('/').to_owned(),
+            provider: cfg.provider,
+        }
+    }
+
+    fn matches(&self, host: Option<&str>, path: &str) -> bool {
+        if let Some(want) = &self.host {
+            match host {
+                Some(h) if h.eq_ignore_ascii_case(want) => {}
+                _ => return false,
+            }
+        }
+        self.strip(path).is_some()
+    }
+
+    /// The path after the route prefix, if the prefix matches on a segment
+    /// boundary (`/openai` matches `/openai` and `/openai/v1`, not `/openaix`).
+    pub fn strip<'p>(&self, path: &'p str) -> Option<&'p str> {
+        let rest = path.strip_prefix(self.prefix.as_str())?;
+        (rest.is_empty() || rest.starts_with('/')).then_some(rest)
+    }
+
+    /// The upstream URI for a client request URI: base path + the request
+    /// path with the route prefix stripped, query kept verbatim.
+    pub fn upstream_uri(&self, uri: &Uri) -> Result<Uri, http::Error> {
+        let path = self.strip(uri.path()).unwrap_or(uri.path());
+        let mut pq = String::with_capacity(self.base_path.len() + uri.path().len() + 32);
+        pq.push_str(&self.base_path);
+        if path.is_empty() {
+            pq.push('/');
+        } else {
+            pq.push_str(path);
+        }
+        if let Some(q) = uri.query() {
+            pq.push('?');
+            pq.push_str(q);
+        }
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(PathAndQuery::try_from(pq)?)
+            .build()
+    }
+}
+
+/// Headers that carry API keys, in the order they are tried for
+/// `TenantSource::ApiKey`.
+const KEY_HEADERS: [&str; 4] = ["authorization", "x-api-key", "api-key", "x-goog-api-key"];
+
+/// Resolve the tenant from the configured sources, in order.
+/// `body_user` is the sniffed end-user field of the request body.
+pub fn resolve_tenant(
+    cfg: &TenantConfig,
+    headers: &HeaderMap,
+    body_user: Option<&str>,
+) -> Option<String> {
+    cfg.sources.iter().find_map(|source| match source {
+        TenantSource::Header => headers
+            .get(&cfg.header)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned),
+        TenantSource::Body => body_user.filter(|u| !u.is_empty()).map(str::to_owned),
+        TenantSource::ApiKey => api_key(headers).map(|key| key_hash(&cfg.salt, key)),
+    })
+}
+
+fn api_key(headers: &HeaderMap) -> Option<&[u8]> {
+    KEY_HEADERS.iter().find_map(|name| {
+        let value = headers.get(*name)?.as_bytes();
+        let key = match value.get(..7) {
+            Some(p) if p.eq_ignore_ascii_case(b"bearer ") => &value[7..],
+            _ => value,
+        };
+        let key = key.trim_ascii();
+        (!key.is_empty()).then_some(key)
+    })
+}
+
+/// `key-` + the first 12 hex digits of SHA-256(salt ‖ key): stable across
+/// replicas, useless for recovering the key.
+fn key_hash(salt: &str, key: &[u8]) -> String {
+    let digest = Sha256::new()
+        .chain_update(salt.as_bytes())
+        .chain_update(key)
+        .finalize();
+    let mut out = String::from("key-");
+    for b in &digest[..6] {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(prefix: &str, host: Option<&str>, upstream: &str) -> RouteConfig {
+        RouteConfig {
+            name: prefix.trim_matches('/').to_owned(),
+            prefix: prefix.to_owned(),
+            host: host.map(str::to_owned),
+            upstream: upstream.parse().expect("test URI"),
+            provider: None,
+        }
+    }
+
+    #[test]
+    fn prefix_matches_on_segment_boundary_and_host() {
+        let router = Router::new(&[
+            route("/openai", Some("api.internal"), "https://a.example"),
+            route("/openai", None, "https://b.example"),
+            route("/", None, "http://c.example:8000/base/"),
+        ]);
+        let hit = |host, path| router.find(host, path).map(|r| r.name.to_string());
+        assert_eq!(hit(Some("API.internal"), "/openai/v1"), Some("openai".into()));
+        assert_eq!(hit(Some("other"), "/openai/v1"), Some("openai".into()));
+        assert_eq!(router.find(Some("other"), "/openai").map(|r| r.server_address.to_string()), Some("b.example".into()));
+        assert_eq!(hit(None, "/openaix/v1"), Some("".into()), "no segment match falls to /");
+    }
+
+    #[test]
+    fn upstream_uri_strips_prefix_and_joins_base_path() {
+        let router = Router::new(&[
+            route("/openai/", None, "https://api.openai.com"),
+            route("/", None, "http://127.0.0.1:9000/base/"),
+        ]);
+        let uri: Uri = "/openai/v1/chat/completions?x=1&y=%20".parse().expect("uri");
+        let r = router.find(None, uri.path()).expect("route");
+        assert_eq!(
+            r.upstream_uri(&uri).expect("uri").to_string(),
+            "https://api.openai.com/v1/chat/completions?x=1&y=%20"
+        );
+        assert_eq!(r.server_port, 443);
+        let uri: Uri = "/v1/messages".parse().expect("uri");
+        let r = router.find(None, uri.path()).expect("route");
+        assert_eq!(r.upstream_uri(&uri).expect("uri").to_string(), "http://127.0.0.1:9000/base/v1/messages");
+        assert_eq!(r.server_port, 9000);
+        let uri: Uri = "/openai".parse().expect("uri");
+        let r = router.find(None, uri.path()).expect("route");
+        assert_eq!(r.upstream_uri(&uri).expect("uri").to_string(), "https://api.openai.com/");
+    }
+
+    #[test]
+    fn tenant_sources_in_order_and_key_is_hashed() {
+        let mut cfg = TenantConfig {
+            sources: vec![TenantSource::Header, TenantSource::Body, TenantSource::ApiKey],
+            header: http::HeaderName::from_static("x-tenant-id"),
+            salt: "s".into(),
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert("authorization", "Bearer sk-secret-123".parse().expect("hv"));
+        assert_eq!(resolve_tenant(&cfg, &headers, Some("alice")).as_deref(), Some("alice"));
+        let hashed = resolve_tenant(&cfg, &headers, None).expect("key tenant");
+        assert!(hashed.starts_with("key-") && hashed.len() == 16, "{hashed}");
+        assert!(!hashed.contains("secret"));
+        headers.insert("x-tenant-id", " team-a ".parse().expect("hv"));
+        assert_eq!(resolve_tenant(&cfg, &headers, Some("alice")).as_deref(), Some("team-a"));
+        // Same key, other header, same hash; another salt, another hash.
+        let mut other = HeaderMap::new();
+        other.insert("x-api-key", "sk-secret-123".parse().expect("hv"));
+        cfg.sources = vec![TenantSource::ApiKey];
+        assert_eq!(resolve_tenant(&cfg, &other, None), Some(hashed.clone()));
+        cfg.salt = "t".into();
+        assert_ne!(resolve_tenant(&cfg, &other, None), Some(hashed));
+        assert_eq!(resolve_tenant(&cfg, &HeaderMap::new(), None), None);
+    }
+}

@@ -1,1 +1,105 @@
-//! server
+//! The listener: TCP connections in, HTTP/1.1 or h2c requests handed to a
+//! service out. Bounds header size, header read time and connection count;
+//! on shutdown stops accepting and lets in-flight requests finish until the
+//! grace period ends.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+use crate::config::ServerConfig;
+use crate::meter::body::BoxError;
+
+/// hyper refuses read buffers below this.
+const MIN_BUF: usize = 8192;
+
+/// Accept connections on `listener` and serve each request with `handle`
+/// until `shutdown` turns true; then drain for at most `cfg.shutdown_grace`.
+pub async fn serve<H, F, B>(
+    listener: TcpListener,
+    cfg: ServerConfig,
+    handle: H,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<B>> + Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(cfg.header_read_timeout)
+        .max_buf_size(cfg.max_header_bytes.max(MIN_BUF));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(cfg.max_header_bytes).unwrap_or(u32::MAX));
+    let builder = Arc::new(builder);
+    let permits = Arc::new(Semaphore::new(cfg.max_connections));
+    let graceful = GracefulShutdown::new();
+    let mut conns = JoinSet::new();
+
+    loop {
+        while conns.try_join_next().is_some() {}
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            _ = stopped(&mut shutdown) => break,
+        };
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stopped(&mut shutdown) => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let handle = handle.clone();
+        let svc = service_fn(move |req| {
+            let fut = handle(req);
+            async move { Ok::<_, Infallible>(fut.await) }
+        });
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        conns.spawn(async move {
+            let conn = builder.serve_connection(TokioIo::new(stream), svc);
+            if let Err(e) = watcher.watch(conn).await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    let in_flight = graceful.count();
+    tracing::info!(connections = in_flight, grace = ?cfg.shutdown_grace, "draining");
+    tokio::select! {
+        _ = graceful.shutdown() => tracing::info!("drained"),
+        _ = tokio::time::sleep(cfg.shutdown_grace) => {
+            tracing::warn!(connections = conns.len(), "shutdown grace expired; closing the rest");
+            conns.abort_all();
+        }
+    }
+    while conns.join_next().await.is_some() {}
+}
+
+/// Resolves once the shutdown flag turns true (or its sender is gone).
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}

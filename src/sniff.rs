@@ -1,1 +1,259 @@
-//! sniff
+//! Request sniffing: the client's request body in; the facts metering needs
+//! (`model`, `stream`, end user) and a body that forwards the identical bytes
+//! out. Bodies over the limit, or not JSON, are forwarded unread.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::HeaderMap;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use serde::Deserialize;
+
+use crate::meter::RequestBody;
+
+/// What the request body said.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sniffed {
+    pub body: RequestBody,
+    pub model: Option<String>,
+    pub stream: bool,
+    /// `stream_options.include_usage`, when given.
+    pub include_usage: Option<bool>,
+    /// OpenAI `user` or Anthropic `metadata.user_id`.
+    pub user: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Fields {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    metadata: Option<Metadata>,
+}
+
+#[derive(Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct Metadata {
+    #[serde(default)]
+    user_id: Option<String>,
+}
+
+/// Learn what a complete JSON body says. Unknown fields are skipped, and a
+/// field of an unexpected type makes the body `not_json` rather than failing.
+pub fn parse(body: &[u8]) -> Sniffed {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Sniffed { body: RequestBody::Empty, ..Sniffed::default() };
+    }
+    match serde_json::from_slice::<Fields>(body) {
+        Ok(f) => Sniffed {
+            body: RequestBody::Sniffed,
+            model: f.model,
+            stream: f.stream.unwrap_or(false),
+            include_usage: f.stream_options.and_then(|o| o.include_usage),
+            user: f.user.or(f.metadata.and_then(|m| m.user_id)),
+        },
+        Err(_) => Sniffed { body: RequestBody::NotJson, ..Sniffed::default() },
+    }
+}
+
+/// The body forwarded upstream: the bytes already read, then whatever the
+/// client has not sent yet.
+#[derive(Debug)]
+pub struct Replay<B> {
+    read: VecDeque<Bytes>,
+    rest: Option<B>,
+}
+
+impl<B> Body for Replay<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        if let Some(chunk) = self.read.pop_front() {
+            return Poll::Ready(Some(Ok(Frame::data(chunk))));
+        }
+        match self.rest.as_mut() {
+            Some(rest) => Pin::new(rest).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.read.is_empty() && self.rest.as_ref().is_none_or(|r| r.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let read: u64 = self.read.iter().map(|b| b.len() as u64).sum();
+        let rest = self.rest.as_ref().map_or_else(|| SizeHint::with_exact(0), B::size_hint);
+        // Set the upper bound first: `set_lower` asserts lower <= upper.
+        let mut hint = SizeHint::new();
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper + read);
+        }
+        hint.set_lower(rest.lower() + read);
+        hint
+    }
+}
+
+/// Read `body` up to `limit` bytes. Returns what it said and a body that
+/// replays the identical bytes. A body that errors while being read keeps
+/// its error for the upstream side to see.
+pub async fn sniff<B>(headers: &HeaderMap, mut body: B, limit: usize) -> (Sniffed, Replay<B>)
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    if !looks_like_json(headers) {
+        let sniffed = Sniffed { body: RequestBody::NotJson, ..Sniffed::default() };
+        return (sniffed, Replay { read: VecDeque::new(), rest: Some(body) });
+    }
+    if declared_len(headers).is_some_and(|n| n > limit as u64) {
+        let sniffed = Sniffed { body: RequestBody::TooLarge, ..Sniffed::default() };
+        return (sniffed, Replay { read: VecDeque::new(), rest: Some(body) });
+    }
+    let mut read = VecDeque::new();
+    let mut total = 0usize;
+    loop {
+        if body.is_end_stream() {
+            break;
+        }
+        match body.frame().await {
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => {
+                    total += data.len();
+                    read.push_back(data);
+                    if total > limit {
+                        let sniffed = Sniffed { body: RequestBody::TooLarge, ..Sniffed::default() };
+                        return (sniffed, Replay { read, rest: Some(body) });
+                    }
+                }
+                // Request trailers are not forwarded; LLM APIs do not use them.
+                Err(_trailers) => break,
+            },
+            Some(Err(_)) | None => {
+                // The error (if any) resurfaces when the replay polls `body`.
+                let sniffed = Sniffed { body: RequestBody::NotJson, ..Sniffed::default() };
+                return (sniffed, Replay { read, rest: Some(body) });
+            }
+        }
+    }
+    let sniffed = match read.len() {
+        0 => Sniffed { body: RequestBody::Empty, ..Sniffed::default() },
+        1 => parse(&read[0]),
+        _ => {
+            let mut whole = Vec::with_capacity(total);
+            read.iter().for_each(|b| whole.extend_from_slice(b));
+            parse(&whole)
+        }
+    };
+    (sniffed, Replay { read, rest: None })
+}
+
+fn looks_like_json(headers: &HeaderMap) -> bool {
+    match headers.get(http::header::CONTENT_TYPE).map(|v| v.as_bytes()) {
+        // Many clients (curl -d) send JSON as form or without a type; try anyway.
+        None => true,
+        Some(ct) => {
+            let ct = ct.to_ascii_lowercase();
+            memchr::memmem::find(&ct, b"json").is_some()
+                || ct.starts_with(b"application/x-www-form-urlencoded")
+                || ct.starts_with(b"text/plain")
+        }
+    }
+}
+
+fn declared_len(headers: &HeaderMap) -> Option<u64> {
+    headers.get(http::header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::Full;
+
+    #[test]
+    fn parses_openai_and_anthropic_fields() {
+        let s = parse(br#"{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":false},"user":"u1","messages":[{"role":"user","content":"hi"}]}"#);
+        assert_eq!(s.model.as_deref(), Some("gpt-4o"));
+        assert!(s.stream);
+        assert_eq!(s.include_usage, Some(false));
+        assert_eq!(s.user.as_deref(), Some("u1"));
+        let s = parse(br#"{"model":"claude-sonnet-4-5","max_tokens":5,"metadata":{"user_id":"u2"}}"#);
+        assert_eq!((s.model.as_deref(), s.stream, s.user.as_deref()), (Some("claude-sonnet-4-5"), false, Some("u2")));
+        assert_eq!(parse(b"not json").body, RequestBody::NotJson);
+        assert_eq!(parse(br#"{"model": 5}"#).body, RequestBody::NotJson);
+        assert_eq!(parse(b"  ").body, RequestBody::Empty);
+    }
+
+    /// A body delivered in the given pieces.
+    struct Parts(VecDeque<Bytes>);
+
+    impl Body for Parts {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            Poll::Ready(self.0.pop_front().map(|b| Ok(Frame::data(b))))
+        }
+    }
+
+    fn parts(p: &[&'static [u8]]) -> Parts {
+        Parts(p.iter().map(|s| Bytes::from_static(s)).collect())
+    }
+
+    async fn replayed<B: Body<Data = Bytes> + Unpin>(body: Replay<B>) -> Vec<u8>
+    where
+        B::Error: std::fmt::Debug,
+    {
+        body.collect().await.expect("replay").to_bytes().to_vec()
+    }
+
+    #[tokio::test]
+    async fn small_body_is_sniffed_and_replayed_identically() {
+        let raw: &[u8] = br#"{"model":"m","stream":true}"#;
+        let (s, body) = sniff(&HeaderMap::new(), Full::new(Bytes::from_static(raw)), 1024).await;
+        assert_eq!(s.model.as_deref(), Some("m"));
+        assert_eq!(body.size_hint().exact(), Some(raw.len() as u64));
+        assert_eq!(replayed(body).await, raw);
+        let (s, body) = sniff(&HeaderMap::new(), parts(&[b"{\"model\":", b"\"m2\"}"]), 1024).await;
+        assert_eq!(s.model.as_deref(), Some("m2"));
+        assert_eq!(replayed(body).await, b"{\"model\":\"m2\"}");
+    }
+
+    #[tokio::test]
+    async fn large_body_is_forwarded_unread() {
+        let (s, body) = sniff(&HeaderMap::new(), parts(&[b"{\"model\":", b"\"m\"", b", \"x\": 1}"]), 12).await;
+        assert_eq!(s.body, RequestBody::TooLarge);
+        assert_eq!(replayed(body).await, b"{\"model\":\"m\", \"x\": 1}");
+    }
+
+    #[tokio::test]
+    async fn non_json_content_type_is_not_read() {
+        let mut h = HeaderMap::new();
+        h.insert(http::header::CONTENT_TYPE, "multipart/form-data; boundary=x".parse().expect("hv"));
+        let (s, body) = sniff(&h, Full::new(Bytes::from_static(b"--x")), 1024).await;
+        assert_eq!(s.body, RequestBody::NotJson);
+        assert_eq!(replayed(body).await, b"--x");
+    }
+}

@@ -1,1 +1,290 @@
-//! upstream
+//! The upstream client: a prepared request in, the provider's response head
+//! and body out. Pooled hyper-util client over rustls (webpki roots plus an
+//! optional extra CA), HTTP/1.1 or HTTP/2 by ALPN, connect and head timeouts,
+//! errors classified by the side that failed.
+
+use std::error::Error as StdError;
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName};
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+
+use crate::config::UpstreamConfig;
+use crate::sniff::Replay;
+
+/// The request body type sent upstream.
+pub type UpstreamBody = Replay<Incoming>;
+
+/// Pooled upstream client, shared by every request.
+#[derive(Debug, Clone)]
+pub struct Client {
+    inner: HyperClient<HttpsConnector<HttpConnector>, UpstreamBody>,
+    head_timeout: Option<Duration>,
+}
+
+/// The client could not be built from its configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("upstream.ca_file {path}: {source}")]
+    CaFile { path: String, source: std::io::Error },
+    #[error("upstream.ca_file {path}: no certificate in the file")]
+    NoCertificate { path: String },
+    #[error("upstream.ca_file {path}: {source}")]
+    BadCertificate { path: String, source: rustls::Error },
+    #[error("TLS setup: {0}")]
+    Tls(#[from] rustls::Error),
+}
+
+/// Why forwarding failed before a response head arrived.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// TCP connect failed (refused, unreachable, DNS).
+    #[error("upstream unreachable: {0}")]
+    Connect(String),
+    /// The TLS handshake failed (certificate, protocol).
+    #[error("upstream TLS handshake failed: {0}")]
+    Tls(String),
+    /// Connecting or waiting for the response head took too long.
+    #[error("upstream timed out: {0}")]
+    Timeout(&'static str),
+    /// The upstream broke the HTTP exchange.
+    #[error("upstream protocol error: {0}")]
+    Protocol(String),
+}
+
+impl UpstreamError {
+    /// 504 for timeouts, 502 for everything else.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            UpstreamError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            _ => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// Stable machine-readable code, used as `error.type` and in the JSON body.
+    pub fn code(&self) -> &'static str {
+        match self {
+            UpstreamError::Connect(_) => "upstream_unreachable",
+            UpstreamError::Tls(_) => "upstream_tls_error",
+            UpstreamError::Timeout(_) => "upstream_timeout",
+            UpstreamError::Protocol(_) => "upstream_protocol_error",
+        }
+    }
+
+    /// The error response sent to the client, in the OpenAI error shape.
+    pub fn to_response<B: From<Full<Bytes>>>(&self) -> Response<B> {
+        error_response(self.status(), &self.to_string(), self.code())
+    }
+
+    fn classify(err: hyper_util::client::legacy::Error) -> UpstreamError {
+        let chain = error_chain(&err);
+        let mut source: Option<&(dyn StdError + 'static)> = Some(&err);
+        while let Some(e) = source {
+            if e.downcast_ref::<rustls::Error>().is_some() {
+                return UpstreamError::Tls(chain);
+            }
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                if io.kind() == std::io::ErrorKind::TimedOut {
+                    return UpstreamError::Timeout("connect");
+                }
+                if io.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) {
+                    return UpstreamError::Tls(chain);
+                }
+            }
+            source = e.source();
+        }
+        if err.is_connect() {
+            UpstreamError::Connect(chain)
+        } else {
+            UpstreamError::Protocol(chain)
+        }
+    }
+}
+
+/// An error response in the OpenAI error shape, which every OpenAI-style SDK
+/// can parse: `{"error":{"message","type","param","code"}}`.
+pub fn error_response<B: From<Full<Bytes>>>(
+    status: StatusCode,
+    message: &str,
+    code: &str,
+) -> Response<B> {
+    let body = serde_json::json!({
+        "error": {
+            "message": format!("tokentap: {message}"),
+            "type": "tokentap_error",
+            "param": null,
+            "code": code,
+        }
+    });
+    let mut res = Response::new(B::from(Full::new(Bytes::from(body.to_string()))));
+    *res.status_mut() = status;
+    res.headers_mut()
+        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    res
+}
+
+/// "outer: inner: innermost", without repeats.
+fn error_chain(err: &(dyn StdError + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(e) = source {
+        let s = e.to_string();
+        if !out.contains(&s) {
+            out.push_str(": ");
+            out.push_str(&s);
+        }
+        source = e.source();
+    }
+    out
+}
+
+impl Client {
+    /// Build the pooled client. Must run inside the tokio runtime.
+    pub fn new(cfg: &UpstreamConfig) -> Result<Client, BuildError> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        if let Some(path) = &cfg.ca_file {
+            for cert in load_pem(path)? {
+                roots.add(cert).map_err(|source| BuildError::BadCertificate {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+            }
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(cfg.connect_timeout));
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_all_versions()
+            .wrap_connector(http);
+
+        let inner = HyperClient::builder(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(cfg.pool_idle_timeout)
+            .pool_max_idle_per_host(cfg.pool_max_idle_per_host)
+            .build(connector);
+        Ok(Client { inner, head_timeout: cfg.idle_timeout })
+    }
+
+    /// Send `req` and wait for the response head. Request bytes are never
+    /// retried once sent (hyper only re-sends requests that never left).
+    pub async fn send(
+        &self,
+        req: Request<UpstreamBody>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let fut = self.inner.request(req);
+        let res = match self.head_timeout {
+            Some(limit) => tokio::time::timeout(limit, fut)
+                .await
+                .map_err(|_| UpstreamError::Timeout("no response head within upstream.idle_timeout"))?,
+            None => fut.await,
+        };
+        res.map_err(UpstreamError::classify)
+    }
+}
+
+fn load_pem(path: &Path) -> Result<Vec<CertificateDer<'static>>, BuildError> {
+    let shown = || path.display().to_string();
+    let pem = fs::read(path).map_err(|source| BuildError::CaFile { path: shown(), source })?;
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| BuildError::CaFile {
+            path: shown(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+        })?;
+    if certs.is_empty() {
+        return Err(BuildError::NoCertificate { path: shown() });
+    }
+    Ok(certs)
+}
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1), plus the proxy-only ones.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// Remove hop-by-hop headers, including every header named in `Connection`.
+/// `Trailer` is kept: it describes the end-to-end message.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_hop_by_hop_and_connection_named_headers() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("connection", "keep-alive, X-Custom-Hop"),
+            ("keep-alive", "timeout=5"),
+            ("x-custom-hop", "1"),
+            ("te", "trailers"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "h2c"),
+            ("proxy-authorization", "Basic abc"),
+            ("content-type", "application/json"),
+            ("content-length", "10"),
+            ("authorization", "Bearer k"),
+        ] {
+            h.append(k, v.parse().expect("hv"));
+        }
+        strip_hop_by_hop(&mut h);
+        let mut left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["authorization", "content-length", "content-type"]);
+    }
+
+    #[test]
+    fn error_body_is_openai_shaped() {
+        let err = UpstreamError::Connect("connection refused".into());
+        let res: Response<Full<Bytes>> = err.to_response();
+        assert_eq!(res.status(), StatusCode::BAD_GATEWAY);
+        assert_eq!(UpstreamError::Timeout("x").status(), StatusCode::GATEWAY_TIMEOUT);
+    }
+
+    #[test]
+    fn missing_ca_file_names_the_key_and_path() {
+        let err = load_pem(Path::new("/nonexistent/ca.pem")).expect_err("missing file");
+        assert!(err.to_string().starts_with("upstream.ca_file /nonexistent/ca.pem"), "{err}");
+    }
+}

@@ -1,1 +1,415 @@
-//! Response body tee (stub).
+//! The metered body: the upstream response body in, the identical frames out
+//! to the client, with a borrowed view of each chunk fed to the parser and
+//! one clock reading per chunk folded into the request's `Meter`.
+
+use std::error::Error as StdError;
+use std::pin::Pin;
+use std::future::Future;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use tokio::time::Sleep;
+
+use super::decompress::Decompressor;
+use super::{Measurement, Outcome, Recorder, RequestFacts, TokenSource, Unmetered};
+use crate::providers::{Event, Parser, Usage};
+
+/// Boxed error type of bodies served to clients.
+pub type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// How the response ended, as seen by the meter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The body finished.
+    Eos,
+    /// The upstream body broke off (connection reset, bad framing).
+    Aborted,
+    /// No body bytes arrived within `upstream.idle_timeout`.
+    IdleTimeout,
+    /// The request ran past `upstream.total_timeout`.
+    TotalTimeout,
+}
+
+/// Per-request accumulator. Records exactly once: on `finish`, `fail`, or,
+/// if neither ran, on drop as `ClientCancelled`.
+pub struct Meter {
+    recorder: Option<Box<dyn Recorder>>,
+    facts: RequestFacts,
+    parser: Option<Parser>,
+    decompressor: Option<Decompressor>,
+    scratch: Vec<u8>,
+    unmetered: Option<Unmetered>,
+    malformed: bool,
+    status: u16,
+    time_to_headers: Option<Duration>,
+    first_byte: Option<Instant>,
+    first_token: Option<Instant>,
+    last_token: Option<Instant>,
+    max_gap: Option<Duration>,
+    bytes: u64,
+    tally: Tally,
+}
+
+impl std::fmt::Debug for Meter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Meter").field("route", &self.facts.route).finish_non_exhaustive()
+    }
+}
+
+/// What the events of one response added up to.
+#[derive(Debug, Default)]
+struct Tally {
+    content_chunks: u64,
+    pieces: u64,
+    usage: Usage,
+    model: Option<String>,
+    response_id: Option<String>,
+    finish_reasons: Vec<String>,
+    error: Option<String>,
+    /// Set while feeding one chunk when any of its frames carried content.
+    chunk_has_content: bool,
+}
+
+impl Tally {
+    fn apply(&mut self, event: Event<'_>) {
+        match event {
+            Event::Content { pieces } => {
+                self.content_chunks += 1;
+                self.pieces += u64::from(pieces.max(1));
+                self.chunk_has_content = true;
+            }
+            Event::Usage(u) => self.usage.merge(u),
+            Event::Model(m) => set_if_changed(&mut self.model, m),
+            Event::ResponseId(id) => set_if_changed(&mut self.response_id, id),
+            Event::FinishReason(r) => {
+                if !self.finish_reasons.iter().any(|have| have == r) {
+                    self.finish_reasons.push(r.to_owned());
+                }
+            }
+            Event::Error { kind } => {
+                if self.error.is_none() {
+                    self.error = Some(kind.to_owned());
+                }
+            }
+            Event::Done => {}
+        }
+    }
+}
+
+/// Providers repeat the model and id in every chunk: allocate only on change.
+fn set_if_changed(slot: &mut Option<String>, value: &str) {
+    if slot.as_deref() != Some(value) {
+        *slot = Some(value.to_owned());
+    }
+}
+
+impl Meter {
+    /// Start metering a request whose head arrived at `facts.start`.
+    pub fn new(facts: RequestFacts, recorder: Box<dyn Recorder>) -> Meter {
+        Meter {
+            recorder: Some(recorder),
+            facts,
+            parser: None,
+            decompressor: None,
+            scratch: Vec::new(),
+            unmetered: None,
+            malformed: false,
+            status: 0,
+            time_to_headers: None,
+            first_byte: None,
+            first_token: None,
+            last_token: None,
+            max_gap: None,
+            bytes: 0,
+            tally: Tally::default(),
+        }
+    }
+
+    /// The facts this meter was started with.
+    pub fn facts(&self) -> &RequestFacts {
+        &self.facts
+    }
+
+    /// The response head arrived. `parser` is `Err(reason)` when the body
+    /// cannot be metered; `content_encoding` is the raw header value.
+    pub fn on_head(
+        &mut self,
+        status: u16,
+        stream: bool,
+        parser: Result<Parser, Unmetered>,
+        content_encoding: Option<&str>,
+    ) {
+        self.time_to_headers = Some(self.facts.start.elapsed());
+        self.status = status;
+        self.facts.stream |= stream;
+        match parser {
+            Ok(p) => self.parser = Some(p),
+            Err(why) => self.unmetered = Some(why),
+        }
+        if let (Some(enc), Some(_)) = (content_encoding, &self.parser) {
+            match Decompressor::new(enc) {
+                Ok(d) => self.decompressor = d,
+                Err(e) => self.stop_metering(Unmetered::Encoding(e.to_string())),
+            }
+        }
+    }
+
+    fn stop_metering(&mut self, why: Unmetered) {
+        self.parser = None;
+        self.decompressor = None;
+        self.unmetered = Some(why);
+    }
+
+    /// One body chunk on its way to the client.
+    pub fn on_data(&mut self, data: &[u8]) {
+        let now = Instant::now();
+        self.bytes += data.len() as u64;
+        self.first_byte.get_or_insert(now);
+        let Some(parser) = self.parser.as_mut() else { return };
+        let tally = &mut self.tally;
+        tally.chunk_has_content = false;
+        let view: &[u8] = match self.decompressor.as_mut() {
+            None => data,
+            Some(d) => {
+                self.scratch.clear();
+                if let Err(e) = d.feed(data, &mut self.scratch) {
+                    self.stop_metering(Unmetered::Encoding(e.to_string()));
+                    return;
+                }
+                &self.scratch
+            }
+        };
+        if parser.feed(view, &mut |ev| tally.apply(ev)).is_err() {
+            self.malformed = true;
+            self.parser = None;
+        }
+        if self.tally.chunk_has_content {
+            self.content_at(now);
+        }
+    }
+
+    fn content_at(&mut self, now: Instant) {
+        if let Some(prev) = self.last_token {
+            let gap = now - prev;
+            self.max_gap = Some(self.max_gap.map_or(gap, |m| m.max(gap)));
+            if let Some(r) = self.recorder.as_mut() {
+                r.chunk_gap(gap);
+            }
+        }
+        self.first_token.get_or_insert(now);
+        self.last_token = Some(now);
+    }
+
+    /// The body ended (normally or not): flush the parser and record.
+    pub fn finish(&mut self, end: End) {
+        if self.recorder.is_none() {
+            return;
+        }
+        if end == End::Eos {
+            if let Some(mut parser) = self.parser.take() {
+                let tally = &mut self.tally;
+                tally.chunk_has_content = false;
+                if parser.finish(&mut |ev| tally.apply(ev)).is_err() {
+                    self.malformed = true;
+                }
+                if self.tally.chunk_has_content {
+                    self.content_at(Instant::now());
+                }
+            }
+        }
+        let (outcome, error_type) = match end {
+            End::Eos => self.eos_outcome(),
+            End::Aborted => (Outcome::UpstreamError, Some("upstream_aborted".to_owned())),
+            End::IdleTimeout => (Outcome::UpstreamError, Some("upstream_idle_timeout".to_owned())),
+            End::TotalTimeout => (Outcome::UpstreamError, Some("upstream_timeout".to_owned())),
+        };
+        self.record(outcome, error_type);
+    }
+
+    fn eos_outcome(&mut self) -> (Outcome, Option<String>) {
+        if self.status >= 400 || self.tally.error.is_some() {
+            let kind = self.tally.error.take().unwrap_or_else(|| self.status.to_string());
+            (Outcome::UpstreamError, Some(kind))
+        } else if self.malformed {
+            (Outcome::Malformed, Some("malformed_body".to_owned()))
+        } else {
+            (Outcome::Complete, None)
+        }
+    }
+
+    /// The upstream failed before a response head: record the status sent
+    /// to the client and the error code.
+    pub fn fail(&mut self, status: u16, code: &str) {
+        self.status = status;
+        self.record(Outcome::UpstreamError, Some(code.to_owned()));
+    }
+
+    fn record(&mut self, outcome: Outcome, error_type: Option<String>) {
+        let Some(recorder) = self.recorder.take() else { return };
+        let start = self.facts.start;
+        let since = |t: Option<Instant>| t.map(|t| t - start);
+        let duration = start.elapsed();
+        let tally = std::mem::take(&mut self.tally);
+        let (output_tokens, token_source) = match (tally.usage.output, tally.pieces) {
+            (Some(n), _) => (Some(n), Some(TokenSource::Provider)),
+            (None, 0) => (None, None),
+            (None, pieces) => (Some(pieces), Some(TokenSource::Chunks)),
+        };
+        let mut time_to_first_token = since(self.first_token);
+        let mut time_to_last_token = since(self.last_token);
+        if !self.facts.stream && outcome == Outcome::Complete {
+            // A whole body: its first token is the complete body.
+            time_to_first_token = Some(duration);
+            time_to_last_token = Some(duration);
+        }
+        let m = Measurement {
+            request: self.facts.clone(),
+            outcome,
+            status: self.status,
+            error_type,
+            response_model: tally.model,
+            response_id: tally.response_id,
+            finish_reasons: tally.finish_reasons,
+            usage: tally.usage,
+            output_tokens,
+            token_source,
+            content_chunks: tally.content_chunks,
+            time_to_headers: self.time_to_headers,
+            time_to_first_byte: since(self.first_byte),
+            time_to_first_token,
+            time_to_last_token,
+            duration,
+            max_gap: self.max_gap,
+            response_bytes: self.bytes,
+            unmetered: self.unmetered.take(),
+        };
+        recorder.finish(m);
+    }
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        // Nobody finished the request: the client went away.
+        self.record(Outcome::ClientCancelled, Some("client_cancelled".to_owned()));
+    }
+}
+
+/// The upstream response body, forwarded frame by frame, metered on the side.
+pub struct MeteredBody<B> {
+    inner: B,
+    meter: Meter,
+    idle: Option<Duration>,
+    deadline: Option<tokio::time::Instant>,
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl<B> std::fmt::Debug for MeteredBody<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MeteredBody").field("meter", &self.meter).finish_non_exhaustive()
+    }
+}
+
+/// The body stalled or ran out of time.
+#[derive(Debug, thiserror::Error)]
+#[error("tokentap: upstream {0}")]
+pub struct TimeoutError(&'static str);
+
+impl<B> MeteredBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    /// Wrap `inner`; `idle` aborts after that long without a frame and
+    /// `total` bounds the whole request (from its start).
+    pub fn new(inner: B, mut meter: Meter, idle: Option<Duration>, total: Option<Duration>) -> Self {
+        let deadline = total.map(|t| tokio::time::Instant::from_std(meter.facts.start + t));
+        if inner.is_end_stream() {
+            meter.finish(End::Eos);
+        }
+        let mut body = MeteredBody { inner, meter, idle, deadline, timer: None };
+        body.arm();
+        body
+    }
+
+    fn arm(&mut self) {
+        let idle = self.idle.map(|d| tokio::time::Instant::now() + d);
+        let at = match (idle, self.deadline) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => match a.or(b) {
+                Some(at) => at,
+                None => return,
+            },
+        };
+        match self.timer.as_mut() {
+            Some(t) => t.as_mut().reset(at),
+            None => self.timer = Some(Box::pin(tokio::time::sleep_until(at))),
+        }
+    }
+
+    fn poll_timer(&mut self, cx: &mut Context<'_>) -> Option<End> {
+        let timer = self.timer.as_mut()?;
+        timer.as_mut().poll(cx).is_ready().then(|| {
+            let total = self.deadline.is_some_and(|d| d <= tokio::time::Instant::now());
+            if total { End::TotalTimeout } else { End::IdleTimeout }
+        })
+    }
+}
+
+impl<B> Body for MeteredBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        let polled = match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(r) => r,
+            Poll::Pending => {
+                if let Some(end) = this.poll_timer(cx) {
+                    this.meter.finish(end);
+                    let what = if end == End::TotalTimeout { "total timeout" } else { "idle timeout" };
+                    return Poll::Ready(Some(Err(Box::new(TimeoutError(what)))));
+                }
+                return Poll::Pending;
+            }
+        };
+        match polled {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    this.meter.on_data(data);
+                    if this.idle.is_some() {
+                        this.arm();
+                    }
+                }
+                if this.inner.is_end_stream() {
+                    this.meter.finish(End::Eos);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Some(Err(e)) => {
+                this.meter.finish(End::Aborted);
+                Poll::Ready(Some(Err(e.into())))
+            }
+            None => {
+                this.meter.finish(End::Eos);
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
