@@ -79,14 +79,19 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let server_cfg = state.config.server.clone();
     let handler = move |req| handle(state.clone(), req);
     let server = tokio::spawn(server::serve(listener, server_cfg, handler, stopped));
-    Ok(Running { addr, stop, server, telemetry })
+    Ok(Running {
+        addr,
+        stop,
+        server,
+        telemetry,
+    })
 }
 
 /// The response body served to clients.
 #[derive(Debug)]
 pub enum ProxyBody {
     /// An upstream body, metered on its way through.
-    Metered(MeteredBody<Incoming>),
+    Metered(Box<MeteredBody<Incoming>>),
     /// A response tokentap wrote itself (errors).
     Local(Full<Bytes>),
 }
@@ -106,7 +111,7 @@ impl Body for ProxyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            ProxyBody::Metered(b) => Pin::new(b).poll_frame(cx),
+            ProxyBody::Metered(b) => Pin::new(b.as_mut()).poll_frame(cx),
             ProxyBody::Local(b) => Pin::new(b).poll_frame(cx).map_err(|never| match never {}),
         }
     }
@@ -144,20 +149,36 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
     let start = Instant::now();
     let start_wall = SystemTime::now();
     let Some(route) = state.router.find(request_host(&req), req.uri().path()) else {
-        return upstream::error_response(StatusCode::NOT_FOUND, "no route matches this path", "no_route");
+        return upstream::error_response(
+            StatusCode::NOT_FOUND,
+            "no route matches this path",
+            "no_route",
+        );
     };
     let upstream_uri = match route.upstream_uri(req.uri()) {
         Ok(uri) => uri,
         Err(e) => {
-            return upstream::error_response(StatusCode::BAD_REQUEST, &format!("bad request target: {e}"), "bad_request");
+            return upstream::error_response(
+                StatusCode::BAD_REQUEST,
+                &format!("bad request target: {e}"),
+                "bad_request",
+            );
         }
     };
     let (mut parts, body) = req.into_parts();
     let path = route.strip(parts.uri.path()).unwrap_or(parts.uri.path());
-    let (operation, provider) = (Operation::from_path(path), route.provider.or_else(|| ProviderKind::detect(path)));
+    let (operation, provider) = (
+        Operation::from_path(path),
+        route.provider.or_else(|| ProviderKind::detect(path)),
+    );
 
-    let (sniffed, body) = sniff::sniff(&parts.headers, body, state.config.sniff.max_body_bytes).await;
-    let tenant = route::resolve_tenant(&state.config.tenant, &parts.headers, sniffed.user.as_deref());
+    let (sniffed, body) =
+        sniff::sniff(&parts.headers, body, state.config.sniff.max_body_bytes).await;
+    let tenant = route::resolve_tenant(
+        &state.config.tenant,
+        &parts.headers,
+        sniffed.user.as_deref(),
+    );
     let facts = RequestFacts {
         route: route.name.clone(),
         provider: provider.unwrap_or(ProviderKind::Openai),
@@ -193,19 +214,41 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
     };
 
     let (mut head, body) = res.into_parts();
-    let content_type = head.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let is_sse = content_type.trim_start().to_ascii_lowercase().starts_with("text/event-stream");
+    let content_type = head
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let is_sse = content_type
+        .trim_start()
+        .to_ascii_lowercase()
+        .starts_with("text/event-stream");
     let parser = match provider {
-        None => Err(Unmetered::UnknownFormat("no provider configured or detected from the path".into())),
-        Some(kind) => Parser::new(kind, operation, content_type, state.config.meter.max_frame_bytes)
-            .ok_or_else(|| Unmetered::UnknownFormat(format!("content-type {content_type:?}"))),
+        None => Err(Unmetered::UnknownFormat(
+            "no provider configured or detected from the path".into(),
+        )),
+        Some(kind) => Parser::new(
+            kind,
+            operation,
+            content_type,
+            state.config.meter.max_frame_bytes,
+        )
+        .ok_or_else(|| Unmetered::UnknownFormat(format!("content-type {content_type:?}"))),
     };
-    let encoding = head.headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok());
+    let encoding = head
+        .headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok());
     meter.on_head(head.status.as_u16(), is_sse, parser, encoding);
 
     upstream::strip_hop_by_hop(&mut head.headers);
     head.version = client_version;
     let upstream_cfg = &state.config.upstream;
-    let body = MeteredBody::new(body, meter, upstream_cfg.idle_timeout, upstream_cfg.total_timeout);
-    Response::from_parts(head, ProxyBody::Metered(body))
+    let body = MeteredBody::new(
+        body,
+        meter,
+        upstream_cfg.idle_timeout,
+        upstream_cfg.total_timeout,
+    );
+    Response::from_parts(head, ProxyBody::Metered(Box::new(body)))
 }

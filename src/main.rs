@@ -15,7 +15,10 @@ fn main() -> ExitCode {
         }
     };
     tokentap::telemetry::init_logging(config.telemetry.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("tokentap: cannot start the async runtime: {e}");

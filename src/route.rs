@@ -182,10 +182,22 @@ mod tests {
             route("/", None, "http://c.example:8000/base/"),
         ]);
         let hit = |host, path| router.find(host, path).map(|r| r.name.to_string());
-        assert_eq!(hit(Some("API.internal"), "/openai/v1"), Some("openai".into()));
+        assert_eq!(
+            hit(Some("API.internal"), "/openai/v1"),
+            Some("openai".into())
+        );
         assert_eq!(hit(Some("other"), "/openai/v1"), Some("openai".into()));
-        assert_eq!(router.find(Some("other"), "/openai").map(|r| r.server_address.to_string()), Some("b.example".into()));
-        assert_eq!(hit(None, "/openaix/v1"), Some("".into()), "no segment match falls to /");
+        assert_eq!(
+            router
+                .find(Some("other"), "/openai")
+                .map(|r| r.server_address.to_string()),
+            Some("b.example".into())
+        );
+        assert_eq!(
+            hit(None, "/openaix/v1"),
+            Some("".into()),
+            "no segment match falls to /"
+        );
     }
 
     #[test]
@@ -194,7 +206,9 @@ mod tests {
             route("/openai/", None, "https://api.openai.com"),
             route("/", None, "http://127.0.0.1:9000/base/"),
         ]);
-        let uri: Uri = "/openai/v1/chat/completions?x=1&y=%20".parse().expect("uri");
+        let uri: Uri = "/openai/v1/chat/completions?x=1&y=%20"
+            .parse()
+            .expect("uri");
         let r = router.find(None, uri.path()).expect("route");
         assert_eq!(
             r.upstream_uri(&uri).expect("uri").to_string(),
@@ -203,28 +217,44 @@ mod tests {
         assert_eq!(r.server_port, 443);
         let uri: Uri = "/v1/messages".parse().expect("uri");
         let r = router.find(None, uri.path()).expect("route");
-        assert_eq!(r.upstream_uri(&uri).expect("uri").to_string(), "http://127.0.0.1:9000/base/v1/messages");
+        assert_eq!(
+            r.upstream_uri(&uri).expect("uri").to_string(),
+            "http://127.0.0.1:9000/base/v1/messages"
+        );
         assert_eq!(r.server_port, 9000);
         let uri: Uri = "/openai".parse().expect("uri");
         let r = router.find(None, uri.path()).expect("route");
-        assert_eq!(r.upstream_uri(&uri).expect("uri").to_string(), "https://api.openai.com/");
+        assert_eq!(
+            r.upstream_uri(&uri).expect("uri").to_string(),
+            "https://api.openai.com/"
+        );
     }
 
     #[test]
     fn tenant_sources_in_order_and_key_is_hashed() {
         let mut cfg = TenantConfig {
-            sources: vec![TenantSource::Header, TenantSource::Body, TenantSource::ApiKey],
+            sources: vec![
+                TenantSource::Header,
+                TenantSource::Body,
+                TenantSource::ApiKey,
+            ],
             header: http::HeaderName::from_static("x-tenant-id"),
             salt: "s".into(),
         };
         let mut headers = HeaderMap::new();
         headers.insert("authorization", "Bearer sk-secret-123".parse().expect("hv"));
-        assert_eq!(resolve_tenant(&cfg, &headers, Some("alice")).as_deref(), Some("alice"));
+        assert_eq!(
+            resolve_tenant(&cfg, &headers, Some("alice")).as_deref(),
+            Some("alice")
+        );
         let hashed = resolve_tenant(&cfg, &headers, None).expect("key tenant");
         assert!(hashed.starts_with("key-") && hashed.len() == 16, "{hashed}");
         assert!(!hashed.contains("secret"));
         headers.insert("x-tenant-id", " team-a ".parse().expect("hv"));
-        assert_eq!(resolve_tenant(&cfg, &headers, Some("alice")).as_deref(), Some("team-a"));
+        assert_eq!(
+            resolve_tenant(&cfg, &headers, Some("alice")).as_deref(),
+            Some("team-a")
+        );
         // Same key, other header, same hash; another salt, another hash.
         let mut other = HeaderMap::new();
         other.insert("x-api-key", "sk-secret-123".parse().expect("hv"));

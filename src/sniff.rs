@@ -56,7 +56,10 @@ struct Metadata {
 /// field of an unexpected type makes the body `not_json` rather than failing.
 pub fn parse(body: &[u8]) -> Sniffed {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Sniffed { body: RequestBody::Empty, ..Sniffed::default() };
+        return Sniffed {
+            body: RequestBody::Empty,
+            ..Sniffed::default()
+        };
     }
     match serde_json::from_slice::<Fields>(body) {
         Ok(f) => Sniffed {
@@ -66,7 +69,10 @@ pub fn parse(body: &[u8]) -> Sniffed {
             include_usage: f.stream_options.and_then(|o| o.include_usage),
             user: f.user.or(f.metadata.and_then(|m| m.user_id)),
         },
-        Err(_) => Sniffed { body: RequestBody::NotJson, ..Sniffed::default() },
+        Err(_) => Sniffed {
+            body: RequestBody::NotJson,
+            ..Sniffed::default()
+        },
     }
 }
 
@@ -104,7 +110,10 @@ where
 
     fn size_hint(&self) -> SizeHint {
         let read: u64 = self.read.iter().map(|b| b.len() as u64).sum();
-        let rest = self.rest.as_ref().map_or_else(|| SizeHint::with_exact(0), B::size_hint);
+        let rest = self
+            .rest
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), B::size_hint);
         // Set the upper bound first: `set_lower` asserts lower <= upper.
         let mut hint = SizeHint::new();
         if let Some(upper) = rest.upper() {
@@ -123,12 +132,30 @@ where
     B: Body<Data = Bytes> + Unpin,
 {
     if !looks_like_json(headers) {
-        let sniffed = Sniffed { body: RequestBody::NotJson, ..Sniffed::default() };
-        return (sniffed, Replay { read: VecDeque::new(), rest: Some(body) });
+        let sniffed = Sniffed {
+            body: RequestBody::NotJson,
+            ..Sniffed::default()
+        };
+        return (
+            sniffed,
+            Replay {
+                read: VecDeque::new(),
+                rest: Some(body),
+            },
+        );
     }
     if declared_len(headers).is_some_and(|n| n > limit as u64) {
-        let sniffed = Sniffed { body: RequestBody::TooLarge, ..Sniffed::default() };
-        return (sniffed, Replay { read: VecDeque::new(), rest: Some(body) });
+        let sniffed = Sniffed {
+            body: RequestBody::TooLarge,
+            ..Sniffed::default()
+        };
+        return (
+            sniffed,
+            Replay {
+                read: VecDeque::new(),
+                rest: Some(body),
+            },
+        );
     }
     let mut read = VecDeque::new();
     let mut total = 0usize;
@@ -142,8 +169,17 @@ where
                     total += data.len();
                     read.push_back(data);
                     if total > limit {
-                        let sniffed = Sniffed { body: RequestBody::TooLarge, ..Sniffed::default() };
-                        return (sniffed, Replay { read, rest: Some(body) });
+                        let sniffed = Sniffed {
+                            body: RequestBody::TooLarge,
+                            ..Sniffed::default()
+                        };
+                        return (
+                            sniffed,
+                            Replay {
+                                read,
+                                rest: Some(body),
+                            },
+                        );
                     }
                 }
                 // Request trailers are not forwarded; LLM APIs do not use them.
@@ -151,13 +187,25 @@ where
             },
             Some(Err(_)) | None => {
                 // The error (if any) resurfaces when the replay polls `body`.
-                let sniffed = Sniffed { body: RequestBody::NotJson, ..Sniffed::default() };
-                return (sniffed, Replay { read, rest: Some(body) });
+                let sniffed = Sniffed {
+                    body: RequestBody::NotJson,
+                    ..Sniffed::default()
+                };
+                return (
+                    sniffed,
+                    Replay {
+                        read,
+                        rest: Some(body),
+                    },
+                );
             }
         }
     }
     let sniffed = match read.len() {
-        0 => Sniffed { body: RequestBody::Empty, ..Sniffed::default() },
+        0 => Sniffed {
+            body: RequestBody::Empty,
+            ..Sniffed::default()
+        },
         1 => parse(&read[0]),
         _ => {
             let mut whole = Vec::with_capacity(total);
@@ -169,7 +217,10 @@ where
 }
 
 fn looks_like_json(headers: &HeaderMap) -> bool {
-    match headers.get(http::header::CONTENT_TYPE).map(|v| v.as_bytes()) {
+    match headers
+        .get(http::header::CONTENT_TYPE)
+        .map(|v| v.as_bytes())
+    {
         // Many clients (curl -d) send JSON as form or without a type; try anyway.
         None => true,
         Some(ct) => {
@@ -182,7 +233,12 @@ fn looks_like_json(headers: &HeaderMap) -> bool {
 }
 
 fn declared_len(headers: &HeaderMap) -> Option<u64> {
-    headers.get(http::header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+    headers
+        .get(http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]
@@ -197,8 +253,12 @@ mod tests {
         assert!(s.stream);
         assert_eq!(s.include_usage, Some(false));
         assert_eq!(s.user.as_deref(), Some("u1"));
-        let s = parse(br#"{"model":"claude-sonnet-4-5","max_tokens":5,"metadata":{"user_id":"u2"}}"#);
-        assert_eq!((s.model.as_deref(), s.stream, s.user.as_deref()), (Some("claude-sonnet-4-5"), false, Some("u2")));
+        let s =
+            parse(br#"{"model":"claude-sonnet-4-5","max_tokens":5,"metadata":{"user_id":"u2"}}"#);
+        assert_eq!(
+            (s.model.as_deref(), s.stream, s.user.as_deref()),
+            (Some("claude-sonnet-4-5"), false, Some("u2"))
+        );
         assert_eq!(parse(b"not json").body, RequestBody::NotJson);
         assert_eq!(parse(br#"{"model": 5}"#).body, RequestBody::NotJson);
         assert_eq!(parse(b"  ").body, RequestBody::Empty);
@@ -236,14 +296,24 @@ mod tests {
         assert_eq!(s.model.as_deref(), Some("m"));
         assert_eq!(body.size_hint().exact(), Some(raw.len() as u64));
         assert_eq!(replayed(body).await, raw);
-        let (s, body) = sniff(&HeaderMap::new(), parts(&[b"{\"model\":", b"\"m2\"}"]), 1024).await;
+        let (s, body) = sniff(
+            &HeaderMap::new(),
+            parts(&[b"{\"model\":", b"\"m2\"}"]),
+            1024,
+        )
+        .await;
         assert_eq!(s.model.as_deref(), Some("m2"));
         assert_eq!(replayed(body).await, b"{\"model\":\"m2\"}");
     }
 
     #[tokio::test]
     async fn large_body_is_forwarded_unread() {
-        let (s, body) = sniff(&HeaderMap::new(), parts(&[b"{\"model\":", b"\"m\"", b", \"x\": 1}"]), 12).await;
+        let (s, body) = sniff(
+            &HeaderMap::new(),
+            parts(&[b"{\"model\":", b"\"m\"", b", \"x\": 1}"]),
+            12,
+        )
+        .await;
         assert_eq!(s.body, RequestBody::TooLarge);
         assert_eq!(replayed(body).await, b"{\"model\":\"m\", \"x\": 1}");
     }
@@ -251,7 +321,10 @@ mod tests {
     #[tokio::test]
     async fn non_json_content_type_is_not_read() {
         let mut h = HeaderMap::new();
-        h.insert(http::header::CONTENT_TYPE, "multipart/form-data; boundary=x".parse().expect("hv"));
+        h.insert(
+            http::header::CONTENT_TYPE,
+            "multipart/form-data; boundary=x".parse().expect("hv"),
+        );
         let (s, body) = sniff(&h, Full::new(Bytes::from_static(b"--x")), 1024).await;
         assert_eq!(s.body, RequestBody::NotJson);
         assert_eq!(replayed(body).await, b"--x");

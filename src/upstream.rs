@@ -38,7 +38,10 @@ pub struct Client {
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     #[error("upstream.ca_file {path}: {source}")]
-    CaFile { path: String, source: std::io::Error },
+    CaFile {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("upstream.ca_file {path}: no certificate in the file")]
     NoCertificate { path: String },
     #[error("upstream.ca_file {path}: {source}")]
@@ -99,7 +102,10 @@ impl UpstreamError {
                 if io.kind() == std::io::ErrorKind::TimedOut {
                     return UpstreamError::Timeout("connect");
                 }
-                if io.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) {
+                if io
+                    .get_ref()
+                    .is_some_and(|inner| inner.is::<rustls::Error>())
+                {
                     return UpstreamError::Tls(chain);
                 }
             }
@@ -130,8 +136,10 @@ pub fn error_response<B: From<Full<Bytes>>>(
     });
     let mut res = Response::new(B::from(Full::new(Bytes::from(body.to_string()))));
     *res.status_mut() = status;
-    res.headers_mut()
-        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
     res
 }
 
@@ -157,10 +165,12 @@ impl Client {
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
         if let Some(path) = &cfg.ca_file {
             for cert in load_pem(path)? {
-                roots.add(cert).map_err(|source| BuildError::BadCertificate {
-                    path: path.display().to_string(),
-                    source,
-                })?;
+                roots
+                    .add(cert)
+                    .map_err(|source| BuildError::BadCertificate {
+                        path: path.display().to_string(),
+                        source,
+                    })?;
             }
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -185,7 +195,10 @@ impl Client {
             .pool_idle_timeout(cfg.pool_idle_timeout)
             .pool_max_idle_per_host(cfg.pool_max_idle_per_host)
             .build(connector);
-        Ok(Client { inner, head_timeout: cfg.idle_timeout })
+        Ok(Client {
+            inner,
+            head_timeout: cfg.idle_timeout,
+        })
     }
 
     /// Send `req` and wait for the response head. Request bytes are never
@@ -196,9 +209,9 @@ impl Client {
     ) -> Result<Response<Incoming>, UpstreamError> {
         let fut = self.inner.request(req);
         let res = match self.head_timeout {
-            Some(limit) => tokio::time::timeout(limit, fut)
-                .await
-                .map_err(|_| UpstreamError::Timeout("no response head within upstream.idle_timeout"))?,
+            Some(limit) => tokio::time::timeout(limit, fut).await.map_err(|_| {
+                UpstreamError::Timeout("no response head within upstream.idle_timeout")
+            })?,
             None => fut.await,
         };
         res.map_err(UpstreamError::classify)
@@ -207,7 +220,10 @@ impl Client {
 
 fn load_pem(path: &Path) -> Result<Vec<CertificateDer<'static>>, BuildError> {
     let shown = || path.display().to_string();
-    let pem = fs::read(path).map_err(|source| BuildError::CaFile { path: shown(), source })?;
+    let pem = fs::read(path).map_err(|source| BuildError::CaFile {
+        path: shown(),
+        source,
+    })?;
     let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<_, _>>()
         .map_err(|e| BuildError::CaFile {
@@ -279,12 +295,19 @@ mod tests {
         let err = UpstreamError::Connect("connection refused".into());
         let res: Response<Full<Bytes>> = err.to_response();
         assert_eq!(res.status(), StatusCode::BAD_GATEWAY);
-        assert_eq!(UpstreamError::Timeout("x").status(), StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(
+            UpstreamError::Timeout("x").status(),
+            StatusCode::GATEWAY_TIMEOUT
+        );
     }
 
     #[test]
     fn missing_ca_file_names_the_key_and_path() {
         let err = load_pem(Path::new("/nonexistent/ca.pem")).expect_err("missing file");
-        assert!(err.to_string().starts_with("upstream.ca_file /nonexistent/ca.pem"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("upstream.ca_file /nonexistent/ca.pem"),
+            "{err}"
+        );
     }
 }

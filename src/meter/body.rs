@@ -3,8 +3,8 @@
 //! one clock reading per chunk folded into the request's `Meter`.
 
 use std::error::Error as StdError;
-use std::pin::Pin;
 use std::future::Future;
+use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -54,7 +54,9 @@ pub struct Meter {
 
 impl std::fmt::Debug for Meter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Meter").field("route", &self.facts.route).finish_non_exhaustive()
+        f.debug_struct("Meter")
+            .field("route", &self.facts.route)
+            .finish_non_exhaustive()
     }
 }
 
@@ -167,7 +169,9 @@ impl Meter {
         let now = Instant::now();
         self.bytes += data.len() as u64;
         self.first_byte.get_or_insert(now);
-        let Some(parser) = self.parser.as_mut() else { return };
+        let Some(parser) = self.parser.as_mut() else {
+            return;
+        };
         let tally = &mut self.tally;
         tally.chunk_has_content = false;
         let view: &[u8] = match self.decompressor.as_mut() {
@@ -222,7 +226,10 @@ impl Meter {
         let (outcome, error_type) = match end {
             End::Eos => self.eos_outcome(),
             End::Aborted => (Outcome::UpstreamError, Some("upstream_aborted".to_owned())),
-            End::IdleTimeout => (Outcome::UpstreamError, Some("upstream_idle_timeout".to_owned())),
+            End::IdleTimeout => (
+                Outcome::UpstreamError,
+                Some("upstream_idle_timeout".to_owned()),
+            ),
             End::TotalTimeout => (Outcome::UpstreamError, Some("upstream_timeout".to_owned())),
         };
         self.record(outcome, error_type);
@@ -230,7 +237,11 @@ impl Meter {
 
     fn eos_outcome(&mut self) -> (Outcome, Option<String>) {
         if self.status >= 400 || self.tally.error.is_some() {
-            let kind = self.tally.error.take().unwrap_or_else(|| self.status.to_string());
+            let kind = self
+                .tally
+                .error
+                .take()
+                .unwrap_or_else(|| self.status.to_string());
             (Outcome::UpstreamError, Some(kind))
         } else if self.malformed {
             (Outcome::Malformed, Some("malformed_body".to_owned()))
@@ -247,7 +258,9 @@ impl Meter {
     }
 
     fn record(&mut self, outcome: Outcome, error_type: Option<String>) {
-        let Some(recorder) = self.recorder.take() else { return };
+        let Some(recorder) = self.recorder.take() else {
+            return;
+        };
         let start = self.facts.start;
         let since = |t: Option<Instant>| t.map(|t| t - start);
         let duration = start.elapsed();
@@ -292,7 +305,10 @@ impl Meter {
 impl Drop for Meter {
     fn drop(&mut self) {
         // Nobody finished the request: the client went away.
-        self.record(Outcome::ClientCancelled, Some("client_cancelled".to_owned()));
+        self.record(
+            Outcome::ClientCancelled,
+            Some("client_cancelled".to_owned()),
+        );
     }
 }
 
@@ -307,7 +323,9 @@ pub struct MeteredBody<B> {
 
 impl<B> std::fmt::Debug for MeteredBody<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MeteredBody").field("meter", &self.meter).finish_non_exhaustive()
+        f.debug_struct("MeteredBody")
+            .field("meter", &self.meter)
+            .finish_non_exhaustive()
     }
 }
 
@@ -323,12 +341,23 @@ where
 {
     /// Wrap `inner`; `idle` aborts after that long without a frame and
     /// `total` bounds the whole request (from its start).
-    pub fn new(inner: B, mut meter: Meter, idle: Option<Duration>, total: Option<Duration>) -> Self {
+    pub fn new(
+        inner: B,
+        mut meter: Meter,
+        idle: Option<Duration>,
+        total: Option<Duration>,
+    ) -> Self {
         let deadline = total.map(|t| tokio::time::Instant::from_std(meter.facts.start + t));
         if inner.is_end_stream() {
             meter.finish(End::Eos);
         }
-        let mut body = MeteredBody { inner, meter, idle, deadline, timer: None };
+        let mut body = MeteredBody {
+            inner,
+            meter,
+            idle,
+            deadline,
+            timer: None,
+        };
         body.arm();
         body
     }
@@ -351,8 +380,14 @@ where
     fn poll_timer(&mut self, cx: &mut Context<'_>) -> Option<End> {
         let timer = self.timer.as_mut()?;
         timer.as_mut().poll(cx).is_ready().then(|| {
-            let total = self.deadline.is_some_and(|d| d <= tokio::time::Instant::now());
-            if total { End::TotalTimeout } else { End::IdleTimeout }
+            let total = self
+                .deadline
+                .is_some_and(|d| d <= tokio::time::Instant::now());
+            if total {
+                End::TotalTimeout
+            } else {
+                End::IdleTimeout
+            }
         })
     }
 }
@@ -375,7 +410,11 @@ where
             Poll::Pending => {
                 if let Some(end) = this.poll_timer(cx) {
                     this.meter.finish(end);
-                    let what = if end == End::TotalTimeout { "total timeout" } else { "idle timeout" };
+                    let what = if end == End::TotalTimeout {
+                        "total timeout"
+                    } else {
+                        "idle timeout"
+                    };
                     return Poll::Ready(Some(Err(Box::new(TimeoutError(what)))));
                 }
                 return Poll::Pending;
@@ -411,5 +450,246 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::SystemTime;
+
+    use http_body_util::{BodyExt, Channel};
+
+    use super::*;
+    use crate::meter::RequestBody;
+    use crate::providers::{Operation, ProviderKind};
+
+    #[derive(Clone, Default)]
+    struct Sink {
+        done: Arc<Mutex<Vec<Measurement>>>,
+        gaps: Arc<Mutex<Vec<Duration>>>,
+    }
+
+    impl Recorder for Sink {
+        fn chunk_gap(&mut self, gap: Duration) {
+            self.gaps.lock().expect("lock").push(gap);
+        }
+        fn finish(self: Box<Self>, m: Measurement) {
+            self.done.lock().expect("lock").push(m);
+        }
+    }
+
+    impl Sink {
+        fn only(&self) -> Measurement {
+            let done = self.done.lock().expect("lock");
+            assert_eq!(done.len(), 1, "exactly one measurement per request");
+            done[0].clone()
+        }
+    }
+
+    fn facts(stream: bool) -> RequestFacts {
+        RequestFacts {
+            route: Arc::from("r"),
+            provider: ProviderKind::Openai,
+            operation: Some(Operation::ChatCompletions),
+            request_model: Some("m".into()),
+            stream,
+            tenant: None,
+            server_address: Arc::from("127.0.0.1"),
+            server_port: 80,
+            request_body: RequestBody::Sniffed,
+            start_wall: SystemTime::now(),
+            start: Instant::now(),
+        }
+    }
+
+    fn chunk(text: &str) -> Bytes {
+        Bytes::from(format!(
+            "data: {{\"id\":\"c\",\"model\":\"m-1\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}},\"finish_reason\":null}}]}}\n\n"
+        ))
+    }
+
+    const USAGE: &str = "data: {\"id\":\"c\",\"model\":\"m-1\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":42,\"total_tokens\":49}}\n\ndata: [DONE]\n\n";
+
+    fn metered(
+        stream: bool,
+        content_type: &str,
+        idle: Option<Duration>,
+    ) -> (
+        Sink,
+        http_body_util::channel::Sender<Bytes, BoxError>,
+        MeteredBody<Channel<Bytes, BoxError>>,
+    ) {
+        let sink = Sink::default();
+        let mut meter = Meter::new(facts(stream), Box::new(sink.clone()));
+        let parser = Parser::new(
+            ProviderKind::Openai,
+            Some(Operation::ChatCompletions),
+            content_type,
+            1 << 20,
+        )
+        .ok_or(Unmetered::UnknownFormat(content_type.into()));
+        meter.on_head(200, content_type == "text/event-stream", parser, None);
+        let (tx, rx) = Channel::new(8);
+        (sink, tx, MeteredBody::new(rx, meter, idle, None))
+    }
+
+    #[tokio::test]
+    async fn stream_folds_into_one_measurement_with_exact_bytes() {
+        let (sink, mut tx, body) = metered(true, "text/event-stream", None);
+        let sent = [
+            chunk("Hel"),
+            chunk("lo"),
+            chunk("!"),
+            Bytes::from_static(USAGE.as_bytes()),
+        ];
+        let expected: Vec<u8> = sent.iter().flat_map(|b| b.to_vec()).collect();
+        let producer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            for b in sent {
+                tx.send_data(b).await.expect("send");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        let got = body.collect().await.expect("body").to_bytes();
+        producer.await.expect("producer");
+        assert_eq!(
+            got.as_ref(),
+            expected.as_slice(),
+            "bytes pass through unchanged"
+        );
+        let m = sink.only();
+        assert_eq!(m.outcome, Outcome::Complete);
+        assert_eq!(m.output_tokens, Some(42), "provider usage is authoritative");
+        assert_eq!(m.token_source, Some(TokenSource::Provider));
+        assert_eq!(m.usage.input, Some(7));
+        assert_eq!(m.content_chunks, 3);
+        assert_eq!(m.response_model.as_deref(), Some("m-1"));
+        let ttft = m.time_to_first_token.expect("ttft");
+        assert!(
+            ttft >= Duration::from_millis(60),
+            "ttft {ttft:?} covers the 60 ms wait"
+        );
+        let last = m.time_to_last_token.expect("last token");
+        assert!(
+            last - ttft >= Duration::from_millis(40),
+            "two 20 ms gaps between content chunks"
+        );
+        assert_eq!(
+            sink.gaps.lock().expect("lock").len(),
+            2,
+            "one gap per content chunk after the first"
+        );
+        assert!(m.max_gap.expect("max gap") >= Duration::from_millis(20));
+        assert_eq!(m.response_bytes, expected.len() as u64);
+    }
+
+    #[tokio::test]
+    async fn dropped_body_is_client_cancelled_with_partial_counts() {
+        let (sink, mut tx, mut body) = metered(true, "text/event-stream", None);
+        tx.send_data(chunk("a")).await.expect("send");
+        let frame = body.frame().await.expect("frame").expect("ok");
+        assert!(frame.is_data());
+        drop(body);
+        let m = sink.only();
+        assert_eq!(m.outcome, Outcome::ClientCancelled);
+        assert_eq!(m.content_chunks, 1);
+        assert_eq!(m.output_tokens, Some(1));
+        assert_eq!(
+            m.token_source,
+            Some(TokenSource::Chunks),
+            "no usage: estimated from chunks"
+        );
+    }
+
+    #[tokio::test]
+    async fn upstream_abort_is_an_upstream_error() {
+        let (sink, mut tx, body) = metered(true, "text/event-stream", None);
+        tx.send_data(chunk("a")).await.expect("send");
+        tx.abort(Box::new(std::io::Error::other("reset")));
+        assert!(body.collect().await.is_err(), "the client sees the break");
+        let m = sink.only();
+        assert_eq!(m.outcome, Outcome::UpstreamError);
+        assert_eq!(m.error_type.as_deref(), Some("upstream_aborted"));
+        assert_eq!(m.content_chunks, 1);
+    }
+
+    #[tokio::test]
+    async fn idle_timeout_ends_the_stream() {
+        let (sink, mut tx, body) =
+            metered(true, "text/event-stream", Some(Duration::from_millis(50)));
+        tx.send_data(chunk("a")).await.expect("send");
+        let err = body.collect().await.expect_err("idle timeout");
+        assert!(err.to_string().contains("idle timeout"), "{err}");
+        assert_eq!(
+            sink.only().error_type.as_deref(),
+            Some("upstream_idle_timeout")
+        );
+        drop(tx);
+    }
+
+    #[tokio::test]
+    async fn malformed_frame_stops_metering_but_not_forwarding() {
+        let (sink, mut tx, body) = metered(true, "text/event-stream", None);
+        let producer = tokio::spawn(async move {
+            tx.send_data(chunk("a")).await.expect("send");
+            tx.send_data(Bytes::from_static(b"data: {not json\n\n"))
+                .await
+                .expect("send");
+            tx.send_data(chunk("b")).await.expect("send");
+        });
+        let got = body.collect().await.expect("body").to_bytes();
+        producer.await.expect("producer");
+        assert!(
+            got.ends_with(&chunk("b")),
+            "bytes after the bad frame still reach the client"
+        );
+        let m = sink.only();
+        assert_eq!(m.outcome, Outcome::Malformed);
+        assert_eq!(m.content_chunks, 1, "metering stopped at the bad frame");
+    }
+
+    #[tokio::test]
+    async fn whole_json_body_has_ttft_at_completion() {
+        let (sink, mut tx, body) = metered(false, "application/json", None);
+        let json = br#"{"id":"x","model":"m-2","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+        let producer = tokio::spawn(async move {
+            tx.send_data(Bytes::from_static(&json[..20]))
+                .await
+                .expect("send");
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            tx.send_data(Bytes::from_static(&json[20..]))
+                .await
+                .expect("send");
+        });
+        body.collect().await.expect("body");
+        producer.await.expect("producer");
+        let m = sink.only();
+        assert_eq!(m.outcome, Outcome::Complete);
+        assert_eq!(m.output_tokens, Some(1));
+        assert_eq!(m.time_to_first_token, Some(m.duration));
+        assert_eq!(m.finish_reasons, ["stop"]);
+        assert_eq!(m.time_per_output_token(), None, "no TPOT for whole bodies");
+    }
+
+    #[tokio::test]
+    async fn error_status_is_an_upstream_error_with_the_provider_type() {
+        let sink = Sink::default();
+        let mut meter = Meter::new(facts(false), Box::new(sink.clone()));
+        let parser = Parser::new(ProviderKind::Openai, None, "application/json", 1 << 20)
+            .ok_or(Unmetered::UnknownFormat(String::new()));
+        meter.on_head(429, false, parser, None);
+        let json = br#"{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
+        let body = MeteredBody::new(
+            http_body_util::Full::new(Bytes::from_static(json)),
+            meter,
+            None,
+            None,
+        );
+        body.collect().await.expect("body");
+        let m = sink.only();
+        assert_eq!(m.outcome, Outcome::UpstreamError);
+        assert_eq!(m.status, 429);
+        assert!(m.error_type.is_some());
     }
 }
