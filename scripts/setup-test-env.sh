@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Create the Python virtual environment the drop-in SDK test uses
+# (tests/python_sdk.rs): .venv at the repository root with the official
+# openai and anthropic packages pinned in tests/sdk/requirements.txt.
+# Idempotent: re-running only installs what changed.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$root/.venv"
+req="$root/tests/sdk/requirements.txt"
+python="${PYTHON:-python3}"
+
+if ! command -v "$python" >/dev/null 2>&1; then
+    echo "setup-test-env: $python not found; install Python 3.9+ (e.g. apt-get install python3 python3-venv)" >&2
+    exit 1
+fi
+
+if [ ! -x "$venv/bin/python" ]; then
+    echo "setup-test-env: creating $venv" >&2
+    if ! "$python" -m venv "$venv"; then
+        echo "setup-test-env: '$python -m venv' failed; on Debian/Ubuntu install python3-venv" >&2
+        exit 1
+    fi
+fi
+
+stamp="$venv/.requirements.sha"
+want="$(sha256sum "$req" | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req"
+    echo "$want" >"$stamp"
+fi
+
+"$venv/bin/python" -c 'import openai, anthropic; print(f"setup-test-env: openai {openai.__version__}, anthropic {anthropic.__version__} in '"$venv"'")'

@@ -1,0 +1,235 @@
+//! The real binary: flags, config errors, graceful SIGTERM drain, and the
+//! logs it writes (which must hold no secrets).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::client::{self, Req};
+use support::otlp::Collector;
+use support::proxy::{Bin, Scratch, Toml, q, run_bin};
+use support::script::{self, StreamSpec};
+use support::upstream::{BodyEnd, Upstream};
+use support::{STEP_TIMEOUT, assert_bytes_eq};
+
+const CHAT: &str = "/v1/chat/completions";
+
+#[tokio::test]
+async fn upstream_and_listen_flags_give_a_one_route_proxy() {
+    let up = Upstream::fixed(script::openai_chat_json("m", "flags", (1, 1))).await;
+    let bin = Bin::start_args(
+        &["--upstream", &up.url(), "--listen", "127.0.0.1:0"],
+        &[("OTEL_SDK_DISABLED", "true")],
+    )
+    .await;
+    let got = client::fetch(
+        &client::http1(),
+        &Req::post_json(bin.addr, CHAT, script::openai_request("m", false, None)),
+    )
+    .await;
+    assert_eq!(
+        got.status,
+        200,
+        "proxied through the --upstream route: {}",
+        got.text()
+    );
+    assert_eq!(up.only().await.path_and_query, CHAT, "path forwarded as is");
+    let out = bin.stop().await;
+    assert!(
+        out.contains("listening on"),
+        "startup line printed; output:\n{out}"
+    );
+}
+
+#[tokio::test]
+async fn unknown_config_key_is_an_error_naming_key_and_file() {
+    let scratch = Scratch::new("cfg");
+    let text = Toml::openai("http://127.0.0.1:9")
+        .set("upstream", "conect_timeout", &q("5s"))
+        .render();
+    let path = scratch.write("typo.toml", &text);
+    let (status, out) = run_bin(&["--config", path.to_str().unwrap()], &[]).await;
+    assert!(
+        !status.success(),
+        "an unknown key must fail startup; exited {status:?}, output:\n{out}"
+    );
+    assert!(
+        out.contains("conect_timeout"),
+        "the error names the unknown key; output:\n{out}"
+    );
+    assert!(
+        out.contains("typo.toml"),
+        "the error names the file; output:\n{out}"
+    );
+    assert!(
+        !out.contains("listening on"),
+        "must fail before binding; output:\n{out}"
+    );
+}
+
+#[tokio::test]
+async fn bad_duration_and_bad_url_are_errors_naming_the_key() {
+    let scratch = Scratch::new("cfg");
+    let cases = [
+        (
+            "bad-duration.toml",
+            Toml::openai("http://127.0.0.1:9")
+                .set("upstream", "connect_timeout", &q("five seconds"))
+                .render(),
+            "connect_timeout",
+        ),
+        (
+            "bad-url.toml",
+            Toml::openai("not a url").render(),
+            "upstream",
+        ),
+    ];
+    for (name, text, key) in cases {
+        let path = scratch.write(name, &text);
+        let (status, out) = run_bin(&["--config", path.to_str().unwrap()], &[]).await;
+        assert!(
+            !status.success(),
+            "{name}: startup must fail; output:\n{out}"
+        );
+        assert!(
+            out.contains(key),
+            "{name}: the error names `{key}`; output:\n{out}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn missing_config_file_is_an_error() {
+    let (status, out) = run_bin(&["--config", "/nonexistent/tokentap-test.toml"], &[]).await;
+    assert!(
+        !status.success(),
+        "a missing config file must fail; output:\n{out}"
+    );
+    assert!(
+        out.contains("tokentap-test.toml"),
+        "the error names the file; output:\n{out}"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_drains_in_flight_streams_and_refuses_new_connections() {
+    // 30 tokens 50 ms apart: the stream runs ~1.5 s, SIGTERM arrives mid-way.
+    let spec = StreamSpec::tokens(30, Duration::from_millis(50), Duration::from_millis(50));
+    let reply = script::openai_chat_sse(&spec);
+    let want = reply.body_bytes();
+    let up = Upstream::fixed(reply).await;
+    let toml = Toml::openai(&up.url()).set("server", "shutdown_grace", &q("10s"));
+    let mut bin = Bin::start(&toml, &[], &[]).await;
+    let addr = bin.addr;
+
+    let c = client::http1();
+    let (resp, t0) = client::send(
+        &c,
+        &Req::post_json(addr, CHAT, script::openai_request("m-drain", true, None)),
+    )
+    .await;
+    let reader = tokio::spawn(client::read_all(resp, t0, Duration::from_secs(20)));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    bin.sigterm();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let refused =
+        tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr)).await;
+    let accepted = matches!(refused, Ok(Ok(_)));
+    assert!(
+        !accepted,
+        "after SIGTERM the listener must be closed: new connections refused"
+    );
+
+    let got = support::within(STEP_TIMEOUT, "the in-flight stream after SIGTERM", reader)
+        .await
+        .unwrap();
+    assert!(
+        got.error.is_none(),
+        "the in-flight stream must finish cleanly after SIGTERM, got {:?}",
+        got.error
+    );
+    assert_bytes_eq("drained stream", &got.body, &want);
+    assert_eq!(up.only().await.end(), Some(BodyEnd::Completed));
+    let status = bin.wait_exit(Duration::from_secs(10)).await;
+    assert!(
+        status.success(),
+        "tokentap exits 0 after a graceful drain, got {status:?}; output:\n{}",
+        bin.output()
+    );
+}
+
+#[tokio::test]
+async fn sigterm_cuts_streams_that_outlive_the_grace_period() {
+    let spec = StreamSpec::tokens(3, Duration::ZERO, Duration::from_millis(5));
+    let up = Upstream::fixed(script::openai_hang_after(&spec, 2)).await;
+    let toml = Toml::openai(&up.url()).set("server", "shutdown_grace", &q("1s"));
+    let mut bin = Bin::start(&toml, &[], &[]).await;
+    let c = client::http1();
+    let (resp, _) = client::send(
+        &c,
+        &Req::post_json(bin.addr, CHAT, script::openai_request("m-cut", true, None)),
+    )
+    .await;
+    let mut body = resp.into_body();
+    client::read_until(&mut body, "tok1").await;
+    let t0 = Instant::now();
+    bin.sigterm();
+    let status = bin.wait_exit(Duration::from_secs(8)).await;
+    assert!(
+        t0.elapsed() < Duration::from_secs(6),
+        "exit within grace (1 s) plus flush, took {:?}",
+        t0.elapsed()
+    );
+    let _ = status;
+    let end = up.only().await.wait_end(Duration::from_secs(3)).await;
+    assert_eq!(
+        end.map(|e| e.0),
+        Some(BodyEnd::Cancelled),
+        "the hung upstream stream is cancelled at shutdown"
+    );
+}
+
+#[tokio::test]
+async fn logs_carry_no_secrets() {
+    let spec = StreamSpec::tokens(3, Duration::ZERO, Duration::from_millis(5));
+    let up = Upstream::fixed(script::openai_chat_sse(&spec)).await;
+    let col = Collector::start().await;
+    let toml = Toml::openai(&up.url())
+        .otlp(&col.endpoint(), "grpc")
+        .set("telemetry", "redact_headers", "[\"x-custom-secret\"]")
+        .set("telemetry", "access_log", "true")
+        .set("tenant", "sources", "[\"api_key\"]");
+    let bin = Bin::start(
+        &toml,
+        &[],
+        &[("RUST_LOG", "trace,h2=info,hyper=info,tonic=info,tower=info")],
+    )
+    .await;
+    let mut req = Req::post_json(bin.addr, CHAT, script::openai_request("m-logs", true, None));
+    for (k, v) in [
+        ("authorization", "Bearer sk-test-SECRETBEARER1234567890"),
+        ("x-api-key", "SECRETXAPIKEY4567890"),
+        ("api-key", "SECRETAZUREKEY7890"),
+        ("x-goog-api-key", "SECRETGOOGKEY0000"),
+        ("cookie", "session=SECRETCOOKIE1111"),
+        ("proxy-authorization", "Basic SECRETPROXYAUTH2222"),
+        ("x-custom-secret", "SECRETCUSTOM3333"),
+    ] {
+        req = req.header(k, v);
+    }
+    let got = client::fetch(&client::http1(), &req).await;
+    assert_eq!(got.status, 200);
+    col.wait_span_named("chat m-logs").await;
+    let out = bin.stop().await;
+    assert!(
+        out.contains("m-logs"),
+        "an access-log line mentions the request's model; output:\n{out}"
+    );
+    for line in out.lines() {
+        assert!(
+            !line.contains("SECRET"),
+            "a secret leaked into the logs: {line}"
+        );
+    }
+}

@@ -1,0 +1,390 @@
+//! Fault paths: each upstream or client failure yields the right status or
+//! body for the client and exactly one span with the right outcome.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::client::{self, Req};
+use support::names::*;
+use support::otlp::SpanRec;
+use support::rig::Rig;
+use support::script::{self, StreamSpec};
+use support::upstream::BodyEnd;
+use support::{STEP_TIMEOUT, assert_bytes_eq};
+
+const CHAT: &str = "/v1/chat/completions";
+
+async fn span_for(rig: &Rig, model: &str) -> SpanRec {
+    rig.col.wait_span_named(&format!("chat {model}")).await
+}
+
+#[track_caller]
+fn assert_outcome(span: &SpanRec, outcome: &str) {
+    assert_eq!(
+        span.str(OUTCOME),
+        outcome,
+        "span {:?} outcome; attributes: {:#?}",
+        span.name,
+        span.attrs
+    );
+}
+
+#[track_caller]
+fn assert_error_type(span: &SpanRec) {
+    let e = span.str(ERROR_TYPE);
+    assert!(
+        !e.is_empty(),
+        "error.type should be set on a failed request"
+    );
+}
+
+#[tokio::test]
+async fn abort_mid_stream_is_upstream_error_with_partial_counts() {
+    let spec = StreamSpec::tokens(10, Duration::from_millis(20), Duration::from_millis(10));
+    let rig = Rig::openai(script::openai_abort_after(&spec, 3)).await;
+    let got = client::fetch(
+        &rig.client,
+        &rig.post(CHAT, script::openai_request("m-abort", true, None)),
+    )
+    .await;
+    assert_eq!(got.status, 200, "head was already sent as 200");
+    assert!(
+        got.error.is_some(),
+        "the client must see the stream break off (not a clean end) when the upstream aborts; got {:?}",
+        got.text()
+    );
+    assert_bytes_eq("partial body", &got.body, &rig.up.only().await.sent());
+    let span = span_for(&rig, "m-abort").await;
+    assert_outcome(&span, "upstream_error");
+    assert_error_type(&span);
+    assert_eq!(
+        span.num(OUTPUT_TOKENS),
+        3.0,
+        "partial output tokens counted from the 3 content chunks sent"
+    );
+    rig.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn status_429_passes_through_and_is_an_error() {
+    let reply = script::openai_error(429, "requests", "rate_limit_exceeded", "Rate limit reached");
+    let want = reply.body_bytes();
+    let rig = Rig::openai(reply).await;
+    let got = client::fetch(
+        &rig.client,
+        &rig.post(CHAT, script::openai_request("m-429", true, None)),
+    )
+    .await;
+    assert_eq!(got.status, 429, "429 passes through");
+    assert_eq!(
+        got.headers.get("retry-after").map(|v| v.as_bytes()),
+        Some(&b"1"[..]),
+        "retry-after kept"
+    );
+    assert_bytes_eq("429 body", &got.body, &want);
+    let span = span_for(&rig, "m-429").await;
+    assert_outcome(&span, "upstream_error");
+    assert_error_type(&span);
+    assert_eq!(span.status_code, 2, "span status should be Error for a 429");
+    rig.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn status_500_anthropic_passes_through_and_is_an_error() {
+    let reply = script::anthropic_error(500, "api_error", "Internal server error");
+    let want = reply.body_bytes();
+    let rig = Rig::anthropic(reply).await;
+    let got = client::fetch(
+        &rig.client,
+        &rig.post(
+            "/v1/messages",
+            script::anthropic_request("c-500", true, None),
+        ),
+    )
+    .await;
+    assert_eq!(got.status, 500);
+    assert_bytes_eq("500 body", &got.body, &want);
+    let span = span_for(&rig, "c-500").await;
+    assert_outcome(&span, "upstream_error");
+    assert_error_type(&span);
+    rig.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn openai_midstream_error_under_200_is_upstream_error() {
+    let spec = StreamSpec::tokens(5, Duration::ZERO, Duration::from_millis(5));
+    let reply = script::openai_midstream_error(&spec, 2);
+    let want = reply.body_bytes();
+    let rig = Rig::openai(reply).await;
+    let got = client::fetch(
+        &rig.client,
+        &rig.post(CHAT, script::openai_request("m-mid", true, None)),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    assert_bytes_eq("stream with error event", &got.body, &want);
+    let span = span_for(&rig, "m-mid").await;
+    assert_outcome(&span, "upstream_error");
+    assert_error_type(&span);
+    rig.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn anthropic_error_event_under_200_is_upstream_error() {
+    let spec = StreamSpec::tokens(5, Duration::ZERO, Duration::from_millis(5))
+        .model(script::ANTHROPIC_RESPONSE_MODEL);
+    let reply = script::anthropic_midstream_error(&spec, 2);
+    let want = reply.body_bytes();
+    let rig = Rig::anthropic(reply).await;
+    let got = client::fetch(
+        &rig.client,
+        &rig.post(
+            "/v1/messages",
+            script::anthropic_request("c-mid", true, None),
+        ),
+    )
+    .await;
+    assert_bytes_eq("stream with error event", &got.body, &want);
+    let span = span_for(&rig, "c-mid").await;
+    assert_outcome(&span, "upstream_error");
+    assert_eq!(
+        span.str(ERROR_TYPE),
+        "overloaded_error",
+        "error.type from the Anthropic error event"
+    );
+    rig.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn malformed_chunk_is_malformed_and_still_passes_through() {
+    let spec = StreamSpec::tokens(5, Duration::ZERO, Duration::from_millis(5));
+    let reply = script::openai_malformed_after(&spec, 2);
+    let want = reply.body_bytes();
+    let rig = Rig::openai(reply).await;
+    let got = client::fetch(
+        &rig.client,
+        &rig.post(CHAT, script::openai_request("m-bad", true, None)),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    assert!(
+        got.error.is_none(),
+        "a malformed chunk must not break the client's stream"
+    );
+    assert_bytes_eq("malformed stream still byte-exact", &got.body, &want);
+    let span = span_for(&rig, "m-bad").await;
+    assert_outcome(&span, "malformed");
+    rig.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn connect_refused_is_502_with_openai_error_json() {
+    // A port that was just free: nothing listens there.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let rig = Rig::start(
+        |_| unreachable!("nothing should reach the live upstream"),
+        move |t, _| t.route("openai", "/", &format!("http://{dead}"), "openai"),
+    )
+    .await;
+    let t0 = Instant::now();
+    let got = client::fetch(
+        &rig.client,
+        &rig.post(CHAT, script::openai_request("m-502", true, None)),
+    )
+    .await;
+    assert_eq!(
+        got.status,
+        502,
+        "connection refused → 502; body {:?}",
+        got.text()
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "refusal should be reported quickly, took {:?}",
+        t0.elapsed()
+    );
+    let ct = got
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    assert!(
+        ct.starts_with("application/json"),
+        "502 body is JSON, content-type was {ct:?}"
+    );
+    let v = got.json();
+    let err = &v["error"];
+    assert!(
+        err["message"].is_string(),
+        "error.message is a string in {v}"
+    );
+    assert!(err["type"].is_string(), "error.type is a string in {v}");
+    assert!(err.get("code").is_some(), "error.code present in {v}");
+    let span = span_for(&rig, "m-502").await;
+    assert_outcome(&span, "upstream_error");
+    assert_error_type(&span);
+    rig.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn idle_timeout_before_head_is_504() {
+    let reply = script::openai_chat_json("m", "late", (1, 1)).head_delay(Duration::from_secs(4));
+    let rig = Rig::start(
+        move |_| reply.clone(),
+        |t, up| {
+            t.route("openai", "/", up, "openai")
+                .set("upstream", "idle_timeout", "\"500ms\"")
+        },
+    )
+    .await;
+    let t0 = Instant::now();
+    let got = client::fetch(
+        &rig.client,
+        &rig.post(CHAT, script::openai_request("m-504", false, None)),
+    )
+    .await;
+    assert_eq!(
+        got.status,
+        504,
+        "an upstream silent past idle_timeout → 504; body {:?}",
+        got.text()
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "504 should come after ~0.5 s, took {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        got.json()["error"]["message"].is_string(),
+        "504 body is an OpenAI-shaped error"
+    );
+    let span = span_for(&rig, "m-504").await;
+    assert_outcome(&span, "upstream_error");
+    assert_error_type(&span);
+    rig.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn idle_timeout_mid_stream_is_upstream_error() {
+    let spec = StreamSpec::tokens(6, Duration::ZERO, Duration::from_millis(5));
+    let reply = script::openai_hang_after(&spec, 2);
+    let rig = Rig::start(
+        move |_| reply.clone(),
+        |t, up| {
+            t.route("openai", "/", up, "openai")
+                .set("upstream", "idle_timeout", "\"500ms\"")
+        },
+    )
+    .await;
+    let t0 = Instant::now();
+    let got = client::fetch(
+        &rig.client,
+        &rig.post(CHAT, script::openai_request("m-idle", true, None)),
+    )
+    .await;
+    assert!(
+        t0.elapsed() < Duration::from_secs(4),
+        "stream should be cut ~0.5 s after going silent, took {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        got.text().contains("tok1"),
+        "tokens before the stall reached the client"
+    );
+    let span = span_for(&rig, "m-idle").await;
+    assert_outcome(&span, "upstream_error");
+    assert_error_type(&span);
+    let end = rig.up.only().await.wait_end(Duration::from_secs(3)).await;
+    assert_eq!(
+        end.map(|e| e.0),
+        Some(BodyEnd::Cancelled),
+        "the proxy should drop the stalled upstream stream"
+    );
+    rig.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn client_cancel_cancels_upstream_and_is_recorded() {
+    for h2 in [false, true] {
+        let spec = StreamSpec::tokens(50, Duration::ZERO, Duration::from_millis(10));
+        let rig = Rig::openai(script::openai_hang_after(&spec, 3)).await;
+        let c = if h2 { client::h2c() } else { client::http1() };
+        let model = if h2 { "m-cancel-h2" } else { "m-cancel-h1" };
+        let (resp, _) = client::send(
+            &c,
+            &rig.post(CHAT, script::openai_request(model, true, None)),
+        )
+        .await;
+        let mut body = resp.into_body();
+        client::read_until(&mut body, "tok2").await;
+        let dropped_at = Instant::now();
+        drop(body);
+        drop(c);
+        let ex = rig.up.only().await;
+        let end = ex.wait_end(Duration::from_secs(3)).await;
+        let (how, at) = end.unwrap_or_else(|| {
+            panic!("h2={h2}: upstream stream still open 3 s after the client went away: the proxy must cancel it")
+        });
+        assert_eq!(how, BodyEnd::Cancelled, "h2={h2}: upstream body end");
+        let lag = at.saturating_duration_since(dropped_at);
+        assert!(
+            lag < Duration::from_secs(2),
+            "h2={h2}: upstream saw the cancel after {lag:?}, want < 2 s"
+        );
+        let span = span_for(&rig, model).await;
+        assert_outcome(&span, "client_cancelled");
+        assert_eq!(
+            span.num(OUTPUT_TOKENS),
+            3.0,
+            "h2={h2}: partial output tokens (3 content chunks)"
+        );
+        rig.proxy.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn collector_down_costs_no_latency() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    for protocol in ["grpc", "http/protobuf"] {
+        let up =
+            support::upstream::Upstream::fixed(script::openai_chat_json("m", "ok", (1, 1))).await;
+        let toml = support::proxy::Toml::new()
+            .route("openai", "/", &up.url(), "openai")
+            .otlp(&format!("http://{dead}"), protocol);
+        let proxy = support::proxy::InProc::start(&toml).await;
+        let c = client::http1();
+        for i in 0..10 {
+            let t0 = Instant::now();
+            let req = Req::post_json(
+                proxy.addr,
+                CHAT,
+                script::openai_request("m-down", false, None),
+            );
+            let got = client::fetch(&c, &req).await;
+            assert_eq!(
+                got.status, 200,
+                "{protocol}: request {i} with the collector down"
+            );
+            assert!(
+                t0.elapsed() < Duration::from_millis(500),
+                "{protocol}: request {i} took {:?} with the collector down; telemetry must not block",
+                t0.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let t0 = Instant::now();
+        proxy.shutdown().await;
+        assert!(
+            t0.elapsed() < STEP_TIMEOUT,
+            "{protocol}: shutdown with a dead collector should be bounded, took {:?}",
+            t0.elapsed()
+        );
+    }
+}

@@ -1,0 +1,67 @@
+//! A ready test rig: scripted upstream + OTLP receiver + in-process proxy +
+//! client, wired together.
+
+use super::client::{self, HttpClient, Req};
+use super::otlp::Collector;
+use super::proxy::{InProc, Toml};
+use super::upstream::{Exchange, Reply, Upstream};
+
+/// Everything one test needs.
+pub struct Rig {
+    pub up: Upstream,
+    pub col: Collector,
+    pub proxy: InProc,
+    pub client: HttpClient,
+}
+
+impl Rig {
+    /// Upstream serving `handler`, proxy configured by `config` (given a
+    /// base with OTLP/gRPC export to the rig's receiver and the upstream URL).
+    pub async fn start(
+        handler: impl Fn(&Exchange) -> Reply + Send + Sync + 'static,
+        config: impl FnOnce(Toml, &str) -> Toml,
+    ) -> Rig {
+        Rig::start_with(handler, "grpc", config).await
+    }
+
+    /// Same as `start`, with the OTLP protocol named.
+    pub async fn start_with(
+        handler: impl Fn(&Exchange) -> Reply + Send + Sync + 'static,
+        protocol: &str,
+        config: impl FnOnce(Toml, &str) -> Toml,
+    ) -> Rig {
+        let up = Upstream::start(handler).await;
+        let col = Collector::start().await;
+        let toml = config(Toml::new().otlp(&col.endpoint(), protocol), &up.url());
+        let proxy = InProc::start(&toml).await;
+        Rig {
+            up,
+            col,
+            proxy,
+            client: client::http1(),
+        }
+    }
+
+    /// One OpenAI route `/` to a fixed reply.
+    pub async fn openai(reply: Reply) -> Rig {
+        Rig::start(
+            move |_| reply.clone(),
+            |t, up| t.route("openai", "/", up, "openai"),
+        )
+        .await
+    }
+
+    /// One Anthropic route `/` to a fixed reply.
+    pub async fn anthropic(reply: Reply) -> Rig {
+        Rig::start(
+            move |_| reply.clone(),
+            |t, up| t.route("anthropic", "/", up, "anthropic"),
+        )
+        .await
+    }
+
+    /// A JSON POST to the proxy.
+    pub fn post(&self, path: &str, body: Vec<u8>) -> Req {
+        Req::post_json(self.proxy.addr, path, body)
+    }
+}

@@ -1,0 +1,670 @@
+//! What the proxy exports over OTLP, decoded by a real receiver: span names
+//! and attributes, measured timing against the script, token counts, metric
+//! names/units/buckets, trace context, tenants, cardinality caps, secrets.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use support::STEP_TIMEOUT;
+use support::client::{self, Req};
+use support::names::*;
+use support::otlp::{Protocol, SpanRec};
+use support::proxy::q;
+use support::rig::Rig;
+use support::script::{self, StreamSpec};
+
+const CHAT: &str = "/v1/chat/completions";
+
+/// Semantic-conventions bucket boundaries.
+const DURATION_BUCKETS: [f64; 14] = [
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+];
+const TOKEN_BUCKETS: [f64; 14] = [
+    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
+    16777216.0, 67108864.0,
+];
+const TTFT_BUCKETS: [f64; 16] = [
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+];
+const TPOT_BUCKETS: [f64; 13] = [
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+];
+
+#[track_caller]
+fn within_pct(what: &str, got: f64, want: f64, pct: f64) {
+    let lo = want * (1.0 - pct);
+    let hi = want * (1.0 + pct);
+    assert!(
+        got >= lo && got <= hi,
+        "{what}: got {got}, want {want} ±{:.0}% [{lo}, {hi}]",
+        pct * 100.0
+    );
+}
+
+async fn streamed_rig(protocol: &str) -> (Rig, StreamSpec) {
+    // Scripted TTFT 300 ms, then 20 tokens 20 ms apart: decode TPS = 19/0.38 = 50.
+    let spec = StreamSpec::tokens(20, Duration::from_millis(300), Duration::from_millis(20))
+        .with_usage(17, 20);
+    let reply = script::openai_chat_sse(&spec);
+    let rig = Rig::start_with(
+        move |_| reply.clone(),
+        protocol,
+        |t, up| t.route("chat-route", "/", up, "openai"),
+    )
+    .await;
+    (rig, spec)
+}
+
+#[tokio::test]
+async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
+    let (rig, spec) = streamed_rig("grpc").await;
+    let got = client::fetch(
+        &rig.client,
+        &rig.post(CHAT, script::openai_request("gpt-4o-mini", true, None)),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    assert_eq!(
+        got.text().matches("tok").count(),
+        spec.tokens.len(),
+        "all tokens reached the client"
+    );
+
+    let span = rig.col.wait_span_named("chat gpt-4o-mini").await;
+    assert_eq!(span.protocol, Protocol::Grpc, "exported over gRPC");
+    assert_eq!(span.str(OPERATION), "chat");
+    assert_eq!(span.str(PROVIDER), "openai");
+    assert_eq!(span.str(REQUEST_MODEL), "gpt-4o-mini");
+    assert_eq!(span.str(RESPONSE_MODEL), script::OPENAI_RESPONSE_MODEL);
+    assert_eq!(
+        span.attr(REQUEST_STREAM).as_bool(),
+        Some(true),
+        "gen_ai.request.stream = true"
+    );
+    assert_eq!(span.str(SERVER_ADDRESS), "127.0.0.1");
+    assert_eq!(span.num(SERVER_PORT), f64::from(rig.up.addr.port()));
+    assert_eq!(span.str(ROUTE), "chat-route");
+    assert_eq!(span.str(OUTCOME), "complete");
+    assert!(
+        !span.attrs.contains_key(ERROR_TYPE),
+        "no error.type on a complete request"
+    );
+    assert_eq!(
+        span.num(INPUT_TOKENS),
+        17.0,
+        "input tokens from provider usage"
+    );
+    assert_eq!(
+        span.num(OUTPUT_TOKENS),
+        20.0,
+        "output tokens from provider usage"
+    );
+    if let Some(v) = span.attrs.get(ESTIMATED) {
+        assert_eq!(
+            v.as_bool(),
+            Some(false),
+            "provider-reported usage is not estimated"
+        );
+    }
+
+    let ttfc = span.num(TTFC);
+    assert!(
+        (0.28..=0.6).contains(&ttfc),
+        "gen_ai.response.time_to_first_chunk = {ttfc} s, scripted TTFT is 0.3 s (accept 0.28–0.6)"
+    );
+    within_pct("span decode tokens/s", span.num(DECODE_TPS), 50.0, 0.4);
+    assert!(
+        span.events
+            .iter()
+            .any(|e| e.name == "first_token" || e.name.contains("first")),
+        "span should carry a first-token event; events: {:?}",
+        span.events.iter().map(|e| &e.name).collect::<Vec<_>>()
+    );
+    let dur = (span.end_ns - span.start_ns) as f64 / 1e9;
+    assert!(
+        (0.6..3.0).contains(&dur),
+        "span duration {dur} s should cover the ~0.68 s stream"
+    );
+
+    // Metrics: names, units, buckets, values.
+    let m = &rig.col;
+    let ttft = m
+        .wait_point(STEP_TIMEOUT, SERVER_TTFT, |p| p.hist().count >= 1)
+        .await;
+    assert_eq!(ttft.unit, "s", "{SERVER_TTFT} unit");
+    assert_eq!(
+        ttft.hist().bounds,
+        TTFT_BUCKETS.to_vec(),
+        "{SERVER_TTFT} uses the semconv buckets"
+    );
+    let mean = ttft.hist().sum / ttft.hist().count as f64;
+    assert!(
+        (0.28..=0.6).contains(&mean),
+        "{SERVER_TTFT} value {mean} s, scripted 0.3 s"
+    );
+    assert_eq!(ttft.attr_str(OPERATION), Some("chat"));
+    assert_eq!(ttft.attr_str(PROVIDER), Some("openai"));
+    assert_eq!(ttft.attr_str(REQUEST_MODEL), Some("gpt-4o-mini"));
+
+    let dur = m
+        .wait_point(STEP_TIMEOUT, OP_DURATION, |p| p.hist().count >= 1)
+        .await;
+    assert_eq!(dur.unit, "s", "{OP_DURATION} unit");
+    assert_eq!(
+        dur.hist().bounds,
+        DURATION_BUCKETS.to_vec(),
+        "{OP_DURATION} uses the semconv buckets"
+    );
+
+    let usage = m.latest(TOKEN_USAGE);
+    let out = usage
+        .iter()
+        .find(|p| p.attr_str(TOKEN_TYPE) == Some("output"))
+        .unwrap_or_else(|| panic!("{TOKEN_USAGE} with gen_ai.token.type=output; got {usage:#?}"));
+    assert_eq!(out.unit, "{token}", "{TOKEN_USAGE} unit");
+    assert_eq!(
+        out.hist().bounds,
+        TOKEN_BUCKETS.to_vec(),
+        "{TOKEN_USAGE} uses the semconv buckets"
+    );
+    assert_eq!(out.hist().sum, 20.0, "output token usage sum");
+    let inp = usage
+        .iter()
+        .find(|p| p.attr_str(TOKEN_TYPE) == Some("input"))
+        .expect("input token usage point");
+    assert_eq!(inp.hist().sum, 17.0, "input token usage sum");
+
+    let tpot = m
+        .wait_point(STEP_TIMEOUT, SERVER_TPOT, |p| p.hist().count >= 1)
+        .await;
+    assert_eq!(tpot.unit, "s");
+    assert_eq!(
+        tpot.hist().bounds,
+        TPOT_BUCKETS.to_vec(),
+        "{SERVER_TPOT} uses the semconv buckets"
+    );
+    within_pct(
+        "time per output token",
+        tpot.hist().sum / tpot.hist().count as f64,
+        0.02,
+        0.4,
+    );
+
+    let tps = m
+        .wait_point(STEP_TIMEOUT, DECODE_TPS_METRIC, |p| p.hist().count >= 1)
+        .await;
+    within_pct(
+        "decode tokens/s metric",
+        tps.hist().sum / tps.hist().count as f64,
+        50.0,
+        0.4,
+    );
+
+    let gap = m
+        .wait_point(STEP_TIMEOUT, CHUNK_GAP, |p| p.hist().count >= 19)
+        .await;
+    assert_eq!(gap.unit, "s", "{CHUNK_GAP} unit");
+    let fine = gap
+        .hist()
+        .bounds
+        .iter()
+        .filter(|b| (0.001..=0.05).contains(*b))
+        .count();
+    assert!(
+        fine >= 5,
+        "{CHUNK_GAP} needs buckets fine enough for 1–50 ms gaps: {:?}",
+        gap.hist().bounds
+    );
+    let gmean = gap.hist().sum / gap.hist().count as f64;
+    assert!(
+        (0.01..0.06).contains(&gmean),
+        "mean chunk gap {gmean} s, scripted 0.02 s"
+    );
+
+    let req = m
+        .wait_point(STEP_TIMEOUT, REQUESTS, |p| {
+            p.attr_str(OUTCOME) == Some("complete")
+        })
+        .await;
+    assert!(req.number() >= 1.0, "{REQUESTS} counts the request");
+    rig.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn streamed_chat_exports_over_http_protobuf() {
+    let (rig, _) = streamed_rig("http/protobuf").await;
+    let got = client::fetch(
+        &rig.client,
+        &rig.post(CHAT, script::openai_request("gpt-4o-mini", true, None)),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    let span = rig.col.wait_span_named("chat gpt-4o-mini").await;
+    assert_eq!(
+        span.protocol,
+        Protocol::HttpProtobuf,
+        "exported over http/protobuf"
+    );
+    assert_eq!(span.str(OUTCOME), "complete");
+    let ttfc = span.num(TTFC);
+    assert!(
+        (0.28..=0.6).contains(&ttfc),
+        "time_to_first_chunk {ttfc} s, scripted 0.3 s"
+    );
+    let p = rig
+        .col
+        .wait_point(STEP_TIMEOUT, OP_DURATION, |p| p.hist().count >= 1)
+        .await;
+    assert_eq!(p.protocol, Protocol::HttpProtobuf);
+    assert_eq!(
+        span.resource.get("service.name").and_then(|v| v.as_str()),
+        Some("tokentap-test"),
+        "service name"
+    );
+    rig.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn anthropic_stream_usage_and_timing() {
+    let spec = StreamSpec::tokens(10, Duration::from_millis(200), Duration::from_millis(20))
+        .with_usage(25, 10)
+        .model(script::ANTHROPIC_RESPONSE_MODEL);
+    let rig = Rig::anthropic(script::anthropic_sse(&spec)).await;
+    let req = rig.post(
+        "/v1/messages",
+        script::anthropic_request("claude-3-5-haiku-latest", true, None),
+    );
+    let got = client::fetch(&rig.client, &req).await;
+    assert_eq!(got.status, 200);
+    let span = rig
+        .col
+        .wait_span_named("chat claude-3-5-haiku-latest")
+        .await;
+    assert_eq!(span.str(PROVIDER), "anthropic");
+    assert_eq!(span.str(RESPONSE_MODEL), script::ANTHROPIC_RESPONSE_MODEL);
+    assert_eq!(span.str(OUTCOME), "complete");
+    assert_eq!(
+        span.num(INPUT_TOKENS),
+        25.0,
+        "input tokens from message_start"
+    );
+    assert_eq!(
+        span.num(OUTPUT_TOKENS),
+        10.0,
+        "output tokens from the last message_delta (cumulative)"
+    );
+    let ttfc = span.num(TTFC);
+    assert!(
+        (0.18..=0.5).contains(&ttfc),
+        "TTFT {ttfc} s: message_start/ping must not count as the first token (scripted 0.2 s)"
+    );
+    within_pct("anthropic decode tokens/s", span.num(DECODE_TPS), 50.0, 0.4);
+    rig.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn tokens_without_usage_are_estimated_from_chunks() {
+    let spec = StreamSpec::tokens(7, Duration::ZERO, Duration::from_millis(5)).without_usage();
+    let rig = Rig::openai(script::openai_chat_sse(&spec)).await;
+    let mut body: serde_json::Value =
+        serde_json::from_slice(&script::openai_request("m-est", true, None)).unwrap();
+    body.as_object_mut().unwrap().remove("stream_options");
+    let got = client::fetch(
+        &rig.client,
+        &rig.post(CHAT, serde_json::to_vec(&body).unwrap()),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    let span = rig.col.wait_span_named("chat m-est").await;
+    assert_eq!(
+        span.num(OUTPUT_TOKENS),
+        7.0,
+        "estimated output tokens = 7 content chunks"
+    );
+    assert_eq!(
+        span.attr(ESTIMATED).as_bool(),
+        Some(true),
+        "counts without provider usage are flagged estimated"
+    );
+    rig.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn non_streaming_has_ttft_equal_to_body_time_and_exact_usage() {
+    let reply = script::openai_chat_json("gpt-4o-mini", "Hello.", (9, 2))
+        .head_delay(Duration::from_millis(250));
+    let rig = Rig::openai(reply).await;
+    let got = client::fetch(
+        &rig.client,
+        &rig.post(CHAT, script::openai_request("m-json", false, None)),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    let span = rig.col.wait_span_named("chat m-json").await;
+    assert_eq!(
+        span.attr(REQUEST_STREAM).as_bool(),
+        Some(false),
+        "gen_ai.request.stream = false"
+    );
+    assert_eq!(span.num(INPUT_TOKENS), 9.0);
+    assert_eq!(span.num(OUTPUT_TOKENS), 2.0);
+    assert_eq!(span.str(OUTCOME), "complete");
+    if let Some(t) = span.attrs.get(TTFC).and_then(|v| v.as_f64()) {
+        assert!(
+            (0.23..=0.6).contains(&t),
+            "non-streaming TTFT = time to the whole body (~0.25 s), got {t}"
+        );
+    }
+    rig.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn client_traceparent_is_continued_and_injected_upstream() {
+    let rig = Rig::openai(script::openai_chat_json("m", "ok", (1, 1))).await;
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let parent = "00f067aa0ba902b7";
+    let req = rig
+        .post(CHAT, script::openai_request("m-trace", false, None))
+        .header("traceparent", &format!("00-{trace_id}-{parent}-01"));
+    let got = client::fetch(&rig.client, &req).await;
+    assert_eq!(got.status, 200);
+    let span = rig.col.wait_span_named("chat m-trace").await;
+    assert_eq!(
+        span.trace_id, trace_id,
+        "the proxy's span continues the client's trace"
+    );
+    assert_eq!(
+        span.parent_span_id, parent,
+        "the proxy's span is a child of the client's span"
+    );
+    let up_tp = rig
+        .up
+        .only()
+        .await
+        .header("traceparent")
+        .expect("upstream request carries traceparent");
+    let parts: Vec<&str> = up_tp.split('-').collect();
+    assert_eq!(parts.len(), 4, "traceparent format: {up_tp}");
+    assert_eq!(
+        parts[1], trace_id,
+        "upstream traceparent keeps the trace id"
+    );
+    assert_ne!(
+        parts[2], parent,
+        "upstream traceparent's parent is the proxy's span, not the client's"
+    );
+    let ids: BTreeSet<String> = rig
+        .col
+        .spans()
+        .into_iter()
+        .filter(|s| s.trace_id == trace_id)
+        .map(|s| s.span_id)
+        .collect();
+    assert!(
+        ids.contains(parts[2]),
+        "upstream traceparent parent {} should be an exported span of the trace: {ids:?}",
+        parts[2]
+    );
+    rig.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_traceparent_a_new_root_trace_is_started() {
+    let rig = Rig::openai(script::openai_chat_json("m", "ok", (1, 1))).await;
+    client::fetch(
+        &rig.client,
+        &rig.post(CHAT, script::openai_request("m-root", false, None)),
+    )
+    .await;
+    let span = rig.col.wait_span_named("chat m-root").await;
+    assert!(
+        span.parent_span_id.is_empty(),
+        "a request without traceparent gets a root span"
+    );
+    assert_eq!(span.trace_id.len(), 32);
+    let tp = rig
+        .up
+        .only()
+        .await
+        .header("traceparent")
+        .expect("traceparent injected upstream");
+    assert!(
+        tp.contains(&span.trace_id),
+        "upstream traceparent {tp} carries the span's trace id"
+    );
+    rig.proxy.shutdown().await;
+}
+
+const SECRETS: &[(&str, &str)] = &[
+    ("authorization", "Bearer sk-test-SECRETBEARER1234567890"),
+    ("x-api-key", "sk-ant-SECRETXAPIKEY4567890"),
+    ("api-key", "SECRETAZUREKEY7890"),
+    ("x-goog-api-key", "SECRETGOOGKEY0000"),
+    ("cookie", "session=SECRETCOOKIE1111"),
+    ("proxy-authorization", "Basic SECRETPROXYAUTH2222"),
+    ("x-custom-secret", "SECRETCUSTOM3333"),
+];
+
+#[tokio::test]
+async fn secrets_appear_nowhere_in_exported_telemetry() {
+    let spec = StreamSpec::tokens(3, Duration::ZERO, Duration::from_millis(5));
+    let reply = script::openai_chat_sse(&spec);
+    let rig = Rig::start(
+        move |_| reply.clone(),
+        |t, up| {
+            t.route("openai", "/", up, "openai")
+                .set("telemetry", "redact_headers", "[\"x-custom-secret\"]")
+                .set("tenant", "sources", "[\"api_key\"]")
+        },
+    )
+    .await;
+    let mut req = rig.post(CHAT, script::openai_request("m-secret", true, None));
+    for (k, v) in SECRETS {
+        req = req.header(k, v);
+    }
+    let got = client::fetch(&rig.client, &req).await;
+    assert_eq!(got.status, 200);
+    let e = rig.up.only().await;
+    assert_eq!(
+        e.header("authorization").as_deref(),
+        Some(SECRETS[0].1),
+        "Authorization still forwarded upstream"
+    );
+    let span = rig.col.wait_span_named("chat m-secret").await;
+    rig.col
+        .wait_point(STEP_TIMEOUT, OP_DURATION, |_| true)
+        .await;
+    let mut haystack: Vec<String> = rig
+        .col
+        .spans()
+        .iter()
+        .flat_map(SpanRec::all_strings)
+        .collect();
+    haystack.extend(rig.col.metric_points().iter().flat_map(|p| p.all_strings()));
+    for s in &haystack {
+        assert!(
+            !s.contains("SECRET"),
+            "a secret leaked into exported telemetry: {s:?}"
+        );
+    }
+    let raw = String::from_utf8_lossy(&rig.col.raw_bytes()).into_owned();
+    assert!(
+        !raw.contains("SECRET"),
+        "a secret leaked into the raw OTLP payload"
+    );
+    let tenant = span.str(TENANT);
+    assert!(!tenant.is_empty(), "API-key tenant set");
+    assert!(
+        !tenant.contains("sk-") && !SECRETS[0].1.contains(tenant),
+        "tenant {tenant:?} must be a hash, not the key"
+    );
+    rig.proxy.shutdown().await;
+}
+
+async fn tenant_of(
+    config: impl FnOnce(support::proxy::Toml) -> support::proxy::Toml,
+    req: impl FnOnce(&Rig) -> Req,
+    model: &str,
+) -> String {
+    let rig = Rig::start(
+        |ex| script::openai_chat_json(ex.json()["model"].as_str().unwrap_or("m"), "ok", (1, 1)),
+        |t, up| config(t.route("openai", "/", up, "openai")),
+    )
+    .await;
+    let got = client::fetch(&rig.client, &req(&rig)).await;
+    assert_eq!(got.status, 200);
+    let span = rig.col.wait_span_named(&format!("chat {model}")).await;
+    let t = span.str(TENANT).to_owned();
+    let p = rig.col.wait_point(STEP_TIMEOUT, REQUESTS, |_| true).await;
+    if let Some(mt) = p.attr_str(TENANT) {
+        assert_eq!(mt, t, "{REQUESTS} carries the same tenant as the span");
+    }
+    rig.proxy.shutdown().await;
+    t
+}
+
+#[tokio::test]
+async fn tenant_from_header_then_body_then_api_key() {
+    let order = |t: support::proxy::Toml| {
+        t.set("tenant", "sources", "[\"header\", \"body\", \"api_key\"]")
+            .set("tenant", "salt", &q("pepper"))
+    };
+    let t = tenant_of(
+        order,
+        |r| {
+            r.post(
+                CHAT,
+                script::openai_request("m-t1", false, Some("body-user")),
+            )
+            .header("x-tenant-id", "team-a")
+            .header("authorization", "Bearer sk-tenantkey-A")
+        },
+        "m-t1",
+    )
+    .await;
+    assert_eq!(t, "team-a", "the header wins when first in order");
+
+    let t = tenant_of(
+        order,
+        |r| {
+            r.post(
+                CHAT,
+                script::openai_request("m-t2", false, Some("body-user")),
+            )
+            .header("authorization", "Bearer sk-tenantkey-A")
+        },
+        "m-t2",
+    )
+    .await;
+    assert_eq!(t, "body-user", "the body's `user` is used when no header");
+
+    let k1 = tenant_of(
+        order,
+        |r| {
+            r.post(CHAT, script::openai_request("m-t3", false, None))
+                .header("authorization", "Bearer sk-tenantkey-A")
+        },
+        "m-t3",
+    )
+    .await;
+    let k1b = tenant_of(
+        order,
+        |r| {
+            r.post(CHAT, script::openai_request("m-t4", false, None))
+                .header("authorization", "Bearer sk-tenantkey-A")
+        },
+        "m-t4",
+    )
+    .await;
+    let k2 = tenant_of(
+        order,
+        |r| {
+            r.post(CHAT, script::openai_request("m-t5", false, None))
+                .header("x-api-key", "sk-tenantkey-B")
+        },
+        "m-t5",
+    )
+    .await;
+    assert!(
+        !k1.contains("tenantkey"),
+        "API-key tenant {k1:?} must not contain the key"
+    );
+    assert_eq!(k1, k1b, "the same key gives the same tenant");
+    assert_ne!(k1, k2, "different keys give different tenants");
+}
+
+#[tokio::test]
+async fn anthropic_tenant_from_metadata_user_id() {
+    let rig = Rig::start(
+        |_| script::anthropic_json(script::ANTHROPIC_RESPONSE_MODEL, "ok", (1, 1)),
+        |t, up| {
+            t.route("anthropic", "/", up, "anthropic")
+                .set("tenant", "sources", "[\"body\"]")
+        },
+    )
+    .await;
+    let req = rig.post(
+        "/v1/messages",
+        script::anthropic_request("c-tenant", false, Some("anthropic-user-7")),
+    );
+    client::fetch(&rig.client, &req).await;
+    let span = rig.col.wait_span_named("chat c-tenant").await;
+    assert_eq!(span.str(TENANT), "anthropic-user-7");
+    rig.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn model_cardinality_is_capped_in_metrics_not_in_spans() {
+    let rig = Rig::start(
+        |ex| script::openai_chat_json(ex.json()["model"].as_str().unwrap_or("m"), "ok", (1, 1)),
+        |t, up| {
+            t.route("openai", "/", up, "openai")
+                .set("telemetry", "max_models", "2")
+        },
+    )
+    .await;
+    let models = ["cap-a", "cap-b", "cap-c", "cap-d", "cap-e"];
+    for m in models {
+        let got = client::fetch(
+            &rig.client,
+            &rig.post(CHAT, script::openai_request(m, false, None)),
+        )
+        .await;
+        assert_eq!(got.status, 200);
+    }
+    for m in models {
+        let s = rig.col.wait_span_named(&format!("chat {m}")).await;
+        assert_eq!(s.str(REQUEST_MODEL), m, "spans always carry the real model");
+    }
+    let p = rig
+        .col
+        .wait_point(STEP_TIMEOUT, OP_DURATION, |p| {
+            p.attr_str(REQUEST_MODEL) == Some("other")
+        })
+        .await;
+    assert_eq!(p.unit, "s");
+    let seen: BTreeSet<String> = rig
+        .col
+        .latest(OP_DURATION)
+        .iter()
+        .filter_map(|p| p.attr_str(REQUEST_MODEL).map(str::to_owned))
+        .collect();
+    let real: Vec<_> = seen.iter().filter(|m| *m != "other").collect();
+    assert!(
+        real.len() <= 2,
+        "at most max_models=2 distinct model values before `other`: {seen:?}"
+    );
+    let total: u64 = rig
+        .col
+        .latest(OP_DURATION)
+        .iter()
+        .map(|p| p.hist().count)
+        .sum();
+    assert_eq!(
+        total, 5,
+        "all 5 requests counted across the capped attribute sets"
+    );
+    rig.proxy.shutdown().await;
+}
