@@ -1,9 +1,18 @@
-//! Configuration: figment layers (defaults < TOML file < `TOKENTAP_*` env <
-//! CLI flags) in, a validated `Config` out. Figment stays inside this module.
+//! Configuration: figment layers (defaults < `OTEL_*` env < TOML file <
+//! `TOKENTAP_*` env < CLI flags) in, a validated `Config` out. Figment stays
+//! inside this module; see `docs/CONFIG.md` for every key.
+
+mod layers;
+mod parse;
+mod raw;
+mod validate;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Format, Toml};
 
 use crate::providers::ProviderKind;
 
@@ -12,6 +21,8 @@ use crate::providers::ProviderKind;
 pub struct Config {
     /// Proxy listen address.
     pub listen: SocketAddr,
+    /// Admin listener (metrics, health, config, dashboard); `None` = off.
+    pub admin_listen: Option<SocketAddr>,
     pub server: ServerConfig,
     pub upstream: UpstreamConfig,
     /// Routes, in match order.
@@ -100,16 +111,29 @@ pub struct TenantConfig {
 }
 
 /// OTLP transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
 pub enum OtlpProtocol {
+    /// OTLP over gRPC (usually port 4317).
+    #[serde(rename = "grpc")]
+    #[value(name = "grpc")]
     Grpc,
+    /// OTLP over HTTP with protobuf bodies (usually port 4318).
+    #[serde(rename = "http/protobuf")]
+    #[value(name = "http/protobuf")]
     HttpProtobuf,
 }
 
 /// Log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum LogFormat {
+    /// Human-readable lines.
     Text,
+    /// One JSON object per line.
     Json,
 }
 
@@ -137,3 +161,194 @@ pub struct TelemetryConfig {
     pub access_log: bool,
     pub log_format: LogFormat,
 }
+
+/// Command-line interface. Every flag overrides the config file and env.
+#[derive(Debug, Clone, Default, clap::Parser)]
+#[command(
+    name = "tokentap",
+    version,
+    about = "Transparent LLM reverse proxy that meters TTFT, tokens/s and token counts and exports OpenTelemetry",
+    long_about = "tokentap sits between your application and an LLM provider, forwards every byte \
+unchanged, and turns each request into a measurement (time to first token, tokens per second, \
+token counts) exported over OTLP.\n\n\
+Quick start:\n  tokentap --upstream https://api.openai.com\n  \
+OPENAI_BASE_URL=http://127.0.0.1:8080/v1 your-app\n\n\
+Configuration layers, later wins: built-in defaults < OTEL_* env < config file < \
+TOKENTAP_* env (nested keys joined by `__`, e.g. TOKENTAP_SERVER__MAX_CONNECTIONS=100) < flags. \
+See docs/CONFIG.md for every key."
+)]
+pub struct Cli {
+    /// TOML config file (see config/tokentap.toml for every key)
+    #[arg(
+        short,
+        long,
+        global = true,
+        env = "TOKENTAP_CONFIG",
+        value_name = "FILE"
+    )]
+    pub config: Option<PathBuf>,
+
+    /// Forward everything to this base URL as one route named `default` on `/`
+    /// (e.g. https://api.openai.com); conflicts with [[routes]] in the config
+    #[arg(long, global = true, value_name = "URL")]
+    pub upstream: Option<String>,
+
+    /// API family of --upstream (openai, anthropic); detected from the path when omitted
+    #[arg(long, global = true, value_name = "NAME", requires = "upstream")]
+    pub provider: Option<String>,
+
+    /// Proxy listen address [config: listen; default: 127.0.0.1:8080]
+    #[arg(short, long, global = true, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+
+    /// Admin listen address for /metrics, /healthz, /readyz, /config [config: admin_listen]
+    #[arg(long, global = true, value_name = "ADDR")]
+    pub admin_listen: Option<SocketAddr>,
+
+    /// Log line format [config: telemetry.log_format; default: text]
+    #[arg(long, global = true, value_name = "FORMAT")]
+    pub log_format: Option<LogFormat>,
+
+    /// OTLP collector endpoint, e.g. http://localhost:4318 [config: telemetry.otlp_endpoint]
+    #[arg(long, global = true, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+
+    /// OTLP transport [config: telemetry.otlp_protocol; default: http/protobuf]
+    #[arg(long, global = true, value_name = "PROTOCOL")]
+    pub otlp_protocol: Option<OtlpProtocol>,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// What to run. `tokentap` with no subcommand means [`Command::Run`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Subcommand)]
+pub enum Command {
+    /// Run the proxy (the default)
+    Run,
+}
+
+impl Cli {
+    /// The subcommand, defaulting to [`Command::Run`].
+    pub fn command(&self) -> Command {
+        self.command.unwrap_or(Command::Run)
+    }
+}
+
+/// Why the configuration was refused. Each variant displays as one line that
+/// names the key and where its value came from (file, env var or flag).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The config file could not be read or is not valid TOML.
+    #[error("config file {}: {message}", path.display())]
+    File { path: PathBuf, message: String },
+    /// A key nobody knows (usually a typo).
+    #[error("unknown key `{key}` in {origin}; expected one of: {expected}")]
+    UnknownKey {
+        key: String,
+        origin: String,
+        expected: String,
+    },
+    /// A value that does not parse or is out of range.
+    #[error("invalid `{key}` (from {origin}): {message}")]
+    Invalid {
+        key: String,
+        origin: String,
+        message: String,
+    },
+    /// Neither `--upstream` nor `[[routes]]`.
+    #[error("no routes: pass --upstream URL or add [[routes]] to the config file")]
+    NoRoutes,
+    /// Both `--upstream` and `[[routes]]`.
+    #[error("--upstream conflicts with the routes set in {routes_origin}: use one or the other")]
+    UpstreamAndRoutes { routes_origin: String },
+}
+
+impl ConfigError {
+    /// The offending key as shown to users (e.g. `routes[1].upstream`), if any.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::UnknownKey { key, .. } | ConfigError::Invalid { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+
+    /// Where the offending value came from (`file PATH`, `environment variable
+    /// NAME`, `flag --NAME`, `built-in default`), if known.
+    pub fn origin(&self) -> Option<&str> {
+        match self {
+            ConfigError::UnknownKey { origin, .. } | ConfigError::Invalid { origin, .. } => {
+                Some(origin)
+            }
+            ConfigError::UpstreamAndRoutes { routes_origin } => Some(routes_origin),
+            _ => None,
+        }
+    }
+}
+
+/// Loads the configuration from the flags, the config file and the process
+/// environment.
+pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
+    let env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    load_with_env(cli, &env)
+}
+
+/// [`load`] with the environment given explicitly (for tests). The config
+/// file is `cli.config`, else `TOKENTAP_CONFIG` from `env`.
+pub fn load_with_env(cli: &Cli, env: &[(String, String)]) -> Result<Config, ConfigError> {
+    let mut fig = Figment::new().merge(layers::Layer::defaults());
+    for layer in layers::otel_env(env)? {
+        fig = fig.merge(layer);
+    }
+    let file = cli.config.clone().or_else(|| {
+        env.iter()
+            .rev()
+            .find(|(k, v)| k == layers::CONFIG_ENV && !v.is_empty())
+            .map(|(_, v)| PathBuf::from(v))
+    });
+    if let Some(path) = file {
+        fig = fig.merge(layers::toml_file(&path)?);
+    }
+    for layer in layers::tokentap_env(env)? {
+        fig = fig.merge(layer);
+    }
+    let cx = validate::Cx::new(&fig);
+    layers::check_upstream_conflict(&fig, cli, |k| cx.origin(k))?;
+    for layer in layers::cli(cli)? {
+        fig = fig.merge(layer);
+    }
+    validate::build(&fig)
+}
+
+/// Built-in defaults overlaid with `toml` only: no file, env or flags.
+pub fn from_toml(toml: &str) -> Result<Config, ConfigError> {
+    use figment::Provider;
+    let source = Toml::string(toml);
+    if let Err(e) = source.data() {
+        let path = PathBuf::from("<TOML string>");
+        return Err(ConfigError::File {
+            path,
+            message: e.to_string(),
+        });
+    }
+    validate::build(
+        &Figment::new()
+            .merge(layers::Layer::defaults())
+            .merge(source),
+    )
+}
+
+impl Config {
+    /// The effective configuration as TOML that [`from_toml`] reads back,
+    /// with the tenant salt and OTLP header values replaced by `<redacted>`.
+    pub fn redacted_toml(&self) -> String {
+        toml::to_string_pretty(&raw::RawConfig::redacted(self))
+            .unwrap_or_else(|e| format!("# cannot render the configuration: {e}\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,425 @@
+//! The config file's shape: serde structs exactly as written by users (TOML,
+//! env, flags) with the built-in defaults; `validate` turns them into `Config`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+
+use super::parse::{fmt_duration, fmt_size};
+use super::{Config, LogFormat, OtlpProtocol, TenantSource};
+use crate::providers::ProviderKind;
+
+/// Written in place of secrets when the effective config is shown.
+pub(super) const REDACTED: &str = "<redacted>";
+
+/// The whole file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawConfig {
+    /// Proxy listen address, `IP:PORT`.
+    pub listen: String,
+    /// Admin listener address (metrics, health, config, dashboard); off when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_listen: Option<String>,
+    /// Listener limits and shutdown.
+    pub server: RawServer,
+    /// The upstream client.
+    pub upstream: RawUpstream,
+    /// Routes, in match order.
+    pub routes: Vec<RawRoute>,
+    /// Request body sniffing.
+    pub sniff: RawSniff,
+    /// Response metering.
+    pub meter: RawMeter,
+    /// Tenant resolution.
+    pub tenant: RawTenant,
+    /// Telemetry export and cardinality.
+    pub telemetry: RawTelemetry,
+}
+
+/// `[server]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawServer {
+    /// Time allowed for a client to send a complete request head.
+    pub header_read_timeout: Quantity,
+    /// Largest request head accepted (size).
+    pub max_header_bytes: Quantity,
+    /// Connections served at once; more wait in the accept queue.
+    pub max_connections: usize,
+    /// On SIGTERM/SIGINT, how long in-flight requests may run before they are cut.
+    pub shutdown_grace: Quantity,
+}
+
+/// `[upstream]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawUpstream {
+    /// Time allowed to open a TCP (and TLS) connection to the upstream.
+    pub connect_timeout: Quantity,
+    /// Abort when the upstream sends nothing for this long (none by default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<Quantity>,
+    /// Abort any request that runs longer than this (none by default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_timeout: Option<Quantity>,
+    /// Extra PEM CA bundle trusted beside the webpki roots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+    /// How long an idle pooled connection is kept.
+    pub pool_idle_timeout: Quantity,
+    /// Idle pooled connections kept per upstream host.
+    pub pool_max_idle_per_host: usize,
+}
+
+/// One `[[routes]]` entry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRoute {
+    /// Route name, used as the `tokentap.route` label.
+    pub name: String,
+    /// Path prefix, e.g. `/openai`; `/` matches everything. Stripped before forwarding.
+    #[serde(default = "root_prefix")]
+    pub prefix: String,
+    /// Match only this `Host` (without port), case-insensitive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Upstream base URL: scheme, authority and an optional base path.
+    pub upstream: String,
+    /// API family; unset = detect from the request path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<ProviderKind>,
+}
+
+fn root_prefix() -> String {
+    "/".into()
+}
+
+/// `[sniff]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawSniff {
+    /// Request bodies up to this size are read to find `model` and `stream`.
+    pub max_body_bytes: Quantity,
+}
+
+/// `[meter]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawMeter {
+    /// Largest single frame (SSE event or JSON body) the parser holds.
+    pub max_frame_bytes: Quantity,
+}
+
+/// `[tenant]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawTenant {
+    /// Sources tried in order: `header`, `body`, `api_key`.
+    pub sources: StringList,
+    /// Header for the `header` source.
+    pub header: String,
+    /// Salt for API-key hashes; must be the same on every replica.
+    pub salt: String,
+}
+
+/// `[telemetry]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawTelemetry {
+    /// OTLP export on/off.
+    pub otlp_enabled: bool,
+    /// Collector base endpoint; unset = SDK default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_endpoint: Option<String>,
+    /// `grpc` or `http/protobuf`.
+    pub otlp_protocol: OtlpProtocol,
+    /// Extra export headers (e.g. auth for a hosted collector).
+    pub otlp_headers: BTreeMap<String, String>,
+    /// `service.name` resource attribute.
+    pub service_name: String,
+    /// Extra resource attributes.
+    pub resource_attributes: BTreeMap<String, String>,
+    /// How often metrics are exported.
+    pub metrics_export_interval: Quantity,
+    /// Distinct model values per instrument before `other`.
+    pub max_models: usize,
+    /// Distinct tenant values per instrument before `other`.
+    pub max_tenants: usize,
+    /// Headers redacted everywhere in addition to the built-in list.
+    pub redact_headers: StringList,
+    /// One structured log line per request.
+    pub access_log: bool,
+    /// `text` or `json`.
+    pub log_format: LogFormat,
+}
+
+impl Default for RawConfig {
+    fn default() -> Self {
+        RawConfig {
+            listen: "127.0.0.1:8080".into(),
+            admin_listen: None,
+            server: RawServer::default(),
+            upstream: RawUpstream::default(),
+            routes: Vec::new(),
+            sniff: RawSniff::default(),
+            meter: RawMeter::default(),
+            tenant: RawTenant::default(),
+            telemetry: RawTelemetry::default(),
+        }
+    }
+}
+
+impl Default for RawServer {
+    fn default() -> Self {
+        RawServer {
+            header_read_timeout: Quantity::text("10s"),
+            max_header_bytes: Quantity::text("64KiB"),
+            max_connections: 10_000,
+            shutdown_grace: Quantity::text("30s"),
+        }
+    }
+}
+
+impl Default for RawUpstream {
+    fn default() -> Self {
+        RawUpstream {
+            connect_timeout: Quantity::text("5s"),
+            idle_timeout: None,
+            total_timeout: None,
+            ca_file: None,
+            pool_idle_timeout: Quantity::text("90s"),
+            pool_max_idle_per_host: 64,
+        }
+    }
+}
+
+impl Default for RawSniff {
+    fn default() -> Self {
+        RawSniff {
+            max_body_bytes: Quantity::text("8MiB"),
+        }
+    }
+}
+
+impl Default for RawMeter {
+    fn default() -> Self {
+        RawMeter {
+            max_frame_bytes: Quantity::text("4MiB"),
+        }
+    }
+}
+
+impl Default for RawTenant {
+    fn default() -> Self {
+        RawTenant {
+            sources: StringList(vec!["header".into(), "body".into(), "api_key".into()]),
+            header: "x-tenant-id".into(),
+            salt: "tokentap".into(),
+        }
+    }
+}
+
+impl Default for RawTelemetry {
+    fn default() -> Self {
+        RawTelemetry {
+            otlp_enabled: true,
+            otlp_endpoint: None,
+            otlp_protocol: OtlpProtocol::HttpProtobuf,
+            otlp_headers: BTreeMap::new(),
+            service_name: "tokentap".into(),
+            resource_attributes: BTreeMap::new(),
+            metrics_export_interval: Quantity::text("10s"),
+            max_models: 100,
+            max_tenants: 100,
+            redact_headers: StringList(Vec::new()),
+            access_log: true,
+            log_format: LogFormat::Text,
+        }
+    }
+}
+
+/// A duration or size as written: a string with a unit or a bare number.
+/// Kept raw so validation can say *why* `5` is not a duration.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Quantity {
+    Int(i64),
+    Float(f64),
+    Text(String),
+}
+
+impl Quantity {
+    fn text(s: &str) -> Self {
+        Quantity::Text(s.into())
+    }
+
+    /// The value as text, for the unit parsers.
+    pub fn as_text(&self) -> String {
+        match self {
+            Quantity::Int(n) => n.to_string(),
+            Quantity::Float(f) => f.to_string(),
+            Quantity::Text(s) => s.clone(),
+        }
+    }
+}
+
+impl Serialize for Quantity {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Quantity::Int(n) => s.serialize_i64(*n),
+            Quantity::Float(f) => s.serialize_f64(*f),
+            Quantity::Text(t) => s.serialize_str(t),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Quantity {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Quantity;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string with a unit, like \"5s\" or \"8MiB\"")
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Quantity, E> {
+                Ok(Quantity::Int(n))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Quantity, E> {
+                i64::try_from(n)
+                    .map(Quantity::Int)
+                    .map_err(|_| E::custom(format!("{n} is too large")))
+            }
+            fn visit_f64<E: de::Error>(self, n: f64) -> Result<Quantity, E> {
+                Ok(Quantity::Float(n))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Quantity, E> {
+                Ok(Quantity::text(s))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A list of names: a TOML array, or a comma-separated string (handy in env vars).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(super) struct StringList(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for StringList {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = StringList;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of strings or a comma-separated string")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<StringList, E> {
+                let items = s.split(',').map(str::trim).filter(|i| !i.is_empty());
+                Ok(StringList(items.map(String::from).collect()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<StringList, A::Error> {
+                let mut out = Vec::new();
+                while let Some(item) = seq.next_element::<String>()? {
+                    out.push(item);
+                }
+                Ok(StringList(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl TenantSource {
+    /// The name used in config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TenantSource::Header => "header",
+            TenantSource::Body => "body",
+            TenantSource::ApiKey => "api_key",
+        }
+    }
+}
+
+fn redacted_map(pairs: &[(String, String)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, _)| (k.clone(), REDACTED.to_string()))
+        .collect()
+}
+
+fn plain_map(pairs: &[(String, String)]) -> BTreeMap<String, String> {
+    pairs.iter().cloned().collect()
+}
+
+fn dur(d: std::time::Duration) -> Quantity {
+    Quantity::Text(fmt_duration(d))
+}
+
+fn size(n: usize) -> Quantity {
+    Quantity::Text(fmt_size(n))
+}
+
+impl RawConfig {
+    /// The effective config in file form, with secrets (tenant salt, OTLP
+    /// header values) replaced by [`REDACTED`].
+    pub fn redacted(c: &Config) -> RawConfig {
+        let (s, u, t) = (&c.server, &c.upstream, &c.telemetry);
+        RawConfig {
+            listen: c.listen.to_string(),
+            admin_listen: c.admin_listen.map(|a| a.to_string()),
+            server: RawServer {
+                header_read_timeout: dur(s.header_read_timeout),
+                max_header_bytes: size(s.max_header_bytes),
+                max_connections: s.max_connections,
+                shutdown_grace: dur(s.shutdown_grace),
+            },
+            upstream: RawUpstream {
+                connect_timeout: dur(u.connect_timeout),
+                idle_timeout: u.idle_timeout.map(dur),
+                total_timeout: u.total_timeout.map(dur),
+                ca_file: u.ca_file.as_ref().map(|p| p.display().to_string()),
+                pool_idle_timeout: dur(u.pool_idle_timeout),
+                pool_max_idle_per_host: u.pool_max_idle_per_host,
+            },
+            routes: c
+                .routes
+                .iter()
+                .map(|r| RawRoute {
+                    name: r.name.clone(),
+                    prefix: r.prefix.clone(),
+                    host: r.host.clone(),
+                    upstream: r.upstream.to_string(),
+                    provider: r.provider,
+                })
+                .collect(),
+            sniff: RawSniff {
+                max_body_bytes: size(c.sniff.max_body_bytes),
+            },
+            meter: RawMeter {
+                max_frame_bytes: size(c.meter.max_frame_bytes),
+            },
+            tenant: RawTenant {
+                sources: StringList(c.tenant.sources.iter().map(|s| s.as_str().into()).collect()),
+                header: c.tenant.header.to_string(),
+                salt: REDACTED.into(),
+            },
+            telemetry: RawTelemetry {
+                otlp_enabled: t.otlp_enabled,
+                otlp_endpoint: t.otlp_endpoint.clone(),
+                otlp_protocol: t.otlp_protocol,
+                otlp_headers: redacted_map(&t.otlp_headers),
+                service_name: t.service_name.clone(),
+                resource_attributes: plain_map(&t.resource_attributes),
+                metrics_export_interval: dur(t.metrics_export_interval),
+                max_models: t.max_models,
+                max_tenants: t.max_tenants,
+                redact_headers: StringList(
+                    t.redact_headers.iter().map(|h| h.to_string()).collect(),
+                ),
+                access_log: t.access_log,
+                log_format: t.log_format,
+            },
+        }
+    }
+}

@@ -1,0 +1,544 @@
+//! Config tests: layer precedence, error messages (key + source), OTEL env.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use clap::Parser;
+
+use super::*;
+
+const ROUTES: &str = r#"
+[[routes]]
+name = "openai"
+prefix = "/openai/"
+upstream = "https://api.openai.com/v1/"
+provider = "openai"
+"#;
+
+/// A TOML file in the temp dir, removed on drop.
+struct TempToml(PathBuf);
+
+impl TempToml {
+    fn new(body: &str) -> TempToml {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("tokentap-config-{}-{n}.toml", std::process::id()));
+        std::fs::write(&path, body).expect("write temp config");
+        TempToml(path)
+    }
+
+    fn path(&self) -> String {
+        self.0.display().to_string()
+    }
+}
+
+impl Drop for TempToml {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn cli(args: &[&str]) -> Cli {
+    let argv = std::iter::once("tokentap").chain(args.iter().copied());
+    Cli::try_parse_from(argv).expect("flags parse")
+}
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn load_ok(args: &[&str], vars: &[(&str, &str)]) -> Config {
+    load_with_env(&cli(args), &env(vars))
+        .unwrap_or_else(|e| panic!("expected a valid config, got: {e}"))
+}
+
+fn load_err(args: &[&str], vars: &[(&str, &str)]) -> String {
+    match load_with_env(&cli(args), &env(vars)) {
+        Ok(c) => panic!("expected an error, got {c:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn assert_mentions(msg: &str, parts: &[&str]) {
+    for p in parts {
+        assert!(
+            msg.contains(p),
+            "expected the error to mention `{p}`, got: {msg}"
+        );
+    }
+}
+
+#[test]
+fn config_defaults_with_upstream_flag() {
+    let c = load_ok(&["--upstream", "https://api.openai.com"], &[]);
+    assert_eq!(c.listen, "127.0.0.1:8080".parse().expect("addr"));
+    assert_eq!(c.admin_listen, None);
+    assert_eq!(c.server.header_read_timeout, Duration::from_secs(10));
+    assert_eq!(c.server.max_header_bytes, 65536);
+    assert_eq!(c.server.max_connections, 10_000);
+    assert_eq!(c.server.shutdown_grace, Duration::from_secs(30));
+    assert_eq!(c.upstream.connect_timeout, Duration::from_secs(5));
+    assert_eq!(c.upstream.idle_timeout, None);
+    assert_eq!(c.upstream.total_timeout, None);
+    assert_eq!(c.upstream.pool_idle_timeout, Duration::from_secs(90));
+    assert_eq!(c.upstream.pool_max_idle_per_host, 64);
+    assert_eq!(c.sniff.max_body_bytes, 8 << 20);
+    assert_eq!(c.meter.max_frame_bytes, 4 << 20);
+    assert_eq!(
+        c.tenant.sources,
+        vec![
+            TenantSource::Header,
+            TenantSource::Body,
+            TenantSource::ApiKey
+        ]
+    );
+    assert_eq!(c.tenant.header.as_str(), "x-tenant-id");
+    assert_eq!(c.tenant.salt, "tokentap");
+    let t = &c.telemetry;
+    assert!(
+        t.otlp_enabled && t.access_log,
+        "export and access log on by default"
+    );
+    assert_eq!(t.otlp_protocol, OtlpProtocol::HttpProtobuf);
+    assert_eq!(t.service_name, "tokentap");
+    assert_eq!(t.metrics_export_interval, Duration::from_secs(10));
+    assert_eq!((t.max_models, t.max_tenants), (100, 100));
+    assert_eq!(t.log_format, LogFormat::Text);
+    assert_eq!(c.routes.len(), 1, "one route from --upstream");
+    let r = &c.routes[0];
+    assert_eq!((r.name.as_str(), r.prefix.as_str()), ("default", "/"));
+    assert_eq!(r.upstream.to_string(), "https://api.openai.com/");
+    assert_eq!(r.provider, None);
+}
+
+#[test]
+fn config_provider_flag_sets_route_provider() {
+    let c = load_ok(
+        &[
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--provider",
+            "anthropic",
+        ],
+        &[],
+    );
+    assert_eq!(c.routes[0].provider, Some(ProviderKind::Anthropic));
+    let e = load_err(
+        &["--upstream", "http://127.0.0.1:9", "--provider", "bard"],
+        &[],
+    );
+    assert_mentions(&e, &["--provider", "bard", "openai"]);
+}
+
+#[test]
+fn config_precedence_file_env_flag() {
+    let f = TempToml::new(&format!(
+        "listen = \"127.0.0.1:1001\"\n[server]\nmax_connections = 5\nshutdown_grace = \"1s\"\n{ROUTES}"
+    ));
+    let file_only = load_ok(&["--config", &f.path()], &[]);
+    assert_eq!(file_only.listen.port(), 1001, "file beats default");
+    assert_eq!(file_only.server.max_connections, 5);
+    assert_eq!(
+        file_only.server.header_read_timeout,
+        Duration::from_secs(10),
+        "untouched default"
+    );
+
+    let vars = [
+        ("TOKENTAP_LISTEN", "127.0.0.1:1002"),
+        ("TOKENTAP_SERVER__MAX_CONNECTIONS", "100"),
+        ("TOKENTAP_UPSTREAM__CONNECT_TIMEOUT", "2s"),
+    ];
+    let with_env = load_ok(&["--config", &f.path()], &vars);
+    assert_eq!(with_env.listen.port(), 1002, "env beats file");
+    assert_eq!(with_env.server.max_connections, 100, "env beats file");
+    assert_eq!(
+        with_env.server.shutdown_grace,
+        Duration::from_secs(1),
+        "file value kept"
+    );
+    assert_eq!(with_env.upstream.connect_timeout, Duration::from_secs(2));
+
+    let with_flag = load_ok(
+        &["--config", &f.path(), "--listen", "127.0.0.1:1003"],
+        &vars,
+    );
+    assert_eq!(with_flag.listen.port(), 1003, "flag beats env");
+}
+
+#[test]
+fn config_file_from_tokentap_config_env_is_not_a_key() {
+    let f = TempToml::new(ROUTES);
+    let c = load_ok(&[], &[("TOKENTAP_CONFIG", &f.path())]);
+    assert_eq!(
+        c.routes[0].name, "openai",
+        "file named by TOKENTAP_CONFIG is read"
+    );
+    assert_eq!(c.routes[0].prefix, "/openai", "trailing slash normalised");
+    assert_eq!(
+        c.routes[0].upstream.to_string(),
+        "https://api.openai.com/v1"
+    );
+}
+
+#[test]
+fn config_otel_env_mapping() {
+    let vars = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "api-key=se%20cret,x-team=llm"),
+        ("OTEL_SERVICE_NAME", "gateway"),
+        (
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "deployment.environment=prod,service.name=ignored",
+        ),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "2500"),
+        ("OTEL_SDK_DISABLED", "true"),
+    ];
+    let c = load_ok(&["--upstream", "http://127.0.0.1:9"], &vars);
+    let t = &c.telemetry;
+    assert_eq!(t.otlp_endpoint.as_deref(), Some("http://collector:4317"));
+    assert_eq!(t.otlp_protocol, OtlpProtocol::Grpc);
+    assert_eq!(
+        t.otlp_headers,
+        vec![
+            ("api-key".into(), "se cret".into()),
+            ("x-team".into(), "llm".into())
+        ]
+    );
+    assert_eq!(
+        t.service_name, "gateway",
+        "OTEL_SERVICE_NAME beats service.name attribute"
+    );
+    assert_eq!(
+        t.resource_attributes,
+        vec![("deployment.environment".into(), "prod".into())]
+    );
+    assert_eq!(
+        t.metrics_export_interval,
+        Duration::from_millis(2500),
+        "milliseconds"
+    );
+    assert!(!t.otlp_enabled, "OTEL_SDK_DISABLED=true turns export off");
+}
+
+#[test]
+fn config_otel_env_below_file_and_tokentap_env() {
+    let f = TempToml::new(&format!(
+        "[telemetry]\nservice_name = \"from-file\"\n[telemetry.resource_attributes]\nteam = \"file\"\n{ROUTES}"
+    ));
+    let vars = [
+        ("OTEL_SERVICE_NAME", "from-otel"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:4318"),
+        ("OTEL_RESOURCE_ATTRIBUTES", "team=otel,region=eu"),
+    ];
+    let c = load_ok(&["--config", &f.path()], &vars);
+    assert_eq!(c.telemetry.service_name, "from-file", "file beats OTEL_*");
+    assert_eq!(
+        c.telemetry.otlp_endpoint.as_deref(),
+        Some("http://otel:4318"),
+        "OTEL_* beats default"
+    );
+    assert_eq!(
+        c.telemetry.resource_attributes,
+        vec![
+            ("region".into(), "eu".into()),
+            ("team".into(), "file".into())
+        ],
+        "tables merge key by key"
+    );
+    let mut vars = vars.to_vec();
+    vars.push(("TOKENTAP_TELEMETRY__SERVICE_NAME", "from-env"));
+    let c = load_ok(
+        &["--config", &f.path(), "--otlp-endpoint", "http://flag:4318"],
+        &vars,
+    );
+    assert_eq!(
+        c.telemetry.service_name, "from-env",
+        "TOKENTAP_* beats file"
+    );
+    assert_eq!(
+        c.telemetry.otlp_endpoint.as_deref(),
+        Some("http://flag:4318"),
+        "flag beats all"
+    );
+}
+
+#[test]
+fn config_env_lists_and_bools() {
+    let vars = [
+        ("TOKENTAP_TENANT__SOURCES", "api_key, header"),
+        (
+            "TOKENTAP_TELEMETRY__REDACT_HEADERS",
+            "[\"X-Secret\", \"x-other\"]",
+        ),
+        ("TOKENTAP_TELEMETRY__ACCESS_LOG", "false"),
+        ("TOKENTAP_SNIFF__MAX_BODY_BYTES", "1000"),
+        ("TOKENTAP_TENANT__SALT", "12345"),
+    ];
+    let c = load_ok(&["--upstream", "http://127.0.0.1:9"], &vars);
+    assert_eq!(
+        c.tenant.sources,
+        vec![TenantSource::ApiKey, TenantSource::Header]
+    );
+    let redact: Vec<&str> = c
+        .telemetry
+        .redact_headers
+        .iter()
+        .map(|h| h.as_str())
+        .collect();
+    assert_eq!(redact, ["x-secret", "x-other"]);
+    assert!(!c.telemetry.access_log);
+    assert_eq!(c.sniff.max_body_bytes, 1000);
+    assert_eq!(
+        c.tenant.salt, "12345",
+        "numeric-looking strings stay strings"
+    );
+}
+
+#[test]
+fn config_unknown_key_in_file_names_key_and_file() {
+    let f = TempToml::new(&format!("[server]\nmax_conections = 5\n{ROUTES}"));
+    let err = load_with_env(&cli(&["--config", &f.path()]), &[]).expect_err("unknown key");
+    assert_eq!(err.key(), Some("server.max_conections"), "got: {err}");
+    assert_mentions(&err.to_string(), &[&f.path(), "max_connections"]);
+    let f = TempToml::new(&format!("{ROUTES}colour = \"red\"\n"));
+    let e = load_err(&["--config", &f.path()], &[]);
+    assert_mentions(&e, &["routes[0].colour", &f.path()]);
+}
+
+#[test]
+fn config_unknown_env_key_names_the_variable() {
+    let e = load_err(
+        &["--upstream", "http://127.0.0.1:9"],
+        &[("TOKENTAP_SERVR__X", "1")],
+    );
+    assert_mentions(&e, &["servr", "environment variable TOKENTAP_SERVR__X"]);
+}
+
+#[test]
+fn config_bad_duration_in_env_names_the_variable() {
+    let e = load_err(
+        &["--upstream", "http://127.0.0.1:9"],
+        &[("TOKENTAP_UPSTREAM__CONNECT_TIMEOUT", "5")],
+    );
+    assert_mentions(
+        &e,
+        &[
+            "upstream.connect_timeout",
+            "environment variable TOKENTAP_UPSTREAM__CONNECT_TIMEOUT",
+            "unit",
+        ],
+    );
+    let e = load_err(
+        &["--upstream", "http://127.0.0.1:9"],
+        &[("OTEL_METRIC_EXPORT_INTERVAL", "often")],
+    );
+    assert_mentions(
+        &e,
+        &[
+            "telemetry.metrics_export_interval",
+            "OTEL_METRIC_EXPORT_INTERVAL",
+        ],
+    );
+}
+
+#[test]
+fn config_bad_values_in_file_name_key_and_file() {
+    let cases = [
+        (
+            "[[routes]]\nname = \"a\"\nupstream = \"https://a.example\"\n[[routes]]\nname = \"b\"\nprefix = \"/b\"\nupstream = \"ftp://b.example\"\n",
+            "routes[1].upstream",
+        ),
+        (
+            "[server]\nheader_read_timeout = 10\n",
+            "server.header_read_timeout",
+        ),
+        (
+            "[sniff]\nmax_body_bytes = \"8 parsecs\"\n",
+            "sniff.max_body_bytes",
+        ),
+        ("listen = \"localhost\"\n", "listen"),
+        ("[tenant]\nsources = [\"cookie\"]\n", "tenant.sources"),
+        ("[tenant]\nheader = \"bad header\"\n", "tenant.header"),
+        (
+            "[telemetry]\nlog_format = \"xml\"\n",
+            "telemetry.log_format",
+        ),
+        (
+            "[telemetry]\notlp_protocol = \"http/json\"\n",
+            "telemetry.otlp_protocol",
+        ),
+        (
+            "[[routes]]\nname = \"a\"\nprefix = \"a\"\nupstream = \"https://a.example\"\n",
+            "routes[0].prefix",
+        ),
+        (
+            "[[routes]]\nname = \"a\"\nupstream = \"https://a.example\"\nprovider = \"bard\"\n",
+            "routes[0].provider",
+        ),
+        (
+            "[[routes]]\nname = \"a\"\nupstream = \"https://a.example\"\n[[routes]]\nname = \"a\"\nprefix = \"/x\"\nupstream = \"https://a.example\"\n",
+            "routes[1].name",
+        ),
+    ];
+    for (body, key) in cases {
+        let body = if body.contains("[[routes]]") {
+            body.to_string()
+        } else {
+            format!("{body}{ROUTES}")
+        };
+        let f = TempToml::new(&body);
+        let err = load_with_env(&cli(&["--config", &f.path()]), &[]).expect_err(key);
+        assert_eq!(err.key(), Some(key), "wrong key in: {err}");
+        assert_mentions(&err.to_string(), &[key, &f.path()]);
+    }
+}
+
+#[test]
+fn config_bad_url_from_flag_names_the_flag() {
+    let e = load_err(&["--upstream", "api.openai.com"], &[]);
+    assert_mentions(&e, &["routes[0].upstream", "flag --upstream", "http"]);
+}
+
+#[test]
+fn config_missing_routes() {
+    let e = load_err(&[], &[]);
+    assert_eq!(
+        e,
+        "no routes: pass --upstream URL or add [[routes]] to the config file"
+    );
+}
+
+#[test]
+fn config_upstream_and_routes_conflict() {
+    let f = TempToml::new(ROUTES);
+    let e = load_err(
+        &["--config", &f.path(), "--upstream", "http://127.0.0.1:9"],
+        &[],
+    );
+    assert_mentions(&e, &["--upstream", &f.path(), "one or the other"]);
+}
+
+#[test]
+fn config_unreadable_or_malformed_file() {
+    let e = load_err(&["--config", "/nonexistent/tokentap.toml"], &[]);
+    assert_mentions(&e, &["/nonexistent/tokentap.toml"]);
+    let f = TempToml::new("listen = \n");
+    let e = load_err(&["--config", &f.path()], &[]);
+    assert_mentions(&e, &[&f.path()]);
+}
+
+#[test]
+fn config_cli_flags() {
+    let c = load_ok(
+        &[
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--admin-listen",
+            "127.0.0.1:9091",
+            "--log-format",
+            "json",
+            "--otlp-protocol",
+            "grpc",
+            "run",
+        ],
+        &[],
+    );
+    assert_eq!(
+        c.admin_listen,
+        Some("127.0.0.1:9091".parse().expect("addr"))
+    );
+    assert_eq!(c.telemetry.log_format, LogFormat::Json);
+    assert_eq!(c.telemetry.otlp_protocol, OtlpProtocol::Grpc);
+    assert_eq!(cli(&[]).command(), Command::Run, "no subcommand means run");
+    assert!(
+        Cli::try_parse_from(["tokentap", "--provider", "openai"]).is_err(),
+        "--provider needs --upstream"
+    );
+    assert!(Cli::try_parse_from(["tokentap", "--log-format", "xml"]).is_err());
+}
+
+#[test]
+fn config_shipped_file_loads() {
+    let c = from_toml(include_str!("../../config/tokentap.toml"))
+        .unwrap_or_else(|e| panic!("shipped config must load: {e}"));
+    let routes: Vec<_> = c
+        .routes
+        .iter()
+        .map(|r| (r.prefix.as_str(), r.upstream.to_string(), r.provider))
+        .collect();
+    assert_eq!(
+        routes,
+        vec![
+            (
+                "/openai",
+                "https://api.openai.com/".to_string(),
+                Some(ProviderKind::Openai)
+            ),
+            (
+                "/anthropic",
+                "https://api.anthropic.com/".to_string(),
+                Some(ProviderKind::Anthropic)
+            ),
+        ]
+    );
+}
+
+#[test]
+fn config_from_toml_reports_unknown_keys() {
+    let err = from_toml(&format!("{ROUTES}\n[meter]\nmax_frame = 1\n")).expect_err("unknown key");
+    assert_eq!(err.key(), Some("meter.max_frame"), "got: {err}");
+}
+
+#[test]
+fn config_redacted_toml_round_trips_without_secrets() {
+    let body = format!(
+        "admin_listen = \"127.0.0.1:9090\"\n[upstream]\ntotal_timeout = \"1h30m\"\n[tenant]\nsalt = \"pepper\"\n\
+         [telemetry.otlp_headers]\nauthorization = \"Bearer abc\"\n{ROUTES}"
+    );
+    let c = from_toml(&body).expect("valid");
+    let shown = c.redacted_toml();
+    assert!(
+        !shown.contains("pepper") && !shown.contains("Bearer"),
+        "secrets leaked:\n{shown}"
+    );
+    assert!(
+        shown.contains("<redacted>"),
+        "redaction marker missing:\n{shown}"
+    );
+    let back =
+        from_toml(&shown).unwrap_or_else(|e| panic!("redacted TOML must load: {e}\n{shown}"));
+    assert_eq!(back.upstream.total_timeout, Some(Duration::from_secs(5400)));
+    assert_eq!(back.admin_listen, c.admin_listen);
+    assert_eq!(back.routes[0].upstream, c.routes[0].upstream);
+    assert_eq!(back.sniff.max_body_bytes, c.sniff.max_body_bytes);
+}
+
+#[test]
+#[ignore = "prints sample messages for docs/CONFIG.md"]
+fn config_print_sample_errors() {
+    let f = TempToml::new(&format!(
+        "[server]\nmax_conections = 5\n[upstream]\nconnect_timeout = 5\n{ROUTES}"
+    ));
+    let samples = [
+        load_err(&["--config", &f.path()], &[]),
+        load_err(&["--upstream", "http://x"], &[("TOKENTAP_UPSTREAM__CONNECT_TIMEOUT", "5")]),
+        load_err(&["--upstream", "api.openai.com"], &[]),
+        load_err(&["--upstream", "http://x"], &[("TOKENTAP_SERVER__MAX_CONNECTIONS", "many")]),
+        load_err(&["--upstream", "http://x"], &[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")]),
+        load_err(&["--upstream", "http://x", "--config", &f.path()], &[]),
+        load_err(&[], &[]),
+        from_toml("[[routes]]\nname = \"a\"\nupstream = \"https://a\"\n[[routes]]\nname=\"b\"\nupstream=\"https://b?x=1\"").expect_err("x").to_string(),
+        from_toml("[[routes]]\nupstream = \"https://a\"").expect_err("x").to_string(),
+        from_toml("listen = ").expect_err("x").to_string(),
+    ];
+    for s in samples {
+        println!("{s}");
+    }
+}

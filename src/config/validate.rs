@@ -1,0 +1,362 @@
+//! Validation: the merged figment in, a typed `Config` (or an error naming
+//! the key and the source that set it) out.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use figment::error::Kind;
+use figment::value::Value;
+use figment::{Figment, Metadata, Source};
+
+use super::raw::{Quantity, RawConfig, RawRoute, RawTelemetry, RawTenant, RawUpstream};
+use super::{
+    Config, ConfigError, MeterConfig, RouteConfig, ServerConfig, SniffConfig, TelemetryConfig,
+    TenantConfig, TenantSource, UpstreamConfig, parse,
+};
+
+/// The merged figment, kept to answer "where did this key come from?".
+pub(super) struct Cx<'a> {
+    fig: &'a Figment,
+    root: Option<Value>,
+}
+
+/// `routes.1.upstream` → `routes[1].upstream`.
+pub(super) fn display_key(path: &str) -> String {
+    let mut out = String::new();
+    for seg in path.split('.').filter(|s| !s.is_empty()) {
+        if seg.bytes().all(|b| b.is_ascii_digit()) {
+            out.push_str(&format!("[{seg}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(seg);
+        }
+    }
+    out
+}
+
+fn describe(md: &Metadata) -> String {
+    match &md.source {
+        Some(Source::File(p)) => format!("file {}", p.display()),
+        _ => md.name.to_string(),
+    }
+}
+
+impl<'a> Cx<'a> {
+    pub fn new(fig: &'a Figment) -> Self {
+        Cx {
+            fig,
+            root: fig.find_value("").ok(),
+        }
+    }
+
+    /// The source of the value at a dotted path (array elements by index);
+    /// the deepest existing ancestor answers for a missing key.
+    pub fn origin(&self, path: &str) -> String {
+        let mut cur = self.root.as_ref();
+        let mut tag = cur.map(Value::tag);
+        for seg in path.split('.').filter(|s| !s.is_empty()) {
+            cur = match cur {
+                Some(Value::Dict(_, d)) => d.get(seg),
+                Some(Value::Array(_, a)) => seg.parse::<usize>().ok().and_then(|i| a.get(i)),
+                _ => None,
+            };
+            match cur {
+                Some(v) => tag = Some(v.tag()),
+                None => break,
+            }
+        }
+        tag.and_then(|t| self.fig.get_metadata(t))
+            .map_or_else(|| "unknown source".into(), describe)
+    }
+
+    fn invalid(&self, path: &str, message: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            key: display_key(path),
+            origin: self.origin(path),
+            message: message.into(),
+        }
+    }
+
+    /// Turns a figment extraction error into one naming key and source.
+    pub fn figment_error(&self, e: figment::Error) -> ConfigError {
+        let Some(e) = e.into_iter().next() else {
+            return ConfigError::Invalid {
+                key: String::new(),
+                origin: "unknown source".into(),
+                message: "invalid configuration".into(),
+            };
+        };
+        let path = e.path.join(".");
+        match &e.kind {
+            Kind::UnknownField(field, expected) => {
+                // Figment already appends the field when the key itself fails.
+                let full = match e.path.last() {
+                    Some(last) if last == field => path.clone(),
+                    Some(_) => format!("{path}.{field}"),
+                    None => field.clone(),
+                };
+                ConfigError::UnknownKey {
+                    key: display_key(&full),
+                    origin: self.origin(&full),
+                    expected: expected.join(", "),
+                }
+            }
+            kind => ConfigError::Invalid {
+                key: display_key(&path),
+                origin: e
+                    .metadata
+                    .as_ref()
+                    .map_or_else(|| self.origin(&path), describe),
+                message: kind_message(kind),
+            },
+        }
+    }
+
+    fn duration(&self, path: &str, q: &Quantity) -> Result<Duration, ConfigError> {
+        parse::duration(&q.as_text()).map_err(|m| self.invalid(path, m))
+    }
+
+    fn positive(&self, path: &str, q: &Quantity) -> Result<Duration, ConfigError> {
+        let d = self.duration(path, q)?;
+        if d.is_zero() {
+            return Err(self.invalid(path, "must be longer than zero"));
+        }
+        Ok(d)
+    }
+
+    fn size(&self, path: &str, q: &Quantity) -> Result<usize, ConfigError> {
+        let n = parse::size(&q.as_text()).map_err(|m| self.invalid(path, m))?;
+        if n == 0 {
+            return Err(self.invalid(path, "must be larger than zero"));
+        }
+        Ok(n)
+    }
+
+    fn count(&self, path: &str, n: usize) -> Result<usize, ConfigError> {
+        if n == 0 {
+            return Err(self.invalid(path, "must be at least 1"));
+        }
+        Ok(n)
+    }
+
+    fn addr(&self, path: &str, s: &str) -> Result<SocketAddr, ConfigError> {
+        s.trim().parse().map_err(|_| {
+            self.invalid(
+                path,
+                format!(
+                    "`{s}` is not a socket address; write IP:PORT, e.g. 127.0.0.1:8080 or [::]:8080"
+                ),
+            )
+        })
+    }
+
+    fn header(&self, path: &str, s: &str) -> Result<http::HeaderName, ConfigError> {
+        parse::header_name(s).map_err(|m| self.invalid(path, m))
+    }
+}
+
+/// Figment's wording, minus Rust type names and doubled backticks.
+fn kind_message(kind: &Kind) -> String {
+    match kind {
+        Kind::UnknownVariant(v, expected) => {
+            format!(
+                "unknown value `{v}`; expected one of: {}",
+                expected.join(", ")
+            )
+        }
+        Kind::InvalidType(actual, expected) => {
+            let expected = match expected.as_str() {
+                "usize" | "u64" | "u32" | "u16" | "u8" => "a whole number",
+                "a boolean" | "bool" => "true or false",
+                e => e,
+            };
+            format!("found {actual}, expected {expected}")
+        }
+        kind => kind.to_string(),
+    }
+}
+
+/// Extracts and validates the whole config.
+pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
+    let cx = Cx::new(fig);
+    let raw: RawConfig = fig.extract_lossy().map_err(|e| cx.figment_error(e))?;
+    let listen = cx.addr("listen", &raw.listen)?;
+    let admin_listen = raw
+        .admin_listen
+        .as_deref()
+        .map(|a| cx.addr("admin_listen", a))
+        .transpose()?;
+    if admin_listen == Some(listen) {
+        return Err(cx.invalid(
+            "admin_listen",
+            format!("{listen} is also the proxy's listen address"),
+        ));
+    }
+    let s = &raw.server;
+    let server = ServerConfig {
+        header_read_timeout: cx.positive("server.header_read_timeout", &s.header_read_timeout)?,
+        max_header_bytes: cx.size("server.max_header_bytes", &s.max_header_bytes)?,
+        max_connections: cx.count("server.max_connections", s.max_connections)?,
+        shutdown_grace: cx.duration("server.shutdown_grace", &s.shutdown_grace)?,
+    };
+    Ok(Config {
+        listen,
+        admin_listen,
+        server,
+        upstream: upstream(&cx, &raw.upstream)?,
+        routes: routes(&cx, &raw.routes)?,
+        sniff: SniffConfig {
+            max_body_bytes: cx.size("sniff.max_body_bytes", &raw.sniff.max_body_bytes)?,
+        },
+        meter: MeterConfig {
+            max_frame_bytes: cx.size("meter.max_frame_bytes", &raw.meter.max_frame_bytes)?,
+        },
+        tenant: tenant(&cx, &raw.tenant)?,
+        telemetry: telemetry(&cx, &raw.telemetry)?,
+    })
+}
+
+fn upstream(cx: &Cx, u: &RawUpstream) -> Result<UpstreamConfig, ConfigError> {
+    let ca_file = match &u.ca_file {
+        Some(p) if !PathBuf::from(p).is_file() => {
+            return Err(cx.invalid("upstream.ca_file", format!("`{p}` is not a readable file")));
+        }
+        p => p.as_ref().map(PathBuf::from),
+    };
+    let opt =
+        |path: &str, q: &Option<Quantity>| q.as_ref().map(|q| cx.positive(path, q)).transpose();
+    Ok(UpstreamConfig {
+        connect_timeout: cx.positive("upstream.connect_timeout", &u.connect_timeout)?,
+        idle_timeout: opt("upstream.idle_timeout", &u.idle_timeout)?,
+        total_timeout: opt("upstream.total_timeout", &u.total_timeout)?,
+        ca_file,
+        pool_idle_timeout: cx.duration("upstream.pool_idle_timeout", &u.pool_idle_timeout)?,
+        pool_max_idle_per_host: u.pool_max_idle_per_host,
+    })
+}
+
+fn routes(cx: &Cx, raw: &[RawRoute]) -> Result<Vec<RouteConfig>, ConfigError> {
+    if raw.is_empty() {
+        return Err(ConfigError::NoRoutes);
+    }
+    let mut names = HashSet::new();
+    let mut matches = HashSet::new();
+    let mut out = Vec::with_capacity(raw.len());
+    for (i, r) in raw.iter().enumerate() {
+        let at = |field: &str| format!("routes.{i}.{field}");
+        let name_ok = !r.name.is_empty()
+            && r.name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        if !name_ok {
+            return Err(cx.invalid(
+                &at("name"),
+                format!(
+                    "`{}` must be non-empty letters, digits, `-`, `_` or `.`",
+                    r.name
+                ),
+            ));
+        }
+        if !names.insert(r.name.as_str()) {
+            return Err(cx.invalid(&at("name"), format!("duplicate route name `{}`", r.name)));
+        }
+        let prefix = parse::prefix(&r.prefix).map_err(|m| cx.invalid(&at("prefix"), m))?;
+        let host = r
+            .host
+            .as_deref()
+            .map(parse::host)
+            .transpose()
+            .map_err(|m| cx.invalid(&at("host"), m))?;
+        if !matches.insert((prefix.clone(), host.clone())) {
+            return Err(cx.invalid(&at("prefix"), format!("route `{}` matches the same prefix and host as an earlier route, so it would never be used", r.name)));
+        }
+        let upstream =
+            parse::upstream_url(&r.upstream).map_err(|m| cx.invalid(&at("upstream"), m))?;
+        out.push(RouteConfig {
+            name: r.name.clone(),
+            prefix,
+            host,
+            upstream,
+            provider: r.provider,
+        });
+    }
+    Ok(out)
+}
+
+fn tenant(cx: &Cx, t: &RawTenant) -> Result<TenantConfig, ConfigError> {
+    let mut sources = Vec::new();
+    for name in &t.sources.0 {
+        let s = match name.trim() {
+            "header" => TenantSource::Header,
+            "body" => TenantSource::Body,
+            "api_key" => TenantSource::ApiKey,
+            other => {
+                return Err(cx.invalid(
+                    "tenant.sources",
+                    format!(
+                        "unknown tenant source `{other}`; expected `header`, `body` or `api_key`"
+                    ),
+                ));
+            }
+        };
+        if sources.contains(&s) {
+            return Err(cx.invalid("tenant.sources", format!("`{name}` is listed twice")));
+        }
+        sources.push(s);
+    }
+    if t.salt.is_empty() {
+        return Err(cx.invalid(
+            "tenant.salt",
+            "must not be empty; set a secret shared by all replicas",
+        ));
+    }
+    Ok(TenantConfig {
+        sources,
+        header: cx.header("tenant.header", &t.header)?,
+        salt: t.salt.clone(),
+    })
+}
+
+fn telemetry(cx: &Cx, t: &RawTelemetry) -> Result<TelemetryConfig, ConfigError> {
+    let otlp_endpoint = t
+        .otlp_endpoint
+        .as_deref()
+        .map(|e| parse::endpoint_url(e).map_err(|m| cx.invalid("telemetry.otlp_endpoint", m)))
+        .transpose()?;
+    if t.service_name.trim().is_empty() {
+        return Err(cx.invalid("telemetry.service_name", "must not be empty"));
+    }
+    let redact_headers = t
+        .redact_headers
+        .0
+        .iter()
+        .map(|h| cx.header("telemetry.redact_headers", h))
+        .collect::<Result<_, _>>()?;
+    for k in t.otlp_headers.keys() {
+        cx.header("telemetry.otlp_headers", k)?;
+    }
+    let pairs = |m: &std::collections::BTreeMap<String, String>| {
+        m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    };
+    Ok(TelemetryConfig {
+        otlp_enabled: t.otlp_enabled,
+        otlp_endpoint,
+        otlp_protocol: t.otlp_protocol,
+        otlp_headers: pairs(&t.otlp_headers),
+        service_name: t.service_name.clone(),
+        resource_attributes: pairs(&t.resource_attributes),
+        metrics_export_interval: cx.positive(
+            "telemetry.metrics_export_interval",
+            &t.metrics_export_interval,
+        )?,
+        max_models: cx.count("telemetry.max_models", t.max_models)?,
+        max_tenants: cx.count("telemetry.max_tenants", t.max_tenants)?,
+        redact_headers,
+        access_log: t.access_log,
+        log_format: t.log_format,
+    })
+}
