@@ -269,3 +269,184 @@ impl Parser {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// What a whole response amounted to, folded from its events.
+    #[derive(Debug, Default, Clone, PartialEq, Eq)]
+    pub(crate) struct Summary {
+        /// Number of `Content` events.
+        pub content_frames: u32,
+        /// Sum of their `pieces`.
+        pub pieces: u32,
+        /// Usage merged field by field, as the meter does.
+        pub usage: Usage,
+        pub model: Option<String>,
+        pub response_id: Option<String>,
+        pub finish: Vec<String>,
+        pub errors: Vec<String>,
+        pub done: u32,
+    }
+
+    impl Summary {
+        pub(crate) fn record(&mut self, event: Event<'_>) {
+            match event {
+                Event::Content { pieces } => {
+                    self.content_frames += 1;
+                    self.pieces += pieces;
+                }
+                Event::Usage(u) => self.usage.merge(u),
+                Event::Model(m) => self.model = Some(m.to_owned()),
+                Event::ResponseId(id) => self.response_id = Some(id.to_owned()),
+                Event::FinishReason(r) => self.finish.push(r.to_owned()),
+                Event::Error { kind } => self.errors.push(kind.to_owned()),
+                Event::Done => self.done += 1,
+            }
+        }
+    }
+
+    /// Everything a parse produced: the folded summary, every event in
+    /// order, and the first error.
+    pub(crate) type Run = (Summary, Vec<String>, Result<(), ParseError>);
+
+    /// Parse `pieces` in order with a fresh parser, then finish.
+    pub(crate) fn run(
+        kind: ProviderKind,
+        operation: Option<Operation>,
+        content_type: &str,
+        pieces: &[&[u8]],
+    ) -> Run {
+        let mut parser =
+            Parser::new(kind, operation, content_type, 1 << 20).expect("a metered content type");
+        let mut summary = Summary::default();
+        let mut log = Vec::new();
+        let mut on = |e: Event<'_>| {
+            log.push(format!("{e:?}"));
+            summary.record(e);
+        };
+        let mut result = Ok(());
+        for piece in pieces {
+            result = parser.feed(piece, &mut on);
+            if result.is_err() {
+                break;
+            }
+        }
+        if result.is_ok() {
+            result = parser.finish(&mut on);
+        }
+        (summary, log, result)
+    }
+
+    /// A fixture and the route it came from.
+    pub(crate) struct Fixture {
+        pub name: &'static str,
+        pub kind: ProviderKind,
+        pub operation: Operation,
+        pub body: &'static [u8],
+    }
+
+    impl Fixture {
+        pub(crate) fn content_type(&self) -> &'static str {
+            if self.name.ends_with(".json") {
+                "application/json"
+            } else {
+                "text/event-stream; charset=utf-8"
+            }
+        }
+
+        /// Parse the whole body in one piece.
+        pub(crate) fn run(&self) -> Run {
+            run(self.kind, Some(self.operation), self.content_type(), &[self.body])
+        }
+    }
+
+    macro_rules! fixture {
+        ($kind:ident, $op:ident, $path:literal) => {
+            Fixture {
+                name: $path,
+                kind: ProviderKind::$kind,
+                operation: Operation::$op,
+                body: include_bytes!(concat!("../tests/fixtures/", $path)),
+            }
+        };
+    }
+
+    pub(crate) const FIXTURES: &[Fixture] = &[
+        fixture!(Openai, ChatCompletions, "openai/chat_stream_usage.sse"),
+        fixture!(Openai, ChatCompletions, "openai/chat_stream.sse"),
+        fixture!(Openai, ChatCompletions, "openai/chat_stream_crlf.sse"),
+        fixture!(Openai, ChatCompletions, "openai/chat_stream_tool_calls.sse"),
+        fixture!(Openai, ChatCompletions, "openai/chat_stream_error.sse"),
+        fixture!(Openai, ChatCompletions, "openai/azure_chat_stream.sse"),
+        fixture!(Openai, ChatCompletions, "openai/chat.json"),
+        fixture!(Openai, Completions, "openai/completions_stream.sse"),
+        fixture!(Openai, Responses, "openai/responses_stream.sse"),
+        fixture!(Openai, Responses, "openai/responses.json"),
+        fixture!(Openai, Responses, "openai/responses_failed_stream.sse"),
+        fixture!(Openai, Embeddings, "openai/embeddings.json"),
+        fixture!(Anthropic, Messages, "anthropic/messages_stream.sse"),
+        fixture!(Anthropic, Messages, "anthropic/messages_stream_tool_use.sse"),
+        fixture!(Anthropic, Messages, "anthropic/messages_stream_thinking.sse"),
+        fixture!(Anthropic, Messages, "anthropic/messages_stream_error.sse"),
+        fixture!(Anthropic, Messages, "anthropic/message.json"),
+        fixture!(Anthropic, Messages, "anthropic/error.json"),
+    ];
+
+    /// The fixture called `name`.
+    pub(crate) fn fixture(name: &str) -> &'static Fixture {
+        FIXTURES.iter().find(|f| f.name == name).expect("a known fixture")
+    }
+
+    #[test]
+    fn every_fixture_parses_the_same_at_every_split() {
+        for f in FIXTURES {
+            let whole = f.run();
+            assert_eq!(whole.2, Ok(()), "{}: parses without error", f.name);
+            assert!(!whole.1.is_empty(), "{}: yields events", f.name);
+            for at in 0..=f.body.len() {
+                let (a, b) = f.body.split_at(at);
+                let split = run(f.kind, Some(f.operation), f.content_type(), &[a, b]);
+                assert_eq!(split, whole, "{}: split at {at} differs", f.name);
+            }
+            let bytes: Vec<&[u8]> = f.body.chunks(1).collect();
+            let bytewise = run(f.kind, Some(f.operation), f.content_type(), &bytes);
+            assert_eq!(bytewise, whole, "{}: byte-by-byte differs", f.name);
+        }
+    }
+
+    #[test]
+    fn every_fixture_parses_without_knowing_the_operation() {
+        for f in FIXTURES.iter().filter(|f| f.operation != Operation::Embeddings) {
+            let known = f.run();
+            let unknown = run(f.kind, None, f.content_type(), &[f.body]);
+            assert_eq!(unknown, known, "{}: operation should not matter", f.name);
+        }
+    }
+
+    #[test]
+    fn unknown_content_type_is_not_metered() {
+        assert!(Parser::new(ProviderKind::Openai, None, "audio/mpeg", 1024).is_none());
+        assert!(Parser::new(ProviderKind::Openai, None, "Text/Event-Stream", 1024).is_some());
+    }
+
+    #[test]
+    fn oversized_json_body_is_rejected() {
+        let mut parser = Parser::new(ProviderKind::Openai, None, "application/json", 8)
+            .expect("a metered content type");
+        let err = parser.feed(b"{\"model\":\"gpt\"}", &mut |_| {});
+        assert_eq!(err, Err(ParseError::Framing(FramingError::TooLarge { limit: 8 })));
+    }
+
+    #[test]
+    fn malformed_data_frame_is_an_adapter_error() {
+        let (_, _, result) = run(
+            ProviderKind::Openai,
+            Some(Operation::ChatCompletions),
+            "text/event-stream",
+            &[b"data: {\"choices\": [\n\n"],
+        );
+        assert!(matches!(result, Err(ParseError::Adapter(_))), "got {result:?}");
+    }
+}

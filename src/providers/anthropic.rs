@@ -1,9 +1,542 @@
-//! Anthropic (stub).
+//! Anthropic adapter: Messages API frames (streamed events or a whole
+//! message) in, metering events out.
+//!
+//! The payload's own `type` field decides what a frame is, since some
+//! proxies drop the SSE `event:` line. Input usage is reported as the total
+//! prompt size: Anthropic's `input_tokens` excludes cache reads and writes,
+//! so they are added back, matching OpenAI's `prompt_tokens` and the GenAI
+//! conventions (cache figures stay available on their own as well).
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::openai::{AnyContent, HasContent, Str, non_empty};
+use super::{AdapterError, Event, Usage};
 use crate::framing::Frame;
-use super::{AdapterError, Event};
-#[derive(Debug)]
-pub struct AnthropicAdapter;
+
+/// Adapter state for one Anthropic response: the input figures reported
+/// so far, since `message_delta` may repeat only some of them.
+#[derive(Debug, Default)]
+pub struct AnthropicAdapter {
+    uncached_input: Option<u64>,
+    cache_read: Option<u64>,
+    cache_creation: Option<u64>,
+}
+
 impl AnthropicAdapter {
-    pub fn new() -> Self { AnthropicAdapter }
-    pub fn on_frame(&mut self, _f: Frame<'_>, _out: &mut dyn FnMut(Event<'_>)) -> Result<(), AdapterError> { Ok(()) }
+    /// A fresh adapter for one response.
+    pub fn new() -> Self {
+        AnthropicAdapter::default()
+    }
+
+    /// Map one frame to zero or more events.
+    pub fn on_frame(
+        &mut self,
+        frame: Frame<'_>,
+        out: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), AdapterError> {
+        let data = match frame {
+            Frame::Sse { data, .. } => data.trim_ascii(),
+            Frame::Json(body) => body,
+        };
+        if data.is_empty() {
+            return Ok(());
+        }
+        let doc: Doc<'_> = serde_json::from_slice(data)
+            .map_err(|_| AdapterError("malformed Anthropic JSON payload"))?;
+        match doc.kind.as_ref().map(Str::as_str) {
+            Some("message_start") => {
+                if let Some(m) = &doc.message {
+                    let view = MessageView {
+                        id: m.id.as_ref(),
+                        model: m.model.as_ref(),
+                        content: None,
+                        usage: m.usage.as_ref(),
+                        stop_reason: m.stop_reason.as_ref(),
+                    };
+                    self.on_message(&view, out);
+                }
+            }
+            Some("content_block_start") => {
+                if doc
+                    .content_block
+                    .as_ref()
+                    .is_some_and(Block::starts_with_content)
+                {
+                    out(Event::Content { pieces: 1 });
+                }
+            }
+            Some("content_block_delta") => {
+                if doc.delta.as_ref().is_some_and(Delta::has_content) {
+                    out(Event::Content { pieces: 1 });
+                }
+            }
+            Some("message_delta") => {
+                if let Some(reason) = doc.delta.as_ref().and_then(|d| d.stop_reason.as_ref()) {
+                    out(Event::FinishReason(reason.as_str()));
+                }
+                if let Some(usage) = &doc.usage {
+                    out(Event::Usage(self.usage(usage)));
+                }
+            }
+            Some("message_stop") => out(Event::Done),
+            Some("error") => out(Event::Error {
+                kind: &error_kind(doc.error),
+            }),
+            Some("message") | None => {
+                let view = MessageView {
+                    id: doc.id.as_ref(),
+                    model: doc.model.as_ref(),
+                    content: doc.content.as_ref(),
+                    usage: doc.usage.as_ref(),
+                    stop_reason: doc.stop_reason.as_ref(),
+                };
+                self.on_message(&view, out);
+            }
+            Some(_) => {} // ping, content_block_stop, future event types
+        }
+        Ok(())
+    }
+
+    /// A message object: the whole body, or the shell in `message_start`.
+    fn on_message(&mut self, m: &MessageView<'_, '_>, out: &mut dyn FnMut(Event<'_>)) {
+        if let Some(model) = m.model.filter(|s| !s.as_str().is_empty()) {
+            out(Event::Model(model.as_str()));
+        }
+        if let Some(id) = m.id.filter(|s| !s.as_str().is_empty()) {
+            out(Event::ResponseId(id.as_str()));
+        }
+        if m.content.is_some_and(|c| c.0) {
+            out(Event::Content { pieces: 1 });
+        }
+        if let Some(usage) = m.usage {
+            out(Event::Usage(self.usage(usage)));
+        }
+        if let Some(reason) = m.stop_reason {
+            out(Event::FinishReason(reason.as_str()));
+        }
+    }
+
+    /// Fold a usage report (cumulative; later figures win) into totals.
+    fn usage(&mut self, u: &WireUsage) -> Usage {
+        let keep = |old: &mut Option<u64>, new: Option<u64>| {
+            if new.is_some() {
+                *old = new;
+            }
+        };
+        keep(&mut self.uncached_input, u.input_tokens);
+        keep(&mut self.cache_read, u.cache_read_input_tokens);
+        keep(&mut self.cache_creation, u.cache_creation_input_tokens);
+        let cached = self
+            .cache_read
+            .unwrap_or(0)
+            .saturating_add(self.cache_creation.unwrap_or(0));
+        Usage {
+            input: self.uncached_input.map(|i| i.saturating_add(cached)),
+            output: u.output_tokens,
+            cache_read: self.cache_read,
+            cache_creation: self.cache_creation,
+            reasoning: None,
+        }
+    }
+}
+
+/// `error.type` of an error event or body, else "error".
+fn error_kind<'a>(error: Option<&'a RawValue>) -> std::borrow::Cow<'a, str> {
+    #[derive(Deserialize)]
+    struct ErrorObject<'a> {
+        #[serde(borrow, rename = "type")]
+        kind: Option<Str<'a>>,
+    }
+    error
+        .and_then(|e| serde_json::from_str::<ErrorObject<'a>>(e.get()).ok())
+        .and_then(|e| e.kind)
+        .filter(|k| !k.as_str().is_empty())
+        .map_or(std::borrow::Cow::Borrowed("error"), |k| k.0)
+}
+
+/// The fields of one payload that metering reads.
+#[derive(Deserialize)]
+struct Doc<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<Str<'a>>,
+    #[serde(borrow)]
+    message: Option<MessageFields<'a>>,
+    #[serde(borrow)]
+    content_block: Option<Block<'a>>,
+    #[serde(borrow)]
+    delta: Option<Delta<'a>>,
+    usage: Option<WireUsage>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+    // A whole (non-streamed) message's fields share the top level.
+    #[serde(borrow)]
+    id: Option<Str<'a>>,
+    #[serde(borrow)]
+    model: Option<Str<'a>>,
+    #[serde(borrow)]
+    content: Option<AnyContent<Block<'a>>>,
+    #[serde(borrow)]
+    stop_reason: Option<Str<'a>>,
+}
+
+/// The `message` object in `message_start` (its content is always empty).
+#[derive(Deserialize)]
+struct MessageFields<'a> {
+    #[serde(borrow)]
+    id: Option<Str<'a>>,
+    #[serde(borrow)]
+    model: Option<Str<'a>>,
+    usage: Option<WireUsage>,
+    #[serde(borrow)]
+    stop_reason: Option<Str<'a>>,
+}
+
+/// A message's metered fields, wherever they were found.
+struct MessageView<'s, 'a> {
+    id: Option<&'s Str<'a>>,
+    model: Option<&'s Str<'a>>,
+    content: Option<&'s AnyContent<Block<'a>>>,
+    usage: Option<&'s WireUsage>,
+    stop_reason: Option<&'s Str<'a>>,
+}
+
+/// A content block, in a whole message or a `content_block_start`.
+#[derive(Deserialize)]
+struct Block<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<Str<'a>>,
+    #[serde(borrow)]
+    text: Option<&'a RawValue>,
+    #[serde(borrow)]
+    thinking: Option<&'a RawValue>,
+    /// `redacted_thinking` payload.
+    #[serde(borrow)]
+    data: Option<&'a RawValue>,
+}
+
+impl Block<'_> {
+    /// A block start counts only when it already carries text; a tool
+    /// call's start (name only) does not, its arguments follow as deltas.
+    fn starts_with_content(&self) -> bool {
+        non_empty(self.text) || non_empty(self.thinking) || non_empty(self.data)
+    }
+}
+
+impl HasContent for Block<'_> {
+    /// In a whole message, a tool call is output in itself.
+    fn has_content(&self) -> bool {
+        let tool = self
+            .kind
+            .as_ref()
+            .is_some_and(|k| matches!(k.as_str(), "tool_use" | "server_tool_use" | "mcp_tool_use"));
+        tool || self.starts_with_content()
+    }
+}
+
+/// A `content_block_delta` or `message_delta` delta.
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(borrow)]
+    text: Option<&'a RawValue>,
+    #[serde(borrow)]
+    partial_json: Option<&'a RawValue>,
+    #[serde(borrow)]
+    thinking: Option<&'a RawValue>,
+    #[serde(borrow)]
+    stop_reason: Option<Str<'a>>,
+}
+
+impl Delta<'_> {
+    /// Text, tool arguments or thinking; a `signature_delta` is not output.
+    fn has_content(&self) -> bool {
+        non_empty(self.text) || non_empty(self.partial_json) || non_empty(self.thinking)
+    }
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::tests::{Summary, fixture};
+
+    fn usage(uncached: u64, output: u64, cache_read: u64, cache_creation: u64) -> Usage {
+        Usage {
+            input: Some(uncached + cache_read + cache_creation),
+            output: Some(output),
+            cache_read: Some(cache_read),
+            cache_creation: Some(cache_creation),
+            reasoning: None,
+        }
+    }
+
+    fn expect(name: &str, expected: Summary) {
+        let (got, _, result) = fixture(name).run();
+        assert_eq!(result, Ok(()), "{name}: parses without error");
+        assert_eq!(got, expected, "{name}: summary");
+    }
+
+    fn summary(content: u32, model: &str, id: &str, finish: &[&str], done: u32) -> Summary {
+        Summary {
+            content_frames: content,
+            pieces: content,
+            model: Some(model.to_owned()),
+            response_id: Some(id.to_owned()),
+            finish: finish.iter().map(|s| s.to_string()).collect(),
+            done,
+            ..Summary::default()
+        }
+    }
+
+    #[test]
+    fn text_stream() {
+        let mut s = summary(
+            3,
+            "claude-sonnet-4-20250514",
+            "msg_01XFDUDYJgAACzvnptvVoYEL",
+            &["end_turn"],
+            1,
+        );
+        s.usage = usage(472, 27, 2048, 0);
+        expect("anthropic/messages_stream.sse", s);
+    }
+
+    #[test]
+    fn tool_use_stream() {
+        // 2 text deltas; the tool_use start and the empty first partial_json
+        // are not content; 4 argument pieces are.
+        let mut s = summary(
+            6,
+            "claude-opus-4-1-20250805",
+            "msg_014p7gG3wDgGV9EUtLvnow3U",
+            &["tool_use"],
+            1,
+        );
+        s.usage = usage(472, 89, 0, 1536);
+        expect("anthropic/messages_stream_tool_use.sse", s);
+    }
+
+    #[test]
+    fn thinking_stream() {
+        // 3 thinking deltas and 1 text delta; the signature is not content.
+        let mut s = summary(
+            4,
+            "claude-3-7-sonnet-20250219",
+            "msg_01Hn2rQa8Vt5LkZx3Wm7Pb9Y",
+            &["end_turn"],
+            1,
+        );
+        s.usage = usage(36, 118, 0, 0);
+        expect("anthropic/messages_stream_thinking.sse", s);
+    }
+
+    #[test]
+    fn stream_with_error_event() {
+        let mut s = summary(
+            2,
+            "claude-sonnet-4-20250514",
+            "msg_01Ab3Cd5Ef7Gh9Ij1Kl3Mn5P",
+            &[],
+            0,
+        );
+        s.usage = usage(1024, 1, 0, 0);
+        s.errors = vec!["overloaded_error".into()];
+        expect("anthropic/messages_stream_error.sse", s);
+    }
+
+    #[test]
+    fn whole_message() {
+        let mut s = summary(
+            1,
+            "claude-sonnet-4-20250514",
+            "msg_01EcyWo6m4hyW8KHs2y2pei5",
+            &["end_turn"],
+            0,
+        );
+        s.usage = usage(21, 10, 0, 0);
+        expect("anthropic/message.json", s);
+    }
+
+    #[test]
+    fn error_body() {
+        let s = Summary {
+            errors: vec!["invalid_request_error".into()],
+            ..Summary::default()
+        };
+        expect("anthropic/error.json", s);
+    }
+
+    /// Feed SSE data payloads, without `event:` lines, to one adapter.
+    fn sse(payloads: &[&str]) -> Result<Summary, AdapterError> {
+        let mut adapter = AnthropicAdapter::new();
+        let mut s = Summary::default();
+        for data in payloads {
+            let frame = Frame::Sse {
+                event: b"",
+                data: data.as_bytes(),
+            };
+            adapter.on_frame(frame, &mut |e| s.record(e))?;
+        }
+        Ok(s)
+    }
+
+    fn content(data: &str) -> u32 {
+        sse(&[data]).expect("valid payload").pieces
+    }
+
+    #[test]
+    fn what_counts_as_content() {
+        let start =
+            |b: &str| format!(r#"{{"type":"content_block_start","index":0,"content_block":{b}}}"#);
+        assert_eq!(
+            content(&start(r#"{"type":"text","text":""}"#)),
+            0,
+            "empty text start"
+        );
+        assert_eq!(
+            content(&start(r#"{"type":"text","text":"Hi"}"#)),
+            1,
+            "text start with text"
+        );
+        assert_eq!(
+            content(&start(
+                r#"{"type":"tool_use","id":"toolu_1","name":"f","input":{}}"#
+            )),
+            0,
+            "tool_use start"
+        );
+        assert_eq!(
+            content(&start(
+                r#"{"type":"thinking","thinking":"","signature":""}"#
+            )),
+            0,
+            "thinking start"
+        );
+        assert_eq!(
+            content(&start(r#"{"type":"redacted_thinking","data":"EmwKAhgB"}"#)),
+            1,
+            "redacted thinking"
+        );
+        let delta = |d: &str| format!(r#"{{"type":"content_block_delta","index":0,"delta":{d}}}"#);
+        assert_eq!(
+            content(&delta(r#"{"type":"text_delta","text":"a"}"#)),
+            1,
+            "text_delta"
+        );
+        assert_eq!(
+            content(&delta(r#"{"type":"text_delta","text":"\n\n"}"#)),
+            1,
+            "escaped text"
+        );
+        assert_eq!(
+            content(&delta(r#"{"type":"text_delta","text":""}"#)),
+            0,
+            "empty text_delta"
+        );
+        assert_eq!(
+            content(&delta(r#"{"type":"input_json_delta","partial_json":""}"#)),
+            0,
+            "empty partial_json"
+        );
+        assert_eq!(
+            content(&delta(
+                r#"{"type":"input_json_delta","partial_json":"{\"a\""}"#
+            )),
+            1,
+            "partial_json"
+        );
+        assert_eq!(
+            content(&delta(r#"{"type":"thinking_delta","thinking":"so"}"#)),
+            1,
+            "thinking_delta"
+        );
+        assert_eq!(
+            content(&delta(r#"{"type":"signature_delta","signature":"EqQB"}"#)),
+            0,
+            "signature_delta"
+        );
+        for quiet in [
+            r#"{"type": "ping"}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"future_event","x":1}"#,
+        ] {
+            assert_eq!(sse(&[quiet]).expect("valid"), Summary::default(), "{quiet}");
+        }
+    }
+
+    #[test]
+    fn usage_is_cumulative_and_later_reports_win() {
+        let s = sse(&[
+            r#"{"type":"message_start","message":{"id":"msg_1","model":"claude","usage":{"input_tokens":10,"cache_read_input_tokens":100,"output_tokens":1}}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":null},"usage":{"output_tokens":5}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"input_tokens":12,"output_tokens":9}}"#,
+            r#"{"type":"message_stop"}"#,
+        ])
+        .expect("valid");
+        let want = Usage {
+            input: Some(112),
+            output: Some(9),
+            cache_read: Some(100),
+            cache_creation: None,
+            reasoning: None,
+        };
+        assert_eq!(
+            (s.usage, s.finish, s.done),
+            (want, vec!["max_tokens".to_owned()], 1)
+        );
+    }
+
+    #[test]
+    fn error_kind_falls_back() {
+        assert_eq!(
+            sse(&[r#"{"type":"error","error":{"type":"api_error","message":"m"}}"#])
+                .expect("valid")
+                .errors,
+            ["api_error"]
+        );
+        assert_eq!(
+            sse(&[r#"{"type":"error","error":"boom"}"#])
+                .expect("valid")
+                .errors,
+            ["error"]
+        );
+        assert_eq!(
+            sse(&[r#"{"type":"error"}"#]).expect("valid").errors,
+            ["error"]
+        );
+    }
+
+    #[test]
+    fn whole_message_with_only_a_tool_call_is_content() {
+        let body = r#"{"id":"msg_1","type":"message","model":"claude","content":[{"type":"text","text":""},{"type":"tool_use","id":"toolu_1","name":"f","input":{"a":1}}],"stop_reason":"tool_use","usage":{"input_tokens":3,"output_tokens":4}}"#;
+        let mut adapter = AnthropicAdapter::new();
+        let mut s = Summary::default();
+        adapter
+            .on_frame(Frame::Json(body.as_bytes()), &mut |e| s.record(e))
+            .expect("valid");
+        assert_eq!((s.pieces, s.finish), (1, vec!["tool_use".to_owned()]));
+        let empty = r#"{"id":"msg_2","type":"message","model":"claude","content":[],"stop_reason":"end_turn"}"#;
+        let mut s = Summary::default();
+        adapter
+            .on_frame(Frame::Json(empty.as_bytes()), &mut |e| s.record(e))
+            .expect("valid");
+        assert_eq!(s.pieces, 0, "no content blocks");
+    }
+
+    #[test]
+    fn malformed_payloads_are_errors() {
+        assert!(sse(&[r#"{"type":"content_block_delta","delta":"#]).is_err());
+        assert!(sse(&["event: ping"]).is_err());
+        assert_eq!(
+            sse(&["", " "]).expect("blank data is skipped"),
+            Summary::default()
+        );
+    }
 }

@@ -1,9 +1,863 @@
-//! OpenAI (stub).
+//! OpenAI adapter: chat completions, legacy completions, Responses and
+//! embeddings frames (streamed or whole) in, metering events out.
+//!
+//! Each frame is deserialized once into borrowed structs that keep only the
+//! fields metering needs; text is never copied, only checked for being
+//! non-empty through `RawValue`.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::Deserialize;
+use serde::de::{Deserializer, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+use super::{AdapterError, Event, Operation, Usage};
 use crate::framing::Frame;
-use super::{AdapterError, Event, Operation};
+
+/// Finish reasons kept per frame; more choices than this are not reported.
+const MAX_FINISH_REASONS: usize = 16;
+
+/// Adapter state for one OpenAI response.
 #[derive(Debug)]
-pub struct OpenaiAdapter;
+pub struct OpenaiAdapter {
+    operation: Option<Operation>,
+    /// Model and id are reported once: every chunk repeats them.
+    model_seen: bool,
+    id_seen: bool,
+}
+
 impl OpenaiAdapter {
-    pub fn new(_op: Option<Operation>) -> Self { OpenaiAdapter }
-    pub fn on_frame(&mut self, _f: Frame<'_>, _out: &mut dyn FnMut(Event<'_>)) -> Result<(), AdapterError> { Ok(()) }
+    /// An adapter for a response to `operation` (`None` when unknown; the
+    /// payload's shape then decides).
+    pub fn new(operation: Option<Operation>) -> Self {
+        OpenaiAdapter {
+            operation,
+            model_seen: false,
+            id_seen: false,
+        }
+    }
+
+    /// Map one frame to zero or more events.
+    pub fn on_frame(
+        &mut self,
+        frame: Frame<'_>,
+        out: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), AdapterError> {
+        match frame {
+            Frame::Sse { data, .. } => {
+                let data = data.trim_ascii();
+                if data.is_empty() {
+                    Ok(())
+                } else if data == b"[DONE]" {
+                    out(Event::Done);
+                    Ok(())
+                } else {
+                    self.on_json(data, false, out)
+                }
+            }
+            Frame::Json(body) => self.on_json(body, true, out),
+        }
+    }
+
+    fn on_json(
+        &mut self,
+        data: &[u8],
+        whole: bool,
+        out: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), AdapterError> {
+        let doc: Doc<'_> = serde_json::from_slice(data)
+            .map_err(|_| AdapterError("malformed OpenAI JSON payload"))?;
+        match doc.kind.as_ref().map(Str::as_str) {
+            Some(kind) if kind.starts_with("response.") => {
+                self.on_response_event(kind, &doc, out);
+                return Ok(());
+            }
+            Some("error") => {
+                out(Event::Error {
+                    kind: &error_kind(doc.error, doc.code),
+                });
+                return Ok(());
+            }
+            _ => {}
+        }
+        if doc.error.is_some() {
+            out(Event::Error {
+                kind: &error_kind(doc.error, None),
+            });
+        }
+        self.identify(doc.model.as_ref(), doc.id.as_ref(), out);
+        if let Some(choices) = &doc.choices {
+            if choices.pieces > 0 {
+                let pieces = if whole { 1 } else { choices.pieces };
+                out(Event::Content { pieces });
+            }
+        }
+        let is_response_body = doc
+            .object
+            .as_ref()
+            .is_some_and(|o| o.as_str() == "response");
+        if is_response_body && non_empty(doc.output) {
+            out(Event::Content { pieces: 1 });
+        }
+        if let Some(usage) = &doc.usage {
+            let embeddings = self.operation == Some(Operation::Embeddings)
+                || doc.object.as_ref().is_some_and(|o| o.as_str() == "list");
+            let mut usage = usage.to_usage();
+            if embeddings && usage.output.is_none() {
+                // Embeddings produce no output tokens; say so exactly.
+                usage.output = Some(0);
+            }
+            out(Event::Usage(usage));
+        }
+        if let Some(choices) = &doc.choices {
+            for reason in &choices.finish {
+                out(Event::FinishReason(reason.as_str()));
+            }
+        }
+        if is_response_body {
+            emit_finish(doc.status.as_ref(), doc.incomplete_details.as_ref(), out);
+        }
+        Ok(())
+    }
+
+    /// Report the model and response id the first time each appears.
+    fn identify(
+        &mut self,
+        model: Option<&Str<'_>>,
+        id: Option<&Str<'_>>,
+        out: &mut dyn FnMut(Event<'_>),
+    ) {
+        if !self.model_seen {
+            self.model_seen = emit_str(model, Event::Model, out);
+        }
+        if !self.id_seen {
+            self.id_seen = emit_str(id, Event::ResponseId, out);
+        }
+    }
+
+    /// One Responses API streaming event (`type: "response.*"`).
+    fn on_response_event(&mut self, kind: &str, doc: &Doc<'_>, out: &mut dyn FnMut(Event<'_>)) {
+        if kind.ends_with(".delta") && non_empty(doc.delta) {
+            out(Event::Content { pieces: 1 });
+        }
+        let Some(response) = &doc.response else {
+            return;
+        };
+        self.identify(response.model.as_ref(), response.id.as_ref(), out);
+        if let Some(usage) = &response.usage {
+            out(Event::Usage(usage.to_usage()));
+        }
+        match kind {
+            "response.completed" | "response.incomplete" => {
+                emit_finish(
+                    response.status.as_ref(),
+                    response.incomplete_details.as_ref(),
+                    out,
+                );
+                out(Event::Done);
+            }
+            "response.failed" => {
+                let kind = match response.error {
+                    Some(_) => error_kind(response.error, None),
+                    None => Cow::Borrowed("response_failed"),
+                };
+                out(Event::Error { kind: &kind });
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A Responses finish reason: why it stopped early, else its status.
+fn emit_finish(
+    status: Option<&Str<'_>>,
+    incomplete: Option<&Incomplete<'_>>,
+    out: &mut dyn FnMut(Event<'_>),
+) {
+    let reason = incomplete.and_then(|i| i.reason.as_ref()).or(status);
+    emit_str(reason, Event::FinishReason, out);
+}
+
+/// Emit a non-empty string as `event`; say whether it was emitted.
+fn emit_str<'s>(
+    value: Option<&'s Str<'_>>,
+    event: fn(&'s str) -> Event<'s>,
+    out: &mut dyn FnMut(Event<'_>),
+) -> bool {
+    match value.map(Str::as_str).filter(|s| !s.is_empty()) {
+        Some(s) => {
+            out(event(s));
+            true
+        }
+        None => false,
+    }
+}
+
+/// `error.type`, else `error.code` (or a top-level `code`), else "error".
+fn error_kind<'a>(error: Option<&'a RawValue>, code: Option<&'a RawValue>) -> Cow<'a, str> {
+    #[derive(Deserialize)]
+    struct ErrorObject<'a> {
+        #[serde(borrow, rename = "type")]
+        kind: Option<Str<'a>>,
+        #[serde(borrow)]
+        code: Option<&'a RawValue>,
+    }
+    let mut code = code;
+    if let Some(error) = error.filter(|e| e.get().starts_with('{')) {
+        if let Ok(obj) = serde_json::from_str::<ErrorObject<'a>>(error.get()) {
+            if let Some(kind) = obj.kind.filter(|k| !k.as_str().is_empty()) {
+                return kind.0;
+            }
+            code = obj.code.or(code);
+        }
+    }
+    match code.map(RawValue::get) {
+        Some(raw) if raw.starts_with('"') => match serde_json::from_str::<Str<'a>>(raw) {
+            Ok(s) if !s.as_str().is_empty() => s.0,
+            _ => Cow::Borrowed("error"),
+        },
+        Some(raw) if raw.bytes().all(|b| b.is_ascii_digit()) => Cow::Borrowed(raw),
+        _ => Cow::Borrowed("error"),
+    }
+}
+
+/// The fields of one payload that metering reads. Chat chunks, completion
+/// chunks, Responses events and whole bodies all fit this shape.
+#[derive(Deserialize)]
+struct Doc<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<Str<'a>>,
+    #[serde(borrow)]
+    object: Option<Str<'a>>,
+    #[serde(borrow)]
+    id: Option<Str<'a>>,
+    #[serde(borrow)]
+    model: Option<Str<'a>>,
+    #[serde(borrow)]
+    choices: Option<Choices<'a>>,
+    usage: Option<WireUsage>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+    #[serde(borrow)]
+    code: Option<&'a RawValue>,
+    #[serde(borrow)]
+    delta: Option<&'a RawValue>,
+    #[serde(borrow)]
+    response: Option<ResponseBody<'a>>,
+    #[serde(borrow)]
+    status: Option<Str<'a>>,
+    #[serde(borrow)]
+    incomplete_details: Option<Incomplete<'a>>,
+    #[serde(borrow)]
+    output: Option<&'a RawValue>,
+}
+
+/// The `response` object inside Responses streaming events.
+#[derive(Deserialize)]
+struct ResponseBody<'a> {
+    #[serde(borrow)]
+    id: Option<Str<'a>>,
+    #[serde(borrow)]
+    model: Option<Str<'a>>,
+    usage: Option<WireUsage>,
+    #[serde(borrow)]
+    status: Option<Str<'a>>,
+    #[serde(borrow)]
+    incomplete_details: Option<Incomplete<'a>>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Incomplete<'a> {
+    #[serde(borrow)]
+    reason: Option<Str<'a>>,
+}
+
+/// Usage in either naming: chat (`prompt_tokens`) or Responses (`input_tokens`).
+#[derive(Deserialize)]
+struct WireUsage {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    prompt_tokens_details: Option<Details>,
+    completion_tokens_details: Option<Details>,
+    input_tokens_details: Option<Details>,
+    output_tokens_details: Option<Details>,
+}
+
+#[derive(Deserialize)]
+struct Details {
+    cached_tokens: Option<u64>,
+    reasoning_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    fn to_usage(&self) -> Usage {
+        let input_details = self
+            .prompt_tokens_details
+            .as_ref()
+            .or(self.input_tokens_details.as_ref());
+        let output_details = self
+            .completion_tokens_details
+            .as_ref()
+            .or(self.output_tokens_details.as_ref());
+        Usage {
+            input: self.prompt_tokens.or(self.input_tokens),
+            output: self.completion_tokens.or(self.output_tokens),
+            cache_read: input_details.and_then(|d| d.cached_tokens),
+            cache_creation: None,
+            reasoning: output_details.and_then(|d| d.reasoning_tokens),
+        }
+    }
+}
+
+/// `choices`, folded while parsing: how many carry content, and the
+/// finish reasons (allocates only when a choice finishes).
+#[derive(Default)]
+struct Choices<'a> {
+    pieces: u32,
+    finish: Vec<Str<'a>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Choices<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array of choices")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Choices<'a>, A::Error> {
+                let mut choices = Choices::default();
+                while let Some(choice) = seq.next_element::<Choice<'a>>()? {
+                    if choice.has_content() {
+                        choices.pieces = choices.pieces.saturating_add(1);
+                    }
+                    if let Some(reason) = choice.finish_reason {
+                        if choices.finish.len() < MAX_FINISH_REASONS {
+                            choices.finish.push(reason);
+                        }
+                    }
+                }
+                Ok(choices)
+            }
+        }
+        d.deserialize_seq(V(PhantomData))
+    }
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(borrow)]
+    delta: Option<Message<'a>>,
+    #[serde(borrow)]
+    message: Option<Message<'a>>,
+    /// Legacy completions.
+    #[serde(borrow)]
+    text: Option<&'a RawValue>,
+    #[serde(borrow)]
+    finish_reason: Option<Str<'a>>,
+}
+
+impl Choice<'_> {
+    fn has_content(&self) -> bool {
+        self.delta.as_ref().is_some_and(Message::has_content)
+            || self.message.as_ref().is_some_and(Message::has_content)
+            || non_empty(self.text)
+    }
+}
+
+/// A chat `delta` or `message`.
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow)]
+    refusal: Option<&'a RawValue>,
+    #[serde(borrow)]
+    reasoning_content: Option<&'a RawValue>,
+    #[serde(borrow)]
+    reasoning: Option<&'a RawValue>,
+    #[serde(borrow)]
+    tool_calls: Option<AnyContent<ToolCall<'a>>>,
+    /// The deprecated single `function_call`.
+    #[serde(borrow)]
+    function_call: Option<Function<'a>>,
+}
+
+impl Message<'_> {
+    fn has_content(&self) -> bool {
+        non_empty(self.content)
+            || non_empty(self.refusal)
+            || non_empty(self.reasoning_content)
+            || non_empty(self.reasoning)
+            || self.tool_calls.as_ref().is_some_and(|t| t.0)
+            || self
+                .function_call
+                .as_ref()
+                .is_some_and(HasContent::has_content)
+    }
+}
+
+#[derive(Deserialize)]
+struct ToolCall<'a> {
+    #[serde(borrow)]
+    function: Option<Function<'a>>,
+}
+
+impl HasContent for ToolCall<'_> {
+    fn has_content(&self) -> bool {
+        self.function.as_ref().is_some_and(HasContent::has_content)
+    }
+}
+
+#[derive(Deserialize)]
+struct Function<'a> {
+    #[serde(borrow)]
+    name: Option<&'a RawValue>,
+    #[serde(borrow)]
+    arguments: Option<&'a RawValue>,
+}
+
+impl HasContent for Function<'_> {
+    fn has_content(&self) -> bool {
+        non_empty(self.name) || non_empty(self.arguments)
+    }
+}
+
+/// A JSON value that is present and not `""`, `[]` or `{}` (`null` never
+/// reaches here: `Option` turns it into `None`).
+pub(super) fn non_empty(raw: Option<&RawValue>) -> bool {
+    raw.is_some_and(|r| !matches!(r.get(), "\"\"" | "[]" | "{}" | "null"))
+}
+
+/// An element type that may or may not carry output content.
+pub(super) trait HasContent {
+    fn has_content(&self) -> bool;
+}
+
+/// An array folded while parsing into "does any element carry content".
+pub(super) struct AnyContent<T>(pub bool, PhantomData<T>);
+
+impl<'de, T: Deserialize<'de> + HasContent> Deserialize<'de> for AnyContent<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de> + HasContent> Visitor<'de> for V<T> {
+            type Value = AnyContent<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<AnyContent<T>, A::Error> {
+                let mut any = false;
+                while let Some(item) = seq.next_element::<T>()? {
+                    any |= item.has_content();
+                }
+                Ok(AnyContent(any, PhantomData))
+            }
+        }
+        d.deserialize_seq(V(PhantomData))
+    }
+}
+
+/// A JSON string borrowed from the payload when it has no escapes
+/// (`Option<Cow<str>>` with `#[serde(borrow)]` would always copy).
+pub(super) struct Str<'a>(pub Cow<'a, str>);
+
+impl Str<'_> {
+    pub(super) fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Str<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Str<'a>, E> {
+                Ok(Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Str<'a>, E> {
+                Ok(Str(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(V(PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::tests::{Summary, fixture};
+
+    fn usage(input: u64, output: u64, cached: u64, reasoning: u64) -> Usage {
+        Usage {
+            input: Some(input),
+            output: Some(output),
+            cache_read: Some(cached),
+            cache_creation: None,
+            reasoning: Some(reasoning),
+        }
+    }
+
+    fn summary(content: u32, model: &str, id: &str, finish: &[&str]) -> Summary {
+        Summary {
+            content_frames: content,
+            pieces: content,
+            model: Some(model.to_owned()),
+            response_id: (!id.is_empty()).then(|| id.to_owned()),
+            finish: finish.iter().map(|s| s.to_string()).collect(),
+            ..Summary::default()
+        }
+    }
+
+    /// Parse a fixture whole and compare with what it should amount to.
+    fn expect(name: &str, expected: Summary) {
+        let (got, _, result) = fixture(name).run();
+        assert_eq!(result, Ok(()), "{name}: parses without error");
+        assert_eq!(got, expected, "{name}: summary");
+    }
+
+    #[test]
+    fn chat_stream_with_usage() {
+        let mut s = summary(
+            9,
+            "gpt-4o-mini-2024-07-18",
+            "chatcmpl-BxY8pQ2mKf3r7VtH1nZcL0aWdE9sJ",
+            &["stop"],
+        );
+        s.usage = usage(19, 9, 0, 0);
+        s.done = 1;
+        expect("openai/chat_stream_usage.sse", s);
+    }
+
+    #[test]
+    fn chat_stream_without_usage() {
+        let mut s = summary(
+            6,
+            "gpt-4o-2024-08-06",
+            "chatcmpl-BxYA1k9sVb2MwTq7Rr3eLhU0cNg5X",
+            &["stop"],
+        );
+        s.done = 1;
+        expect("openai/chat_stream.sse", s.clone());
+        expect("openai/chat_stream_crlf.sse", s);
+    }
+
+    #[test]
+    fn chat_stream_with_tool_calls() {
+        // The first chunk names the tool (content), then 11 argument pieces.
+        let mut s = summary(
+            12,
+            "gpt-4o-2024-08-06",
+            "chatcmpl-BxYB7nR2dQw0pLk4Hs9Jt1Ve6Yc3M",
+            &["tool_calls"],
+        );
+        s.usage = usage(85, 18, 0, 0);
+        s.done = 1;
+        expect("openai/chat_stream_tool_calls.sse", s);
+    }
+
+    #[test]
+    fn chat_stream_with_mid_stream_error() {
+        let mut s = summary(
+            3,
+            "gpt-4o-2024-08-06",
+            "chatcmpl-BxYC3aB8eT5qWn1Kz6Lp0Xr9Dm2Fs",
+            &[],
+        );
+        s.errors = vec!["server_error".into()];
+        expect("openai/chat_stream_error.sse", s);
+    }
+
+    #[test]
+    fn azure_filter_chunks_are_not_content() {
+        let mut s = summary(
+            4,
+            "gpt-4o-2024-11-20",
+            "chatcmpl-BxYDq4Kc7Nh2Ze8Wv5Ta1Ur3Ps6Jm",
+            &["stop"],
+        );
+        s.done = 1;
+        expect("openai/azure_chat_stream.sse", s);
+    }
+
+    #[test]
+    fn chat_whole_body() {
+        let mut s = summary(
+            1,
+            "o4-mini-2025-04-16",
+            "chatcmpl-BxYFa2Ts8Lk5Wq0Rn3Ve7Hc1Mz9Pj",
+            &["stop"],
+        );
+        s.usage = usage(1536, 210, 1024, 192);
+        expect("openai/chat.json", s);
+    }
+
+    #[test]
+    fn legacy_completions_stream() {
+        let mut s = summary(
+            6,
+            "gpt-3.5-turbo-instruct:20230824-v2",
+            "cmpl-BxYEw7Lm3Qa9Vt2Rk5Hn0Jc8Zp4Xs",
+            &["length"],
+        );
+        s.done = 1;
+        expect("openai/completions_stream.sse", s);
+    }
+
+    #[test]
+    fn responses_stream() {
+        // 3 reasoning-summary deltas and 4 output-text deltas.
+        let id = "resp_6887a1f3c2e08191b5a7d4e2f90c13ab0d9e4f6a7b8c9d01";
+        let mut s = summary(7, "o4-mini-2025-04-16", id, &["completed"]);
+        s.usage = usage(37, 150, 0, 128);
+        s.done = 1;
+        expect("openai/responses_stream.sse", s);
+    }
+
+    #[test]
+    fn responses_whole_body() {
+        let id = "resp_6887a1f3c2e08191b5a7d4e2f90c13ab0d9e4f6a7b8c9d01";
+        let mut s = summary(1, "o4-mini-2025-04-16", id, &["completed"]);
+        s.usage = usage(37, 150, 0, 128);
+        expect("openai/responses.json", s);
+    }
+
+    #[test]
+    fn responses_failed_stream() {
+        let id = "resp_6887a2b0e5f48190a9b8c7d6e5f4a3b20c1d2e3f4a5b6c7d";
+        let mut s = summary(2, "gpt-4.1-2025-04-14", id, &[]);
+        s.errors = vec!["server_error".into()];
+        expect("openai/responses_failed_stream.sse", s);
+    }
+
+    #[test]
+    fn embeddings_have_input_and_no_output() {
+        let mut s = summary(0, "text-embedding-3-small", "", &[]);
+        s.usage = Usage {
+            input: Some(8),
+            output: Some(0),
+            ..Usage::default()
+        };
+        expect("openai/embeddings.json", s);
+    }
+
+    /// Feed SSE data payloads (and optionally whole bodies) to one adapter.
+    fn sse(payloads: &[&str]) -> Result<Summary, AdapterError> {
+        let mut adapter = OpenaiAdapter::new(Some(Operation::ChatCompletions));
+        let mut s = Summary::default();
+        for data in payloads {
+            let frame = Frame::Sse {
+                event: b"",
+                data: data.as_bytes(),
+            };
+            adapter.on_frame(frame, &mut |e| s.record(e))?;
+        }
+        Ok(s)
+    }
+
+    fn json(body: &str) -> Result<Summary, AdapterError> {
+        let mut adapter = OpenaiAdapter::new(None);
+        let mut s = Summary::default();
+        adapter.on_frame(Frame::Json(body.as_bytes()), &mut |e| s.record(e))?;
+        Ok(s)
+    }
+
+    fn content(data: &str) -> u32 {
+        sse(&[data]).expect("valid payload").pieces
+    }
+
+    #[test]
+    fn what_counts_as_content() {
+        let delta =
+            |d: &str| format!(r#"{{"choices":[{{"index":0,"delta":{d},"finish_reason":null}}]}}"#);
+        assert_eq!(
+            content(&delta(r#"{"role":"assistant","content":""}"#)),
+            0,
+            "role only"
+        );
+        assert_eq!(content(&delta(r#"{"content":null}"#)), 0, "null content");
+        assert_eq!(content(&delta("{}")), 0, "empty delta");
+        assert_eq!(content(r#"{"choices":[]}"#), 0, "no choices");
+        assert_eq!(content(&delta(r#"{"content":"\n"}"#)), 1, "escaped newline");
+        assert_eq!(
+            content(&delta(r#"{"content":"\"q\""}"#)),
+            1,
+            "escaped quotes"
+        );
+        assert_eq!(content(&delta(r#"{"refusal":"I can't"}"#)), 1, "refusal");
+        assert_eq!(
+            content(&delta(r#"{"reasoning_content":"hmm"}"#)),
+            1,
+            "reasoning_content"
+        );
+        assert_eq!(content(&delta(r#"{"reasoning":"hmm"}"#)), 1, "reasoning");
+        assert_eq!(
+            content(&delta(r#"{"content":[]}"#)),
+            0,
+            "empty content parts"
+        );
+        let tool = |f: &str| {
+            delta(&format!(
+                r#"{{"tool_calls":[{{"index":0,"function":{f}}}]}}"#
+            ))
+        };
+        assert_eq!(content(&tool(r#"{"arguments":""}"#)), 0, "empty arguments");
+        assert_eq!(content(&tool(r#"{"arguments":"{\"a"}"#)), 1, "arguments");
+        assert_eq!(
+            content(&tool(r#"{"name":"f","arguments":""}"#)),
+            1,
+            "tool name"
+        );
+        assert_eq!(
+            content(&delta(r#"{"function_call":{"arguments":"x"}}"#)),
+            1,
+            "legacy function_call"
+        );
+        let legacy = |t: &str| format!(r#"{{"choices":[{{"text":{t},"index":0}}]}}"#);
+        assert_eq!(content(&legacy(r#""""#)), 0, "empty legacy text");
+        assert_eq!(content(&legacy(r#""hi""#)), 1, "legacy text");
+        let azure = r#"{"choices":[{"content_filter_offsets":{"check_offset":1},"content_filter_results":{"hate":{"filtered":false}},"finish_reason":null,"index":0}],"id":"","model":""}"#;
+        assert_eq!(
+            sse(&[azure]).expect("valid"),
+            Summary::default(),
+            "Azure annotation"
+        );
+        let two = r#"{"choices":[{"index":0,"delta":{"content":"a"}},{"index":1,"delta":{"content":"b"}}]}"#;
+        assert_eq!(content(two), 2, "one piece per choice with content");
+    }
+
+    #[test]
+    fn usage_null_is_ignored_and_done_is_reported() {
+        let s = sse(&[r#"{"choices":[],"usage":null}"#, " [DONE] "]).expect("valid");
+        assert_eq!((s.usage, s.done), (Usage::default(), 1));
+    }
+
+    #[test]
+    fn model_and_id_are_reported_once() {
+        let chunk = r#"{"id":"c1","model":"m","choices":[{"index":0,"delta":{"content":"x"}}]}"#;
+        let mut adapter = OpenaiAdapter::new(None);
+        let mut log = Vec::new();
+        for _ in 0..3 {
+            let frame = Frame::Sse {
+                event: b"",
+                data: chunk.as_bytes(),
+            };
+            adapter
+                .on_frame(frame, &mut |e| log.push(format!("{e:?}")))
+                .expect("valid");
+        }
+        assert_eq!(
+            log.iter().filter(|e| e.starts_with("Model")).count(),
+            1,
+            "{log:?}"
+        );
+        assert_eq!(
+            log.iter().filter(|e| e.starts_with("ResponseId")).count(),
+            1,
+            "{log:?}"
+        );
+    }
+
+    #[test]
+    fn error_kinds() {
+        let kind = |body: &str| json(body).expect("valid").errors;
+        assert_eq!(
+            kind(r#"{"error":{"message":"m","type":"invalid_request_error","code":"x"}}"#),
+            ["invalid_request_error"]
+        );
+        assert_eq!(
+            kind(r#"{"error":{"message":"m","type":null,"code":"rate_limit_exceeded"}}"#),
+            ["rate_limit_exceeded"]
+        );
+        assert_eq!(kind(r#"{"error":{"message":"m","code":429}}"#), ["429"]);
+        assert_eq!(kind(r#"{"error":{"message":"m"}}"#), ["error"]);
+        assert_eq!(kind(r#"{"error":"upstream exploded"}"#), ["error"]);
+        assert_eq!(
+            kind(
+                r#"{"type":"error","code":"ERR_SOMETHING","message":"m","param":null,"sequence_number":4}"#
+            ),
+            ["ERR_SOMETHING"]
+        );
+        assert_eq!(
+            kind(r#"{"type":"error","error":{"type":"server_error","message":"m"}}"#),
+            ["server_error"]
+        );
+        assert!(
+            kind(r#"{"id":"resp_1","object":"response","error":null,"output":[]}"#).is_empty(),
+            "error: null"
+        );
+        let failed =
+            r#"{"type":"response.failed","response":{"id":"r","status":"failed","error":null}}"#;
+        assert_eq!(sse(&[failed]).expect("valid").errors, ["response_failed"]);
+    }
+
+    #[test]
+    fn responses_incomplete_reports_its_reason() {
+        let ev = r#"{"type":"response.incomplete","response":{"id":"r","model":"m","status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"usage":{"input_tokens":5,"output_tokens":16}}}"#;
+        let s = sse(&[ev]).expect("valid");
+        assert_eq!(s.finish, ["max_output_tokens"]);
+        assert_eq!(
+            (s.usage.input, s.usage.output, s.done),
+            (Some(5), Some(16), 1)
+        );
+    }
+
+    #[test]
+    fn responses_events_without_text_are_not_content() {
+        for ev in [
+            r#"{"type":"response.output_text.delta","delta":""}"#,
+            r#"{"type":"response.output_text.done","text":"Hello"}"#,
+            r#"{"type":"response.content_part.added","part":{"type":"output_text","text":""}}"#,
+            r#"{"type":"response.output_item.added","item":{"type":"function_call","name":"f"}}"#,
+        ] {
+            assert_eq!(content(ev), 0, "{ev}");
+        }
+        assert_eq!(
+            content(r#"{"type":"response.function_call_arguments.delta","delta":"{\""}"#),
+            1
+        );
+        assert_eq!(
+            content(r#"{"type":"response.reasoning_text.delta","delta":"so"}"#),
+            1
+        );
+    }
+
+    #[test]
+    fn whole_body_with_several_choices() {
+        let body = r#"{"id":"c","model":"m","choices":[{"index":0,"message":{"content":"a"},"finish_reason":"stop"},{"index":1,"message":{"content":"b"},"finish_reason":"length"}]}"#;
+        let s = json(body).expect("valid");
+        assert_eq!(
+            (s.pieces, s.finish.clone()),
+            (1, vec!["stop".to_owned(), "length".to_owned()])
+        );
+        let tool = r#"{"choices":[{"index":0,"message":{"content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#;
+        assert_eq!(
+            json(tool).expect("valid").pieces,
+            1,
+            "a tool call is content"
+        );
+    }
+
+    #[test]
+    fn malformed_payloads_are_errors() {
+        assert!(sse(&["{\"choices\":"]).is_err(), "truncated JSON");
+        assert!(sse(&["not json"]).is_err(), "not JSON");
+        assert!(
+            sse(&[r#"{"usage":{"prompt_tokens":-1}}"#]).is_err(),
+            "negative count"
+        );
+        assert_eq!(
+            sse(&["", "  "]).expect("blank data is skipped"),
+            Summary::default()
+        );
+    }
 }
