@@ -1,49 +1,423 @@
 //! Telemetry: finished `Measurement`s in; OTLP spans and metrics, and one
 //! access-log line per request, out. Never blocks the request path.
+//!
+//! Everything here is owned by one `Telemetry` value (no global providers),
+//! so several instances can live in one process. Exports run on the SDK's
+//! batch threads; `begin` and `finish` only record.
+
+pub mod attrs;
+pub mod cardinality;
+mod export;
+mod instruments;
+mod log;
+mod span;
+
+pub use self::log::init_logging;
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use http::HeaderMap;
+use opentelemetry::metrics::{BoundHistogram, MeterProvider as _, UpDownCounter};
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::{
+    Span as _, SpanKind, TraceContextExt, Tracer as _, TracerProvider as _,
+};
+use opentelemetry::{Context, InstrumentationScope, KeyValue};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterProvider};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanExporter, TracerProviderBuilder};
 
+use self::attrs::*;
+use self::cardinality::CardinalityGuard;
+use self::export::DropCounts;
+use self::instruments::Instruments;
+use self::log::access_log;
+use self::span::{HeaderInjector, TraceHeaders, end_span, error_type, span_start_attributes};
 use crate::config::TelemetryConfig;
 use crate::meter::{Measurement, Recorder, RequestFacts};
+use crate::providers::Operation;
+
+/// Longest wait for flush and shutdown.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Distinct `error.type` metric values before `other` (values come from
+/// upstream bodies, so they are capped like models).
+const MAX_ERROR_TYPES: usize = 64;
 
 /// Process-wide telemetry: providers, instruments, cardinality guards.
-/// Cheap to share (`Arc`).
+/// Cheap to clone and share.
+#[derive(Debug, Clone)]
+pub struct Telemetry {
+    inner: Arc<Inner>,
+}
+
 #[derive(Debug)]
-pub struct Telemetry {}
+struct Inner {
+    tracer_provider: SdkTracerProvider,
+    meter_provider: SdkMeterProvider,
+    tracer: SdkTracer,
+    propagator: TraceContextPropagator,
+    instruments: Instruments,
+    models: CardinalityGuard,
+    response_models: CardinalityGuard,
+    tenants: CardinalityGuard,
+    error_types: CardinalityGuard,
+    drops: Arc<DropCounts>,
+    access_log: bool,
+}
 
 /// Telemetry could not start (bad exporter settings).
 #[derive(Debug, thiserror::Error)]
 #[error("telemetry: {0}")]
 pub struct TelemetryError(pub String);
 
+/// Telemetry that never reached the collector, since start-up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Dropped {
+    /// Spans dropped by the full batch queue or in failed exports.
+    pub spans: u64,
+    /// Metric data points in failed exports.
+    pub data_points: u64,
+}
+
 impl Telemetry {
     /// Build exporters and instruments once at start-up. Must run inside the
-    /// tokio runtime.
-    pub fn init(_cfg: &TelemetryConfig) -> Result<Telemetry, TelemetryError> {
-        Ok(Telemetry {})
+    /// tokio runtime (the gRPC exporter's channel lives there).
+    pub fn init(cfg: &TelemetryConfig) -> Result<Telemetry, TelemetryError> {
+        let drops = Arc::new(DropCounts::default());
+        let mut traces = SdkTracerProvider::builder();
+        let mut meters = SdkMeterProvider::builder();
+        let mut readers = 0;
+        if cfg.otlp_enabled {
+            let spans = export::otlp_spans(cfg)?;
+            let metrics = export::otlp_metrics(cfg)?;
+            (traces, meters) = with_exporters(cfg, &drops, traces, meters, spans, metrics);
+            readers += 1;
+        }
+        // Further metric readers (e.g. Prometheus) go here, one line each:
+        // `(meters, readers) = (meters.with_reader(r), readers + 1);`
+        Ok(Telemetry::build(cfg, drops, traces, meters, readers > 0))
+    }
+
+    /// Like `init`, with the given exporters in place of OTLP (whatever
+    /// `otlp_enabled` says), behind the same batching and drop counting.
+    #[doc(hidden)]
+    pub fn init_with<S, M>(cfg: &TelemetryConfig, spans: S, metrics: M) -> Telemetry
+    where
+        S: SpanExporter + 'static,
+        M: PushMetricExporter,
+    {
+        let drops = Arc::new(DropCounts::default());
+        let (traces, meters) = with_exporters(
+            cfg,
+            &drops,
+            SdkTracerProvider::builder(),
+            SdkMeterProvider::builder(),
+            spans,
+            metrics,
+        );
+        Telemetry::build(cfg, drops, traces, meters, true)
+    }
+
+    fn build(
+        cfg: &TelemetryConfig,
+        drops: Arc<DropCounts>,
+        traces: TracerProviderBuilder,
+        meters: MeterProviderBuilder,
+        has_reader: bool,
+    ) -> Telemetry {
+        let resource = resource(cfg);
+        let tracer_provider = traces.with_resource(resource.clone()).build();
+        let meter_provider = meters.with_resource(resource).build();
+        let scope = InstrumentationScope::builder(SCOPE)
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .build();
+        let tracer = tracer_provider.tracer_with_scope(scope.clone());
+        let meter = meter_provider.meter_with_scope(scope);
+        // An observable instrument with no reader only logs an SDK error.
+        let instruments = Instruments::new(&meter, has_reader.then(|| drops.clone()));
+        let inner = Inner {
+            tracer_provider,
+            meter_provider,
+            tracer,
+            propagator: TraceContextPropagator::new(),
+            instruments,
+            models: CardinalityGuard::new(cfg.max_models),
+            response_models: CardinalityGuard::new(cfg.max_models),
+            tenants: CardinalityGuard::new(cfg.max_tenants),
+            error_types: CardinalityGuard::new(MAX_ERROR_TYPES),
+            drops,
+            access_log: cfg.access_log,
+        };
+        Telemetry {
+            inner: Arc::new(inner),
+        }
     }
 
     /// Start one request's telemetry: a span continuing the client's W3C
     /// trace context from `headers`, plus the per-request recorder.
-    pub fn begin(&self, _facts: &RequestFacts, _headers: &HeaderMap) -> RequestTelemetry {
-        RequestTelemetry {}
+    pub fn begin(&self, facts: &RequestFacts, headers: &HeaderMap) -> RequestTelemetry {
+        let inner = &self.inner;
+        let op = facts.operation.map_or(OPERATION_UNKNOWN, Operation::name);
+        let provider = facts.provider.as_str();
+
+        let mut attrs = Vec::with_capacity(14);
+        attrs.push(KeyValue::new(GEN_AI_OPERATION_NAME, op));
+        attrs.push(KeyValue::new(GEN_AI_PROVIDER_NAME, provider));
+        if let Some(model) = &facts.request_model {
+            attrs.push(KeyValue::new(
+                GEN_AI_REQUEST_MODEL,
+                inner.models.admit(model),
+            ));
+        }
+        attrs.push(KeyValue::new(SERVER_ADDRESS, facts.server_address.clone()));
+        attrs.push(KeyValue::new(SERVER_PORT, i64::from(facts.server_port)));
+        attrs.push(KeyValue::new(ROUTE, facts.route.clone()));
+        if let Some(tenant) = &facts.tenant {
+            attrs.push(KeyValue::new(TENANT, inner.tenants.admit(tenant)));
+        }
+        attrs.push(KeyValue::new(GEN_AI_REQUEST_STREAM, facts.stream));
+
+        // Per-chunk recording goes through handles bound here, once.
+        let gaps = facts.stream.then(|| ChunkGaps {
+            per_chunk: inner.instruments.time_per_output_chunk.bind(&attrs),
+            gap: inner.instruments.chunk_gap.bind(&attrs),
+        });
+        let active = ActiveRequest::start(
+            inner.instruments.streams_active.clone(),
+            [
+                KeyValue::new(ROUTE, facts.route.clone()),
+                KeyValue::new(GEN_AI_PROVIDER_NAME, provider),
+            ],
+        );
+
+        let parent = inner.propagator.extract(&TraceHeaders(headers));
+        let name = match &facts.request_model {
+            Some(model) => format!("{op} {model}"),
+            None => op.to_owned(),
+        };
+        let span = inner
+            .tracer
+            .span_builder(name)
+            .with_kind(SpanKind::Client)
+            .with_start_time(facts.start_wall)
+            .with_attributes(span_start_attributes(facts, op))
+            .start_with_context(&inner.tracer, &parent);
+
+        RequestTelemetry {
+            inner: self.inner.clone(),
+            span,
+            attrs,
+            gaps,
+            _active: active,
+        }
     }
 
-    /// Flush and stop exporters (bounded wait).
-    pub fn shutdown(&self) {}
+    /// Flush pending spans and metrics (bounded wait).
+    pub fn flush(&self) {
+        off_runtime(|| {
+            let _ = self.inner.tracer_provider.force_flush();
+            let _ = self.inner.meter_provider.force_flush();
+        });
+    }
+
+    /// Flush and stop exporters (bounded wait). Later calls do nothing.
+    /// Call it before the last clone is dropped: dropping shuts down too,
+    /// but blocks the dropping thread.
+    pub fn shutdown(&self) {
+        off_runtime(|| {
+            let _ = self
+                .inner
+                .tracer_provider
+                .shutdown_with_timeout(SHUTDOWN_TIMEOUT);
+            let _ = self
+                .inner
+                .meter_provider
+                .shutdown_with_timeout(SHUTDOWN_TIMEOUT);
+        });
+    }
+
+    /// Telemetry dropped so far (also exported as `tokentap.telemetry.dropped`).
+    pub fn dropped(&self) -> Dropped {
+        Dropped {
+            spans: self.inner.drops.spans(),
+            data_points: self.inner.drops.data_points(),
+        }
+    }
+}
+
+/// Attach the span and metric pipelines for the given exporters.
+fn with_exporters<S, M>(
+    cfg: &TelemetryConfig,
+    drops: &Arc<DropCounts>,
+    traces: TracerProviderBuilder,
+    meters: MeterProviderBuilder,
+    spans: S,
+    metrics: M,
+) -> (TracerProviderBuilder, MeterProviderBuilder)
+where
+    S: SpanExporter + 'static,
+    M: PushMetricExporter,
+{
+    let processor = export::span_processor(spans, drops.clone());
+    let reader =
+        PeriodicReader::builder(export::CountingMetricExporter::new(metrics, drops.clone()))
+            .with_interval(cfg.metrics_export_interval)
+            .build();
+    (
+        traces.with_span_processor(processor),
+        meters.with_reader(reader),
+    )
+}
+
+fn resource(cfg: &TelemetryConfig) -> Resource {
+    // `Resource::builder` also reads OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME;
+    // configured values win.
+    Resource::builder()
+        .with_attributes(
+            cfg.resource_attributes
+                .iter()
+                .map(|(k, v)| KeyValue::new(k.clone(), v.clone())),
+        )
+        .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+        .with_service_name(cfg.service_name.clone())
+        .build()
+}
+
+/// Run a blocking SDK call without stalling a tokio worker the exporter may need.
+fn off_runtime<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
+/// Per-chunk histograms, bound to the request's attributes.
+struct ChunkGaps {
+    per_chunk: BoundHistogram<f64>,
+    gap: BoundHistogram<f64>,
+}
+
+/// `tokentap.streams.active`: +1 on start, −1 when dropped (finished or not).
+struct ActiveRequest {
+    counter: UpDownCounter<i64>,
+    attrs: [KeyValue; 2],
+}
+
+impl ActiveRequest {
+    fn start(counter: UpDownCounter<i64>, attrs: [KeyValue; 2]) -> ActiveRequest {
+        counter.add(1, &attrs);
+        ActiveRequest { counter, attrs }
+    }
+}
+
+impl Drop for ActiveRequest {
+    fn drop(&mut self) {
+        self.counter.add(-1, &self.attrs);
+    }
 }
 
 /// One request's span and pre-built metric attributes.
-#[derive(Debug)]
-pub struct RequestTelemetry {}
+pub struct RequestTelemetry {
+    inner: Arc<Inner>,
+    span: opentelemetry_sdk::trace::Span,
+    /// Bounded metric attributes known at `begin`.
+    attrs: Vec<KeyValue>,
+    gaps: Option<ChunkGaps>,
+    _active: ActiveRequest,
+}
+
+impl std::fmt::Debug for RequestTelemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestTelemetry")
+            .field("span", &self.span.span_context())
+            .field("attrs", &self.attrs)
+            .finish_non_exhaustive()
+    }
+}
 
 impl RequestTelemetry {
     /// Write `traceparent` (and `tracestate`) for the upstream request so the
     /// provider call sits inside this request's span.
-    pub fn inject(&self, _headers: &mut HeaderMap) {}
+    pub fn inject(&self, headers: &mut HeaderMap) {
+        let cx = Context::new().with_remote_span_context(self.span.span_context().clone());
+        self.inner
+            .propagator
+            .inject_context(&cx, &mut HeaderInjector(headers));
+    }
 }
 
 impl Recorder for RequestTelemetry {
-    fn chunk_gap(&mut self, _gap: std::time::Duration) {}
-    fn finish(self: Box<Self>, _m: Measurement) {}
+    fn chunk_gap(&mut self, gap: Duration) {
+        if let Some(g) = &self.gaps {
+            let secs = gap.as_secs_f64();
+            g.per_chunk.record(secs);
+            g.gap.record(secs);
+        }
+    }
+
+    fn finish(self: Box<Self>, m: Measurement) {
+        let this = *self;
+        this.record_metrics(&m);
+        if this.inner.access_log {
+            access_log(&m, &this.span);
+        }
+        end_span(this.span, &m);
+    }
 }
+
+impl RequestTelemetry {
+    fn record_metrics(&self, m: &Measurement) {
+        let inner = &self.inner;
+        let ins = &inner.instruments;
+        let mut attrs = self.attrs.clone();
+        attrs.push(KeyValue::new(OUTCOME, m.outcome.as_str()));
+        attrs.push(KeyValue::new(TOKENS_ESTIMATED, m.estimated()));
+        if let Some(model) = &m.response_model {
+            attrs.push(KeyValue::new(
+                GEN_AI_RESPONSE_MODEL,
+                inner.response_models.admit(model),
+            ));
+        }
+        if let Some(err) = error_type(m) {
+            attrs.push(KeyValue::new(ERROR_TYPE, inner.error_types.admit(err)));
+        }
+
+        let duration = m.duration.as_secs_f64();
+        ins.operation_duration.record(duration, &attrs);
+        ins.server_request_duration.record(duration, &attrs);
+        ins.requests.add(1, &attrs);
+        if let Some(ttft) = m.time_to_first_token {
+            ins.server_ttft.record(ttft.as_secs_f64(), &attrs);
+            if m.request.stream {
+                ins.time_to_first_chunk.record(ttft.as_secs_f64(), &attrs);
+            }
+        }
+        if let Some(tpot) = m.time_per_output_token() {
+            ins.server_tpot.record(tpot.as_secs_f64(), &attrs);
+        }
+        if let Some(tps) = m.decode_tokens_per_second() {
+            ins.decode_tps.record(tps, &attrs);
+        }
+        if let (Some(stall), true) = (m.max_gap, m.request.stream) {
+            ins.max_stall.record(stall.as_secs_f64(), &attrs);
+        }
+
+        let input = m.usage.input;
+        let output = m.output_tokens.or(m.usage.output);
+        for (count, kind) in [(input, TOKEN_INPUT), (output, TOKEN_OUTPUT)] {
+            if let Some(n) = count {
+                attrs.push(KeyValue::new(GEN_AI_TOKEN_TYPE, kind));
+                ins.token_usage.record(n, &attrs);
+                attrs.pop();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

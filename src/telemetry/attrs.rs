@@ -1,0 +1,67 @@
+//! Names: every metric name, attribute key and fixed value telemetry emits,
+//! in one place. GenAI names follow the OpenTelemetry GenAI semantic
+//! conventions (Development stability); `tokentap.*` names are our own.
+
+// Metric names.
+pub const M_OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
+pub const M_TOKEN_USAGE: &str = "gen_ai.client.token.usage";
+pub const M_TIME_TO_FIRST_CHUNK: &str = "gen_ai.client.operation.time_to_first_chunk";
+pub const M_TIME_PER_OUTPUT_CHUNK: &str = "gen_ai.client.operation.time_per_output_chunk";
+pub const M_SERVER_TTFT: &str = "gen_ai.server.time_to_first_token";
+pub const M_SERVER_TPOT: &str = "gen_ai.server.time_per_output_token";
+pub const M_SERVER_REQUEST_DURATION: &str = "gen_ai.server.request.duration";
+pub const M_DECODE_TPS: &str = "tokentap.decode.tokens_per_second";
+pub const M_CHUNK_GAP: &str = "tokentap.chunk.gap";
+pub const M_MAX_STALL: &str = "tokentap.stream.max_stall";
+pub const M_REQUESTS: &str = "tokentap.requests";
+pub const M_STREAMS_ACTIVE: &str = "tokentap.streams.active";
+pub const M_TELEMETRY_DROPPED: &str = "tokentap.telemetry.dropped";
+
+// Semantic-convention attribute keys.
+pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
+pub const GEN_AI_PROVIDER_NAME: &str = "gen_ai.provider.name";
+pub const GEN_AI_REQUEST_MODEL: &str = "gen_ai.request.model";
+pub const GEN_AI_REQUEST_STREAM: &str = "gen_ai.request.stream";
+pub const GEN_AI_RESPONSE_MODEL: &str = "gen_ai.response.model";
+pub const GEN_AI_RESPONSE_ID: &str = "gen_ai.response.id";
+pub const GEN_AI_RESPONSE_FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+pub const GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: &str = "gen_ai.response.time_to_first_chunk";
+pub const GEN_AI_TOKEN_TYPE: &str = "gen_ai.token.type";
+pub const GEN_AI_USAGE_INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
+pub const GEN_AI_USAGE_OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
+pub const GEN_AI_USAGE_CACHE_READ: &str = "gen_ai.usage.cache_read.input_tokens";
+pub const GEN_AI_USAGE_CACHE_CREATION: &str = "gen_ai.usage.cache_creation.input_tokens";
+pub const GEN_AI_USAGE_REASONING: &str = "gen_ai.usage.reasoning.output_tokens";
+pub const SERVER_ADDRESS: &str = "server.address";
+pub const SERVER_PORT: &str = "server.port";
+pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
+pub const ERROR_TYPE: &str = "error.type";
+
+// tokentap attribute keys.
+pub const ROUTE: &str = "tokentap.route";
+pub const TENANT: &str = "tokentap.tenant";
+pub const OUTCOME: &str = "tokentap.outcome";
+pub const TOKENS_ESTIMATED: &str = "tokentap.tokens.estimated";
+pub const TOKENS_SOURCE: &str = "tokentap.tokens.source";
+pub const DECODE_TPS: &str = "tokentap.decode.tokens_per_second";
+pub const MAX_STALL: &str = "tokentap.max_stall";
+pub const TTFB: &str = "tokentap.ttfb";
+pub const REQUEST_BODY: &str = "tokentap.request.body";
+pub const UNMETERED: &str = "tokentap.unmetered";
+pub const UNMETERED_DETAIL: &str = "tokentap.unmetered.detail";
+pub const SIGNAL: &str = "signal";
+
+// Fixed values.
+pub const TOKEN_INPUT: &str = "input";
+pub const TOKEN_OUTPUT: &str = "output";
+/// `gen_ai.operation.name` when the endpoint was not recognised.
+pub const OPERATION_UNKNOWN: &str = "unknown";
+/// A capped label's value once its cap is reached.
+pub const OTHER: &str = "other";
+pub const SIGNAL_SPANS: &str = "spans";
+pub const SIGNAL_METRICS: &str = "metrics";
+
+/// Span event at the first content chunk.
+pub const EVENT_FIRST_TOKEN: &str = "first_token";
+/// Instrumentation scope name for the tracer and meter.
+pub const SCOPE: &str = "tokentap";

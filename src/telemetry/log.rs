@@ -1,0 +1,52 @@
+//! Logs: a finished `Measurement` in, one structured access-log line
+//! (target `tokentap::access`) out; plus the process's subscriber setup.
+//! Never headers or bodies.
+
+use std::time::Duration;
+
+use opentelemetry::trace::Span as _;
+
+use crate::config::LogFormat;
+use crate::meter::Measurement;
+
+/// One structured line per request. Never headers or bodies.
+pub fn access_log(m: &Measurement, span: &opentelemetry_sdk::trace::Span) {
+    let sc = span.span_context();
+    tracing::info!(
+        target: "tokentap::access",
+        route = &*m.request.route,
+        status = m.status,
+        outcome = m.outcome.as_str(),
+        model = m.request.request_model.as_deref(),
+        response_model = m.response_model.as_deref(),
+        tenant = m.request.tenant.as_deref(),
+        stream = m.request.stream,
+        ttft_ms = m.time_to_first_token.map(millis),
+        tpot_ms = m.time_per_output_token().map(millis),
+        decode_tps = m.decode_tokens_per_second(),
+        tokens_in = m.usage.input,
+        tokens_out = m.output_tokens.or(m.usage.output),
+        estimated = m.estimated(),
+        max_stall_ms = m.max_gap.map(millis),
+        duration_ms = millis(m.duration),
+        error = m.error_type.as_deref(),
+        trace_id = sc.is_valid().then(|| sc.trace_id().to_string()).as_deref(),
+        "request"
+    );
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Install the process's `tracing` subscriber: text or JSON lines, filtered
+/// by `RUST_LOG` (default `info`). A second call does nothing.
+pub fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}

@@ -1,0 +1,151 @@
+//! Spans: request facts and client trace headers in; the request's CLIENT
+//! span (GenAI attributes, first-token event, status, end time) and the
+//! upstream `traceparent` out.
+
+use http::HeaderMap;
+use opentelemetry::propagation::{Extractor, Injector};
+use opentelemetry::trace::{Span as _, Status};
+use opentelemetry::{Array, KeyValue, StringValue, Value};
+
+use super::attrs::*;
+use crate::meter::{Measurement, Outcome, RequestFacts, Unmetered};
+
+/// Attributes known when the span starts (visible to samplers).
+pub fn span_start_attributes(facts: &RequestFacts, op: &'static str) -> Vec<KeyValue> {
+    let mut a = Vec::with_capacity(10);
+    a.push(KeyValue::new(GEN_AI_OPERATION_NAME, op));
+    a.push(KeyValue::new(GEN_AI_PROVIDER_NAME, facts.provider.as_str()));
+    if let Some(model) = &facts.request_model {
+        a.push(KeyValue::new(GEN_AI_REQUEST_MODEL, model.clone()));
+    }
+    a.push(KeyValue::new(GEN_AI_REQUEST_STREAM, facts.stream));
+    a.push(KeyValue::new(SERVER_ADDRESS, facts.server_address.clone()));
+    a.push(KeyValue::new(SERVER_PORT, i64::from(facts.server_port)));
+    a.push(KeyValue::new(ROUTE, facts.route.clone()));
+    if let Some(tenant) = &facts.tenant {
+        a.push(KeyValue::new(TENANT, tenant.clone()));
+    }
+    a.push(KeyValue::new(REQUEST_BODY, facts.request_body.as_str()));
+    a
+}
+
+/// Read-only view of the client's headers that exposes only the W3C trace
+/// context: nothing else in the request head reaches telemetry.
+pub struct TraceHeaders<'a>(pub &'a HeaderMap);
+
+const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
+
+impl Extractor for TraceHeaders<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        let key = TRACE_HEADERS
+            .into_iter()
+            .find(|h| h.eq_ignore_ascii_case(key))?;
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        TRACE_HEADERS
+            .into_iter()
+            .filter(|h| self.0.contains_key(*h))
+            .collect()
+    }
+}
+
+/// Writes the propagated trace headers into the upstream request's head.
+pub struct HeaderInjector<'a>(pub &'a mut HeaderMap);
+
+impl Injector for HeaderInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        // An empty `tracestate` is the same as none; do not send the header.
+        if value.is_empty() {
+            return;
+        }
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(key.as_bytes()),
+            http::HeaderValue::from_str(&value),
+        ) {
+            self.0.insert(name, value);
+        }
+    }
+}
+
+/// `error.type` when the request did not complete.
+pub fn error_type(m: &Measurement) -> Option<&str> {
+    (m.outcome != Outcome::Complete).then(|| m.error_type.as_deref().unwrap_or(m.outcome.as_str()))
+}
+
+pub fn end_span(mut span: opentelemetry_sdk::trace::Span, m: &Measurement) {
+    let start = m.request.start_wall;
+    span.set_attributes(span_finish_attributes(m));
+    if let Some(ttft) = m.time_to_first_token {
+        span.add_event_with_timestamp(EVENT_FIRST_TOKEN, start + ttft, Vec::new());
+    }
+    if let Some(err) = error_type(m) {
+        span.set_status(Status::error(err.to_owned()));
+    }
+    span.end_with_timestamp(start + m.duration);
+}
+
+fn span_finish_attributes(m: &Measurement) -> Vec<KeyValue> {
+    let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let mut a = Vec::with_capacity(24);
+    let mut opt = |key: &'static str, v: Option<Value>| {
+        if let Some(v) = v {
+            a.push(KeyValue::new(key, v));
+        }
+    };
+    opt(
+        GEN_AI_RESPONSE_MODEL,
+        m.response_model.clone().map(Value::from),
+    );
+    opt(GEN_AI_RESPONSE_ID, m.response_id.clone().map(Value::from));
+    opt(
+        GEN_AI_RESPONSE_FINISH_REASONS,
+        (!m.finish_reasons.is_empty()).then(|| {
+            let v: Vec<StringValue> = m.finish_reasons.iter().map(|r| r.clone().into()).collect();
+            Value::Array(Array::String(v))
+        }),
+    );
+    opt(
+        GEN_AI_USAGE_INPUT_TOKENS,
+        m.usage.input.map(|v| int(v).into()),
+    );
+    opt(
+        GEN_AI_USAGE_OUTPUT_TOKENS,
+        m.output_tokens.or(m.usage.output).map(|v| int(v).into()),
+    );
+    opt(
+        GEN_AI_USAGE_CACHE_READ,
+        m.usage.cache_read.map(|v| int(v).into()),
+    );
+    opt(
+        GEN_AI_USAGE_CACHE_CREATION,
+        m.usage.cache_creation.map(|v| int(v).into()),
+    );
+    opt(
+        GEN_AI_USAGE_REASONING,
+        m.usage.reasoning.map(|v| int(v).into()),
+    );
+    opt(
+        GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
+        m.time_to_first_token
+            .filter(|_| m.request.stream)
+            .map(|d| d.as_secs_f64().into()),
+    );
+    opt(HTTP_RESPONSE_STATUS_CODE, Some(i64::from(m.status).into()));
+    opt(ERROR_TYPE, error_type(m).map(|e| e.to_owned().into()));
+    opt(OUTCOME, Some(m.outcome.as_str().into()));
+    opt(TOKENS_ESTIMATED, Some(m.estimated().into()));
+    opt(TOKENS_SOURCE, m.token_source.map(|s| s.as_str().into()));
+    opt(DECODE_TPS, m.decode_tokens_per_second().map(Value::from));
+    opt(MAX_STALL, m.max_gap.map(|d| d.as_secs_f64().into()));
+    opt(TTFB, m.time_to_first_byte.map(|d| d.as_secs_f64().into()));
+    let (reason, detail) = match &m.unmetered {
+        Some(Unmetered::UnknownFormat(d)) => (Some("unknown_format"), Some(d.clone())),
+        Some(Unmetered::Encoding(d)) => (Some("encoding"), Some(d.clone())),
+        None => (None, None),
+    };
+    opt(UNMETERED, reason.map(Value::from));
+    opt(UNMETERED_DETAIL, detail.map(Value::from));
+    a
+}

@@ -1,0 +1,790 @@
+//! Tests for `telemetry`: in-memory exporters in, assertions on the spans,
+//! metrics and drop counts that come out.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use http::HeaderMap;
+use opentelemetry::trace::{SpanKind, Status, TraceId};
+use opentelemetry::{KeyValue, Value};
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::{InMemoryMetricExporter, Temporality};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData, SpanExporter};
+
+use super::attrs::*;
+use super::instruments::*;
+use opentelemetry::propagation::Extractor as _;
+
+use super::span::TraceHeaders;
+use super::*;
+use crate::config::{LogFormat, OtlpProtocol, TelemetryConfig};
+use crate::meter::{Measurement, Outcome, RequestBody, RequestFacts, TokenSource};
+use crate::providers::{Operation, ProviderKind, Usage};
+
+const PARENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT_SPAN: &str = "00f067aa0ba902b7";
+
+pub(super) fn config() -> TelemetryConfig {
+    TelemetryConfig {
+        otlp_enabled: false,
+        otlp_endpoint: None,
+        otlp_protocol: OtlpProtocol::HttpProtobuf,
+        otlp_headers: Vec::new(),
+        service_name: "tokentap-test".into(),
+        resource_attributes: vec![("deployment.environment.name".into(), "test".into())],
+        metrics_export_interval: Duration::from_secs(3600),
+        max_models: 10,
+        max_tenants: 10,
+        redact_headers: Vec::new(),
+        access_log: true,
+        log_format: LogFormat::Text,
+    }
+}
+
+struct Harness {
+    telemetry: Telemetry,
+    spans: InMemorySpanExporter,
+    metrics: InMemoryMetricExporter,
+}
+
+fn harness(cfg: TelemetryConfig) -> Harness {
+    let spans = InMemorySpanExporter::default();
+    let metrics = InMemoryMetricExporter::default();
+    let telemetry = Telemetry::init_with(&cfg, spans.clone(), metrics.clone());
+    Harness {
+        telemetry,
+        spans,
+        metrics,
+    }
+}
+
+impl Harness {
+    fn finished_spans(&self) -> Vec<SpanData> {
+        self.telemetry.flush();
+        self.spans.get_finished_spans().expect("in-memory spans")
+    }
+
+    /// The latest cumulative collection.
+    fn collect(&self) -> ResourceMetrics {
+        self.telemetry.flush();
+        let mut all = self
+            .metrics
+            .get_finished_metrics()
+            .expect("in-memory metrics");
+        all.pop().expect("at least one collection after flush")
+    }
+}
+
+fn facts(model: Option<&str>, tenant: Option<&str>, stream: bool) -> RequestFacts {
+    RequestFacts {
+        route: Arc::from("openai"),
+        provider: ProviderKind::Openai,
+        operation: Some(Operation::ChatCompletions),
+        request_model: model.map(str::to_owned),
+        stream,
+        tenant: tenant.map(str::to_owned),
+        server_address: Arc::from("api.openai.com"),
+        server_port: 443,
+        request_body: RequestBody::Sniffed,
+        start_wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+        start: Instant::now(),
+    }
+}
+
+fn measurement(request: RequestFacts) -> Measurement {
+    Measurement {
+        request,
+        outcome: Outcome::Complete,
+        status: 200,
+        error_type: None,
+        response_model: Some("gpt-4o-2024-08-06".into()),
+        response_id: Some("chatcmpl-1".into()),
+        finish_reasons: vec!["stop".into()],
+        usage: Usage {
+            input: Some(12),
+            output: Some(11),
+            cache_read: Some(4),
+            cache_creation: None,
+            reasoning: Some(2),
+        },
+        output_tokens: Some(11),
+        token_source: Some(TokenSource::Provider),
+        content_chunks: 11,
+        time_to_headers: Some(Duration::from_millis(100)),
+        time_to_first_byte: Some(Duration::from_millis(150)),
+        time_to_first_token: Some(Duration::from_millis(200)),
+        time_to_last_token: Some(Duration::from_millis(700)),
+        duration: Duration::from_millis(750),
+        max_gap: Some(Duration::from_millis(80)),
+        response_bytes: 2048,
+        unmetered: None,
+    }
+}
+
+fn traceparent_headers() -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert(
+        "traceparent",
+        format!("00-{PARENT_TRACE}-{PARENT_SPAN}-01")
+            .parse()
+            .expect("hv"),
+    );
+    h.insert("tracestate", "vendor=abc".parse().expect("hv"));
+    h.insert(
+        "authorization",
+        "Bearer sk-secret-value".parse().expect("hv"),
+    );
+    h
+}
+
+fn run(t: &Telemetry, facts: RequestFacts, headers: &HeaderMap, gaps: &[u64]) -> Measurement {
+    let mut rec = Box::new(t.begin(&facts, headers));
+    for g in gaps {
+        rec.chunk_gap(Duration::from_millis(*g));
+    }
+    let m = measurement(facts);
+    rec.finish(m.clone());
+    m
+}
+
+fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a Value> {
+    attrs
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| &kv.value)
+}
+
+/// (bounds, attributes, count, sum) of every data point of a histogram.
+type Points = Vec<(Vec<f64>, Vec<KeyValue>, u64, f64)>;
+
+fn histogram(rm: &ResourceMetrics, name: &str) -> (String, Points) {
+    let metric = rm
+        .scope_metrics()
+        .flat_map(|s| s.metrics())
+        .find(|m| m.name() == name)
+        .unwrap_or_else(|| panic!("metric {name} not exported"));
+    let points = match metric.data() {
+        AggregatedMetrics::F64(MetricData::Histogram(h)) => h
+            .data_points()
+            .map(|p| {
+                (
+                    p.bounds().collect(),
+                    p.attributes().cloned().collect(),
+                    p.count(),
+                    p.sum(),
+                )
+            })
+            .collect(),
+        AggregatedMetrics::U64(MetricData::Histogram(h)) => h
+            .data_points()
+            .map(|p| {
+                (
+                    p.bounds().collect(),
+                    p.attributes().cloned().collect(),
+                    p.count(),
+                    p.sum() as f64,
+                )
+            })
+            .collect(),
+        other => panic!("{name} is not a histogram: {other:?}"),
+    };
+    (metric.unit().to_owned(), points)
+}
+
+fn sum_points(rm: &ResourceMetrics, name: &str) -> Vec<(Vec<KeyValue>, i128)> {
+    let metric = rm
+        .scope_metrics()
+        .flat_map(|s| s.metrics())
+        .find(|m| m.name() == name)
+        .unwrap_or_else(|| panic!("metric {name} not exported"));
+    match metric.data() {
+        AggregatedMetrics::U64(MetricData::Sum(s)) => s
+            .data_points()
+            .map(|p| (p.attributes().cloned().collect(), p.value() as i128))
+            .collect(),
+        AggregatedMetrics::I64(MetricData::Sum(s)) => s
+            .data_points()
+            .map(|p| (p.attributes().cloned().collect(), p.value() as i128))
+            .collect(),
+        other => panic!("{name} is not a sum: {other:?}"),
+    }
+}
+
+#[test]
+fn span_continues_client_trace_with_genai_name_kind_and_times() {
+    let h = harness(config());
+    let f = facts(Some("gpt-4o"), Some("team-a"), true);
+    let start = f.start_wall;
+    run(&h.telemetry, f, &traceparent_headers(), &[]);
+    let spans = h.finished_spans();
+    assert_eq!(spans.len(), 1, "one span per request");
+    let s = &spans[0];
+    assert_eq!(
+        s.name, "chat gpt-4o",
+        "span name is `{{operation}} {{model}}`"
+    );
+    assert_eq!(s.span_kind, SpanKind::Client);
+    assert_eq!(
+        s.span_context.trace_id(),
+        TraceId::from_hex(PARENT_TRACE).expect("hex")
+    );
+    assert_eq!(
+        s.parent_span_id.to_string(),
+        PARENT_SPAN,
+        "parent is the client's span"
+    );
+    assert!(s.parent_span_is_remote, "parent came from traceparent");
+    assert_eq!(
+        s.span_context.trace_state().header(),
+        "vendor=abc",
+        "tracestate carried over"
+    );
+    assert_eq!(
+        s.start_time, start,
+        "span starts at the request's wall time"
+    );
+    assert_eq!(
+        s.end_time,
+        start + Duration::from_millis(750),
+        "span ends at start + duration"
+    );
+    assert_eq!(
+        s.status,
+        Status::Unset,
+        "complete request leaves status unset"
+    );
+    let ev = s.events.events.first().expect("first-token event");
+    assert_eq!(ev.name, EVENT_FIRST_TOKEN);
+    assert_eq!(
+        ev.timestamp,
+        start + Duration::from_millis(200),
+        "event at start + TTFT"
+    );
+}
+
+#[test]
+fn span_without_model_or_parent_is_a_root_named_after_operation() {
+    let h = harness(config());
+    run(
+        &h.telemetry,
+        facts(None, None, false),
+        &HeaderMap::new(),
+        &[],
+    );
+    let s = &h.finished_spans()[0];
+    assert_eq!(s.name, "chat", "no model: span name is the operation");
+    assert_eq!(
+        s.parent_span_id,
+        opentelemetry::trace::SpanId::INVALID,
+        "no traceparent: root span"
+    );
+}
+
+#[test]
+fn span_attributes_follow_conventions_and_keep_real_tenant() {
+    let mut cfg = config();
+    cfg.max_tenants = 0; // every metric tenant becomes `other`; spans keep the real one
+    let h = harness(cfg);
+    run(
+        &h.telemetry,
+        facts(Some("gpt-4o"), Some("team-a"), true),
+        &traceparent_headers(),
+        &[],
+    );
+    let s = &h.finished_spans()[0];
+    let a = &s.attributes;
+    let expect: [(&str, Value); 21] = [
+        (GEN_AI_OPERATION_NAME, "chat".into()),
+        (GEN_AI_PROVIDER_NAME, "openai".into()),
+        (GEN_AI_REQUEST_MODEL, "gpt-4o".into()),
+        (GEN_AI_RESPONSE_MODEL, "gpt-4o-2024-08-06".into()),
+        (GEN_AI_RESPONSE_ID, "chatcmpl-1".into()),
+        (GEN_AI_USAGE_INPUT_TOKENS, 12i64.into()),
+        (GEN_AI_USAGE_OUTPUT_TOKENS, 11i64.into()),
+        (GEN_AI_USAGE_CACHE_READ, 4i64.into()),
+        (GEN_AI_USAGE_REASONING, 2i64.into()),
+        (GEN_AI_REQUEST_STREAM, true.into()),
+        (GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, 0.2.into()),
+        (SERVER_ADDRESS, "api.openai.com".into()),
+        (SERVER_PORT, 443i64.into()),
+        (HTTP_RESPONSE_STATUS_CODE, 200i64.into()),
+        (ROUTE, "openai".into()),
+        (TENANT, "team-a".into()),
+        (OUTCOME, "complete".into()),
+        (TOKENS_ESTIMATED, false.into()),
+        (TOKENS_SOURCE, "provider".into()),
+        (TTFB, 0.15.into()),
+        (REQUEST_BODY, "sniffed".into()),
+    ];
+    for (key, want) in expect {
+        assert_eq!(attr(a, key), Some(&want), "span attribute {key}");
+    }
+    let reasons = attr(a, GEN_AI_RESPONSE_FINISH_REASONS).expect("finish reasons");
+    assert_eq!(
+        reasons.as_str(),
+        "[\"stop\"]",
+        "finish reasons is a string array"
+    );
+    let Some(Value::F64(tps)) = attr(a, DECODE_TPS) else {
+        panic!("decode tps is a double")
+    };
+    assert!(
+        (tps - 20.0).abs() < 1e-9,
+        "decode tps = 10 / 0.5 s, got {tps}"
+    );
+    assert_eq!(
+        attr(a, MAX_STALL),
+        Some(&Value::F64(0.08)),
+        "max stall in seconds"
+    );
+    assert_eq!(attr(a, ERROR_TYPE), None, "no error.type on success");
+    assert_eq!(
+        attr(a, GEN_AI_USAGE_CACHE_CREATION),
+        None,
+        "unreported usage is absent"
+    );
+    for kv in a {
+        assert!(
+            !kv.value.as_str().contains("sk-secret"),
+            "header value leaked into {}",
+            kv.key
+        );
+    }
+}
+
+#[test]
+fn failed_request_sets_error_status_and_type() {
+    let h = harness(config());
+    let f = facts(Some("gpt-4o"), None, true);
+    let mut rec = Box::new(h.telemetry.begin(&f, &HeaderMap::new()));
+    let mut m = measurement(f);
+    m.outcome = Outcome::UpstreamError;
+    m.status = 502;
+    m.error_type = Some("overloaded_error".into());
+    rec.chunk_gap(Duration::from_millis(5));
+    rec.finish(m);
+    let s = &h.finished_spans()[0];
+    assert_eq!(
+        s.status,
+        Status::error("overloaded_error"),
+        "error status with error.type"
+    );
+    assert_eq!(
+        attr(&s.attributes, ERROR_TYPE),
+        Some(&Value::from("overloaded_error"))
+    );
+    let rm = h.collect();
+    let (_, points) = histogram(&rm, M_OPERATION_DURATION);
+    let p = &points[0].1;
+    assert_eq!(
+        attr(p, ERROR_TYPE),
+        Some(&Value::from("overloaded_error")),
+        "metric error.type"
+    );
+    assert_eq!(
+        attr(p, OUTCOME),
+        Some(&Value::from("upstream_error")),
+        "metric outcome"
+    );
+}
+
+#[test]
+fn inject_writes_this_spans_traceparent() {
+    let h = harness(config());
+    let f = facts(Some("gpt-4o"), None, true);
+    let rec = h.telemetry.begin(&f, &traceparent_headers());
+    let mut upstream = HeaderMap::new();
+    rec.inject(&mut upstream);
+    Box::new(rec).finish(measurement(f));
+    let s = &h.finished_spans()[0];
+    let tp = upstream
+        .get("traceparent")
+        .expect("traceparent injected")
+        .to_str()
+        .expect("ascii");
+    let want = format!(
+        "00-{}-{}-01",
+        s.span_context.trace_id(),
+        s.span_context.span_id()
+    );
+    assert_eq!(tp, want, "upstream traceparent names the proxy span");
+    assert_eq!(
+        upstream.get("tracestate").map(|v| v.to_str().ok()),
+        Some(Some("vendor=abc"))
+    );
+    assert!(
+        upstream.get("authorization").is_none(),
+        "inject writes only trace headers"
+    );
+}
+
+#[test]
+fn inject_without_tracestate_sends_no_empty_header() {
+    let h = harness(config());
+    let f = facts(None, None, false);
+    let rec = h.telemetry.begin(&f, &HeaderMap::new());
+    let mut upstream = HeaderMap::new();
+    rec.inject(&mut upstream);
+    assert!(upstream.contains_key("traceparent"), "root span still propagates");
+    assert!(!upstream.contains_key("tracestate"), "empty tracestate is not sent");
+}
+
+#[test]
+fn extractor_sees_only_trace_headers() {
+    let headers = traceparent_headers();
+    let x = TraceHeaders(&headers);
+    assert_eq!(
+        x.get("authorization"),
+        None,
+        "authorization is invisible to telemetry"
+    );
+    let mut keys = x.keys();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        ["traceparent", "tracestate"],
+        "only trace headers are listed"
+    );
+}
+
+#[test]
+fn metrics_have_semconv_names_units_buckets_and_attributes() {
+    let h = harness(config());
+    run(
+        &h.telemetry,
+        facts(Some("gpt-4o"), Some("team-a"), true),
+        &HeaderMap::new(),
+        &[5, 20],
+    );
+    let rm = h.collect();
+    let cases: [(&str, &str, &[f64]); 10] = [
+        (M_OPERATION_DURATION, "s", &DURATION_BUCKETS),
+        (M_SERVER_REQUEST_DURATION, "s", &DURATION_BUCKETS),
+        (M_TIME_TO_FIRST_CHUNK, "s", &DURATION_BUCKETS),
+        (M_TIME_PER_OUTPUT_CHUNK, "s", &DURATION_BUCKETS),
+        (M_SERVER_TTFT, "s", &TTFT_BUCKETS),
+        (M_SERVER_TPOT, "s", &TPOT_BUCKETS),
+        (M_TOKEN_USAGE, "{token}", &TOKEN_BUCKETS),
+        (M_DECODE_TPS, "{token}/s", &TPS_BUCKETS),
+        (M_CHUNK_GAP, "s", &GAP_BUCKETS),
+        (M_MAX_STALL, "s", &STALL_BUCKETS),
+    ];
+    for (name, unit, buckets) in cases {
+        let (u, points) = histogram(&rm, name);
+        assert_eq!(u, unit, "{name} unit");
+        assert!(!points.is_empty(), "{name} recorded");
+        assert_eq!(points[0].0, buckets, "{name} bucket boundaries");
+        let a = &points[0].1;
+        for (key, want) in [
+            (GEN_AI_OPERATION_NAME, Value::from("chat")),
+            (GEN_AI_PROVIDER_NAME, "openai".into()),
+            (GEN_AI_REQUEST_MODEL, "gpt-4o".into()),
+            (SERVER_ADDRESS, "api.openai.com".into()),
+            (SERVER_PORT, 443i64.into()),
+            (ROUTE, "openai".into()),
+            (TENANT, "team-a".into()),
+            (GEN_AI_REQUEST_STREAM, true.into()),
+        ] {
+            assert_eq!(attr(a, key), Some(&want), "{name} attribute {key}");
+        }
+    }
+    let (_, gaps) = histogram(&rm, M_CHUNK_GAP);
+    assert_eq!(gaps[0].2, 2, "two chunk gaps recorded");
+    assert!((gaps[0].3 - 0.025).abs() < 1e-9, "gap sum 5 ms + 20 ms");
+
+    let (_, dur) = histogram(&rm, M_OPERATION_DURATION);
+    let a = &dur[0].1;
+    assert_eq!(attr(a, OUTCOME), Some(&Value::from("complete")));
+    assert_eq!(attr(a, TOKENS_ESTIMATED), Some(&Value::from(false)));
+    assert_eq!(
+        attr(a, GEN_AI_RESPONSE_MODEL),
+        Some(&Value::from("gpt-4o-2024-08-06"))
+    );
+    assert_eq!(attr(a, ERROR_TYPE), None, "no error.type on success");
+    assert!((dur[0].3 - 0.75).abs() < 1e-9, "duration in seconds");
+
+    let (_, tokens) = histogram(&rm, M_TOKEN_USAGE);
+    let by_type = |t: &str| {
+        tokens
+            .iter()
+            .find(|p| attr(&p.1, GEN_AI_TOKEN_TYPE) == Some(&Value::from(t.to_owned())))
+            .map(|p| p.3)
+    };
+    assert_eq!(by_type(TOKEN_INPUT), Some(12.0), "input tokens");
+    assert_eq!(by_type(TOKEN_OUTPUT), Some(11.0), "output tokens");
+
+    let requests = sum_points(&rm, M_REQUESTS);
+    assert_eq!(
+        requests.iter().map(|p| p.1).sum::<i128>(),
+        1,
+        "one request counted"
+    );
+    let active = sum_points(&rm, M_STREAMS_ACTIVE);
+    assert_eq!(
+        active.iter().map(|p| p.1).sum::<i128>(),
+        0,
+        "no request left active"
+    );
+    let dropped = sum_points(&rm, M_TELEMETRY_DROPPED);
+    assert_eq!(
+        dropped.len(),
+        2,
+        "dropped counter has a spans and a metrics series"
+    );
+}
+
+#[test]
+fn non_streaming_request_records_no_streaming_instruments() {
+    let h = harness(config());
+    run(
+        &h.telemetry,
+        facts(Some("gpt-4o"), None, false),
+        &HeaderMap::new(),
+        &[5],
+    );
+    let rm = h.collect();
+    let names: Vec<&str> = rm
+        .scope_metrics()
+        .flat_map(|s| s.metrics())
+        .map(|m| m.name())
+        .collect();
+    for name in [
+        M_TIME_TO_FIRST_CHUNK,
+        M_TIME_PER_OUTPUT_CHUNK,
+        M_CHUNK_GAP,
+        M_MAX_STALL,
+    ] {
+        assert!(
+            !names.contains(&name),
+            "{name} must not be recorded for a non-streaming request"
+        );
+    }
+    assert!(
+        names.contains(&M_SERVER_TTFT),
+        "TTFT (time to full body) still recorded"
+    );
+}
+
+#[test]
+fn active_requests_go_up_on_begin_and_down_on_finish_or_drop() {
+    let h = harness(config());
+    let f = facts(Some("gpt-4o"), None, true);
+    let open = h.telemetry.begin(&f, &HeaderMap::new());
+    let dropped = h.telemetry.begin(&f, &HeaderMap::new());
+    let rm = h.collect();
+    let total = |rm: &ResourceMetrics| {
+        sum_points(rm, M_STREAMS_ACTIVE)
+            .iter()
+            .map(|p| p.1)
+            .sum::<i128>()
+    };
+    assert_eq!(total(&rm), 2, "two requests in flight");
+    drop(dropped);
+    Box::new(open).finish(measurement(f));
+    assert_eq!(
+        total(&h.collect()),
+        0,
+        "finish and drop both end the request"
+    );
+}
+
+#[test]
+fn model_and_tenant_caps_map_new_values_to_other() {
+    let mut cfg = config();
+    cfg.max_models = 1;
+    cfg.max_tenants = 1;
+    let h = harness(cfg);
+    run(
+        &h.telemetry,
+        facts(Some("m1"), Some("t1"), false),
+        &HeaderMap::new(),
+        &[],
+    );
+    run(
+        &h.telemetry,
+        facts(Some("m2"), Some("t2"), false),
+        &HeaderMap::new(),
+        &[],
+    );
+    run(
+        &h.telemetry,
+        facts(Some("m1"), Some("t1"), false),
+        &HeaderMap::new(),
+        &[],
+    );
+    let rm = h.collect();
+    let (_, points) = histogram(&rm, M_OPERATION_DURATION);
+    let count = |model: &str, tenant: &str| {
+        points
+            .iter()
+            .filter(|p| {
+                attr(&p.1, GEN_AI_REQUEST_MODEL) == Some(&Value::from(model.to_owned()))
+                    && attr(&p.1, TENANT) == Some(&Value::from(tenant.to_owned()))
+            })
+            .map(|p| p.2)
+            .sum::<u64>()
+    };
+    assert_eq!(count("m1", "t1"), 2, "first model/tenant keep their values");
+    assert_eq!(count(OTHER, OTHER), 1, "values past the cap become `other`");
+    assert_eq!(points.len(), 2, "no series for m2/t2");
+    let spans = h.finished_spans();
+    let tenants: Vec<_> = spans
+        .iter()
+        .filter_map(|s| attr(&s.attributes, TENANT))
+        .collect();
+    assert!(
+        tenants.contains(&&Value::from("t2")),
+        "span keeps the real tenant past the cap"
+    );
+}
+
+/// A span exporter whose exports always fail.
+#[derive(Debug)]
+struct FailingSpans;
+
+impl SpanExporter for FailingSpans {
+    async fn export(&self, _batch: Vec<SpanData>) -> OTelSdkResult {
+        Err(OTelSdkError::InternalFailure("collector down".into()))
+    }
+}
+
+/// A metric exporter whose exports always fail.
+#[derive(Debug)]
+struct FailingMetrics;
+
+impl PushMetricExporter for FailingMetrics {
+    async fn export(&self, _metrics: &ResourceMetrics) -> OTelSdkResult {
+        Err(OTelSdkError::InternalFailure("collector down".into()))
+    }
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        Ok(())
+    }
+    fn temporality(&self) -> Temporality {
+        Temporality::Cumulative
+    }
+}
+
+#[test]
+fn failed_exports_are_counted_as_dropped() {
+    let t = Telemetry::init_with(&config(), FailingSpans, FailingMetrics);
+    assert_eq!(
+        t.dropped(),
+        Dropped::default(),
+        "nothing dropped before any export"
+    );
+    for _ in 0..3 {
+        run(
+            &t,
+            facts(Some("gpt-4o"), None, true),
+            &HeaderMap::new(),
+            &[5],
+        );
+    }
+    t.flush();
+    let d = t.dropped();
+    assert_eq!(d.spans, 3, "three spans in the failed export");
+    assert!(
+        d.data_points > 10,
+        "every data point of the failed collection counted, got {}",
+        d.data_points
+    );
+}
+
+#[test]
+fn otlp_disabled_still_serves_spans_and_metrics_api() {
+    let t = Telemetry::init(&config()).expect("init without OTLP");
+    let f = facts(Some("gpt-4o"), None, true);
+    let mut rec = Box::new(t.begin(&f, &traceparent_headers()));
+    let mut up = HeaderMap::new();
+    rec.inject(&mut up);
+    let tp = up
+        .get("traceparent")
+        .expect("trace context propagates without export");
+    assert!(
+        tp.to_str().expect("ascii").contains(PARENT_TRACE),
+        "same trace as the client"
+    );
+    rec.chunk_gap(Duration::from_millis(3));
+    rec.finish(measurement(f));
+    t.shutdown();
+    t.shutdown();
+}
+
+#[test]
+fn init_logging_twice_is_harmless() {
+    init_logging(LogFormat::Json);
+    init_logging(LogFormat::Text);
+}
+
+/// Accept one connection on `listener` and return the first bytes sent.
+async fn first_bytes(listener: tokio::net::TcpListener) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let (mut sock, _) = listener.accept().await.expect("accept");
+    let mut buf = vec![0u8; 256];
+    let mut got = 0;
+    while got < 24 {
+        match sock.read(&mut buf[got..]).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+    }
+    buf.truncate(got);
+    buf
+}
+
+async fn export_reaches(protocol: OtlpProtocol) -> Vec<u8> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let mut cfg = config();
+    cfg.otlp_enabled = true;
+    cfg.otlp_protocol = protocol;
+    cfg.otlp_endpoint = Some(format!("http://{addr}"));
+    cfg.otlp_headers = vec![("x-collector-token".into(), "t0k".into())];
+    let t = Telemetry::init(&cfg).expect("init with OTLP");
+    run(
+        &t,
+        facts(Some("gpt-4o"), None, true),
+        &HeaderMap::new(),
+        &[],
+    );
+    let reader = tokio::spawn(first_bytes(listener));
+    let flusher = t.clone();
+    // The export fails (the listener never answers); flush is bounded.
+    let flush = tokio::task::spawn_blocking(move || flusher.flush());
+    let bytes = tokio::time::timeout(Duration::from_secs(10), reader)
+        .await
+        .expect("exporter connected within 10 s")
+        .expect("reader task");
+    let _ = flush.await;
+    tokio::task::spawn_blocking(move || drop(t))
+        .await
+        .expect("drop");
+    bytes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_export_runs_from_the_batch_thread() {
+    let bytes = export_reaches(OtlpProtocol::Grpc).await;
+    assert!(
+        bytes.starts_with(b"PRI * HTTP/2.0"),
+        "gRPC exporter sent an HTTP/2 preface from the batch thread, got {:?}",
+        String::from_utf8_lossy(&bytes)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_export_posts_to_signal_path() {
+    let bytes = export_reaches(OtlpProtocol::HttpProtobuf).await;
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(
+        text.starts_with("POST /v1/traces") || text.starts_with("POST /v1/metrics"),
+        "OTLP/HTTP posts to <endpoint>/v1/<signal>, got {text:?}"
+    );
+}
