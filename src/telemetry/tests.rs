@@ -427,8 +427,14 @@ fn inject_without_tracestate_sends_no_empty_header() {
     let rec = h.telemetry.begin(&f, &HeaderMap::new());
     let mut upstream = HeaderMap::new();
     rec.inject(&mut upstream);
-    assert!(upstream.contains_key("traceparent"), "root span still propagates");
-    assert!(!upstream.contains_key("tracestate"), "empty tracestate is not sent");
+    assert!(
+        upstream.contains_key("traceparent"),
+        "root span still propagates"
+    );
+    assert!(
+        !upstream.contains_key("tracestate"),
+        "empty tracestate is not sent"
+    );
 }
 
 #[test]
