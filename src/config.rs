@@ -222,16 +222,18 @@ pub struct Cli {
 }
 
 /// What to run. `tokentap` with no subcommand means [`Command::Run`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Subcommand)]
+#[derive(Debug, Clone, PartialEq, clap::Subcommand)]
 pub enum Command {
     /// Run the proxy (the default)
     Run,
+    /// Run only the simulated provider (OpenAI- and Anthropic-compatible), for tests and benchmarks
+    Simulate(crate::simulate::SimulateArgs),
 }
 
 impl Cli {
     /// The subcommand, defaulting to [`Command::Run`].
     pub fn command(&self) -> Command {
-        self.command.unwrap_or(Command::Run)
+        self.command.clone().unwrap_or(Command::Run)
     }
 }
 

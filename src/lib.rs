@@ -13,6 +13,7 @@ pub mod meter;
 pub mod providers;
 pub mod route;
 pub mod server;
+pub mod simulate;
 pub mod sniff;
 pub mod telemetry;
 pub mod upstream;

@@ -7,6 +7,9 @@ use tokentap::config::{self, Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Simulate(args) = cli.command() {
+        return block_on(tokentap::simulate::run(args));
+    }
     let config = match config::load(&cli) {
         Ok(c) => c,
         Err(e) => {
@@ -15,6 +18,11 @@ fn main() -> ExitCode {
         }
     };
     tokentap::telemetry::init_logging(config.telemetry.log_format);
+    block_on(run(config))
+}
+
+/// Run `fut` on a multi-threaded runtime; its result becomes the exit code.
+fn block_on(fut: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -25,10 +33,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = match cli.command() {
-        Command::Run => runtime.block_on(run(config)),
-    };
-    match result {
+    match runtime.block_on(fut) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tokentap: {e:#}");

@@ -185,8 +185,9 @@ where
                 // Request trailers are not forwarded; LLM APIs do not use them.
                 Err(_trailers) => break,
             },
-            Some(Err(_)) | None => {
-                // The error (if any) resurfaces when the replay polls `body`.
+            None => break,
+            Some(Err(_)) => {
+                // The error resurfaces when the replay polls `body` again.
                 let sniffed = Sniffed {
                     body: RequestBody::NotJson,
                     ..Sniffed::default()
