@@ -1,6 +1,8 @@
 //! The real binary: flags, config errors, graceful SIGTERM drain, and the
 //! logs it writes (which must hold no secrets).
 
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
 mod support;
 
 use std::time::{Duration, Instant};
@@ -232,4 +234,49 @@ async fn logs_carry_no_secrets() {
             "a secret leaked into the logs: {line}"
         );
     }
+}
+
+#[tokio::test]
+async fn env_layer_overrides_the_file() {
+    let up = Upstream::fixed(script::openai_chat_json("m", "ok", (1, 1))).await;
+    let col = Collector::start().await;
+    let toml = Toml::openai(&up.url()).otlp(&col.endpoint(), "http/protobuf");
+    let bin = Bin::start(
+        &toml,
+        &[],
+        &[("TOKENTAP_TELEMETRY__SERVICE_NAME", "svc-from-env")],
+    )
+    .await;
+    let got = client::fetch(
+        &client::http1(),
+        &Req::post_json(bin.addr, CHAT, script::openai_request("m-env", false, None)),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    let span = col.wait_span_named("chat m-env").await;
+    let out = bin.stop().await;
+    assert_eq!(
+        span.resource.get("service.name").and_then(|v| v.as_str()),
+        Some("svc-from-env"),
+        "TOKENTAP_TELEMETRY__SERVICE_NAME overrides telemetry.service_name from the file; output:\n{out}"
+    );
+}
+
+#[tokio::test]
+async fn bad_env_value_is_an_error_naming_the_variable() {
+    let scratch = Scratch::new("cfg");
+    let path = scratch.write("ok.toml", &Toml::openai("http://127.0.0.1:9").render());
+    let (status, out) = run_bin(
+        &["--config", path.to_str().unwrap()],
+        &[("TOKENTAP_UPSTREAM__CONNECT_TIMEOUT", "soon")],
+    )
+    .await;
+    assert!(
+        !status.success(),
+        "a bad env value must fail startup; output:\n{out}"
+    );
+    assert!(
+        out.contains("connect_timeout") || out.contains("CONNECT_TIMEOUT"),
+        "the error names the key; output:\n{out}"
+    );
 }

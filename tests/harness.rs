@@ -2,6 +2,8 @@
 //! keeps its timing, records requests, reports cancellation; the OTLP
 //! receiver decodes both protocols. If these fail, other failures mean nothing.
 
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
 mod support;
 
 use std::time::Duration;

@@ -1,6 +1,8 @@
 //! Fault paths: each upstream or client failure yields the right status or
 //! body for the client and exactly one span with the right outcome.
 
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
 mod support;
 
 use std::time::{Duration, Instant};
@@ -14,10 +16,6 @@ use support::upstream::BodyEnd;
 use support::{STEP_TIMEOUT, assert_bytes_eq};
 
 const CHAT: &str = "/v1/chat/completions";
-
-async fn span_for(rig: &Rig, model: &str) -> SpanRec {
-    rig.col.wait_span_named(&format!("chat {model}")).await
-}
 
 #[track_caller]
 fn assert_outcome(span: &SpanRec, outcome: &str) {
@@ -42,7 +40,7 @@ fn assert_error_type(span: &SpanRec) {
 #[tokio::test]
 async fn abort_mid_stream_is_upstream_error_with_partial_counts() {
     let spec = StreamSpec::tokens(10, Duration::from_millis(20), Duration::from_millis(10));
-    let rig = Rig::openai(script::openai_abort_after(&spec, 3)).await;
+    let mut rig = Rig::openai(script::openai_abort_after(&spec, 3)).await;
     let got = client::fetch(
         &rig.client,
         &rig.post(CHAT, script::openai_request("m-abort", true, None)),
@@ -55,7 +53,7 @@ async fn abort_mid_stream_is_upstream_error_with_partial_counts() {
         got.text()
     );
     assert_bytes_eq("partial body", &got.body, &rig.up.only().await.sent());
-    let span = span_for(&rig, "m-abort").await;
+    let span = rig.finish("chat m-abort").await;
     assert_outcome(&span, "upstream_error");
     assert_error_type(&span);
     assert_eq!(
@@ -63,14 +61,13 @@ async fn abort_mid_stream_is_upstream_error_with_partial_counts() {
         3.0,
         "partial output tokens counted from the 3 content chunks sent"
     );
-    rig.proxy.shutdown().await;
 }
 
 #[tokio::test]
 async fn status_429_passes_through_and_is_an_error() {
     let reply = script::openai_error(429, "requests", "rate_limit_exceeded", "Rate limit reached");
     let want = reply.body_bytes();
-    let rig = Rig::openai(reply).await;
+    let mut rig = Rig::openai(reply).await;
     let got = client::fetch(
         &rig.client,
         &rig.post(CHAT, script::openai_request("m-429", true, None)),
@@ -83,18 +80,17 @@ async fn status_429_passes_through_and_is_an_error() {
         "retry-after kept"
     );
     assert_bytes_eq("429 body", &got.body, &want);
-    let span = span_for(&rig, "m-429").await;
+    let span = rig.finish("chat m-429").await;
     assert_outcome(&span, "upstream_error");
     assert_error_type(&span);
     assert_eq!(span.status_code, 2, "span status should be Error for a 429");
-    rig.proxy.shutdown().await;
 }
 
 #[tokio::test]
 async fn status_500_anthropic_passes_through_and_is_an_error() {
     let reply = script::anthropic_error(500, "api_error", "Internal server error");
     let want = reply.body_bytes();
-    let rig = Rig::anthropic(reply).await;
+    let mut rig = Rig::anthropic(reply).await;
     let got = client::fetch(
         &rig.client,
         &rig.post(
@@ -105,10 +101,9 @@ async fn status_500_anthropic_passes_through_and_is_an_error() {
     .await;
     assert_eq!(got.status, 500);
     assert_bytes_eq("500 body", &got.body, &want);
-    let span = span_for(&rig, "c-500").await;
+    let span = rig.finish("chat c-500").await;
     assert_outcome(&span, "upstream_error");
     assert_error_type(&span);
-    rig.proxy.shutdown().await;
 }
 
 #[tokio::test]
@@ -116,7 +111,7 @@ async fn openai_midstream_error_under_200_is_upstream_error() {
     let spec = StreamSpec::tokens(5, Duration::ZERO, Duration::from_millis(5));
     let reply = script::openai_midstream_error(&spec, 2);
     let want = reply.body_bytes();
-    let rig = Rig::openai(reply).await;
+    let mut rig = Rig::openai(reply).await;
     let got = client::fetch(
         &rig.client,
         &rig.post(CHAT, script::openai_request("m-mid", true, None)),
@@ -124,10 +119,9 @@ async fn openai_midstream_error_under_200_is_upstream_error() {
     .await;
     assert_eq!(got.status, 200);
     assert_bytes_eq("stream with error event", &got.body, &want);
-    let span = span_for(&rig, "m-mid").await;
+    let span = rig.finish("chat m-mid").await;
     assert_outcome(&span, "upstream_error");
     assert_error_type(&span);
-    rig.proxy.shutdown().await;
 }
 
 #[tokio::test]
@@ -136,7 +130,7 @@ async fn anthropic_error_event_under_200_is_upstream_error() {
         .model(script::ANTHROPIC_RESPONSE_MODEL);
     let reply = script::anthropic_midstream_error(&spec, 2);
     let want = reply.body_bytes();
-    let rig = Rig::anthropic(reply).await;
+    let mut rig = Rig::anthropic(reply).await;
     let got = client::fetch(
         &rig.client,
         &rig.post(
@@ -146,14 +140,13 @@ async fn anthropic_error_event_under_200_is_upstream_error() {
     )
     .await;
     assert_bytes_eq("stream with error event", &got.body, &want);
-    let span = span_for(&rig, "c-mid").await;
+    let span = rig.finish("chat c-mid").await;
     assert_outcome(&span, "upstream_error");
     assert_eq!(
         span.str(ERROR_TYPE),
         "overloaded_error",
         "error.type from the Anthropic error event"
     );
-    rig.proxy.shutdown().await;
 }
 
 #[tokio::test]
@@ -161,7 +154,7 @@ async fn malformed_chunk_is_malformed_and_still_passes_through() {
     let spec = StreamSpec::tokens(5, Duration::ZERO, Duration::from_millis(5));
     let reply = script::openai_malformed_after(&spec, 2);
     let want = reply.body_bytes();
-    let rig = Rig::openai(reply).await;
+    let mut rig = Rig::openai(reply).await;
     let got = client::fetch(
         &rig.client,
         &rig.post(CHAT, script::openai_request("m-bad", true, None)),
@@ -173,9 +166,8 @@ async fn malformed_chunk_is_malformed_and_still_passes_through() {
         "a malformed chunk must not break the client's stream"
     );
     assert_bytes_eq("malformed stream still byte-exact", &got.body, &want);
-    let span = span_for(&rig, "m-bad").await;
+    let span = rig.finish("chat m-bad").await;
     assert_outcome(&span, "malformed");
-    rig.proxy.shutdown().await;
 }
 
 #[tokio::test]
@@ -185,7 +177,7 @@ async fn connect_refused_is_502_with_openai_error_json() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let rig = Rig::start(
+    let mut rig = Rig::start(
         |_| unreachable!("nothing should reach the live upstream"),
         move |t, _| t.route("openai", "/", &format!("http://{dead}"), "openai"),
     )
@@ -224,16 +216,15 @@ async fn connect_refused_is_502_with_openai_error_json() {
     );
     assert!(err["type"].is_string(), "error.type is a string in {v}");
     assert!(err.get("code").is_some(), "error.code present in {v}");
-    let span = span_for(&rig, "m-502").await;
+    let span = rig.finish("chat m-502").await;
     assert_outcome(&span, "upstream_error");
     assert_error_type(&span);
-    rig.proxy.shutdown().await;
 }
 
 #[tokio::test]
 async fn idle_timeout_before_head_is_504() {
     let reply = script::openai_chat_json("m", "late", (1, 1)).head_delay(Duration::from_secs(4));
-    let rig = Rig::start(
+    let mut rig = Rig::start(
         move |_| reply.clone(),
         |t, up| {
             t.route("openai", "/", up, "openai")
@@ -262,17 +253,16 @@ async fn idle_timeout_before_head_is_504() {
         got.json()["error"]["message"].is_string(),
         "504 body is an OpenAI-shaped error"
     );
-    let span = span_for(&rig, "m-504").await;
+    let span = rig.finish("chat m-504").await;
     assert_outcome(&span, "upstream_error");
     assert_error_type(&span);
-    rig.proxy.shutdown().await;
 }
 
 #[tokio::test]
 async fn idle_timeout_mid_stream_is_upstream_error() {
     let spec = StreamSpec::tokens(6, Duration::ZERO, Duration::from_millis(5));
     let reply = script::openai_hang_after(&spec, 2);
-    let rig = Rig::start(
+    let mut rig = Rig::start(
         move |_| reply.clone(),
         |t, up| {
             t.route("openai", "/", up, "openai")
@@ -295,7 +285,7 @@ async fn idle_timeout_mid_stream_is_upstream_error() {
         got.text().contains("tok1"),
         "tokens before the stall reached the client"
     );
-    let span = span_for(&rig, "m-idle").await;
+    let span = rig.finish("chat m-idle").await;
     assert_outcome(&span, "upstream_error");
     assert_error_type(&span);
     let end = rig.up.only().await.wait_end(Duration::from_secs(3)).await;
@@ -304,14 +294,13 @@ async fn idle_timeout_mid_stream_is_upstream_error() {
         Some(BodyEnd::Cancelled),
         "the proxy should drop the stalled upstream stream"
     );
-    rig.proxy.shutdown().await;
 }
 
 #[tokio::test]
 async fn client_cancel_cancels_upstream_and_is_recorded() {
     for h2 in [false, true] {
         let spec = StreamSpec::tokens(50, Duration::ZERO, Duration::from_millis(10));
-        let rig = Rig::openai(script::openai_hang_after(&spec, 3)).await;
+        let mut rig = Rig::openai(script::openai_hang_after(&spec, 3)).await;
         let c = if h2 { client::h2c() } else { client::http1() };
         let model = if h2 { "m-cancel-h2" } else { "m-cancel-h1" };
         let (resp, _) = client::send(
@@ -335,14 +324,13 @@ async fn client_cancel_cancels_upstream_and_is_recorded() {
             lag < Duration::from_secs(2),
             "h2={h2}: upstream saw the cancel after {lag:?}, want < 2 s"
         );
-        let span = span_for(&rig, model).await;
+        let span = rig.finish(&format!("chat {model}")).await;
         assert_outcome(&span, "client_cancelled");
         assert_eq!(
             span.num(OUTPUT_TOKENS),
             3.0,
             "h2={h2}: partial output tokens (3 content chunks)"
         );
-        rig.proxy.shutdown().await;
     }
 }
 

@@ -3,6 +3,8 @@
 //! scripted upstream sent them; requests reach the upstream unchanged except
 //! for Host and hop-by-hop headers.
 
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
 mod support;
 
 use std::time::Duration;

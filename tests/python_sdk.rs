@@ -6,6 +6,8 @@
 //! (`.venv` at the repository root, or `$TOKENTAP_PYTHON`). Without it the
 //! test fails: it is part of the suite, not optional.
 
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
 mod support;
 
 use std::path::PathBuf;

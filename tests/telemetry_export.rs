@@ -2,6 +2,8 @@
 //! and attributes, measured timing against the script, token counts, metric
 //! names/units/buckets, trace context, tenants, cardinality caps, secrets.
 
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
 mod support;
 
 use std::collections::BTreeSet;
@@ -67,7 +69,7 @@ async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
     .await;
     assert_eq!(got.status, 200);
     assert_eq!(
-        got.text().matches("tok").count(),
+        got.text().matches("\"tok").count(),
         spec.tokens.len(),
         "all tokens reached the client"
     );
@@ -121,6 +123,24 @@ async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
             .any(|e| e.name == "first_token" || e.name.contains("first")),
         "span should carry a first-token event; events: {:?}",
         span.events.iter().map(|e| &e.name).collect::<Vec<_>>()
+    );
+    assert_eq!(span.kind, 3, "span kind CLIENT");
+    assert_eq!(span.num("http.response.status_code"), 200.0);
+    assert_eq!(span.str("tokentap.tokens.source"), "provider");
+    let ttfb = span.num("tokentap.ttfb");
+    assert!(
+        ttfb < ttfc,
+        "time to first byte {ttfb} s precedes the first token {ttfc} s (role chunk comes first)"
+    );
+    let stall = span.num("tokentap.max_stall");
+    assert!(
+        (0.015..0.2).contains(&stall),
+        "max stall {stall} s, scripted gaps are 0.02 s"
+    );
+    assert_eq!(
+        span.attr("gen_ai.response.finish_reasons"),
+        &support::otlp::Val::Array(vec![support::otlp::Val::Str("stop".into())]),
+        "finish reasons"
     );
     let dur = (span.end_ns - span.start_ns) as f64 / 1e9;
     assert!(
@@ -667,4 +687,154 @@ async fn model_cardinality_is_capped_in_metrics_not_in_spans() {
         "all 5 requests counted across the capped attribute sets"
     );
     rig.proxy.shutdown().await;
+}
+
+fn gzip_sse(spec: &StreamSpec) -> support::upstream::Reply {
+    let compressed = script::gzip(&script::openai_chat_sse(spec).body_bytes());
+    let half = compressed.len() / 2;
+    support::upstream::Reply::new(200)
+        .header("content-type", "text/event-stream")
+        .header("content-encoding", "gzip")
+        .send(compressed[..half].to_vec())
+        .sleep(Duration::from_millis(20))
+        .send(compressed[half..].to_vec())
+}
+
+#[tokio::test]
+async fn gzip_stream_is_metered_through_decompression() {
+    let spec = StreamSpec::tokens(10, Duration::ZERO, Duration::from_millis(2)).with_usage(5, 10);
+    let mut rig = Rig::openai(gzip_sse(&spec)).await;
+    let got = client::fetch(
+        &rig.client,
+        &rig.post(CHAT, script::openai_request("m-gz", true, None)),
+    )
+    .await;
+    assert_eq!(
+        got.headers.get("content-encoding").map(|v| v.as_bytes()),
+        Some(&b"gzip"[..])
+    );
+    let span = rig.finish("chat m-gz").await;
+    assert_eq!(span.str(OUTCOME), "complete");
+    assert_eq!(
+        span.num(OUTPUT_TOKENS),
+        10.0,
+        "usage read from the decompressed metering copy"
+    );
+    assert!(
+        !span.attrs.contains_key("tokentap.unmetered"),
+        "a decodable gzip body is metered"
+    );
+}
+
+#[tokio::test]
+async fn undecodable_body_is_unmetered_not_zero_tokens() {
+    let reply = support::upstream::Reply::new(200)
+        .header("content-type", "text/event-stream")
+        .header("content-encoding", "gzip")
+        .send("this is not gzip at all, just bytes that claim to be");
+    let want = reply.body_bytes();
+    let mut rig = Rig::openai(reply).await;
+    let got = client::fetch(
+        &rig.client,
+        &rig.post(CHAT, script::openai_request("m-ungz", true, None)),
+    )
+    .await;
+    support::assert_bytes_eq("undecodable body still passes through", &got.body, &want);
+    let span = rig.finish("chat m-ungz").await;
+    assert_eq!(
+        span.str("tokentap.unmetered"),
+        "encoding",
+        "a body that cannot be decoded is recorded as unmetered"
+    );
+    assert!(
+        !span.attrs.contains_key(OUTPUT_TOKENS),
+        "an unmetered body must not report output tokens (never zero): {:?}",
+        span.attrs.get(OUTPUT_TOKENS)
+    );
+}
+
+#[tokio::test]
+async fn unknown_content_type_is_unmetered() {
+    let reply = support::upstream::Reply::new(200)
+        .header("content-type", "application/octet-stream")
+        .send(vec![0u8, 1, 2, 3]);
+    let mut rig = Rig::openai(reply).await;
+    let got = client::fetch(
+        &rig.client,
+        &rig.post(CHAT, script::openai_request("m-bin", true, None)),
+    )
+    .await;
+    assert_eq!(got.body, vec![0u8, 1, 2, 3]);
+    let span = rig.finish("chat m-bin").await;
+    assert_eq!(span.str("tokentap.unmetered"), "unknown_format");
+}
+
+#[tokio::test]
+async fn request_bodies_over_the_sniff_limit_are_forwarded_unread() {
+    let mut rig = Rig::start(
+        |_| script::openai_chat_json("m", "ok", (1, 1)),
+        |t, up| {
+            t.route("openai", "/", up, "openai")
+                .set("sniff", "max_body_bytes", "64")
+        },
+    )
+    .await;
+    let mut v: serde_json::Value =
+        serde_json::from_slice(&script::openai_request("m-big", false, None)).unwrap();
+    v["messages"][0]["content"] = serde_json::json!("x".repeat(4096));
+    let body = serde_json::to_vec(&v).unwrap();
+    let got = client::fetch(&rig.client, &rig.post(CHAT, body.clone())).await;
+    assert_eq!(got.status, 200);
+    support::assert_bytes_eq(
+        "oversized request body reaches the upstream intact",
+        &rig.up.only().await.body,
+        &body,
+    );
+    rig.proxy.stop().await;
+    let span = rig
+        .col
+        .wait_span(STEP_TIMEOUT, "with tokentap.request.body", |s| {
+            s.attrs.contains_key("tokentap.request.body")
+        })
+        .await;
+    assert_eq!(
+        span.str("tokentap.request.body"),
+        "too_large",
+        "span {:?}",
+        span.name
+    );
+}
+
+#[tokio::test]
+async fn routes_match_by_host_and_prefix() {
+    let mut rig = Rig::start(
+        |_| script::openai_chat_json("m", "ok", (1, 1)),
+        |t, up| {
+            t.route_host("by-host", "/", "llm.internal.test", up, "openai")
+                .route("fallback", "/", up, "openai")
+        },
+    )
+    .await;
+    let req = rig
+        .post(CHAT, script::openai_request("m-host", false, None))
+        .header("host", "LLM.internal.test:8080");
+    assert_eq!(client::fetch(&rig.client, &req).await.status, 200);
+    let req = rig.post(CHAT, script::openai_request("m-nohost", false, None));
+    assert_eq!(client::fetch(&rig.client, &req).await.status, 200);
+    let up_host = rig.up.nth(1).await.header("host");
+    assert_eq!(
+        up_host.as_deref(),
+        Some(rig.up.addr.to_string().as_str()),
+        "Host rewritten to the upstream"
+    );
+    rig.proxy.stop().await;
+    assert_eq!(
+        rig.col.wait_span_named("chat m-host").await.str(ROUTE),
+        "by-host",
+        "Host match (case-insensitive, port ignored)"
+    );
+    assert_eq!(
+        rig.col.wait_span_named("chat m-nohost").await.str(ROUTE),
+        "fallback"
+    );
 }

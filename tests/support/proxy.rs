@@ -161,6 +161,11 @@ impl InProc {
 
     /// Graceful shutdown (flushes telemetry), bounded.
     pub async fn shutdown(mut self) {
+        self.stop().await;
+    }
+
+    /// Graceful shutdown in place (flushes telemetry); a second call does nothing.
+    pub async fn stop(&mut self) {
         if let Some(r) = self.running.take() {
             super::within(Duration::from_secs(20), "Running::shutdown", r.shutdown()).await;
         }
@@ -209,6 +214,8 @@ pub fn bin_command() -> Command {
             c.env_remove(k);
         }
     }
+    // Export spans every 100 ms instead of the SDK's 5 s so tests wait less.
+    c.env("OTEL_BSP_SCHEDULE_DELAY", "100");
     c.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

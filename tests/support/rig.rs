@@ -2,7 +2,7 @@
 //! client, wired together.
 
 use super::client::{self, HttpClient, Req};
-use super::otlp::Collector;
+use super::otlp::{Collector, SpanRec};
 use super::proxy::{InProc, Toml};
 use super::upstream::{Exchange, Reply, Upstream};
 
@@ -58,6 +58,20 @@ impl Rig {
             |t, up| t.route("anthropic", "/", up, "anthropic"),
         )
         .await
+    }
+
+    /// Shut the proxy down (which flushes telemetry), then return the one
+    /// span named `name`, failing when there is none or more than one:
+    /// every request yields exactly one measurement.
+    pub async fn finish(&mut self, name: &str) -> SpanRec {
+        self.proxy.stop().await;
+        let span = self.col.wait_span_named(name).await;
+        let n = self.col.spans().iter().filter(|s| s.name == name).count();
+        assert_eq!(
+            n, 1,
+            "exactly one span per request: {n} spans named {name:?}"
+        );
+        span
     }
 
     /// A JSON POST to the proxy.
