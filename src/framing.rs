@@ -12,8 +12,18 @@ pub enum Frame<'a> {
     /// A server-sent event. `event` is empty when the stream named none
     /// (the WHATWG default type "message").
     Sse { event: &'a [u8], data: &'a [u8] },
-    /// One whole JSON document (a non-streaming body).
+    /// One whole JSON document: a non-streaming body, one NDJSON line, or one
+    /// element of a streamed JSON array.
     Json(&'a [u8]),
+    /// One AWS eventstream message (`application/vnd.amazon.eventstream`).
+    /// `message_type` is the `:message-type` header (`event`, `exception`,
+    /// `error`); `event_type` is `:event-type`, or `:exception-type` /
+    /// `:error-code` for failures; `payload` is the raw message payload.
+    AwsEvent {
+        message_type: &'a [u8],
+        event_type: &'a [u8],
+        payload: &'a [u8],
+    },
 }
 
 /// Why a decoder gave up on a stream. The bytes still pass through.

@@ -38,6 +38,9 @@ impl AnthropicAdapter {
         let data = match frame {
             Frame::Sse { data, .. } => data.trim_ascii(),
             Frame::Json(body) => body,
+            Frame::AwsEvent { .. } => {
+                return Err(AdapterError("eventstream frame in an Anthropic stream"));
+            }
         };
         if data.is_empty() {
             return Ok(());

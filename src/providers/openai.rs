@@ -58,6 +58,7 @@ impl OpenaiAdapter {
                 }
             }
             Frame::Json(body) => self.on_json(body, true, out),
+            Frame::AwsEvent { .. } => Err(AdapterError("eventstream frame in an OpenAI stream")),
         }
     }
 
