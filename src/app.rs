@@ -21,10 +21,11 @@ use crate::config::Config;
 use crate::meter::body::{BoxError, Meter, MeteredBody};
 use crate::meter::{RequestFacts, Unmetered};
 use crate::providers::{Operation, Parser, ProviderKind};
-use crate::route::{self, Router};
+use crate::route::{self, Route, Router};
+use crate::sniff::{Replay, Sniffed};
 use crate::telemetry::Telemetry;
 use crate::upstream::{self, Client};
-use crate::{server, sniff};
+use crate::{rewrite, server, sniff};
 
 /// Everything a request needs, built once at start-up.
 #[derive(Debug)]
@@ -131,6 +132,30 @@ impl Body for ProxyBody {
     }
 }
 
+/// The request body with `stream_options.include_usage` added, when the
+/// route opts in and the request is an OpenAI-format stream that did not
+/// mention `stream_options` (an explicit `include_usage: false` is respected).
+fn injected_body(
+    route: &Route,
+    provider: Option<ProviderKind>,
+    operation: Option<Operation>,
+    sniffed: &Sniffed,
+    body: &Replay<Incoming>,
+) -> Option<Bytes> {
+    let eligible = route.inject_usage
+        && provider == Some(ProviderKind::Openai)
+        && matches!(
+            operation,
+            Some(Operation::ChatCompletions | Operation::Completions)
+        )
+        && sniffed.stream
+        && !sniffed.has_stream_options;
+    if !eligible {
+        return None;
+    }
+    rewrite::add_include_usage(&body.whole()?)
+}
+
 /// The request's host without port: the URI authority (HTTP/2, absolute
 /// form) or the `Host` header.
 fn request_host<B>(req: &Request<B>) -> Option<&str> {
@@ -172,8 +197,15 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
         route.provider.or_else(|| ProviderKind::detect(path)),
     );
 
-    let (sniffed, body) =
+    let (sniffed, mut body) =
         sniff::sniff(&parts.headers, body, state.config.sniff.max_body_bytes).await;
+    let injected = injected_body(route, provider, operation, &sniffed, &body);
+    if let Some(rewritten) = &injected {
+        parts
+            .headers
+            .insert(header::CONTENT_LENGTH, rewritten.len().into());
+        body = Replay::full(rewritten.clone());
+    }
     let tenant = route::resolve_tenant(
         &state.config.tenant,
         &parts.headers,
@@ -241,14 +273,25 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
         .and_then(|v| v.to_str().ok());
     meter.on_head(head.status.as_u16(), is_sse, parser, encoding);
 
+    // Restore the stream the client asked for (plain SSE only; a compressed
+    // body is forwarded as it came).
+    let strip = injected.is_some()
+        && is_sse
+        && encoding.is_none_or(|e| e.trim().eq_ignore_ascii_case("identity"));
     upstream::strip_hop_by_hop(&mut head.headers);
     head.version = client_version;
+    if strip {
+        head.headers.remove(header::CONTENT_LENGTH);
+    }
     let upstream_cfg = &state.config.upstream;
-    let body = MeteredBody::new(
+    let mut body = MeteredBody::new(
         body,
         meter,
         upstream_cfg.idle_timeout,
         upstream_cfg.total_timeout,
     );
+    if strip {
+        body = body.strip_injected_usage();
+    }
     Response::from_parts(head, ProxyBody::Metered(Box::new(body)))
 }

@@ -72,6 +72,10 @@ pub struct RouteConfig {
     pub upstream: http::Uri,
     /// API family; `None` = detect from the request path.
     pub provider: Option<ProviderKind>,
+    /// Ask OpenAI-format streams for usage (`stream_options.include_usage`)
+    /// when the client did not, and remove the extra usage from what the
+    /// client receives.
+    pub inject_usage: bool,
 }
 
 /// Request body sniffing.
@@ -193,7 +197,9 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "URL")]
     pub upstream: Option<String>,
 
-    /// API family of --upstream (openai, anthropic); detected from the path when omitted
+    /// API family of --upstream (openai, anthropic, gemini, vertex, ollama, bedrock, azure, cohere,
+    /// vllm, llamacpp, tgi, mistral, groq, deepseek, openrouter, together, lmstudio, perplexity,
+    /// xai); detected from the path when omitted
     #[arg(long, global = true, value_name = "NAME", requires = "upstream")]
     pub provider: Option<String>,
 

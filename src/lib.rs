@@ -11,6 +11,7 @@ pub mod config;
 pub mod framing;
 pub mod meter;
 pub mod providers;
+pub mod rewrite;
 pub mod route;
 pub mod server;
 pub mod simulate;

@@ -24,6 +24,8 @@ pub struct Route {
     base_path: String,
     /// Configured API family, if any.
     pub provider: Option<ProviderKind>,
+    /// Opt-in `stream_options.include_usage` injection.
+    pub inject_usage: bool,
     /// `server.address` for telemetry.
     pub server_address: Arc<str>,
     /// `server.port` for telemetry.
@@ -68,6 +70,7 @@ impl Route {
             authority,
             base_path: cfg.upstream.path().trim_end_matches('/').to_owned(),
             provider: cfg.provider,
+            inject_usage: cfg.inject_usage,
         }
     }
 
@@ -171,6 +174,7 @@ mod tests {
             host: host.map(str::to_owned),
             upstream: upstream.parse().expect("test URI"),
             provider: None,
+            inject_usage: false,
         }
     }
 

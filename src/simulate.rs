@@ -194,6 +194,13 @@ async fn answer(sim: &Simulator, req: Request<Incoming>) -> Response<SimBody> {
             );
         }
     };
+    // Echo the caller's request id as the response id, so repeated runs
+    // produce identical bytes.
+    let request_id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => {
@@ -244,6 +251,7 @@ async fn answer(sim: &Simulator, req: Request<Incoming>) -> Response<SimBody> {
         limit,
         body.len(),
         ask.stream_options.is_some_and(|o| o.include_usage),
+        request_id,
     );
     if ask.stream {
         let mut res = Response::new(SimBody::stream(script));
@@ -350,6 +358,7 @@ impl Script {
         limit: u32,
         request_bytes: usize,
         include_usage: bool,
+        request_id: Option<String>,
     ) -> Script {
         let slow = if fastrand::f64() < p.slow_rate {
             5.0
@@ -369,7 +378,7 @@ impl Script {
         Script {
             api,
             model,
-            id: format!("sim-{:016x}", fastrand::u64(..)),
+            id: request_id.unwrap_or_else(|| format!("sim-{:016x}", fastrand::u64(..))),
             tokens: p.tokens.min(limit).max(1),
             prompt_tokens: u32::try_from(request_bytes / 4).unwrap_or(u32::MAX).max(1),
             ttft,
@@ -385,15 +394,16 @@ impl Script {
     /// The SSE event carrying token `i`.
     fn token_event(&self, i: u32, out: &mut String) {
         let w = Self::word(i);
+        let u = self.null_usage();
         let (id, model) = (&self.id, &self.model);
         let _ = match self.api {
             Api::Chat => write!(
                 out,
-                "data: {{\"id\":\"{id}\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"{model}\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{w}\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
+                "data: {{\"id\":\"{id}\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"{model}\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{w}\"}},\"logprobs\":null,\"finish_reason\":null}}]{u}}}\n\n"
             ),
             Api::Completions => write!(
                 out,
-                "data: {{\"id\":\"{id}\",\"object\":\"text_completion\",\"created\":1700000000,\"model\":\"{model}\",\"choices\":[{{\"text\":\"{w}\",\"index\":0,\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
+                "data: {{\"id\":\"{id}\",\"object\":\"text_completion\",\"created\":1700000000,\"model\":\"{model}\",\"choices\":[{{\"text\":\"{w}\",\"index\":0,\"logprobs\":null,\"finish_reason\":null}}]{u}}}\n\n"
             ),
             Api::Messages => write!(
                 out,
@@ -403,12 +413,22 @@ impl Script {
         };
     }
 
+    /// With `include_usage`, OpenAI adds `"usage":null` to every chunk.
+    fn null_usage(&self) -> &'static str {
+        if self.include_usage {
+            ",\"usage\":null"
+        } else {
+            ""
+        }
+    }
+
     fn stream_head(&self, out: &mut String) {
+        let u = self.null_usage();
         let (id, model, p) = (&self.id, &self.model, self.prompt_tokens);
         let _ = match self.api {
             Api::Chat => write!(
                 out,
-                "data: {{\"id\":\"{id}\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"{model}\",\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
+                "data: {{\"id\":\"{id}\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"{model}\",\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]{u}}}\n\n"
             ),
             Api::Messages => write!(
                 out,
@@ -419,6 +439,7 @@ impl Script {
     }
 
     fn stream_tail(&self, out: &mut String) {
+        let u = self.null_usage();
         let (id, model, p, n) = (&self.id, &self.model, self.prompt_tokens, self.tokens);
         let _ = match self.api {
             Api::Chat | Api::Completions => {
@@ -436,7 +457,7 @@ impl Script {
                 };
                 let _ = write!(
                     out,
-                    "data: {{\"id\":\"{id}\",\"object\":\"{object}\",\"created\":1700000000,\"model\":\"{model}\",\"choices\":[{finish}]}}\n\n"
+                    "data: {{\"id\":\"{id}\",\"object\":\"{object}\",\"created\":1700000000,\"model\":\"{model}\",\"choices\":[{finish}]{u}}}\n\n"
                 );
                 if self.include_usage {
                     let _ = write!(
@@ -590,7 +611,7 @@ mod tests {
             error_rate: 0.0,
             slow_rate: 0.0,
         };
-        Script::new(api, "m".into(), &p, u32::MAX, 40, include_usage)
+        Script::new(api, "m".into(), &p, u32::MAX, 40, include_usage, None)
     }
 
     async fn drain(body: SimBody) -> String {

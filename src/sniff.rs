@@ -22,6 +22,8 @@ pub struct Sniffed {
     pub stream: bool,
     /// `stream_options.include_usage`, when given.
     pub include_usage: Option<bool>,
+    /// The body has a `stream_options` member (with or without `include_usage`).
+    pub has_stream_options: bool,
     /// OpenAI `user` or Anthropic `metadata.user_id`.
     pub user: Option<String>,
 }
@@ -66,6 +68,9 @@ pub fn parse(body: &[u8]) -> Sniffed {
             body: RequestBody::Sniffed,
             model: f.model,
             stream: f.stream.unwrap_or(false),
+            // Also true for `null` or a mention inside a string: then nothing
+            // is injected, which is the safe side.
+            has_stream_options: memchr::memmem::find(body, b"\"stream_options\"").is_some(),
             include_usage: f.stream_options.and_then(|o| o.include_usage),
             user: f.user.or(f.metadata.and_then(|m| m.user_id)),
         },
@@ -82,6 +87,34 @@ pub fn parse(body: &[u8]) -> Sniffed {
 pub struct Replay<B> {
     read: VecDeque<Bytes>,
     rest: Option<B>,
+}
+
+impl<B> Replay<B> {
+    /// The whole body, when it was read completely.
+    pub fn whole(&self) -> Option<Bytes> {
+        if self.rest.is_some() {
+            return None;
+        }
+        match self.read.len() {
+            0 => Some(Bytes::new()),
+            1 => self.read.front().cloned(),
+            _ => Some(
+                self.read
+                    .iter()
+                    .flat_map(|b| b.iter().copied())
+                    .collect::<Vec<u8>>()
+                    .into(),
+            ),
+        }
+    }
+
+    /// A body of exactly `bytes`.
+    pub fn full(bytes: Bytes) -> Replay<B> {
+        Replay {
+            read: VecDeque::from([bytes]),
+            rest: None,
+        }
+    }
 }
 
 impl<B> Body for Replay<B>

@@ -91,6 +91,10 @@ pub(super) struct RawRoute {
     /// API family; unset = detect from the request path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<ProviderKind>,
+    /// Add `stream_options.include_usage` to OpenAI-format streaming requests
+    /// that lack it, and strip the extra usage from the client's stream.
+    #[serde(default)]
+    pub inject_usage: bool,
 }
 
 fn root_prefix() -> String {
@@ -391,6 +395,7 @@ impl RawConfig {
                     host: r.host.clone(),
                     upstream: r.upstream.to_string(),
                     provider: r.provider,
+                    inject_usage: r.inject_usage,
                 })
                 .collect(),
             sniff: RawSniff {

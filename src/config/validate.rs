@@ -282,6 +282,7 @@ fn routes(cx: &Cx, raw: &[RawRoute]) -> Result<Vec<RouteConfig>, ConfigError> {
             host,
             upstream,
             provider: r.provider,
+            inject_usage: r.inject_usage,
         });
     }
     Ok(out)

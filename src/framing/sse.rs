@@ -295,7 +295,7 @@ mod tests {
                 String::from_utf8_lossy(event).into_owned(),
                 String::from_utf8_lossy(data).into_owned(),
             )),
-            Frame::Json(_) => panic!("SSE decoder produced a JSON frame"),
+            other => panic!("SSE decoder produced a non-SSE frame: {other:?}"),
         };
         for piece in pieces {
             if let Err(e) = dec.feed(piece, &mut on) {

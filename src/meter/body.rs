@@ -15,6 +15,7 @@ use tokio::time::Sleep;
 use super::decompress::Decompressor;
 use super::{Measurement, Outcome, Recorder, RequestFacts, TokenSource, Unmetered};
 use crate::providers::{Event, Parser, Usage};
+use crate::rewrite::UsageStripper;
 
 /// Boxed error type of bodies served to clients.
 pub type BoxError = Box<dyn StdError + Send + Sync>;
@@ -95,6 +96,7 @@ impl Tally {
                     self.error = Some(kind.to_owned());
                 }
             }
+            Event::UpstreamTiming(_) => {}
             Event::Done => {}
         }
     }
@@ -297,6 +299,7 @@ impl Meter {
             max_gap: self.max_gap,
             response_bytes: self.bytes,
             unmetered: self.unmetered.take(),
+            upstream_timing: Default::default(),
         };
         recorder.finish(m);
     }
@@ -316,6 +319,8 @@ impl Drop for Meter {
 pub struct MeteredBody<B> {
     inner: B,
     meter: Meter,
+    /// Set when tokentap injected `include_usage`: restores the client's stream.
+    stripper: Option<UsageStripper>,
     idle: Option<Duration>,
     deadline: Option<tokio::time::Instant>,
     timer: Option<Pin<Box<Sleep>>>,
@@ -354,12 +359,20 @@ where
         let mut body = MeteredBody {
             inner,
             meter,
+            stripper: None,
             idle,
             deadline,
             timer: None,
         };
         body.arm();
         body
+    }
+
+    /// Forward the stream the client asked for, without the usage that
+    /// tokentap injected (see `rewrite`). The meter still sees every byte.
+    pub fn strip_injected_usage(mut self) -> Self {
+        self.stripper = Some(UsageStripper::default());
+        self
     }
 
     fn arm(&mut self) {
@@ -405,50 +418,76 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        let polled = match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(r) => r,
-            Poll::Pending => {
-                if let Some(end) = this.poll_timer(cx) {
-                    this.meter.finish(end);
-                    let what = if end == End::TotalTimeout {
-                        "total timeout"
-                    } else {
-                        "idle timeout"
-                    };
-                    return Poll::Ready(Some(Err(Box::new(TimeoutError(what)))));
+        loop {
+            let polled = match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Ready(r) => r,
+                Poll::Pending => {
+                    if let Some(end) = this.poll_timer(cx) {
+                        this.meter.finish(end);
+                        let what = if end == End::TotalTimeout {
+                            "total timeout"
+                        } else {
+                            "idle timeout"
+                        };
+                        return Poll::Ready(Some(Err(Box::new(TimeoutError(what)))));
+                    }
+                    return Poll::Pending;
                 }
-                return Poll::Pending;
-            }
-        };
-        match polled {
-            Some(Ok(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    this.meter.on_data(data);
+            };
+            let frame = match polled {
+                Some(Ok(frame)) => frame,
+                Some(Err(e)) => {
+                    this.meter.finish(End::Aborted);
+                    return Poll::Ready(Some(Err(e.into())));
+                }
+                None => {
+                    this.meter.finish(End::Eos);
+                    let rest = this
+                        .stripper
+                        .take()
+                        .map(|mut s| s.finish())
+                        .filter(|b| !b.is_empty());
+                    return Poll::Ready(rest.map(|b| Ok(Frame::data(b))));
+                }
+            };
+            let ended = this.inner.is_end_stream();
+            let frame = match frame.into_data() {
+                Ok(data) => {
+                    this.meter.on_data(&data);
                     if this.idle.is_some() {
                         this.arm();
                     }
+                    match this.stripper.as_mut() {
+                        None => Frame::data(data),
+                        Some(stripper) => {
+                            let mut out = stripper.push(&data);
+                            if ended {
+                                out = [out, stripper.finish()].concat().into();
+                            }
+                            if out.is_empty() && !ended {
+                                continue;
+                            }
+                            Frame::data(out)
+                        }
+                    }
                 }
-                if this.inner.is_end_stream() {
-                    this.meter.finish(End::Eos);
-                }
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Some(Err(e)) => {
-                this.meter.finish(End::Aborted);
-                Poll::Ready(Some(Err(e.into())))
-            }
-            None => {
+                Err(other) => other,
+            };
+            if ended {
                 this.meter.finish(End::Eos);
-                Poll::Ready(None)
             }
+            return Poll::Ready(Some(Ok(frame)));
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.inner.is_end_stream() && self.stripper.as_ref().is_none_or(UsageStripper::is_empty)
     }
 
     fn size_hint(&self) -> SizeHint {
+        if self.stripper.is_some() {
+            return SizeHint::default();
+        }
         self.inner.size_hint()
     }
 }

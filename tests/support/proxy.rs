@@ -65,6 +65,23 @@ impl Toml {
         self
     }
 
+    /// A route with extra TOML lines (e.g. `inject_usage = true`).
+    pub fn route_with(
+        mut self,
+        name: &str,
+        prefix: &str,
+        upstream: &str,
+        provider: &str,
+        extra: &str,
+    ) -> Toml {
+        self = self.route(name, prefix, upstream, provider);
+        if let Some(last) = self.routes.last_mut() {
+            last.push_str(extra);
+            last.push('\n');
+        }
+        self
+    }
+
     /// A route matched by path prefix and `Host`.
     pub fn route_host(
         mut self,

@@ -1,0 +1,191 @@
+//! Opt-in usage injection, the one documented exception to byte-exact
+//! passthrough: a streaming OpenAI-format request body in, the same body
+//! asking for `stream_options.include_usage` out; on the way back, the
+//! stream the upstream sent in, the stream the client asked for out (the
+//! usage-only chunk dropped and the `"usage":null` members removed).
+
+use bytes::{Bytes, BytesMut};
+use memchr::memmem;
+
+/// The member inserted into the request object.
+const INCLUDE_USAGE: &[u8] = br#""stream_options":{"include_usage":true},"#;
+
+/// `body` with `"stream_options":{"include_usage":true}` as its first member,
+/// or `None` when `body` is not a non-empty JSON object.
+pub fn add_include_usage(body: &[u8]) -> Option<Bytes> {
+    let open = body.iter().position(|b| !b.is_ascii_whitespace())?;
+    if body[open] != b'{' {
+        return None;
+    }
+    let rest = &body[open + 1..];
+    // `{}` has no member to put a comma before.
+    if rest.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'}') {
+        return None;
+    }
+    let mut out = Vec::with_capacity(body.len() + INCLUDE_USAGE.len());
+    out.extend_from_slice(&body[..=open]);
+    out.extend_from_slice(INCLUDE_USAGE);
+    out.extend_from_slice(rest);
+    Some(Bytes::from(out))
+}
+
+/// Removes what `include_usage` added to an OpenAI SSE stream. Works on whole
+/// events: bytes after the last event boundary wait for the next chunk.
+#[derive(Debug, Default)]
+pub struct UsageStripper {
+    tail: BytesMut,
+}
+
+const USAGE: &[u8] = b"\"usage\"";
+
+impl UsageStripper {
+    /// The client's share of `chunk`: possibly empty while an event is incomplete.
+    pub fn push(&mut self, chunk: &Bytes) -> Bytes {
+        if self.tail.is_empty() {
+            if let Some(end) = last_boundary(chunk) {
+                let (done, rest) = chunk.split_at(end);
+                self.tail.extend_from_slice(rest);
+                if memmem::find(done, USAGE).is_none() {
+                    // Nothing to strip: hand the upstream's bytes on as they are.
+                    return chunk.slice(..end);
+                }
+                return strip_events(done);
+            }
+        }
+        self.tail.extend_from_slice(chunk);
+        match last_boundary(&self.tail) {
+            Some(end) => {
+                let done = self.tail.split_to(end);
+                strip_events(&done)
+            }
+            None => Bytes::new(),
+        }
+    }
+
+    /// Nothing is held back.
+    pub fn is_empty(&self) -> bool {
+        self.tail.is_empty()
+    }
+
+    /// The stream ended: whatever is left is passed on unchanged.
+    pub fn finish(&mut self) -> Bytes {
+        self.tail.split().freeze()
+    }
+}
+
+/// End (exclusive) of the last complete event: just past its blank line.
+fn last_boundary(buf: &[u8]) -> Option<usize> {
+    let lf = memmem::rfind(buf, b"\n\n").map(|i| i + 2);
+    let crlf = memmem::rfind(buf, b"\r\n\r\n").map(|i| i + 4);
+    lf.max(crlf)
+}
+
+/// Rewrite complete events: drop the usage-only chunk, remove `"usage":null`.
+fn strip_events(mut buf: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(buf.len());
+    while !buf.is_empty() {
+        let end = next_boundary(buf).unwrap_or(buf.len());
+        let (event, rest) = buf.split_at(end);
+        buf = rest;
+        if is_usage_only(event) {
+            continue;
+        }
+        strip_null_usage(event, &mut out);
+    }
+    Bytes::from(out)
+}
+
+fn next_boundary(buf: &[u8]) -> Option<usize> {
+    let lf = memmem::find(buf, b"\n\n").map(|i| i + 2);
+    let crlf = memmem::find(buf, b"\r\n\r\n").map(|i| i + 4);
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The extra chunk `include_usage` adds: no choices, a usage object.
+fn is_usage_only(event: &[u8]) -> bool {
+    memmem::find(event, br#""choices":[]"#).is_some()
+        && memmem::find(event, br#""usage":{"#).is_some()
+}
+
+/// Copy `event` into `out` without its `"usage":null` member (and the comma
+/// that joined it to its neighbour).
+fn strip_null_usage(event: &[u8], out: &mut Vec<u8>) {
+    for pat in [&b",\"usage\":null"[..], b"\"usage\":null,"] {
+        if let Some(at) = memmem::find(event, pat) {
+            out.extend_from_slice(&event[..at]);
+            out.extend_from_slice(&event[at + pat.len()..]);
+            return;
+        }
+    }
+    out.extend_from_slice(event);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inserts_include_usage_as_the_first_member() {
+        let body = br#" {"model":"m","stream":true}"#;
+        let got = add_include_usage(body).expect("object");
+        assert_eq!(
+            &got[..],
+            br#" {"stream_options":{"include_usage":true},"model":"m","stream":true}"#
+        );
+        let v: serde_json::Value = serde_json::from_slice(&got).expect("still JSON");
+        assert_eq!(v["stream_options"]["include_usage"], true);
+        assert_eq!(add_include_usage(b"[1]"), None);
+        assert_eq!(add_include_usage(b" { } "), None);
+    }
+
+    const WITHOUT: &str = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+data: [DONE]\n\n";
+
+    const WITH: &str = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}],\"usage\":null}\n\n\
+data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":null}\n\n\
+data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1,\"total_tokens\":4}}\n\n\
+data: [DONE]\n\n";
+
+    fn run(parts: &[&[u8]]) -> Vec<u8> {
+        let mut s = UsageStripper::default();
+        let mut out = Vec::new();
+        for p in parts {
+            out.extend_from_slice(&s.push(&Bytes::copy_from_slice(p)));
+        }
+        out.extend_from_slice(&s.finish());
+        out
+    }
+
+    #[test]
+    fn restores_the_stream_without_usage_at_every_split() {
+        let with = WITH.as_bytes();
+        assert_eq!(run(&[with]), WITHOUT.as_bytes());
+        for i in 0..=with.len() {
+            assert_eq!(
+                run(&[&with[..i], &with[i..]]),
+                WITHOUT.as_bytes(),
+                "split at {i}"
+            );
+        }
+        let bytes: Vec<&[u8]> = with.chunks(1).collect();
+        assert_eq!(run(&bytes), WITHOUT.as_bytes(), "byte by byte");
+    }
+
+    #[test]
+    fn passes_streams_without_usage_untouched_and_keeps_an_unfinished_tail() {
+        assert_eq!(run(&[WITHOUT.as_bytes()]), WITHOUT.as_bytes());
+        assert_eq!(
+            run(&[b"data: {\"a\":1}\n\ndata: {\"usage\":null,\"x\":2}"]),
+            b"data: {\"a\":1}\n\ndata: {\"usage\":null,\"x\":2}",
+            "an incomplete last event passes unchanged"
+        );
+        assert_eq!(
+            run(&[b"data: {\"usage\":null,\"x\":2}\r\n\r\n"]),
+            b"data: {\"x\":2}\r\n\r\n"
+        );
+    }
+}
