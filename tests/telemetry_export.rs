@@ -117,6 +117,12 @@ async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
         "gen_ai.response.time_to_first_chunk = {ttfc} s, scripted TTFT is 0.3 s (accept 0.28–0.6)"
     );
     within_pct("span decode tokens/s", span.num(DECODE_TPS), 50.0, 0.4);
+    eprintln!(
+        "measured: TTFT {:.1} ms (scripted 300 ms, error {:+.1} ms); decode {:.1} tok/s (scripted 50)",
+        ttfc * 1e3,
+        (ttfc - 0.3) * 1e3,
+        span.num(DECODE_TPS)
+    );
     assert!(
         span.events
             .iter()
@@ -837,4 +843,59 @@ async fn routes_match_by_host_and_prefix() {
         rig.col.wait_span_named("chat m-nohost").await.str(ROUTE),
         "fallback"
     );
+}
+
+#[tokio::test]
+async fn concurrent_streams_each_yield_one_span_and_exact_bytes() {
+    let mut rig = Rig::start(
+        |ex| {
+            let model = ex.json()["model"].as_str().unwrap_or("m").to_owned();
+            let spec = StreamSpec::tokens(8, Duration::from_millis(30), Duration::from_millis(10))
+                .model(&model);
+            script::openai_chat_sse(&spec)
+        },
+        |t, up| t.route("openai", "/", up, "openai"),
+    )
+    .await;
+    let h2 = client::h2c();
+    let mut tasks = Vec::new();
+    for i in 0..24 {
+        // Half share one HTTP/2 connection, half use their own HTTP/1.1 ones.
+        let c = if i % 2 == 0 {
+            h2.clone()
+        } else {
+            client::http1()
+        };
+        let req = rig.post(CHAT, script::openai_request(&format!("cc-{i}"), true, None));
+        tasks.push(tokio::spawn(async move { client::fetch(&c, &req).await }));
+    }
+    let mut bodies = Vec::new();
+    for t in tasks {
+        bodies.push(
+            support::within(STEP_TIMEOUT, "a concurrent stream", t)
+                .await
+                .unwrap(),
+        );
+    }
+    rig.proxy.stop().await;
+    let exchanges = rig.up.exchanges();
+    assert_eq!(
+        exchanges.len(),
+        24,
+        "every request reached the upstream once"
+    );
+    for (i, got) in bodies.iter().enumerate() {
+        let model = format!("cc-{i}");
+        let ex = exchanges
+            .iter()
+            .find(|e| e.json()["model"] == model.as_str())
+            .unwrap_or_else(|| panic!("upstream saw no request for {model}"));
+        support::assert_bytes_eq(&format!("stream {model}"), &got.body, &ex.sent());
+        let span = rig.col.wait_span_named(&format!("chat {model}")).await;
+        assert_eq!(span.str(OUTCOME), "complete", "{model}");
+        assert_eq!(span.num(OUTPUT_TOKENS), 8.0, "{model}");
+    }
+    let spans = rig.col.spans();
+    assert_eq!(spans.len(), 24, "exactly one span per request, no more");
+    rig.assert_no_active_streams();
 }

@@ -74,6 +74,18 @@ impl Rig {
         span
     }
 
+    /// After `finish`: the `tokentap.streams.active` up-down counter is back
+    /// to zero (no request leaked its recorder).
+    pub fn assert_no_active_streams(&self) {
+        let pts = self.col.latest("tokentap.streams.active");
+        assert!(!pts.is_empty(), "tokentap.streams.active was exported");
+        let total: f64 = pts.iter().map(|p| p.number()).sum();
+        assert_eq!(
+            total, 0.0,
+            "tokentap.streams.active should be back to 0 after every request ended: {pts:#?}"
+        );
+    }
+
     /// A JSON POST to the proxy.
     pub fn post(&self, path: &str, body: Vec<u8>) -> Req {
         Req::post_json(self.proxy.addr, path, body)
