@@ -10,7 +10,7 @@ pub mod decompress;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::providers::{Operation, ProviderKind, Usage};
+use crate::providers::{Operation, ProviderKind, UpstreamTiming, Usage};
 
 /// How a request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -148,6 +148,9 @@ pub struct Measurement {
     pub response_bytes: u64,
     /// Why the body was not metered, if it was not.
     pub unmetered: Option<Unmetered>,
+    /// Timings the upstream reported about its own work
+    /// (`Event::UpstreamTiming`, merged field by field).
+    pub upstream_timing: UpstreamTiming,
 }
 
 impl Measurement {

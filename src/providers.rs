@@ -5,36 +5,193 @@
 //! usage, a model name or an error, without building a `serde_json::Value`.
 
 pub mod anthropic;
+pub mod bedrock;
+pub mod cohere;
+pub mod gemini;
+pub mod ollama;
 pub mod openai;
+pub mod sigv4;
+pub mod tgi;
+
+use std::borrow::Cow;
+use std::time::Duration;
 
 use crate::framing::{Frame, FramingError, sse::SseDecoder};
 
 /// The API family a route speaks; picks the adapter and the
-/// `gen_ai.provider.name` value.
+/// `gen_ai.provider.name` value. OpenAI-compatible servers have their own
+/// kind so that spans name the real provider; they share the OpenAI adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProviderKind {
-    /// OpenAI and OpenAI-compatible servers.
+    /// OpenAI (and any OpenAI-compatible server without a kind of its own).
     Openai,
     /// Anthropic Messages API.
     Anthropic,
+    /// Google Gemini API (`generativelanguage.googleapis.com`).
+    Gemini,
+    /// Google Vertex AI (`aiplatform.googleapis.com`): Gemini, and Claude
+    /// through `rawPredict`.
+    Vertex,
+    /// Ollama's native API (`/api/chat`, `/api/generate`) and its `/v1`.
+    Ollama,
+    /// AWS Bedrock Runtime: Converse and InvokeModel, streamed or not.
+    Bedrock,
+    /// Azure OpenAI: deployment paths, content-filter annotations.
+    Azure,
+    /// Cohere v2 chat.
+    Cohere,
+    /// vLLM's OpenAI-compatible server.
+    Vllm,
+    /// llama.cpp's `llama-server`.
+    Llamacpp,
+    /// Hugging Face Text Generation Inference (`/generate_stream`, `/v1`).
+    Tgi,
+    /// Mistral AI.
+    Mistral,
+    /// Groq.
+    Groq,
+    /// DeepSeek.
+    Deepseek,
+    /// OpenRouter.
+    Openrouter,
+    /// Together AI.
+    Together,
+    /// LM Studio.
+    Lmstudio,
+    /// Perplexity.
+    Perplexity,
+    /// xAI.
+    Xai,
 }
 
 impl ProviderKind {
-    /// The `gen_ai.provider.name` value.
+    /// Every kind, in documentation order.
+    pub const ALL: [ProviderKind; 19] = [
+        ProviderKind::Openai,
+        ProviderKind::Anthropic,
+        ProviderKind::Gemini,
+        ProviderKind::Vertex,
+        ProviderKind::Ollama,
+        ProviderKind::Bedrock,
+        ProviderKind::Azure,
+        ProviderKind::Cohere,
+        ProviderKind::Vllm,
+        ProviderKind::Llamacpp,
+        ProviderKind::Tgi,
+        ProviderKind::Mistral,
+        ProviderKind::Groq,
+        ProviderKind::Deepseek,
+        ProviderKind::Openrouter,
+        ProviderKind::Together,
+        ProviderKind::Lmstudio,
+        ProviderKind::Perplexity,
+        ProviderKind::Xai,
+    ];
+
+    /// The `gen_ai.provider.name` value: the GenAI conventions' well-known
+    /// value where one exists, else a plain lowercase name.
     pub fn as_str(self) -> &'static str {
         match self {
             ProviderKind::Openai => "openai",
             ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Gemini => "gcp.gemini",
+            ProviderKind::Vertex => "gcp.vertex_ai",
+            ProviderKind::Ollama => "ollama",
+            ProviderKind::Bedrock => "aws.bedrock",
+            ProviderKind::Azure => "azure.ai.openai",
+            ProviderKind::Cohere => "cohere",
+            ProviderKind::Vllm => "vllm",
+            ProviderKind::Llamacpp => "llamacpp",
+            ProviderKind::Tgi => "tgi",
+            ProviderKind::Mistral => "mistral_ai",
+            ProviderKind::Groq => "groq",
+            ProviderKind::Deepseek => "deepseek",
+            ProviderKind::Openrouter => "openrouter",
+            ProviderKind::Together => "together",
+            ProviderKind::Lmstudio => "lmstudio",
+            ProviderKind::Perplexity => "perplexity",
+            ProviderKind::Xai => "x_ai",
         }
     }
 
-    /// Guess the provider from a request path (after the route prefix is stripped).
+    /// The name used in configuration (`provider = "..."`).
+    pub fn config_name(self) -> &'static str {
+        match self {
+            ProviderKind::Openai => "openai",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Gemini => "gemini",
+            ProviderKind::Vertex => "vertex",
+            ProviderKind::Ollama => "ollama",
+            ProviderKind::Bedrock => "bedrock",
+            ProviderKind::Azure => "azure",
+            ProviderKind::Cohere => "cohere",
+            ProviderKind::Vllm => "vllm",
+            ProviderKind::Llamacpp => "llamacpp",
+            ProviderKind::Tgi => "tgi",
+            ProviderKind::Mistral => "mistral",
+            ProviderKind::Groq => "groq",
+            ProviderKind::Deepseek => "deepseek",
+            ProviderKind::Openrouter => "openrouter",
+            ProviderKind::Together => "together",
+            ProviderKind::Lmstudio => "lmstudio",
+            ProviderKind::Perplexity => "perplexity",
+            ProviderKind::Xai => "xai",
+        }
+    }
+
+    /// Request-time detection from the request path (after the route
+    /// prefix is stripped; a query string is ignored). `None` when the path
+    /// names no known endpoint: then `detect_response` may still decide.
     pub fn detect(path: &str) -> Option<ProviderKind> {
-        if path.ends_with("/messages") || path.ends_with("/complete") {
-            Some(ProviderKind::Anthropic)
-        } else if Operation::from_path(path).is_some() {
-            Some(ProviderKind::Openai)
+        let path = strip_query(path);
+        if path.ends_with("/complete") {
+            return Some(ProviderKind::Anthropic);
+        }
+        let kind = match Operation::from_path(path)? {
+            Operation::GenerateContent
+            | Operation::StreamGenerateContent
+            | Operation::EmbedContent
+            | Operation::RawPredict
+            | Operation::StreamRawPredict => {
+                if path.contains("/projects/") && path.contains("/locations/") {
+                    ProviderKind::Vertex
+                } else {
+                    ProviderKind::Gemini
+                }
+            }
+            Operation::OllamaChat | Operation::OllamaGenerate | Operation::OllamaEmbed => {
+                ProviderKind::Ollama
+            }
+            Operation::Converse
+            | Operation::ConverseStream
+            | Operation::InvokeModel
+            | Operation::InvokeModelStream => ProviderKind::Bedrock,
+            Operation::CohereChat => ProviderKind::Cohere,
+            Operation::TgiGenerate | Operation::TgiGenerateStream => ProviderKind::Tgi,
+            Operation::Messages => ProviderKind::Anthropic,
+            Operation::ChatCompletions
+            | Operation::Completions
+            | Operation::Responses
+            | Operation::Embeddings => {
+                if path.contains("/deployments/") {
+                    ProviderKind::Azure
+                } else {
+                    ProviderKind::Openai
+                }
+            }
+        };
+        Some(kind)
+    }
+
+    /// Response-time detection from the `Content-Type`, for requests whose
+    /// path said nothing (no configured provider, `detect` gave `None`).
+    pub fn detect_response(content_type: &str) -> Option<ProviderKind> {
+        let mime = content_type.split(';').next().unwrap_or("").trim();
+        if mime.eq_ignore_ascii_case("application/vnd.amazon.eventstream") {
+            Some(ProviderKind::Bedrock)
+        } else if mime.eq_ignore_ascii_case("application/x-ndjson") {
+            Some(ProviderKind::Ollama)
         } else {
             None
         }
@@ -45,7 +202,8 @@ impl ProviderKind {
 /// endpoint shape the adapter needs to know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Operation {
-    /// OpenAI `/chat/completions`.
+    /// OpenAI `/chat/completions` (also Azure deployments and every
+    /// OpenAI-compatible server).
     ChatCompletions,
     /// OpenAI legacy `/completions`.
     Completions,
@@ -55,35 +213,265 @@ pub enum Operation {
     Embeddings,
     /// Anthropic `/messages`.
     Messages,
+    /// Gemini / Vertex `models/{model}:generateContent`.
+    GenerateContent,
+    /// Gemini / Vertex `models/{model}:streamGenerateContent` (SSE with
+    /// `alt=sse`, else a streamed JSON array).
+    StreamGenerateContent,
+    /// Gemini / Vertex `:embedContent`, `:batchEmbedContents`.
+    EmbedContent,
+    /// Vertex `publishers/anthropic/models/{model}:rawPredict` (Anthropic JSON).
+    RawPredict,
+    /// Vertex `:streamRawPredict` (Anthropic SSE).
+    StreamRawPredict,
+    /// Ollama `/api/chat`.
+    OllamaChat,
+    /// Ollama `/api/generate`.
+    OllamaGenerate,
+    /// Ollama `/api/embed` and the older `/api/embeddings`.
+    OllamaEmbed,
+    /// Bedrock `/model/{id}/converse`.
+    Converse,
+    /// Bedrock `/model/{id}/converse-stream`.
+    ConverseStream,
+    /// Bedrock `/model/{id}/invoke`.
+    InvokeModel,
+    /// Bedrock `/model/{id}/invoke-with-response-stream`.
+    InvokeModelStream,
+    /// Cohere `/v2/chat`.
+    CohereChat,
+    /// TGI `/generate`.
+    TgiGenerate,
+    /// TGI `/generate_stream`.
+    TgiGenerateStream,
 }
 
 impl Operation {
     /// The `gen_ai.operation.name` value.
     pub fn name(self) -> &'static str {
         match self {
-            Operation::ChatCompletions | Operation::Responses | Operation::Messages => "chat",
-            Operation::Completions => "text_completion",
-            Operation::Embeddings => "embeddings",
+            Operation::ChatCompletions
+            | Operation::Responses
+            | Operation::Messages
+            | Operation::RawPredict
+            | Operation::StreamRawPredict
+            | Operation::OllamaChat
+            | Operation::Converse
+            | Operation::ConverseStream
+            | Operation::InvokeModel
+            | Operation::InvokeModelStream
+            | Operation::CohereChat => "chat",
+            Operation::Completions
+            | Operation::OllamaGenerate
+            | Operation::TgiGenerate
+            | Operation::TgiGenerateStream => "text_completion",
+            Operation::Embeddings | Operation::EmbedContent | Operation::OllamaEmbed => {
+                "embeddings"
+            }
+            Operation::GenerateContent | Operation::StreamGenerateContent => "generate_content",
         }
     }
 
-    /// Recognise the operation from the request path's last segments.
+    /// Whether the operation produces no output tokens.
+    pub fn is_embeddings(self) -> bool {
+        matches!(
+            self,
+            Operation::Embeddings | Operation::EmbedContent | Operation::OllamaEmbed
+        )
+    }
+
+    /// Recognise the operation from the request path's last segments (a
+    /// query string is ignored).
     pub fn from_path(path: &str) -> Option<Operation> {
-        let path = path.split('?').next().unwrap_or(path).trim_end_matches('/');
-        if path.ends_with("/chat/completions") {
-            Some(Operation::ChatCompletions)
-        } else if path.ends_with("/completions") {
-            Some(Operation::Completions)
-        } else if path.ends_with("/responses") {
-            Some(Operation::Responses)
-        } else if path.ends_with("/embeddings") {
-            Some(Operation::Embeddings)
-        } else if path.ends_with("/messages") {
-            Some(Operation::Messages)
-        } else {
-            None
+        let path = strip_query(path).trim_end_matches('/');
+        let last = path.rsplit('/').next().unwrap_or(path);
+        // Google's custom methods: `models/{model}:{method}`.
+        if let Some((_, method)) = last.split_once(':') {
+            if !path.contains("/model/") {
+                return match method {
+                    "generateContent" => Some(Operation::GenerateContent),
+                    "streamGenerateContent" => Some(Operation::StreamGenerateContent),
+                    "embedContent" | "batchEmbedContents" => Some(Operation::EmbedContent),
+                    "rawPredict" => Some(Operation::RawPredict),
+                    "streamRawPredict" => Some(Operation::StreamRawPredict),
+                    _ => None,
+                };
+            }
+        }
+        if path.contains("/model/") {
+            match last {
+                "converse" => return Some(Operation::Converse),
+                "converse-stream" => return Some(Operation::ConverseStream),
+                "invoke" => return Some(Operation::InvokeModel),
+                "invoke-with-response-stream" => return Some(Operation::InvokeModelStream),
+                _ => {}
+            }
+        }
+        const SUFFIXES: [(&str, Operation); 12] = [
+            ("/api/chat", Operation::OllamaChat),
+            ("/api/generate", Operation::OllamaGenerate),
+            ("/api/embed", Operation::OllamaEmbed),
+            ("/api/embeddings", Operation::OllamaEmbed),
+            ("/v2/chat", Operation::CohereChat),
+            ("/generate_stream", Operation::TgiGenerateStream),
+            ("/generate", Operation::TgiGenerate),
+            ("/chat/completions", Operation::ChatCompletions),
+            ("/completions", Operation::Completions),
+            ("/responses", Operation::Responses),
+            ("/embeddings", Operation::Embeddings),
+            ("/messages", Operation::Messages),
+        ];
+        SUFFIXES
+            .iter()
+            .find(|(suffix, _)| path.ends_with(suffix))
+            .map(|(_, op)| *op)
+    }
+}
+
+/// The model named by the request path, where the API puts it there:
+/// Gemini and Vertex (`models/{model}:method`), Bedrock
+/// (`/model/{modelId}/converse`, percent-decoded: ids and ARNs carry `:`
+/// and `/`) and Azure (`/deployments/{deployment}/...`, the deployment
+/// name). `None` for paths without one.
+pub fn model_from_path(path: &str) -> Option<Cow<'_, str>> {
+    let path = strip_query(path).trim_end_matches('/');
+    if let Some((head, last)) = path.rsplit_once('/') {
+        if matches!(
+            last,
+            "converse" | "converse-stream" | "invoke" | "invoke-with-response-stream"
+        ) {
+            if let Some(i) = head.find("/model/") {
+                let id = &head[i + "/model/".len()..];
+                return (!id.is_empty()).then(|| percent_decode(id));
+            }
+        }
+        let google = head.ends_with("/models") || head.ends_with("/tunedModels");
+        if google && last.contains(':') {
+            let model = last.split_once(':').map_or("", |(m, _)| m);
+            return (!model.is_empty()).then(|| percent_decode(model));
         }
     }
+    if let Some(i) = path.find("/deployments/") {
+        let rest = &path[i + "/deployments/".len()..];
+        if let Some((name, _)) = rest.split_once('/') {
+            return (!name.is_empty()).then(|| percent_decode(name));
+        }
+    }
+    None
+}
+
+/// The path without its query string.
+fn strip_query(path: &str) -> &str {
+    path.split('?').next().unwrap_or(path)
+}
+
+/// Percent-decode a path segment; borrowed when it has no escapes, and
+/// kept as it is when the escapes are not valid UTF-8.
+fn percent_decode(s: &str) -> Cow<'_, str> {
+    if !s.contains('%') {
+        return Cow::Borrowed(s);
+    }
+    let hex = |b: u8| (b as char).to_digit(16);
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| Some((hex(*bytes.get(i + 1)?)?, hex(*bytes.get(i + 2)?)?)))
+            .flatten();
+        match escaped {
+            Some((hi, lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_or(Cow::Borrowed(s), Cow::Owned)
+}
+
+/// Timings the upstream server reported about its own work, beside the
+/// ones tokentap measures. Absent fields were not reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UpstreamTiming {
+    /// Server-side time to first token or byte (Bedrock `firstByteLatency`,
+    /// LM Studio `time_to_first_token`).
+    pub ttft: Option<Duration>,
+    /// Server-side total (Bedrock `latencyMs` / `invocationLatency`, Ollama
+    /// `total_duration`, Groq `total_time`).
+    pub total: Option<Duration>,
+    /// Prompt processing (Ollama `prompt_eval_duration`, llama.cpp
+    /// `prompt_ms`, Groq `prompt_time`).
+    pub prompt_eval: Option<Duration>,
+    /// Token generation (Ollama `eval_duration`, llama.cpp `predicted_ms`,
+    /// Groq `completion_time`, LM Studio `generation_time`).
+    pub decode: Option<Duration>,
+    /// Time queued before processing (Groq `queue_time`).
+    pub queue: Option<Duration>,
+    /// Model load before processing (Ollama `load_duration`).
+    pub load: Option<Duration>,
+}
+
+impl UpstreamTiming {
+    /// Overwrite every field `newer` reports; keep the rest.
+    pub fn merge(&mut self, newer: UpstreamTiming) {
+        let pick = |old: &mut Option<Duration>, new: Option<Duration>| {
+            if new.is_some() {
+                *old = new;
+            }
+        };
+        pick(&mut self.ttft, newer.ttft);
+        pick(&mut self.total, newer.total);
+        pick(&mut self.prompt_eval, newer.prompt_eval);
+        pick(&mut self.decode, newer.decode);
+        pick(&mut self.queue, newer.queue);
+        pick(&mut self.load, newer.load);
+    }
+
+    /// Whether nothing was reported.
+    pub fn is_empty(&self) -> bool {
+        *self == UpstreamTiming::default()
+    }
+
+    /// The server's own share of what tokentap measures as TTFT: for a
+    /// stream, its time to first token (`ttft`, else `queue + load +
+    /// prompt_eval`); for a whole body, its total (`total`, else the sum
+    /// of the phases). `None` when the server reported nothing that fits.
+    pub fn first_token_equivalent(&self, stream: bool) -> Option<Duration> {
+        let phases = |parts: &[Option<Duration>]| -> Option<Duration> {
+            parts.iter().any(Option::is_some).then(|| {
+                parts
+                    .iter()
+                    .flatten()
+                    .fold(Duration::ZERO, |a, d| a.saturating_add(*d))
+            })
+        };
+        if stream {
+            self.ttft.or_else(|| {
+                self.prompt_eval
+                    .and_then(|_| phases(&[self.queue, self.load, self.prompt_eval]))
+            })
+        } else {
+            self.total.or_else(|| {
+                self.decode
+                    .and_then(|_| phases(&[self.queue, self.load, self.prompt_eval, self.decode]))
+            })
+        }
+    }
+}
+
+/// Milliseconds as reported (`latencyMs`, `prompt_ms`), to a `Duration`;
+/// negative or non-finite values are dropped.
+pub(crate) fn millis(ms: f64) -> Option<Duration> {
+    Duration::try_from_secs_f64(ms / 1000.0).ok()
+}
+
+/// Seconds as reported (Groq `queue_time`), to a `Duration`.
+pub(crate) fn seconds(s: f64) -> Option<Duration> {
+    Duration::try_from_secs_f64(s).ok()
 }
 
 /// Token usage as reported by a provider. Absent fields were not reported.
@@ -134,6 +522,9 @@ pub enum Event<'a> {
     /// The provider reported an error inside the body, e.g. a mid-stream
     /// error event under HTTP 200. `kind` becomes `error.type`.
     Error { kind: &'a str },
+    /// Timings the server reported about its own work; later reports
+    /// overwrite earlier ones field by field.
+    UpstreamTiming(UpstreamTiming),
     /// The provider's explicit end-of-stream marker (`[DONE]`, `message_stop`,
     /// `response.completed`).
     Done,
@@ -158,14 +549,49 @@ pub enum ParseError {
 pub enum Adapter {
     Openai(openai::OpenaiAdapter),
     Anthropic(anthropic::AnthropicAdapter),
+    Gemini(gemini::GeminiAdapter),
+    Ollama(ollama::OllamaAdapter),
+    Bedrock(Box<bedrock::BedrockAdapter>),
+    Cohere(cohere::CohereAdapter),
+    Tgi(tgi::TgiAdapter),
 }
 
 impl Adapter {
-    /// The adapter for `kind` answering `operation`.
+    /// The adapter for `kind` answering `operation`. A known operation
+    /// decides the wire format (Gemini's and Anthropic's OpenAI-compatible
+    /// endpoints speak OpenAI; Vertex `rawPredict` speaks Anthropic); the
+    /// kind decides when the operation is unknown.
     pub fn new(kind: ProviderKind, operation: Option<Operation>) -> Adapter {
-        match kind {
-            ProviderKind::Openai => Adapter::Openai(openai::OpenaiAdapter::new(operation)),
-            ProviderKind::Anthropic => Adapter::Anthropic(anthropic::AnthropicAdapter::new()),
+        use Operation as Op;
+        match operation {
+            Some(Op::ChatCompletions | Op::Completions | Op::Responses | Op::Embeddings) => {
+                Adapter::Openai(openai::OpenaiAdapter::new(operation))
+            }
+            Some(Op::Messages | Op::RawPredict | Op::StreamRawPredict) => {
+                Adapter::Anthropic(anthropic::AnthropicAdapter::new())
+            }
+            Some(Op::GenerateContent | Op::StreamGenerateContent | Op::EmbedContent) => {
+                Adapter::Gemini(gemini::GeminiAdapter::new(operation))
+            }
+            Some(Op::OllamaChat | Op::OllamaGenerate | Op::OllamaEmbed) => {
+                Adapter::Ollama(ollama::OllamaAdapter::new(operation))
+            }
+            Some(Op::Converse | Op::ConverseStream | Op::InvokeModel | Op::InvokeModelStream) => {
+                Adapter::Bedrock(Box::default())
+            }
+            Some(Op::CohereChat) => Adapter::Cohere(cohere::CohereAdapter::new()),
+            Some(Op::TgiGenerate | Op::TgiGenerateStream) => Adapter::Tgi(tgi::TgiAdapter::new()),
+            None => match kind {
+                ProviderKind::Anthropic => Adapter::Anthropic(anthropic::AnthropicAdapter::new()),
+                ProviderKind::Gemini | ProviderKind::Vertex => {
+                    Adapter::Gemini(gemini::GeminiAdapter::new(None))
+                }
+                ProviderKind::Ollama => Adapter::Ollama(ollama::OllamaAdapter::new(None)),
+                ProviderKind::Bedrock => Adapter::Bedrock(Box::default()),
+                ProviderKind::Cohere => Adapter::Cohere(cohere::CohereAdapter::new()),
+                ProviderKind::Tgi => Adapter::Tgi(tgi::TgiAdapter::new()),
+                _ => Adapter::Openai(openai::OpenaiAdapter::new(None)),
+            },
         }
     }
 
@@ -178,6 +604,11 @@ impl Adapter {
         match self {
             Adapter::Openai(a) => a.on_frame(frame, out),
             Adapter::Anthropic(a) => a.on_frame(frame, out),
+            Adapter::Gemini(a) => a.on_frame(frame, out),
+            Adapter::Ollama(a) => a.on_frame(frame, out),
+            Adapter::Bedrock(a) => a.on_frame(frame, out),
+            Adapter::Cohere(a) => a.on_frame(frame, out),
+            Adapter::Tgi(a) => a.on_frame(frame, out),
         }
     }
 }
@@ -211,11 +642,17 @@ impl Parser {
         let framing = if mime.eq_ignore_ascii_case("text/event-stream") {
             Framing::Sse(SseDecoder::new(max_frame))
         } else if mime.eq_ignore_ascii_case("application/json") || mime.is_empty() {
-            Framing::Json { buf: Vec::new(), limit: max_frame }
+            Framing::Json {
+                buf: Vec::new(),
+                limit: max_frame,
+            }
         } else {
             return None;
         };
-        Some(Parser { framing, adapter: Adapter::new(kind, operation) })
+        Some(Parser {
+            framing,
+            adapter: Adapter::new(kind, operation),
+        })
     }
 
     /// Feed one chunk of the (decompressed) response body.
@@ -288,6 +725,8 @@ pub(crate) mod tests {
         pub finish: Vec<String>,
         pub errors: Vec<String>,
         pub done: u32,
+        /// Server timings merged field by field.
+        pub timing: UpstreamTiming,
     }
 
     impl Summary {
@@ -302,6 +741,7 @@ pub(crate) mod tests {
                 Event::ResponseId(id) => self.response_id = Some(id.to_owned()),
                 Event::FinishReason(r) => self.finish.push(r.to_owned()),
                 Event::Error { kind } => self.errors.push(kind.to_owned()),
+                Event::UpstreamTiming(t) => self.timing.merge(t),
                 Event::Done => self.done += 1,
             }
         }
@@ -358,7 +798,12 @@ pub(crate) mod tests {
 
         /// Parse the whole body in one piece.
         pub(crate) fn run(&self) -> Run {
-            run(self.kind, Some(self.operation), self.content_type(), &[self.body])
+            run(
+                self.kind,
+                Some(self.operation),
+                self.content_type(),
+                &[self.body],
+            )
         }
     }
 
@@ -387,8 +832,16 @@ pub(crate) mod tests {
         fixture!(Openai, Responses, "openai/responses_failed_stream.sse"),
         fixture!(Openai, Embeddings, "openai/embeddings.json"),
         fixture!(Anthropic, Messages, "anthropic/messages_stream.sse"),
-        fixture!(Anthropic, Messages, "anthropic/messages_stream_tool_use.sse"),
-        fixture!(Anthropic, Messages, "anthropic/messages_stream_thinking.sse"),
+        fixture!(
+            Anthropic,
+            Messages,
+            "anthropic/messages_stream_tool_use.sse"
+        ),
+        fixture!(
+            Anthropic,
+            Messages,
+            "anthropic/messages_stream_thinking.sse"
+        ),
         fixture!(Anthropic, Messages, "anthropic/messages_stream_error.sse"),
         fixture!(Anthropic, Messages, "anthropic/message.json"),
         fixture!(Anthropic, Messages, "anthropic/error.json"),
@@ -396,7 +849,10 @@ pub(crate) mod tests {
 
     /// The fixture called `name`.
     pub(crate) fn fixture(name: &str) -> &'static Fixture {
-        FIXTURES.iter().find(|f| f.name == name).expect("a known fixture")
+        FIXTURES
+            .iter()
+            .find(|f| f.name == name)
+            .expect("a known fixture")
     }
 
     #[test]
@@ -418,7 +874,10 @@ pub(crate) mod tests {
 
     #[test]
     fn every_fixture_parses_without_knowing_the_operation() {
-        for f in FIXTURES.iter().filter(|f| f.operation != Operation::Embeddings) {
+        for f in FIXTURES
+            .iter()
+            .filter(|f| f.operation != Operation::Embeddings)
+        {
             let known = f.run();
             let unknown = run(f.kind, None, f.content_type(), &[f.body]);
             assert_eq!(unknown, known, "{}: operation should not matter", f.name);
@@ -436,7 +895,10 @@ pub(crate) mod tests {
         let mut parser = Parser::new(ProviderKind::Openai, None, "application/json", 8)
             .expect("a metered content type");
         let err = parser.feed(b"{\"model\":\"gpt\"}", &mut |_| {});
-        assert_eq!(err, Err(ParseError::Framing(FramingError::TooLarge { limit: 8 })));
+        assert_eq!(
+            err,
+            Err(ParseError::Framing(FramingError::TooLarge { limit: 8 }))
+        );
     }
 
     #[test]
@@ -447,6 +909,9 @@ pub(crate) mod tests {
             "text/event-stream",
             &[b"data: {\"choices\": [\n\n"],
         );
-        assert!(matches!(result, Err(ParseError::Adapter(_))), "got {result:?}");
+        assert!(
+            matches!(result, Err(ParseError::Adapter(_))),
+            "got {result:?}"
+        );
     }
 }

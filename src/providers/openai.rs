@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::{AdapterError, Event, Operation, Usage};
+use super::{AdapterError, Event, Operation, UpstreamTiming, Usage, millis, seconds};
 use crate::framing::Frame;
 
 /// Finish reasons kept per frame; more choices than this are not reported.
@@ -102,7 +102,12 @@ impl OpenaiAdapter {
         if is_response_body && non_empty(doc.output) {
             out(Event::Content { pieces: 1 });
         }
-        if let Some(usage) = &doc.usage {
+        // Groq reports streamed usage inside `x_groq`.
+        let wire_usage = doc
+            .usage
+            .as_ref()
+            .or(doc.x_groq.as_ref().and_then(|x| x.usage.as_ref()));
+        if let Some(usage) = wire_usage {
             let embeddings = self.operation == Some(Operation::Embeddings)
                 || doc.object.as_ref().is_some_and(|o| o.as_str() == "list");
             let mut usage = usage.to_usage();
@@ -111,7 +116,10 @@ impl OpenaiAdapter {
                 usage.output = Some(0);
             }
             out(Event::Usage(usage));
+        } else if let Some(usage) = doc.timings.as_ref().and_then(LlamaTimings::to_usage) {
+            out(Event::Usage(usage));
         }
+        emit_timing(wire_usage, doc.timings.as_ref(), doc.stats.as_ref(), out);
         if let Some(choices) = &doc.choices {
             for reason in &choices.finish {
                 out(Event::FinishReason(reason.as_str()));
@@ -168,6 +176,39 @@ impl OpenaiAdapter {
             }
             _ => {}
         }
+    }
+}
+
+/// Server timings: Groq's usage times, llama.cpp `timings`, LM Studio `stats`.
+fn emit_timing(
+    usage: Option<&WireUsage>,
+    timings: Option<&LlamaTimings>,
+    stats: Option<&LmStudioStats>,
+    out: &mut dyn FnMut(Event<'_>),
+) {
+    let mut t = UpstreamTiming::default();
+    if let Some(u) = usage {
+        t.queue = u.queue_time.and_then(seconds);
+        t.prompt_eval = u.prompt_time.and_then(seconds);
+        t.decode = u.completion_time.and_then(seconds);
+        t.total = u.total_time.and_then(seconds);
+    }
+    if let Some(l) = timings {
+        t.merge(UpstreamTiming {
+            prompt_eval: l.prompt_ms.and_then(millis),
+            decode: l.predicted_ms.and_then(millis),
+            ..UpstreamTiming::default()
+        });
+    }
+    if let Some(s) = stats {
+        t.merge(UpstreamTiming {
+            ttft: s.time_to_first_token.and_then(seconds),
+            decode: s.generation_time.and_then(seconds),
+            ..UpstreamTiming::default()
+        });
+    }
+    if !t.is_empty() {
+        out(Event::UpstreamTiming(t));
     }
 }
 
@@ -253,6 +294,50 @@ struct Doc<'a> {
     incomplete_details: Option<Incomplete<'a>>,
     #[serde(borrow)]
     output: Option<&'a RawValue>,
+    /// Groq: `{"id": …, "usage": {…}}` (usage in the last chunk).
+    x_groq: Option<XGroq>,
+    /// llama.cpp server.
+    timings: Option<LlamaTimings>,
+    /// LM Studio's REST API (`/api/v0`).
+    stats: Option<LmStudioStats>,
+}
+
+#[derive(Deserialize)]
+struct XGroq {
+    usage: Option<WireUsage>,
+}
+
+/// llama.cpp's `timings` (final chunk, or every chunk with
+/// `timings_per_token`): `prompt_n` excludes the `cache_n` tokens reused
+/// from the prompt cache.
+#[derive(Deserialize)]
+struct LlamaTimings {
+    cache_n: Option<u64>,
+    prompt_n: Option<u64>,
+    prompt_ms: Option<f64>,
+    predicted_n: Option<u64>,
+    predicted_ms: Option<f64>,
+}
+
+impl LlamaTimings {
+    /// Counts for when the response carries no `usage`.
+    fn to_usage(&self) -> Option<Usage> {
+        let input = self
+            .prompt_n
+            .map(|p| p.saturating_add(self.cache_n.unwrap_or(0)));
+        (input.is_some() || self.predicted_n.is_some()).then_some(Usage {
+            input,
+            output: self.predicted_n,
+            cache_read: self.cache_n,
+            ..Usage::default()
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct LmStudioStats {
+    time_to_first_token: Option<f64>,
+    generation_time: Option<f64>,
 }
 
 /// The `response` object inside Responses streaming events.
@@ -288,6 +373,13 @@ struct WireUsage {
     completion_tokens_details: Option<Details>,
     input_tokens_details: Option<Details>,
     output_tokens_details: Option<Details>,
+    /// DeepSeek: the cached part of `prompt_tokens`.
+    prompt_cache_hit_tokens: Option<u64>,
+    // Groq: server-side phases, in seconds.
+    queue_time: Option<f64>,
+    prompt_time: Option<f64>,
+    completion_time: Option<f64>,
+    total_time: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -309,7 +401,9 @@ impl WireUsage {
         Usage {
             input: self.prompt_tokens.or(self.input_tokens),
             output: self.completion_tokens.or(self.output_tokens),
-            cache_read: input_details.and_then(|d| d.cached_tokens),
+            cache_read: input_details
+                .and_then(|d| d.cached_tokens)
+                .or(self.prompt_cache_hit_tokens),
             cache_creation: None,
             reasoning: output_details.and_then(|d| d.reasoning_tokens),
         }

@@ -49,6 +49,17 @@ pub const TTFB: &str = "tokentap.ttfb";
 pub const REQUEST_BODY: &str = "tokentap.request.body";
 pub const UNMETERED: &str = "tokentap.unmetered";
 pub const UNMETERED_DETAIL: &str = "tokentap.unmetered.detail";
+/// Server-reported timings (seconds), beside tokentap's own.
+pub const UPSTREAM_TTFT: &str = "tokentap.upstream.ttft";
+pub const UPSTREAM_DURATION: &str = "tokentap.upstream.duration";
+pub const UPSTREAM_PROMPT_EVAL: &str = "tokentap.upstream.prompt_eval_duration";
+pub const UPSTREAM_DECODE: &str = "tokentap.upstream.decode_duration";
+pub const UPSTREAM_QUEUE: &str = "tokentap.upstream.queue_duration";
+pub const UPSTREAM_LOAD: &str = "tokentap.upstream.load_duration";
+/// TTFT the server's own timings do not account for (seconds), and its
+/// share of TTFT (0..1).
+pub const TTFT_NETWORK_AND_QUEUE: &str = "tokentap.ttft.network_and_queue";
+pub const NETWORK_QUEUE_SHARE: &str = "tokentap.network_queue_share";
 pub const SIGNAL: &str = "signal";
 
 // Fixed values.

@@ -147,5 +147,41 @@ fn span_finish_attributes(m: &Measurement) -> Vec<KeyValue> {
     };
     opt(UNMETERED, reason.map(Value::from));
     opt(UNMETERED_DETAIL, detail.map(Value::from));
+    upstream_timing_attributes(m, &mut a);
     a
+}
+
+/// `tokentap.upstream.*`: what the server says it spent, and the part of
+/// tokentap's TTFT those figures do not explain (network, proxies, queues
+/// in front of the server).
+fn upstream_timing_attributes(m: &Measurement, a: &mut Vec<KeyValue>) {
+    let t = &m.upstream_timing;
+    for (key, value) in [
+        (UPSTREAM_TTFT, t.ttft),
+        (UPSTREAM_DURATION, t.total),
+        (UPSTREAM_PROMPT_EVAL, t.prompt_eval),
+        (UPSTREAM_DECODE, t.decode),
+        (UPSTREAM_QUEUE, t.queue),
+        (UPSTREAM_LOAD, t.load),
+    ] {
+        if let Some(d) = value {
+            a.push(KeyValue::new(key, d.as_secs_f64()));
+        }
+    }
+    if let Some((gap, share)) = network_and_queue(m) {
+        a.push(KeyValue::new(TTFT_NETWORK_AND_QUEUE, gap.as_secs_f64()));
+        if let Some(share) = share {
+            a.push(KeyValue::new(NETWORK_QUEUE_SHARE, share));
+        }
+    }
+}
+
+/// max(0, TTFT − the server's TTFT-equivalent), and that as a share of
+/// TTFT; `None` when either side is unknown. See docs/METRICS.md.
+pub fn network_and_queue(m: &Measurement) -> Option<(std::time::Duration, Option<f64>)> {
+    let ttft = m.time_to_first_token?;
+    let server = m.upstream_timing.first_token_equivalent(m.request.stream)?;
+    let gap = ttft.saturating_sub(server);
+    let secs = ttft.as_secs_f64();
+    Some((gap, (secs > 0.0).then(|| gap.as_secs_f64() / secs)))
 }

@@ -120,6 +120,7 @@ fn measurement(request: RequestFacts) -> Measurement {
         max_gap: Some(Duration::from_millis(80)),
         response_bytes: 2048,
         unmetered: None,
+        upstream_timing: Default::default(),
     }
 }
 

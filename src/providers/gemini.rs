@@ -1,0 +1,427 @@
+//! Gemini / Vertex AI adapter: `generateContent` bodies and
+//! `streamGenerateContent` chunks (SSE with `alt=sse`, else elements of a
+//! streamed JSON array) in, metering events out.
+//!
+//! Every chunk is a whole `GenerateContentResponse`. `usageMetadata` is
+//! cumulative (the last report wins); `candidatesTokenCount` excludes the
+//! thinking tokens, so output = candidates + thoughts and reasoning =
+//! thoughts. `promptTokenCount` already includes the cached part.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::Deserialize;
+use serde::de::{Deserializer, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+use super::openai::{AnyContent, HasContent, Str, non_empty};
+use super::{AdapterError, Event, Operation, Usage};
+use crate::framing::Frame;
+
+/// Finish reasons kept per chunk; more candidates than this are not reported.
+const MAX_FINISH_REASONS: usize = 16;
+
+/// Adapter state for one Gemini response.
+#[derive(Debug)]
+pub struct GeminiAdapter {
+    operation: Option<Operation>,
+    model_seen: bool,
+    id_seen: bool,
+}
+
+impl GeminiAdapter {
+    /// An adapter for a response to `operation` (`None` when unknown).
+    pub fn new(operation: Option<Operation>) -> Self {
+        GeminiAdapter {
+            operation,
+            model_seen: false,
+            id_seen: false,
+        }
+    }
+
+    /// Map one frame to zero or more events.
+    pub fn on_frame(
+        &mut self,
+        frame: Frame<'_>,
+        out: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), AdapterError> {
+        let data = match frame {
+            Frame::Sse { data, .. } => data.trim_ascii(),
+            Frame::Json(body) => body.trim_ascii(),
+            Frame::AwsEvent { .. } => {
+                return Err(AdapterError("eventstream frame in a Gemini stream"));
+            }
+        };
+        match data.first() {
+            None => Ok(()),
+            // A whole streamed array read as one body (or an error body
+            // wrapped in an array): each element is one chunk.
+            Some(b'[') => {
+                let items: Vec<&RawValue> = serde_json::from_slice(data)
+                    .map_err(|_| AdapterError("malformed Gemini JSON array"))?;
+                items
+                    .iter()
+                    .try_for_each(|item| self.on_chunk(item.get().as_bytes(), out))
+            }
+            Some(_) => self.on_chunk(data, out),
+        }
+    }
+
+    fn on_chunk(
+        &mut self,
+        data: &[u8],
+        out: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), AdapterError> {
+        let doc: Doc<'_> = serde_json::from_slice(data)
+            .map_err(|_| AdapterError("malformed Gemini JSON payload"))?;
+        if let Some(error) = &doc.error {
+            out(Event::Error {
+                kind: &error.kind(),
+            });
+        }
+        if !self.model_seen {
+            if let Some(m) = doc
+                .model_version
+                .as_ref()
+                .filter(|m| !m.as_str().is_empty())
+            {
+                out(Event::Model(m.as_str()));
+                self.model_seen = true;
+            }
+        }
+        if !self.id_seen {
+            if let Some(id) = doc.response_id.as_ref().filter(|i| !i.as_str().is_empty()) {
+                out(Event::ResponseId(id.as_str()));
+                self.id_seen = true;
+            }
+        }
+        if let Some(reason) = doc
+            .prompt_feedback
+            .as_ref()
+            .and_then(|f| f.block_reason.as_ref())
+            .filter(|r| !r.as_str().is_empty())
+        {
+            out(Event::Error {
+                kind: reason.as_str(),
+            });
+        }
+        if let Some(candidates) = &doc.candidates {
+            if candidates.pieces > 0 {
+                let whole = self.operation == Some(Operation::GenerateContent);
+                out(Event::Content {
+                    pieces: if whole { 1 } else { candidates.pieces },
+                });
+            }
+        }
+        if let Some(usage) = &doc.usage_metadata {
+            out(Event::Usage(usage.to_usage()));
+        } else if self.operation == Some(Operation::EmbedContent) {
+            // Embeddings produce no output tokens; Gemini reports no usage.
+            out(Event::Usage(Usage {
+                output: Some(0),
+                ..Usage::default()
+            }));
+        }
+        if let Some(candidates) = &doc.candidates {
+            for reason in &candidates.finish {
+                out(Event::FinishReason(reason.as_str()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The fields of one `GenerateContentResponse` that metering reads.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Doc<'a> {
+    #[serde(borrow)]
+    candidates: Option<Candidates<'a>>,
+    usage_metadata: Option<WireUsage>,
+    #[serde(borrow)]
+    model_version: Option<Str<'a>>,
+    #[serde(borrow)]
+    response_id: Option<Str<'a>>,
+    #[serde(borrow)]
+    prompt_feedback: Option<PromptFeedback<'a>>,
+    #[serde(borrow)]
+    error: Option<ErrorObject<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PromptFeedback<'a> {
+    #[serde(borrow)]
+    block_reason: Option<Str<'a>>,
+}
+
+/// A Google API error: `{"code": 429, "message": …, "status": "RESOURCE_EXHAUSTED"}`.
+#[derive(Deserialize)]
+struct ErrorObject<'a> {
+    #[serde(borrow)]
+    status: Option<Str<'a>>,
+    #[serde(borrow)]
+    code: Option<&'a RawValue>,
+}
+
+impl<'a> ErrorObject<'a> {
+    /// `status`, else the numeric `code`, else "error".
+    fn kind(&self) -> Cow<'_, str> {
+        if let Some(s) = self.status.as_ref().filter(|s| !s.as_str().is_empty()) {
+            return Cow::Borrowed(s.as_str());
+        }
+        match self.code.map(RawValue::get) {
+            Some(raw) if !raw.is_empty() && raw.bytes().all(|b| b.is_ascii_digit()) => {
+                Cow::Borrowed(raw)
+            }
+            _ => Cow::Borrowed("error"),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireUsage {
+    prompt_token_count: Option<u64>,
+    candidates_token_count: Option<u64>,
+    thoughts_token_count: Option<u64>,
+    cached_content_token_count: Option<u64>,
+    tool_use_prompt_token_count: Option<u64>,
+}
+
+impl WireUsage {
+    fn to_usage(&self) -> Usage {
+        let output = match (self.candidates_token_count, self.thoughts_token_count) {
+            (None, None) => None,
+            (c, t) => Some(c.unwrap_or(0).saturating_add(t.unwrap_or(0))),
+        };
+        let input = self
+            .prompt_token_count
+            .map(|p| p.saturating_add(self.tool_use_prompt_token_count.unwrap_or(0)));
+        Usage {
+            input,
+            output,
+            cache_read: self.cached_content_token_count,
+            cache_creation: None,
+            reasoning: self.thoughts_token_count,
+        }
+    }
+}
+
+/// `candidates`, folded while parsing: how many carry content, and their
+/// finish reasons.
+#[derive(Default)]
+struct Candidates<'a> {
+    pieces: u32,
+    finish: Vec<Str<'a>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Candidates<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Candidates<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array of candidates")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Candidates<'a>, A::Error> {
+                let mut all = Candidates::default();
+                while let Some(c) = seq.next_element::<Candidate<'a>>()? {
+                    let content = c
+                        .content
+                        .as_ref()
+                        .and_then(|c| c.parts.as_ref())
+                        .is_some_and(|p| p.0);
+                    if content {
+                        all.pieces = all.pieces.saturating_add(1);
+                    }
+                    if let Some(reason) = c.finish_reason {
+                        if all.finish.len() < MAX_FINISH_REASONS {
+                            all.finish.push(reason);
+                        }
+                    }
+                }
+                Ok(all)
+            }
+        }
+        d.deserialize_seq(V(PhantomData))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Candidate<'a> {
+    #[serde(borrow)]
+    content: Option<Content<'a>>,
+    #[serde(borrow)]
+    finish_reason: Option<Str<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Content<'a> {
+    #[serde(borrow)]
+    parts: Option<AnyContent<Part<'a>>>,
+}
+
+/// One part: text (including thought summaries), a function call,
+/// generated code or inline data are output; a bare thought signature or a
+/// code execution result (the tool's output, not the model's) is not.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Part<'a> {
+    #[serde(borrow)]
+    text: Option<&'a RawValue>,
+    #[serde(borrow)]
+    function_call: Option<&'a RawValue>,
+    #[serde(borrow)]
+    executable_code: Option<&'a RawValue>,
+    #[serde(borrow)]
+    inline_data: Option<&'a RawValue>,
+}
+
+impl HasContent for Part<'_> {
+    fn has_content(&self) -> bool {
+        non_empty(self.text)
+            || non_empty(self.function_call)
+            || non_empty(self.executable_code)
+            || non_empty(self.inline_data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::tests::Summary;
+
+    fn chunks(op: Option<Operation>, payloads: &[&str]) -> Summary {
+        let mut a = GeminiAdapter::new(op);
+        let mut s = Summary::default();
+        for p in payloads {
+            let frame = Frame::Sse {
+                event: b"",
+                data: p.as_bytes(),
+            };
+            a.on_frame(frame, &mut |e| s.record(e))
+                .expect("valid chunk");
+        }
+        s
+    }
+
+    #[test]
+    fn what_counts_as_content() {
+        let part = |p: &str| {
+            let c = format!(
+                r#"{{"candidates":[{{"content":{{"parts":[{p}],"role":"model"}},"index":0}}]}}"#
+            );
+            chunks(None, &[&c]).pieces
+        };
+        assert_eq!(part(r#"{"text":"Hi"}"#), 1, "text");
+        assert_eq!(part(r#"{"text":""}"#), 0, "empty text");
+        assert_eq!(
+            part(r#"{"text":"plan","thought":true}"#),
+            1,
+            "thought summary"
+        );
+        assert_eq!(
+            part(r#"{"text":"","thoughtSignature":"c2ln"}"#),
+            0,
+            "bare signature"
+        );
+        assert_eq!(
+            part(r#"{"functionCall":{"name":"f","args":{}}}"#),
+            1,
+            "function call"
+        );
+        assert_eq!(
+            part(r#"{"codeExecutionResult":{"outcome":"OUTCOME_OK","output":"4"}}"#),
+            0,
+            "tool output"
+        );
+        assert_eq!(
+            chunks(None, &[r#"{"candidates":[{"index":0}]}"#]).pieces,
+            0,
+            "no content"
+        );
+    }
+
+    #[test]
+    fn usage_adds_thoughts_to_candidates() {
+        let s = chunks(
+            None,
+            &[
+                r#"{"usageMetadata":{"promptTokenCount":10,"totalTokenCount":10}}"#,
+                r#"{"usageMetadata":{"promptTokenCount":10,"thoughtsTokenCount":30,"totalTokenCount":40}}"#,
+                r#"{"usageMetadata":{"promptTokenCount":10,"candidatesTokenCount":5,"thoughtsTokenCount":30,"cachedContentTokenCount":4,"totalTokenCount":45}}"#,
+            ],
+        );
+        assert_eq!(
+            s.usage,
+            Usage {
+                input: Some(10),
+                output: Some(35),
+                cache_read: Some(4),
+                cache_creation: None,
+                reasoning: Some(30),
+            }
+        );
+    }
+
+    #[test]
+    fn errors_and_blocked_prompts() {
+        let s = chunks(
+            None,
+            &[
+                r#"{"error":{"code":503,"message":"The model is overloaded.","status":"UNAVAILABLE"}}"#,
+            ],
+        );
+        assert_eq!(s.errors, ["UNAVAILABLE"]);
+        let s = chunks(None, &[r#"{"error":{"code":500,"message":"m"}}"#]);
+        assert_eq!(s.errors, ["500"]);
+        let s = chunks(
+            None,
+            &[
+                r#"{"promptFeedback":{"blockReason":"SAFETY","safetyRatings":[]},"usageMetadata":{"promptTokenCount":7,"totalTokenCount":7},"modelVersion":"gemini-2.5-flash"}"#,
+            ],
+        );
+        assert_eq!(s.errors, ["SAFETY"]);
+        assert_eq!(s.usage.input, Some(7));
+    }
+
+    #[test]
+    fn whole_array_in_one_frame() {
+        let body = br#"[{"candidates":[{"content":{"parts":[{"text":"a"}]}}],"modelVersion":"m"},
+{"candidates":[{"content":{"parts":[{"text":"b"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":1,"candidatesTokenCount":2}}]"#;
+        let mut a = GeminiAdapter::new(Some(Operation::StreamGenerateContent));
+        let mut s = Summary::default();
+        a.on_frame(Frame::Json(body), &mut |e| s.record(e))
+            .expect("valid array");
+        assert_eq!(
+            (s.content_frames, s.finish.clone()),
+            (2, vec!["STOP".to_owned()])
+        );
+        assert_eq!((s.usage.input, s.usage.output), (Some(1), Some(2)));
+    }
+
+    #[test]
+    fn embeddings_report_no_output() {
+        let mut a = GeminiAdapter::new(Some(Operation::EmbedContent));
+        let mut s = Summary::default();
+        a.on_frame(
+            Frame::Json(br#"{"embedding":{"values":[0.1,0.2]}}"#),
+            &mut |e| s.record(e),
+        )
+        .expect("valid");
+        assert_eq!((s.pieces, s.usage.output), (0, Some(0)));
+    }
+
+    #[test]
+    fn malformed_chunks_are_errors() {
+        let mut a = GeminiAdapter::new(None);
+        let frame = Frame::Sse {
+            event: b"",
+            data: b"{\"candidates\":",
+        };
+        assert!(a.on_frame(frame, &mut |_| {}).is_err());
+    }
+}
