@@ -708,6 +708,9 @@ impl Parser {
 }
 
 #[cfg(test)]
+mod fixture_tests;
+
+#[cfg(test)]
 pub(crate) mod tests {
     use super::*;
 
@@ -791,6 +794,10 @@ pub(crate) mod tests {
         pub(crate) fn content_type(&self) -> &'static str {
             if self.name.ends_with(".json") {
                 "application/json"
+            } else if self.name.ends_with(".ndjson") {
+                "application/x-ndjson"
+            } else if self.name.ends_with(".eventstream") {
+                "application/vnd.amazon.eventstream"
             } else {
                 "text/event-stream; charset=utf-8"
             }
@@ -844,6 +851,75 @@ pub(crate) mod tests {
         ),
         fixture!(Anthropic, Messages, "anthropic/messages_stream_error.sse"),
         fixture!(Anthropic, Messages, "anthropic/message.json"),
+        fixture!(Gemini, StreamGenerateContent, "gemini/stream_generate.sse"),
+        fixture!(
+            Gemini,
+            StreamGenerateContent,
+            "gemini/stream_generate_array.json"
+        ),
+        fixture!(
+            Gemini,
+            StreamGenerateContent,
+            "gemini/stream_generate_error.sse"
+        ),
+        fixture!(
+            Gemini,
+            StreamGenerateContent,
+            "gemini/stream_generate_error_array.json"
+        ),
+        fixture!(
+            Gemini,
+            StreamGenerateContent,
+            "gemini/stream_generate_blocked_array.json"
+        ),
+        fixture!(Gemini, GenerateContent, "gemini/generate.json"),
+        fixture!(Gemini, GenerateContent, "gemini/error.json"),
+        fixture!(Vertex, StreamGenerateContent, "vertex/stream_generate.sse"),
+        fixture!(
+            Vertex,
+            StreamGenerateContent,
+            "vertex/stream_generate_array.json"
+        ),
+        fixture!(Ollama, OllamaChat, "ollama/chat.json"),
+        fixture!(Ollama, OllamaEmbed, "ollama/embed.json"),
+        fixture!(Bedrock, Converse, "bedrock/converse.json"),
+        fixture!(Bedrock, InvokeModel, "bedrock/invoke_claude.json"),
+        fixture!(Bedrock, InvokeModel, "bedrock/invoke_titan.json"),
+        fixture!(Azure, ChatCompletions, "azure/chat_stream_usage.sse"),
+        fixture!(Azure, ChatCompletions, "azure/content_filter_error.json"),
+        fixture!(
+            Vllm,
+            ChatCompletions,
+            "vllm/chat_stream_continuous_usage.sse"
+        ),
+        fixture!(
+            Llamacpp,
+            ChatCompletions,
+            "llamacpp/chat_stream_timings.sse"
+        ),
+        fixture!(Llamacpp, ChatCompletions, "llamacpp/chat.json"),
+        fixture!(Tgi, TgiGenerateStream, "tgi/generate_stream.sse"),
+        fixture!(Tgi, TgiGenerateStream, "tgi/generate_stream_error.sse"),
+        fixture!(Tgi, TgiGenerate, "tgi/generate.json"),
+        fixture!(Mistral, ChatCompletions, "mistral/chat_stream.sse"),
+        fixture!(Groq, ChatCompletions, "groq/chat_stream.sse"),
+        fixture!(
+            Deepseek,
+            ChatCompletions,
+            "deepseek/chat_stream_reasoning.sse"
+        ),
+        fixture!(Openrouter, ChatCompletions, "openrouter/chat_stream.sse"),
+        fixture!(
+            Openrouter,
+            ChatCompletions,
+            "openrouter/chat_stream_error.sse"
+        ),
+        fixture!(Together, ChatCompletions, "together/chat_stream.sse"),
+        fixture!(Lmstudio, ChatCompletions, "lmstudio/chat_stream.sse"),
+        fixture!(Lmstudio, ChatCompletions, "lmstudio/chat_v0.json"),
+        fixture!(Cohere, CohereChat, "cohere/chat_stream.sse"),
+        fixture!(Cohere, CohereChat, "cohere/chat_stream_tool.sse"),
+        fixture!(Cohere, CohereChat, "cohere/chat.json"),
         fixture!(Anthropic, Messages, "anthropic/error.json"),
     ];
 
