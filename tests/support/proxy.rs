@@ -82,6 +82,12 @@ impl Toml {
         self
     }
 
+    /// A route given as raw TOML (`[[routes]]` and its keys).
+    pub fn raw_route(mut self, text: &str) -> Toml {
+        self.routes.push(text.to_owned());
+        self
+    }
+
     /// A route matched by path prefix and `Host`.
     pub fn route_host(
         mut self,

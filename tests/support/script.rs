@@ -344,3 +344,60 @@ pub fn gzip(data: &[u8]) -> Vec<u8> {
     enc.write_all(data).unwrap();
     enc.finish().unwrap()
 }
+
+/// An OpenAI Responses API stream: `response.created` at once, text deltas
+/// (first after `ttft`), then `response.completed` with usage — or
+/// `response.failed` when `fail` is set.
+pub fn openai_responses_sse(spec: &StreamSpec, fail: bool) -> Reply {
+    let m = &spec.model;
+    let created = json!({"type": "response.created", "sequence_number": 0, "response": {
+        "id": "resp_scripted", "object": "response", "status": "in_progress", "model": m,
+        "output": [], "usage": null}});
+    let mut r = sse_reply().send(sse_event("response.created", &created));
+    for (i, t) in spec.tokens.iter().enumerate() {
+        r = r.sleep(if i == 0 { spec.ttft } else { spec.gap });
+        let d = json!({"type": "response.output_text.delta", "sequence_number": i + 1, "item_id": "msg_scripted",
+            "output_index": 0, "content_index": 0, "delta": t});
+        r = r.send(sse_event("response.output_text.delta", &d));
+    }
+    let (i, o) = spec.usage.unwrap_or((0, 0));
+    let end = if fail {
+        let f = json!({"type": "response.failed", "response": {"id": "resp_scripted", "status": "failed",
+            "model": m, "error": {"code": "server_error", "message": "The model failed"}, "usage": null}});
+        sse_event("response.failed", &f)
+    } else {
+        let c = json!({"type": "response.completed", "response": {"id": "resp_scripted", "status": "completed",
+            "model": m, "usage": {"input_tokens": i, "output_tokens": o, "total_tokens": i + o}}});
+        sse_event("response.completed", &c)
+    };
+    r.send(end)
+}
+
+/// An OpenAI legacy completions stream with a usage chunk and `[DONE]`.
+pub fn openai_completions_sse(spec: &StreamSpec) -> Reply {
+    let m = &spec.model;
+    let mut r = sse_reply();
+    for (i, t) in spec.tokens.iter().enumerate() {
+        r = r.sleep(if i == 0 { spec.ttft } else { spec.gap });
+        let c = json!({"id": "cmpl-scripted", "object": "text_completion", "created": 1_700_000_000,
+            "model": m, "choices": [{"text": t, "index": 0, "logprobs": null, "finish_reason": null}]});
+        r = r.send(sse_data(&c));
+    }
+    if let Some((i, o)) = spec.usage {
+        let u = json!({"id": "cmpl-scripted", "object": "text_completion", "created": 1_700_000_000,
+            "model": m, "choices": [],
+            "usage": {"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o}});
+        r = r.send(sse_data(&u));
+    }
+    r.send("data: [DONE]\n\n")
+}
+
+/// An OpenAI embeddings response.
+pub fn openai_embeddings_json(model: &str, input_tokens: u64) -> Reply {
+    json_reply(
+        200,
+        json!({"object": "list", "model": model,
+            "data": [{"object": "embedding", "index": 0, "embedding": [0.0023, -0.0093, 0.0158]}],
+            "usage": {"prompt_tokens": input_tokens, "total_tokens": input_tokens}}),
+    )
+}
