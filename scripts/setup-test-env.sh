@@ -32,3 +32,17 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
 fi
 
 "$venv/bin/python" -c 'import openai, anthropic; print(f"setup-test-env: openai {openai.__version__}, anthropic {anthropic.__version__} in '"$venv"'")'
+
+# Further requirement sets in the same venv: the deploy validation tools
+# (scripts/validate-deploy.sh) and the examples (scripts/test-examples.sh).
+# Each has its own stamp, so editing one re-installs only that one.
+for extra in "$root/deploy/ci/requirements.txt" "$root/examples/requirements.txt"; do
+    [ -f "$extra" ] || continue
+    stamp="$venv/.$(basename "$(dirname "$extra")")-requirements.sha"
+    want="$(sha256sum "$extra" | cut -d' ' -f1)"
+    if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
+        echo "setup-test-env: installing ${extra#"$root"/}" >&2
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$extra"
+        echo "$want" >"$stamp"
+    fi
+done
