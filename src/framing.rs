@@ -4,6 +4,9 @@
 //! read no clocks, keep only an incomplete tail between chunks, and cap the
 //! size of a single frame.
 
+pub mod eventstream;
+pub mod json_array;
+pub mod ndjson;
 pub mod sse;
 
 /// One complete frame, borrowed from the decoder's input or scratch space.

@@ -1,0 +1,941 @@
+//! AWS eventstream framing: `application/vnd.amazon.eventstream` bytes in,
+//! one `Frame::AwsEvent` per message out.
+//!
+//! A message is a 12-byte prelude (total length, headers length, CRC32 of
+//! the first 8 bytes; big-endian), the headers, the payload, and a CRC32 of
+//! everything before it (IEEE polynomial). Both CRCs are checked; every
+//! header value type is parsed and length-checked, though only
+//! `:message-type`, `:event-type`, `:exception-type` and `:error-code` are
+//! kept. All slicing is checked: hostile bytes give `Malformed`, never a
+//! panic.
+//!
+//! A message wholly inside the current chunk is borrowed from it. Otherwise
+//! its bytes are gathered in a reused buffer, reserved once for the declared
+//! length after the prelude passed its CRC and the size cap.
+
+use super::{Frame, FramingError};
+
+const PRELUDE_LEN: usize = 12;
+const CRC_LEN: usize = 4;
+/// A message with no headers and no payload.
+const MIN_MESSAGE_LEN: usize = PRELUDE_LEN + CRC_LEN;
+
+/// `:message-type` when a message carries none.
+const DEFAULT_MESSAGE_TYPE: &[u8] = b"event";
+
+/// Incremental AWS eventstream decoder with a cap on message size.
+#[derive(Debug)]
+pub struct EventStreamDecoder {
+    max: usize,
+    /// The incomplete message carried over from earlier chunks.
+    buf: Vec<u8>,
+    /// The buffered message's declared total length, once its prelude is in.
+    total: usize,
+    /// Set once the decoder failed; every later call returns it.
+    failed: Option<FramingError>,
+}
+
+impl EventStreamDecoder {
+    /// A decoder that rejects messages whose declared total length exceeds
+    /// `max_message_bytes`.
+    pub fn new(max_message_bytes: usize) -> Self {
+        EventStreamDecoder {
+            max: max_message_bytes,
+            buf: Vec::new(),
+            total: 0,
+            failed: None,
+        }
+    }
+
+    /// Feed one chunk; `on` is called for every message completed by it.
+    pub fn feed(
+        &mut self,
+        chunk: &[u8],
+        on: &mut dyn FnMut(Frame<'_>),
+    ) -> Result<(), FramingError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let result = self.feed_inner(chunk, on);
+        if let Err(e) = &result {
+            self.failed = Some(e.clone());
+        }
+        result
+    }
+
+    /// End of body: a message cut short is malformed. The decoder is reset
+    /// for reuse.
+    pub fn finish(&mut self, _on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        if !self.buf.is_empty() {
+            let e = FramingError::Malformed("eventstream message truncated");
+            self.failed = Some(e.clone());
+            return Err(e);
+        }
+        self.total = 0;
+        Ok(())
+    }
+
+    fn feed_inner(
+        &mut self,
+        chunk: &[u8],
+        on: &mut dyn FnMut(Frame<'_>),
+    ) -> Result<(), FramingError> {
+        let mut rest = chunk;
+        if !self.buf.is_empty() {
+            rest = self.fill(rest, on)?;
+        }
+        // Either the buffer is empty now or the chunk is used up.
+        while let Some(prelude) = rest.first_chunk::<PRELUDE_LEN>() {
+            let total = check_prelude(prelude, self.max)?;
+            let Some((message, after)) = rest.split_at_checked(total) else {
+                break;
+            };
+            emit(message, on)?;
+            rest = after;
+        }
+        if !rest.is_empty() {
+            self.fill(rest, on)?;
+        }
+        Ok(())
+    }
+
+    /// Move bytes from `rest` into the buffered message, emitting it when
+    /// complete; returns what is left of `rest`.
+    fn fill<'c>(
+        &mut self,
+        mut rest: &'c [u8],
+        on: &mut dyn FnMut(Frame<'_>),
+    ) -> Result<&'c [u8], FramingError> {
+        if self.buf.len() < PRELUDE_LEN {
+            let (head, tail) = rest.split_at(rest.len().min(PRELUDE_LEN - self.buf.len()));
+            self.buf.extend_from_slice(head);
+            rest = tail;
+            let Some(prelude) = self.buf.first_chunk::<PRELUDE_LEN>() else {
+                return Ok(rest);
+            };
+            self.total = check_prelude(prelude, self.max)?;
+            self.buf.reserve_exact(self.total - PRELUDE_LEN);
+        }
+        let (head, tail) = rest.split_at(rest.len().min(self.total - self.buf.len()));
+        self.buf.extend_from_slice(head);
+        if self.buf.len() == self.total {
+            let result = emit(&self.buf, on);
+            self.buf.clear();
+            result?;
+        }
+        Ok(tail)
+    }
+}
+
+/// Validate a prelude; the message's total length.
+fn check_prelude(prelude: &[u8; PRELUDE_LEN], max: usize) -> Result<usize, FramingError> {
+    let [t0, t1, t2, t3, h0, h1, h2, h3, c0, c1, c2, c3] = *prelude;
+    let crc = u32::from_be_bytes([c0, c1, c2, c3]);
+    if crc32fast::hash(&[t0, t1, t2, t3, h0, h1, h2, h3]) != crc {
+        return Err(FramingError::Malformed("eventstream prelude CRC mismatch"));
+    }
+    let total = u32::from_be_bytes([t0, t1, t2, t3]) as usize;
+    let headers = u32::from_be_bytes([h0, h1, h2, h3]) as usize;
+    if total < MIN_MESSAGE_LEN {
+        return Err(FramingError::Malformed(
+            "eventstream message shorter than 16 bytes",
+        ));
+    }
+    if total > max {
+        return Err(FramingError::TooLarge { limit: max });
+    }
+    if headers > total - MIN_MESSAGE_LEN {
+        return Err(FramingError::Malformed(
+            "eventstream headers longer than the message",
+        ));
+    }
+    Ok(total)
+}
+
+/// Check a complete message's CRC, parse its headers, and emit it.
+fn emit(message: &[u8], on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError> {
+    const SHORT: FramingError =
+        FramingError::Malformed("eventstream message shorter than its prelude says");
+    let (covered, crc) = message.split_last_chunk::<CRC_LEN>().ok_or(SHORT)?;
+    if crc32fast::hash(covered) != u32::from_be_bytes(*crc) {
+        return Err(FramingError::Malformed("eventstream message CRC mismatch"));
+    }
+    let (prelude, rest) = covered.split_first_chunk::<PRELUDE_LEN>().ok_or(SHORT)?;
+    let [_, _, _, _, h0, h1, h2, h3, ..] = *prelude;
+    let headers_len = u32::from_be_bytes([h0, h1, h2, h3]) as usize;
+    let (headers, payload) = rest.split_at_checked(headers_len).ok_or(SHORT)?;
+    let headers = Headers::parse(headers)?;
+    let message_type = headers.message_type.unwrap_or(DEFAULT_MESSAGE_TYPE);
+    let event_type = match message_type {
+        b"exception" => headers.exception_type,
+        b"error" => headers.error_code,
+        _ => headers.event_type,
+    };
+    on(Frame::AwsEvent {
+        message_type,
+        event_type: event_type.unwrap_or_default(),
+        payload,
+    });
+    Ok(())
+}
+
+/// The headers a frame needs, borrowed from the message.
+#[derive(Default)]
+struct Headers<'a> {
+    message_type: Option<&'a [u8]>,
+    event_type: Option<&'a [u8]>,
+    exception_type: Option<&'a [u8]>,
+    error_code: Option<&'a [u8]>,
+}
+
+const HEADER_TRUNCATED: FramingError = FramingError::Malformed("eventstream header truncated");
+
+impl<'a> Headers<'a> {
+    /// Walk every header, checking each value's length for its type.
+    fn parse(mut rest: &'a [u8]) -> Result<Headers<'a>, FramingError> {
+        let mut headers = Headers::default();
+        while let Some((&name_len, after)) = rest.split_first() {
+            if name_len == 0 {
+                return Err(FramingError::Malformed("eventstream header name is empty"));
+            }
+            let (name, after) = take(after, usize::from(name_len))?;
+            let (&kind, after) = after.split_first().ok_or(HEADER_TRUNCATED)?;
+            let (value, after) = match kind {
+                0 | 1 => (&[][..], after),
+                2 => take(after, 1)?,
+                3 => take(after, 2)?,
+                4 => take(after, 4)?,
+                5 | 8 => take(after, 8)?,
+                9 => take(after, 16)?,
+                6 | 7 => {
+                    let (len, after) = after.split_first_chunk::<2>().ok_or(HEADER_TRUNCATED)?;
+                    take(after, usize::from(u16::from_be_bytes(*len)))?
+                }
+                _ => {
+                    return Err(FramingError::Malformed(
+                        "eventstream header has an unknown value type",
+                    ));
+                }
+            };
+            if kind == 7 {
+                if std::str::from_utf8(value).is_err() {
+                    return Err(FramingError::Malformed(
+                        "eventstream string header is not UTF-8",
+                    ));
+                }
+                let slot = match name {
+                    b":message-type" => Some(&mut headers.message_type),
+                    b":event-type" => Some(&mut headers.event_type),
+                    b":exception-type" => Some(&mut headers.exception_type),
+                    b":error-code" => Some(&mut headers.error_code),
+                    _ => None,
+                };
+                if let Some(slot) = slot {
+                    *slot = Some(value);
+                }
+            }
+            rest = after;
+        }
+        Ok(headers)
+    }
+}
+
+/// Split `n` bytes off the front of `bytes`.
+fn take(bytes: &[u8], n: usize) -> Result<(&[u8], &[u8]), FramingError> {
+    bytes.split_at_checked(n).ok_or(HEADER_TRUNCATED)
+}
+
+/// A header value, for [`encode`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderValue<'a> {
+    Bool(bool),
+    Byte(i8),
+    Short(i16),
+    Integer(i32),
+    Long(i64),
+    ByteArray(&'a [u8]),
+    String(&'a str),
+    /// Milliseconds since the Unix epoch.
+    Timestamp(i64),
+    Uuid([u8; 16]),
+}
+
+/// Append one eventstream message to `out`; for simulated upstreams and
+/// tests. Fails when a header name or value is too long for the format.
+pub fn encode(
+    headers: &[(&str, HeaderValue<'_>)],
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), FramingError> {
+    const TOO_LONG: FramingError = FramingError::Malformed("eventstream header too long to encode");
+    let mut head = Vec::new();
+    for (name, value) in headers {
+        head.push(u8::try_from(name.len()).map_err(|_| TOO_LONG)?);
+        head.extend_from_slice(name.as_bytes());
+        let mut var = |kind: u8, bytes: &[u8]| -> Result<(), FramingError> {
+            head.push(kind);
+            head.extend_from_slice(
+                &u16::try_from(bytes.len())
+                    .map_err(|_| TOO_LONG)?
+                    .to_be_bytes(),
+            );
+            head.extend_from_slice(bytes);
+            Ok(())
+        };
+        match *value {
+            HeaderValue::ByteArray(b) => var(6, b)?,
+            HeaderValue::String(s) => var(7, s.as_bytes())?,
+            HeaderValue::Bool(b) => head.push(if b { 0 } else { 1 }),
+            HeaderValue::Byte(v) => head.extend_from_slice(&[2, v.to_be_bytes()[0]]),
+            HeaderValue::Short(v) => {
+                head.push(3);
+                head.extend_from_slice(&v.to_be_bytes());
+            }
+            HeaderValue::Integer(v) => {
+                head.push(4);
+                head.extend_from_slice(&v.to_be_bytes());
+            }
+            HeaderValue::Long(v) => {
+                head.push(5);
+                head.extend_from_slice(&v.to_be_bytes());
+            }
+            HeaderValue::Timestamp(v) => {
+                head.push(8);
+                head.extend_from_slice(&v.to_be_bytes());
+            }
+            HeaderValue::Uuid(v) => {
+                head.push(9);
+                head.extend_from_slice(&v);
+            }
+        }
+    }
+    let too_large = FramingError::TooLarge {
+        limit: u32::MAX as usize,
+    };
+    let total = u32::try_from(MIN_MESSAGE_LEN + head.len() + payload.len())
+        .map_err(|_| too_large.clone())?;
+    let headers_len = u32::try_from(head.len()).map_err(|_| too_large)?;
+    let start = out.len();
+    out.extend_from_slice(&total.to_be_bytes());
+    out.extend_from_slice(&headers_len.to_be_bytes());
+    let prelude_crc = crc32fast::hash(&out[start..]);
+    out.extend_from_slice(&prelude_crc.to_be_bytes());
+    out.extend_from_slice(&head);
+    out.extend_from_slice(payload);
+    let message_crc = crc32fast::hash(&out[start..]);
+    out.extend_from_slice(&message_crc.to_be_bytes());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (message type, event type, payload) of one frame.
+    type Frames = Vec<(String, String, String)>;
+
+    /// Feed `pieces` in order, then finish; collect frames and the first error.
+    fn decode(pieces: &[&[u8]], max: usize) -> (Frames, Result<(), FramingError>) {
+        let mut dec = EventStreamDecoder::new(max);
+        let mut frames = Vec::new();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let mut on = |f: Frame<'_>| match f {
+            Frame::AwsEvent {
+                message_type,
+                event_type,
+                payload,
+            } => frames.push((text(message_type), text(event_type), text(payload))),
+            other => panic!("eventstream decoder produced {other:?}"),
+        };
+        for piece in pieces {
+            if let Err(e) = dec.feed(piece, &mut on) {
+                return (frames, Err(e));
+            }
+        }
+        let result = dec.finish(&mut on);
+        (frames, result)
+    }
+
+    /// Decode `input` whole, at every two-piece split, and byte by byte;
+    /// all must agree. Returns the whole-input result.
+    fn decode_all_ways(input: &[u8], max: usize) -> (Frames, Result<(), FramingError>) {
+        let whole = decode(&[input], max);
+        for at in 0..=input.len() {
+            let (a, b) = input.split_at(at);
+            assert_eq!(
+                decode(&[a, b], max),
+                whole,
+                "split at {at} differs from whole input"
+            );
+        }
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(
+            decode(&bytes, max),
+            whole,
+            "byte-by-byte differs from whole input"
+        );
+        whole
+    }
+
+    fn frames(input: &[u8]) -> Frames {
+        let (frames, result) = decode_all_ways(input, 1 << 20);
+        assert_eq!(result, Ok(()), "expected no error");
+        frames
+    }
+
+    fn frame(message_type: &str, event_type: &str, payload: &str) -> (String, String, String) {
+        (message_type.into(), event_type.into(), payload.into())
+    }
+
+    fn message(headers: &[(&str, HeaderValue<'_>)], payload: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode(headers, payload, &mut out).expect("encodable message");
+        out
+    }
+
+    fn event(event_type: &str, payload: &str) -> Vec<u8> {
+        message(
+            &[
+                (":event-type", HeaderValue::String(event_type)),
+                (":content-type", HeaderValue::String("application/json")),
+                (":message-type", HeaderValue::String("event")),
+            ],
+            payload.as_bytes(),
+        )
+    }
+
+    /// A message with the given prelude fields and body, both CRCs correct.
+    fn raw(total: u32, headers_len: u32, body: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&total.to_be_bytes());
+        out.extend_from_slice(&headers_len.to_be_bytes());
+        out.extend_from_slice(&crc32fast::hash(&out).to_be_bytes());
+        out.extend_from_slice(body);
+        out.extend_from_slice(&crc32fast::hash(&out).to_be_bytes());
+        out
+    }
+
+    fn malformed(why: &'static str) -> Result<(), FramingError> {
+        Err(FramingError::Malformed(why))
+    }
+
+    #[test]
+    fn events_in_sequence() {
+        let mut input = event("messageStart", r#"{"role":"assistant"}"#);
+        input.extend(event("contentBlockDelta", r#"{"delta":{"text":"Hi"}}"#));
+        assert_eq!(
+            frames(&input),
+            vec![
+                frame("event", "messageStart", r#"{"role":"assistant"}"#),
+                frame("event", "contentBlockDelta", r#"{"delta":{"text":"Hi"}}"#),
+            ]
+        );
+    }
+
+    #[test]
+    fn minimal_message_and_default_message_type() {
+        assert_eq!(
+            frames(&raw(16, 0, b"")),
+            vec![frame("event", "", "")],
+            "no headers: message type defaults to event"
+        );
+        let input = message(&[(":event-type", HeaderValue::String("chunk"))], b"x");
+        assert_eq!(frames(&input), vec![frame("event", "chunk", "x")]);
+        assert_eq!(frames(b""), vec![], "an empty body has no frames");
+    }
+
+    #[test]
+    fn every_header_value_type_is_parsed() {
+        let input = message(
+            &[
+                ("t", HeaderValue::Bool(true)),
+                ("f", HeaderValue::Bool(false)),
+                ("byte", HeaderValue::Byte(-3)),
+                ("short", HeaderValue::Short(-300)),
+                ("int", HeaderValue::Integer(70_000)),
+                ("long", HeaderValue::Long(-5_000_000_000)),
+                ("bytes", HeaderValue::ByteArray(&[0, 7, 0xFF])),
+                ("empty", HeaderValue::ByteArray(&[])),
+                ("str", HeaderValue::String("ünïcödé")),
+                ("ts", HeaderValue::Timestamp(1_753_600_020_000)),
+                ("id", HeaderValue::Uuid([0xAB; 16])),
+                (":event-type", HeaderValue::String("contentBlockStop")),
+                (":message-type", HeaderValue::String("event")),
+            ],
+            b"{}",
+        );
+        assert_eq!(
+            frames(&input),
+            vec![frame("event", "contentBlockStop", "{}")]
+        );
+    }
+
+    #[test]
+    fn failure_messages_take_their_type_from_the_failure_header() {
+        let exception = message(
+            &[
+                (
+                    ":exception-type",
+                    HeaderValue::String("throttlingException"),
+                ),
+                (":content-type", HeaderValue::String("application/json")),
+                (":message-type", HeaderValue::String("exception")),
+            ],
+            br#"{"message":"Too many requests"}"#,
+        );
+        let error = message(
+            &[
+                (":error-code", HeaderValue::String("InternalFailure")),
+                (":error-message", HeaderValue::String("boom")),
+                (":message-type", HeaderValue::String("error")),
+            ],
+            b"",
+        );
+        let mut input = exception;
+        input.extend(error);
+        assert_eq!(
+            frames(&input),
+            vec![
+                frame(
+                    "exception",
+                    "throttlingException",
+                    r#"{"message":"Too many requests"}"#
+                ),
+                frame("error", "InternalFailure", ""),
+            ]
+        );
+    }
+
+    #[test]
+    fn non_string_well_known_headers_are_ignored() {
+        let input = message(&[(":event-type", HeaderValue::Integer(1))], b"p");
+        assert_eq!(frames(&input), vec![frame("event", "", "p")]);
+    }
+
+    #[test]
+    fn message_wholly_inside_a_chunk_borrows_it() {
+        let mut chunk = event("contentBlockDelta", r#"{"delta":{"text":"a"}}"#);
+        chunk.extend(event("contentBlockDelta", r#"{"delta":{"text":"b"}}"#));
+        let partial = event("messageStop", "{}");
+        chunk.extend_from_slice(&partial[..20]);
+        let range = chunk.as_ptr_range();
+        let mut dec = EventStreamDecoder::new(1024);
+        let mut borrowed = 0;
+        dec.feed(&chunk, &mut |f| {
+            if let Frame::AwsEvent {
+                message_type,
+                event_type,
+                payload,
+            } = f
+            {
+                for s in [message_type, event_type, payload] {
+                    assert!(range.contains(&s.as_ptr()), "frame should borrow the chunk");
+                }
+                borrowed += 1;
+            }
+        })
+        .expect("valid stream");
+        assert_eq!(borrowed, 2);
+        assert_eq!(
+            dec.buf,
+            &partial[..20],
+            "only the incomplete message is kept"
+        );
+    }
+
+    #[test]
+    fn buffer_is_reserved_once_for_the_declared_length() {
+        let input = event("contentBlockDelta", &"x".repeat(300));
+        let mut dec = EventStreamDecoder::new(1024);
+        let mut n = 0;
+        let mut on = |_: Frame<'_>| n += 1;
+        dec.feed(&input[..PRELUDE_LEN], &mut on).expect("valid");
+        let cap = dec.buf.capacity();
+        assert!(
+            cap >= input.len(),
+            "reserved {cap} for a {}-byte message",
+            input.len()
+        );
+        for byte in input[PRELUDE_LEN..].chunks(1) {
+            assert_eq!(dec.buf.capacity(), cap, "no regrowth while filling");
+            dec.feed(byte, &mut on).expect("valid");
+        }
+        dec.finish(&mut on).expect("finish");
+        assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn bad_crcs_are_malformed() {
+        let good = event("messageStart", "{}");
+        let mut bad_prelude = good.clone();
+        bad_prelude[9] ^= 1;
+        let mut bad_message = good.clone();
+        let last = bad_message.len() - 6;
+        bad_message[last] ^= 0x20;
+        let mut bad_trailer = good.clone();
+        if let Some(b) = bad_trailer.last_mut() {
+            *b ^= 1;
+        }
+        for (bad, why) in [
+            (bad_prelude, "eventstream prelude CRC mismatch"),
+            (bad_message, "eventstream message CRC mismatch"),
+            (bad_trailer, "eventstream message CRC mismatch"),
+        ] {
+            let mut input = good.clone();
+            input.extend(bad);
+            input.extend(&good);
+            let (f, r) = decode_all_ways(&input, 1024);
+            assert_eq!(
+                (f, r),
+                (vec![frame("event", "messageStart", "{}")], malformed(why)),
+                "frames before the bad message survive; none after"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_lengths() {
+        let cases: Vec<(Vec<u8>, Result<(), FramingError>)> = vec![
+            (
+                raw(15, 0, b""),
+                malformed("eventstream message shorter than 16 bytes"),
+            ),
+            (
+                raw(0, 0, b""),
+                malformed("eventstream message shorter than 16 bytes"),
+            ),
+            (
+                raw(17, 2, b"x"),
+                malformed("eventstream headers longer than the message"),
+            ),
+            (
+                raw(16, u32::MAX, b""),
+                malformed("eventstream headers longer than the message"),
+            ),
+            (
+                raw(u32::MAX, 0, b""),
+                Err(FramingError::TooLarge { limit: 1024 }),
+            ),
+            (
+                raw(1025, 0, &[0; 1009]),
+                Err(FramingError::TooLarge { limit: 1024 }),
+            ),
+        ];
+        for (input, expected) in cases {
+            let (f, r) = decode_all_ways(&input, 1024);
+            assert_eq!((f, r), (vec![], expected), "input {input:?}");
+        }
+        let at_limit = raw(1024, 0, &[b'a'; 1008]);
+        let (f, r) = decode_all_ways(&at_limit, 1024);
+        assert_eq!((f.len(), r), (1, Ok(())), "exactly at the limit passes");
+    }
+
+    #[test]
+    fn bad_headers() {
+        let cases: &[(&[u8], &str)] = &[
+            (b"\x00\x07", "eventstream header name is empty"),
+            (b"\x05ab", "eventstream header truncated"),
+            (b"\x01a", "eventstream header truncated"),
+            (b"\x01a\x02", "eventstream header truncated"),
+            (b"\x01a\x03\x00", "eventstream header truncated"),
+            (b"\x01a\x04\x00\x00\x00", "eventstream header truncated"),
+            (
+                b"\x01a\x05\x00\x00\x00\x00\x00\x00\x00",
+                "eventstream header truncated",
+            ),
+            (b"\x01a\x06\x00", "eventstream header truncated"),
+            (b"\x01a\x07\x00\x05abc", "eventstream header truncated"),
+            (b"\x01a\x08\x00", "eventstream header truncated"),
+            (
+                b"\x01a\x09\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00",
+                "eventstream header truncated",
+            ),
+            (b"\x01a\x0a", "eventstream header has an unknown value type"),
+            (b"\x01a\xff", "eventstream header has an unknown value type"),
+            (
+                b"\x01a\x07\x00\x02\xc3\x28",
+                "eventstream string header is not UTF-8",
+            ),
+        ];
+        for (headers, why) in cases {
+            let headers_len = u32::try_from(headers.len()).expect("short");
+            let mut body = headers.to_vec();
+            body.extend_from_slice(b"payload");
+            let total = u32::try_from(16 + body.len()).expect("short");
+            let (f, r) = decode_all_ways(&raw(total, headers_len, &body), 1024);
+            assert_eq!((f, r), (vec![], malformed(why)), "headers {headers:?}");
+        }
+    }
+
+    #[test]
+    fn truncated_stream_is_malformed_at_finish() {
+        let mut input = event("messageStart", "{}");
+        let good = input.len();
+        input.extend(event("messageStop", "{}"));
+        for cut in [good + 1, good + 11, good + 12, input.len() - 1] {
+            let (f, r) = decode_all_ways(&input[..cut], 1024);
+            assert_eq!(
+                (f, r),
+                (
+                    vec![frame("event", "messageStart", "{}")],
+                    malformed("eventstream message truncated")
+                ),
+                "cut at {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn failure_is_sticky_and_success_resets() {
+        let good = event("messageStart", "{}");
+        let mut dec = EventStreamDecoder::new(1024);
+        let mut n = 0;
+        let mut on = |_: Frame<'_>| n += 1;
+        dec.feed(&good, &mut on).expect("valid");
+        dec.finish(&mut on).expect("finish");
+        dec.feed(&good, &mut on).expect("reusable after finish");
+        let err = dec.feed(&[0; 16], &mut on);
+        assert_eq!(err, malformed("eventstream prelude CRC mismatch"));
+        assert_eq!(dec.feed(&good, &mut on), err);
+        assert_eq!(dec.finish(&mut on), err);
+        assert_eq!(n, 2);
+    }
+
+    #[test]
+    fn encode_rejects_what_the_format_cannot_hold() {
+        let long = "n".repeat(256);
+        let mut out = Vec::new();
+        assert!(encode(&[(&long, HeaderValue::Bool(true))], b"", &mut out).is_err());
+        let big = vec![0; 65_536];
+        assert!(encode(&[("b", HeaderValue::ByteArray(&big))], b"", &mut out).is_err());
+    }
+
+    /// Bedrock pads payloads with a `p` field of varying length.
+    fn pad(n: usize) -> String {
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+            .chars()
+            .cycle()
+            .take(n)
+            .collect()
+    }
+
+    /// A Bedrock `ConverseStream` body.
+    fn converse_stream() -> Vec<u8> {
+        let mut out = event(
+            "messageStart",
+            &format!(r#"{{"p":"{}","role":"assistant"}}"#, pad(43)),
+        );
+        let deltas = [
+            "The sky looks blue",
+            " because air molecules scatter",
+            " short (blue) wavelengths of sunlight",
+            " much more than long (red) ones —",
+            " \"Rayleigh scattering\".",
+        ];
+        for (i, text) in deltas.iter().enumerate() {
+            let delta = format!(
+                r#"{{"contentBlockIndex":0,"delta":{{"text":"{}"}},"p":"{}"}}"#,
+                text.replace('"', "\\\""),
+                pad(5 + 7 * i)
+            );
+            out.extend(event("contentBlockDelta", &delta));
+        }
+        out.extend(event(
+            "contentBlockStop",
+            &format!(r#"{{"contentBlockIndex":0,"p":"{}"}}"#, pad(38)),
+        ));
+        out.extend(event(
+            "messageStop",
+            &format!(r#"{{"p":"{}","stopReason":"end_turn"}}"#, pad(21)),
+        ));
+        out.extend(event(
+            "metadata",
+            &format!(
+                r#"{{"metrics":{{"latencyMs":1152}},"p":"{}","usage":{{"inputTokens":18,"outputTokens":31,"totalTokens":49}}}}"#,
+                pad(12)
+            ),
+        ));
+        out
+    }
+
+    /// A Bedrock `ConverseStream` body cut off by a throttling exception.
+    fn converse_stream_exception() -> Vec<u8> {
+        let mut out = event(
+            "messageStart",
+            &format!(r#"{{"p":"{}","role":"assistant"}}"#, pad(17)),
+        );
+        out.extend(event(
+            "contentBlockDelta",
+            &format!(
+                r#"{{"contentBlockIndex":0,"delta":{{"text":"Once upon"}},"p":"{}"}}"#,
+                pad(9)
+            ),
+        ));
+        out.extend(message(
+            &[
+                (
+                    ":exception-type",
+                    HeaderValue::String("throttlingException"),
+                ),
+                (":content-type", HeaderValue::String("application/json")),
+                (":message-type", HeaderValue::String("exception")),
+            ],
+            br#"{"message":"Too many tokens, please wait before trying again."}"#,
+        ));
+        out
+    }
+
+    fn base64(bytes: &[u8]) -> String {
+        const ALPHABET: &[u8; 64] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = String::new();
+        for group in bytes.chunks(3) {
+            let b = [
+                group[0],
+                *group.get(1).unwrap_or(&0),
+                *group.get(2).unwrap_or(&0),
+            ];
+            let n = u32::from_be_bytes([0, b[0], b[1], b[2]]);
+            for i in 0..4 {
+                if i <= group.len() {
+                    out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
+
+    /// A Bedrock `InvokeModelWithResponseStream` body for an Anthropic model:
+    /// each `chunk` carries the model's own event as base64 JSON.
+    fn invoke_stream() -> Vec<u8> {
+        let inner = [
+            r#"{"type":"message_start","message":{"id":"msg_bdrk_01Lq8vWfVb2h7nXk3Ypz9QmR","type":"message","role":"assistant","model":"claude-3-5-haiku-20241022","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":14,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"! How can I help"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" you today?"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":12}}"#,
+            r#"{"type":"message_stop","amazon-bedrock-invocationMetrics":{"inputTokenCount":14,"outputTokenCount":12,"invocationLatency":845,"firstByteLatency":402}}"#,
+        ];
+        let mut out = Vec::new();
+        for (i, json) in inner.iter().enumerate() {
+            let payload = format!(
+                r#"{{"bytes":"{}","p":"{}"}}"#,
+                base64(json.as_bytes()),
+                pad(3 + 5 * i)
+            );
+            out.extend(event("chunk", &payload));
+        }
+        out
+    }
+
+    struct Fixture {
+        name: &'static str,
+        build: fn() -> Vec<u8>,
+        committed: &'static [u8],
+        types: &'static [(&'static str, &'static str)],
+    }
+
+    const FIXTURES: &[Fixture] = &[
+        Fixture {
+            name: "bedrock_converse_stream.eventstream",
+            build: converse_stream,
+            committed: include_bytes!(
+                "../../tests/fixtures/framing/bedrock_converse_stream.eventstream"
+            ),
+            types: &[
+                ("event", "messageStart"),
+                ("event", "contentBlockDelta"),
+                ("event", "contentBlockDelta"),
+                ("event", "contentBlockDelta"),
+                ("event", "contentBlockDelta"),
+                ("event", "contentBlockDelta"),
+                ("event", "contentBlockStop"),
+                ("event", "messageStop"),
+                ("event", "metadata"),
+            ],
+        },
+        Fixture {
+            name: "bedrock_converse_stream_exception.eventstream",
+            build: converse_stream_exception,
+            committed: include_bytes!(
+                "../../tests/fixtures/framing/bedrock_converse_stream_exception.eventstream"
+            ),
+            types: &[
+                ("event", "messageStart"),
+                ("event", "contentBlockDelta"),
+                ("exception", "throttlingException"),
+            ],
+        },
+        Fixture {
+            name: "bedrock_invoke_stream.eventstream",
+            build: invoke_stream,
+            committed: include_bytes!(
+                "../../tests/fixtures/framing/bedrock_invoke_stream.eventstream"
+            ),
+            types: &[("event", "chunk"); 8],
+        },
+    ];
+
+    /// The binary fixtures are generated by the builders above; run with
+    /// `TOKENTAP_REGENERATE_FIXTURES=1` to rewrite them after a change.
+    #[test]
+    fn fixtures_match_their_builders() {
+        let regenerate = std::env::var_os("TOKENTAP_REGENERATE_FIXTURES").is_some();
+        for f in FIXTURES {
+            let built = (f.build)();
+            if regenerate {
+                let path = format!(
+                    "{}/tests/fixtures/framing/{}",
+                    env!("CARGO_MANIFEST_DIR"),
+                    f.name
+                );
+                std::fs::write(&path, &built).expect("write fixture");
+            } else {
+                assert!(
+                    built == f.committed,
+                    "{}: stale fixture, regenerate it",
+                    f.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn fixtures_decode_the_same_at_every_split() {
+        for f in FIXTURES {
+            let frames = frames(f.committed);
+            let types: Vec<(&str, &str)> = frames
+                .iter()
+                .map(|(m, e, _)| (m.as_str(), e.as_str()))
+                .collect();
+            assert_eq!(
+                types, f.types,
+                "{}: message and event types in order",
+                f.name
+            );
+            for (_, _, payload) in &frames {
+                serde_json::from_str::<serde_json::Value>(payload)
+                    .unwrap_or_else(|e| panic!("{}: payload {payload:?} is not JSON: {e}", f.name));
+            }
+        }
+    }
+
+    #[test]
+    fn invoke_stream_chunks_hold_base64_model_events() {
+        let frames = frames(FIXTURES[2].committed);
+        let last = &frames.last().expect("frames").2;
+        let outer: serde_json::Value = serde_json::from_str(last).expect("JSON payload");
+        let bytes = outer["bytes"].as_str().expect("a bytes field");
+        assert!(
+            bytes.starts_with("eyJ0eXBlIjoibWVzc2FnZV9zdG9wIi"),
+            "base64 of {{\"type\":\"message_stop\"..., got {bytes}"
+        );
+    }
+}

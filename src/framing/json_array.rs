@@ -1,0 +1,498 @@
+//! Streamed JSON array framing: `[{...},{...}]` bytes in, one `Frame::Json`
+//! per top-level element out.
+//!
+//! Serves Gemini `streamGenerateContent` without `alt=sse`, which streams
+//! one JSON array whose elements (pretty-printed, separated by `,` and
+//! CRLF or LF) arrive in arbitrary pieces. Each element is emitted as soon
+//! as its closing bracket arrives, not when the array ends.
+//!
+//! The decoder delimits elements; it does not validate them (the adapter's
+//! JSON parser does). It tracks only nesting depth, whether it is inside a
+//! string, and whether the previous byte was a backslash, so the scan
+//! resumes where the previous chunk stopped and every byte is looked at
+//! once. Strings are skipped with `memchr2`. An element wholly inside one
+//! chunk is borrowed from it; otherwise it is gathered in a reused buffer.
+//! Elements must be objects or arrays: scalar elements carry nothing a
+//! provider sends and are rejected as malformed.
+
+use memchr::memchr2;
+
+use super::{Frame, FramingError};
+
+/// Where the decoder is in the array's grammar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Before the opening `[`; only whitespace seen so far.
+    Start,
+    /// After `[`: an element or `]` comes next.
+    Open,
+    /// After `,`: an element comes next.
+    Comma,
+    /// Inside an element.
+    Element,
+    /// After an element: `,` or `]` comes next.
+    AfterElement,
+    /// After the closing `]`: only whitespace may follow.
+    Closed,
+}
+
+/// Incremental streamed-JSON-array decoder with a cap on element size.
+#[derive(Debug)]
+pub struct JsonArrayDecoder {
+    max: usize,
+    state: State,
+    /// Bracket nesting depth inside the current element.
+    depth: usize,
+    /// The scan is inside a JSON string.
+    in_string: bool,
+    /// The previous byte was a backslash inside a string.
+    escape: bool,
+    /// The current element's bytes from earlier chunks.
+    buf: Vec<u8>,
+    /// Set once the decoder failed; every later call returns it.
+    failed: Option<FramingError>,
+}
+
+impl JsonArrayDecoder {
+    /// A decoder that rejects elements larger than `max_element_bytes`.
+    pub fn new(max_element_bytes: usize) -> Self {
+        JsonArrayDecoder {
+            max: max_element_bytes,
+            state: State::Start,
+            depth: 0,
+            in_string: false,
+            escape: false,
+            buf: Vec::new(),
+            failed: None,
+        }
+    }
+
+    /// Feed one chunk; `on` is called for every element completed by it.
+    pub fn feed(
+        &mut self,
+        chunk: &[u8],
+        on: &mut dyn FnMut(Frame<'_>),
+    ) -> Result<(), FramingError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let result = self.feed_inner(chunk, on);
+        if let Err(e) = &result {
+            self.failed = Some(e.clone());
+        }
+        result
+    }
+
+    /// End of body. An empty (or all-whitespace) body and a closed array
+    /// are fine; an array or element cut short is malformed. The decoder is
+    /// reset for reuse.
+    pub fn finish(&mut self, _on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let result = match self.state {
+            State::Start | State::Closed => Ok(()),
+            State::Element => Err(FramingError::Malformed("JSON array element not terminated")),
+            State::Open | State::Comma | State::AfterElement => {
+                Err(FramingError::Malformed("JSON array not terminated"))
+            }
+        };
+        match &result {
+            Ok(()) => self.reset(),
+            Err(e) => self.failed = Some(e.clone()),
+        }
+        result
+    }
+
+    fn reset(&mut self) {
+        self.state = State::Start;
+        self.depth = 0;
+        self.in_string = false;
+        self.escape = false;
+        self.buf.clear();
+    }
+
+    fn feed_inner(
+        &mut self,
+        chunk: &[u8],
+        on: &mut dyn FnMut(Frame<'_>),
+    ) -> Result<(), FramingError> {
+        // Where the current element starts in this chunk; `None` while the
+        // element began in an earlier chunk (its bytes are in `buf`).
+        let mut start = None;
+        let mut pos = 0;
+        loop {
+            if self.state == State::Element {
+                let Some(end) = self.scan(chunk, pos) else {
+                    let from = start.unwrap_or(0);
+                    self.check_len(self.buf.len() + (chunk.len() - from))?;
+                    self.buf.extend_from_slice(&chunk[from..]);
+                    return Ok(());
+                };
+                self.element(chunk, start.take(), end, on)?;
+                pos = end;
+                continue;
+            }
+            let Some(&byte) = chunk.get(pos) else {
+                return Ok(());
+            };
+            pos += 1;
+            if matches!(byte, b' ' | b'\t' | b'\r' | b'\n') {
+                continue;
+            }
+            self.state = match (self.state, byte) {
+                (State::Start, b'[') => State::Open,
+                (State::Start, _) => {
+                    return Err(FramingError::Malformed("expected '[' to open the array"));
+                }
+                (State::Open, b']') | (State::AfterElement, b']') => State::Closed,
+                (State::Open | State::Comma, b'{' | b'[') => {
+                    start = Some(pos - 1);
+                    self.depth = 1;
+                    State::Element
+                }
+                (State::Open | State::Comma, _) => {
+                    return Err(FramingError::Malformed(
+                        "expected an object or array element",
+                    ));
+                }
+                (State::AfterElement, b',') => State::Comma,
+                (State::AfterElement, _) => {
+                    return Err(FramingError::Malformed(
+                        "expected ',' or ']' after an array element",
+                    ));
+                }
+                (State::Closed, _) => {
+                    return Err(FramingError::Malformed("data after the closing ']'"));
+                }
+                (State::Element, _) => State::Element, // handled above
+            };
+        }
+    }
+
+    /// Continue scanning the current element from `pos`; the index just
+    /// past its closing bracket when the element ends inside `chunk`.
+    fn scan(&mut self, chunk: &[u8], mut pos: usize) -> Option<usize> {
+        while pos < chunk.len() {
+            if self.escape {
+                self.escape = false;
+                pos += 1;
+            } else if self.in_string {
+                let at = pos + memchr2(b'"', b'\\', &chunk[pos..])?;
+                if chunk[at] == b'"' {
+                    self.in_string = false;
+                } else {
+                    self.escape = true;
+                }
+                pos = at + 1;
+            } else {
+                let byte = chunk[pos];
+                pos += 1;
+                match byte {
+                    b'"' => self.in_string = true,
+                    b'{' | b'[' => self.depth += 1,
+                    b'}' | b']' => {
+                        self.depth -= 1;
+                        if self.depth == 0 {
+                            return Some(pos);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        None
+    }
+
+    /// The current element ends at `end` in `chunk`: emit it.
+    fn element(
+        &mut self,
+        chunk: &[u8],
+        start: Option<usize>,
+        end: usize,
+        on: &mut dyn FnMut(Frame<'_>),
+    ) -> Result<(), FramingError> {
+        self.state = State::AfterElement;
+        self.check_len(match start {
+            Some(start) => end - start,
+            None => self.buf.len() + end,
+        })?;
+        let element = match start {
+            Some(start) => &chunk[start..end],
+            None => {
+                self.buf.extend_from_slice(&chunk[..end]);
+                &self.buf[..]
+            }
+        };
+        on(Frame::Json(element));
+        self.buf.clear();
+        Ok(())
+    }
+
+    fn check_len(&self, len: usize) -> Result<(), FramingError> {
+        if len > self.max {
+            return Err(FramingError::TooLarge { limit: self.max });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Frames = Vec<String>;
+
+    /// Feed `pieces` in order, then finish; collect frames and the first error.
+    fn decode(pieces: &[&[u8]], max: usize) -> (Frames, Result<(), FramingError>) {
+        let mut dec = JsonArrayDecoder::new(max);
+        let mut frames = Vec::new();
+        let mut on = |f: Frame<'_>| match f {
+            Frame::Json(element) => frames.push(String::from_utf8_lossy(element).into_owned()),
+            other => panic!("JSON array decoder produced {other:?}"),
+        };
+        for piece in pieces {
+            if let Err(e) = dec.feed(piece, &mut on) {
+                return (frames, Err(e));
+            }
+        }
+        let result = dec.finish(&mut on);
+        (frames, result)
+    }
+
+    /// Decode `input` whole, at every two-piece split, and byte by byte;
+    /// all must agree. Returns the whole-input result.
+    fn decode_all_ways(input: &[u8], max: usize) -> (Frames, Result<(), FramingError>) {
+        let whole = decode(&[input], max);
+        for at in 0..=input.len() {
+            let (a, b) = input.split_at(at);
+            assert_eq!(
+                decode(&[a, b], max),
+                whole,
+                "split at {at} differs from whole input"
+            );
+        }
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(
+            decode(&bytes, max),
+            whole,
+            "byte-by-byte differs from whole input"
+        );
+        whole
+    }
+
+    fn frames(input: &[u8]) -> Frames {
+        let (frames, result) = decode_all_ways(input, 1 << 16);
+        assert_eq!(
+            result,
+            Ok(()),
+            "expected no error for {:?}",
+            String::from_utf8_lossy(input)
+        );
+        frames
+    }
+
+    fn error(input: &[u8]) -> (Frames, FramingError) {
+        let (frames, result) = decode_all_ways(input, 1 << 16);
+        let err = result.expect_err("expected an error");
+        (frames, err)
+    }
+
+    fn strs(elements: &[&str]) -> Frames {
+        elements.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn elements_with_any_whitespace_between() {
+        let expected = strs(&["{\"a\":1}", "{\"b\":[2,{}]}", "[3]"]);
+        assert_eq!(frames(b"[{\"a\":1},{\"b\":[2,{}]},[3]]"), expected);
+        assert_eq!(
+            frames(b" \r\n[ {\"a\":1}\n,\r\n{\"b\":[2,{}]}\t, [3]\r\n]\r\n"),
+            expected
+        );
+    }
+
+    #[test]
+    fn empty_body_and_empty_array() {
+        assert_eq!(frames(b""), strs(&[]), "an empty body is fine");
+        assert_eq!(
+            frames(b" \r\n"),
+            strs(&[]),
+            "an all-whitespace body is fine"
+        );
+        assert_eq!(frames(b"[]"), strs(&[]));
+        assert_eq!(frames(b"[ \n ]\n"), strs(&[]));
+    }
+
+    #[test]
+    fn brackets_quotes_and_escapes_inside_strings() {
+        let input = br#"[{"t":"} ] { [ , \" \\"},{"u":"\\\"}","v":"\u007d"},{"w":"\\"}]"#;
+        assert_eq!(
+            frames(input),
+            strs(&[
+                r#"{"t":"} ] { [ , \" \\"}"#,
+                r#"{"u":"\\\"}","v":"\u007d"}"#,
+                r#"{"w":"\\"}"#,
+            ])
+        );
+    }
+
+    #[test]
+    fn element_is_emitted_as_soon_as_it_closes() {
+        let mut dec = JsonArrayDecoder::new(1024);
+        let mut seen = Vec::new();
+        let mut on = |f: Frame<'_>| seen.push(format!("{f:?}"));
+        dec.feed(b"[{\"a\":", &mut on).expect("valid");
+        dec.feed(b"1}", &mut on).expect("valid");
+        assert_eq!(
+            seen.len(),
+            1,
+            "emitted on its closing brace, before any ',' or ']'"
+        );
+    }
+
+    #[test]
+    fn element_wholly_inside_a_chunk_borrows_it() {
+        let chunk = b"[{\"a\":1},\n{\"b\":2},{\"c\"";
+        let range = chunk.as_ptr_range();
+        let mut dec = JsonArrayDecoder::new(1024);
+        let mut borrowed = 0;
+        dec.feed(chunk, &mut |f| {
+            if let Frame::Json(element) = f {
+                assert!(
+                    range.contains(&element.as_ptr()),
+                    "frame should borrow the chunk"
+                );
+                borrowed += 1;
+            }
+        })
+        .expect("valid stream");
+        assert_eq!(borrowed, 2);
+        assert_eq!(dec.buf, b"{\"c\"", "only the incomplete element is kept");
+    }
+
+    #[test]
+    fn scan_resumes_without_rescanning_the_buffer() {
+        // A long string split into many chunks: the state after each chunk
+        // must say "inside a string", so a quote-free chunk is not rescanned.
+        let mut dec = JsonArrayDecoder::new(1 << 20);
+        let mut n = 0;
+        let mut on = |_: Frame<'_>| n += 1;
+        dec.feed(b"[{\"text\":\"", &mut on).expect("valid");
+        for _ in 0..100 {
+            dec.feed(b"0123456789 } ] { [ ", &mut on).expect("valid");
+            assert!(
+                dec.in_string && dec.depth == 1,
+                "scan state is carried over"
+            );
+        }
+        dec.feed(b"\"}]", &mut on).expect("valid");
+        dec.finish(&mut on).expect("finish");
+        assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn malformed_streams() {
+        let cases: &[(&[u8], &[&str], &str)] = &[
+            (b"{\"a\":1}", &[], "expected '[' to open the array"),
+            (b"x[{}]", &[], "expected '[' to open the array"),
+            (
+                b"[{\"a\":1} x]",
+                &["{\"a\":1}"],
+                "expected ',' or ']' after an array element",
+            ),
+            (
+                b"[{\"a\":1}{\"b\":2}]",
+                &["{\"a\":1}"],
+                "expected ',' or ']' after an array element",
+            ),
+            (
+                b"[{\"a\":1},]",
+                &["{\"a\":1}"],
+                "expected an object or array element",
+            ),
+            (b"[,{}]", &[], "expected an object or array element"),
+            (b"[1,2]", &[], "expected an object or array element"),
+            (b"[\"s\"]", &[], "expected an object or array element"),
+            (b"[{}] x", &["{}"], "data after the closing ']'"),
+            (b"[{}]]", &["{}"], "data after the closing ']'"),
+            (b"[{}][{}]", &["{}"], "data after the closing ']'"),
+            (
+                b"[{\"a\":1},{\"b\"",
+                &["{\"a\":1}"],
+                "JSON array element not terminated",
+            ),
+            (b"[{\"a\":\"}]", &[], "JSON array element not terminated"),
+            (b"[{\"a\":1}", &["{\"a\":1}"], "JSON array not terminated"),
+            (b"[{\"a\":1},", &["{\"a\":1}"], "JSON array not terminated"),
+            (b"[", &[], "JSON array not terminated"),
+        ];
+        for (input, expected, why) in cases {
+            let (f, e) = error(input);
+            assert_eq!(
+                (f, e),
+                (strs(expected), FramingError::Malformed(why)),
+                "input {:?}",
+                String::from_utf8_lossy(input)
+            );
+        }
+    }
+
+    #[test]
+    fn failure_is_sticky_and_success_resets() {
+        let mut dec = JsonArrayDecoder::new(1024);
+        let mut on = |_: Frame<'_>| {};
+        dec.feed(b"[{}]", &mut on).expect("valid");
+        dec.finish(&mut on).expect("finish");
+        dec.feed(b"[{}]", &mut on).expect("reusable after finish");
+        assert!(dec.feed(b"x", &mut on).is_err());
+        let err = Err(FramingError::Malformed("data after the closing ']'"));
+        assert_eq!(dec.feed(b"", &mut on), err);
+        assert_eq!(dec.finish(&mut on), err);
+    }
+
+    #[test]
+    fn element_over_limit_fails() {
+        let input = b"[{\"a\":1},{\"0123456789\":1},{\"b\":2}]";
+        let (f, r) = decode_all_ways(input, 12);
+        assert_eq!(f, strs(&["{\"a\":1}"]));
+        assert_eq!(r, Err(FramingError::TooLarge { limit: 12 }));
+        let (f, r) = decode_all_ways(b"[{\"a\":1},{\"0123456789\":", 12);
+        assert_eq!(
+            (f, r),
+            (
+                strs(&["{\"a\":1}"]),
+                Err(FramingError::TooLarge { limit: 12 })
+            ),
+            "an unterminated oversized element fails before finish"
+        );
+        let (f, r) = decode_all_ways(b"[{\"0123456\":1}]", 15);
+        assert_eq!(
+            (f, r),
+            (strs(&["{\"0123456\":1}"]), Ok(())),
+            "exactly at the limit passes"
+        );
+    }
+
+    const GEMINI_STREAM: &[u8] = include_bytes!("../../tests/fixtures/framing/gemini_stream.json");
+    const GEMINI_STREAM_ERROR: &[u8] =
+        include_bytes!("../../tests/fixtures/framing/gemini_stream_error.json");
+
+    #[test]
+    fn fixtures_decode_the_same_at_every_split() {
+        for (name, input) in [
+            ("gemini_stream", GEMINI_STREAM),
+            ("gemini_stream_error", GEMINI_STREAM_ERROR),
+        ] {
+            let frames = frames(input);
+            let whole: Vec<serde_json::Value> =
+                serde_json::from_slice(input).expect("the fixture is one JSON array");
+            assert_eq!(frames.len(), whole.len(), "{name}: one frame per element");
+            for (frame, expected) in frames.iter().zip(&whole) {
+                let element: serde_json::Value = serde_json::from_str(frame)
+                    .unwrap_or_else(|e| panic!("{name}: frame {frame:?} is not JSON: {e}"));
+                assert_eq!(&element, expected, "{name}: frame equals the array element");
+            }
+        }
+    }
+}

@@ -1,0 +1,343 @@
+//! NDJSON framing: newline-delimited JSON bytes in, one `Frame::Json` per line out.
+//!
+//! Serves `application/x-ndjson` and JSON-lines bodies (Ollama `/api/chat`,
+//! `/api/generate`). Lines end in LF or CRLF; a trailing CR is stripped, so
+//! a CRLF split across two chunks is still one line end. Blank lines (empty
+//! or only JSON whitespace) are skipped. A final line without a line end is
+//! emitted by `finish`, since many servers close the body right after it.
+//!
+//! The common path allocates nothing: line ends are found with `memchr`,
+//! a line wholly inside the current chunk is borrowed from it, and only an
+//! incomplete line is kept between chunks, in a reused buffer.
+
+use memchr::memchr;
+
+use super::{Frame, FramingError};
+
+/// Incremental NDJSON decoder with a cap on line size.
+#[derive(Debug)]
+pub struct NdjsonDecoder {
+    max: usize,
+    /// The incomplete line carried over from earlier chunks.
+    tail: Vec<u8>,
+    /// Set once the cap was exceeded; every later call returns it.
+    failed: Option<FramingError>,
+}
+
+impl NdjsonDecoder {
+    /// A decoder that rejects lines longer than `max_line_bytes`, counted
+    /// without the line end.
+    pub fn new(max_line_bytes: usize) -> Self {
+        NdjsonDecoder {
+            max: max_line_bytes,
+            tail: Vec::new(),
+            failed: None,
+        }
+    }
+
+    /// Feed one chunk; `on` is called for every line completed by it.
+    pub fn feed(
+        &mut self,
+        chunk: &[u8],
+        on: &mut dyn FnMut(Frame<'_>),
+    ) -> Result<(), FramingError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let result = self.feed_inner(chunk, on);
+        if let Err(e) = &result {
+            self.failed = Some(e.clone());
+        }
+        result
+    }
+
+    /// End of body: emit a final line that had no line end, then reset the
+    /// decoder for reuse.
+    pub fn finish(&mut self, on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let result = self.line_from_tail(on);
+        self.tail.clear();
+        if let Err(e) = &result {
+            self.failed = Some(e.clone());
+        }
+        result
+    }
+
+    fn feed_inner(
+        &mut self,
+        chunk: &[u8],
+        on: &mut dyn FnMut(Frame<'_>),
+    ) -> Result<(), FramingError> {
+        let mut pos = 0;
+        while let Some(i) = memchr(b'\n', &chunk[pos..]) {
+            let end = pos + i;
+            if self.tail.is_empty() {
+                self.line(&chunk[pos..end], on)?;
+            } else {
+                self.tail.extend_from_slice(&chunk[pos..end]);
+                let result = self.line_from_tail(on);
+                self.tail.clear();
+                result?;
+            }
+            pos = end + 1;
+        }
+        let rest = &chunk[pos..];
+        self.check_partial(
+            self.tail.len() + rest.len(),
+            rest.last().or(self.tail.last()),
+        )?;
+        self.tail.extend_from_slice(rest);
+        Ok(())
+    }
+
+    /// An incomplete line may hold one byte more than the cap when that
+    /// byte is a CR, which the line end will strip.
+    fn check_partial(&self, len: usize, last: Option<&u8>) -> Result<(), FramingError> {
+        if len > self.max && !(len == self.max + 1 && last == Some(&b'\r')) {
+            return Err(FramingError::TooLarge { limit: self.max });
+        }
+        Ok(())
+    }
+
+    fn line_from_tail(&self, on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError> {
+        self.line(&self.tail, on)
+    }
+
+    /// Interpret one complete line (without its LF).
+    fn line(&self, line: &[u8], on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.len() > self.max {
+            return Err(FramingError::TooLarge { limit: self.max });
+        }
+        if !line.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r')) {
+            on(Frame::Json(line));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Frames = Vec<String>;
+
+    /// Feed `pieces` in order, then finish; collect frames and the first error.
+    fn decode(pieces: &[&[u8]], max: usize) -> (Frames, Result<(), FramingError>) {
+        let mut dec = NdjsonDecoder::new(max);
+        let mut frames = Vec::new();
+        let mut on = |f: Frame<'_>| match f {
+            Frame::Json(line) => frames.push(String::from_utf8_lossy(line).into_owned()),
+            other => panic!("NDJSON decoder produced {other:?}"),
+        };
+        for piece in pieces {
+            if let Err(e) = dec.feed(piece, &mut on) {
+                return (frames, Err(e));
+            }
+        }
+        let result = dec.finish(&mut on);
+        (frames, result)
+    }
+
+    /// Decode `input` whole, at every two-piece split, and byte by byte;
+    /// all must agree. Returns the whole-input result.
+    fn decode_all_ways(input: &[u8], max: usize) -> (Frames, Result<(), FramingError>) {
+        let whole = decode(&[input], max);
+        for at in 0..=input.len() {
+            let (a, b) = input.split_at(at);
+            assert_eq!(
+                decode(&[a, b], max),
+                whole,
+                "split at {at} differs from whole input"
+            );
+        }
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(
+            decode(&bytes, max),
+            whole,
+            "byte-by-byte differs from whole input"
+        );
+        whole
+    }
+
+    fn frames(input: &[u8]) -> Frames {
+        let (frames, result) = decode_all_ways(input, 1 << 16);
+        assert_eq!(
+            result,
+            Ok(()),
+            "expected no error for {:?}",
+            String::from_utf8_lossy(input)
+        );
+        frames
+    }
+
+    fn strs(lines: &[&str]) -> Frames {
+        lines.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn lf_and_crlf_line_ends() {
+        let expected = strs(&["{\"a\":1}", "{\"b\":2}", "{\"c\":3}"]);
+        assert_eq!(frames(b"{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n"), expected);
+        assert_eq!(frames(b"{\"a\":1}\r\n{\"b\":2}\r\n{\"c\":3}\r\n"), expected);
+        assert_eq!(frames(b"{\"a\":1}\r\n{\"b\":2}\n{\"c\":3}\r\n"), expected);
+    }
+
+    #[test]
+    fn final_line_without_newline_is_emitted_at_finish() {
+        assert_eq!(
+            frames(b"{\"a\":1}\n{\"b\":2}"),
+            strs(&["{\"a\":1}", "{\"b\":2}"])
+        );
+        assert_eq!(
+            frames(b"{\"a\":1}\r"),
+            strs(&["{\"a\":1}"]),
+            "a lone CR at EOF is stripped"
+        );
+        let mut dec = NdjsonDecoder::new(64);
+        let mut seen = Vec::new();
+        dec.feed(b"{\"x\":1}", &mut |f| seen.push(format!("{f:?}")))
+            .expect("valid stream");
+        assert!(seen.is_empty(), "an unterminated line waits for more bytes");
+        dec.finish(&mut |f| seen.push(format!("{f:?}")))
+            .expect("finish");
+        assert_eq!(seen.len(), 1, "finish emits the unterminated line");
+    }
+
+    #[test]
+    fn blank_lines_are_skipped() {
+        assert_eq!(
+            frames(b"\n\r\n  \n\t\r\n{\"a\":1}\n\n\n{\"b\":2}\n\r\n \t"),
+            strs(&["{\"a\":1}", "{\"b\":2}"])
+        );
+        assert_eq!(frames(b""), strs(&[]), "an empty body has no frames");
+        assert_eq!(frames(b"\n\n"), strs(&[]));
+    }
+
+    #[test]
+    fn only_one_trailing_cr_is_stripped_and_inner_whitespace_kept() {
+        assert_eq!(frames(b" {\"a\": 1} \r\r\n"), strs(&[" {\"a\": 1} \r"]));
+        assert_eq!(frames(b"{\"a\":\"x\ry\"}\n"), strs(&["{\"a\":\"x\ry\"}"]));
+    }
+
+    #[test]
+    fn decoder_is_reusable_after_finish() {
+        let mut dec = NdjsonDecoder::new(64);
+        let mut n = 0;
+        let mut on = |_: Frame<'_>| n += 1;
+        dec.feed(b"{}\n{", &mut on).expect("valid stream");
+        dec.finish(&mut on).expect("finish");
+        dec.feed(b"{}\n", &mut on).expect("reuse after finish");
+        dec.finish(&mut on).expect("finish");
+        assert_eq!(n, 3, "two lines from the first body, one from the second");
+    }
+
+    #[test]
+    fn line_wholly_inside_a_chunk_borrows_it() {
+        let chunk = b"{\"a\":1}\n{\"b\":2}\r\n{\"c\"";
+        let range = chunk.as_ptr_range();
+        let mut dec = NdjsonDecoder::new(1024);
+        let mut borrowed = 0;
+        dec.feed(chunk, &mut |f| {
+            if let Frame::Json(line) = f {
+                assert!(
+                    range.contains(&line.as_ptr()),
+                    "frame should borrow the chunk"
+                );
+                borrowed += 1;
+            }
+        })
+        .expect("valid stream");
+        assert_eq!(borrowed, 2);
+        assert_eq!(dec.tail, b"{\"c\"", "only the incomplete line is kept");
+    }
+
+    #[test]
+    fn tail_buffer_is_reused() {
+        let mut dec = NdjsonDecoder::new(1024);
+        let mut on = |_: Frame<'_>| {};
+        dec.feed(b"{\"long\":\"0123456789\"", &mut on)
+            .expect("valid");
+        dec.feed(b"}\n{", &mut on).expect("valid");
+        let cap = dec.tail.capacity();
+        dec.feed(b"}\n{\"b\"", &mut on).expect("valid");
+        assert_eq!(dec.tail.capacity(), cap, "the tail keeps its allocation");
+    }
+
+    #[test]
+    fn line_over_limit_fails_and_stays_failed() {
+        let input = b"{\"a\":1}\n{\"0123456789\":1}\n{\"b\":2}\n";
+        let (f, r) = decode_all_ways(input, 12);
+        assert_eq!(f, strs(&["{\"a\":1}"]));
+        assert_eq!(r, Err(FramingError::TooLarge { limit: 12 }));
+        let (f, r) = decode_all_ways(b"{\"a\":1}\n{\"0123456789\":1}", 12);
+        assert_eq!(
+            (f, r),
+            (
+                strs(&["{\"a\":1}"]),
+                Err(FramingError::TooLarge { limit: 12 })
+            ),
+            "an unterminated oversized line fails too"
+        );
+
+        let mut dec = NdjsonDecoder::new(4);
+        let mut on = |_: Frame<'_>| {};
+        assert!(dec.feed(b"{\"abc\"", &mut on).is_err());
+        assert_eq!(
+            dec.feed(b"}\n", &mut on),
+            Err(FramingError::TooLarge { limit: 4 })
+        );
+        assert_eq!(
+            dec.finish(&mut on),
+            Err(FramingError::TooLarge { limit: 4 })
+        );
+    }
+
+    #[test]
+    fn limit_counts_the_line_without_its_line_end() {
+        let exact = b"{\"a\":123}\r\n{\"b\":456}\n{\"c\":789}\r";
+        let (f, r) = decode_all_ways(exact, 9);
+        assert_eq!(
+            (f, r),
+            (strs(&["{\"a\":123}", "{\"b\":456}", "{\"c\":789}"]), Ok(())),
+            "lines exactly at the limit pass, with any line end"
+        );
+        let (_, r) = decode_all_ways(b"{\"a\":1234}\r\n", 9);
+        assert_eq!(r, Err(FramingError::TooLarge { limit: 9 }));
+    }
+
+    const OLLAMA_CHAT: &[u8] = include_bytes!("../../tests/fixtures/framing/ollama_chat.ndjson");
+    const OLLAMA_GENERATE: &[u8] =
+        include_bytes!("../../tests/fixtures/framing/ollama_generate.ndjson");
+    const OLLAMA_ERROR: &[u8] =
+        include_bytes!("../../tests/fixtures/framing/ollama_chat_error.ndjson");
+
+    #[test]
+    fn fixtures_decode_the_same_at_every_split() {
+        for (name, input, lines) in [
+            ("ollama_chat", OLLAMA_CHAT, 12),
+            ("ollama_generate", OLLAMA_GENERATE, 9),
+            ("ollama_chat_error", OLLAMA_ERROR, 4),
+        ] {
+            let frames = frames(input);
+            assert_eq!(frames.len(), lines, "{name}: one frame per line");
+            for line in &frames {
+                serde_json::from_str::<serde_json::Value>(line)
+                    .unwrap_or_else(|e| panic!("{name}: frame {line:?} is not JSON: {e}"));
+            }
+            let last = frames.last().expect("at least one frame");
+            assert!(
+                last.contains("\"done\":true") || last.contains("\"error\""),
+                "{name}: the last frame is the final one, got {last}"
+            );
+        }
+    }
+
+    #[test]
+    fn crlf_fixture_equals_lf_fixture() {
+        let crlf = String::from_utf8_lossy(OLLAMA_CHAT).replace('\n', "\r\n");
+        assert_eq!(frames(crlf.as_bytes()), frames(OLLAMA_CHAT));
+    }
+}

@@ -1,0 +1,283 @@
+//! The fuzz targets' invariants on the stable toolchain: the committed seed
+//! corpus (`fuzz/corpus/<target>/`) and pseudo-random inputs in, assertions
+//! out. Every input decoded whole, split in two, and byte by byte must give
+//! the same frames and result, without panicking.
+
+#[path = "../fuzz/src/lib.rs"]
+mod harness;
+
+use harness::{LARGE_CAP, Plan, Target, check_split, fix_crcs, fuzz_one};
+use tokentap::framing::eventstream::{HeaderValue, encode};
+
+/// Pseudo-random inputs generated per target.
+const RANDOM_INPUTS: usize = 2_000;
+/// Inputs up to this length are checked at every split offset.
+const EVERY_SPLIT_MAX: usize = 64;
+
+/// xorshift64: deterministic, dependency-free, good enough to pick tokens.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len())]
+    }
+
+    /// Fewer than `limit` random bytes.
+    fn bytes(&mut self, limit: usize) -> Vec<u8> {
+        let n = self.below(limit);
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// Check `data` at every split offset when short, else at a few.
+fn check_splits(rng: &mut Rng, target: Target, data: &[u8], max: usize) {
+    if data.len() <= EVERY_SPLIT_MAX {
+        for at in 0..=data.len() {
+            check_split(target, data, at, max);
+        }
+    } else {
+        for _ in 0..16 {
+            check_split(target, data, rng.below(data.len() + 1), max);
+        }
+    }
+}
+
+#[test]
+fn seed_corpus_holds_the_invariants() {
+    for target in Target::ALL {
+        let dir = format!(
+            "{}/fuzz/corpus/{}",
+            env!("CARGO_MANIFEST_DIR"),
+            target.name()
+        );
+        let mut seeds = 0;
+        for entry in std::fs::read_dir(&dir).expect("a seed corpus directory") {
+            let path = entry.expect("a directory entry").path();
+            let input = std::fs::read(&path).expect("a readable seed");
+            fuzz_one(target, &input);
+            let (plan, payload) = Plan::parse(&input);
+            let mut payload = payload.to_vec();
+            if target == Target::Eventstream && plan.fix_crcs {
+                fix_crcs(&mut payload);
+            }
+            let step = (payload.len() / 256).max(1);
+            for at in (0..=payload.len()).step_by(step) {
+                check_split(target, &payload, at, plan.max);
+            }
+            let (_, small) = harness::decode(target, &[&payload], 24);
+            let (_, large) = harness::decode(target, &[&payload], LARGE_CAP);
+            assert!(
+                small.is_err() || large.is_ok(),
+                "{}: {path:?} fails with a large cap ({large:?}) but passes with a small one",
+                target.name()
+            );
+            seeds += 1;
+        }
+        assert!(
+            seeds >= 2,
+            "{dir}: expected at least two seeds, found {seeds}"
+        );
+    }
+}
+
+/// Random concatenations of tokens that matter to each grammar.
+fn token_input(rng: &mut Rng, tokens: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for _ in 0..rng.below(24) {
+        out.extend_from_slice(rng.pick(tokens));
+    }
+    out
+}
+
+const SSE_TOKENS: &[&[u8]] = &[
+    b"data:",
+    b"data: ",
+    b"event: ",
+    b"id: ",
+    b"retry: ",
+    b"5",
+    b":",
+    b" ",
+    b"\n",
+    b"\r",
+    b"\r\n",
+    b"x",
+    b"{\"a\":1}",
+    b"\xEF\xBB\xBF",
+    b"\0",
+    b"\xC3\xA9",
+];
+const NDJSON_TOKENS: &[&[u8]] = &[
+    b"{",
+    b"}",
+    b"\"k\"",
+    b":",
+    b"1",
+    b"\n",
+    b"\r",
+    b"\r\n",
+    b" ",
+    b"\t",
+    b"[",
+    b"]",
+    b"x",
+    b"{\"done\":true}",
+];
+const JSON_ARRAY_TOKENS: &[&[u8]] = &[
+    b"[",
+    b"]",
+    b"{",
+    b"}",
+    b",",
+    b"\"",
+    b"\\",
+    b"\\\"",
+    b"a",
+    b" ",
+    b"\r\n",
+    b"\n",
+    b":",
+    b"1",
+    b"\"s\"",
+    b"{\"t\":\"}]\"}",
+];
+
+/// One to three eventstream messages with random headers of every type,
+/// then perhaps a mutation, then perhaps CRCs made valid again.
+fn eventstream_input(rng: &mut Rng) -> Vec<u8> {
+    const NAMES: &[&str] = &[
+        ":event-type",
+        ":message-type",
+        ":exception-type",
+        ":error-code",
+        ":content-type",
+        "x",
+    ];
+    const STRINGS: &[&str] = &[
+        "event",
+        "exception",
+        "error",
+        "chunk",
+        "contentBlockDelta",
+        "",
+    ];
+    let mut out = Vec::new();
+    for _ in 0..rng.below(4) {
+        let blob = rng.bytes(20);
+        let mut headers = Vec::new();
+        for _ in 0..rng.below(5) {
+            let n = rng.next() as i64;
+            let value = match rng.below(10) {
+                0 => HeaderValue::Bool(n & 1 == 0),
+                1 => HeaderValue::Byte(n as i8),
+                2 => HeaderValue::Short(n as i16),
+                3 => HeaderValue::Integer(n as i32),
+                4 => HeaderValue::Long(n),
+                5 => HeaderValue::ByteArray(&blob),
+                6 => HeaderValue::Timestamp(n),
+                7 => HeaderValue::Uuid([n as u8; 16]),
+                _ => HeaderValue::String(rng.pick(STRINGS)),
+            };
+            headers.push((rng.pick(NAMES), value));
+        }
+        let payload = rng.bytes(24);
+        encode(&headers, &payload, &mut out).expect("encodable message");
+    }
+    if !out.is_empty() && rng.below(2) == 0 {
+        let at = rng.below(out.len());
+        match rng.below(4) {
+            0 => out[at] ^= 1 << rng.below(8),
+            1 => out.truncate(at),
+            2 => out.insert(at, rng.next() as u8),
+            _ => {
+                let extra = rng.bytes(20);
+                out.extend(extra);
+            }
+        }
+        if rng.below(2) == 0 {
+            fix_crcs(&mut out);
+        }
+    }
+    out
+}
+
+#[test]
+fn pseudo_random_inputs_hold_the_invariants() {
+    let mut rng = Rng(0x7057_7a9d_0bad_cafe);
+    for target in Target::ALL {
+        let mut errors = 0;
+        for _ in 0..RANDOM_INPUTS {
+            let data = match target {
+                Target::Sse => token_input(&mut rng, SSE_TOKENS),
+                Target::Ndjson => token_input(&mut rng, NDJSON_TOKENS),
+                Target::JsonArray => token_input(&mut rng, JSON_ARRAY_TOKENS),
+                Target::Eventstream => eventstream_input(&mut rng),
+            };
+            let max = if rng.below(2) == 0 {
+                LARGE_CAP
+            } else {
+                rng.below(if target == Target::Eventstream {
+                    160
+                } else {
+                    40
+                })
+            };
+            check_splits(&mut rng, target, &data, max);
+            // The raw fuzz entry point, with control bytes, must hold too.
+            let mut input = Plan {
+                at: rng.below(data.len() + 1),
+                max,
+                fix_crcs: rng.below(2) == 0,
+            }
+            .encode()
+            .to_vec();
+            input.extend_from_slice(&data);
+            fuzz_one(target, &input);
+            errors += usize::from(harness::decode(target, &[&data], max).1.is_err());
+        }
+        // The generators should reach both outcomes, or they test little.
+        assert!(
+            errors > RANDOM_INPUTS / 20 && errors < RANDOM_INPUTS * 19 / 20,
+            "{}: {errors} of {RANDOM_INPUTS} inputs failed to decode; generator is lopsided",
+            target.name()
+        );
+    }
+}
+
+#[test]
+fn plan_round_trips_through_control_bytes() {
+    for plan in [
+        Plan {
+            at: 0,
+            max: LARGE_CAP,
+            fix_crcs: false,
+        },
+        Plan {
+            at: 7,
+            max: 0,
+            fix_crcs: true,
+        },
+        Plan {
+            at: 300,
+            max: 63,
+            fix_crcs: false,
+        },
+    ] {
+        let mut input = plan.encode().to_vec();
+        input.extend_from_slice(&[b'x'; 400]);
+        assert_eq!(Plan::parse(&input).0, plan, "control bytes for {plan:?}");
+    }
+}
