@@ -31,6 +31,11 @@ run() {
     if "$@"; then :; else echo "FAILED: $name"; failed=$((failed + 1)); fi
 }
 
+if ! command -v promtool >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "validate-deploy: installing promtool (Debian package prometheus)"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
 missing=()
 [ -x "$py" ] || missing+=(".venv (scripts/setup-test-env.sh)")
 [ -x "$venv/bin/hadolint" ] || missing+=("hadolint (pip install -r deploy/ci/requirements.txt)")
