@@ -9,7 +9,7 @@
 # variables (OPENAI_BASE_URL, ANTHROPIC_BASE_URL), runs it, and stops both
 # processes again. Exit status = the example's.
 #
-# Binary: $TOKENTAP_BIN, else the newer of target/{debug,release}/tokentap,
+# Binary: $TT_BIN (not TOKENTAP_*: tokentap reads those as config), else the newer of target/{debug,release}/tokentap,
 # else `cargo build --release`. Python: $EXAMPLES_PYTHON, else .venv/bin/python
 # (scripts/setup-test-env.sh installs examples/requirements.txt there).
 set -euo pipefail
@@ -24,7 +24,7 @@ name="$1"
 if [ "$name" = list ]; then printf '%s\n' "${names[@]}"; exit 0; fi
 [[ " ${names[*]} " == *" $name "* ]] || usage
 
-bin="${TOKENTAP_BIN:-}"
+bin="${TT_BIN:-}"
 if [ -z "$bin" ]; then
     for b in "$root/target/debug/tokentap" "$root/target/release/tokentap"; do
         if [ -x "$b" ] && { [ -z "$bin" ] || [ "$b" -nt "$bin" ]; }; then bin="$b"; fi
@@ -71,6 +71,12 @@ sim_port="$(free_port)"; proxy_port="$(free_port)"; admin_port="$(free_port)"
 pids+=($!)
 wait_port "$sim_port" "${pids[-1]}" simulate
 
+# tokentap reads every TOKENTAP_* variable as configuration (an unknown one
+# is an error): start it without the caller's.
+strip_env=()
+while IFS='=' read -r var _; do
+    case "$var" in TOKENTAP_*) strip_env+=(-u "$var") ;; esac
+done < <(env)
 # Telemetry goes nowhere, except for the otel example, which receives it.
 otel_env=(OTEL_SDK_DISABLED=true)
 if [ "$name" = otel ]; then
@@ -80,21 +86,21 @@ if [ "$name" = otel ]; then
               OTEL_SERVICE_NAME=tokentap)
     export EXAMPLE_OTLP_PORT="$otlp_port"
 fi
-env -u TOKENTAP_CONFIG "${otel_env[@]}" RUST_LOG="${RUST_LOG:-warn}" \
+env "${strip_env[@]}" "${otel_env[@]}" RUST_LOG="${RUST_LOG:-warn}" \
     "$bin" --upstream "http://127.0.0.1:$sim_port" --listen "127.0.0.1:$proxy_port" \
     --admin-listen "127.0.0.1:$admin_port" >"$work/tokentap.log" 2>&1 &
 pids+=($!)
 wait_port "$proxy_port" "${pids[-1]}" tokentap
 
-export TOKENTAP_URL="http://127.0.0.1:$proxy_port"
-export TOKENTAP_ADMIN_URL="http://127.0.0.1:$admin_port"
-export OPENAI_BASE_URL="$TOKENTAP_URL/v1"
+export PROXY_URL="http://127.0.0.1:$proxy_port"
+export PROXY_ADMIN_URL="http://127.0.0.1:$admin_port"
+export OPENAI_BASE_URL="$PROXY_URL/v1"
 export OPENAI_API_KEY=sk-example-not-a-real-key
-export ANTHROPIC_BASE_URL="$TOKENTAP_URL"
+export ANTHROPIC_BASE_URL="$PROXY_URL"
 export ANTHROPIC_API_KEY=sk-ant-example-not-a-real-key
 # Nothing from the caller's telemetry setup leaks into the examples.
 unset OTEL_EXPORTER_OTLP_ENDPOINT OTEL_SERVICE_NAME OTEL_RESOURCE_ATTRIBUTES
-echo "== example $name: tokentap $TOKENTAP_URL (admin $TOKENTAP_ADMIN_URL) -> simulate 127.0.0.1:$sim_port"
+echo "== example $name: tokentap $PROXY_URL (admin $PROXY_ADMIN_URL) -> simulate 127.0.0.1:$sim_port"
 
 case "$name" in
     curl) "$here/curl/chat.sh" ;;

@@ -7,7 +7,7 @@
 #   scripts/scaleout-test.sh            (about 30 s; run by .ci/run)
 #
 # Needs nginx and prometheus (Debian packages; installed with apt-get when
-# missing and running as root), python3, and a tokentap binary ($TOKENTAP_BIN,
+# missing and running as root), python3, and a tokentap binary ($TT_BIN,
 # else the newer of target/{debug,release}/tokentap). Everything listens on
 # free 127.0.0.1 ports; only the processes started here are stopped, by PID.
 set -euo pipefail
@@ -32,7 +32,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
 
-bin="${TOKENTAP_BIN:-}"
+bin="${TT_BIN:-}"
 if [ -z "$bin" ]; then
     for b in target/debug/tokentap target/release/tokentap; do
         if [ -x "$b" ] && { [ -z "$bin" ] || [ "$b" -nt "$bin" ]; }; then bin="$b"; fi
@@ -75,12 +75,18 @@ sim_port="$(free_port)"
 pids+=($!)
 wait_http "http://127.0.0.1:$sim_port/v1/models" "${pids[-1]}" simulate
 
+# tokentap reads every TOKENTAP_* variable as configuration: none of the caller's.
+strip_env=()
+while IFS='=' read -r var _; do
+    case "$var" in TOKENTAP_*) strip_env+=(-u "$var") ;; esac
+done < <(env)
+
 # 2. Three stateless replicas, same flags, OTLP off (Prometheus pulls).
 proxy_ports=() admin_ports=()
 for i in $(seq 1 $REPLICAS); do
     p="$(free_port)"; a="$(free_port)"
     proxy_ports+=("$p"); admin_ports+=("$a")
-    env -u TOKENTAP_CONFIG OTEL_SDK_DISABLED=true RUST_LOG=warn \
+    env "${strip_env[@]}" OTEL_SDK_DISABLED=true RUST_LOG=warn \
         "$bin" --upstream "http://127.0.0.1:$sim_port" --listen "127.0.0.1:$p" \
         --admin-listen "127.0.0.1:$a" >"$work/tokentap-$i.log" 2>&1 &
     pids+=($!)

@@ -2,7 +2,7 @@
 # Run every example in examples/ against `tokentap simulate` (examples/run.sh
 # starts the simulator and tokentap for each one). Called from .ci/run.
 # Needs: .venv with examples/requirements.txt (scripts/setup-test-env.sh),
-# node + npm, curl, and a tokentap binary (target/ or $TOKENTAP_BIN).
+# node + npm, curl, and a tokentap binary (target/ or $TT_BIN).
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -60,13 +60,14 @@ run "rustfmt --check deploy/docker/healthcheck.rs" rustfmt --check --edition 202
 # tokentap with each (listeners moved to free loopback ports) and expect it
 # to be still running after a second; a config error exits at once (code 2).
 check_toml() {
-    local bin="${TOKENTAP_BIN:-target/release/tokentap}"
+    local bin="${TT_BIN:-target/release/tokentap}"
     [ -x "$bin" ] || bin=target/debug/tokentap
     if [ ! -x "$bin" ]; then echo "no tokentap binary (cargo build --release); skipped"; return 0; fi
     local f rc
     for f in deploy/docker/tokentap.toml deploy/compose/tokentap.toml; do
         rc=0
-        TOKENTAP_LISTEN=127.0.0.1:0 TOKENTAP_ADMIN_LISTEN=127.0.0.2:0 OTEL_SDK_DISABLED=true \
+        env $(env | sed -n 's/^\(TOKENTAP_[^=]*\)=.*/-u \1/p') \
+            TOKENTAP_LISTEN=127.0.0.1:0 TOKENTAP_ADMIN_LISTEN=127.0.0.2:0 OTEL_SDK_DISABLED=true \
             timeout -s TERM 1 "$bin" --config "$f" >"$tmp/toml.log" 2>&1 || rc=$?
         if [ "$rc" -ne 124 ]; then
             echo "$f: tokentap exited with $rc:"; cat "$tmp/toml.log"; return 1

@@ -2,7 +2,7 @@
 # Steady demo traffic through tokentap for the local stack: OpenAI chat
 # (streaming and not) and Anthropic messages, three simulated models, three
 # tenants. Runs until the container stops.
-url="${TOKENTAP_URL:-http://tokentap:8080}"
+url="${PROXY_URL:-http://tokentap:8080}"
 i=0
 while true; do
     i=$((i + 1))

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # curl through tokentap: OpenAI chat (non-streaming and streaming) and an
-# Anthropic message stream. Needs TOKENTAP_URL (e.g. http://127.0.0.1:8080).
+# Anthropic message stream. Needs PROXY_URL (e.g. http://127.0.0.1:8080).
 #   examples/run.sh curl
 set -euo pipefail
-url="${TOKENTAP_URL:?set TOKENTAP_URL, e.g. http://127.0.0.1:8080}"
+url="${PROXY_URL:?set PROXY_URL, e.g. http://127.0.0.1:8080}"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 echo "== OpenAI chat, non-streaming"
@@ -32,9 +32,9 @@ sse="$(curl -sS -N --fail-with-body "$url/v1/messages" \
 echo "$(grep -c '^event:' <<<"$sse") SSE events; last: $(grep '^event:' <<<"$sse" | tail -1)"
 grep -q '^event: message_stop' <<<"$sse" || fail "stream did not end with message_stop"
 
-if [ -n "${TOKENTAP_ADMIN_URL:-}" ]; then
-    echo "== what tokentap measured (${TOKENTAP_ADMIN_URL}/metrics)"
-    if metrics="$(curl -sS --fail "$TOKENTAP_ADMIN_URL/metrics" 2>/dev/null)"; then
+if [ -n "${PROXY_ADMIN_URL:-}" ]; then
+    echo "== what tokentap measured (${PROXY_ADMIN_URL}/metrics)"
+    if metrics="$(curl -sS --fail "$PROXY_ADMIN_URL/metrics" 2>/dev/null)"; then
         grep -E '^(tokentap_requests_total|gen_ai_server_time_to_first_token_seconds_count)' <<<"$metrics" | head -6 || true
     else
         echo "(admin listener not available in this build)"
