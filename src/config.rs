@@ -164,6 +164,33 @@ pub struct TelemetryConfig {
     /// One structured log line per request.
     pub access_log: bool,
     pub log_format: LogFormat,
+    /// Live statistics for the dashboard and slowdown detection (`[live]`).
+    pub live: LiveConfig,
+}
+
+/// Live statistics: rolling in-memory windows (`[live]`). Memory is bounded
+/// by these values, not by traffic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveConfig {
+    /// How far back the rolling windows reach.
+    pub window: Duration,
+    /// Time resolution of the windows (`window / bucket` buckets per series).
+    pub bucket: Duration,
+    /// Distinct (route, model, tenant) series kept; more fold into `other`.
+    pub max_series: usize,
+    /// Most recent requests listed on the dashboard.
+    pub recent: usize,
+}
+
+impl Default for LiveConfig {
+    fn default() -> Self {
+        LiveConfig {
+            window: Duration::from_secs(600),
+            bucket: Duration::from_secs(5),
+            max_series: 100,
+            recent: 50,
+        }
+    }
 }
 
 /// Command-line interface. Every flag overrides the config file and env.

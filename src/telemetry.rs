@@ -9,6 +9,7 @@ pub mod attrs;
 pub mod cardinality;
 mod export;
 mod instruments;
+pub mod live;
 mod log;
 mod span;
 
@@ -34,6 +35,7 @@ use self::attrs::*;
 use self::cardinality::CardinalityGuard;
 use self::export::DropCounts;
 use self::instruments::Instruments;
+use self::live::{Live, LiveRequest, Sample, SeriesKey};
 use self::log::access_log;
 use self::span::{HeaderInjector, TraceHeaders, end_span, error_type, span_start_attributes};
 use crate::config::TelemetryConfig;
@@ -66,6 +68,7 @@ struct Inner {
     error_types: CardinalityGuard,
     drops: Arc<DropCounts>,
     access_log: bool,
+    live: Live,
 }
 
 /// Telemetry could not start (bad exporter settings).
@@ -150,6 +153,7 @@ impl Telemetry {
             error_types: CardinalityGuard::new(MAX_ERROR_TYPES),
             drops,
             access_log: cfg.access_log,
+            live: Live::start(&cfg.live),
         };
         Telemetry {
             inner: Arc::new(inner),
@@ -163,22 +167,29 @@ impl Telemetry {
         let op = facts.operation.map_or(OPERATION_UNKNOWN, Operation::name);
         let provider = facts.provider.as_str();
 
+        let model = facts
+            .request_model
+            .as_deref()
+            .map(|m| inner.models.admit(m));
+        let tenant = facts.tenant.as_deref().map(|t| inner.tenants.admit(t));
         let mut attrs = Vec::with_capacity(14);
         attrs.push(KeyValue::new(GEN_AI_OPERATION_NAME, op));
         attrs.push(KeyValue::new(GEN_AI_PROVIDER_NAME, provider));
-        if let Some(model) = &facts.request_model {
-            attrs.push(KeyValue::new(
-                GEN_AI_REQUEST_MODEL,
-                inner.models.admit(model),
-            ));
+        if let Some(model) = &model {
+            attrs.push(KeyValue::new(GEN_AI_REQUEST_MODEL, model.clone()));
         }
         attrs.push(KeyValue::new(SERVER_ADDRESS, facts.server_address.clone()));
         attrs.push(KeyValue::new(SERVER_PORT, i64::from(facts.server_port)));
         attrs.push(KeyValue::new(ROUTE, facts.route.clone()));
-        if let Some(tenant) = &facts.tenant {
-            attrs.push(KeyValue::new(TENANT, inner.tenants.admit(tenant)));
+        if let Some(tenant) = &tenant {
+            attrs.push(KeyValue::new(TENANT, tenant.clone()));
         }
         attrs.push(KeyValue::new(GEN_AI_REQUEST_STREAM, facts.stream));
+        let live = inner.live.begin(SeriesKey {
+            route: facts.route.clone(),
+            model,
+            tenant,
+        });
 
         // Per-chunk recording goes through handles bound here, once.
         let gaps = facts.stream.then(|| ChunkGaps {
@@ -212,6 +223,7 @@ impl Telemetry {
             attrs,
             gaps,
             _active: active,
+            live,
         }
     }
 
@@ -237,6 +249,11 @@ impl Telemetry {
                 .meter_provider
                 .shutdown_with_timeout(SHUTDOWN_TIMEOUT);
         });
+    }
+
+    /// Live statistics (dashboard, demo table, slowdown detection).
+    pub fn live(&self) -> &Live {
+        &self.inner.live
     }
 
     /// Telemetry dropped so far (also exported as `tokentap.telemetry.dropped`).
@@ -329,6 +346,8 @@ pub struct RequestTelemetry {
     attrs: Vec<KeyValue>,
     gaps: Option<ChunkGaps>,
     _active: ActiveRequest,
+    /// Series and in-flight token for the live statistics.
+    live: LiveRequest,
 }
 
 impl std::fmt::Debug for RequestTelemetry {
@@ -363,6 +382,7 @@ impl Recorder for RequestTelemetry {
     fn finish(self: Box<Self>, m: Measurement) {
         let this = *self;
         this.record_metrics(&m);
+        this.record_live(&m);
         if this.inner.access_log {
             access_log(&m, &this.span);
         }
@@ -371,6 +391,20 @@ impl Recorder for RequestTelemetry {
 }
 
 impl RequestTelemetry {
+    /// One `try_send` to the live statistics; never waits.
+    fn record_live(&self, m: &Measurement) {
+        let inner = &self.inner;
+        let response_model = m.response_model.as_deref();
+        let sample = Sample::new(
+            self.live.key().clone(),
+            m,
+            response_model.map(|v| inner.response_models.admit(v)),
+            error_type(m).map(|e| inner.error_types.admit(e)),
+            self.span.span_context().trace_id(),
+        );
+        inner.live.finish(sample);
+    }
+
     fn record_metrics(&self, m: &Measurement) {
         let inner = &self.inner;
         let ins = &inner.instruments;

@@ -37,6 +37,8 @@ pub(super) struct RawConfig {
     pub tenant: RawTenant,
     /// Telemetry export and cardinality.
     pub telemetry: RawTelemetry,
+    /// Live statistics (dashboard, slowdown detection).
+    pub live: RawLive,
 }
 
 /// `[server]`
@@ -160,6 +162,20 @@ pub(super) struct RawTelemetry {
     pub log_format: LogFormat,
 }
 
+/// `[live]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawLive {
+    /// How far back the rolling windows reach.
+    pub window: Quantity,
+    /// Time resolution of the windows.
+    pub bucket: Quantity,
+    /// Distinct (route, model, tenant) series kept; more fold into `other`.
+    pub max_series: usize,
+    /// Most recent requests listed on the dashboard.
+    pub recent: usize,
+}
+
 impl Default for RawConfig {
     fn default() -> Self {
         RawConfig {
@@ -172,6 +188,18 @@ impl Default for RawConfig {
             meter: RawMeter::default(),
             tenant: RawTenant::default(),
             telemetry: RawTelemetry::default(),
+            live: RawLive::default(),
+        }
+    }
+}
+
+impl Default for RawLive {
+    fn default() -> Self {
+        RawLive {
+            window: Quantity::text("10m"),
+            bucket: Quantity::text("5s"),
+            max_series: 100,
+            recent: 50,
         }
     }
 }
@@ -424,6 +452,12 @@ impl RawConfig {
                 ),
                 access_log: t.access_log,
                 log_format: t.log_format,
+            },
+            live: RawLive {
+                window: dur(t.live.window),
+                bucket: dur(t.live.bucket),
+                max_series: t.live.max_series,
+                recent: t.live.recent,
             },
         }
     }

@@ -10,7 +10,8 @@ use figment::error::Kind;
 use figment::value::Value;
 use figment::{Figment, Metadata, Source};
 
-use super::raw::{Quantity, RawConfig, RawRoute, RawTelemetry, RawTenant, RawUpstream};
+use super::LiveConfig;
+use super::raw::{Quantity, RawConfig, RawLive, RawRoute, RawTelemetry, RawTenant, RawUpstream};
 use super::{
     Config, ConfigError, MeterConfig, RouteConfig, ServerConfig, SniffConfig, TelemetryConfig,
     TenantConfig, TenantSource, UpstreamConfig, parse,
@@ -216,7 +217,7 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
             max_frame_bytes: cx.size("meter.max_frame_bytes", &raw.meter.max_frame_bytes)?,
         },
         tenant: tenant(&cx, &raw.tenant)?,
-        telemetry: telemetry(&cx, &raw.telemetry)?,
+        telemetry: telemetry(&cx, &raw.telemetry, live(&cx, &raw.live)?)?,
     })
 }
 
@@ -322,7 +323,45 @@ fn tenant(cx: &Cx, t: &RawTenant) -> Result<TenantConfig, ConfigError> {
     })
 }
 
-fn telemetry(cx: &Cx, t: &RawTelemetry) -> Result<TelemetryConfig, ConfigError> {
+/// Most buckets per series (`live.window / live.bucket`).
+const MAX_LIVE_BUCKETS: u128 = 10_000;
+/// Upper bounds that keep `[live]` memory in the tens of megabytes.
+const MAX_LIVE_SERIES: usize = 10_000;
+const MAX_LIVE_RECENT: usize = 10_000;
+
+fn live(cx: &Cx, l: &RawLive) -> Result<LiveConfig, ConfigError> {
+    let bucket = cx.positive("live.bucket", &l.bucket)?;
+    if bucket < Duration::from_millis(100) {
+        return Err(cx.invalid("live.bucket", "must be at least 100ms"));
+    }
+    let window = cx.positive("live.window", &l.window)?;
+    if window < bucket {
+        return Err(cx.invalid("live.window", "must be at least one `live.bucket`"));
+    }
+    if window.as_nanos().div_ceil(bucket.as_nanos()) > MAX_LIVE_BUCKETS {
+        return Err(cx.invalid(
+            "live.window",
+            format!(
+                "at most {MAX_LIVE_BUCKETS} buckets: raise `live.bucket` or shorten the window"
+            ),
+        ));
+    }
+    let max_series = cx.count("live.max_series", l.max_series)?;
+    if max_series > MAX_LIVE_SERIES {
+        return Err(cx.invalid("live.max_series", format!("at most {MAX_LIVE_SERIES}")));
+    }
+    if l.recent > MAX_LIVE_RECENT {
+        return Err(cx.invalid("live.recent", format!("at most {MAX_LIVE_RECENT}")));
+    }
+    Ok(LiveConfig {
+        window,
+        bucket,
+        max_series,
+        recent: l.recent,
+    })
+}
+
+fn telemetry(cx: &Cx, t: &RawTelemetry, live: LiveConfig) -> Result<TelemetryConfig, ConfigError> {
     let otlp_endpoint = t
         .otlp_endpoint
         .as_deref()
@@ -359,5 +398,6 @@ fn telemetry(cx: &Cx, t: &RawTelemetry) -> Result<TelemetryConfig, ConfigError> 
         redact_headers,
         access_log: t.access_log,
         log_format: t.log_format,
+        live,
     })
 }

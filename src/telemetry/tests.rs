@@ -40,6 +40,7 @@ pub(super) fn config() -> TelemetryConfig {
         redact_headers: Vec::new(),
         access_log: true,
         log_format: LogFormat::Text,
+        live: Default::default(),
     }
 }
 
