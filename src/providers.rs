@@ -16,6 +16,9 @@ pub mod tgi;
 use std::borrow::Cow;
 use std::time::Duration;
 
+use crate::framing::eventstream::EventStreamDecoder;
+use crate::framing::json_array::JsonArrayDecoder;
+use crate::framing::ndjson::NdjsonDecoder;
 use crate::framing::{Frame, FramingError, sse::SseDecoder};
 
 /// The API family a route speaks; picks the adapter and the
@@ -328,6 +331,35 @@ impl Operation {
     }
 }
 
+/// Whether the client asked for a streamed response: the path decides for
+/// the APIs that stream by endpoint (Gemini `streamGenerateContent`, Bedrock
+/// `converse-stream`, …), Ollama streams unless the body says
+/// `"stream": false`, and everyone else streams only with `"stream": true`.
+pub fn request_streams(operation: Option<Operation>, body_stream: Option<bool>) -> bool {
+    use Operation as Op;
+    match operation {
+        Some(
+            Op::StreamGenerateContent
+            | Op::StreamRawPredict
+            | Op::ConverseStream
+            | Op::InvokeModelStream
+            | Op::TgiGenerateStream,
+        ) => true,
+        Some(
+            Op::GenerateContent
+            | Op::RawPredict
+            | Op::Converse
+            | Op::InvokeModel
+            | Op::TgiGenerate
+            | Op::EmbedContent
+            | Op::OllamaEmbed
+            | Op::Embeddings,
+        ) => false,
+        Some(Op::OllamaChat | Op::OllamaGenerate) => body_stream.unwrap_or(true),
+        _ => body_stream.unwrap_or(false),
+    }
+}
+
 /// The model named by the request path, where the API puts it there:
 /// Gemini and Vertex (`models/{model}:method`), Bedrock
 /// (`/model/{modelId}/converse`, percent-decoded: ids and ARNs carry `:`
@@ -613,11 +645,22 @@ impl Adapter {
     }
 }
 
-/// The body's framing, chosen from the response `Content-Type`.
+/// The body's framing, chosen from the response `Content-Type`, the
+/// provider and the operation.
 #[derive(Debug)]
 pub enum Framing {
     /// `text/event-stream`.
     Sse(SseDecoder),
+    /// `application/x-ndjson`, and Ollama's `application/json`.
+    Ndjson(NdjsonDecoder),
+    /// Gemini `streamGenerateContent` without `alt=sse`.
+    JsonArray(JsonArrayDecoder),
+    /// `application/vnd.amazon.eventstream` (Bedrock).
+    EventStream(EventStreamDecoder),
+    /// A Gemini `application/json` body that may be a streamed array or a
+    /// single object (an error, or `generateContent`): the first
+    /// non-whitespace byte decides.
+    ArrayOrJson { limit: usize },
     /// A whole JSON body, collected up to the frame limit.
     Json { buf: Vec<u8>, limit: usize },
 }
@@ -639,37 +682,56 @@ impl Parser {
         max_frame: usize,
     ) -> Option<Parser> {
         let mime = content_type.split(';').next().unwrap_or("").trim();
-        let framing = if mime.eq_ignore_ascii_case("text/event-stream") {
+        let is = |m: &str| mime.eq_ignore_ascii_case(m);
+        let adapter = Adapter::new(kind, operation);
+        let framing = if is("text/event-stream") {
             Framing::Sse(SseDecoder::new(max_frame))
-        } else if mime.eq_ignore_ascii_case("application/json") || mime.is_empty() {
-            Framing::Json {
-                buf: Vec::new(),
-                limit: max_frame,
+        } else if is("application/vnd.amazon.eventstream") {
+            Framing::EventStream(EventStreamDecoder::new(max_frame))
+        } else if is("application/x-ndjson") || is("application/ndjson") || is("application/jsonl")
+        {
+            Framing::Ndjson(NdjsonDecoder::new(max_frame))
+        } else if is("application/json") || mime.is_empty() {
+            match (&adapter, operation) {
+                (Adapter::Ollama(_), _) => Framing::Ndjson(NdjsonDecoder::new(max_frame)),
+                (Adapter::Gemini(_), Some(Operation::StreamGenerateContent) | None) => {
+                    Framing::ArrayOrJson { limit: max_frame }
+                }
+                _ => Framing::Json {
+                    buf: Vec::new(),
+                    limit: max_frame,
+                },
             }
         } else {
             return None;
         };
-        Some(Parser {
-            framing,
-            adapter: Adapter::new(kind, operation),
-        })
+        Some(Parser { framing, adapter })
     }
 
     /// Feed one chunk of the (decompressed) response body.
     pub fn feed(&mut self, chunk: &[u8], out: &mut dyn FnMut(Event<'_>)) -> Result<(), ParseError> {
+        let mut chunk = chunk;
+        if let Framing::ArrayOrJson { limit } = self.framing {
+            let Some(at) = chunk.iter().position(|b| !b.is_ascii_whitespace()) else {
+                return Ok(());
+            };
+            chunk = &chunk[at..];
+            self.framing = if chunk[0] == b'[' {
+                Framing::JsonArray(JsonArrayDecoder::new(limit))
+            } else {
+                Framing::Json {
+                    buf: Vec::new(),
+                    limit,
+                }
+            };
+        }
         let adapter = &mut self.adapter;
         match &mut self.framing {
-            Framing::Sse(dec) => {
-                let mut failed = None;
-                dec.feed(chunk, &mut |frame| {
-                    if failed.is_none() {
-                        if let Err(e) = adapter.on_frame(frame, out) {
-                            failed = Some(e);
-                        }
-                    }
-                })?;
-                failed.map_or(Ok(()), |e| Err(e.into()))
-            }
+            Framing::Sse(dec) => drive(adapter, out, |on| dec.feed(chunk, on)),
+            Framing::Ndjson(dec) => drive(adapter, out, |on| dec.feed(chunk, on)),
+            Framing::JsonArray(dec) => drive(adapter, out, |on| dec.feed(chunk, on)),
+            Framing::EventStream(dec) => drive(adapter, out, |on| dec.feed(chunk, on)),
+            Framing::ArrayOrJson { .. } => Ok(()),
             Framing::Json { buf, limit } => {
                 if buf.len() + chunk.len() > *limit {
                     return Err(FramingError::TooLarge { limit: *limit }.into());
@@ -684,17 +746,11 @@ impl Parser {
     pub fn finish(&mut self, out: &mut dyn FnMut(Event<'_>)) -> Result<(), ParseError> {
         let adapter = &mut self.adapter;
         match &mut self.framing {
-            Framing::Sse(dec) => {
-                let mut failed = None;
-                dec.finish(&mut |frame| {
-                    if failed.is_none() {
-                        if let Err(e) = adapter.on_frame(frame, out) {
-                            failed = Some(e);
-                        }
-                    }
-                })?;
-                failed.map_or(Ok(()), |e| Err(e.into()))
-            }
+            Framing::Sse(dec) => drive(adapter, out, |on| dec.finish(on)),
+            Framing::Ndjson(dec) => drive(adapter, out, |on| dec.finish(on)),
+            Framing::JsonArray(dec) => drive(adapter, out, |on| dec.finish(on)),
+            Framing::EventStream(dec) => drive(adapter, out, |on| dec.finish(on)),
+            Framing::ArrayOrJson { .. } => Ok(()),
             Framing::Json { buf, .. } => {
                 let body = std::mem::take(buf);
                 if body.iter().all(u8::is_ascii_whitespace) {
@@ -705,6 +761,25 @@ impl Parser {
             }
         }
     }
+}
+
+/// Run a decoder step, handing each frame to the adapter; the first
+/// adapter error stops the adapter (the decoder still consumes the chunk)
+/// and is returned after a framing error, if any.
+fn drive(
+    adapter: &mut Adapter,
+    out: &mut dyn FnMut(Event<'_>),
+    step: impl FnOnce(&mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError>,
+) -> Result<(), ParseError> {
+    let mut failed = None;
+    step(&mut |frame| {
+        if failed.is_none() {
+            if let Err(e) = adapter.on_frame(frame, out) {
+                failed = Some(e);
+            }
+        }
+    })?;
+    failed.map_or(Ok(()), |e| Err(e.into()))
 }
 
 #[cfg(test)]
@@ -881,6 +956,34 @@ pub(crate) mod tests {
             "vertex/stream_generate_array.json"
         ),
         fixture!(Ollama, OllamaChat, "ollama/chat.json"),
+        fixture!(Ollama, OllamaChat, "ollama/chat_stream.ndjson"),
+        fixture!(Ollama, OllamaChat, "ollama/chat_stream_error.ndjson"),
+        fixture!(Ollama, OllamaGenerate, "ollama/generate_stream.ndjson"),
+        fixture!(
+            Bedrock,
+            ConverseStream,
+            "bedrock/converse_stream.eventstream"
+        ),
+        fixture!(
+            Bedrock,
+            ConverseStream,
+            "bedrock/converse_stream_tool_use.eventstream"
+        ),
+        fixture!(
+            Bedrock,
+            ConverseStream,
+            "bedrock/converse_stream_throttled.eventstream"
+        ),
+        fixture!(
+            Bedrock,
+            InvokeModelStream,
+            "bedrock/invoke_stream_claude.eventstream"
+        ),
+        fixture!(
+            Bedrock,
+            InvokeModelStream,
+            "bedrock/invoke_stream_llama.eventstream"
+        ),
         fixture!(Ollama, OllamaEmbed, "ollama/embed.json"),
         fixture!(Bedrock, Converse, "bedrock/converse.json"),
         fixture!(Bedrock, InvokeModel, "bedrock/invoke_claude.json"),

@@ -563,3 +563,125 @@ fn server_first_token_equivalent() {
     assert_eq!(millis(-1.0), None);
     assert_eq!(millis(f64::NAN), None);
 }
+
+#[test]
+fn ollama_ndjson_streams() {
+    let s = check(
+        "ollama/chat_stream.ndjson",
+        want(5, Some(31), Some(5))
+            .finish(&["stop"])
+            .model("llama3.2"),
+    );
+    assert_eq!(
+        s.timing,
+        UpstreamTiming {
+            total: Some(Duration::from_nanos(1_835_468_459)),
+            load: Some(Duration::from_nanos(21_473_125)),
+            prompt_eval: Some(Duration::from_millis(112)),
+            decode: Some(Duration::from_millis(1690)),
+            ..UpstreamTiming::default()
+        }
+    );
+    assert_eq!(s.done, 1);
+    // Three thinking lines, two response lines.
+    check(
+        "ollama/generate_stream.ndjson",
+        want(5, Some(14), Some(28))
+            .finish(&["stop"])
+            .model("qwen3:4b"),
+    );
+    check(
+        "ollama/chat_stream_error.ndjson",
+        want(2, None, None).errors(&["error"]),
+    );
+}
+
+#[test]
+fn bedrock_eventstreams() {
+    // Two reasoning deltas (the signature is not output), five text deltas.
+    let s = check(
+        "bedrock/converse_stream.eventstream",
+        want(7, Some(45), Some(88)).finish(&["end_turn"]),
+    );
+    assert_eq!((s.timing.total, s.done), (ms(1421.0), 1));
+    // The empty first tool input is not content; cache reads count as input.
+    let s = check(
+        "bedrock/converse_stream_tool_use.eventstream",
+        want(2, Some(2444), Some(40)).finish(&["tool_use"]),
+    );
+    assert_eq!(s.usage.cache_read, Some(2048));
+    check(
+        "bedrock/converse_stream_throttled.eventstream",
+        want(2, None, None).errors(&["throttlingException"]),
+    );
+    let s = check(
+        "bedrock/invoke_stream_claude.eventstream",
+        want(3, Some(14), Some(9))
+            .finish(&["end_turn"])
+            .model("claude-3-5-haiku-20241022"),
+    );
+    assert_eq!((s.timing.ttft, s.timing.total), (ms(402.0), ms(688.0)));
+    check(
+        "bedrock/invoke_stream_llama.eventstream",
+        want(7, Some(19), Some(7)).finish(&["stop"]),
+    );
+}
+
+#[test]
+fn gemini_json_body_is_an_array_or_an_object() {
+    let run = |body: &[u8]| {
+        let pieces: Vec<&[u8]> = body.chunks(3).collect();
+        super::tests::run(
+            ProviderKind::Gemini,
+            Some(Operation::StreamGenerateContent),
+            "application/json; charset=UTF-8",
+            &pieces,
+        )
+    };
+    let (s, _, r) = run(b"  \r\n{\"error\":{\"code\":400,\"status\":\"INVALID_ARGUMENT\"}}");
+    assert_eq!((r, s.errors), (Ok(()), vec!["INVALID_ARGUMENT".to_owned()]));
+    let (s, _, r) = run(b"[{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"a\"}]}}]}]");
+    assert_eq!((r, s.content_frames), (Ok(()), 1));
+    let (_, _, r) = run(b"[{\"candidates\":[]}");
+    assert!(
+        matches!(r, Err(ParseError::Framing(_))),
+        "an unterminated array is malformed: {r:?}"
+    );
+}
+
+#[test]
+fn truncated_or_corrupt_eventstream_is_malformed() {
+    let body = fixture("bedrock/converse_stream.eventstream").body;
+    let (_, _, r) = super::tests::run(
+        ProviderKind::Bedrock,
+        Some(Operation::ConverseStream),
+        "application/vnd.amazon.eventstream",
+        &[&body[..body.len() - 5]],
+    );
+    assert!(matches!(r, Err(ParseError::Framing(_))), "truncated: {r:?}");
+    let mut corrupt = body.to_vec();
+    corrupt[40] ^= 0xff;
+    let (_, _, r) = super::tests::run(
+        ProviderKind::Bedrock,
+        Some(Operation::ConverseStream),
+        "application/vnd.amazon.eventstream",
+        &[&corrupt],
+    );
+    assert!(r.is_err(), "bad CRC: {r:?}");
+}
+
+#[test]
+fn streaming_follows_the_path_then_the_body() {
+    use Operation as Op;
+    assert!(request_streams(Some(Op::StreamGenerateContent), None));
+    assert!(request_streams(Some(Op::ConverseStream), Some(false)));
+    assert!(!request_streams(Some(Op::GenerateContent), Some(true)));
+    assert!(
+        request_streams(Some(Op::OllamaChat), None),
+        "Ollama streams by default"
+    );
+    assert!(!request_streams(Some(Op::OllamaGenerate), Some(false)));
+    assert!(!request_streams(Some(Op::ChatCompletions), None));
+    assert!(request_streams(Some(Op::ChatCompletions), Some(true)));
+    assert!(!request_streams(None, None));
+}
