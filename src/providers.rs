@@ -360,6 +360,21 @@ pub fn request_streams(operation: Option<Operation>, body_stream: Option<bool>) 
     }
 }
 
+/// Whether a response `Content-Type` is a streamed format in itself (SSE,
+/// NDJSON, AWS eventstream), whatever the request said.
+pub fn is_stream_content_type(content_type: &str) -> bool {
+    let mime = content_type.split(';').next().unwrap_or("").trim();
+    [
+        "text/event-stream",
+        "application/x-ndjson",
+        "application/ndjson",
+        "application/jsonl",
+        "application/vnd.amazon.eventstream",
+    ]
+    .iter()
+    .any(|m| mime.eq_ignore_ascii_case(m))
+}
+
 /// The model named by the request path, where the API puts it there:
 /// Gemini and Vertex (`models/{model}:method`), Bedrock
 /// (`/model/{modelId}/converse`, percent-decoded: ids and ARNs carry `:`

@@ -685,3 +685,12 @@ fn streaming_follows_the_path_then_the_body() {
     assert!(request_streams(Some(Op::ChatCompletions), Some(true)));
     assert!(!request_streams(None, None));
 }
+
+#[test]
+fn streamed_content_types() {
+    assert!(is_stream_content_type("text/event-stream; charset=utf-8"));
+    assert!(is_stream_content_type("application/x-ndjson"));
+    assert!(is_stream_content_type("application/vnd.amazon.eventstream"));
+    assert!(!is_stream_content_type("application/json"));
+    assert!(!is_stream_content_type(""));
+}
