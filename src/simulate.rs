@@ -244,7 +244,7 @@ async fn answer(sim: &Simulator, req: Request<Incoming>) -> Response<SimBody> {
         .max_completion_tokens
         .or(ask.max_tokens)
         .unwrap_or(u32::MAX);
-    let script = Script::new(
+    let mut script = Script::new(
         api,
         model,
         &profile,
@@ -253,6 +253,13 @@ async fn answer(sim: &Simulator, req: Request<Incoming>) -> Response<SimBody> {
         ask.stream_options.is_some_and(|o| o.include_usage),
         request_id,
     );
+    if let Some(tool) = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| Tool::pick(api, &v))
+    {
+        script.tokens = u32::try_from(tool.pieces.len()).unwrap_or(u32::MAX);
+        script.tool = Some(tool);
+    }
     if ask.stream {
         let mut res = Response::new(SimBody::stream(script));
         res.headers_mut().insert(
@@ -348,6 +355,109 @@ struct Script {
     ttft: Duration,
     gap: Duration,
     include_usage: bool,
+    /// Answer with this tool call instead of text.
+    tool: Option<Tool>,
+}
+
+/// A tool call the simulator makes when the request offers tools.
+#[derive(Debug)]
+struct Tool {
+    name: String,
+    /// The arguments object as JSON text.
+    args: String,
+    /// `args` in pieces of about four characters, each JSON-string-escaped.
+    pieces: Vec<String>,
+}
+
+impl Tool {
+    /// The tool to call: the one `tool_choice` names, else the first offered;
+    /// none when tools are absent, `tool_choice` is `"none"`, or the last
+    /// message already carries a tool result.
+    fn pick(api: Api, req: &serde_json::Value) -> Option<Tool> {
+        let tools = req.get("tools")?.as_array().filter(|t| !t.is_empty())?;
+        let choice = req.get("tool_choice");
+        if choice.and_then(|c| c.as_str().or_else(|| c.get("type")?.as_str())) == Some("none") {
+            return None;
+        }
+        let last = req
+            .get("messages")
+            .and_then(|m| m.as_array())
+            .and_then(|m| m.last());
+        let answered = last.is_some_and(|m| {
+            m.get("role").and_then(|r| r.as_str()) == Some("tool")
+                || m.get("content")
+                    .and_then(|c| c.as_array())
+                    .is_some_and(|blocks| {
+                        blocks
+                            .iter()
+                            .any(|b| b.get("type").and_then(|t| t.as_str()) == Some("tool_result"))
+                    })
+        });
+        if answered {
+            return None;
+        }
+        // OpenAI: {"type":"function","function":{"name","parameters"}}; Anthropic: {"name","input_schema"}.
+        let name_of = |t: &serde_json::Value| {
+            t.get("function")
+                .unwrap_or(t)
+                .get("name")
+                .and_then(|n| n.as_str())
+                .map(str::to_owned)
+        };
+        let wanted = choice
+            .and_then(|c| c.get("function").unwrap_or(c).get("name"))
+            .and_then(|n| n.as_str());
+        let tool = tools
+            .iter()
+            .find(|t| wanted.is_none_or(|w| name_of(t).as_deref() == Some(w)))
+            .or_else(|| tools.first())?;
+        let name = name_of(tool)?;
+        let schema = if api == Api::Messages {
+            tool.get("input_schema")
+        } else {
+            tool.get("function").and_then(|f| f.get("parameters"))
+        };
+        let args = Tool::arguments(schema);
+        let chars: Vec<char> = args.chars().collect();
+        let pieces = chars
+            .chunks(4)
+            .map(|c| {
+                let s: String = c.iter().collect();
+                let quoted = serde_json::Value::String(s).to_string();
+                quoted[1..quoted.len() - 1].to_owned()
+            })
+            .collect();
+        Some(Tool { name, args, pieces })
+    }
+
+    /// An object with every required property: strings "sim", numbers 1, booleans true.
+    fn arguments(schema: Option<&serde_json::Value>) -> String {
+        let mut args = serde_json::Map::new();
+        let props = schema.and_then(|s| s.get("properties"));
+        let required = schema
+            .and_then(|s| s.get("required"))
+            .and_then(|r| r.as_array());
+        for key in required.into_iter().flatten().filter_map(|k| k.as_str()) {
+            let kind = props
+                .and_then(|p| p.get(key))
+                .and_then(|p| p.get("type"))
+                .and_then(|t| t.as_str());
+            let value = match kind {
+                Some("number" | "integer") => serde_json::json!(1),
+                Some("boolean") => serde_json::json!(true),
+                Some("array") => serde_json::json!([]),
+                Some("object") => serde_json::json!({}),
+                _ => serde_json::json!("sim"),
+            };
+            args.insert(key.to_owned(), value);
+        }
+        serde_json::Value::Object(args).to_string()
+    }
+
+    fn escaped_args(&self) -> String {
+        let quoted = serde_json::Value::String(self.args.clone()).to_string();
+        quoted[1..quoted.len() - 1].to_owned()
+    }
 }
 
 impl Script {
@@ -384,6 +494,7 @@ impl Script {
             ttft,
             gap,
             include_usage,
+            tool: None,
         }
     }
 
@@ -396,6 +507,21 @@ impl Script {
         let w = Self::word(i);
         let u = self.null_usage();
         let (id, model) = (&self.id, &self.model);
+        if let Some(tool) = &self.tool {
+            let piece = tool.pieces.get(i as usize).map_or("", String::as_str);
+            let _ = if self.api == Api::Messages {
+                write!(
+                    out,
+                    "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"input_json_delta\",\"partial_json\":\"{piece}\"}}}}\n\n"
+                )
+            } else {
+                write!(
+                    out,
+                    "data: {{\"id\":\"{id}\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"{model}\",\"choices\":[{{\"index\":0,\"delta\":{{\"tool_calls\":[{{\"index\":0,\"function\":{{\"arguments\":\"{piece}\"}}}}]}},\"logprobs\":null,\"finish_reason\":null}}]{u}}}\n\n"
+                )
+            };
+            return;
+        }
         let _ = match self.api {
             Api::Chat => write!(
                 out,
@@ -425,12 +551,22 @@ impl Script {
     fn stream_head(&self, out: &mut String) {
         let u = self.null_usage();
         let (id, model, p) = (&self.id, &self.model, self.prompt_tokens);
-        let _ = match self.api {
-            Api::Chat => write!(
+        let _ = match (self.api, &self.tool) {
+            (Api::Chat, Some(tool)) => write!(
+                out,
+                "data: {{\"id\":\"{id}\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"{model}\",\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{{\"index\":0,\"id\":\"call_{id}\",\"type\":\"function\",\"function\":{{\"name\":\"{}\",\"arguments\":\"\"}}}}]}},\"logprobs\":null,\"finish_reason\":null}}]{u}}}\n\n",
+                tool.name
+            ),
+            (Api::Messages, Some(tool)) => write!(
+                out,
+                "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"id\":\"{id}\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"{model}\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{{\"input_tokens\":{p},\"output_tokens\":1}}}}}}\n\nevent: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{{\"type\":\"tool_use\",\"id\":\"toolu_{id}\",\"name\":\"{}\",\"input\":{{}}}}}}\n\n",
+                tool.name
+            ),
+            (Api::Chat, None) => write!(
                 out,
                 "data: {{\"id\":\"{id}\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"{model}\",\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]{u}}}\n\n"
             ),
-            Api::Messages => write!(
+            (Api::Messages, None) => write!(
                 out,
                 "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"id\":\"{id}\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"{model}\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{{\"input_tokens\":{p},\"output_tokens\":1}}}}}}\n\nevent: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{{\"type\":\"text\",\"text\":\"\"}}}}\n\n"
             ),
@@ -440,6 +576,11 @@ impl Script {
 
     fn stream_tail(&self, out: &mut String) {
         let u = self.null_usage();
+        let stop = if self.tool.is_some() {
+            "tool_use"
+        } else {
+            "max_tokens"
+        };
         let (id, model, p, n) = (&self.id, &self.model, self.prompt_tokens, self.tokens);
         let _ = match self.api {
             Api::Chat | Api::Completions => {
@@ -448,9 +589,15 @@ impl Script {
                 } else {
                     "text_completion"
                 };
+                let reason = if self.tool.is_some() {
+                    "tool_calls"
+                } else {
+                    "length"
+                };
                 let finish = if self.api == Api::Chat {
-                    "{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"length\"}"
-                        .to_owned()
+                    format!(
+                        "{{\"index\":0,\"delta\":{{}},\"logprobs\":null,\"finish_reason\":\"{reason}\"}}"
+                    )
                 } else {
                     "{\"text\":\"\",\"index\":0,\"logprobs\":null,\"finish_reason\":\"length\"}"
                         .to_owned()
@@ -470,7 +617,7 @@ impl Script {
             }
             Api::Messages => write!(
                 out,
-                "event: content_block_stop\ndata: {{\"type\":\"content_block_stop\",\"index\":0}}\n\nevent: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"max_tokens\",\"stop_sequence\":null}},\"usage\":{{\"output_tokens\":{n}}}}}\n\nevent: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
+                "event: content_block_stop\ndata: {{\"type\":\"content_block_stop\",\"index\":0}}\n\nevent: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"{stop}\",\"stop_sequence\":null}},\"usage\":{{\"output_tokens\":{n}}}}}\n\nevent: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
             ),
             Api::Embeddings => Ok(()),
         };
@@ -479,6 +626,20 @@ impl Script {
     fn whole(&self) -> String {
         let text: String = (0..self.tokens).map(Self::word).collect();
         let (id, model, p, n) = (&self.id, &self.model, self.prompt_tokens, self.tokens);
+        if let Some(tool) = &self.tool {
+            let (name, args) = (&tool.name, tool.escaped_args());
+            return if self.api == Api::Messages {
+                format!(
+                    r#"{{"id":"{id}","type":"message","role":"assistant","model":"{model}","content":[{{"type":"tool_use","id":"toolu_{id}","name":"{name}","input":{}}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{{"input_tokens":{p},"output_tokens":{n}}}}}"#,
+                    tool.args
+                )
+            } else {
+                format!(
+                    r#"{{"id":"{id}","object":"chat.completion","created":1700000000,"model":"{model}","choices":[{{"index":0,"message":{{"role":"assistant","content":null,"tool_calls":[{{"id":"call_{id}","type":"function","function":{{"name":"{name}","arguments":"{args}"}}}}],"refusal":null}},"logprobs":null,"finish_reason":"tool_calls"}}],"usage":{{"prompt_tokens":{p},"completion_tokens":{n},"total_tokens":{}}}}}"#,
+                    p + n
+                )
+            };
+        }
         match self.api {
             Api::Messages => format!(
                 r#"{{"id":"{id}","type":"message","role":"assistant","model":"{model}","content":[{{"type":"text","text":"{text}"}}],"stop_reason":"max_tokens","stop_sequence":null,"usage":{{"input_tokens":{p},"output_tokens":{n}}}}}"#
@@ -649,5 +810,54 @@ mod tests {
             };
             assert_eq!(n, 4, "{whole}");
         }
+    }
+
+    #[tokio::test]
+    async fn tool_calls_stream_their_arguments_in_pieces() {
+        let openai_req = serde_json::json!({
+            "tools": [{"type": "function", "function": {"name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                "required": ["city", "days"]}}}],
+            "messages": [{"role": "user", "content": "weather?"}]
+        });
+        let mut s = script(Api::Chat, 100, false);
+        s.tool = Tool::pick(Api::Chat, &openai_req);
+        let tool = s.tool.as_ref().expect("a tool call");
+        s.tokens = tool.pieces.len() as u32;
+        let text = drain(SimBody::stream(s)).await;
+        let mut args = String::new();
+        for event in text
+            .split("\n\n")
+            .filter(|e| !e.is_empty() && *e != "data: [DONE]")
+        {
+            let v: serde_json::Value =
+                serde_json::from_str(event.strip_prefix("data: ").expect("data"))
+                    .expect("JSON chunk");
+            if let Some(a) =
+                v["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str()
+            {
+                args.push_str(a);
+            }
+        }
+        assert_eq!(args, r#"{"city":"sim","days":1}"#);
+        assert!(text.contains(r#""finish_reason":"tool_calls""#));
+
+        // A tool result as the last message: answer in text.
+        let answered = serde_json::json!({"tools": openai_req["tools"], "messages": [{"role": "tool", "content": "sunny"}]});
+        assert!(Tool::pick(Api::Chat, &answered).is_none());
+        let declined = serde_json::json!({"tools": openai_req["tools"], "tool_choice": "none"});
+        assert!(Tool::pick(Api::Chat, &declined).is_none());
+
+        let anthropic_req = serde_json::json!({
+            "tools": [{"name": "lookup", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}],
+            "messages": [{"role": "user", "content": "find"}]
+        });
+        let mut s = script(Api::Messages, 100, false);
+        s.tool = Tool::pick(Api::Messages, &anthropic_req);
+        let whole = drain(SimBody::delayed(s)).await;
+        let v: serde_json::Value = serde_json::from_str(&whole).expect("JSON body");
+        assert_eq!(v["content"][0]["type"], "tool_use");
+        assert_eq!(v["content"][0]["input"]["q"], "sim");
+        assert_eq!(v["stop_reason"], "tool_use");
     }
 }
