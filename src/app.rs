@@ -1,6 +1,7 @@
 //! Wiring: a validated `Config` in, a running proxy out. The only module
 //! that knows every stage; `handle` walks one request through them.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,10 +18,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::admin::{self, Admin, AdminState, Readiness};
 use crate::config::Config;
 use crate::meter::body::{BoxError, Meter, MeteredBody};
 use crate::meter::{RequestFacts, Unmetered};
-use crate::providers::{Operation, Parser, ProviderKind};
+use crate::providers::{self, Operation, Parser, ProviderKind, sigv4};
 use crate::route::{self, Route, Router};
 use crate::sniff::{Replay, Sniffed};
 use crate::telemetry::Telemetry;
@@ -41,17 +43,27 @@ struct State {
 pub struct Running {
     /// The proxy's bound address (useful when configured with port 0).
     pub addr: SocketAddr,
+    /// The admin listener's bound address; `None` when admin is off (or
+    /// its default address was taken).
+    pub admin_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     server: JoinHandle<()>,
+    admin: Option<Admin>,
+    readiness: Readiness,
     telemetry: Arc<Telemetry>,
 }
 
 impl Running {
-    /// Stop accepting, let in-flight requests finish within the configured
-    /// grace period, then flush telemetry.
+    /// Report not-ready on `/readyz`, stop accepting, let in-flight requests
+    /// finish within the configured grace period, stop the admin listener
+    /// (it answers throughout the drain), then flush telemetry.
     pub async fn shutdown(self) {
+        self.readiness.set_draining();
         let _ = self.stop.send(true);
         let _ = self.server.await;
+        if let Some(admin) = self.admin {
+            admin.shutdown().await;
+        }
         let telemetry = self.telemetry;
         let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     }
@@ -64,12 +76,25 @@ impl Running {
 
 /// Bind the listener and start serving. Must run inside a tokio runtime.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
-    let telemetry = Arc::new(Telemetry::init(&config.telemetry)?);
+    let telemetry = Arc::new(match config.admin_listen {
+        Some(_) => Telemetry::init_with_prometheus(&config.telemetry)?,
+        None => Telemetry::init(&config.telemetry)?,
+    });
     let client = Client::new(&config.upstream)?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("listen {}: {e}", config.listen))?;
     let addr = listener.local_addr()?;
+    // After the proxy's bind, so a clash costs the admin port, not the proxy.
+    let readiness = Readiness::new();
+    let admin = admin::bind(&config).await?.map(|l| {
+        let state = AdminState {
+            telemetry: telemetry.clone(),
+            readiness: readiness.clone(),
+            config_toml: config.redacted_toml().into(),
+        };
+        Admin::spawn(l, state, &config.server)
+    });
     let state = Arc::new(State {
         router: Router::new(&config.routes),
         client,
@@ -82,8 +107,11 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let server = tokio::spawn(server::serve(listener, server_cfg, handler, stopped));
     Ok(Running {
         addr,
+        admin_addr: admin.as_ref().map(|a| a.addr),
         stop,
         server,
+        admin,
+        readiness,
         telemetry,
     })
 }
@@ -148,7 +176,7 @@ fn injected_body(
             operation,
             Some(Operation::ChatCompletions | Operation::Completions)
         )
-        && sniffed.stream
+        && sniffed.stream == Some(true)
         && !sniffed.has_stream_options;
     if !eligible {
         return None;
@@ -211,12 +239,16 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
         &parts.headers,
         sniffed.user.as_deref(),
     );
+    let stream = providers::request_streams(operation, sniffed.stream);
+    let request_model = sniffed
+        .model
+        .or_else(|| providers::model_from_path(path).map(Cow::into_owned));
     let facts = RequestFacts {
         route: route.name.clone(),
         provider: provider.unwrap_or(ProviderKind::Openai),
         operation,
-        request_model: sniffed.model,
-        stream: sniffed.stream,
+        request_model,
+        stream,
         tenant,
         server_address: route.server_address.clone(),
         server_port: route.server_port,
@@ -235,6 +267,20 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
     parts.uri = upstream_uri;
     parts.version = Version::HTTP_11;
     let mut meter = Meter::new(facts, Box::new(telemetry));
+    if let Some(cfg) = &route.sigv4 {
+        // The client signed for tokentap's address; sign again for the upstream.
+        let Some(bytes) = body.whole() else {
+            let (status, code) = (StatusCode::PAYLOAD_TOO_LARGE, "sigv4_body_too_large");
+            meter.fail(status.as_u16(), code);
+            let message = "request body over sniff.max_body_bytes cannot be SigV4-signed";
+            return upstream::error_response(status, message, code);
+        };
+        if let Err(e) = sigv4::sign(&mut parts, &bytes, cfg, SystemTime::now()) {
+            let (status, code) = (StatusCode::INTERNAL_SERVER_ERROR, "sigv4_signing_failed");
+            meter.fail(status.as_u16(), code);
+            return upstream::error_response(status, &e.to_string(), code);
+        }
+    }
 
     let res = match state.client.send(Request::from_parts(parts, body)).await {
         Ok(res) => res,
@@ -255,9 +301,10 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
         .trim_start()
         .to_ascii_lowercase()
         .starts_with("text/event-stream");
+    let provider = provider.or_else(|| ProviderKind::detect_response(content_type));
     let parser = match provider {
         None => Err(Unmetered::UnknownFormat(
-            "no provider configured or detected from the path".into(),
+            "no provider configured or detected from the path or content type".into(),
         )),
         Some(kind) => Parser::new(
             kind,
@@ -271,7 +318,8 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
         .headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok());
-    meter.on_head(head.status.as_u16(), is_sse, parser, encoding);
+    let streamed = providers::is_stream_content_type(content_type);
+    meter.on_head(head.status.as_u16(), streamed, parser, encoding);
 
     // Restore the stream the client asked for (plain SSE only; a compressed
     // body is forwarded as it came).

@@ -21,8 +21,13 @@ use crate::providers::ProviderKind;
 pub struct Config {
     /// Proxy listen address.
     pub listen: SocketAddr,
-    /// Admin listener (metrics, health, config, dashboard); `None` = off.
+    /// Admin listener (metrics, health, readiness, config, dashboard);
+    /// `None` = off (`admin_listen = "off"`).
     pub admin_listen: Option<SocketAddr>,
+    /// `admin_listen` is the built-in default, not configured: when that
+    /// port is taken, tokentap warns and runs without the admin listener
+    /// instead of refusing to start.
+    pub admin_listen_default: bool,
     pub server: ServerConfig,
     pub upstream: UpstreamConfig,
     /// Routes, in match order.
@@ -76,6 +81,8 @@ pub struct RouteConfig {
     /// when the client did not, and remove the extra usage from what the
     /// client receives.
     pub inject_usage: bool,
+    /// Re-sign forwarded requests with AWS SigV4 (Bedrock behind tokentap).
+    pub sigv4: Option<std::sync::Arc<crate::providers::sigv4::SigV4Config>>,
 }
 
 /// Request body sniffing.
@@ -234,9 +241,10 @@ pub struct Cli {
     #[arg(short, long, global = true, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
 
-    /// Admin listen address for /metrics, /healthz, /readyz, /config [config: admin_listen]
-    #[arg(long, global = true, value_name = "ADDR")]
-    pub admin_listen: Option<SocketAddr>,
+    /// Admin listen address for /metrics, /healthz, /readyz, /config, or `off`
+    /// [config: admin_listen; default: 127.0.0.1:9464]
+    #[arg(long, global = true, value_name = "ADDR|off", value_parser = admin_listen_arg)]
+    pub admin_listen: Option<String>,
 
     /// Log line format [config: telemetry.log_format; default: text]
     #[arg(long, global = true, value_name = "FORMAT")]
@@ -252,6 +260,26 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+/// The admin listener's address when none is configured (loopback only;
+/// 9464 is the port OpenTelemetry's Prometheus exporters use).
+pub const DEFAULT_ADMIN_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9464);
+
+/// The `admin_listen` value that turns the admin listener off.
+pub const ADMIN_OFF: &str = "off";
+
+/// `--admin-listen`: a socket address or `off`, checked before config loading.
+fn admin_listen_arg(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case(ADMIN_OFF) || s.parse::<SocketAddr>().is_ok() {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "`{s}` is neither IP:PORT (e.g. 127.0.0.1:9464) nor `off`"
+        ))
+    }
 }
 
 /// What to run. `tokentap` with no subcommand means [`Command::Run`].

@@ -26,6 +26,8 @@ pub struct Route {
     pub provider: Option<ProviderKind>,
     /// Opt-in `stream_options.include_usage` injection.
     pub inject_usage: bool,
+    /// Re-sign forwarded requests with AWS SigV4.
+    pub sigv4: Option<std::sync::Arc<crate::providers::sigv4::SigV4Config>>,
     /// `server.address` for telemetry.
     pub server_address: Arc<str>,
     /// `server.port` for telemetry.
@@ -71,6 +73,7 @@ impl Route {
             base_path: cfg.upstream.path().trim_end_matches('/').to_owned(),
             provider: cfg.provider,
             inject_usage: cfg.inject_usage,
+            sigv4: cfg.sigv4.clone(),
         }
     }
 
@@ -175,6 +178,7 @@ mod tests {
             upstream: upstream.parse().expect("test URI"),
             provider: None,
             inject_usage: false,
+            sigv4: None,
         }
     }
 

@@ -19,7 +19,8 @@ use crate::meter::RequestBody;
 pub struct Sniffed {
     pub body: RequestBody,
     pub model: Option<String>,
-    pub stream: bool,
+    /// The body's `stream` flag, when present.
+    pub stream: Option<bool>,
     /// `stream_options.include_usage`, when given.
     pub include_usage: Option<bool>,
     /// The body has a `stream_options` member (with or without `include_usage`).
@@ -67,7 +68,7 @@ pub fn parse(body: &[u8]) -> Sniffed {
         Ok(f) => Sniffed {
             body: RequestBody::Sniffed,
             model: f.model,
-            stream: f.stream.unwrap_or(false),
+            stream: f.stream,
             // Also true for `null` or a mention inside a string: then nothing
             // is injected, which is the safe side.
             has_stream_options: memchr::memmem::find(body, b"\"stream_options\"").is_some(),
@@ -284,14 +285,14 @@ mod tests {
     fn parses_openai_and_anthropic_fields() {
         let s = parse(br#"{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":false},"user":"u1","messages":[{"role":"user","content":"hi"}]}"#);
         assert_eq!(s.model.as_deref(), Some("gpt-4o"));
-        assert!(s.stream);
+        assert_eq!(s.stream, Some(true));
         assert_eq!(s.include_usage, Some(false));
         assert_eq!(s.user.as_deref(), Some("u1"));
         let s =
             parse(br#"{"model":"claude-sonnet-4-5","max_tokens":5,"metadata":{"user_id":"u2"}}"#);
         assert_eq!(
             (s.model.as_deref(), s.stream, s.user.as_deref()),
-            (Some("claude-sonnet-4-5"), false, Some("u2"))
+            (Some("claude-sonnet-4-5"), None, Some("u2"))
         );
         assert_eq!(parse(b"not json").body, RequestBody::NotJson);
         assert_eq!(parse(br#"{"model": 5}"#).body, RequestBody::NotJson);

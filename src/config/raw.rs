@@ -20,7 +20,8 @@ pub(super) const REDACTED: &str = "<redacted>";
 pub(super) struct RawConfig {
     /// Proxy listen address, `IP:PORT`.
     pub listen: String,
-    /// Admin listener address (metrics, health, config, dashboard); off when unset.
+    /// Admin listener address (metrics, health, config, dashboard), or `off`;
+    /// unset = `DEFAULT_ADMIN_LISTEN`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_listen: Option<String>,
     /// Listener limits and shutdown.
@@ -97,6 +98,9 @@ pub(super) struct RawRoute {
     /// that lack it, and strip the extra usage from the client's stream.
     #[serde(default)]
     pub inject_usage: bool,
+    /// `[routes.sigv4]`: re-sign requests for AWS (credentials default to `AWS_*` env).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sigv4: Option<crate::providers::sigv4::SigV4Settings>,
 }
 
 fn root_prefix() -> String {
@@ -399,7 +403,10 @@ impl RawConfig {
         let (s, u, t) = (&c.server, &c.upstream, &c.telemetry);
         RawConfig {
             listen: c.listen.to_string(),
-            admin_listen: c.admin_listen.map(|a| a.to_string()),
+            admin_listen: Some(
+                c.admin_listen
+                    .map_or_else(|| super::ADMIN_OFF.to_owned(), |a| a.to_string()),
+            ),
             server: RawServer {
                 header_read_timeout: dur(s.header_read_timeout),
                 max_header_bytes: size(s.max_header_bytes),
@@ -424,6 +431,14 @@ impl RawConfig {
                     upstream: r.upstream.to_string(),
                     provider: r.provider,
                     inject_usage: r.inject_usage,
+                    // Region, service and key id only: secrets never leave.
+                    sigv4: r.sigv4.as_ref().map(|s| crate::providers::sigv4::SigV4Settings {
+                        region: Some(s.region.clone()),
+                        service: Some(s.service.clone()),
+                        access_key_id: Some(s.access_key_id.clone()),
+                        secret_access_key: None,
+                        session_token: None,
+                    }),
                 })
                 .collect(),
             sniff: RawSniff {

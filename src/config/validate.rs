@@ -13,8 +13,8 @@ use figment::{Figment, Metadata, Source};
 use super::LiveConfig;
 use super::raw::{Quantity, RawConfig, RawLive, RawRoute, RawTelemetry, RawTenant, RawUpstream};
 use super::{
-    Config, ConfigError, MeterConfig, RouteConfig, ServerConfig, SniffConfig, TelemetryConfig,
-    TenantConfig, TenantSource, UpstreamConfig, parse,
+    ADMIN_OFF, Config, ConfigError, DEFAULT_ADMIN_LISTEN, MeterConfig, RouteConfig, ServerConfig,
+    SniffConfig, TelemetryConfig, TenantConfig, TenantSource, UpstreamConfig, parse,
 };
 
 /// The merged figment, kept to answer "where did this key come from?".
@@ -181,21 +181,42 @@ fn kind_message(kind: &Kind) -> String {
     }
 }
 
+/// `admin_listen`: unset = the built-in default, `off` = no admin listener.
+/// Returns the address and whether it is the default.
+fn admin_listen(cx: &Cx, raw: Option<&str>) -> Result<(Option<SocketAddr>, bool), ConfigError> {
+    match raw.map(str::trim) {
+        None => Ok((Some(DEFAULT_ADMIN_LISTEN), true)),
+        Some(s) if s.eq_ignore_ascii_case(ADMIN_OFF) => Ok((None, false)),
+        Some(s) => match s.parse() {
+            Ok(a) => Ok((Some(a), false)),
+            Err(_) => Err(cx.invalid(
+                "admin_listen",
+                format!(
+                    "`{s}` is neither a socket address (IP:PORT, e.g. 127.0.0.1:9464) nor `off`"
+                ),
+            )),
+        },
+    }
+}
+
 /// Extracts and validates the whole config.
 pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
     let cx = Cx::new(fig);
     let raw: RawConfig = fig.extract_lossy().map_err(|e| cx.figment_error(e))?;
     let listen = cx.addr("listen", &raw.listen)?;
-    let admin_listen = raw
-        .admin_listen
-        .as_deref()
-        .map(|a| cx.addr("admin_listen", a))
-        .transpose()?;
-    if admin_listen == Some(listen) {
-        return Err(cx.invalid(
-            "admin_listen",
-            format!("{listen} is also the proxy's listen address"),
-        ));
+    let (admin_listen, admin_listen_default) = admin_listen(&cx, raw.admin_listen.as_deref())?;
+    // Two port-0 listeners get different ports; anything else would clash.
+    if admin_listen == Some(listen) && listen.port() != 0 {
+        let message = format!("{listen} is also the proxy's listen address");
+        return Err(if admin_listen_default {
+            ConfigError::Invalid {
+                key: "admin_listen".into(),
+                origin: "built-in default".into(),
+                message: format!("{message}; set admin_listen to another address or \"off\""),
+            }
+        } else {
+            cx.invalid("admin_listen", message)
+        });
     }
     let s = &raw.server;
     let server = ServerConfig {
@@ -207,6 +228,7 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
     Ok(Config {
         listen,
         admin_listen,
+        admin_listen_default,
         server,
         upstream: upstream(&cx, &raw.upstream)?,
         routes: routes(&cx, &raw.routes)?,
@@ -277,6 +299,13 @@ fn routes(cx: &Cx, raw: &[RawRoute]) -> Result<Vec<RouteConfig>, ConfigError> {
         }
         let upstream =
             parse::upstream_url(&r.upstream).map_err(|m| cx.invalid(&at("upstream"), m))?;
+        let sigv4 = r
+            .sigv4
+            .as_ref()
+            .map(|s| s.resolve(|k| std::env::var(k).ok()))
+            .transpose()
+            .map_err(|e| cx.invalid(&at("sigv4"), e.to_string()))?
+            .map(std::sync::Arc::new);
         out.push(RouteConfig {
             name: r.name.clone(),
             prefix,
@@ -284,6 +313,7 @@ fn routes(cx: &Cx, raw: &[RawRoute]) -> Result<Vec<RouteConfig>, ConfigError> {
             upstream,
             provider: r.provider,
             inject_usage: r.inject_usage,
+            sigv4,
         });
     }
     Ok(out)

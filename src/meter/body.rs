@@ -14,7 +14,7 @@ use tokio::time::Sleep;
 
 use super::decompress::Decompressor;
 use super::{Measurement, Outcome, Recorder, RequestFacts, TokenSource, Unmetered};
-use crate::providers::{Event, Parser, Usage};
+use crate::providers::{Event, Parser, UpstreamTiming, Usage};
 use crate::rewrite::UsageStripper;
 
 /// Boxed error type of bodies served to clients.
@@ -71,6 +71,7 @@ struct Tally {
     response_id: Option<String>,
     finish_reasons: Vec<String>,
     error: Option<String>,
+    upstream_timing: UpstreamTiming,
     /// Set while feeding one chunk when any of its frames carried content.
     chunk_has_content: bool,
 }
@@ -96,7 +97,7 @@ impl Tally {
                     self.error = Some(kind.to_owned());
                 }
             }
-            Event::UpstreamTiming(_) => {}
+            Event::UpstreamTiming(t) => self.upstream_timing.merge(t),
             Event::Done => {}
         }
     }
@@ -299,7 +300,7 @@ impl Meter {
             max_gap: self.max_gap,
             response_bytes: self.bytes,
             unmetered: self.unmetered.take(),
-            upstream_timing: Default::default(),
+            upstream_timing: tally.upstream_timing,
         };
         recorder.finish(m);
     }
