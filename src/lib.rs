@@ -4,8 +4,10 @@
 //! `server` (accept) → `route` (route, tenant) → `sniff` (request body) →
 //! `upstream` (forward) → `meter` (tee the response body) → `framing`
 //! (frames) → `providers` (events) → `telemetry` (spans, metrics, logs).
-//! `app` is the only place that wires the stages together.
+//! `app` is the only place that wires the stages together; `admin` serves
+//! metrics, health and the dashboard on a separate listener.
 
+pub mod admin;
 pub mod app;
 pub mod config;
 pub mod framing;

@@ -51,6 +51,11 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
     let running = tokentap::app::start(config).await?;
     tracing::info!(routes = ?routes, "listening on {}", running.addr);
     eprintln!("tokentap listening on {}", running.addr);
+    // After the proxy's line: harnesses take the first `listening on` as the proxy.
+    if let Some(admin) = running.admin_addr {
+        tracing::info!("admin listening on {admin}");
+        eprintln!("tokentap admin listening on {admin} (/metrics, /healthz, /readyz, /config)");
+    }
     shutdown_signal().await;
     tracing::info!("shutdown signal received; draining");
     running.shutdown().await;

@@ -11,6 +11,7 @@ mod export;
 mod instruments;
 pub mod live;
 mod log;
+pub mod prometheus;
 mod span;
 
 pub use self::log::init_logging;
@@ -37,6 +38,7 @@ use self::export::DropCounts;
 use self::instruments::Instruments;
 use self::live::{Live, LiveRequest, Sample, SeriesKey};
 use self::log::access_log;
+use self::prometheus::PullReader;
 use self::span::{HeaderInjector, TraceHeaders, end_span, error_type, span_start_attributes};
 use crate::config::TelemetryConfig;
 use crate::meter::{Measurement, Recorder, RequestFacts};
@@ -69,6 +71,8 @@ struct Inner {
     drops: Arc<DropCounts>,
     access_log: bool,
     live: Live,
+    /// The Prometheus pull reader, when `init_with_prometheus` built one.
+    pull: Option<PullReader>,
 }
 
 /// Telemetry could not start (bad exporter settings).
@@ -89,6 +93,19 @@ impl Telemetry {
     /// Build exporters and instruments once at start-up. Must run inside the
     /// tokio runtime (the gRPC exporter's channel lives there).
     pub fn init(cfg: &TelemetryConfig) -> Result<Telemetry, TelemetryError> {
+        Telemetry::init_readers(cfg, None)
+    }
+
+    /// Like `init`, plus a cumulative pull reader on the same meter provider
+    /// for `scrape` (the admin listener's `/metrics`).
+    pub fn init_with_prometheus(cfg: &TelemetryConfig) -> Result<Telemetry, TelemetryError> {
+        Telemetry::init_readers(cfg, Some(PullReader::new()))
+    }
+
+    fn init_readers(
+        cfg: &TelemetryConfig,
+        pull: Option<PullReader>,
+    ) -> Result<Telemetry, TelemetryError> {
         let drops = Arc::new(DropCounts::default());
         let mut traces = SdkTracerProvider::builder();
         let mut meters = SdkMeterProvider::builder();
@@ -99,9 +116,19 @@ impl Telemetry {
             (traces, meters) = with_exporters(cfg, &drops, traces, meters, spans, metrics);
             readers += 1;
         }
-        // Further metric readers (e.g. Prometheus) go here, one line each:
+        // Further metric readers go here, one line each:
         // `(meters, readers) = (meters.with_reader(r), readers + 1);`
-        Ok(Telemetry::build(cfg, drops, traces, meters, readers > 0))
+        if let Some(r) = &pull {
+            (meters, readers) = (meters.with_reader(r.clone()), readers + 1);
+        }
+        Ok(Telemetry::build(
+            cfg,
+            drops,
+            traces,
+            meters,
+            readers > 0,
+            pull,
+        ))
     }
 
     /// Like `init`, with the given exporters in place of OTLP (whatever
@@ -121,7 +148,7 @@ impl Telemetry {
             spans,
             metrics,
         );
-        Telemetry::build(cfg, drops, traces, meters, true)
+        Telemetry::build(cfg, drops, traces, meters, true, None)
     }
 
     fn build(
@@ -130,6 +157,7 @@ impl Telemetry {
         traces: TracerProviderBuilder,
         meters: MeterProviderBuilder,
         has_reader: bool,
+        pull: Option<PullReader>,
     ) -> Telemetry {
         let resource = resource(cfg);
         let tracer_provider = traces.with_resource(resource.clone()).build();
@@ -154,6 +182,7 @@ impl Telemetry {
             drops,
             access_log: cfg.access_log,
             live: Live::start(&cfg.live),
+            pull,
         };
         Telemetry {
             inner: Arc::new(inner),
@@ -249,6 +278,19 @@ impl Telemetry {
                 .meter_provider
                 .shutdown_with_timeout(SHUTDOWN_TIMEOUT);
         });
+    }
+
+    /// Every instrument's current cumulative value in a Prometheus format.
+    /// Collects synchronously (short, but blocking): call it off the
+    /// request path. Fails without a pull reader or after `shutdown`.
+    pub fn scrape(&self, format: prometheus::Format) -> Result<String, TelemetryError> {
+        let pull = self.inner.pull.as_ref().ok_or_else(|| {
+            TelemetryError("no Prometheus reader (built without init_with_prometheus)".into())
+        })?;
+        let metrics = pull
+            .collect()
+            .map_err(|e| TelemetryError(format!("metric collection failed: {e}")))?;
+        Ok(prometheus::encode(&metrics, format))
     }
 
     /// Live statistics (dashboard, demo table, slowdown detection).

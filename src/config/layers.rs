@@ -209,11 +209,11 @@ pub(super) fn cli(cli: &Cli) -> Result<Vec<Layer>, ConfigError> {
             Value::from(a.to_string()),
         ));
     }
-    if let Some(a) = cli.admin_listen {
+    if let Some(a) = &cli.admin_listen {
         layers.push(Layer::key(
             flag("admin-listen"),
             "admin_listen",
-            Value::from(a.to_string()),
+            Value::from(a.clone()),
         ));
     }
     if let Some(f) = cli.log_format {

@@ -77,7 +77,12 @@ fn assert_mentions(msg: &str, parts: &[&str]) {
 fn config_defaults_with_upstream_flag() {
     let c = load_ok(&["--upstream", "https://api.openai.com"], &[]);
     assert_eq!(c.listen, "127.0.0.1:8080".parse().expect("addr"));
-    assert_eq!(c.admin_listen, None);
+    assert_eq!(
+        c.admin_listen,
+        Some("127.0.0.1:9464".parse().expect("addr")),
+        "admin listener on loopback by default"
+    );
+    assert!(c.admin_listen_default);
     assert_eq!(c.server.header_read_timeout, Duration::from_secs(10));
     assert_eq!(c.server.max_header_bytes, 65536);
     assert_eq!(c.server.max_connections, 10_000);
@@ -541,4 +546,45 @@ fn config_print_sample_errors() {
     for s in samples {
         println!("{s}");
     }
+}
+
+#[test]
+fn config_admin_listen_off_default_and_clash() {
+    let up = ["--upstream", "http://127.0.0.1:9"];
+    let c = load_ok(&[&up[..], &["--admin-listen", "off"]].concat(), &[]);
+    assert_eq!(c.admin_listen, None, "--admin-listen off disables admin");
+    let c = load_ok(&up, &[("TOKENTAP_ADMIN_LISTEN", "off")]);
+    assert_eq!(
+        c.admin_listen, None,
+        "TOKENTAP_ADMIN_LISTEN=off disables admin"
+    );
+    let c = from_toml(&format!("admin_listen = \"off\"\n{ROUTES}")).expect("valid");
+    assert_eq!(
+        c.admin_listen, None,
+        "admin_listen = \"off\" disables admin"
+    );
+    assert!(
+        c.redacted_toml().contains("admin_listen = \"off\""),
+        "off must survive the redacted round trip:\n{}",
+        c.redacted_toml()
+    );
+    let c = from_toml(&format!("admin_listen = \"127.0.0.1:9100\"\n{ROUTES}")).expect("valid");
+    assert!(
+        !c.admin_listen_default,
+        "a configured address is not the default"
+    );
+    assert!(
+        Cli::try_parse_from(["tokentap", "--admin-listen", "localhost"]).is_err(),
+        "--admin-listen takes IP:PORT or off"
+    );
+    let e = from_toml(&format!("admin_listen = \"nope\"\n{ROUTES}")).expect_err("bad address");
+    assert_eq!(e.key(), Some("admin_listen"), "got: {e}");
+    let e = from_toml(&format!("listen = \"127.0.0.1:9464\"\n{ROUTES}"))
+        .expect_err("default admin address equals listen");
+    assert_mentions(&e.to_string(), &["admin_listen", "off"]);
+    let c = from_toml(&format!(
+        "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{ROUTES}"
+    ))
+    .expect("two port-0 listeners do not clash");
+    assert_eq!(c.admin_listen.map(|a| a.port()), Some(0));
 }

@@ -1,0 +1,336 @@
+//! Admin listener: HTTP requests on the admin address in; Prometheus metrics,
+//! liveness, readiness, the effective configuration (secrets redacted) and
+//! the live dashboard out. It has its own address (never the proxy's port)
+//! and its own connection limit; metric collection runs here, on a blocking
+//! thread, never on the proxy's request path.
+
+mod dashboard;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::{Config, ServerConfig};
+use crate::server;
+use crate::telemetry::Telemetry;
+use crate::telemetry::prometheus::Format;
+use crate::upstream::error_response;
+
+/// Admin connections served at once (scrapers, probes, a few browsers).
+const MAX_CONNECTIONS: usize = 64;
+/// How long open admin connections may finish after the proxy has drained.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// The admin listener could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("admin listen {addr}: {source}")]
+pub struct AdminError {
+    pub addr: SocketAddr,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Whether the proxy takes new work: true from start until
+/// `Running::shutdown` begins the drain, then false for good. `/readyz`
+/// reports it, so load balancers stop routing here while in-flight streams
+/// finish.
+#[derive(Debug, Clone)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    /// Ready.
+    pub fn new() -> Readiness {
+        Readiness(Arc::new(AtomicBool::new(true)))
+    }
+
+    /// Not ready any more (draining). Irreversible.
+    pub fn set_draining(&self) {
+        self.0.store(false, Ordering::Release);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+impl Default for Readiness {
+    fn default() -> Self {
+        Readiness::new()
+    }
+}
+
+/// What the admin endpoints read; built once by `app::start`.
+#[derive(Debug, Clone)]
+pub struct AdminState {
+    /// Metrics (`/metrics`) and whatever the dashboard reads.
+    pub telemetry: Arc<Telemetry>,
+    pub readiness: Readiness,
+    /// `/config`: `Config::redacted_toml`, rendered once at start.
+    pub config_toml: Arc<str>,
+}
+
+/// A running admin listener.
+#[derive(Debug)]
+pub struct Admin {
+    /// The bound address (useful when configured with port 0).
+    pub addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+/// Bind `config.admin_listen`. `Ok(None)` when admin is off, or when the
+/// built-in default address is taken (logged: the proxy still runs); a
+/// configured address that cannot be bound is an error.
+pub async fn bind(config: &Config) -> Result<Option<TcpListener>, AdminError> {
+    let Some(addr) = config.admin_listen else {
+        return Ok(None);
+    };
+    match TcpListener::bind(addr).await {
+        Ok(listener) => Ok(Some(listener)),
+        Err(source) if config.admin_listen_default => {
+            tracing::warn!(
+                %addr,
+                error = %source,
+                "admin listener off: its default address is unavailable; \
+                 set admin_listen (--admin-listen) to another address, or to \"off\""
+            );
+            Ok(None)
+        }
+        Err(source) => Err(AdminError { addr, source }),
+    }
+}
+
+impl Admin {
+    /// Serve the admin endpoints on `listener` until `shutdown`.
+    pub fn spawn(listener: TcpListener, state: AdminState, proxy: &ServerConfig) -> Admin {
+        let addr = listener.local_addr().unwrap_or_else(|_| {
+            // Unreachable for a bound TCP listener; keep a usable value.
+            SocketAddr::from(([127, 0, 0, 1], 0))
+        });
+        let cfg = ServerConfig {
+            header_read_timeout: proxy.header_read_timeout,
+            max_header_bytes: proxy.max_header_bytes,
+            max_connections: MAX_CONNECTIONS,
+            shutdown_grace: SHUTDOWN_GRACE,
+        };
+        let (stop, stopped) = watch::channel(false);
+        let state = Arc::new(state);
+        let handler = move |req| handle(state.clone(), req);
+        let task = tokio::spawn(server::serve(listener, cfg, handler, stopped));
+        Admin { addr, stop, task }
+    }
+
+    /// Stop accepting and close open admin connections (bounded).
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// Route one admin request.
+pub async fn handle<B>(state: Arc<AdminState>, req: Request<B>) -> Response<Full<Bytes>> {
+    let path = req.uri().path();
+    let known = matches!(
+        path,
+        "/metrics" | "/healthz" | "/readyz" | "/config" | "/" | "/api/live"
+    );
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        return if known {
+            method_not_allowed()
+        } else {
+            not_found(path)
+        };
+    }
+    match path {
+        "/metrics" => metrics(&state, req.headers()).await,
+        "/healthz" => respond(StatusCode::OK, TEXT, "ok\n"),
+        "/readyz" if state.readiness.is_ready() => respond(StatusCode::OK, TEXT, "ready\n"),
+        "/readyz" => respond(StatusCode::SERVICE_UNAVAILABLE, TEXT, "draining\n"),
+        "/config" => respond(
+            StatusCode::OK,
+            TEXT,
+            Bytes::from(state.config_toml.to_string()),
+        ),
+        "/" => dashboard::page(),
+        "/api/live" => dashboard::live(&state),
+        _ => not_found(path),
+    }
+}
+
+async fn metrics(state: &AdminState, headers: &HeaderMap) -> Response<Full<Bytes>> {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = Format::negotiate(accept);
+    let telemetry = state.telemetry.clone();
+    // Collection is synchronous and takes the SDK's aggregation locks
+    // briefly; keep it off the async workers that also serve the proxy.
+    match tokio::task::spawn_blocking(move || telemetry.scrape(format)).await {
+        Ok(Ok(body)) => respond(StatusCode::OK, format.content_type(), body),
+        Ok(Err(e)) => error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &e.to_string(),
+            "metrics_unavailable",
+        ),
+        Err(e) => error_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("metric collection failed: {e}"),
+            "metrics_unavailable",
+        ),
+    }
+}
+
+/// A response with a body and its content type; for the dashboard too.
+pub fn respond(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
+    let mut res = Response::new(Full::new(body.into()));
+    *res.status_mut() = status;
+    res.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    // Admin answers describe this moment; caches must not keep them.
+    res.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}
+
+fn not_found(path: &str) -> Response<Full<Bytes>> {
+    // The path came from the peer: quote it, cap it.
+    let shown: String = path.chars().take(200).collect();
+    error_response(
+        StatusCode::NOT_FOUND,
+        &format!("no admin endpoint at {shown:?}; see /"),
+        "not_found",
+    )
+}
+
+fn method_not_allowed() -> Response<Full<Bytes>> {
+    let mut res = error_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "admin endpoints accept GET and HEAD",
+        "method_not_allowed",
+    );
+    res.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt;
+
+    use super::*;
+
+    fn state() -> Arc<AdminState> {
+        let config = crate::config::from_toml(
+            "[tenant]\nsalt = \"pepper\"\n[telemetry]\notlp_enabled = false\n\
+             [telemetry.otlp_headers]\nauthorization = \"Bearer s3cret\"\n\
+             [[routes]]\nname = \"a\"\nprefix = \"/\"\nupstream = \"http://127.0.0.1:9\"\n",
+        )
+        .expect("test config");
+        let telemetry = Telemetry::init_with_prometheus(&config.telemetry).expect("telemetry");
+        Arc::new(AdminState {
+            telemetry: Arc::new(telemetry),
+            readiness: Readiness::new(),
+            config_toml: config.redacted_toml().into(),
+        })
+    }
+
+    async fn get(state: &Arc<AdminState>, method: Method, path: &str) -> (StatusCode, String) {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(())
+            .expect("request");
+        let res = handle(state.clone(), req).await;
+        let status = res.status();
+        let body = res.into_body().collect().await.expect("body").to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn admin_routes_answer() {
+        let s = state();
+        assert_eq!(
+            get(&s, Method::GET, "/healthz").await,
+            (StatusCode::OK, "ok\n".into())
+        );
+        assert_eq!(get(&s, Method::GET, "/readyz").await.0, StatusCode::OK);
+        s.readiness.set_draining();
+        assert_eq!(
+            get(&s, Method::GET, "/readyz").await,
+            (StatusCode::SERVICE_UNAVAILABLE, "draining\n".into()),
+            "/readyz is 503 once draining"
+        );
+        assert_eq!(
+            get(&s, Method::GET, "/healthz").await.0,
+            StatusCode::OK,
+            "/healthz stays 200 while draining"
+        );
+
+        let (status, config) = get(&s, Method::GET, "/config").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            !config.contains("pepper") && !config.contains("s3cret"),
+            "/config leaked a secret:\n{config}"
+        );
+        assert!(config.contains("<redacted>"), "{config}");
+
+        let (status, body) = get(&s, Method::GET, "/nope").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let json: serde_json::Value = serde_json::from_str(&body).expect("404 body is JSON");
+        assert_eq!(json["error"]["code"], "not_found", "{json}");
+
+        assert_eq!(
+            get(&s, Method::POST, "/metrics").await.0,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        assert_eq!(get(&s, Method::POST, "/x").await.0, StatusCode::NOT_FOUND);
+        s.telemetry.shutdown();
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn metrics_negotiates_the_format() {
+        let s = state();
+        let req = |accept: &str| {
+            Request::builder()
+                .uri("/metrics")
+                .header(header::ACCEPT, accept)
+                .body(())
+                .expect("request")
+        };
+        let res = handle(s.clone(), req("application/openmetrics-text;version=1.0.0")).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(
+            res.headers()[header::CONTENT_TYPE],
+            Format::OpenMetrics.content_type()
+        );
+        let body = res.into_body().collect().await.expect("body").to_bytes();
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        assert!(text.contains("target_info{"), "{text}");
+
+        let res = handle(s.clone(), req("text/plain")).await;
+        assert_eq!(
+            res.headers()[header::CONTENT_TYPE],
+            Format::Text.content_type()
+        );
+
+        s.telemetry.shutdown();
+        let res = handle(s.clone(), req("text/plain")).await;
+        assert_eq!(
+            res.status(),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no metrics after telemetry shutdown"
+        );
+    }
+}
