@@ -1,0 +1,154 @@
+// The live dashboard in a real headless browser (Debian's chromium driven by
+// playwright-core): open the page, wait until the recent-requests table shows
+// the models just sent through the proxy, check the per-model rows carry
+// non-zero figures, the charts drew every model, nothing outside the admin
+// origin was requested and no script error happened; save a screenshot.
+//
+// Run by tests/dashboard.rs; by hand:
+//   TOKENTAP_DASHBOARD_URL=http://127.0.0.1:9464/ TOKENTAP_EXPECT_MODELS=a,b node dashboard.test.mjs
+//
+// Environment:
+//   TOKENTAP_DASHBOARD_URL  the dashboard (the admin listener's `/`); required
+//   TOKENTAP_EXPECT_MODELS  comma-separated model names that must show up; required
+//   TOKENTAP_SCREENSHOT     where to save the PNG (default target/dashboard.png)
+//   CHROMIUM                browser binary (default /usr/bin/chromium)
+//   TOKENTAP_WAIT_MS        how long to wait for the models (default 20000)
+
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { chromium } from "playwright-core";
+
+const url = process.env.TOKENTAP_DASHBOARD_URL;
+const models = (process.env.TOKENTAP_EXPECT_MODELS ?? "").split(",").map(s => s.trim()).filter(Boolean);
+const screenshot = resolve(process.env.TOKENTAP_SCREENSHOT ?? "target/dashboard.png");
+const executablePath = process.env.CHROMIUM ?? "/usr/bin/chromium";
+const waitMs = Number(process.env.TOKENTAP_WAIT_MS ?? 20000);
+
+function fail(message) {
+  console.error(`dashboard test FAILED: ${message}`);
+  process.exitCode = 1;
+  throw new Error(message);
+}
+
+function check(cond, message) {
+  if (!cond) fail(message);
+}
+
+async function main() {
+  check(url, "set TOKENTAP_DASHBOARD_URL to the dashboard URL");
+  check(models.length > 0, "set TOKENTAP_EXPECT_MODELS to the models sent through the proxy");
+  const origin = new URL(url).origin;
+  const userDataDir = mkdtempSync(join(tmpdir(), "tokentap-chromium-"));
+  let context;
+  try {
+    context = await chromium.launchPersistentContext(userDataDir, {
+      executablePath,
+      headless: true,
+      args: [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+      ],
+      viewport: { width: 1440, height: 1000 },
+      deviceScaleFactor: 1,
+    });
+    await run(context, origin);
+  } finally {
+    await context?.close().catch(() => {});
+    rmSync(userDataDir, { recursive: true, force: true });
+  }
+}
+
+async function run(context, origin) {
+  const page = context.pages()[0] ?? (await context.newPage());
+  const problems = [];
+  page.on("pageerror", e => problems.push(`page error: ${e.message}`));
+  page.on("console", m => { if (m.type() === "error") problems.push(`console error: ${m.text()}`); });
+  page.on("request", r => {
+    const u = r.url();
+    if (!u.startsWith(origin) && !u.startsWith("data:")) problems.push(`request outside the admin origin: ${u}`);
+  });
+
+  const res = await page.goto(url, { waitUntil: "load" });
+  check(res && res.ok(), `GET ${url} answered ${res && res.status()}`);
+  check(/tokentap/.test(await page.title()), `unexpected page title ${JSON.stringify(await page.title())}`);
+
+  // The page polls /api/live every second; the aggregator publishes every second.
+  try {
+    await page.waitForFunction(
+      want => {
+        const seen = new Set([...document.querySelectorAll("#recent-body tr")].map(tr => tr.dataset.model));
+        return want.every(m => seen.has(m));
+      },
+      models,
+      { timeout: waitMs, polling: 200 },
+    );
+  } catch {
+    const shown = await page.$$eval("#recent-body tr", trs => trs.map(tr => tr.innerText.replace(/\s+/g, " ")));
+    fail(`recent requests never showed ${models.join(", ")} within ${waitMs} ms; table: ${JSON.stringify(shown)}`);
+  }
+
+  // Per-model series rows: non-zero rate, TTFT and tokens/s.
+  const rows = await page.$$eval("#series-body tr[data-model]", trs => trs.map(tr => ({
+    model: tr.dataset.model,
+    cells: [...tr.querySelectorAll("td")].map(td => td.textContent.trim()),
+  })));
+  const header = await page.$$eval("#series thead th", ths => ths.map(th => th.textContent.trim()));
+  const col = name => {
+    const i = header.indexOf(name);
+    check(i >= 0, `series table has no "${name}" column: ${JSON.stringify(header)}`);
+    return i;
+  };
+  const number = text => parseFloat(text.replace(/[^0-9.]/g, ""));
+  for (const model of models) {
+    const row = rows.find(r => r.model === model);
+    check(row, `no series row for ${model}; rows: ${JSON.stringify(rows)}`);
+    for (const name of ["Req/s", "TTFT p50", "TTFT p95", "Tok/s p50", "Tok/s p5", "Requests"]) {
+      const text = row.cells[col(name)];
+      check(number(text) > 0, `${model}: "${name}" should be non-zero, shows ${JSON.stringify(text)}`);
+    }
+  }
+
+  // The JSON the page reads agrees.
+  const snap = await page.evaluate(async () => (await fetch("api/live", { cache: "no-store" })).json());
+  for (const model of models) {
+    const series = snap.series.filter(s => s.model === model);
+    check(series.length > 0, `api/live has no series for ${model}`);
+    const s = series[0];
+    check(s.rps > 0 && s.ttft_p50_s > 0 && s.tps_p50 > 0 && s.window.tokens_out > 0,
+      `api/live figures for ${model} should be non-zero: ${JSON.stringify(s)}`);
+    check(snap.models.some(m => m.model === model), `no timeline for ${model}`);
+    check(snap.recent.some(r => r.model === model && r.outcome === "complete"), `no complete recent request for ${model}`);
+  }
+
+  // Charts: one line (or dot) per model in both.
+  for (const id of ["chart-ttft", "chart-tps"]) {
+    const strokes = await page.$$eval(`#${id} path[stroke], #${id} circle`, els =>
+      new Set(els.map(e => e.getAttribute("stroke") ?? e.getAttribute("fill"))).size);
+    check(strokes >= models.length, `#${id} drew ${strokes} series, expected ${models.length}`);
+  }
+  const status = await page.textContent("#status");
+  check(/live/.test(status ?? ""), `status should say live, says ${JSON.stringify(status)}`);
+
+  // A second poll must not break anything either.
+  await page.waitForTimeout(1200);
+  check(problems.length === 0, problems.join("; "));
+
+  mkdirSync(dirname(screenshot), { recursive: true });
+  await page.screenshot({ path: screenshot, fullPage: true });
+  // The same page in dark mode, beside it, for a look at both themes.
+  await page.emulateMedia({ colorScheme: "dark" });
+  await page.screenshot({ path: screenshot.replace(/\.png$/, "") + "-dark.png", fullPage: true });
+  console.log(`dashboard test ok: ${models.length} models shown; screenshot ${screenshot}`);
+}
+
+main().catch(e => {
+  if (!process.exitCode) console.error(`dashboard test FAILED: ${e && e.stack ? e.stack : e}`);
+  process.exitCode = 1;
+});

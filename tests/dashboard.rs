@@ -1,0 +1,200 @@
+//! The live dashboard end to end: a scripted upstream and the proxy with an
+//! admin listener on 127.0.0.1:0; streamed requests for two models go
+//! through the proxy; `/api/live` shows them; then the page is opened in a
+//! real headless chromium (`tests/browser/dashboard.test.mjs`, installed by
+//! `scripts/setup-browser-test.sh`), which must show both models and save a
+//! screenshot to `target/dashboard.png`. Missing node, chromium or
+//! playwright-core fail the test with the install command; nothing is skipped.
+
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Method;
+use support::client::{self, Req};
+use support::proxy::{Toml, q};
+use support::script::{self, StreamSpec};
+use support::upstream::Upstream;
+use support::{STEP_TIMEOUT, within};
+
+const CHAT: &str = "/v1/chat/completions";
+const FAST: &str = "gpt-4o-mini";
+const SLOW: &str = "gpt-4.1";
+const SETUP: &str = "scripts/setup-browser-test.sh";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Fail (never skip) with the install hint when a browser-test tool is missing.
+fn require_tools() -> PathBuf {
+    let node = std::process::Command::new("node").arg("--version").output();
+    match node {
+        Ok(out) if out.status.success() => {}
+        _ => panic!("`node` is not on PATH: the dashboard browser test needs it; run {SETUP}"),
+    }
+    let chromium =
+        std::env::var_os("CHROMIUM").map_or_else(|| "/usr/bin/chromium".into(), PathBuf::from);
+    assert!(
+        chromium.exists(),
+        "{} not found: the dashboard browser test needs Debian's chromium; run {SETUP}",
+        chromium.display()
+    );
+    let pw = root().join("tests/browser/node_modules/playwright-core/package.json");
+    assert!(
+        pw.exists(),
+        "playwright-core is not installed in tests/browser: run {SETUP} (npm ci there)"
+    );
+    chromium
+}
+
+/// Upstream: an OpenAI stream whose model and pace follow the request's model.
+async fn upstream() -> Upstream {
+    Upstream::start(|ex| {
+        let model = ex.json()["model"].as_str().unwrap_or("unknown").to_owned();
+        let spec = if model == SLOW {
+            StreamSpec::tokens(24, Duration::from_millis(180), Duration::from_millis(20))
+        } else {
+            StreamSpec::tokens(32, Duration::from_millis(40), Duration::from_millis(5))
+        };
+        script::openai_chat_sse(&spec.model(&model))
+    })
+    .await
+}
+
+async fn get_json(addr: SocketAddr, path: &str) -> serde_json::Value {
+    let req = Req {
+        method: Method::GET,
+        url: format!("http://{addr}{path}"),
+        headers: Vec::new(),
+        body: Bytes::new(),
+    };
+    let res = client::fetch(&client::http1(), &req).await;
+    assert_eq!(res.status, 200, "GET {path}: {}", res.text());
+    res.json()
+}
+
+/// Poll `/api/live` until it lists `sent` recent requests and none in flight
+/// (a snapshot is published every second).
+async fn wait_for_requests(admin: SocketAddr, sent: usize) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + STEP_TIMEOUT;
+    loop {
+        let snap = get_json(admin, "/api/live").await;
+        let recent = snap["recent"].as_array().map_or(0, Vec::len);
+        let series = snap["series"].as_array().cloned().unwrap_or_default();
+        if recent == sent && series.iter().all(|s| s["in_flight"] == 0) {
+            return snap;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "/api/live never listed {sent} finished requests within {STEP_TIMEOUT:?}: {snap}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_shows_requests_in_a_real_browser() {
+    let chromium = require_tools();
+    let up = upstream().await;
+    let toml = Toml::openai(&up.url()).top("admin_listen", &q("127.0.0.1:0"));
+    let config = tokentap::config::from_toml(&toml.render()).expect("test config");
+    let running = within(STEP_TIMEOUT, "app::start", tokentap::app::start(config))
+        .await
+        .expect("app::start");
+    let admin = running.admin_addr.expect("admin listener bound");
+
+    let http = client::http1();
+    let sent = [FAST, SLOW, FAST, SLOW, FAST, SLOW];
+    for (i, model) in sent.iter().enumerate() {
+        let tenant = if i % 2 == 0 { "team-a" } else { "team-b" };
+        let req = Req::post_json(
+            running.addr,
+            CHAT,
+            script::openai_request(model, true, None),
+        )
+        .header("x-tenant-id", tenant);
+        let res = client::fetch(&http, &req).await;
+        assert_eq!(res.status, 200, "{model} through the proxy: {}", res.text());
+        assert!(res.text().contains("[DONE]"), "{model}: stream finished");
+    }
+
+    let snap = wait_for_requests(admin, sent.len()).await;
+    for model in [FAST, SLOW] {
+        let row = snap["series"]
+            .as_array()
+            .and_then(|s| s.iter().find(|r| r["model"] == model))
+            .unwrap_or_else(|| panic!("no series row for {model}: {snap}"));
+        assert_eq!(row["route"], "openai", "{row}");
+        assert_eq!(
+            row["requests"], 3,
+            "3 requests of {model} in the last minute: {row}"
+        );
+        assert!(row["ttft_p50_s"].as_f64().unwrap_or(0.0) > 0.0, "{row}");
+        assert!(row["tps_p50"].as_f64().unwrap_or(0.0) > 0.0, "{row}");
+        assert_eq!(row["in_flight"], 0, "nothing left in flight: {row}");
+    }
+    let ttft = |m: &str| -> f64 {
+        snap["series"]
+            .as_array()
+            .and_then(|s| s.iter().find(|r| r["model"] == m))
+            .and_then(|r| r["ttft_p50_s"].as_f64())
+            .unwrap_or(0.0)
+    };
+    assert!(
+        ttft(SLOW) > ttft(FAST),
+        "the slow model's TTFT p50 ({}) exceeds the fast one's ({})",
+        ttft(SLOW),
+        ttft(FAST)
+    );
+
+    let screenshot = root().join("target/dashboard.png");
+    let _ = std::fs::remove_file(&screenshot);
+    run_browser(&format!("http://{admin}/"), &chromium, &screenshot).await;
+    let png = std::fs::read(&screenshot)
+        .unwrap_or_else(|e| panic!("no screenshot at {}: {e}", screenshot.display()));
+    assert!(png.starts_with(b"\x89PNG"), "screenshot is a PNG");
+    println!("dashboard screenshot: {}", screenshot.display());
+
+    running.shutdown().await;
+}
+
+async fn run_browser(url: &str, chromium: &Path, screenshot: &Path) {
+    let script = root().join("tests/browser/dashboard.test.mjs");
+    let child = tokio::process::Command::new("node")
+        .arg(&script)
+        .current_dir(root())
+        .env("TOKENTAP_DASHBOARD_URL", url)
+        .env("TOKENTAP_EXPECT_MODELS", format!("{FAST},{SLOW}"))
+        .env("TOKENTAP_SCREENSHOT", screenshot)
+        .env("CHROMIUM", chromium)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start node {}: {e}", script.display()));
+    let out = within(
+        Duration::from_secs(120),
+        "the browser test (node tests/browser/dashboard.test.mjs)",
+        child.wait_with_output(),
+    )
+    .await
+    .expect("browser test output");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success(),
+        "browser test failed ({}):\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
+        out.status
+    );
+    print!("{stdout}");
+}
