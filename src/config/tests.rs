@@ -588,3 +588,51 @@ fn config_admin_listen_off_default_and_clash() {
     .expect("two port-0 listeners do not clash");
     assert_eq!(c.admin_listen.map(|a| a.port()), Some(0));
 }
+
+#[test]
+fn config_live_defaults_overrides_and_bounds() {
+    let c = load_ok(&["--upstream", "https://api.openai.com"], &[]);
+    assert_eq!(c.telemetry.live, LiveConfig::default(), "[live] defaults");
+    assert_eq!(c.telemetry.live.window, Duration::from_secs(600));
+    assert_eq!(c.telemetry.live.bucket, Duration::from_secs(5));
+
+    let c = from_toml(&format!(
+        "[live]\nwindow = \"30m\"\nbucket = \"10s\"\nmax_series = 7\nrecent = 0\n{ROUTES}"
+    ))
+    .expect("valid [live]");
+    let live = &c.telemetry.live;
+    assert_eq!(
+        (live.window, live.bucket, live.max_series, live.recent),
+        (Duration::from_secs(1800), Duration::from_secs(10), 7, 0)
+    );
+    let back = from_toml(&c.redacted_toml()).expect("redacted config reads back");
+    assert_eq!(back.telemetry.live, c.telemetry.live, "[live] round-trips");
+
+    let env_set = load_ok(
+        &["--upstream", "https://api.openai.com"],
+        &[("TOKENTAP_LIVE__MAX_SERIES", "3")],
+    );
+    assert_eq!(
+        env_set.telemetry.live.max_series, 3,
+        "env layer sets [live]"
+    );
+
+    for (body, key, words) in [
+        ("bucket = \"0s\"", "live.bucket", "longer than zero"),
+        ("bucket = \"10ms\"", "live.bucket", "100ms"),
+        ("window = \"1s\"", "live.window", "live.bucket"),
+        (
+            "window = \"1d\"\nbucket = \"1s\"",
+            "live.window",
+            "10000 buckets",
+        ),
+        ("max_series = 0", "live.max_series", "at least 1"),
+        ("max_series = 20000", "live.max_series", "at most"),
+        ("recent = 20000", "live.recent", "at most"),
+        ("windows = \"5m\"", "live.windows", "unknown key"),
+    ] {
+        let e = from_toml(&format!("[live]\n{body}\n{ROUTES}"))
+            .expect_err(&format!("[live] {body} must be refused"));
+        assert_mentions(&e.to_string(), &[key, words]);
+    }
+}
