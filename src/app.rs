@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 use crate::admin::{self, Admin, AdminState, Readiness};
 use crate::config::Config;
 use crate::meter::body::{BoxError, Meter, MeteredBody};
+use crate::meter::tokenize::Tokenizer;
 use crate::meter::{RequestFacts, Unmetered};
 use crate::providers::{self, Operation, Parser, ProviderKind, sigv4};
 use crate::route::{self, Route, Router};
@@ -36,6 +37,7 @@ struct State {
     router: Router,
     client: Client,
     telemetry: Arc<Telemetry>,
+    tokenizer: Arc<Tokenizer>,
 }
 
 /// A running tokentap instance.
@@ -51,6 +53,7 @@ pub struct Running {
     admin: Option<Admin>,
     readiness: Readiness,
     telemetry: Arc<Telemetry>,
+    tokenizer: Arc<Tokenizer>,
 }
 
 impl Running {
@@ -64,8 +67,13 @@ impl Running {
         if let Some(admin) = self.admin {
             admin.shutdown().await;
         }
-        let telemetry = self.telemetry;
-        let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+        let (telemetry, tokenizer) = (self.telemetry, self.tokenizer);
+        let _ = tokio::task::spawn_blocking(move || {
+            // Measurements still being counted are recorded before the flush.
+            tokenizer.flush(std::time::Duration::from_secs(5));
+            telemetry.shutdown();
+        })
+        .await;
     }
 
     /// Wait until the server stops on its own (it does not, unless shut down).
@@ -95,10 +103,12 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         };
         Admin::spawn(l, state, &config.server)
     });
+    let tokenizer = Tokenizer::start(config.meter.tokenizer);
     let state = Arc::new(State {
         router: Router::new(&config.routes),
         client,
         telemetry: telemetry.clone(),
+        tokenizer: tokenizer.clone(),
         config,
     });
     let (stop, stopped) = watch::channel(false);
@@ -113,6 +123,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         admin,
         readiness,
         telemetry,
+        tokenizer,
     })
 }
 
@@ -267,6 +278,13 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
     parts.uri = upstream_uri;
     parts.version = Version::HTTP_11;
     let mut meter = Meter::new(facts, Box::new(telemetry));
+    // Streams that will carry no usage get their tokens counted afterwards.
+    if stream && sniffed.include_usage != Some(true) && injected.is_none() {
+        let model = meter.facts().request_model.as_deref();
+        if let Some(plan) = state.tokenizer.plan(model, body.whole()) {
+            meter.count_tokens_with(plan);
+        }
+    }
     if let Some(cfg) = &route.sigv4 {
         // The client signed for tokentap's address; sign again for the upstream.
         let Some(bytes) = body.whole() else {

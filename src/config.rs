@@ -97,6 +97,9 @@ pub struct SniffConfig {
 pub struct MeterConfig {
     /// Largest single frame (SSE event or JSON body) the parser holds.
     pub max_frame_bytes: usize,
+    /// Count tokens with the model family's tokenizer (OpenAI encodings,
+    /// off the request path) when a stream carries no usage.
+    pub tokenizer: bool,
 }
 
 /// Where a request's tenant comes from.

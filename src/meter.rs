@@ -6,6 +6,7 @@
 
 pub mod body;
 pub mod decompress;
+pub mod tokenize;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -45,6 +46,8 @@ pub enum TokenSource {
     Provider,
     /// Counted from content chunks (estimated).
     Chunks,
+    /// Counted with the model family's tokenizer (estimated, but close).
+    Tokenizer,
 }
 
 impl TokenSource {
@@ -53,6 +56,7 @@ impl TokenSource {
         match self {
             TokenSource::Provider => "provider",
             TokenSource::Chunks => "chunks",
+            TokenSource::Tokenizer => "tokenizer",
         }
     }
 }
@@ -183,7 +187,10 @@ impl Measurement {
 
     /// Whether token counts are estimates rather than provider-reported.
     pub fn estimated(&self) -> bool {
-        matches!(self.token_source, Some(TokenSource::Chunks))
+        matches!(
+            self.token_source,
+            Some(TokenSource::Chunks | TokenSource::Tokenizer)
+        )
     }
 
     fn decode_window(&self) -> Option<(Duration, Duration, u64)> {

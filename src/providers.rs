@@ -557,6 +557,11 @@ pub enum Event<'a> {
     /// reasoning). `pieces` is the number of content pieces in the frame
     /// (usually 1), used to estimate tokens when no usage is reported.
     Content { pieces: u32 },
+    /// The text of one content piece, as the JSON string literal found on
+    /// the wire (quotes and escapes included, borrowed). Only used to count
+    /// tokens off the request path when the provider reports no usage;
+    /// adapters emit it where it is free (OpenAI, Anthropic).
+    Text(&'a str),
     /// Usage reported by the provider; later reports overwrite earlier ones
     /// field by field.
     Usage(Usage),
@@ -820,6 +825,8 @@ pub(crate) mod tests {
         pub done: u32,
         /// Server timings merged field by field.
         pub timing: UpstreamTiming,
+        /// Text pieces, decoded from their JSON string literals.
+        pub texts: Vec<String>,
     }
 
     impl Summary {
@@ -835,6 +842,9 @@ pub(crate) mod tests {
                 Event::FinishReason(r) => self.finish.push(r.to_owned()),
                 Event::Error { kind } => self.errors.push(kind.to_owned()),
                 Event::UpstreamTiming(t) => self.timing.merge(t),
+                Event::Text(literal) => self.texts.push(
+                    serde_json::from_str(literal).expect("Text carries a JSON string literal"),
+                ),
                 Event::Done => self.done += 1,
             }
         }

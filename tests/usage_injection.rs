@@ -90,15 +90,15 @@ async fn injected_usage_is_metered_and_invisible_to_the_client() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
-    let route_span = |route: &str, n: usize| {
+    // The simulator echoes x-request-id as the response id.
+    let route_span = |route: &str, id: &str| {
         spans
             .iter()
-            .filter(|s| s.str("tokentap.route") == route)
-            .nth(n)
-            .unwrap_or_else(|| panic!("span {n} of route {route}: {spans:#?}"))
+            .find(|s| s.str("tokentap.route") == route && s.str("gen_ai.response.id") == id)
+            .unwrap_or_else(|| panic!("span of {id} on route {route}: {spans:#?}"))
             .clone()
     };
-    let injected = route_span("injecting", 0);
+    let injected = route_span("injecting", "req-1");
     assert_eq!(
         injected.num("gen_ai.usage.output_tokens"),
         12.0,
@@ -108,13 +108,13 @@ async fn injected_usage_is_metered_and_invisible_to_the_client() {
         injected.attr("tokentap.tokens.estimated").as_bool(),
         Some(false)
     );
-    let plain_span = route_span("plain", 0);
+    let plain_span = route_span("plain", "req-1");
     assert_eq!(
         plain_span.attr("tokentap.tokens.estimated").as_bool(),
         Some(true),
         "without injection the count is estimated"
     );
-    let declined_span = route_span("injecting", 1);
+    let declined_span = route_span("injecting", "req-2");
     assert_eq!(
         declined_span.attr("tokentap.tokens.estimated").as_bool(),
         Some(true),

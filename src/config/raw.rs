@@ -121,6 +121,8 @@ pub(super) struct RawSniff {
 pub(super) struct RawMeter {
     /// Largest single frame (SSE event or JSON body) the parser holds.
     pub max_frame_bytes: Quantity,
+    /// Count tokens with the model's tokenizer when a stream reports no usage.
+    pub tokenizer: bool,
 }
 
 /// `[tenant]`
@@ -244,6 +246,7 @@ impl Default for RawMeter {
     fn default() -> Self {
         RawMeter {
             max_frame_bytes: Quantity::text("4MiB"),
+            tokenizer: true,
         }
     }
 }
@@ -446,6 +449,7 @@ impl RawConfig {
             },
             meter: RawMeter {
                 max_frame_bytes: size(c.meter.max_frame_bytes),
+                tokenizer: c.meter.tokenizer,
             },
             tenant: RawTenant {
                 sources: StringList(c.tenant.sources.iter().map(|s| s.as_str().into()).collect()),

@@ -237,6 +237,7 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         },
         meter: MeterConfig {
             max_frame_bytes: cx.size("meter.max_frame_bytes", &raw.meter.max_frame_bytes)?,
+            tokenizer: raw.meter.tokenizer,
         },
         tenant: tenant(&cx, &raw.tenant)?,
         telemetry: telemetry(&cx, &raw.telemetry, live(&cx, &raw.live)?)?,

@@ -13,6 +13,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::Sleep;
 
 use super::decompress::Decompressor;
+use super::tokenize::{self, Plan};
 use super::{Measurement, Outcome, Recorder, RequestFacts, TokenSource, Unmetered};
 use crate::providers::{Event, Parser, UpstreamTiming, Usage};
 use crate::rewrite::UsageStripper;
@@ -51,6 +52,8 @@ pub struct Meter {
     max_gap: Option<Duration>,
     bytes: u64,
     tally: Tally,
+    /// Count tokens with a tokenizer when the provider reports none.
+    plan: Option<Plan>,
 }
 
 impl std::fmt::Debug for Meter {
@@ -72,6 +75,10 @@ struct Tally {
     finish_reasons: Vec<String>,
     error: Option<String>,
     upstream_timing: UpstreamTiming,
+    /// Output text literals for the tokenizer (`Some` only when planned).
+    text: Option<Vec<u8>>,
+    /// Content pieces whose text was collected.
+    texted: u64,
     /// Set while feeding one chunk when any of its frames carried content.
     chunk_has_content: bool,
 }
@@ -98,6 +105,17 @@ impl Tally {
                 }
             }
             Event::UpstreamTiming(t) => self.upstream_timing.merge(t),
+            Event::Text(literal) => {
+                if let Some(buf) = self
+                    .text
+                    .as_mut()
+                    .filter(|b| b.len() + literal.len() < tokenize::MAX_BYTES)
+                {
+                    buf.extend_from_slice(literal.as_bytes());
+                    buf.push(b',');
+                    self.texted += 1;
+                }
+            }
             Event::Done => {}
         }
     }
@@ -129,12 +147,19 @@ impl Meter {
             max_gap: None,
             bytes: 0,
             tally: Tally::default(),
+            plan: None,
         }
     }
 
     /// The facts this meter was started with.
     pub fn facts(&self) -> &RequestFacts {
         &self.facts
+    }
+
+    /// Collect output text so `plan` can count tokens if no usage arrives.
+    pub fn count_tokens_with(&mut self, plan: Plan) {
+        self.tally.text = Some(b"[".to_vec());
+        self.plan = Some(plan);
     }
 
     /// The response head arrived. `parser` is `Err(reason)` when the body
@@ -267,7 +292,8 @@ impl Meter {
         let start = self.facts.start;
         let since = |t: Option<Instant>| t.map(|t| t - start);
         let duration = start.elapsed();
-        let tally = std::mem::take(&mut self.tally);
+        let mut tally = std::mem::take(&mut self.tally);
+        let (text, texted, pieces) = (tally.text.take(), tally.texted, tally.pieces);
         let (output_tokens, token_source) = match (tally.usage.output, tally.pieces) {
             (Some(n), _) => (Some(n), Some(TokenSource::Provider)),
             (None, 0) => (None, None),
@@ -302,7 +328,14 @@ impl Meter {
             unmetered: self.unmetered.take(),
             upstream_timing: tally.upstream_timing,
         };
-        recorder.finish(m);
+        let needs_counting = m.usage.output.is_none() || m.usage.input.is_none();
+        match (self.plan.take(), text) {
+            (Some(plan), Some(text)) if needs_counting => {
+                let untexted = pieces.saturating_sub(texted);
+                plan.submit(m, recorder, text, untexted);
+            }
+            _ => recorder.finish(m),
+        }
     }
 }
 

@@ -70,8 +70,11 @@ impl AnthropicAdapter {
                 }
             }
             Some("content_block_delta") => {
-                if doc.delta.as_ref().is_some_and(Delta::has_content) {
+                if let Some(delta) = doc.delta.as_ref().filter(|d| d.has_content()) {
                     out(Event::Content { pieces: 1 });
+                    if let Some(text) = delta.text() {
+                        out(Event::Text(text.get()));
+                    }
                 }
             }
             Some("message_delta") => {
@@ -250,7 +253,15 @@ struct Delta<'a> {
     stop_reason: Option<Str<'a>>,
 }
 
-impl Delta<'_> {
+impl<'a> Delta<'a> {
+    /// The piece's text (or tool-input JSON, or thinking) as a JSON string literal.
+    fn text(&self) -> Option<&'a RawValue> {
+        [self.text, self.partial_json, self.thinking]
+            .into_iter()
+            .flatten()
+            .find(|raw| non_empty(Some(raw)) && raw.get().starts_with('"'))
+    }
+
     /// Text, tool arguments or thinking; a `signature_delta` is not output.
     fn has_content(&self) -> bool {
         non_empty(self.text) || non_empty(self.partial_json) || non_empty(self.thinking)
@@ -281,8 +292,9 @@ mod tests {
     }
 
     fn expect(name: &str, expected: Summary) {
-        let (got, _, result) = fixture(name).run();
+        let (mut got, _, result) = fixture(name).run();
         assert_eq!(result, Ok(()), "{name}: parses without error");
+        got.texts.clear(); // checked by the text tests
         assert_eq!(got, expected, "{name}: summary");
     }
 
@@ -296,6 +308,13 @@ mod tests {
             done,
             ..Summary::default()
         }
+    }
+
+    #[test]
+    fn text_deltas_carry_their_text() {
+        let (got, _, _) = fixture("anthropic/messages_stream.sse").run();
+        assert_eq!(got.texts.len(), got.content_frames as usize);
+        assert!(got.texts.iter().all(|t| !t.is_empty()));
     }
 
     #[test]

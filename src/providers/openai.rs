@@ -93,6 +93,9 @@ impl OpenaiAdapter {
             if choices.pieces > 0 {
                 let pieces = if whole { 1 } else { choices.pieces };
                 out(Event::Content { pieces });
+                if let Some(text) = choices.text {
+                    out(Event::Text(text.get()));
+                }
             }
         }
         let is_response_body = doc
@@ -150,6 +153,9 @@ impl OpenaiAdapter {
     fn on_response_event(&mut self, kind: &str, doc: &Doc<'_>, out: &mut dyn FnMut(Event<'_>)) {
         if kind.ends_with(".delta") && non_empty(doc.delta) {
             out(Event::Content { pieces: 1 });
+            if let Some(delta) = doc.delta.filter(|d| d.get().starts_with('"')) {
+                out(Event::Text(delta.get()));
+            }
         }
         let Some(response) = &doc.response else {
             return;
@@ -416,6 +422,8 @@ impl WireUsage {
 struct Choices<'a> {
     pieces: u32,
     finish: Vec<Str<'a>>,
+    /// The first content piece's text, as its JSON string literal.
+    text: Option<&'a RawValue>,
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
@@ -431,6 +439,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
                 while let Some(choice) = seq.next_element::<Choice<'a>>()? {
                     if choice.has_content() {
                         choices.pieces = choices.pieces.saturating_add(1);
+                        if choices.text.is_none() {
+                            choices.text = choice.text();
+                        }
                     }
                     if let Some(reason) = choice.finish_reason {
                         if choices.finish.len() < MAX_FINISH_REASONS {
@@ -458,7 +469,15 @@ struct Choice<'a> {
     finish_reason: Option<Str<'a>>,
 }
 
-impl Choice<'_> {
+impl<'a> Choice<'a> {
+    /// The text this choice carries, if it is a plain string.
+    fn text(&self) -> Option<&'a RawValue> {
+        let msg = self.delta.as_ref().or(self.message.as_ref());
+        msg.and_then(Message::text)
+            .or(self.text)
+            .filter(|t| t.get().starts_with('"'))
+    }
+
     fn has_content(&self) -> bool {
         self.delta.as_ref().is_some_and(Message::has_content)
             || self.message.as_ref().is_some_and(Message::has_content)
@@ -484,7 +503,20 @@ struct Message<'a> {
     function_call: Option<Function<'a>>,
 }
 
-impl Message<'_> {
+impl<'a> Message<'a> {
+    fn text(&self) -> Option<&'a RawValue> {
+        [
+            self.content,
+            self.reasoning_content,
+            self.reasoning,
+            self.refusal,
+        ]
+        .into_iter()
+        .flatten()
+        .chain(self.function_call.as_ref().and_then(|f| f.arguments))
+        .find(|raw| non_empty(Some(raw)))
+    }
+
     fn has_content(&self) -> bool {
         non_empty(self.content)
             || non_empty(self.refusal)
@@ -615,9 +647,26 @@ mod tests {
 
     /// Parse a fixture whole and compare with what it should amount to.
     fn expect(name: &str, expected: Summary) {
-        let (got, _, result) = fixture(name).run();
+        let (mut got, _, result) = fixture(name).run();
         assert_eq!(result, Ok(()), "{name}: parses without error");
+        got.texts.clear(); // checked by the text tests
         assert_eq!(got, expected, "{name}: summary");
+    }
+
+    #[test]
+    fn text_pieces_reassemble_the_answer() {
+        let (got, _, _) = fixture("openai/chat_stream.sse").run();
+        assert_eq!(
+            got.texts.len(),
+            got.pieces as usize,
+            "one text per content piece"
+        );
+        assert!(!got.texts.concat().is_empty());
+        let (tools, _, _) = fixture("openai/chat_stream_tool_calls.sse").run();
+        assert!(
+            tools.texts.is_empty(),
+            "tool-call arguments inside tool_calls are counted as pieces, not text"
+        );
     }
 
     #[test]
