@@ -76,6 +76,11 @@ impl Running {
         .await;
     }
 
+    /// The instance's telemetry (live statistics, Prometheus scrape).
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.telemetry
+    }
+
     /// Wait until the server stops on its own (it does not, unless shut down).
     pub fn is_finished(&self) -> bool {
         self.server.is_finished()

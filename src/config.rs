@@ -292,6 +292,8 @@ pub enum Command {
     Run,
     /// Run only the simulated provider (OpenAI- and Anthropic-compatible), for tests and benchmarks
     Simulate(crate::simulate::SimulateArgs),
+    /// Run tokentap in front of the simulated provider with generated traffic and a live table
+    Demo(crate::demo::DemoArgs),
 }
 
 impl Cli {

@@ -7,8 +7,19 @@ use tokentap::config::{self, Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Simulate(args) = cli.command() {
-        return block_on(tokentap::simulate::run(args));
+    match cli.command() {
+        Command::Simulate(args) => return block_on(tokentap::simulate::run(args)),
+        Command::Demo(args) => {
+            let listen = cli.listen.unwrap_or(([127, 0, 0, 1], 8080).into());
+            let admin = match cli.admin_listen.as_deref() {
+                Some(a) if a.eq_ignore_ascii_case(config::ADMIN_OFF) => None,
+                Some(a) => a.parse().ok(),
+                None => Some(config::DEFAULT_ADMIN_LISTEN),
+            };
+            tokentap::telemetry::init_logging(config::LogFormat::Text);
+            return block_on(tokentap::demo::run(args, listen, admin));
+        }
+        Command::Run => {}
     }
     let config = match config::load(&cli) {
         Ok(c) => c,

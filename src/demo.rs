@@ -1,0 +1,265 @@
+//! `tokentap demo`: the built-in simulated provider, tokentap in front of
+//! it, and a small traffic generator, with a live table of what tokentap
+//! measures. A first look on a machine with no API key and no network.
+
+use std::io::{IsTerminal, Write as _};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tokio::net::TcpListener;
+
+use crate::app::{self, Running};
+use crate::config;
+use crate::simulate::{self, Simulator};
+use crate::telemetry::live::{SeriesFilter, WindowStats};
+
+/// `tokentap demo` flags (`--listen` and `--admin-listen` apply too).
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub struct DemoArgs {
+    /// Requests in flight at once
+    #[arg(long, default_value_t = 6)]
+    pub concurrency: usize,
+    /// Stop after this many seconds (default: run until Ctrl-C)
+    #[arg(long)]
+    pub duration: Option<u64>,
+}
+
+const TENANTS: [&str; 3] = ["team-search", "team-chat", "team-batch"];
+
+/// Run the demo until Ctrl-C or `--duration`; the proxy listens on `listen`
+/// and the dashboard on `admin` (`None` = off).
+pub async fn run(
+    args: DemoArgs,
+    listen: SocketAddr,
+    admin: Option<SocketAddr>,
+) -> anyhow::Result<()> {
+    let sim_listener = TcpListener::bind("127.0.0.1:0").await?;
+    let sim_addr = sim_listener.local_addr()?;
+    let models: Vec<(String, simulate::Profile)> = simulate::demo_models()
+        .into_iter()
+        .map(|(m, p)| (m.to_owned(), p))
+        .collect();
+    let names: Vec<String> = models.iter().map(|(m, _)| m.clone()).collect();
+    tokio::spawn(simulate::serve(
+        sim_listener,
+        Simulator::new(simulate::Profile::default(), models),
+    ));
+
+    let running = start_proxy(listen, admin, sim_addr).await?;
+    let proxy = running.addr;
+    println!("tokentap demo: simulated provider on http://{sim_addr}, tokentap on http://{proxy}");
+    match running.admin_addr {
+        Some(admin) => println!("dashboard: http://{admin}/   metrics: http://{admin}/metrics"),
+        None => println!("(admin listener unavailable: its address is taken)"),
+    }
+    println!(
+        "try: curl -N http://{proxy}/openai/v1/chat/completions -d '{{\"model\":\"sim-gpt-fast\",\"stream\":true}}'"
+    );
+    println!();
+
+    let sent = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let workers: Vec<_> = (0..args.concurrency.max(1))
+        .map(|i| {
+            let worker = Generator {
+                client: client.clone(),
+                proxy,
+                models: names.clone(),
+                sent: sent.clone(),
+                stop: stop.clone(),
+            };
+            tokio::spawn(worker.run(i))
+        })
+        .collect();
+
+    let interactive = std::io::stdout().is_terminal();
+    let deadline = args
+        .duration
+        .map(|s| tokio::time::Instant::now() + Duration::from_secs(s));
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = tokio::signal::ctrl_c() => break,
+        }
+        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            break;
+        }
+        if interactive {
+            print!("\x1b[H\x1b[2J");
+            println!(
+                "tokentap demo — Ctrl-C to stop   proxy http://{proxy}   dashboard http://{}/\n",
+                running
+                    .admin_addr
+                    .map_or_else(|| "-".to_owned(), |a| a.to_string())
+            );
+            print_table(&running, &names, sent.load(Ordering::Relaxed));
+        }
+    }
+    // Let requests in flight finish (a few seconds at most), so the final
+    // table is not full of cancellations the demo itself caused.
+    stop.store(true, Ordering::Relaxed);
+    for mut w in workers {
+        if tokio::time::timeout(Duration::from_secs(5), &mut w)
+            .await
+            .is_err()
+        {
+            w.abort();
+        }
+    }
+    // Let the last answers land in the statistics before the final table.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    if interactive {
+        print!("\x1b[H\x1b[2J");
+    }
+    println!("tokentap demo — final figures (last minute)\n");
+    print_table(&running, &names, sent.load(Ordering::Relaxed));
+    running.shutdown().await;
+    Ok(())
+}
+
+async fn start_proxy(
+    listen: SocketAddr,
+    admin: Option<SocketAddr>,
+    sim: SocketAddr,
+) -> anyhow::Result<Running> {
+    let otlp = std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
+    let toml = |listen: SocketAddr, admin: Option<SocketAddr>| {
+        let admin = admin.map_or_else(|| "off".to_owned(), |a| a.to_string());
+        format!(
+            r#"
+listen = "{listen}"
+admin_listen = "{admin}"
+[telemetry]
+otlp_enabled = {otlp}
+access_log = false
+[live]
+bucket = "1s"
+window = "10m"
+[[routes]]
+name = "openai"
+prefix = "/openai"
+upstream = "http://{sim}"
+provider = "openai"
+[[routes]]
+name = "anthropic"
+prefix = "/anthropic"
+upstream = "http://{sim}"
+provider = "anthropic"
+"#
+        )
+    };
+    let config = config::from_toml(&toml(listen, admin))?;
+    match app::start(config).await {
+        Ok(r) => Ok(r),
+        Err(e) => {
+            // Default ports taken (another tokentap?): any free ones will do.
+            eprintln!("tokentap demo: {e:#}; using free ports instead");
+            let any: SocketAddr = ([127, 0, 0, 1], 0).into();
+            Ok(app::start(config::from_toml(&toml(any, admin.map(|_| any)))?).await?)
+        }
+    }
+}
+
+/// One traffic worker's handles.
+struct Generator {
+    client: Client<HttpConnector, Full<Bytes>>,
+    proxy: SocketAddr,
+    models: Vec<String>,
+    sent: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Generator {
+    /// Streamed requests, round-robin over the models and tenants, until stopped.
+    async fn run(self, worker: usize) {
+        let mut n = worker;
+        while !self.stop.load(Ordering::Relaxed) {
+            let model = &self.models[n % self.models.len()];
+            let tenant = TENANTS[(n / self.models.len()) % TENANTS.len()];
+            if let Ok(req) = self.request(model, tenant, n % 2 == 0) {
+                if let Ok(res) = self.client.request(req).await {
+                    let _ = res.into_body().collect().await;
+                    self.sent.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            n += 1;
+            tokio::time::sleep(Duration::from_millis(fastrand::u64(20..200))).await;
+        }
+    }
+
+    fn request(
+        &self,
+        model: &str,
+        tenant: &str,
+        usage: bool,
+    ) -> Result<Request<Full<Bytes>>, http::Error> {
+        let ask = r#""messages":[{"role":"user","content":"Tell me about latency."}]"#;
+        let (path, body) = if model.contains("claude") {
+            (
+                "/anthropic/v1/messages",
+                format!(r#"{{"model":"{model}","max_tokens":256,"stream":true,{ask}}}"#),
+            )
+        } else {
+            let opts = format!(r#""stream_options":{{"include_usage":{usage}}}"#);
+            (
+                "/openai/v1/chat/completions",
+                format!(r#"{{"model":"{model}","stream":true,{opts},{ask}}}"#),
+            )
+        };
+        Request::builder()
+            .method(Method::POST)
+            .uri(format!("http://{}{path}", self.proxy))
+            .header("content-type", "application/json")
+            .header("x-tenant-id", tenant)
+            .body(Full::new(Bytes::from(body)))
+    }
+}
+
+fn print_table(running: &Running, models: &[String], sent: u64) {
+    let snap = running.telemetry().live().snapshot();
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{:<16} {:>8} {:>8} {:>11} {:>11} {:>11} {:>10} {:>8}\n",
+        "model", "requests", "req/s", "TTFT p50", "TTFT p95", "tok/s p50", "max stall", "errors"
+    ));
+    for model in models {
+        let w = snap.window(
+            &SeriesFilter::any().model_exact(model),
+            Duration::from_secs(60),
+        );
+        out.push_str(&row(model, &w));
+    }
+    out.push_str(&format!("\n{sent} answers received through tokentap\n"));
+    print!("{out}");
+    let _ = std::io::stdout().flush();
+}
+
+fn row(model: &str, w: &WindowStats) -> String {
+    let ms = |s: Option<f64>| s.map_or_else(|| "-".to_owned(), |s| format!("{:.0}ms", s * 1000.0));
+    let tps = w
+        .decode_tps
+        .quantile(0.5)
+        .map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+    format!(
+        "{:<16} {:>8} {:>8.2} {:>11} {:>11} {:>11} {:>10} {:>8}\n",
+        model,
+        w.requests,
+        w.rate(),
+        ms(w.ttft.quantile(0.5)),
+        ms(w.ttft.quantile(0.95)),
+        tps,
+        ms(w.max_stall),
+        w.errors
+    )
+}
