@@ -1,0 +1,122 @@
+//! `tokentap-bench`: the end-to-end benchmark. `suite` starts simulated
+//! upstreams, tokentap and the reference proxies and drives them; `load`
+//! runs one load pattern against one address; `sink` serves a discarding
+//! OTLP/HTTP collector. Results are JSON lines and a Markdown report
+//! (see docs/BENCHMARKS.md).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser as _;
+
+mod hist;
+mod load;
+mod procs;
+mod sink;
+mod suite;
+mod targets;
+
+#[derive(Debug, clap::Parser)]
+#[command(name = "tokentap-bench", about = "End-to-end benchmark for tokentap")]
+enum Cli {
+    /// Run the whole benchmark and print a Markdown report
+    Suite(suite::SuiteArgs),
+    /// Drive one address with one load pattern; print one JSON line
+    Load(LoadArgs),
+    /// Serve a discarding OTLP/HTTP collector until Ctrl-C
+    Sink {
+        #[arg(long, default_value = "127.0.0.1:4318")]
+        listen: SocketAddr,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct LoadArgs {
+    /// Target address (127.0.0.1:PORT)
+    #[arg(long)]
+    addr: SocketAddr,
+    /// Path prefix before the API path (e.g. /fast)
+    #[arg(long, default_value = "")]
+    prefix: String,
+    #[arg(long, value_enum, default_value = "chat")]
+    api: load::Api,
+    /// Ask for a streamed answer
+    #[arg(long)]
+    stream: bool,
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Seconds measured
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Seconds of warm-up before the measured window
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    #[arg(long)]
+    max_tokens: Option<u32>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tokentap-bench: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        tokio::select! {
+            r = run(cli) => r,
+            _ = tokio::signal::ctrl_c() => Err("interrupted".to_owned()),
+        }
+    });
+    // Dropping the runtime drops the suite's processes (stopped by PID).
+    drop(runtime);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tokentap-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    match cli {
+        Cli::Suite(args) => suite::run(args).await,
+        Cli::Load(a) => {
+            let spec = load::Spec {
+                addr: a.addr,
+                path: format!("{}{}", a.prefix, a.api.path()),
+                body: a.api.body(a.stream, a.max_tokens),
+                stream: a.stream,
+                concurrency: a.concurrency,
+                warmup: Duration::from_secs_f64(a.warmup),
+                duration: Duration::from_secs_f64(a.duration),
+                ramp: 256,
+            };
+            let report = load::run(spec, |_, _| {}).await;
+            println!(
+                "{}",
+                serde_json::to_string(&report).map_err(|e| e.to_string())?
+            );
+            Ok(())
+        }
+        Cli::Sink { listen } => {
+            let (addr, counts) = sink::start(listen).await.map_err(|e| e.to_string())?;
+            eprintln!("OTLP sink on http://{addr}");
+            let _ = tokio::signal::ctrl_c().await;
+            eprintln!(
+                "received {} requests, {} bytes",
+                counts.requests.load(std::sync::atomic::Ordering::Relaxed),
+                counts.bytes.load(std::sync::atomic::Ordering::Relaxed)
+            );
+            Ok(())
+        }
+    }
+}

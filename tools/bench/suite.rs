@@ -1,0 +1,710 @@
+//! The end-to-end suite: options in; simulators, proxies and interleaved
+//! load runs in between; a JSON line per run and a Markdown report (medians,
+//! spread, ratios to direct) out. Talks only to 127.0.0.1 and stops only
+//! the processes it started.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::load::{self, Api, Report, Spec};
+use crate::procs;
+use crate::targets::{self, Binaries, Class, Kind, Target, Upstreams};
+
+/// `tokentap-bench suite` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SuiteArgs {
+    /// CI smoke: 1 round of 1 s runs, fewer workloads, 200 held streams
+    #[arg(long)]
+    pub quick: bool,
+    /// Interleaved rounds (default 3, quick 1)
+    #[arg(long)]
+    pub rounds: Option<usize>,
+    /// Seconds measured per run (default 10, quick 1)
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Seconds of warm-up before each run's window (default 1, quick 0.3)
+    #[arg(long)]
+    pub warmup: Option<f64>,
+    /// Targets, comma-separated (default: direct and every installed proxy):
+    /// direct,nginx,envoy,tokentap,tokentap-noexport
+    #[arg(long, value_delimiter = ',')]
+    pub targets: Vec<String>,
+    /// Workloads, comma-separated (default: all; see docs/BENCHMARKS.md)
+    #[arg(long, value_delimiter = ',')]
+    pub workloads: Vec<String>,
+    /// Concurrent slow streams in the memory scenario (default 9900, quick 200; 0 = skip)
+    #[arg(long)]
+    pub memory_streams: Option<usize>,
+    /// Directory for results (a timestamped folder is made inside)
+    #[arg(long, default_value = "target/bench-results")]
+    pub out: PathBuf,
+    /// Directory holding the `tokentap` binary (default: next to this binary)
+    #[arg(long)]
+    pub bin_dir: Option<PathBuf>,
+}
+
+/// One load pattern.
+#[derive(Debug, Clone, Copy)]
+pub struct Workload {
+    pub name: &'static str,
+    pub class: Class,
+    pub api: Api,
+    pub stream: bool,
+    pub concurrency: usize,
+    pub max_tokens: Option<u32>,
+}
+
+const fn w(
+    name: &'static str,
+    class: Class,
+    stream: bool,
+    concurrency: usize,
+    max_tokens: Option<u32>,
+) -> Workload {
+    Workload {
+        name,
+        class,
+        api: Api::Chat,
+        stream,
+        concurrency,
+        max_tokens,
+    }
+}
+
+/// Every workload, in run order.
+pub const WORKLOADS: [Workload; 7] = [
+    w("nonstream_c16", Class::Fast, false, 16, None),
+    w("nonstream_c64", Class::Fast, false, 64, None),
+    w("stream_c64", Class::Fast, true, 64, None),
+    w("stream_c1", Class::Fast, true, 1, None),
+    w("paced_c64", Class::Paced, true, 64, Some(50)),
+    w("stream_c1000", Class::Fast, true, 1000, None),
+    Workload {
+        name: "anthropic_stream_c64",
+        api: Api::Messages,
+        ..w("", Class::Fast, true, 64, None)
+    },
+];
+
+const QUICK_WORKLOADS: [&str; 4] = ["nonstream_c16", "stream_c64", "stream_c1", "paced_c64"];
+
+/// One run's record (a line of runs.jsonl).
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    pub round: usize,
+    pub workload: &'static str,
+    pub target: &'static str,
+    #[serde(flatten)]
+    pub load: Report,
+    /// Proxy CPU (user + system) inside the measurement window.
+    pub cpu_ms: Option<f64>,
+    pub cpu_per_req_ms: Option<f64>,
+    /// Proxy peak RSS during the run (VmHWM, reset before it).
+    pub peak_rss_mib: Option<f64>,
+}
+
+/// The memory scenario's record.
+#[derive(Debug, Clone, Serialize)]
+pub struct Memory {
+    pub target: &'static str,
+    pub streams: usize,
+    pub established: usize,
+    pub failed: usize,
+    pub rss_idle_mib: f64,
+    pub rss_loaded_mib: f64,
+    pub peak_rss_mib: f64,
+    pub kib_per_stream: f64,
+    pub first_error: Option<String>,
+}
+
+/// Byte-identity verdicts: target → (case → identical).
+type Identity = BTreeMap<&'static str, Vec<(&'static str, bool)>>;
+
+struct Plan {
+    rounds: usize,
+    duration: Duration,
+    warmup: Duration,
+    kinds: Vec<Kind>,
+    workloads: Vec<Workload>,
+    memory_streams: usize,
+    dir: PathBuf,
+}
+
+pub async fn run(args: SuiteArgs) -> Result<(), String> {
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_default();
+    let bin_dir = args.bin_dir.clone().unwrap_or(exe_dir);
+    let tokentap = bin_dir.join("tokentap");
+    if !tokentap.exists() {
+        return Err(format!("{} not found; build it first", tokentap.display()));
+    }
+    let bins = Binaries::find(tokentap);
+    let plan = plan(&args, &bins)?;
+    std::fs::create_dir_all(&plan.dir).map_err(|e| format!("{}: {e}", plan.dir.display()))?;
+    eprintln!("results in {}", plan.dir.display());
+    let (sink_addr, sink) = crate::sink::start(targets::addr(0))
+        .await
+        .map_err(|e| format!("OTLP sink: {e}"))?;
+
+    let ups = Upstreams::start(&bins.tokentap, &plan.dir)?;
+    let mut running = Vec::new();
+    for kind in &plan.kinds {
+        match targets::start(*kind, &bins, &ups, &plan.dir, sink_addr) {
+            Ok(t) => running.push(t),
+            Err(e) => eprintln!("skipping {}: {e}", kind.name()),
+        }
+    }
+    let identity = check_identity(&running).await;
+    let tck = procs::clk_tck();
+
+    let mut runs = Vec::new();
+    let mut jsonl = String::new();
+    for round in 1..=plan.rounds {
+        for wl in &plan.workloads {
+            for target in &mut running {
+                if let Some(p) = target.proc.as_mut() {
+                    if !p.alive() {
+                        return Err(format!("{} died; see {}", p.name, plan.dir.display()));
+                    }
+                }
+                let r = one_run(round, wl, target, &plan, tck).await;
+                eprintln!(
+                    "round {round} {:<22} {:<18} {:>9.1} req/s  ttft p50 {:>7.3} ms  p99 {:>8.3} ms  cpu/req {:>7} ms  errors {}",
+                    wl.name,
+                    target.kind.name(),
+                    r.load.rps,
+                    r.load.ttft_p50_ms.unwrap_or(f64::NAN),
+                    r.load.ttft_p99_ms.unwrap_or(f64::NAN),
+                    r.cpu_per_req_ms.map_or("-".into(), |c| format!("{c:.4}")),
+                    r.load.errors,
+                );
+                let _ = writeln!(jsonl, "{}", serde_json::to_string(&r).unwrap_or_default());
+                runs.push(r);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    // Fresh processes for the memory scenario, so earlier runs' allocator
+    // state does not count as per-stream memory.
+    drop(running);
+    let mut memory = Vec::new();
+    if plan.memory_streams > 0 {
+        for kind in &plan.kinds {
+            if *kind == Kind::Direct {
+                continue;
+            }
+            match memory_run(*kind, &bins, &ups, &plan, sink_addr).await {
+                Ok(m) => {
+                    eprintln!(
+                        "memory {:<18} {} streams ({} failed): {:.1} MiB idle, {:.1} MiB loaded, {:.1} KiB/stream",
+                        m.target,
+                        m.established,
+                        m.failed,
+                        m.rss_idle_mib,
+                        m.rss_loaded_mib,
+                        m.kib_per_stream
+                    );
+                    let _ = writeln!(jsonl, "{}", serde_json::to_string(&m).unwrap_or_default());
+                    memory.push(m);
+                }
+                Err(e) => eprintln!("memory scenario via {}: {e}", kind.name()),
+            }
+        }
+    }
+    drop(ups);
+    let sink_note = format!(
+        "OTLP sink received {} export requests, {:.1} MiB",
+        sink.requests.load(Ordering::Relaxed),
+        sink.bytes.load(Ordering::Relaxed) as f64 / 1048576.0
+    );
+    let report = report(&plan, &runs, &memory, &identity, &sink_note);
+    write(&plan.dir.join("runs.jsonl"), &jsonl)?;
+    write(&plan.dir.join("report.md"), &report)?;
+    println!("{report}");
+    let errors: u64 = runs.iter().map(|r| r.load.errors).sum();
+    let empty = runs.iter().any(|r| r.load.requests == 0);
+    let not_identical = identity.values().flatten().any(|(_, same)| !same);
+    if empty || not_identical {
+        return Err(format!(
+            "suite failed: {}{}",
+            if empty {
+                "a run completed no request; "
+            } else {
+                ""
+            },
+            if not_identical {
+                "a proxy changed response bytes"
+            } else {
+                ""
+            }
+        ));
+    }
+    if errors > 0 {
+        eprintln!("note: {errors} request errors in total (see runs.jsonl)");
+    }
+    Ok(())
+}
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn plan(args: &SuiteArgs, bins: &Binaries) -> Result<Plan, String> {
+    let q = args.quick;
+    let kinds = if args.targets.is_empty() {
+        let mut k = vec![Kind::Direct];
+        if bins.nginx.is_some() {
+            k.push(Kind::Nginx);
+        }
+        if bins.envoy.is_some() && !q {
+            k.push(Kind::Envoy);
+        }
+        k.push(Kind::Tokentap);
+        if !q {
+            k.push(Kind::TokentapNoExport);
+        }
+        k
+    } else {
+        args.targets
+            .iter()
+            .map(|t| Kind::parse(t).ok_or(format!("unknown target `{t}`")))
+            .collect::<Result<_, _>>()?
+    };
+    let workloads = if args.workloads.is_empty() {
+        WORKLOADS
+            .iter()
+            .filter(|w| !q || QUICK_WORKLOADS.contains(&w.name))
+            .copied()
+            .collect()
+    } else {
+        args.workloads
+            .iter()
+            .map(|n| {
+                WORKLOADS
+                    .iter()
+                    .find(|w| w.name == n)
+                    .copied()
+                    .ok_or(format!("unknown workload `{n}`"))
+            })
+            .collect::<Result<_, _>>()?
+    };
+    let secs = |v: Option<f64>, full: f64, quick: f64| {
+        Duration::from_secs_f64(v.unwrap_or(if q { quick } else { full }))
+    };
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Ok(Plan {
+        rounds: args.rounds.unwrap_or(if q { 1 } else { 3 }),
+        duration: secs(args.duration, 10.0, 1.0),
+        warmup: secs(args.warmup, 1.0, 0.3),
+        kinds,
+        workloads,
+        memory_streams: args.memory_streams.unwrap_or(if q { 200 } else { 9900 }),
+        dir: args
+            .out
+            .join(format!("{}{stamp}", if q { "quick-" } else { "" })),
+    })
+}
+
+async fn one_run(round: usize, wl: &Workload, target: &Target, plan: &Plan, tck: f64) -> Run {
+    let pids = target.pids();
+    procs::reset_peak(&pids);
+    let spec = Spec {
+        addr: target.addr(wl.class),
+        path: format!("{}{}", wl.class.prefix(), wl.api.path()),
+        body: wl.api.body(wl.stream, wl.max_tokens),
+        stream: wl.stream,
+        concurrency: wl.concurrency,
+        warmup: plan.warmup,
+        duration: plan.duration,
+        ramp: 256,
+    };
+    // Read the proxy's CPU time at the window's edges, beside the load.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let cpu_pids = pids.clone();
+    let cpu = tokio::spawn(async move {
+        let (start, end): (Instant, Instant) = rx.await.ok()?;
+        tokio::time::sleep_until(start).await;
+        let a = procs::cpu_ticks(&cpu_pids);
+        tokio::time::sleep_until(end).await;
+        let b = procs::cpu_ticks(&cpu_pids);
+        Some(b.saturating_sub(a))
+    });
+    let report = load::run(spec, |s, e| {
+        let _ = tx.send((s, e));
+    })
+    .await;
+    let ticks = cpu.await.ok().flatten();
+    let has_proc = !pids.is_empty();
+    let cpu_ms = ticks.filter(|_| has_proc).map(|t| t as f64 * 1000.0 / tck);
+    let peak = has_proc.then(|| procs::status_kib(&pids, "VmHWM") as f64 / 1024.0);
+    Run {
+        round,
+        workload: wl.name,
+        target: target.kind.name(),
+        cpu_per_req_ms: cpu_ms
+            .filter(|_| report.requests > 0)
+            .map(|c| c / report.requests as f64),
+        cpu_ms,
+        peak_rss_mib: peak,
+        load: report,
+    }
+}
+
+/// Hold many slow streams through a fresh `kind`; RSS per stream.
+async fn memory_run(
+    kind: Kind,
+    bins: &Binaries,
+    ups: &Upstreams,
+    plan: &Plan,
+    sink: std::net::SocketAddr,
+) -> Result<Memory, String> {
+    let mut target = targets::start(kind, bins, ups, &plan.dir.join("memory"), sink)?;
+    // Warm the path once (pools, lazy statics) before the idle reading.
+    let _ = fetch(target.addr(Class::Fast), Class::Fast, Api::Chat, true).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pids = target.pids();
+    let idle = procs::status_kib(&pids, "VmRSS");
+    procs::reset_peak(&pids);
+    let n = plan.memory_streams;
+    let spec = Spec {
+        addr: target.addr(Class::Slow),
+        path: format!("{}{}", Class::Slow.prefix(), Api::Chat.path()),
+        body: Api::Chat.body(true, None),
+        stream: true,
+        concurrency: n,
+        warmup: Duration::ZERO,
+        duration: Duration::ZERO,
+        ramp: 200,
+    };
+    let ready = Arc::new(AtomicUsize::new(0));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let hold = tokio::spawn(load::hold(spec, ready.clone(), stop_rx));
+    let deadline =
+        Instant::now() + Duration::from_secs(if plan.memory_streams > 1000 { 120 } else { 20 });
+    while ready.load(Ordering::Relaxed) < n && Instant::now() < deadline && !hold.is_finished() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Let every stream get a few more tokens through before reading RSS.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let loaded = procs::status_kib(&pids, "VmRSS");
+    let peak = procs::status_kib(&pids, "VmHWM");
+    let _ = stop_tx.send(true);
+    let (established, failed, first_error) = hold.await.map_err(|e| e.to_string())?;
+    if let Some(p) = target.proc.as_mut() {
+        p.stop(Duration::from_secs(5));
+    }
+    let per = (loaded.saturating_sub(idle)) as f64 / established.max(1) as f64;
+    Ok(Memory {
+        target: kind.name(),
+        streams: n,
+        established,
+        failed,
+        rss_idle_mib: idle as f64 / 1024.0,
+        rss_loaded_mib: loaded as f64 / 1024.0,
+        peak_rss_mib: peak as f64 / 1024.0,
+        kib_per_stream: per,
+        first_error,
+    })
+}
+
+/// One request's response body (status must be 200).
+async fn fetch(
+    addr: std::net::SocketAddr,
+    class: Class,
+    api: Api,
+    stream: bool,
+) -> Result<Bytes, String> {
+    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let (mut sender, conn) = http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let req = http::Request::post(format!("{}{}", class.prefix(), api.path()))
+        .header(http::header::HOST, addr.to_string())
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::AUTHORIZATION, "Bearer sk-bench-identity")
+        .body(Full::new(api.body(stream, Some(20))))
+        .map_err(|e| e.to_string())?;
+    let res = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let status = res.status();
+    let body = res
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    if status != http::StatusCode::OK {
+        return Err(format!("status {status}"));
+    }
+    Ok(body)
+}
+
+/// The simulator's only randomness is the 16-hex-digit answer id
+/// (`sim-…`); blank it so bodies from different requests compare.
+fn normalise(body: &[u8]) -> Vec<u8> {
+    let mut out = body.to_vec();
+    let mut i = 0;
+    while let Some(at) = memchr::memmem::find(&out[i..], b"\"sim-") {
+        let start = i + at + 5;
+        let end = (start + 16).min(out.len());
+        for b in &mut out[start..end] {
+            *b = b'x';
+        }
+        i = end;
+    }
+    out
+}
+
+/// Fetch fixed requests directly and through each proxy; compare bodies.
+async fn check_identity(targets: &[Target]) -> Identity {
+    let cases: [(&'static str, Api, bool); 4] = [
+        ("chat_stream", Api::Chat, true),
+        ("chat_whole", Api::Chat, false),
+        ("messages_stream", Api::Messages, true),
+        ("messages_whole", Api::Messages, false),
+    ];
+    let mut out = Identity::new();
+    let Some(direct) = targets.iter().find(|t| t.kind == Kind::Direct) else {
+        return out;
+    };
+    for (name, api, stream) in cases {
+        let want = fetch(direct.addr(Class::Fast), Class::Fast, api, stream)
+            .await
+            .map(|b| normalise(&b));
+        for t in targets.iter().filter(|t| t.kind != Kind::Direct) {
+            let got = fetch(t.addr(Class::Fast), Class::Fast, api, stream)
+                .await
+                .map(|b| normalise(&b));
+            let same = matches!((&want, &got), (Ok(a), Ok(b)) if a == b);
+            if !same {
+                eprintln!(
+                    "byte identity: {} {name} differs from direct",
+                    t.kind.name()
+                );
+            }
+            out.entry(t.kind.name()).or_default().push((name, same));
+        }
+    }
+    out
+}
+
+fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// Median and spread ((max − min) / |median|, as a percentage) of `v`.
+fn stat(mut v: Vec<f64>) -> Option<(f64, f64)> {
+    let m = median(&mut v)?;
+    let spread = if v.len() > 1 && m != 0.0 {
+        (v[v.len() - 1] - v[0]) / m.abs() * 100.0
+    } else {
+        0.0
+    };
+    Some((m, spread))
+}
+
+fn fmt(v: Option<(f64, f64)>, digits: usize, suffix: &str) -> String {
+    match v {
+        Some((m, s)) if s > 0.0 => format!("{m:.digits$}{suffix} ±{s:.0}%"),
+        Some((m, _)) => format!("{m:.digits$}{suffix}"),
+        None => "–".into(),
+    }
+}
+
+fn report(
+    plan: &Plan,
+    runs: &[Run],
+    memory: &[Memory],
+    identity: &Identity,
+    sink_note: &str,
+) -> String {
+    let proxies: Vec<&'static str> = plan
+        .kinds
+        .iter()
+        .map(|k| k.name())
+        .filter(|n| *n != "direct" && runs.iter().any(|r| r.target == *n))
+        .collect();
+    let find = |wl: &str, t: &str| -> Vec<&Run> {
+        runs.iter()
+            .filter(|r| r.workload == wl && r.target == t)
+            .collect()
+    };
+    // Per round, `f(proxy run, direct run)`; then median and spread.
+    let paired = |wl: &str, t: &str, f: &dyn Fn(&Run, &Run) -> Option<f64>| {
+        let v: Vec<f64> = find(wl, t)
+            .iter()
+            .filter_map(|r| {
+                let d = runs
+                    .iter()
+                    .find(|d| d.workload == wl && d.target == "direct" && d.round == r.round)?;
+                f(r, d)
+            })
+            .collect();
+        stat(v)
+    };
+    let own = |wl: &str, t: &str, f: &dyn Fn(&Run) -> Option<f64>| {
+        stat(find(wl, t).iter().filter_map(|r| f(r)).collect())
+    };
+    let ratio = |r: &Run, d: &Run| (d.load.rps > 0.0).then(|| r.load.rps / d.load.rps);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "### Summary (medians of {} interleaved round(s), {:.0} s each; ± = spread (max−min)/median)\n",
+        plan.rounds,
+        plan.duration.as_secs_f64()
+    );
+    let _ = writeln!(s, "| workload | {} |", proxies.join(" | "));
+    let _ = writeln!(s, "|---|{}", "---|".repeat(proxies.len()));
+    let mut row = |label: &str, cell: &dyn Fn(&str) -> String| {
+        let cells: Vec<String> = proxies.iter().map(|p| cell(p)).collect();
+        let _ = writeln!(s, "| {label} | {} |", cells.join(" | "));
+    };
+    for (wl, label) in [
+        ("nonstream_c16", "non-streaming c16: req/s vs direct"),
+        ("nonstream_c64", "non-streaming c64: req/s vs direct"),
+        ("stream_c64", "streaming 100 tok c64: streams/s vs direct"),
+        (
+            "anthropic_stream_c64",
+            "Anthropic streaming c64: streams/s vs direct",
+        ),
+        ("stream_c1000", "streaming c1000: streams/s vs direct"),
+    ] {
+        if runs.iter().any(|r| r.workload == wl) {
+            row(label, &|p| fmt(paired(wl, p, &ratio), 2, "×"));
+        }
+    }
+    let added =
+        |q: fn(&Report) -> Option<f64>| move |r: &Run, d: &Run| Some(q(&r.load)? - q(&d.load)?);
+    let p50 = added(|l| l.ttft_p50_ms);
+    let p99 = added(|l| l.ttft_p99_ms);
+    if runs.iter().any(|r| r.workload == "stream_c1") {
+        row("added TTFT p50, streaming c1 (ms)", &|p| {
+            fmt(paired("stream_c1", p, &p50), 3, "")
+        });
+    }
+    if runs.iter().any(|r| r.workload == "paced_c64") {
+        row("added TTFT p99, 10 ms/token c64 (ms)", &|p| {
+            fmt(paired("paced_c64", p, &p99), 3, "")
+        });
+    }
+    if runs.iter().any(|r| r.workload == "stream_c1000") {
+        row("added TTFT p99, streaming c1000 (ms)", &|p| {
+            fmt(paired("stream_c1000", p, &p99), 2, "")
+        });
+    }
+    let cpu = |r: &Run| r.cpu_per_req_ms;
+    row("proxy CPU per request, non-streaming c16 (ms)", &|p| {
+        fmt(own("nonstream_c16", p, &cpu), 4, "")
+    });
+    row("proxy CPU per 100-token stream, c64 (ms)", &|p| {
+        fmt(own("stream_c64", p, &cpu), 4, "")
+    });
+    let rss = |r: &Run| r.peak_rss_mib;
+    row("proxy peak RSS, streaming c64 (MiB)", &|p| {
+        fmt(own("stream_c64", p, &rss), 1, "")
+    });
+    row("proxy peak RSS, any run (MiB)", &|p| {
+        runs.iter()
+            .filter(|r| r.target == p)
+            .filter_map(|r| r.peak_rss_mib)
+            .reduce(f64::max)
+            .map_or("–".into(), |m| format!("{m:.1}"))
+    });
+    row("memory per held slow stream (KiB)", &|p| {
+        memory
+            .iter()
+            .find(|m| m.target == p)
+            .map_or("–".into(), |m| {
+                format!("{:.1} ({} streams)", m.kib_per_stream, m.established)
+            })
+    });
+    row("response bytes identical to direct", &|p| {
+        identity.get(p).map_or("–".into(), |cases| {
+            if cases.iter().all(|(_, same)| *same) {
+                "yes".into()
+            } else {
+                let bad: Vec<&str> = cases.iter().filter(|c| !c.1).map(|c| c.0).collect();
+                format!("no ({})", bad.join(", "))
+            }
+        })
+    });
+
+    let _ = writeln!(s, "\n### Absolute figures (medians)\n");
+    let _ = writeln!(
+        s,
+        "| workload | target | req/s | TTFT p50 ms | TTFT p99 ms | total p50 ms | total p99 ms | gap p99 ms | proxy CPU/req ms | peak RSS MiB | errors |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+    for wl in &plan.workloads {
+        for k in &plan.kinds {
+            let t = k.name();
+            if find(wl.name, t).is_empty() {
+                continue;
+            }
+            let errors: u64 = find(wl.name, t).iter().map(|r| r.load.errors).sum();
+            let _ = writeln!(
+                s,
+                "| {} | {t} | {} | {} | {} | {} | {} | {} | {} | {} | {errors} |",
+                wl.name,
+                fmt(own(wl.name, t, &|r| Some(r.load.rps)), 0, ""),
+                fmt(own(wl.name, t, &|r| r.load.ttft_p50_ms), 3, ""),
+                fmt(own(wl.name, t, &|r| r.load.ttft_p99_ms), 3, ""),
+                fmt(own(wl.name, t, &|r| r.load.total_p50_ms), 3, ""),
+                fmt(own(wl.name, t, &|r| r.load.total_p99_ms), 3, ""),
+                fmt(own(wl.name, t, &|r| r.load.gap_p99_ms), 3, ""),
+                fmt(own(wl.name, t, &cpu), 4, ""),
+                fmt(own(wl.name, t, &rss), 1, ""),
+            );
+        }
+    }
+    if !memory.is_empty() {
+        let _ = writeln!(s, "\n### Memory: held slow streams (1 token/s)\n");
+        let _ = writeln!(
+            s,
+            "| target | streams held | failed | RSS idle MiB | RSS loaded MiB | peak MiB | KiB per stream |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+        for m in memory {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                m.target,
+                m.established,
+                m.failed,
+                m.rss_idle_mib,
+                m.rss_loaded_mib,
+                m.peak_rss_mib,
+                m.kib_per_stream
+            );
+        }
+    }
+    let _ = writeln!(s, "\n{sink_note}.");
+    s
+}

