@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# The test command (see README): formatting, lints, then every test target.
-# The drop-in SDK test needs the venv from scripts/setup-test-env.sh.
+# The test command (see README): installs what the tests need, then
+# formatting, lints, every test target, and the repo's other checks.
+# Set TOKENTAP_TEST_QUICK=1 to run only fmt, clippy and cargo test.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-export TOKENTAP_PYTHON="${TOKENTAP_PYTHON:-$root/.venv/bin/python}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
-# Telemetry settings from the caller's shell must not leak into the tests.
+# Telemetry and tokentap settings from the caller's shell must not leak into the tests.
 while IFS='=' read -r name _; do
-    case "$name" in OTEL_*|TOKENTAP_CONFIG) unset "$name" ;; esac
+    case "$name" in OTEL_*|TOKENTAP_*) unset "$name" ;; esac
 done < <(env)
 # The SDK's 5 s span batch delay only slows the telemetry tests down.
 export OTEL_BSP_SCHEDULE_DELAY=100
+
+echo "== scripts/setup-test-env.sh (Python SDKs for the drop-in tests)"
+scripts/setup-test-env.sh
+export TOKENTAP_PYTHON="$root/.venv/bin/python"
+echo "== scripts/setup-browser-test.sh (Chromium + playwright-core for the dashboard test)"
+scripts/setup-browser-test.sh
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -24,4 +30,22 @@ cargo clippy --all-targets -- -D warnings
 echo "== cargo test --all-targets"
 # Timing assertions have generous margins; two test threads keep a 2-core
 # machine from starving the scripted clocks.
-cargo test --all-targets -- --test-threads="${TOKENTAP_TEST_THREADS:-2}"
+cargo test --all-targets -- --test-threads=2
+
+if [ "${TOKENTAP_TEST_QUICK:-0}" = 1 ]; then
+    exit 0
+fi
+
+echo "== scripts/validate-deploy.sh"
+scripts/validate-deploy.sh
+echo "== scripts/test-alerts.sh"
+scripts/test-alerts.sh
+echo "== scripts/test-examples.sh"
+scripts/test-examples.sh
+echo "== scripts/scaleout-test.sh"
+scripts/scaleout-test.sh
+if [ -x scripts/bench.sh ]; then
+    echo "== scripts/bench.sh --quick (smoke run; timings are not checked)"
+    scripts/bench.sh --quick
+fi
+echo "== all checks passed"
