@@ -39,3 +39,85 @@ pub enum FramingError {
     #[error("malformed frame: {0}")]
     Malformed(&'static str),
 }
+
+/// An incremental framing decoder: bytes in any pieces, complete frames out.
+pub trait Decoder {
+    /// Feed the next piece of the body.
+    fn feed(&mut self, chunk: &[u8], on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError>;
+    /// The body ended: flush or reject what is left.
+    fn finish(&mut self, on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError>;
+}
+
+macro_rules! impl_decoder {
+    ($($t:ty),*) => {$(
+        impl Decoder for $t {
+            fn feed(&mut self, chunk: &[u8], on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError> {
+                <$t>::feed(self, chunk, on)
+            }
+            fn finish(&mut self, on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError> {
+                <$t>::finish(self, on)
+            }
+        }
+    )*};
+}
+
+impl_decoder!(
+    sse::SseDecoder,
+    ndjson::NdjsonDecoder,
+    json_array::JsonArrayDecoder,
+    eventstream::EventStreamDecoder
+);
+
+/// Test driver shared by every decoder: the same input fed whole, split in
+/// two at every offset, and byte by byte must give the same frames.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{Decoder, Frame, FramingError};
+
+    /// Feed `pieces` in order, then finish; frames rendered by `render`, and the first error.
+    pub fn decode<D: Decoder, T>(
+        mut dec: D,
+        pieces: &[&[u8]],
+        render: fn(Frame<'_>) -> T,
+    ) -> (Vec<T>, Result<(), FramingError>) {
+        let mut frames = Vec::new();
+        let mut on = |f: Frame<'_>| frames.push(render(f));
+        for piece in pieces {
+            if let Err(e) = dec.feed(piece, &mut on) {
+                return (frames, Err(e));
+            }
+        }
+        let result = dec.finish(&mut on);
+        (frames, result)
+    }
+
+    /// Decode `input` whole, at every two-piece split, and byte by byte;
+    /// all must agree. Returns the whole-input result.
+    pub fn decode_all_ways<D: Decoder, T: PartialEq + std::fmt::Debug>(
+        make: impl Fn() -> D,
+        input: &[u8],
+        render: fn(Frame<'_>) -> T,
+    ) -> (Vec<T>, Result<(), FramingError>) {
+        let whole = decode(make(), &[input], render);
+        for at in 0..=input.len() {
+            let (a, b) = input.split_at(at);
+            assert_eq!(
+                decode(make(), &[a, b], render),
+                whole,
+                "split at {at} differs from whole input"
+            );
+        }
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(
+            decode(make(), &bytes, render),
+            whole,
+            "byte-by-byte differs from whole input"
+        );
+        whole
+    }
+
+    /// Lossy text of a byte slice, for readable assertions.
+    pub fn text(b: &[u8]) -> String {
+        String::from_utf8_lossy(b).into_owned()
+    }
+}

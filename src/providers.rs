@@ -465,17 +465,12 @@ pub struct UpstreamTiming {
 impl UpstreamTiming {
     /// Overwrite every field `newer` reports; keep the rest.
     pub fn merge(&mut self, newer: UpstreamTiming) {
-        let pick = |old: &mut Option<Duration>, new: Option<Duration>| {
-            if new.is_some() {
-                *old = new;
-            }
-        };
-        pick(&mut self.ttft, newer.ttft);
-        pick(&mut self.total, newer.total);
-        pick(&mut self.prompt_eval, newer.prompt_eval);
-        pick(&mut self.decode, newer.decode);
-        pick(&mut self.queue, newer.queue);
-        pick(&mut self.load, newer.load);
+        self.ttft = newer.ttft.or(self.ttft);
+        self.total = newer.total.or(self.total);
+        self.prompt_eval = newer.prompt_eval.or(self.prompt_eval);
+        self.decode = newer.decode.or(self.decode);
+        self.queue = newer.queue.or(self.queue);
+        self.load = newer.load.or(self.load);
     }
 
     /// Whether nothing was reported.
@@ -537,16 +532,11 @@ pub struct Usage {
 impl Usage {
     /// Overwrite every field `newer` reports; keep the rest.
     pub fn merge(&mut self, newer: Usage) {
-        let pick = |old: &mut Option<u64>, new: Option<u64>| {
-            if new.is_some() {
-                *old = new;
-            }
-        };
-        pick(&mut self.input, newer.input);
-        pick(&mut self.output, newer.output);
-        pick(&mut self.cache_read, newer.cache_read);
-        pick(&mut self.cache_creation, newer.cache_creation);
-        pick(&mut self.reasoning, newer.reasoning);
+        self.input = newer.input.or(self.input);
+        self.output = newer.output.or(self.output);
+        self.cache_read = newer.cache_read.or(self.cache_read);
+        self.cache_creation = newer.cache_creation.or(self.cache_creation);
+        self.reasoning = newer.reasoning.or(self.reasoning);
     }
 }
 

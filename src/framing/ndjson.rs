@@ -121,45 +121,19 @@ impl NdjsonDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framing::testing::{self, text};
 
     type Frames = Vec<String>;
 
-    /// Feed `pieces` in order, then finish; collect frames and the first error.
-    fn decode(pieces: &[&[u8]], max: usize) -> (Frames, Result<(), FramingError>) {
-        let mut dec = NdjsonDecoder::new(max);
-        let mut frames = Vec::new();
-        let mut on = |f: Frame<'_>| match f {
-            Frame::Json(line) => frames.push(String::from_utf8_lossy(line).into_owned()),
+    fn render(f: Frame<'_>) -> String {
+        match f {
+            Frame::Json(line) => text(line),
             other => panic!("NDJSON decoder produced {other:?}"),
-        };
-        for piece in pieces {
-            if let Err(e) = dec.feed(piece, &mut on) {
-                return (frames, Err(e));
-            }
         }
-        let result = dec.finish(&mut on);
-        (frames, result)
     }
 
-    /// Decode `input` whole, at every two-piece split, and byte by byte;
-    /// all must agree. Returns the whole-input result.
     fn decode_all_ways(input: &[u8], max: usize) -> (Frames, Result<(), FramingError>) {
-        let whole = decode(&[input], max);
-        for at in 0..=input.len() {
-            let (a, b) = input.split_at(at);
-            assert_eq!(
-                decode(&[a, b], max),
-                whole,
-                "split at {at} differs from whole input"
-            );
-        }
-        let bytes: Vec<&[u8]> = input.chunks(1).collect();
-        assert_eq!(
-            decode(&bytes, max),
-            whole,
-            "byte-by-byte differs from whole input"
-        );
-        whole
+        testing::decode_all_ways(|| NdjsonDecoder::new(max), input, render)
     }
 
     fn frames(input: &[u8]) -> Frames {

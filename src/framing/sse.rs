@@ -283,48 +283,23 @@ impl SseDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framing::testing::{self, text};
 
     type Frames = Vec<(String, String)>;
 
-    /// Feed `pieces` in order, then finish; collect frames and the first error.
-    fn decode(pieces: &[&[u8]], max: usize) -> (Frames, Result<(), FramingError>) {
-        let mut dec = SseDecoder::new(max);
-        let mut frames = Vec::new();
-        let mut on = |f: Frame<'_>| match f {
-            Frame::Sse { event, data } => frames.push((
-                String::from_utf8_lossy(event).into_owned(),
-                String::from_utf8_lossy(data).into_owned(),
-            )),
+    fn render(f: Frame<'_>) -> (String, String) {
+        match f {
+            Frame::Sse { event, data } => (text(event), text(data)),
             other => panic!("SSE decoder produced a non-SSE frame: {other:?}"),
-        };
-        for piece in pieces {
-            if let Err(e) = dec.feed(piece, &mut on) {
-                return (frames, Err(e));
-            }
         }
-        let result = dec.finish(&mut on);
-        (frames, result)
     }
 
-    /// Decode `input` whole, at every two-piece split, and byte by byte;
-    /// all must agree. Returns the whole-input result.
+    fn decode(pieces: &[&[u8]], max: usize) -> (Frames, Result<(), FramingError>) {
+        testing::decode(SseDecoder::new(max), pieces, render)
+    }
+
     fn decode_all_ways(input: &[u8], max: usize) -> (Frames, Result<(), FramingError>) {
-        let whole = decode(&[input], max);
-        for at in 0..=input.len() {
-            let (a, b) = input.split_at(at);
-            assert_eq!(
-                decode(&[a, b], max),
-                whole,
-                "split at {at} differs from whole input"
-            );
-        }
-        let bytes: Vec<&[u8]> = input.chunks(1).collect();
-        assert_eq!(
-            decode(&bytes, max),
-            whole,
-            "byte-by-byte differs from whole input"
-        );
-        whole
+        testing::decode_all_ways(|| SseDecoder::new(max), input, render)
     }
 
     fn frames(input: &[u8]) -> Frames {
