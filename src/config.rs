@@ -176,6 +176,8 @@ pub struct TelemetryConfig {
     pub log_format: LogFormat,
     /// Live statistics for the dashboard and slowdown detection (`[live]`).
     pub live: LiveConfig,
+    /// Slowdown detection (`[[slo]]`) and its webhook (`[alerts]`).
+    pub slo: SloSettings,
 }
 
 /// Live statistics: rolling in-memory windows (`[live]`). Memory is bounded
@@ -201,6 +203,72 @@ impl Default for LiveConfig {
             recent: 50,
         }
     }
+}
+
+/// Slowdown detection: the objectives and where breaches are sent.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SloSettings {
+    /// `[[slo]]` entries, in file order.
+    pub slos: Vec<SloConfig>,
+    /// `[alerts]`: the webhook for breach and recovery events; `None` = off.
+    pub alerts: Option<AlertsConfig>,
+}
+
+/// One `[[slo]]`: objectives over rolling windows for the requests its
+/// selector (route and/or model glob) matches.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SloConfig {
+    /// Name used in logs, metrics, span marks and webhook events.
+    pub name: String,
+    /// Only this configured route; `None` = every route.
+    pub route: Option<String>,
+    /// Model glob (`*`, `?`); `Some` = one verdict per matching model,
+    /// `None` = one verdict for the whole selection.
+    pub model: Option<String>,
+    /// Rolling window the objectives are checked over.
+    pub window: Duration,
+    /// Fewer requests (or values) than this in the window: no verdict.
+    pub min_requests: u64,
+    /// Breach when TTFT p95 is above this.
+    pub ttft_p95: Option<Duration>,
+    /// Breach when decode tokens/s p50 is below this.
+    pub decode_tps_p50_min: Option<f64>,
+    /// Breach when the largest stall in the window is above this.
+    pub max_stall: Option<Duration>,
+    /// Breach when errors / requests is above this (0..1).
+    pub error_ratio: Option<f64>,
+    /// Breach when decode tokens/s p50 is more than this share (0..1)
+    /// below its own p50 over `baseline_window`.
+    pub decode_tps_drop: Option<f64>,
+    /// Baseline span for `decode_tps_drop` (at most `live.window`).
+    pub baseline_window: Duration,
+}
+
+/// Webhook body shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AlertFormat {
+    /// The event as a JSON object.
+    Json,
+    /// `{"text": "..."}`: a Slack incoming-webhook message.
+    Slack,
+}
+
+/// `[alerts]`: breach and recovery events POSTed to a webhook, off the
+/// request path, rate-limited per SLO and retried with backoff.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertsConfig {
+    /// http or https URL the events are POSTed to.
+    pub webhook_url: http::Uri,
+    pub format: AlertFormat,
+    /// At most one POST per SLO per this interval (zero = no limit).
+    pub min_interval: Duration,
+    /// Limit for one POST attempt (connect, send, response).
+    pub timeout: Duration,
+    /// Retries after a network error, timeout, 5xx or 429.
+    pub max_retries: u32,
+    /// Extra request headers (e.g. authorization); values are redacted in `/config`.
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
 }
 
 /// Command-line interface. Every flag overrides the config file and env.

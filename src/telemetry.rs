@@ -12,6 +12,7 @@ mod instruments;
 pub mod live;
 mod log;
 pub mod prometheus;
+pub mod slo;
 mod span;
 
 pub use self::log::init_logging;
@@ -71,6 +72,8 @@ struct Inner {
     drops: Arc<DropCounts>,
     access_log: bool,
     live: Live,
+    /// Slowdown detection; `None` without `[[slo]]`.
+    slo: Option<slo::Slo>,
     /// The Prometheus pull reader, when `init_with_prometheus` built one.
     pull: Option<PullReader>,
 }
@@ -169,6 +172,8 @@ impl Telemetry {
         let meter = meter_provider.meter_with_scope(scope);
         // An observable instrument with no reader only logs an SDK error.
         let instruments = Instruments::new(&meter, has_reader.then(|| drops.clone()));
+        let live = Live::start(&cfg.live);
+        let slo = slo::Slo::start(&cfg.slo, &meter, has_reader, &live);
         let inner = Inner {
             tracer_provider,
             meter_provider,
@@ -181,7 +186,8 @@ impl Telemetry {
             error_types: CardinalityGuard::new(MAX_ERROR_TYPES),
             drops,
             access_log: cfg.access_log,
-            live: Live::start(&cfg.live),
+            live,
+            slo,
             pull,
         };
         Telemetry {
@@ -422,11 +428,16 @@ impl Recorder for RequestTelemetry {
     }
 
     fn finish(self: Box<Self>, m: Measurement) {
-        let this = *self;
+        let mut this = *self;
         this.record_metrics(&m);
         this.record_live(&m);
         if this.inner.access_log {
             access_log(&m, &this.span);
+        }
+        // Breached SLOs for this route and model: one atomic load when none.
+        let slo = this.inner.slo.as_ref();
+        if let Some(mark) = slo.and_then(|s| s.mark(this.live.key())) {
+            this.span.set_attribute(mark);
         }
         end_span(this.span, &m);
     }

@@ -128,6 +128,32 @@ pub(super) fn endpoint_url(s: &str) -> Result<String, String> {
     }
 }
 
+/// Checks a webhook URL: http(s), a host, no credentials (use a header)
+/// and no fragment; path and query are kept.
+pub(super) fn webhook_url(s: &str) -> Result<http::Uri, String> {
+    // The URL itself may be a secret (a Slack webhook's path is): never echoed.
+    let t = s.trim();
+    if t.is_empty() {
+        return Err(
+            "required when [alerts] is set; give e.g. \"https://hooks.example.com/...\"".into(),
+        );
+    }
+    if t.contains('#') {
+        return Err("has a fragment; give the URL without `#...`".into());
+    }
+    let uri: http::Uri = t.parse().map_err(|e| format!("not a URL ({e})"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err("must start with http:// or https://".into());
+    }
+    match uri.authority() {
+        Some(a) if a.as_str().contains('@') => {
+            Err("carries credentials; send them with [alerts.headers] (e.g. authorization)".into())
+        }
+        Some(a) if !a.host().is_empty() => Ok(uri),
+        _ => Err("has no host".into()),
+    }
+}
+
 /// Normalises a route prefix: must start with `/`; trailing slashes dropped.
 pub(super) fn prefix(s: &str) -> Result<String, String> {
     if !s.starts_with('/') {

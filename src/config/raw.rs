@@ -8,7 +8,7 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::parse::{fmt_duration, fmt_size};
-use super::{Config, LogFormat, OtlpProtocol, TenantSource};
+use super::{AlertFormat, Config, LogFormat, OtlpProtocol, TenantSource};
 use crate::providers::ProviderKind;
 
 /// Written in place of secrets when the effective config is shown.
@@ -40,6 +40,12 @@ pub(super) struct RawConfig {
     pub telemetry: RawTelemetry,
     /// Live statistics (dashboard, slowdown detection).
     pub live: RawLive,
+    /// `[[slo]]`: slowdown objectives.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub slo: Vec<RawSlo>,
+    /// `[alerts]`: webhook for SLO breach and recovery events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alerts: Option<RawAlerts>,
 }
 
 /// `[server]`
@@ -182,6 +188,87 @@ pub(super) struct RawLive {
     pub recent: usize,
 }
 
+/// One `[[slo]]` entry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSlo {
+    /// Name in logs, metrics, span marks and webhook events.
+    pub name: String,
+    /// Only this configured route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
+    /// Model glob; set = one verdict per matching model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Rolling window the objectives are checked over.
+    #[serde(default = "slo_window")]
+    pub window: Quantity,
+    /// Fewer requests than this in the window: no verdict.
+    #[serde(default = "slo_min_requests")]
+    pub min_requests: u64,
+    /// Breach when TTFT p95 is above this duration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_p95: Option<Quantity>,
+    /// Breach when decode tokens/s p50 is below this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_tps_p50_min: Option<f64>,
+    /// Breach when the largest stall is above this duration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_stall: Option<Quantity>,
+    /// Breach when errors / requests is above this (0..1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_ratio: Option<f64>,
+    /// Breach when decode tokens/s p50 falls more than this share below its baseline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_tps_drop: Option<f64>,
+    /// Baseline span for `decode_tps_drop`.
+    #[serde(default = "slo_baseline_window")]
+    pub baseline_window: Quantity,
+}
+
+fn slo_window() -> Quantity {
+    Quantity::text("5m")
+}
+
+fn slo_min_requests() -> u64 {
+    10
+}
+
+fn slo_baseline_window() -> Quantity {
+    Quantity::text("1h")
+}
+
+/// `[alerts]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawAlerts {
+    /// http or https URL events are POSTed to (required).
+    pub webhook_url: String,
+    /// `json` or `slack`.
+    pub format: AlertFormat,
+    /// At most one POST per SLO per this interval.
+    pub min_interval: Quantity,
+    /// Limit for one POST attempt.
+    pub timeout: Quantity,
+    /// Retries after network errors, timeouts, 5xx and 429.
+    pub max_retries: u32,
+    /// Extra request headers; values are redacted when the config is shown.
+    pub headers: BTreeMap<String, String>,
+}
+
+impl Default for RawAlerts {
+    fn default() -> Self {
+        RawAlerts {
+            webhook_url: String::new(),
+            format: AlertFormat::Json,
+            min_interval: Quantity::text("1m"),
+            timeout: Quantity::text("10s"),
+            max_retries: 5,
+            headers: BTreeMap::new(),
+        }
+    }
+}
+
 impl Default for RawConfig {
     fn default() -> Self {
         RawConfig {
@@ -195,6 +282,8 @@ impl Default for RawConfig {
             tenant: RawTenant::default(),
             telemetry: RawTelemetry::default(),
             live: RawLive::default(),
+            slo: Vec::new(),
+            alerts: None,
         }
     }
 }
@@ -435,13 +524,16 @@ impl RawConfig {
                     provider: r.provider,
                     inject_usage: r.inject_usage,
                     // Region, service and key id only: secrets never leave.
-                    sigv4: r.sigv4.as_ref().map(|s| crate::providers::sigv4::SigV4Settings {
-                        region: Some(s.region.clone()),
-                        service: Some(s.service.clone()),
-                        access_key_id: Some(s.access_key_id.clone()),
-                        secret_access_key: None,
-                        session_token: None,
-                    }),
+                    sigv4: r
+                        .sigv4
+                        .as_ref()
+                        .map(|s| crate::providers::sigv4::SigV4Settings {
+                            region: Some(s.region.clone()),
+                            service: Some(s.service.clone()),
+                            access_key_id: Some(s.access_key_id.clone()),
+                            secret_access_key: None,
+                            session_token: None,
+                        }),
                 })
                 .collect(),
             sniff: RawSniff {
@@ -478,6 +570,50 @@ impl RawConfig {
                 max_series: t.live.max_series,
                 recent: t.live.recent,
             },
+            slo: t.slo.slos.iter().map(raw_slo).collect(),
+            alerts: t.slo.alerts.as_ref().map(raw_alerts),
         }
+    }
+}
+
+fn raw_slo(s: &super::SloConfig) -> RawSlo {
+    RawSlo {
+        name: s.name.clone(),
+        route: s.route.clone(),
+        model: s.model.clone(),
+        window: dur(s.window),
+        min_requests: s.min_requests,
+        ttft_p95: s.ttft_p95.map(dur),
+        decode_tps_p50_min: s.decode_tps_p50_min,
+        max_stall: s.max_stall.map(dur),
+        error_ratio: s.error_ratio,
+        decode_tps_drop: s.decode_tps_drop,
+        baseline_window: dur(s.baseline_window),
+    }
+}
+
+/// The webhook URL keeps scheme and host; its path and query (a Slack
+/// webhook's path is its secret) and every header value are redacted.
+fn raw_alerts(a: &super::AlertsConfig) -> RawAlerts {
+    let url = &a.webhook_url;
+    let scheme = url.scheme_str().unwrap_or("https");
+    let authority = url.authority().map_or("", |a| a.as_str());
+    // `<redacted>` is no valid URL path; this reads back as a URL.
+    let path = if url.path() == "/" && url.query().is_none() {
+        ""
+    } else {
+        "/redacted"
+    };
+    RawAlerts {
+        webhook_url: format!("{scheme}://{authority}{path}"),
+        format: a.format,
+        min_interval: dur(a.min_interval),
+        timeout: dur(a.timeout),
+        max_retries: a.max_retries,
+        headers: a
+            .headers
+            .iter()
+            .map(|(k, _)| (k.to_string(), REDACTED.to_string()))
+            .collect(),
     }
 }

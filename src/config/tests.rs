@@ -636,3 +636,243 @@ fn config_live_defaults_overrides_and_bounds() {
         assert_mentions(&e.to_string(), &[key, words]);
     }
 }
+
+const SLO_LIVE: &str = "[live]\nwindow = \"1h\"\nbucket = \"15s\"\n";
+
+#[test]
+fn config_slo_defaults_and_objectives() {
+    let c = load_ok(&["--upstream", "https://api.openai.com"], &[]);
+    assert_eq!(
+        c.telemetry.slo,
+        SloSettings::default(),
+        "no SLOs by default"
+    );
+
+    let c = from_toml(&format!(
+        "{ROUTES}\n[[slo]]\nname = \"chat\"\nroute = \"openai\"\nmodel = \"gpt-4o*\"\nttft_p95 = \"800ms\"\n\
+         decode_tps_p50_min = 20\nmax_stall = \"5s\"\nerror_ratio = 0.05\n\
+         [[slo]]\nname = \"drop\"\ndecode_tps_drop = 0.3\nwindow = \"2m\"\nmin_requests = 3\n{SLO_LIVE}"
+    ))
+    .unwrap_or_else(|e| panic!("valid [[slo]]: {e}"));
+    let [chat, drop] = c.telemetry.slo.slos.as_slice() else {
+        panic!("two SLOs expected: {:?}", c.telemetry.slo.slos);
+    };
+    assert_eq!(
+        (
+            chat.name.as_str(),
+            chat.route.as_deref(),
+            chat.model.as_deref()
+        ),
+        ("chat", Some("openai"), Some("gpt-4o*"))
+    );
+    assert_eq!(
+        chat.window,
+        Duration::from_secs(300),
+        "window defaults to 5m"
+    );
+    assert_eq!(chat.min_requests, 10, "min_requests defaults to 10");
+    assert_eq!(chat.ttft_p95, Some(Duration::from_millis(800)));
+    assert_eq!(chat.decode_tps_p50_min, Some(20.0));
+    assert_eq!(chat.max_stall, Some(Duration::from_secs(5)));
+    assert_eq!(chat.error_ratio, Some(0.05));
+    assert_eq!(chat.decode_tps_drop, None);
+    assert_eq!((drop.route.as_deref(), drop.model.as_deref()), (None, None));
+    assert_eq!(drop.decode_tps_drop, Some(0.3));
+    assert_eq!(
+        drop.baseline_window,
+        Duration::from_secs(3600),
+        "baseline 1h"
+    );
+    assert_eq!(
+        (drop.window, drop.min_requests),
+        (Duration::from_secs(120), 3)
+    );
+    assert_eq!(c.telemetry.slo.alerts, None, "no [alerts] = no webhook");
+
+    let back = from_toml(&c.redacted_toml()).expect("redacted config reads back");
+    assert_eq!(back.telemetry.slo, c.telemetry.slo, "[[slo]] round-trips");
+
+    let env = load_ok(
+        &["--upstream", "https://api.openai.com"],
+        &[("TOKENTAP_SLO", "[{name = \"e\", error_ratio = 0.1}]")],
+    );
+    assert_eq!(
+        env.telemetry.slo.slos[0].error_ratio,
+        Some(0.1),
+        "env sets [[slo]]"
+    );
+}
+
+#[test]
+fn config_slo_errors_name_the_key() {
+    for (body, key, words) in [
+        ("name = \"x\"", "slo[0].name", "no objective"),
+        (
+            "name = \"a b\"\nerror_ratio = 0.1",
+            "slo[0].name",
+            "letters",
+        ),
+        (
+            "name = \"x\"\nroute = \"nope\"\nerror_ratio = 0.1",
+            "slo[0].route",
+            "openai",
+        ),
+        (
+            "name = \"x\"\nwindow = \"20m\"\nerror_ratio = 0.1",
+            "slo[0].window",
+            "live.window (10m)",
+        ),
+        (
+            "name = \"x\"\nwindow = \"1s\"\nerror_ratio = 0.1",
+            "slo[0].window",
+            "live.bucket",
+        ),
+        (
+            "name = \"x\"\nerror_ratio = 1.5",
+            "slo[0].error_ratio",
+            "from 0 to 1",
+        ),
+        (
+            "name = \"x\"\ndecode_tps_drop = 1",
+            "slo[0].decode_tps_drop",
+            "below 1",
+        ),
+        (
+            "name = \"x\"\ndecode_tps_p50_min = -1",
+            "slo[0].decode_tps_p50_min",
+            "positive",
+        ),
+        (
+            "name = \"x\"\nttft_p95 = \"0s\"",
+            "slo[0].ttft_p95",
+            "longer than zero",
+        ),
+        ("name = \"x\"\nttft_p95 = 5", "slo[0].ttft_p95", "no unit"),
+        (
+            "name = \"x\"\nmin_requests = 0\nerror_ratio = 0.1",
+            "slo[0].min_requests",
+            "at least 1",
+        ),
+        (
+            "name = \"x\"\nerror_ratio = 0.1\nwindows = \"5m\"",
+            "slo[0].windows",
+            "unknown key",
+        ),
+        // The default 1h baseline does not fit the default 10m live window.
+        (
+            "name = \"x\"\ndecode_tps_drop = 0.3",
+            "slo[0].baseline_window",
+            "raise live.window",
+        ),
+        (
+            "name = \"x\"\ndecode_tps_drop = 0.3\nbaseline_window = \"5m\"",
+            "slo[0].baseline_window",
+            "longer than the SLO's window",
+        ),
+    ] {
+        let e = from_toml(&format!("{ROUTES}\n[[slo]]\n{body}\n"))
+            .expect_err(&format!("[[slo]] {body} must be refused"));
+        assert_mentions(&e.to_string(), &[key, words]);
+    }
+    let e = from_toml(&format!(
+        "{ROUTES}\n[[slo]]\nname = \"x\"\nerror_ratio = 0.1\n[[slo]]\nname = \"x\"\nerror_ratio = 0.2\n"
+    ))
+    .expect_err("duplicate SLO names");
+    assert_mentions(&e.to_string(), &["slo[1].name", "duplicate"]);
+}
+
+#[test]
+fn config_alerts_defaults_bounds_and_redaction() {
+    let c = from_toml(&format!(
+        "{ROUTES}\n[alerts]\nwebhook_url = \"https://hooks.example.com/services/T0/B0/SECRETPATH\"\n\
+         format = \"slack\"\n[alerts.headers]\nauthorization = \"Bearer SECRETTOKEN\"\n"
+    ))
+    .unwrap_or_else(|e| panic!("valid [alerts]: {e}"));
+    let a = c.telemetry.slo.alerts.as_ref().expect("[alerts] set");
+    assert_eq!(a.format, AlertFormat::Slack);
+    assert_eq!(a.min_interval, Duration::from_secs(60), "min_interval 1m");
+    assert_eq!(a.timeout, Duration::from_secs(10), "timeout 10s");
+    assert_eq!(a.max_retries, 5, "max_retries 5");
+    assert_eq!(a.headers.len(), 1);
+    let shown = c.redacted_toml();
+    for secret in ["SECRETPATH", "SECRETTOKEN"] {
+        assert!(!shown.contains(secret), "/config leaks {secret}:\n{shown}");
+    }
+    assert!(
+        shown.contains("https://hooks.example.com/"),
+        "/config keeps the webhook host:\n{shown}"
+    );
+    let back =
+        from_toml(&shown).unwrap_or_else(|e| panic!("redacted [alerts] loads: {e}\n{shown}"));
+    let b = back.telemetry.slo.alerts.expect("[alerts] survives");
+    assert_eq!((b.format, b.max_retries), (a.format, a.max_retries));
+
+    for (body, key, words) in [
+        ("format = \"json\"", "alerts.webhook_url", "required"),
+        (
+            "webhook_url = \"ftp://x.org/h\"",
+            "alerts.webhook_url",
+            "http://",
+        ),
+        (
+            "webhook_url = \"https://u:p@x.org/h\"",
+            "alerts.webhook_url",
+            "credentials",
+        ),
+        (
+            "webhook_url = \"https://x.org\"\nformat = \"xml\"",
+            "alerts.format",
+            "slack",
+        ),
+        (
+            "webhook_url = \"https://x.org\"\ntimeout = \"0s\"",
+            "alerts.timeout",
+            "longer than zero",
+        ),
+        (
+            "webhook_url = \"https://x.org\"\nmax_retries = 99",
+            "alerts.max_retries",
+            "at most",
+        ),
+        (
+            "webhook_url = \"https://x.org\"\nheaders = { \"a b\" = \"1\" }",
+            "alerts.headers",
+            "header name",
+        ),
+        (
+            "webhook_url = \"https://x.org\"\nretries = 1",
+            "alerts.retries",
+            "unknown key",
+        ),
+    ] {
+        let e = from_toml(&format!("{ROUTES}\n[alerts]\n{body}\n"))
+            .expect_err(&format!("[alerts] {body} must be refused"));
+        assert_mentions(&e.to_string(), &[key, words]);
+    }
+}
+
+#[test]
+fn config_shipped_slo_and_alerts_examples_load_when_uncommented() {
+    let shipped = include_str!("../../config/tokentap.toml");
+    let at = shipped
+        .find("# [[slo]]")
+        .expect("commented [[slo]] example");
+    let (head, tail) = shipped.split_at(at);
+    let uncommented: Vec<&str> = tail
+        .lines()
+        .map(|l| match l.strip_prefix("# ") {
+            Some(rest)
+                if rest.starts_with('[') || rest.contains(" = ") && !rest.starts_with('#') =>
+            {
+                rest
+            }
+            _ => l,
+        })
+        .collect();
+    let text = format!("{head}{}\n", uncommented.join("\n"));
+    let c = from_toml(&text).unwrap_or_else(|e| panic!("uncommented examples load: {e}\n{text}"));
+    let s = &c.telemetry.slo;
+    assert_eq!(s.slos.len(), 1, "the [[slo]] example is active");
+    assert_eq!(s.slos[0].decode_tps_drop, Some(0.3));
+    assert!(s.alerts.is_some(), "the [alerts] example is active");
+}

@@ -1,6 +1,8 @@
 //! Validation: the merged figment in, a typed `Config` (or an error naming
 //! the key and the source that set it) out.
 
+mod slo;
+
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,12 +12,12 @@ use figment::error::Kind;
 use figment::value::Value;
 use figment::{Figment, Metadata, Source};
 
-use super::LiveConfig;
 use super::raw::{Quantity, RawConfig, RawLive, RawRoute, RawTelemetry, RawTenant, RawUpstream};
 use super::{
     ADMIN_OFF, Config, ConfigError, DEFAULT_ADMIN_LISTEN, MeterConfig, RouteConfig, ServerConfig,
     SniffConfig, TelemetryConfig, TenantConfig, TenantSource, UpstreamConfig, parse,
 };
+use super::{LiveConfig, SloSettings};
 
 /// The merged figment, kept to answer "where did this key come from?".
 pub(super) struct Cx<'a> {
@@ -225,13 +227,17 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         max_connections: cx.count("server.max_connections", s.max_connections)?,
         shutdown_grace: cx.duration("server.shutdown_grace", &s.shutdown_grace)?,
     };
+    let upstream = upstream(&cx, &raw.upstream)?;
+    let routes = routes(&cx, &raw.routes)?;
+    let live = live(&cx, &raw.live)?;
+    let slo = slo::settings(&cx, &raw.slo, raw.alerts.as_ref(), &routes, &live)?;
     Ok(Config {
         listen,
         admin_listen,
         admin_listen_default,
         server,
-        upstream: upstream(&cx, &raw.upstream)?,
-        routes: routes(&cx, &raw.routes)?,
+        upstream,
+        routes,
         sniff: SniffConfig {
             max_body_bytes: cx.size("sniff.max_body_bytes", &raw.sniff.max_body_bytes)?,
         },
@@ -240,7 +246,7 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
             tokenizer: raw.meter.tokenizer,
         },
         tenant: tenant(&cx, &raw.tenant)?,
-        telemetry: telemetry(&cx, &raw.telemetry, live(&cx, &raw.live)?)?,
+        telemetry: telemetry(&cx, &raw.telemetry, live, slo)?,
     })
 }
 
@@ -392,7 +398,12 @@ fn live(cx: &Cx, l: &RawLive) -> Result<LiveConfig, ConfigError> {
     })
 }
 
-fn telemetry(cx: &Cx, t: &RawTelemetry, live: LiveConfig) -> Result<TelemetryConfig, ConfigError> {
+fn telemetry(
+    cx: &Cx,
+    t: &RawTelemetry,
+    live: LiveConfig,
+    slo: SloSettings,
+) -> Result<TelemetryConfig, ConfigError> {
     let otlp_endpoint = t
         .otlp_endpoint
         .as_deref()
@@ -430,5 +441,6 @@ fn telemetry(cx: &Cx, t: &RawTelemetry, live: LiveConfig) -> Result<TelemetryCon
         access_log: t.access_log,
         log_format: t.log_format,
         live,
+        slo,
     })
 }

@@ -16,6 +16,9 @@ pub const M_MAX_STALL: &str = "tokentap.stream.max_stall";
 pub const M_REQUESTS: &str = "tokentap.requests";
 pub const M_STREAMS_ACTIVE: &str = "tokentap.streams.active";
 pub const M_TELEMETRY_DROPPED: &str = "tokentap.telemetry.dropped";
+pub const M_SLO_BREACHES: &str = "tokentap.slo.breaches";
+pub const M_SLO_BREACHED: &str = "tokentap.slo.breached";
+pub const M_SLO_WEBHOOK: &str = "tokentap.slo.webhook.events";
 
 // Semantic-convention attribute keys.
 pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
@@ -61,6 +64,14 @@ pub const UPSTREAM_LOAD: &str = "tokentap.upstream.load_duration";
 pub const TTFT_NETWORK_AND_QUEUE: &str = "tokentap.ttft.network_and_queue";
 pub const NETWORK_QUEUE_SHARE: &str = "tokentap.network_queue_share";
 pub const SIGNAL: &str = "signal";
+/// SLO name and objective (`tokentap.slo.*` metrics).
+pub const SLO_NAME: &str = "tokentap.slo.name";
+pub const SLO_OBJECTIVE: &str = "tokentap.slo.objective";
+/// Span attribute: names of the SLOs breached for the request's route and
+/// model when it finished.
+pub const SLO_BREACHED: &str = "tokentap.slo.breached";
+/// `tokentap.slo.webhook.events` result.
+pub const SLO_WEBHOOK_RESULT: &str = "tokentap.slo.webhook.result";
 
 // Fixed values.
 pub const TOKEN_INPUT: &str = "input";
@@ -71,6 +82,12 @@ pub const OPERATION_UNKNOWN: &str = "unknown";
 pub const OTHER: &str = "other";
 pub const SIGNAL_SPANS: &str = "spans";
 pub const SIGNAL_METRICS: &str = "metrics";
+/// `tokentap.slo.breaches` model value for SLOs that name no model.
+pub const SLO_ALL_MODELS: &str = "*";
+pub const RESULT_SENT: &str = "sent";
+pub const RESULT_FAILED: &str = "failed";
+pub const RESULT_QUEUE_FULL: &str = "queue_full";
+pub const RESULT_SUPERSEDED: &str = "superseded";
 
 /// Span event at the first content chunk.
 pub const EVENT_FIRST_TOKEN: &str = "first_token";

@@ -41,6 +41,7 @@ pub(super) fn config() -> TelemetryConfig {
         access_log: true,
         log_format: LogFormat::Text,
         live: Default::default(),
+        slo: Default::default(),
     }
 }
 

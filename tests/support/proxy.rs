@@ -410,3 +410,11 @@ pub async fn run_bin(args: &[&str], env: &[(&str, &str)]) -> (std::process::Exit
     text.push_str(&String::from_utf8_lossy(&out.stdout));
     (out.status, text)
 }
+
+impl Toml {
+    /// Raw TOML appended after the routes (e.g. `[[slo]]` entries or an
+    /// `[alerts]` table).
+    pub fn raw(self, text: &str) -> Toml {
+        self.raw_route(text)
+    }
+}
