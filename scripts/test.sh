@@ -27,10 +27,12 @@ cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings
 
-echo "== cargo test --all-targets"
+echo "== cargo test (lib, bins, integration tests)"
 # Timing assertions have generous margins; two test threads keep a 2-core
 # machine from starving the scripted clocks.
-cargo test --all-targets -- --test-threads=2
+cargo test --lib --bins --tests -- --test-threads=2
+echo "== cargo test --benches (each criterion bench once, as a smoke test)"
+cargo test --benches
 
 if [ "${TOKENTAP_TEST_QUICK:-0}" = 1 ]; then
     exit 0
