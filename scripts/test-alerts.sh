@@ -2,6 +2,8 @@
 # Check and unit-test the Prometheus rules shipped for users' own stacks:
 #   promtool check rules deploy/prometheus/alerts.yml
 #   promtool test rules  deploy/prometheus/alerts_test.yml
+#   promtool check rules on every PromQL query of deploy/grafana/tokentap.json
+#                        (Grafana variables replaced), to catch syntax errors
 # promtool comes from Debian's `prometheus` package (2.42 on bookworm); when
 # it is missing and we are root with apt-get, it is installed. Run by .ci/run.
 # The metric names these rules (and the Grafana dashboard) use are checked
@@ -27,4 +29,39 @@ echo "-- promtool check rules deploy/prometheus/alerts.yml"
 promtool check rules deploy/prometheus/alerts.yml
 echo "-- promtool test rules deploy/prometheus/alerts_test.yml"
 promtool test rules deploy/prometheus/alerts_test.yml
-echo "test-alerts: rules valid, unit tests passed"
+# The dashboard's queries, as recording rules promtool parses: panel targets,
+# annotations and template variable queries (label_values(...) is Grafana's,
+# not PromQL: its selector is checked).
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+python3 - deploy/grafana/tokentap.json "$tmp/dashboard-rules.yml" <<'PY'
+import json, re, sys
+dash = json.load(open(sys.argv[1]))
+subst = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h",
+         "$route": ".*", "$model": ".*", "$tenant": ".*"}
+exprs = []
+def walk(v):
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if k in ("expr", "definition") and isinstance(x, str) and x:
+                exprs.append(x)
+            else:
+                walk(x)
+    elif isinstance(v, list):
+        for x in v:
+            walk(x)
+walk(dash)
+with open(sys.argv[2], "w") as out:
+    out.write("groups:\n  - name: dashboard\n    rules:\n")
+    for i, e in enumerate(exprs):
+        for k, val in subst.items():
+            e = e.replace(k, val)
+        m = re.fullmatch(r"\s*label_values\((.*),\s*\w+\)\s*", e, re.S)
+        if m:
+            e = m.group(1)
+        out.write(f"      - record: dashboard:query:{i}\n        expr: {json.dumps(e)}\n")
+print(f"{len(exprs)} dashboard queries")
+PY
+echo "-- promtool check rules: deploy/grafana/tokentap.json queries"
+promtool check rules "$tmp/dashboard-rules.yml"
+echo "test-alerts: rules valid, unit tests passed, dashboard queries parse"
