@@ -16,7 +16,7 @@ fn main() -> ExitCode {
                 Some(a) => a.parse().ok(),
                 None => Some(config::DEFAULT_ADMIN_LISTEN),
             };
-            tokentap::telemetry::init_logging(config::LogFormat::Text);
+            let _logs = tokentap::telemetry::init_logging(config::LogFormat::Text);
             return block_on(tokentap::demo::run(args, listen, admin));
         }
         Command::Run => {}
@@ -28,7 +28,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tokentap::telemetry::init_logging(config.telemetry.log_format);
+    let _logs = tokentap::telemetry::init_logging(config.telemetry.log_format);
     block_on(run(config))
 }
 

@@ -39,14 +39,32 @@ fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// Install the process's `tracing` subscriber: text or JSON lines, filtered
-/// by `RUST_LOG` (default `info`). A second call does nothing.
-pub fn init_logging(format: LogFormat) {
+/// Keeps the log writer thread alive; dropping it flushes what is queued.
+pub type LogGuard = tracing_appender::non_blocking::WorkerGuard;
+
+/// Lines queued for the writer thread before new ones are dropped.
+const LOG_QUEUE_LINES: usize = 65_536;
+
+/// Install the process's `tracing` subscriber: text or JSON lines on stdout,
+/// filtered by `RUST_LOG` (default `info`). Lines go through a bounded queue
+/// to a writer thread, so a slow or blocked stdout drops log lines instead
+/// of stalling the streams whose access-log line is being written.
+/// Keep the guard until exit. A second call does nothing and returns `None`.
+pub fn init_logging(format: LogFormat) -> Option<LogGuard> {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    let _ = match format {
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(LOG_QUEUE_LINES)
+        .thread_name("tokentap-log")
+        .finish(std::io::stdout());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
+    let installed = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
+    installed.ok().map(|()| guard)
 }

@@ -726,8 +726,11 @@ fn otlp_disabled_still_serves_spans_and_metrics_api() {
 
 #[test]
 fn init_logging_twice_is_harmless() {
-    init_logging(LogFormat::Json);
-    init_logging(LogFormat::Text);
+    let _first = init_logging(LogFormat::Json);
+    assert!(
+        init_logging(LogFormat::Text).is_none(),
+        "a second call installs nothing"
+    );
 }
 
 /// Accept one connection on `listener` and return the first bytes sent.
