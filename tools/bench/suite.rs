@@ -153,8 +153,11 @@ pub async fn run(args: SuiteArgs) -> Result<(), String> {
         return Err(format!("{} not found; build it first", tokentap.display()));
     }
     let bins = Binaries::find(tokentap);
-    let plan = plan(&args, &bins)?;
+    let mut plan = plan(&args, &bins)?;
     std::fs::create_dir_all(&plan.dir).map_err(|e| format!("{}: {e}", plan.dir.display()))?;
+    // nginx resolves relative paths against its prefix: hand out absolute ones.
+    plan.dir =
+        std::fs::canonicalize(&plan.dir).map_err(|e| format!("{}: {e}", plan.dir.display()))?;
     eprintln!("results in {}", plan.dir.display());
     let (sink_addr, sink) = crate::sink::start(targets::addr(0))
         .await
