@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::Sleep;
 
@@ -358,6 +358,60 @@ pub struct MeteredBody<B> {
     idle: Option<Duration>,
     deadline: Option<tokio::time::Instant>,
     timer: Option<Pin<Box<Sleep>>>,
+    /// What comes after the data frame being returned now.
+    held: Option<Held>,
+}
+
+/// A frame, error or end kept for the next poll, behind joined data.
+enum Held {
+    Frame(Frame<Bytes>),
+    Error(BoxError),
+    End,
+}
+
+/// Most bytes joined into one frame.
+const MAX_JOINED: usize = 64 * 1024;
+
+/// Data pieces that are ready together, joined without a copy when there is one.
+#[derive(Default)]
+struct Joined {
+    first: Option<Bytes>,
+    rest: Option<BytesMut>,
+}
+
+impl Joined {
+    fn push(&mut self, piece: Bytes) {
+        if piece.is_empty() {
+            return;
+        }
+        match (&self.first, &mut self.rest) {
+            (None, _) => self.first = Some(piece),
+            (Some(_), Some(rest)) => rest.extend_from_slice(&piece),
+            (Some(first), None) => {
+                let mut rest = BytesMut::with_capacity(first.len() + piece.len());
+                rest.extend_from_slice(first);
+                rest.extend_from_slice(&piece);
+                self.rest = Some(rest);
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.rest
+            .as_ref()
+            .map_or_else(|| self.first.as_ref().map_or(0, Bytes::len), BytesMut::len)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    fn into_bytes(self) -> Bytes {
+        match self.rest {
+            Some(rest) => rest.freeze(),
+            None => self.first.unwrap_or_default(),
+        }
+    }
 }
 
 impl<B> std::fmt::Debug for MeteredBody<B> {
@@ -394,6 +448,7 @@ where
             inner,
             meter,
             stripper: None,
+            held: None,
             idle,
             deadline,
             timer: None,
@@ -407,6 +462,26 @@ where
     pub fn strip_injected_usage(mut self) -> Self {
         self.stripper = Some(UsageStripper::default());
         self
+    }
+
+    /// Meter one upstream data frame; the bytes the client gets for it
+    /// (after usage stripping, which may hold part of it back).
+    fn take_in(&mut self, data: Bytes, ended: bool) -> Option<Bytes> {
+        self.meter.on_data(&data);
+        if self.idle.is_some() {
+            self.arm();
+        }
+        if ended {
+            self.meter.finish(End::Eos);
+        }
+        let Some(stripper) = self.stripper.as_mut() else {
+            return Some(data);
+        };
+        let mut out = stripper.push(&data);
+        if ended {
+            out = [out, stripper.finish()].concat().into();
+        }
+        (!out.is_empty()).then_some(out)
     }
 
     fn arm(&mut self) {
@@ -452,9 +527,20 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
+        if let Some(held) = this.held.take() {
+            return Poll::Ready(match held {
+                Held::Frame(f) => Some(Ok(f)),
+                Held::Error(e) => Some(Err(e)),
+                Held::End => None,
+            });
+        }
+        // Everything the upstream has already delivered goes out as one frame
+        // (one write to the client); nothing waits for more.
+        let mut out = Joined::default();
         loop {
             let polled = match Pin::new(&mut this.inner).poll_frame(cx) {
                 Poll::Ready(r) => r,
+                Poll::Pending if !out.is_empty() => break,
                 Poll::Pending => {
                     if let Some(end) = this.poll_timer(cx) {
                         this.meter.finish(end);
@@ -468,54 +554,51 @@ where
                     return Poll::Pending;
                 }
             };
-            let frame = match polled {
-                Some(Ok(frame)) => frame,
+            let held = match polled {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => {
+                        let ended = this.inner.is_end_stream();
+                        if let Some(piece) = this.take_in(data, ended) {
+                            out.push(piece);
+                        }
+                        if ended || out.len() >= MAX_JOINED {
+                            break;
+                        }
+                        continue;
+                    }
+                    Err(trailers) => {
+                        if this.inner.is_end_stream() {
+                            this.meter.finish(End::Eos);
+                        }
+                        Held::Frame(trailers)
+                    }
+                },
                 Some(Err(e)) => {
                     this.meter.finish(End::Aborted);
-                    return Poll::Ready(Some(Err(e.into())));
+                    Held::Error(e.into())
                 }
                 None => {
                     this.meter.finish(End::Eos);
-                    let rest = this
-                        .stripper
-                        .take()
-                        .map(|mut s| s.finish())
-                        .filter(|b| !b.is_empty());
-                    return Poll::Ready(rest.map(|b| Ok(Frame::data(b))));
+                    if let Some(rest) = this.stripper.take().map(|mut s| s.finish()) {
+                        out.push(rest);
+                    }
+                    Held::End
                 }
             };
-            let ended = this.inner.is_end_stream();
-            let frame = match frame.into_data() {
-                Ok(data) => {
-                    this.meter.on_data(&data);
-                    if this.idle.is_some() {
-                        this.arm();
-                    }
-                    match this.stripper.as_mut() {
-                        None => Frame::data(data),
-                        Some(stripper) => {
-                            let mut out = stripper.push(&data);
-                            if ended {
-                                out = [out, stripper.finish()].concat().into();
-                            }
-                            if out.is_empty() && !ended {
-                                continue;
-                            }
-                            Frame::data(out)
-                        }
-                    }
-                }
-                Err(other) => other,
-            };
-            if ended {
-                this.meter.finish(End::Eos);
+            if out.is_empty() {
+                this.held = Some(held);
+                return Pin::new(this).poll_frame(cx);
             }
-            return Poll::Ready(Some(Ok(frame)));
+            this.held = Some(held);
+            break;
         }
+        Poll::Ready(Some(Ok(Frame::data(out.into_bytes()))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream() && self.stripper.as_ref().is_none_or(UsageStripper::is_empty)
+        self.held.is_none()
+            && self.inner.is_end_stream()
+            && self.stripper.as_ref().is_none_or(UsageStripper::is_empty)
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -655,6 +738,29 @@ mod tests {
         );
         assert!(m.max_gap.expect("max gap") >= Duration::from_millis(20));
         assert_eq!(m.response_bytes, expected.len() as u64);
+    }
+
+    #[tokio::test]
+    async fn frames_ready_together_leave_as_one_and_are_each_metered() {
+        let (sink, mut tx, mut body) = metered(true, "text/event-stream", None);
+        let sent = [chunk("a"), chunk("b"), chunk("c")];
+        for b in sent.clone() {
+            tx.send_data(b).await.expect("send");
+        }
+        let frame = body.frame().await.expect("frame").expect("ok");
+        let joined: Vec<u8> = sent.iter().flat_map(|b| b.to_vec()).collect();
+        assert_eq!(
+            frame.data_ref().map(|d| d.to_vec()),
+            Some(joined),
+            "one write for what was ready"
+        );
+        drop(tx);
+        assert!(body.frame().await.is_none(), "then the end");
+        assert_eq!(
+            sink.only().content_chunks,
+            3,
+            "each upstream chunk metered on its own"
+        );
     }
 
     #[tokio::test]
