@@ -176,6 +176,43 @@ impl Body for ProxyBody {
     }
 }
 
+/// Records a cancelled request if dropped while the request body is read.
+struct UnreadGuard<'a> {
+    state: &'a State,
+    route: &'a Route,
+    operation: Option<Operation>,
+    provider: Option<ProviderKind>,
+    start: Instant,
+    start_wall: SystemTime,
+}
+
+impl UnreadGuard<'_> {
+    fn disarm(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for UnreadGuard<'_> {
+    fn drop(&mut self) {
+        let facts = RequestFacts {
+            route: self.route.name.clone(),
+            provider: self.provider.unwrap_or(ProviderKind::Openai),
+            operation: self.operation,
+            request_model: None,
+            stream: false,
+            tenant: None,
+            server_address: self.route.server_address.clone(),
+            server_port: self.route.server_port,
+            request_body: crate::meter::RequestBody::Unread,
+            start_wall: self.start_wall,
+            start: self.start,
+        };
+        let telemetry = self.state.telemetry.begin(&facts, &http::HeaderMap::new());
+        // Dropping an unfinished meter records `client_cancelled`.
+        drop(Meter::new(facts, Box::new(telemetry)));
+    }
+}
+
 /// The request body with `stream_options.include_usage` added, when the
 /// route opts in and the request is an OpenAI-format stream that did not
 /// mention `stream_options` (an explicit `include_usage: false` is respected).
@@ -241,8 +278,27 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
         route.provider.or_else(|| ProviderKind::detect(path)),
     );
 
-    let (sniffed, mut body) =
-        sniff::sniff(&parts.headers, body, state.config.sniff.max_body_bytes).await;
+    // A client that goes away while its body is still being read is
+    // recorded too (as cancelled, before anything was forwarded).
+    let unread = UnreadGuard {
+        state: &state,
+        route,
+        operation,
+        provider,
+        start,
+        start_wall,
+    };
+    let sniffed = sniff::sniff(&parts.headers, body, state.config.sniff.max_body_bytes).await;
+    let Ok((sniffed, mut body)) = sniffed else {
+        // The client's body broke off: nothing is forwarded, and the guard
+        // records the request as cancelled.
+        return upstream::error_response(
+            StatusCode::BAD_REQUEST,
+            "the request body ended early",
+            "client_body_error",
+        );
+    };
+    unread.disarm();
     let injected = injected_body(route, provider, operation, &sniffed, &body);
     if let Some(rewritten) = &injected {
         parts

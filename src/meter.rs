@@ -73,6 +73,8 @@ pub enum RequestBody {
     TooLarge,
     /// Not JSON: forwarded unread.
     NotJson,
+    /// The client went away before its body was read.
+    Unread,
 }
 
 impl RequestBody {
@@ -83,6 +85,7 @@ impl RequestBody {
             RequestBody::Empty => "empty",
             RequestBody::TooLarge => "too_large",
             RequestBody::NotJson => "not_json",
+            RequestBody::Unread => "unread",
         }
     }
 }

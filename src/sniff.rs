@@ -159,81 +159,47 @@ where
 }
 
 /// Read `body` up to `limit` bytes. Returns what it said and a body that
-/// replays the identical bytes. A body that errors while being read keeps
-/// its error for the upstream side to see.
-pub async fn sniff<B>(headers: &HeaderMap, mut body: B, limit: usize) -> (Sniffed, Replay<B>)
+/// replays the identical bytes, or the client's error when its body broke
+/// off while being read (nothing is forwarded then).
+pub async fn sniff<B>(
+    headers: &HeaderMap,
+    mut body: B,
+    limit: usize,
+) -> Result<(Sniffed, Replay<B>), B::Error>
 where
     B: Body<Data = Bytes> + Unpin,
 {
-    if !looks_like_json(headers) {
+    let unread = |kind, read, body| {
         let sniffed = Sniffed {
-            body: RequestBody::NotJson,
+            body: kind,
             ..Sniffed::default()
         };
-        return (
+        Ok((
             sniffed,
             Replay {
-                read: VecDeque::new(),
+                read,
                 rest: Some(body),
             },
-        );
+        ))
+    };
+    if !looks_like_json(headers) {
+        return unread(RequestBody::NotJson, VecDeque::new(), body);
     }
     if declared_len(headers).is_some_and(|n| n > limit as u64) {
-        let sniffed = Sniffed {
-            body: RequestBody::TooLarge,
-            ..Sniffed::default()
-        };
-        return (
-            sniffed,
-            Replay {
-                read: VecDeque::new(),
-                rest: Some(body),
-            },
-        );
+        return unread(RequestBody::TooLarge, VecDeque::new(), body);
     }
     let mut read = VecDeque::new();
     let mut total = 0usize;
-    loop {
-        if body.is_end_stream() {
+    while !body.is_end_stream() {
+        let Some(frame) = body.frame().await else {
             break;
-        }
-        match body.frame().await {
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => {
-                    total += data.len();
-                    read.push_back(data);
-                    if total > limit {
-                        let sniffed = Sniffed {
-                            body: RequestBody::TooLarge,
-                            ..Sniffed::default()
-                        };
-                        return (
-                            sniffed,
-                            Replay {
-                                read,
-                                rest: Some(body),
-                            },
-                        );
-                    }
-                }
-                // Request trailers are not forwarded; LLM APIs do not use them.
-                Err(_trailers) => break,
-            },
-            None => break,
-            Some(Err(_)) => {
-                // The error resurfaces when the replay polls `body` again.
-                let sniffed = Sniffed {
-                    body: RequestBody::NotJson,
-                    ..Sniffed::default()
-                };
-                return (
-                    sniffed,
-                    Replay {
-                        read,
-                        rest: Some(body),
-                    },
-                );
-            }
+        };
+        // Request trailers are not forwarded; LLM APIs do not use them.
+        let Ok(data) = frame?.into_data() else { break };
+        total += data.len();
+        read.push_back(data);
+        if total > limit {
+            return unread(RequestBody::TooLarge, read, body);
         }
     }
     let sniffed = match read.len() {
@@ -248,7 +214,7 @@ where
             parse(&whole)
         }
     };
-    (sniffed, Replay { read, rest: None })
+    Ok((sniffed, Replay { read, rest: None }))
 }
 
 fn looks_like_json(headers: &HeaderMap) -> bool {
@@ -327,7 +293,9 @@ mod tests {
     #[tokio::test]
     async fn small_body_is_sniffed_and_replayed_identically() {
         let raw: &[u8] = br#"{"model":"m","stream":true}"#;
-        let (s, body) = sniff(&HeaderMap::new(), Full::new(Bytes::from_static(raw)), 1024).await;
+        let (s, body) = sniff(&HeaderMap::new(), Full::new(Bytes::from_static(raw)), 1024)
+            .await
+            .expect("readable");
         assert_eq!(s.model.as_deref(), Some("m"));
         assert_eq!(body.size_hint().exact(), Some(raw.len() as u64));
         assert_eq!(replayed(body).await, raw);
@@ -336,7 +304,8 @@ mod tests {
             parts(&[b"{\"model\":", b"\"m2\"}"]),
             1024,
         )
-        .await;
+        .await
+        .expect("readable");
         assert_eq!(s.model.as_deref(), Some("m2"));
         assert_eq!(replayed(body).await, b"{\"model\":\"m2\"}");
     }
@@ -348,7 +317,8 @@ mod tests {
             parts(&[b"{\"model\":", b"\"m\"", b", \"x\": 1}"]),
             12,
         )
-        .await;
+        .await
+        .expect("readable");
         assert_eq!(s.body, RequestBody::TooLarge);
         assert_eq!(replayed(body).await, b"{\"model\":\"m\", \"x\": 1}");
     }
@@ -360,7 +330,9 @@ mod tests {
             http::header::CONTENT_TYPE,
             "multipart/form-data; boundary=x".parse().expect("hv"),
         );
-        let (s, body) = sniff(&h, Full::new(Bytes::from_static(b"--x")), 1024).await;
+        let (s, body) = sniff(&h, Full::new(Bytes::from_static(b"--x")), 1024)
+            .await
+            .expect("readable");
         assert_eq!(s.body, RequestBody::NotJson);
         assert_eq!(replayed(body).await, b"--x");
     }
