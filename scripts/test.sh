@@ -8,6 +8,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+quick="${TOKENTAP_TEST_QUICK:-0}"
 # Telemetry and tokentap settings from the caller's shell must not leak into the tests.
 while IFS='=' read -r name _; do
     case "$name" in OTEL_*|TOKENTAP_*) unset "$name" ;; esac
@@ -34,7 +35,7 @@ cargo test --lib --bins --tests -- --test-threads=2
 echo "== cargo test --benches (each criterion bench once, as a smoke test)"
 cargo test --benches
 
-if [ "${TOKENTAP_TEST_QUICK:-0}" = 1 ]; then
+if [ "$quick" = 1 ]; then
     exit 0
 fi
 
