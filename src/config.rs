@@ -280,7 +280,7 @@ pub struct AlertsConfig {
     long_about = "tokentap sits between your application and an LLM provider, forwards every byte \
 unchanged, and turns each request into a measurement (time to first token, tokens per second, \
 token counts) exported over OTLP.\n\n\
-Quick start:\n  tokentap --upstream https://api.openai.com\n  \
+Quick start:\n  tokentap demo      (simulated provider and traffic; no API key needed)\n  tokentap --upstream https://api.openai.com\n  \
 OPENAI_BASE_URL=http://127.0.0.1:8080/v1 your-app\n\n\
 Configuration layers, later wins: built-in defaults < OTEL_* env < config file < \
 TOKENTAP_* env (nested keys joined by `__`, e.g. TOKENTAP_SERVER__MAX_CONNECTIONS=100) < flags. \
