@@ -116,6 +116,26 @@ pub(crate) mod testing {
         whole
     }
 
+    /// `decode_all_ways`, asserting the input decodes without error.
+    #[track_caller]
+    pub fn frames_ok<D: Decoder, T: PartialEq + std::fmt::Debug>(
+        make: impl Fn() -> D,
+        input: &[u8],
+        render: fn(Frame<'_>) -> T,
+    ) -> Vec<T> {
+        let (frames, result) = decode_all_ways(make, input, render);
+        assert_eq!(result, Ok(()), "expected no error for {:?}", text(input));
+        frames
+    }
+
+    /// A `Frame::Json` as text (NDJSON lines, JSON array elements).
+    pub fn json(f: Frame<'_>) -> String {
+        match f {
+            Frame::Json(doc) => text(doc),
+            other => panic!("expected a JSON frame, got {other:?}"),
+        }
+    }
+
     /// Lossy text of a byte slice, for readable assertions.
     pub fn text(b: &[u8]) -> String {
         String::from_utf8_lossy(b).into_owned()

@@ -1042,6 +1042,16 @@ pub(crate) mod tests {
     ];
 
     /// The fixture called `name`.
+    /// Parse fixture `name` whole and compare its summary (text pieces
+    /// aside: the text tests check those) with `expected`.
+    #[track_caller]
+    pub(crate) fn expect_summary(name: &str, expected: Summary) {
+        let (mut got, _, result) = fixture(name).run();
+        assert_eq!(result, Ok(()), "{name}: parses without error");
+        got.texts.clear();
+        assert_eq!(got, expected, "{name}: summary");
+    }
+
     pub(crate) fn fixture(name: &str) -> &'static Fixture {
         FIXTURES
             .iter()

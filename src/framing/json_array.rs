@@ -240,30 +240,16 @@ impl JsonArrayDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framing::testing::{self, text};
+    use crate::framing::testing;
 
     type Frames = Vec<String>;
 
-    fn render(f: Frame<'_>) -> String {
-        match f {
-            Frame::Json(element) => text(element),
-            other => panic!("JSON array decoder produced {other:?}"),
-        }
-    }
-
     fn decode_all_ways(input: &[u8], max: usize) -> (Frames, Result<(), FramingError>) {
-        testing::decode_all_ways(|| JsonArrayDecoder::new(max), input, render)
+        testing::decode_all_ways(|| JsonArrayDecoder::new(max), input, testing::json)
     }
 
     fn frames(input: &[u8]) -> Frames {
-        let (frames, result) = decode_all_ways(input, 1 << 16);
-        assert_eq!(
-            result,
-            Ok(()),
-            "expected no error for {:?}",
-            String::from_utf8_lossy(input)
-        );
-        frames
+        testing::frames_ok(|| JsonArrayDecoder::new(1 << 16), input, testing::json)
     }
 
     fn error(input: &[u8]) -> (Frames, FramingError) {

@@ -303,14 +303,7 @@ mod tests {
     }
 
     fn frames(input: &[u8]) -> Frames {
-        let (frames, result) = decode_all_ways(input, 1 << 16);
-        assert_eq!(
-            result,
-            Ok(()),
-            "expected no error for {:?}",
-            String::from_utf8_lossy(input)
-        );
-        frames
+        testing::frames_ok(|| SseDecoder::new(1 << 16), input, render)
     }
 
     fn ev(event: &str, data: &str) -> (String, String) {

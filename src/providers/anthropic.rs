@@ -279,7 +279,7 @@ struct WireUsage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::tests::{Summary, fixture};
+    use crate::providers::tests::{Summary, expect_summary as expect, fixture};
 
     fn usage(uncached: u64, output: u64, cache_read: u64, cache_creation: u64) -> Usage {
         Usage {
@@ -289,13 +289,6 @@ mod tests {
             cache_creation: Some(cache_creation),
             reasoning: None,
         }
-    }
-
-    fn expect(name: &str, expected: Summary) {
-        let (mut got, _, result) = fixture(name).run();
-        assert_eq!(result, Ok(()), "{name}: parses without error");
-        got.texts.clear(); // checked by the text tests
-        assert_eq!(got, expected, "{name}: summary");
     }
 
     fn summary(content: u32, model: &str, id: &str, finish: &[&str], done: u32) -> Summary {

@@ -622,7 +622,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::tests::{Summary, fixture};
+    use crate::providers::tests::{Summary, expect_summary as expect, fixture};
 
     fn usage(input: u64, output: u64, cached: u64, reasoning: u64) -> Usage {
         Usage {
@@ -643,14 +643,6 @@ mod tests {
             finish: finish.iter().map(|s| s.to_string()).collect(),
             ..Summary::default()
         }
-    }
-
-    /// Parse a fixture whole and compare with what it should amount to.
-    fn expect(name: &str, expected: Summary) {
-        let (mut got, _, result) = fixture(name).run();
-        assert_eq!(result, Ok(()), "{name}: parses without error");
-        got.texts.clear(); // checked by the text tests
-        assert_eq!(got, expected, "{name}: summary");
     }
 
     #[test]
