@@ -119,6 +119,7 @@ impl Admin {
         let cfg = ServerConfig {
             header_read_timeout: proxy.header_read_timeout,
             max_header_bytes: proxy.max_header_bytes,
+            max_headers: proxy.max_headers,
             max_connections: MAX_CONNECTIONS,
             shutdown_grace: SHUTDOWN_GRACE,
         };

@@ -45,6 +45,8 @@ pub struct ServerConfig {
     pub header_read_timeout: Duration,
     /// Largest request head accepted (bytes).
     pub max_header_bytes: usize,
+    /// Most header fields a request may carry.
+    pub max_headers: usize,
     /// Connections served at once; more wait in the accept queue.
     pub max_connections: usize,
     /// On SIGTERM/SIGINT, how long in-flight requests may run before they are cut.

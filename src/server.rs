@@ -1,14 +1,18 @@
 //! The listener: TCP connections in, HTTP/1.1 or h2c requests handed to a
-//! service out. Bounds header size, header read time and connection count;
-//! on shutdown stops accepting and lets in-flight requests finish until the
-//! grace period ends.
+//! service out. Bounds header size, header count, header read time and
+//! connection count; refuses ambiguous request framing before the service
+//! sees it (`head_check`); on shutdown stops accepting and lets in-flight
+//! requests finish until the grace period ends.
+
+mod head_check;
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{Method, Request, Response, Version, header};
+use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -20,6 +24,10 @@ use tokio::task::JoinSet;
 
 use crate::config::ServerConfig;
 use crate::meter::body::BoxError;
+use head_check::{Limits, Refusal, Screened, Tracker, Verdicts};
+
+/// What the service answers: the handler's body, or a refusal of our own.
+type Served<B> = Response<Either<B, Full<Bytes>>>;
 
 /// hyper refuses read buffers below this.
 const MIN_BUF: usize = 8192;
@@ -42,12 +50,17 @@ pub async fn serve<H, F, B>(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(cfg.header_read_timeout)
-        .max_buf_size(cfg.max_header_bytes.max(MIN_BUF));
+        .max_buf_size(cfg.max_header_bytes.max(MIN_BUF))
+        .max_headers(cfg.max_headers);
     builder
         .http2()
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(cfg.max_header_bytes).unwrap_or(u32::MAX));
     let builder = Arc::new(builder);
+    let limits = Limits {
+        max_head_bytes: cfg.max_header_bytes,
+        max_headers: cfg.max_headers,
+    };
     let permits = Arc::new(Semaphore::new(cfg.max_connections));
     let graceful = GracefulShutdown::new();
     let mut conns = JoinSet::new();
@@ -72,9 +85,22 @@ pub async fn serve<H, F, B>(
         };
         let _ = stream.set_nodelay(true);
         let handle = handle.clone();
-        let svc = service_fn(move |req| {
-            let fut = handle(req);
-            async move { Ok::<_, Infallible>(fut.await) }
+        let verdicts = Arc::new(Verdicts::default());
+        let stream = Screened::new(stream, Tracker::new(limits, verdicts.clone()));
+        let svc = service_fn(move |req: Request<Incoming>| {
+            let admitted = match screen(&req, &verdicts, limits) {
+                Ok(()) => Ok(handle(req)),
+                Err(why) => {
+                    tracing::debug!(%peer, reason = why.message(), "request refused");
+                    Err(refusal(why, req.version()))
+                }
+            };
+            async move {
+                Ok::<Served<B>, Infallible>(match admitted {
+                    Ok(fut) => fut.await.map(Either::Left),
+                    Err(res) => res,
+                })
+            }
         });
         let builder = builder.clone();
         let watcher = graceful.watcher();
@@ -97,6 +123,35 @@ pub async fn serve<H, F, B>(
         }
     }
     while conns.join_next().await.is_some() {}
+}
+
+/// Whether a request may reach the handler: the HTTP/1 framing verdict for
+/// its head, the header count (HTTP/2 has only a byte limit in the
+/// protocol), and no CONNECT.
+fn screen(req: &Request<Incoming>, verdicts: &Verdicts, limits: Limits) -> Result<(), Refusal> {
+    if req.version() < Version::HTTP_2 {
+        verdicts.next()?;
+    }
+    if req.headers().len() > limits.max_headers {
+        return Err(Refusal::TooManyHeaders);
+    }
+    if req.method() == Method::CONNECT {
+        return Err(Refusal::Connect);
+    }
+    Ok(())
+}
+
+/// The JSON error for a refused request; HTTP/1 connections are closed after it.
+fn refusal<B>(why: Refusal, version: Version) -> Served<B> {
+    let mut res: Response<Full<Bytes>> =
+        crate::upstream::error_response(why.status(), why.message(), why.code());
+    if version < Version::HTTP_2 {
+        res.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+    }
+    res.map(Either::Right)
 }
 
 /// Resolves once the shutdown flag turns true (or its sender is gone).

@@ -56,6 +56,8 @@ pub(super) struct RawServer {
     pub header_read_timeout: Quantity,
     /// Largest request head accepted (size).
     pub max_header_bytes: Quantity,
+    /// Most header fields a request may carry.
+    pub max_headers: usize,
     /// Connections served at once; more wait in the accept queue.
     pub max_connections: usize,
     /// On SIGTERM/SIGINT, how long in-flight requests may run before they are cut.
@@ -304,6 +306,7 @@ impl Default for RawServer {
         RawServer {
             header_read_timeout: Quantity::text("10s"),
             max_header_bytes: Quantity::text("64KiB"),
+            max_headers: 100,
             max_connections: 10_000,
             shutdown_grace: Quantity::text("30s"),
         }
@@ -502,6 +505,7 @@ impl RawConfig {
             server: RawServer {
                 header_read_timeout: dur(s.header_read_timeout),
                 max_header_bytes: size(s.max_header_bytes),
+                max_headers: s.max_headers,
                 max_connections: s.max_connections,
                 shutdown_grace: dur(s.shutdown_grace),
             },

@@ -139,6 +139,15 @@ impl<'a> Cx<'a> {
         Ok(n)
     }
 
+    /// A header-count limit: hyper allocates room for this many per request.
+    fn max_headers(&self, path: &str, n: usize) -> Result<usize, ConfigError> {
+        const MAX: usize = 10_000;
+        if !(1..=MAX).contains(&n) {
+            return Err(self.invalid(path, format!("must be between 1 and {MAX}")));
+        }
+        Ok(n)
+    }
+
     fn count(&self, path: &str, n: usize) -> Result<usize, ConfigError> {
         if n == 0 {
             return Err(self.invalid(path, "must be at least 1"));
@@ -224,6 +233,7 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
     let server = ServerConfig {
         header_read_timeout: cx.positive("server.header_read_timeout", &s.header_read_timeout)?,
         max_header_bytes: cx.size("server.max_header_bytes", &s.max_header_bytes)?,
+        max_headers: cx.max_headers("server.max_headers", s.max_headers)?,
         max_connections: cx.count("server.max_connections", s.max_connections)?,
         shutdown_grace: cx.duration("server.shutdown_grace", &s.shutdown_grace)?,
     };

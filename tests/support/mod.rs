@@ -6,6 +6,7 @@
 pub mod client;
 pub mod otlp;
 pub mod proxy;
+pub mod raw;
 pub mod rig;
 pub mod script;
 pub mod upstream;

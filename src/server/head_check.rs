@@ -1,0 +1,531 @@
+//! Request-head screening: the raw bytes of an HTTP/1 connection in, as
+//! hyper reads them; one verdict per request head out.
+//!
+//! hyper accepts a few head shapes that other HTTP parsers in front of or
+//! behind tokentap may frame differently (request smuggling): bare LF line
+//! ends, a repeated `Content-Length`, `Content-Length` beside
+//! `Transfer-Encoding`, codings before `chunked`. By the time a request
+//! reaches the service hyper has already normalised those away, so the
+//! evidence has to be taken from the bytes. [`Screened`] wraps the socket
+//! and runs a small framing tracker over what is read (heads are inspected,
+//! bodies are skipped by their length or chunk sizes); the service asks
+//! [`Verdicts::next`] before it forwards anything.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+use http::StatusCode;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Why a request was refused before anything was forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Refusal {
+    /// A line of the head ends in LF without CR.
+    BareLf = 1,
+    /// A header line continues the previous one (obsolete line folding).
+    ObsFold,
+    /// More than one `Content-Length` field.
+    DuplicateContentLength,
+    /// A `Content-Length` that is not one decimal number.
+    BadContentLength,
+    /// Both `Content-Length` and `Transfer-Encoding`.
+    LengthAndChunked,
+    /// A `Transfer-Encoding` other than one plain `chunked`.
+    TransferEncoding,
+    /// The head is larger than `server.max_header_bytes`.
+    HeadTooLarge,
+    /// More header fields than `server.max_headers`.
+    TooManyHeaders,
+    /// CONNECT: tokentap is a reverse proxy, never a tunnel.
+    Connect,
+    /// The head was not seen by the tracker (it lost the framing).
+    Unverified,
+}
+
+impl Refusal {
+    const ALL: [Refusal; 10] = [
+        Refusal::BareLf,
+        Refusal::ObsFold,
+        Refusal::DuplicateContentLength,
+        Refusal::BadContentLength,
+        Refusal::LengthAndChunked,
+        Refusal::TransferEncoding,
+        Refusal::HeadTooLarge,
+        Refusal::TooManyHeaders,
+        Refusal::Connect,
+        Refusal::Unverified,
+    ];
+
+    fn from_u8(v: u8) -> Option<Refusal> {
+        Refusal::ALL.into_iter().find(|r| *r as u8 == v)
+    }
+
+    /// 431 for size limits, 405 for CONNECT, 400 otherwise.
+    pub fn status(self) -> StatusCode {
+        match self {
+            Refusal::HeadTooLarge | Refusal::TooManyHeaders => {
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+            }
+            Refusal::Connect => StatusCode::METHOD_NOT_ALLOWED,
+            _ => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// Stable machine-readable code for the JSON error body.
+    pub fn code(self) -> &'static str {
+        match self {
+            Refusal::HeadTooLarge | Refusal::TooManyHeaders => "request_header_too_large",
+            Refusal::Connect => "method_not_allowed",
+            _ => "bad_request",
+        }
+    }
+
+    /// What was wrong, naming the header or limit.
+    pub fn message(self) -> &'static str {
+        match self {
+            Refusal::BareLf => "request head line ends in a bare LF; lines must end in CRLF",
+            Refusal::ObsFold => "obsolete line folding in a request header is not accepted",
+            Refusal::DuplicateContentLength => "more than one Content-Length header",
+            Refusal::BadContentLength => "Content-Length is not a single decimal number",
+            Refusal::LengthAndChunked => {
+                "both Content-Length and Transfer-Encoding headers; send exactly one"
+            }
+            Refusal::TransferEncoding => {
+                "Transfer-Encoding must be exactly one `chunked`; other codings are not accepted"
+            }
+            Refusal::HeadTooLarge => "request head is larger than server.max_header_bytes",
+            Refusal::TooManyHeaders => "request has more header fields than server.max_headers",
+            Refusal::Connect => "CONNECT is not supported: tokentap is a reverse proxy",
+            Refusal::Unverified => "request framing could not be verified",
+        }
+    }
+}
+
+/// Shared between a connection's tracker (writer) and its service
+/// (reader). HTTP/1 serves requests in order, so the `n`th head the tracker
+/// passed is the `n`th request hyper hands to the service.
+#[derive(Debug, Default)]
+pub struct Verdicts {
+    /// Heads seen and found acceptable.
+    passed: AtomicU64,
+    /// Why the head after the last passed one was refused (0 = none yet).
+    refused: AtomicU8,
+    /// Requests the service has asked about.
+    taken: AtomicU64,
+}
+
+impl Verdicts {
+    /// The verdict for the next HTTP/1 request the service receives.
+    pub fn next(&self) -> Result<(), Refusal> {
+        let n = self.taken.fetch_add(1, Ordering::AcqRel);
+        if n < self.passed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // Fail closed: a head the tracker did not pass is not forwarded.
+        Err(Refusal::from_u8(self.refused.load(Ordering::Acquire)).unwrap_or(Refusal::Unverified))
+    }
+}
+
+/// Limits a head is checked against.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_head_bytes: usize,
+    pub max_headers: usize,
+}
+
+/// Where the tracker is in the connection's byte stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Collecting a request head; `line` counts the current line's bytes.
+    Head { line: usize },
+    /// Skipping a body of known length.
+    Fixed(u64),
+    /// Inside a chunked body.
+    Chunked(Chunk),
+    /// Not tracking: HTTP/2, or after a refusal (the connection closes).
+    Off,
+}
+
+/// The chunked-body grammar hyper enforces, state by state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    Start,
+    Size(u64),
+    Lws(u64),
+    Ext(u64),
+    SizeLf(u64),
+    Data(u64),
+    DataCr,
+    DataLf,
+    EndCr,
+    Trailer,
+    TrailerLf,
+    EndLf,
+}
+
+/// The framing tracker for one connection.
+#[derive(Debug)]
+pub struct Tracker {
+    state: State,
+    head: Vec<u8>,
+    limits: Limits,
+    verdicts: Arc<Verdicts>,
+}
+
+/// How the body after an accepted head is framed.
+#[derive(Debug, PartialEq, Eq)]
+enum Framing {
+    Empty,
+    Fixed(u64),
+    Chunked,
+    Http2,
+}
+
+impl Tracker {
+    pub fn new(limits: Limits, verdicts: Arc<Verdicts>) -> Tracker {
+        Tracker {
+            state: State::Head { line: 0 },
+            head: Vec::new(),
+            limits,
+            verdicts,
+        }
+    }
+
+    /// Take in the next bytes read from the client.
+    pub fn feed(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let used = match self.state {
+                State::Off => return,
+                State::Head { line } => self.head_bytes(bytes, line),
+                State::Fixed(rem) => {
+                    let n = rem.min(bytes.len() as u64);
+                    self.state = match rem - n {
+                        0 => State::Head { line: 0 },
+                        left => State::Fixed(left),
+                    };
+                    n as usize
+                }
+                State::Chunked(c) => {
+                    let (next, used) = chunk_step(c, bytes);
+                    self.state = next;
+                    used
+                }
+            };
+            bytes = &bytes[used..];
+        }
+    }
+
+    /// Collect head bytes until the empty line; returns how many were used.
+    fn head_bytes(&mut self, bytes: &[u8], mut line: usize) -> usize {
+        for (i, &b) in bytes.iter().enumerate() {
+            // Empty lines before the request line are skipped (as httparse does).
+            if self.head.is_empty() && (b == b'\r' || b == b'\n') {
+                continue;
+            }
+            if self.head.len() >= self.limits.max_head_bytes {
+                self.refuse(Refusal::HeadTooLarge);
+                return bytes.len();
+            }
+            self.head.push(b);
+            match b {
+                b'\n' if line == 0 => {
+                    self.finish_head();
+                    return i + 1;
+                }
+                b'\n' => line = 0,
+                b'\r' => {}
+                _ => line += 1,
+            }
+        }
+        self.state = State::Head { line };
+        bytes.len()
+    }
+
+    fn finish_head(&mut self) {
+        let verdict = inspect(&self.head, self.limits);
+        self.head.clear();
+        self.head.shrink_to(1024);
+        match verdict {
+            Err(r) => self.refuse(r),
+            Ok(framing) => {
+                self.state = match framing {
+                    Framing::Http2 => State::Off,
+                    Framing::Empty | Framing::Fixed(0) => State::Head { line: 0 },
+                    Framing::Fixed(n) => State::Fixed(n),
+                    Framing::Chunked => State::Chunked(Chunk::Start),
+                };
+                if framing != Framing::Http2 {
+                    self.verdicts.passed.fetch_add(1, Ordering::AcqRel);
+                }
+            }
+        }
+    }
+
+    fn refuse(&mut self, why: Refusal) {
+        self.verdicts.refused.store(why as u8, Ordering::Release);
+        self.state = State::Off;
+        self.head = Vec::new();
+    }
+}
+
+/// One step of the chunked grammar: the next state and the bytes used.
+/// Anything hyper would reject stops tracking (hyper closes the connection).
+fn chunk_step(c: Chunk, bytes: &[u8]) -> (State, usize) {
+    if let Chunk::Data(rem) = c {
+        let n = rem.min(bytes.len() as u64);
+        let next = if rem == n {
+            Chunk::DataCr
+        } else {
+            Chunk::Data(rem - n)
+        };
+        return (State::Chunked(next), n as usize);
+    }
+    let b = bytes[0];
+    let hex = |b: u8| (b as char).to_digit(16).map(u64::from);
+    let next = match (c, b) {
+        (Chunk::Start, _) => hex(b).map(Chunk::Size),
+        (Chunk::Size(n), _) if hex(b).is_some() => n
+            .checked_mul(16)
+            .and_then(|v| v.checked_add(hex(b).unwrap_or(0)))
+            .map(Chunk::Size),
+        (Chunk::Size(n) | Chunk::Lws(n), b' ' | b'\t') => Some(Chunk::Lws(n)),
+        (Chunk::Size(n) | Chunk::Lws(n) | Chunk::Ext(n), b';') => Some(Chunk::Ext(n)),
+        (Chunk::Size(n) | Chunk::Lws(n) | Chunk::Ext(n), b'\r') => Some(Chunk::SizeLf(n)),
+        (Chunk::Ext(_), b'\n') => None,
+        (Chunk::Ext(n), _) => Some(Chunk::Ext(n)),
+        (Chunk::SizeLf(0), b'\n') => Some(Chunk::EndCr),
+        (Chunk::SizeLf(n), b'\n') => Some(Chunk::Data(n)),
+        (Chunk::DataCr, b'\r') => Some(Chunk::DataLf),
+        (Chunk::DataLf, b'\n') => Some(Chunk::Start),
+        (Chunk::EndCr, b'\r') => Some(Chunk::EndLf),
+        (Chunk::Trailer, b'\r') => Some(Chunk::TrailerLf),
+        (Chunk::EndCr | Chunk::Trailer, _) => Some(Chunk::Trailer),
+        (Chunk::TrailerLf, b'\n') => Some(Chunk::EndCr),
+        (Chunk::EndLf, b'\n') => return (State::Head { line: 0 }, 1),
+        _ => None,
+    };
+    (next.map_or(State::Off, State::Chunked), 1)
+}
+
+/// Check one complete head (request line, header lines, empty line).
+fn inspect(head: &[u8], limits: Limits) -> Result<Framing, Refusal> {
+    for (i, _) in head.iter().enumerate().filter(|(_, b)| **b == b'\n') {
+        if i == 0 || head[i - 1] != b'\r' {
+            return Err(Refusal::BareLf);
+        }
+    }
+    let mut lines = head
+        .split(|b| *b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .filter(|l| !l.is_empty());
+    let request_line = lines.next().unwrap_or_default();
+    if request_line == b"PRI * HTTP/2.0" {
+        return Ok(Framing::Http2);
+    }
+    if request_line.starts_with(b"CONNECT ") {
+        return Err(Refusal::Connect);
+    }
+    let (mut fields, mut lengths, mut codings) = (0usize, Vec::new(), Vec::new());
+    for line in lines {
+        if line.starts_with(b" ") || line.starts_with(b"\t") {
+            return Err(Refusal::ObsFold);
+        }
+        fields += 1;
+        let Some(colon) = line.iter().position(|b| *b == b':') else {
+            continue; // hyper rejects it.
+        };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if name.eq_ignore_ascii_case(b"content-length") {
+            lengths.push(value);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            codings.push(value);
+        }
+    }
+    if fields > limits.max_headers {
+        return Err(Refusal::TooManyHeaders);
+    }
+    match (lengths.as_slice(), codings.as_slice()) {
+        ([], []) => Ok(Framing::Empty),
+        ([_, _, ..], _) => Err(Refusal::DuplicateContentLength),
+        ([_], [_, ..]) => Err(Refusal::LengthAndChunked),
+        ([len], []) => decimal(len).map(Framing::Fixed),
+        ([], [te]) if te.eq_ignore_ascii_case(b"chunked") => Ok(Framing::Chunked),
+        ([], _) => Err(Refusal::TransferEncoding),
+    }
+}
+
+fn decimal(v: &[u8]) -> Result<u64, Refusal> {
+    if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+        return Err(Refusal::BadContentLength);
+    }
+    std::str::from_utf8(v)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or(Refusal::BadContentLength)
+}
+
+/// A client socket whose reads also feed a [`Tracker`].
+#[derive(Debug)]
+pub struct Screened<T> {
+    inner: T,
+    tracker: Tracker,
+}
+
+impl<T> Screened<T> {
+    pub fn new(inner: T, tracker: Tracker) -> Screened<T> {
+        Screened { inner, tracker }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Screened<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let res = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = res {
+            this.tracker.feed(&buf.filled()[before..]);
+        }
+        res
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Screened<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        max_head_bytes: 4096,
+        max_headers: 10,
+    };
+
+    /// Feed `stream` split at `at` and return the verdicts of `n` requests.
+    fn verdicts_split(stream: &[u8], at: usize, n: usize) -> Vec<Result<(), Refusal>> {
+        let v = Arc::new(Verdicts::default());
+        let mut t = Tracker::new(LIMITS, v.clone());
+        t.feed(&stream[..at]);
+        t.feed(&stream[at..]);
+        (0..n).map(|_| v.next()).collect()
+    }
+
+    /// The same verdicts at every split offset.
+    fn verdicts(stream: &[u8], n: usize) -> Vec<Result<(), Refusal>> {
+        let whole = verdicts_split(stream, stream.len(), n);
+        for at in 0..stream.len() {
+            assert_eq!(
+                verdicts_split(stream, at, n),
+                whole,
+                "split at {at} of {:?}",
+                String::from_utf8_lossy(stream)
+            );
+        }
+        whole
+    }
+
+    #[test]
+    fn keep_alive_requests_with_every_framing_pass() {
+        let stream = b"\r\nGET /a HTTP/1.1\r\nHost: x\r\n\r\n\
+            POST /b HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello\
+            POST /c HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n\
+            5;ext=1\r\nGET /\r\n10 \r\n0123456789abcdef\r\n0\r\nX-T: 1\r\n\r\n\
+            GET /d HTTP/1.1\r\n\r\n";
+        assert_eq!(
+            verdicts(stream, 5),
+            [Ok(()), Ok(()), Ok(()), Ok(()), Err(Refusal::Unverified)]
+        );
+    }
+
+    #[test]
+    fn a_smuggled_head_inside_a_body_is_not_a_head() {
+        let inner = "GET /b HTTP/1.1\r\nContent-Length: 1, 2\r\n\r\n";
+        let stream = format!(
+            "POST /a HTTP/1.1\r\nContent-Length: {}\r\n\r\n{inner}GET /c HTTP/1.1\r\n\r\n",
+            inner.len()
+        );
+        assert_eq!(verdicts(stream.as_bytes(), 2), [Ok(()), Ok(())]);
+    }
+
+    #[test]
+    fn ambiguous_framing_is_refused() {
+        let cases: [(&[u8], Refusal); 9] = [
+            (b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", Refusal::LengthAndChunked),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", Refusal::LengthAndChunked),
+            (b"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n", Refusal::DuplicateContentLength),
+            (b"POST / HTTP/1.1\r\nContent-Length: 3, 3\r\n\r\n", Refusal::BadContentLength),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", Refusal::TransferEncoding),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", Refusal::TransferEncoding),
+            (b"GET / HTTP/1.1\r\nX-A: 1\r\n  folded\r\n\r\n", Refusal::ObsFold),
+            (b"GET / HTTP/1.1\nHost: x\n\n", Refusal::BareLf),
+            (b"CONNECT 169.254.169.254:80 HTTP/1.1\r\n\r\n", Refusal::Connect),
+        ];
+        for (head, want) in cases {
+            assert_eq!(
+                verdicts(head, 1),
+                [Err(want)],
+                "{:?}",
+                String::from_utf8_lossy(head)
+            );
+        }
+    }
+
+    #[test]
+    fn limits_are_enforced() {
+        let many: String = (0..11).map(|i| format!("X-{i}: v\r\n")).collect();
+        let head = format!("GET / HTTP/1.1\r\n{many}\r\n");
+        assert_eq!(verdicts(head.as_bytes(), 1), [Err(Refusal::TooManyHeaders)]);
+        let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(4096));
+        assert_eq!(verdicts(big.as_bytes(), 1), [Err(Refusal::HeadTooLarge)]);
+    }
+
+    #[test]
+    fn http2_preface_stops_tracking() {
+        let v = Arc::new(Verdicts::default());
+        let mut t = Tracker::new(LIMITS, v.clone());
+        t.feed(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x12\x04");
+        assert_eq!(t.state, State::Off);
+        assert_eq!(v.refused.load(Ordering::Acquire), 0, "no refusal recorded");
+    }
+
+    #[test]
+    fn a_broken_chunked_body_fails_closed() {
+        let stream = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
+        assert_eq!(verdicts(stream, 2), [Ok(()), Err(Refusal::Unverified)]);
+    }
+}
