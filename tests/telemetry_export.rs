@@ -12,7 +12,7 @@ use std::time::Duration;
 use support::STEP_TIMEOUT;
 use support::client::{self, Req};
 use support::names::*;
-use support::otlp::{Protocol, SpanRec};
+use support::otlp::Protocol;
 use support::proxy::q;
 use support::rig::Rig;
 use support::script::{self, StreamSpec};
@@ -459,72 +459,6 @@ async fn without_traceparent_a_new_root_trace_is_started() {
     assert!(
         tp.contains(&span.trace_id),
         "upstream traceparent {tp} carries the span's trace id"
-    );
-    rig.proxy.shutdown().await;
-}
-
-const SECRETS: &[(&str, &str)] = &[
-    ("authorization", "Bearer sk-test-SECRETBEARER1234567890"),
-    ("x-api-key", "sk-ant-SECRETXAPIKEY4567890"),
-    ("api-key", "SECRETAZUREKEY7890"),
-    ("x-goog-api-key", "SECRETGOOGKEY0000"),
-    ("cookie", "session=SECRETCOOKIE1111"),
-    ("proxy-authorization", "Basic SECRETPROXYAUTH2222"),
-    ("x-custom-secret", "SECRETCUSTOM3333"),
-];
-
-#[tokio::test]
-async fn secrets_appear_nowhere_in_exported_telemetry() {
-    let spec = StreamSpec::tokens(3, Duration::ZERO, Duration::from_millis(5));
-    let reply = script::openai_chat_sse(&spec);
-    let rig = Rig::start(
-        move |_| reply.clone(),
-        |t, up| {
-            t.route("openai", "/", up, "openai")
-                .set("telemetry", "redact_headers", "[\"x-custom-secret\"]")
-                .set("tenant", "sources", "[\"api_key\"]")
-        },
-    )
-    .await;
-    let mut req = rig.post(CHAT, script::openai_request("m-secret", true, None));
-    for (k, v) in SECRETS {
-        req = req.header(k, v);
-    }
-    let got = client::fetch(&rig.client, &req).await;
-    assert_eq!(got.status, 200);
-    let e = rig.up.only().await;
-    assert_eq!(
-        e.header("authorization").as_deref(),
-        Some(SECRETS[0].1),
-        "Authorization still forwarded upstream"
-    );
-    let span = rig.col.wait_span_named("chat m-secret").await;
-    rig.col
-        .wait_point(STEP_TIMEOUT, OP_DURATION, |_| true)
-        .await;
-    let mut haystack: Vec<String> = rig
-        .col
-        .spans()
-        .iter()
-        .flat_map(SpanRec::all_strings)
-        .collect();
-    haystack.extend(rig.col.metric_points().iter().flat_map(|p| p.all_strings()));
-    for s in &haystack {
-        assert!(
-            !s.contains("SECRET"),
-            "a secret leaked into exported telemetry: {s:?}"
-        );
-    }
-    let raw = String::from_utf8_lossy(&rig.col.raw_bytes()).into_owned();
-    assert!(
-        !raw.contains("SECRET"),
-        "a secret leaked into the raw OTLP payload"
-    );
-    let tenant = span.str(TENANT);
-    assert!(!tenant.is_empty(), "API-key tenant set");
-    assert!(
-        !tenant.contains("sk-") && !SECRETS[0].1.contains(tenant),
-        "tenant {tenant:?} must be a hash, not the key"
     );
     rig.proxy.shutdown().await;
 }
