@@ -280,6 +280,30 @@ async fn header_limits_are_configurable_and_apply_to_h2() {
 }
 
 #[tokio::test]
+async fn a_head_limit_below_hypers_buffer_floor_is_enforced_exactly() {
+    let up = Upstream::fixed(ok_reply()).await;
+    let toml = Toml::openai(&up.url()).set("server", "max_header_bytes", "\"4KiB\"");
+    let proxy = InProc::start(&toml).await;
+    let head = |n: usize| {
+        format!(
+            "GET /v1/models HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\nConnection: close\r\n\r\n",
+            "a".repeat(n)
+        )
+    };
+    let got = raw::exchange(proxy.addr, head(6 * 1024).as_bytes(), LIMIT).await;
+    assert_refused(
+        "a 6 KiB head over 4KiB",
+        &got,
+        Some("server.max_header_bytes"),
+    );
+    assert_eq!(got.status(), 431, "{}", got.text());
+    assert_eq!(up.connections(), 0, "nothing forwarded");
+    let got = raw::exchange(proxy.addr, head(3 * 1024).as_bytes(), LIMIT).await;
+    assert_eq!(got.status(), 200, "a 3 KiB head passes: {}", got.text());
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
 async fn keep_alive_sized_chunked_and_bodiless_requests_pass_byte_for_byte() {
     let up = Upstream::fixed(ok_reply()).await;
     let proxy = InProc::start(&Toml::openai(&up.url())).await;

@@ -876,3 +876,22 @@ fn config_shipped_slo_and_alerts_examples_load_when_uncommented() {
     assert_eq!(s.slos[0].decode_tps_drop, Some(0.3));
     assert!(s.alerts.is_some(), "the [alerts] example is active");
 }
+
+#[test]
+fn config_server_max_headers_default_env_and_bounds() {
+    let up = ["--upstream", "https://a.example"];
+    assert_eq!(load_ok(&up, &[]).server.max_headers, 100, "default");
+    let c = load_ok(&up, &[("TOKENTAP_SERVER__MAX_HEADERS", "20")]);
+    assert_eq!(c.server.max_headers, 20, "from the environment");
+    for bad in ["0", "10001"] {
+        let e = load_err(&up, &[("TOKENTAP_SERVER__MAX_HEADERS", bad)]);
+        assert_mentions(
+            &e,
+            &[
+                "server.max_headers",
+                "TOKENTAP_SERVER__MAX_HEADERS",
+                "between 1 and 10000",
+            ],
+        );
+    }
+}
