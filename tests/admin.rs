@@ -14,7 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Method;
 use support::client::{self, HttpClient, Req, Streamed};
-use support::proxy::{Bin, Toml, listening_addr, q};
+use support::proxy::{Bin, Toml, q};
 use support::script::{self, StreamSpec};
 use support::upstream::Upstream;
 use support::{STEP_TIMEOUT, within};
@@ -449,20 +449,7 @@ async fn binary_prints_and_serves_the_admin_address() {
         &[],
     )
     .await;
-    let find = async {
-        loop {
-            let out = bin.output();
-            if let Some(addr) = out
-                .lines()
-                .filter(|l| l.contains("admin listening on"))
-                .find_map(listening_addr)
-            {
-                return addr;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    let admin = within(STEP_TIMEOUT, "`admin listening on ADDR`", find).await;
+    let admin = bin.admin_addr().await;
     assert_ne!(admin, bin.addr, "the harness took the proxy's line first");
     let c = client::http1();
     assert_eq!(get(&c, admin, "/healthz", None).await.status, 200);

@@ -26,7 +26,7 @@ use std::time::Duration;
 use http::Method;
 use support::client::{self, Req, Streamed};
 use support::otlp::{Collector, SpanRec};
-use support::proxy::{Bin, Toml, listening_addr, q};
+use support::proxy::{Bin, Toml, q};
 use support::raw;
 use support::script::{self, StreamSpec};
 use support::upstream::{Exchange, Reply, Upstream};
@@ -130,23 +130,6 @@ fn seen(got: &Streamed) -> String {
     s
 }
 
-async fn admin_addr(bin: &Bin) -> std::net::SocketAddr {
-    let find = async {
-        loop {
-            let out = bin.output();
-            if let Some(a) = out
-                .lines()
-                .filter(|l| l.contains("admin listening on"))
-                .find_map(listening_addr)
-            {
-                return a;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    within(STEP_TIMEOUT, "`admin listening on ADDR`", find).await
-}
-
 #[track_caller]
 fn assert_clean(place: &str, text: &str) {
     if let Some(at) = text.find(MARK) {
@@ -176,7 +159,7 @@ async fn secrets_appear_nowhere_on_any_path() {
         &[("RUST_LOG", "debug,tokentap=trace")],
     )
     .await;
-    let admin = admin_addr(&bin).await;
+    let admin = bin.admin_addr().await;
     let (http, h2) = (client::http1(), client::h2c());
     let chat = || script::openai_request("gpt-4o-mini", true, None);
 

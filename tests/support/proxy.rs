@@ -418,3 +418,24 @@ impl Toml {
         self.raw_route(text)
     }
 }
+
+impl Bin {
+    /// The admin listener's address, from its `admin listening on` line
+    /// (start the binary with `--admin-listen 127.0.0.1:0`); bounded wait.
+    pub async fn admin_addr(&self) -> SocketAddr {
+        let find = async {
+            loop {
+                let out = self.output();
+                if let Some(addr) = out
+                    .lines()
+                    .filter(|l| l.contains("admin listening on"))
+                    .find_map(listening_addr)
+                {
+                    return addr;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        super::within(super::STEP_TIMEOUT, "`admin listening on ADDR`", find).await
+    }
+}
