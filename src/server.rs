@@ -8,13 +8,14 @@ mod head_check;
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, Version, header};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
+use hyper::service::{Service, service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -84,24 +85,9 @@ pub async fn serve<H, F, B>(
             _ = stopped(&mut shutdown) => break,
         };
         let _ = stream.set_nodelay(true);
-        let handle = handle.clone();
         let verdicts = Arc::new(Verdicts::default());
         let stream = Screened::new(stream, Tracker::new(limits, verdicts.clone()));
-        let svc = service_fn(move |req: Request<Incoming>| {
-            let admitted = match screen(&req, &verdicts, limits) {
-                Ok(()) => Ok(handle(req)),
-                Err(why) => {
-                    tracing::debug!(%peer, reason = why.message(), "request refused");
-                    Err(refusal(why, req.version()))
-                }
-            };
-            async move {
-                Ok::<Served<B>, Infallible>(match admitted {
-                    Ok(fut) => fut.await.map(Either::Left),
-                    Err(res) => res,
-                })
-            }
-        });
+        let svc = screened(handle.clone(), verdicts, limits, peer);
         let builder = builder.clone();
         let watcher = graceful.watcher();
         conns.spawn(async move {
@@ -123,6 +109,38 @@ pub async fn serve<H, F, B>(
         }
     }
     while conns.join_next().await.is_some() {}
+}
+
+/// `handle` behind `screen`: refused requests are answered here and never
+/// reach the handler.
+fn screened<H, F, B>(
+    handle: H,
+    verdicts: Arc<Verdicts>,
+    limits: Limits,
+    peer: SocketAddr,
+) -> impl Service<Request<Incoming>, Response = Served<B>, Error = Infallible, Future: Send + 'static>
++ Clone
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<B>> + Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    service_fn(move |req: Request<Incoming>| {
+        let admitted = match screen(&req, &verdicts, limits) {
+            Ok(()) => Ok(handle(req)),
+            Err(why) => {
+                tracing::debug!(%peer, reason = why.message(), "request refused");
+                Err(refusal(why, req.version()))
+            }
+        };
+        async move {
+            Ok(match admitted {
+                Ok(fut) => fut.await.map(Either::Left),
+                Err(res) => res,
+            })
+        }
+    })
 }
 
 /// Whether a request may reach the handler: the HTTP/1 framing verdict for
