@@ -4,7 +4,8 @@
 //! - A request head with ambiguous framing (both `Content-Length` and
 //!   `Transfer-Encoding`, a repeated or conflicting or list-valued
 //!   `Content-Length`, a `Transfer-Encoding` other than one plain
-//!   `chunked`, obsolete line folding, bare LF line ends) or over the header
+//!   `chunked`, whitespace before a header's colon, a signed length,
+//!   obsolete line folding, bare LF line ends) or over the header
 //!   limits (`server.max_header_bytes`, `server.max_headers`) gets a 4xx, the
 //!   connection is closed, and nothing reaches the upstream: zero
 //!   connections. Where tokentap (not hyper) refuses, the body is an
@@ -137,6 +138,16 @@ fn ambiguous_requests() -> Vec<(&'static str, String, Option<&'static str>)> {
                 "{}{chunked}",
                 post("Transfer-Encoding: chunked, identity\r\n")
             ),
+            None,
+        ),
+        (
+            "whitespace before the colon of Transfer-Encoding",
+            format!("{}{chunked}", post("Transfer-Encoding : chunked\r\n")),
+            None,
+        ),
+        (
+            "signed Content-Length",
+            format!("{}{body}", post(&format!("Content-Length: +{n}\r\n"))),
             None,
         ),
         (
