@@ -140,7 +140,7 @@ pub struct Limits {
 /// Where the tracker is in the connection's byte stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    /// Collecting a request head; `line` counts the current line's bytes.
+    /// Collecting a request head; `line` counts the current line's bytes (CR aside).
     Head { line: usize },
     /// Skipping a body of known length.
     Fixed(u64),
@@ -220,25 +220,35 @@ impl Tracker {
     }
 
     /// Collect head bytes until the empty line; returns how many were used.
+    /// `line` counts the bytes other than CR of the current line so far.
     fn head_bytes(&mut self, bytes: &[u8], mut line: usize) -> usize {
-        for (i, &b) in bytes.iter().enumerate() {
+        let mut used = 0;
+        if self.head.is_empty() {
             // Empty lines before the request line are skipped (as httparse does).
-            if self.head.is_empty() && (b == b'\r' || b == b'\n') {
-                continue;
-            }
-            if self.head.len() >= self.limits.max_head_bytes {
+            used = bytes
+                .iter()
+                .position(|b| !matches!(b, b'\r' | b'\n'))
+                .unwrap_or(bytes.len());
+        }
+        while used < bytes.len() {
+            let rest = &bytes[used..];
+            let (seg, ends_line) = match memchr::memchr(b'\n', rest) {
+                Some(nl) => (&rest[..=nl], true),
+                None => (rest, false),
+            };
+            if self.head.len() + seg.len() > self.limits.max_head_bytes {
                 self.refuse(Refusal::HeadTooLarge);
                 return bytes.len();
             }
-            self.head.push(b);
-            match b {
-                b'\n' if line == 0 => {
-                    self.finish_head();
-                    return i + 1;
-                }
-                b'\n' => line = 0,
-                b'\r' => {}
-                _ => line += 1,
+            self.head.extend_from_slice(seg);
+            used += seg.len();
+            line += seg.iter().filter(|b| !matches!(b, b'\r' | b'\n')).count();
+            if ends_line && line == 0 {
+                self.finish_head();
+                return used;
+            }
+            if ends_line {
+                line = 0;
             }
         }
         self.state = State::Head { line };
@@ -510,8 +520,16 @@ mod tests {
         let many: String = (0..11).map(|i| format!("X-{i}: v\r\n")).collect();
         let head = format!("GET / HTTP/1.1\r\n{many}\r\n");
         assert_eq!(verdicts(head.as_bytes(), 1), [Err(Refusal::TooManyHeaders)]);
-        let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(4096));
-        assert_eq!(verdicts(big.as_bytes(), 1), [Err(Refusal::HeadTooLarge)]);
+        let sized = |n: usize| format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(n));
+        let exact = sized(4096 - sized(0).len());
+        assert_eq!(exact.len(), LIMITS.max_head_bytes);
+        assert_eq!(
+            verdicts(exact.as_bytes(), 1),
+            [Ok(())],
+            "a head of exactly the limit"
+        );
+        let over = sized(4096 - sized(0).len() + 1);
+        assert_eq!(verdicts(over.as_bytes(), 1), [Err(Refusal::HeadTooLarge)]);
     }
 
     #[test]
