@@ -334,6 +334,28 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread")]
+    async fn config_shows_the_active_config_and_a_failed_reload() {
+        let s = state();
+        let before = get(&s, Method::GET, "/config").await.1;
+        let active = crate::config::from_toml(&before).expect("/config reads back");
+        s.config.failed(
+            &active,
+            "invalid `routes[0].upstream` (from file /x.toml)\nsecond",
+        );
+        let (_, shown) = get(&s, Method::GET, "/config").await;
+        assert!(
+            shown.starts_with(
+                "# the last reload failed: invalid `routes[0].upstream` (from file /x.toml) second\n"
+            ),
+            "the reason is one comment line:\n{shown}"
+        );
+        crate::config::from_toml(&shown).expect("still valid TOML that reads back");
+        s.config.set(&active);
+        assert_eq!(get(&s, Method::GET, "/config").await.1, before);
+        s.telemetry.shutdown();
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
     async fn metrics_negotiates_the_format() {
         let s = state();
         let req = |accept: &str| {

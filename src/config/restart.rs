@@ -97,8 +97,9 @@ fn first_difference(path: &str, a: Option<&Value>, b: Option<&Value>) -> Option<
 
 #[cfg(test)]
 mod tests {
-    use super::super::from_toml;
-    use super::*;
+    use clap::Parser as _;
+
+    use super::super::{Cli, from_toml, load_with_env};
 
     const ROUTE: &str = "[[routes]]\nname = \"a\"\nupstream = \"http://127.0.0.1:9\"\n";
 
@@ -164,5 +165,26 @@ mod tests {
         let new = from_toml("[[routes]]\nname = \"b\"\nupstream = \"http://127.0.0.1:8\"\n")
             .expect("new");
         assert_eq!(old.restart_required(&new), None, "routes reload live");
+    }
+
+    #[test]
+    fn watch_config_from_flag_and_key() {
+        let cli = |args: &[&str]| {
+            let argv = std::iter::once("tokentap").chain(args.iter().copied());
+            Cli::try_parse_from(argv).expect("flags parse")
+        };
+        let load = |args: &[&str], env: &[(&str, &str)]| {
+            let env: Vec<(String, String)> = env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            load_with_env(&cli(args), &env).expect("valid config")
+        };
+        let up = ["--upstream", "http://127.0.0.1:9"];
+        assert!(!load(&up, &[]).watch_config, "off by default");
+        assert!(load(&[&up[..], &["--watch-config"]].concat(), &[]).watch_config);
+        assert!(load(&up, &[("TOKENTAP_WATCH_CONFIG", "true")]).watch_config);
+        let shown = load(&[&up[..], &["--watch-config"]].concat(), &[]).redacted_toml();
+        assert!(shown.contains("watch_config = true"), "{shown}");
     }
 }
