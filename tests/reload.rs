@@ -55,13 +55,7 @@ async fn chat(addr: SocketAddr, model: &str) -> client::Streamed {
 }
 
 async fn admin_get(admin: SocketAddr, path: &str) -> String {
-    let req = Req {
-        method: http::Method::GET,
-        url: format!("http://{admin}{path}"),
-        headers: Vec::new(),
-        body: Bytes::new(),
-    };
-    let got = client::fetch(&client::http1(), &req).await;
+    let got = client::fetch(&client::http1(), &Req::get(admin, path)).await;
     assert_eq!(got.status, 200, "GET {path}: {}", got.text());
     got.text()
 }
@@ -271,21 +265,19 @@ impl Conn {
     /// POST a chat request on this connection; (status, body text).
     async fn chat(&mut self, addr: SocketAddr, model: &str) -> (u16, String) {
         let body = Full::new(Bytes::from(script::openai_request(model, false, None)));
+        let req = Request::post(CHAT).header("content-type", "application/json");
         let closed = |e: hyper::Error| panic!("the kept connection was closed: {e}");
         let res = match self {
             Conn::H1(s) => {
-                let req = Request::post(CHAT)
-                    .header("host", addr.to_string())
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .unwrap();
+                let req = req.header("host", addr.to_string()).body(body).unwrap();
                 s.ready().await.unwrap_or_else(closed);
                 s.send_request(req).await
             }
             Conn::H2(s) => {
-                let req = Request::post(format!("http://{addr}{CHAT}"))
+                // HTTP/2 carries the authority in the URI (`:authority`).
+                let req = req
+                    .uri(format!("http://{addr}{CHAT}"))
                     .version(http::Version::HTTP_2)
-                    .header("content-type", "application/json")
                     .body(body)
                     .unwrap();
                 s.ready().await.unwrap_or_else(closed);

@@ -19,7 +19,6 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
 use support::client::{self, Req};
 use support::otlp::Collector;
 use support::proxy::{Bin, Toml, q};
@@ -30,13 +29,8 @@ use support::{STEP_TIMEOUT, assert_bytes_eq, within};
 const CHAT: &str = "/v1/chat/completions";
 
 async fn status(addr: SocketAddr, path: &str) -> u16 {
-    let req = Req {
-        method: http::Method::GET,
-        url: format!("http://{addr}{path}"),
-        headers: Vec::new(),
-        body: Bytes::new(),
-    };
-    client::fetch(&client::http1(), &req).await.status.as_u16()
+    let got = client::fetch(&client::http1(), &Req::get(addr, path)).await;
+    got.status.as_u16()
 }
 
 #[tokio::test]
