@@ -103,7 +103,8 @@ impl Running {
     /// connection is touched. Refused, with the old configuration kept,
     /// when `loaded` failed, a restart-only key changed, or the upstream
     /// client cannot be rebuilt. Counted in `tokentap.config.reloads` and
-    /// shown on `/config` either way.
+    /// shown on `/config` either way. Call it from one task at a time (the
+    /// swap is a load then a store, not a compare-and-swap).
     pub fn reload(&self, loaded: Result<Config, ConfigError>) -> Result<(), ReloadError> {
         let result = loaded
             .map_err(ReloadError::from)
