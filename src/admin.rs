@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
@@ -68,14 +69,48 @@ impl Default for Readiness {
     }
 }
 
+/// `/config`'s text: the active configuration (`Config::redacted_toml`),
+/// replaced by each successful reload; a failed reload adds a comment
+/// saying why, above the configuration that is still serving.
+#[derive(Debug, Clone)]
+pub struct ConfigView(Arc<ArcSwap<String>>);
+
+impl ConfigView {
+    /// Show `config`.
+    pub fn new(config: &Config) -> ConfigView {
+        ConfigView(Arc::new(ArcSwap::from_pointee(config.redacted_toml())))
+    }
+
+    /// A reload succeeded: show `config`.
+    pub fn set(&self, config: &Config) {
+        self.0.store(Arc::new(config.redacted_toml()));
+    }
+
+    /// A reload failed: keep `active` and say why above it. `reason` must
+    /// hold no values (it is shown to anyone who can reach the admin port).
+    pub fn failed(&self, active: &Config, reason: &str) {
+        let reason = reason.replace('\n', " ");
+        let text = format!(
+            "# the last reload failed: {reason}\n# the configuration below is still active\n\n{}",
+            active.redacted_toml()
+        );
+        self.0.store(Arc::new(text));
+    }
+
+    /// The text `/config` serves now.
+    pub fn text(&self) -> Arc<String> {
+        self.0.load_full()
+    }
+}
+
 /// What the admin endpoints read; built once by `app::start`.
 #[derive(Debug, Clone)]
 pub struct AdminState {
     /// Metrics (`/metrics`) and whatever the dashboard reads.
     pub telemetry: Arc<Telemetry>,
     pub readiness: Readiness,
-    /// `/config`: `Config::redacted_toml`, rendered once at start.
-    pub config_toml: Arc<str>,
+    /// `/config`: the active configuration, secrets redacted.
+    pub config: ConfigView,
 }
 
 /// A running admin listener.
@@ -159,7 +194,7 @@ pub async fn handle<B>(state: Arc<AdminState>, req: Request<B>) -> Response<Full
         "/config" => respond(
             StatusCode::OK,
             TEXT,
-            Bytes::from(state.config_toml.to_string()),
+            Bytes::from(state.config.text().as_bytes().to_vec()),
         ),
         "/" => dashboard::page(),
         "/api/live" => dashboard::live(&state),
@@ -242,7 +277,7 @@ mod tests {
         Arc::new(AdminState {
             telemetry: Arc::new(telemetry),
             readiness: Readiness::new(),
-            config_toml: config.redacted_toml().into(),
+            config: ConfigView::new(&config),
         })
     }
 
@@ -296,6 +331,28 @@ mod tests {
             StatusCode::METHOD_NOT_ALLOWED
         );
         assert_eq!(get(&s, Method::POST, "/x").await.0, StatusCode::NOT_FOUND);
+        s.telemetry.shutdown();
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn config_shows_the_active_config_and_a_failed_reload() {
+        let s = state();
+        let before = get(&s, Method::GET, "/config").await.1;
+        let active = crate::config::from_toml(&before).expect("/config reads back");
+        s.config.failed(
+            &active,
+            "invalid `routes[0].upstream` (from file /x.toml)\nsecond",
+        );
+        let (_, shown) = get(&s, Method::GET, "/config").await;
+        assert!(
+            shown.starts_with(
+                "# the last reload failed: invalid `routes[0].upstream` (from file /x.toml) second\n"
+            ),
+            "the reason is one comment line:\n{shown}"
+        );
+        crate::config::from_toml(&shown).expect("still valid TOML that reads back");
+        s.config.set(&active);
+        assert_eq!(get(&s, Method::GET, "/config").await.1, before);
         s.telemetry.shutdown();
     }
 

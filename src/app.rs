@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Instant, SystemTime};
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header;
 use http::{Request, Response, StatusCode, Version};
@@ -18,19 +19,21 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::admin::{self, Admin, AdminState, Readiness};
-use crate::config::Config;
+use crate::admin::{self, Admin, AdminState, ConfigView, Readiness};
+use crate::config::{Config, ConfigError, UpstreamConfig};
 use crate::meter::body::{BoxError, Meter, MeteredBody};
 use crate::meter::tokenize::Tokenizer;
 use crate::meter::{RequestFacts, Unmetered};
 use crate::providers::{self, Operation, Parser, ProviderKind, sigv4};
+use crate::reload::ReloadError;
 use crate::route::{self, Route, Router};
 use crate::sniff::{Replay, Sniffed};
 use crate::telemetry::Telemetry;
 use crate::upstream::{self, Client};
 use crate::{rewrite, server, sniff};
 
-/// Everything a request needs, built once at start-up.
+/// Everything a request needs for one configuration: built at start-up and
+/// again by each reload. A request keeps the snapshot it started with.
 #[derive(Debug)]
 struct State {
     config: Config,
@@ -54,6 +57,10 @@ pub struct Running {
     readiness: Readiness,
     telemetry: Arc<Telemetry>,
     tokenizer: Arc<Tokenizer>,
+    /// The snapshot new requests load (lock-free); `reload` swaps it whole.
+    state: Arc<ArcSwap<State>>,
+    /// What `/config` shows.
+    config_view: ConfigView,
 }
 
 impl Running {
@@ -85,6 +92,57 @@ impl Running {
     pub fn is_finished(&self) -> bool {
         self.server.is_finished()
     }
+
+    /// Whether the active configuration asks for the config file to be watched.
+    pub fn watch_config(&self) -> bool {
+        self.state.load().config.watch_config
+    }
+
+    /// Swap in a newly loaded configuration: new requests use it, requests
+    /// in flight finish on the snapshot they started with, and no
+    /// connection is touched. Refused, with the old configuration kept,
+    /// when `loaded` failed, a restart-only key changed, or the upstream
+    /// client cannot be rebuilt. Counted in `tokentap.config.reloads` and
+    /// shown on `/config` either way. Call it from one task at a time (the
+    /// swap is a load then a store, not a compare-and-swap).
+    pub fn reload(&self, loaded: Result<Config, ConfigError>) -> Result<(), ReloadError> {
+        let result = loaded
+            .map_err(ReloadError::from)
+            .and_then(|config| self.swap(config));
+        self.telemetry.record_config_reload(result.is_ok());
+        let active = self.state.load();
+        match &result {
+            Ok(()) => self.config_view.set(&active.config),
+            Err(e) => self.config_view.failed(&active.config, &e.summary()),
+        }
+        result
+    }
+
+    fn swap(&self, config: Config) -> Result<(), ReloadError> {
+        let current = self.state.load_full();
+        if let Some(key) = current.config.restart_required(&config) {
+            return Err(ReloadError::RestartRequired { key });
+        }
+        let client = if client_changed(&current.config.upstream, &config.upstream) {
+            Client::new(&config.upstream).map_err(|e| ReloadError::Upstream(e.to_string()))?
+        } else {
+            current.client.clone()
+        };
+        self.state.store(Arc::new(State {
+            router: Router::new(&config.routes),
+            client,
+            telemetry: current.telemetry.clone(),
+            tokenizer: current.tokenizer.clone(),
+            config,
+        }));
+        Ok(())
+    }
+}
+
+/// A new pooled client is built when a setting changed, and whenever a CA
+/// file is configured (a reload is how a rotated bundle is picked up).
+fn client_changed(old: &UpstreamConfig, new: &UpstreamConfig) -> bool {
+    new.ca_file.is_some() || format!("{old:?}") != format!("{new:?}")
 }
 
 /// Bind the listener and start serving. Must run inside a tokio runtime.
@@ -100,25 +158,28 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let addr = listener.local_addr()?;
     // After the proxy's bind, so a clash costs the admin port, not the proxy.
     let readiness = Readiness::new();
+    let config_view = ConfigView::new(&config);
     let admin = admin::bind(&config).await?.map(|l| {
         let state = AdminState {
             telemetry: telemetry.clone(),
             readiness: readiness.clone(),
-            config_toml: config.redacted_toml().into(),
+            config: config_view.clone(),
         };
         Admin::spawn(l, state, &config.server)
     });
     let tokenizer = Tokenizer::start(config.meter.tokenizer);
-    let state = Arc::new(State {
+    let server_cfg = config.server.clone();
+    let state = Arc::new(ArcSwap::from_pointee(State {
         router: Router::new(&config.routes),
         client,
         telemetry: telemetry.clone(),
         tokenizer: tokenizer.clone(),
         config,
-    });
+    }));
     let (stop, stopped) = watch::channel(false);
-    let server_cfg = state.config.server.clone();
-    let handler = move |req| handle(state.clone(), req);
+    let snapshots = state.clone();
+    // Each request takes the snapshot current when it arrives.
+    let handler = move |req| handle(snapshots.load_full(), req);
     let server = tokio::spawn(server::serve(listener, server_cfg, handler, stopped));
     Ok(Running {
         addr,
@@ -129,6 +190,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         readiness,
         telemetry,
         tokenizer,
+        state,
+        config_view,
     })
 }
 

@@ -5,6 +5,7 @@
 mod layers;
 mod parse;
 mod raw;
+mod restart;
 mod validate;
 
 use std::net::SocketAddr;
@@ -15,6 +16,8 @@ use figment::Figment;
 use figment::providers::{Format, Toml};
 
 use crate::providers::ProviderKind;
+
+pub use self::restart::RESTART_ONLY;
 
 /// The validated configuration the rest of tokentap runs on.
 #[derive(Debug, Clone)]
@@ -28,6 +31,9 @@ pub struct Config {
     /// port is taken, tokentap warns and runs without the admin listener
     /// instead of refusing to start.
     pub admin_listen_default: bool,
+    /// Poll the config file and reload when its content changes
+    /// (`--watch-config`); SIGHUP reloads either way.
+    pub watch_config: bool,
     pub server: ServerConfig,
     pub upstream: UpstreamConfig,
     /// Routes, in match order.
@@ -319,6 +325,11 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "ADDR|off", value_parser = admin_listen_arg)]
     pub admin_listen: Option<String>,
 
+    /// Reload when the config file changes (polled every second); SIGHUP
+    /// always reloads [config: watch_config]
+    #[arg(long, global = true)]
+    pub watch_config: bool,
+
     /// Log line format [config: telemetry.log_format; default: text]
     #[arg(long, global = true, value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
@@ -441,13 +452,7 @@ pub fn load_with_env(cli: &Cli, env: &[(String, String)]) -> Result<Config, Conf
     for layer in layers::otel_env(env)? {
         fig = fig.merge(layer);
     }
-    let file = cli.config.clone().or_else(|| {
-        env.iter()
-            .rev()
-            .find(|(k, v)| k == layers::CONFIG_ENV && !v.is_empty())
-            .map(|(_, v)| PathBuf::from(v))
-    });
-    if let Some(path) = file {
+    if let Some(path) = file_with_env(cli, env) {
         fig = fig.merge(layers::toml_file(&path)?);
     }
     for layer in layers::tokentap_env(env)? {
@@ -459,6 +464,24 @@ pub fn load_with_env(cli: &Cli, env: &[(String, String)]) -> Result<Config, Conf
         fig = fig.merge(layer);
     }
     validate::build(&fig)
+}
+
+/// The config file `load` reads: `--config`, else `TOKENTAP_CONFIG`.
+pub fn file(cli: &Cli) -> Option<PathBuf> {
+    let env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| k == layers::CONFIG_ENV)
+        .collect();
+    file_with_env(cli, &env)
+}
+
+fn file_with_env(cli: &Cli, env: &[(String, String)]) -> Option<PathBuf> {
+    cli.config.clone().or_else(|| {
+        env.iter()
+            .rev()
+            .find(|(k, v)| k == layers::CONFIG_ENV && !v.is_empty())
+            .map(|(_, v)| PathBuf::from(v))
+    })
 }
 
 /// Built-in defaults overlaid with `toml` only: no file, env or flags.
@@ -485,6 +508,12 @@ impl Config {
     pub fn redacted_toml(&self) -> String {
         toml::to_string_pretty(&raw::RawConfig::redacted(self))
             .unwrap_or_else(|e| format!("# cannot render the configuration: {e}\n"))
+    }
+
+    /// The first key (see [`RESTART_ONLY`]) that differs in `new` but is
+    /// bound at start-up, so a reload to `new` must be refused.
+    pub fn restart_required(&self, new: &Config) -> Option<String> {
+        restart::restart_only_change(self, new)
     }
 }
 

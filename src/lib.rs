@@ -5,7 +5,8 @@
 //! `upstream` (forward) → `meter` (tee the response body) → `framing`
 //! (frames) → `providers` (events) → `telemetry` (spans, metrics, logs).
 //! `app` is the only place that wires the stages together; `admin` serves
-//! metrics, health and the dashboard on a separate listener.
+//! metrics, health and the dashboard on a separate listener; `reload`
+//! swaps in a new configuration on SIGHUP or a changed config file.
 
 pub mod admin;
 pub mod app;
@@ -14,6 +15,7 @@ pub mod demo;
 pub mod framing;
 pub mod meter;
 pub mod providers;
+pub mod reload;
 pub mod rewrite;
 pub mod route;
 pub mod server;

@@ -1,9 +1,11 @@
-//! The `tokentap` binary: flags in, a running proxy until SIGTERM/SIGINT out.
+//! The `tokentap` binary: flags in, a running proxy until SIGTERM/SIGINT
+//! out; SIGHUP (or a changed config file with `--watch-config`) reloads.
 
 use std::process::ExitCode;
 
 use clap::Parser as _;
 use tokentap::config::{self, Cli, Command};
+use tokentap::reload::{self, FileWatch, Hangup};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -21,6 +23,8 @@ fn main() -> ExitCode {
         }
         Command::Run => {}
     }
+    // Before loading, so an edit made while starting is not missed.
+    let watch = config::file(&cli).map(FileWatch::new);
     let config = match config::load(&cli) {
         Ok(c) => c,
         Err(e) => {
@@ -29,7 +33,7 @@ fn main() -> ExitCode {
         }
     };
     let _logs = tokentap::telemetry::init_logging(config.telemetry.log_format);
-    block_on(run(config))
+    block_on(run(cli, config, watch))
 }
 
 /// Run `fut` on a multi-threaded runtime; its result becomes the exit code.
@@ -53,7 +57,9 @@ fn block_on(fut: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
     }
 }
 
-async fn run(config: config::Config) -> anyhow::Result<()> {
+async fn run(cli: Cli, config: config::Config, watch: Option<FileWatch>) -> anyhow::Result<()> {
+    // From here on SIGHUP means reload, not the default "terminate".
+    let hangup = Hangup::new();
     let routes: Vec<String> = config
         .routes
         .iter()
@@ -67,7 +73,10 @@ async fn run(config: config::Config) -> anyhow::Result<()> {
         tracing::info!("admin listening on {admin}");
         eprintln!("tokentap admin listening on {admin} (/metrics, /healthz, /readyz, /config)");
     }
-    shutdown_signal().await;
+    tokio::select! {
+        () = shutdown_signal() => {}
+        () = reload::run(&running, &cli, hangup, watch) => {}
+    }
     tracing::info!("shutdown signal received; draining");
     running.shutdown().await;
     Ok(())

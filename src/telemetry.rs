@@ -299,6 +299,15 @@ impl Telemetry {
         Ok(prometheus::encode(&metrics, format))
     }
 
+    /// Count one configuration reload attempt (`tokentap.config.reloads`).
+    pub fn record_config_reload(&self, success: bool) {
+        let result = if success { "success" } else { "failure" };
+        self.inner
+            .instruments
+            .config_reloads
+            .add(1, &[KeyValue::new(RELOAD_RESULT, result)]);
+    }
+
     /// Live statistics (dashboard, demo table, slowdown detection).
     pub fn live(&self) -> &Live {
         &self.inner.live

@@ -216,6 +216,13 @@ pub(super) fn cli(cli: &Cli) -> Result<Vec<Layer>, ConfigError> {
             Value::from(a.clone()),
         ));
     }
+    if cli.watch_config {
+        layers.push(Layer::key(
+            flag("watch-config"),
+            "watch_config",
+            Value::from(true),
+        ));
+    }
     if let Some(f) = cli.log_format {
         layers.push(Layer::key(
             flag("log-format"),

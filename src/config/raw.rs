@@ -24,6 +24,8 @@ pub(super) struct RawConfig {
     /// unset = `DEFAULT_ADMIN_LISTEN`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_listen: Option<String>,
+    /// Reload when the config file's content changes (polled every second).
+    pub watch_config: bool,
     /// Listener limits and shutdown.
     pub server: RawServer,
     /// The upstream client.
@@ -276,6 +278,7 @@ impl Default for RawConfig {
         RawConfig {
             listen: "127.0.0.1:8080".into(),
             admin_listen: None,
+            watch_config: false,
             server: RawServer::default(),
             upstream: RawUpstream::default(),
             routes: Vec::new(),
@@ -502,6 +505,7 @@ impl RawConfig {
                 c.admin_listen
                     .map_or_else(|| super::ADMIN_OFF.to_owned(), |a| a.to_string()),
             ),
+            watch_config: c.watch_config,
             server: RawServer {
                 header_read_timeout: dur(s.header_read_timeout),
                 max_header_bytes: size(s.max_header_bytes),

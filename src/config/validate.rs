@@ -245,6 +245,7 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         listen,
         admin_listen,
         admin_listen_default,
+        watch_config: raw.watch_config,
         server,
         upstream,
         routes,

@@ -19,6 +19,7 @@ pub const M_TELEMETRY_DROPPED: &str = "tokentap.telemetry.dropped";
 pub const M_SLO_BREACHES: &str = "tokentap.slo.breaches";
 pub const M_SLO_BREACHED: &str = "tokentap.slo.breached";
 pub const M_SLO_WEBHOOK: &str = "tokentap.slo.webhook.events";
+pub const M_CONFIG_RELOADS: &str = "tokentap.config.reloads";
 
 // Semantic-convention attribute keys.
 pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
@@ -72,6 +73,8 @@ pub const SLO_OBJECTIVE: &str = "tokentap.slo.objective";
 pub const SLO_BREACHED: &str = "tokentap.slo.breached";
 /// `tokentap.slo.webhook.events` result.
 pub const SLO_WEBHOOK_RESULT: &str = "tokentap.slo.webhook.result";
+/// `tokentap.config.reloads` result: `success` or `failure`.
+pub const RELOAD_RESULT: &str = "result";
 
 // Fixed values.
 pub const TOKEN_INPUT: &str = "input";

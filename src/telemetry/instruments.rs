@@ -58,6 +58,7 @@ pub struct Instruments {
     pub max_stall: Histogram<f64>,
     pub requests: Counter<u64>,
     pub streams_active: UpDownCounter<i64>,
+    pub config_reloads: Counter<u64>,
     /// Kept so the callback lives as long as the instruments.
     _dropped: Option<ObservableCounter<u64>>,
 }
@@ -151,6 +152,11 @@ impl Instruments {
                 .i64_up_down_counter(M_STREAMS_ACTIVE)
                 .with_unit("{request}")
                 .with_description("Requests whose response has not finished yet.")
+                .build(),
+            config_reloads: meter
+                .u64_counter(M_CONFIG_RELOADS)
+                .with_unit("{reload}")
+                .with_description("Configuration reloads (SIGHUP or file watch), by result.")
                 .build(),
             _dropped: drops.map(|d| dropped_counter(meter, d)),
         }

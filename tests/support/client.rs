@@ -50,6 +50,16 @@ impl Req {
         }
     }
 
+    /// `GET {base}{path}` with no body.
+    pub fn get(base: SocketAddr, path: &str) -> Req {
+        Req {
+            method: Method::GET,
+            url: format!("http://{base}{path}"),
+            headers: Vec::new(),
+            body: Bytes::new(),
+        }
+    }
+
     pub fn header(mut self, k: &str, v: &str) -> Req {
         self.headers.push((k.to_owned(), v.to_owned()));
         self

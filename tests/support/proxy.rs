@@ -420,22 +420,62 @@ impl Toml {
 }
 
 impl Bin {
-    /// The admin listener's address, from its `admin listening on` line
-    /// (start the binary with `--admin-listen 127.0.0.1:0`); bounded wait.
-    pub async fn admin_addr(&self) -> SocketAddr {
-        let find = async {
+    /// The config file `Bin::start` wrote (the one `--config` names).
+    pub fn config_path(&self) -> PathBuf {
+        self._scratch.0.join("tokentap.toml")
+    }
+
+    /// Replace the config file with `toml`, atomically (write, then rename),
+    /// as a config-management tool would.
+    pub fn rewrite_config(&self, toml: &Toml) {
+        let next = self._scratch.write("tokentap.toml.next", &toml.render());
+        std::fs::rename(&next, self.config_path()).expect("replace the config file");
+    }
+
+    /// Send `signal` (`HUP`, `TERM`, …) to this child, by its own pid.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("child still running");
+        let st = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("run kill");
+        assert!(st.success(), "kill -{signal} {pid} failed");
+    }
+
+    /// Send SIGHUP (reload the configuration).
+    pub fn sighup(&self) {
+        self.signal("HUP");
+    }
+
+    /// Wait (bounded by `STEP_TIMEOUT`) until the output holds `needle` at
+    /// least `times` times; returns the output.
+    pub async fn wait_output(&self, needle: &str, times: usize) -> String {
+        let wait = async {
             loop {
                 let out = self.output();
-                if let Some(addr) = out
-                    .lines()
-                    .filter(|l| l.contains("admin listening on"))
-                    .find_map(listening_addr)
-                {
-                    return addr;
+                if out.matches(needle).count() >= times {
+                    return out;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         };
-        super::within(super::STEP_TIMEOUT, "`admin listening on ADDR`", find).await
+        match tokio::time::timeout(super::STEP_TIMEOUT, wait).await {
+            Ok(out) => out,
+            Err(_) => panic!(
+                "tokentap did not print {needle:?} {times} time(s) within {:?}; output:\n{}",
+                super::STEP_TIMEOUT,
+                self.output()
+            ),
+        }
+    }
+
+    /// The admin listener's address, from its `admin listening on` line.
+    pub async fn admin_addr(&self) -> SocketAddr {
+        let out = self.wait_output("admin listening on", 1).await;
+        out.lines()
+            .filter(|l| l.contains("admin listening on"))
+            .find_map(listening_addr)
+            .unwrap_or_else(|| panic!("no address in the `admin listening on` line:\n{out}"))
     }
 }
