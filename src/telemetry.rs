@@ -164,7 +164,10 @@ impl Telemetry {
     ) -> Telemetry {
         let resource = resource(cfg);
         let tracer_provider = traces.with_resource(resource.clone()).build();
-        let meter_provider = meters.with_resource(resource).build();
+        let meter_provider = meters
+            .with_resource(resource)
+            .with_view(cardinality::series_limit(cfg.max_series))
+            .build();
         let scope = InstrumentationScope::builder(SCOPE)
             .with_version(env!("CARGO_PKG_VERSION"))
             .build();
@@ -326,7 +329,7 @@ where
     S: SpanExporter + 'static,
     M: PushMetricExporter,
 {
-    let processor = export::span_processor(spans, drops.clone());
+    let processor = export::span_processor(spans, drops.clone(), cfg);
     let reader =
         PeriodicReader::builder(export::CountingMetricExporter::new(metrics, drops.clone()))
             .with_interval(cfg.metrics_export_interval)

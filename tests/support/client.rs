@@ -23,6 +23,12 @@ pub fn http1() -> HttpClient {
         .build_http()
 }
 
+/// An HTTP/1.1 client that keeps connections open between requests (for
+/// load: thousands of requests without thousands of sockets).
+pub fn pooled() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
 /// An h2c (HTTP/2 prior knowledge) client.
 pub fn h2c() -> HttpClient {
     Client::builder(TokioExecutor::new())
