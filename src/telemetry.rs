@@ -287,6 +287,17 @@ impl Telemetry {
                 .meter_provider
                 .shutdown_with_timeout(SHUTDOWN_TIMEOUT);
         });
+        // The collector may be why these were dropped: say so where it shows.
+        let d = self.dropped();
+        if d != Dropped::default() {
+            tracing::warn!(
+                spans = d.spans,
+                data_points = d.data_points,
+                "telemetry dropped {} spans and {} metric data points since start-up",
+                d.spans,
+                d.data_points
+            );
+        }
     }
 
     /// Every instrument's current cumulative value in a Prometheus format.

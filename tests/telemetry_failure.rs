@@ -319,6 +319,14 @@ async fn check_drops(
             },
         )
         .await;
+        // Late but delivered; what arrived plus what was dropped is still
+        // no more than what was produced (nothing counted twice).
+        let received = col.spans().len() as f64;
+        let (spans, _) = dropped(&inspect::scrape(c, admin).await, what);
+        assert!(
+            spans + received <= PRODUCED,
+            "{what}: {spans} spans dropped + {received} received > {PRODUCED} produced"
+        );
     }
 }
 
