@@ -25,7 +25,6 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use http::HeaderMap;
@@ -329,31 +328,15 @@ async fn model_tenant_cross_product_stops_at_the_series_limit() {
     );
 }
 
-/// `n` non-streaming requests, `concurrency` at a time, request `i` naming
-/// model `abuse-model-{i}` and tenant `abuse-tenant-{i}`.
+/// Non-streaming requests `from..to`, `concurrency` at a time, request `i`
+/// naming model `abuse-model-{i}` and tenant `abuse-tenant-{i}`.
 async fn abuse(addr: SocketAddr, from: usize, to: usize, concurrency: usize) {
-    let next = Arc::new(AtomicUsize::new(from));
-    let mut tasks = Vec::new();
-    for _ in 0..concurrency {
-        let next = next.clone();
-        tasks.push(tokio::spawn(async move {
-            let c = client::pooled();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= to {
-                    return;
-                }
-                let body = script::openai_request(&format!("abuse-model-{i}"), false, None);
-                let req = Req::post_json(addr, "/v1/chat/completions", body)
-                    .header("x-tenant-id", &format!("abuse-tenant-{i}"));
-                let got = client::fetch(&c, &req).await;
-                assert_eq!(got.status, 200, "request {i}: {}", got.text());
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    client::load(from..to, concurrency, move |i| {
+        let body = script::openai_request(&format!("abuse-model-{i}"), false, None);
+        Req::post_json(addr, "/v1/chat/completions", body)
+            .header("x-tenant-id", &format!("abuse-tenant-{i}"))
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

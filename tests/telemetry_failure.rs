@@ -349,24 +349,12 @@ async fn broken_collector_over_grpc_costs_no_latency_and_is_counted() {
     all_failures("grpc").await;
 }
 
-/// Send `n` tiny non-streaming requests, `concurrency` at a time.
+/// `n` tiny non-streaming requests, `concurrency` at a time.
 async fn load(addr: SocketAddr, n: usize, concurrency: usize) {
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..concurrency {
-        let next = next.clone();
-        tasks.push(tokio::spawn(async move {
-            let c = client::pooled();
-            while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < n {
-                let req = Req::post_json(addr, CHAT, script::openai_request("m-load", false, None));
-                let got = client::fetch(&c, &req).await;
-                assert_eq!(got.status, 200, "load request");
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    client::load(0..n, concurrency, move |_| {
+        Req::post_json(addr, CHAT, script::openai_request("m-load", false, None))
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -160,6 +160,38 @@ pub async fn read_all(resp: http::Response<Incoming>, t0: Instant, limit: Durati
     out
 }
 
+/// One request per index in `range`, `concurrency` at a time over pooled
+/// connections; `make(i)` builds request `i`. Every response must be 200.
+pub async fn load(
+    range: std::ops::Range<usize>,
+    concurrency: usize,
+    make: impl Fn(usize) -> Req + Send + Sync + 'static,
+) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let make = Arc::new(make);
+    let next = Arc::new(AtomicUsize::new(range.start));
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (make, next, end) = (make.clone(), next.clone(), range.end);
+            tokio::spawn(async move {
+                let c = pooled();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= end {
+                        return;
+                    }
+                    let got = fetch(&c, &make(i)).await;
+                    assert_eq!(got.status, 200, "request {i}: {}", got.text());
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("load task");
+    }
+}
+
 /// Send `req` and read the whole response.
 pub async fn fetch(client: &HttpClient, req: &Req) -> Streamed {
     let (resp, t0) = send(client, req).await;
