@@ -33,7 +33,7 @@ use support::otlp::{Collector, Fault};
 use support::proxy::{Bin, Toml, q};
 use support::script::{self, StreamSpec};
 use support::upstream::{Reply, Upstream};
-use support::{assert_bytes_eq, within};
+use support::{STEP_TIMEOUT, assert_bytes_eq, within};
 
 const CHAT: &str = "/v1/chat/completions";
 const DROPPED: &str = "tokentap_telemetry_dropped_total";
@@ -230,6 +230,20 @@ async fn scenario(
     bin.sigterm();
     bin.wait_exit(Duration::from_secs(30)).await;
     eprintln!("{what}: shutdown took {:?}", t0.elapsed());
+    if kind != Kind::Healthy {
+        // The last word on drops the collector never saw is the log.
+        let logged = within(STEP_TIMEOUT, "the output pipes to drain", async {
+            loop {
+                let out = bin.output();
+                if out.contains("telemetry dropped") {
+                    return out;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        assert!(logged.contains("since start-up"), "{what}: {logged}");
+    }
     drop(col);
     t
 }
