@@ -173,10 +173,17 @@ pub struct TelemetryConfig {
     /// Extra resource attributes.
     pub resource_attributes: Vec<(String, String)>,
     pub metrics_export_interval: Duration,
+    /// Deadline for one OTLP export, retries included.
+    pub otlp_timeout: Duration,
+    /// Finished spans waiting for export; more are dropped and counted.
+    pub span_queue_size: usize,
     /// Distinct model values per instrument before `other`.
     pub max_models: usize,
     /// Distinct tenant values per instrument before `other`.
     pub max_tenants: usize,
+    /// Distinct attribute sets per instrument; further sets go to one
+    /// overflow series (`otel.metric.overflow = true`).
+    pub max_series: usize,
     /// Headers redacted everywhere in addition to the built-in list.
     pub redact_headers: Vec<http::HeaderName>,
     /// One structured log line per request.

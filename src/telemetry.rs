@@ -164,7 +164,10 @@ impl Telemetry {
     ) -> Telemetry {
         let resource = resource(cfg);
         let tracer_provider = traces.with_resource(resource.clone()).build();
-        let meter_provider = meters.with_resource(resource).build();
+        let meter_provider = meters
+            .with_resource(resource)
+            .with_view(cardinality::series_limit(cfg.max_series))
+            .build();
         let scope = InstrumentationScope::builder(SCOPE)
             .with_version(env!("CARGO_PKG_VERSION"))
             .build();
@@ -284,6 +287,17 @@ impl Telemetry {
                 .meter_provider
                 .shutdown_with_timeout(SHUTDOWN_TIMEOUT);
         });
+        // The collector may be why these were dropped: say so where it shows.
+        let d = self.dropped();
+        if d != Dropped::default() {
+            tracing::warn!(
+                spans = d.spans,
+                data_points = d.data_points,
+                "telemetry dropped {} spans and {} metric data points since start-up",
+                d.spans,
+                d.data_points
+            );
+        }
     }
 
     /// Every instrument's current cumulative value in a Prometheus format.
@@ -335,7 +349,7 @@ where
     S: SpanExporter + 'static,
     M: PushMetricExporter,
 {
-    let processor = export::span_processor(spans, drops.clone());
+    let processor = export::span_processor(spans, drops.clone(), cfg);
     let reader =
         PeriodicReader::builder(export::CountingMetricExporter::new(metrics, drops.clone()))
             .with_interval(cfg.metrics_export_interval)

@@ -167,18 +167,28 @@ pub(super) fn otel_env(env: &[(String, String)]) -> Result<Vec<Layer>, ConfigErr
             dict(&rest),
         );
     }
-    if let Some(v) = get("OTEL_METRIC_EXPORT_INTERVAL") {
-        // Milliseconds per the spec; anything else is passed on to fail validation.
-        let v = if v.bytes().all(|b| b.is_ascii_digit()) {
+    // Milliseconds per the spec; anything else is passed on to fail validation.
+    let millis = |v: String| {
+        if v.bytes().all(|b| b.is_ascii_digit()) {
             format!("{v}ms")
         } else {
             v
-        };
-        put(
-            "OTEL_METRIC_EXPORT_INTERVAL",
-            "metrics_export_interval",
-            Value::from(v),
-        );
+        }
+    };
+    for (var, key) in [
+        ("OTEL_METRIC_EXPORT_INTERVAL", "metrics_export_interval"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "otlp_timeout"),
+    ] {
+        if let Some(v) = get(var) {
+            put(var, key, Value::from(millis(v)));
+        }
+    }
+    if let Some(v) = get("OTEL_BSP_MAX_QUEUE_SIZE") {
+        // A count; a non-number is passed on to fail validation, naming the key.
+        let value = v
+            .parse::<u64>()
+            .map_or_else(|_| Value::from(v), Value::from);
+        put("OTEL_BSP_MAX_QUEUE_SIZE", "span_queue_size", value);
     }
     if get("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
         put("OTEL_SDK_DISABLED", "otlp_enabled", Value::from(false));

@@ -166,10 +166,16 @@ pub(super) struct RawTelemetry {
     pub resource_attributes: BTreeMap<String, String>,
     /// How often metrics are exported.
     pub metrics_export_interval: Quantity,
+    /// Deadline for one OTLP export, retries included.
+    pub otlp_timeout: Quantity,
+    /// Finished spans waiting for export; more are dropped and counted.
+    pub span_queue_size: usize,
     /// Distinct model values per instrument before `other`.
     pub max_models: usize,
     /// Distinct tenant values per instrument before `other`.
     pub max_tenants: usize,
+    /// Distinct attribute sets per instrument before the overflow series.
+    pub max_series: usize,
     /// Headers redacted everywhere in addition to the built-in list.
     pub redact_headers: StringList,
     /// One structured log line per request.
@@ -366,8 +372,11 @@ impl Default for RawTelemetry {
             service_name: "tokentap".into(),
             resource_attributes: BTreeMap::new(),
             metrics_export_interval: Quantity::text("10s"),
+            otlp_timeout: Quantity::text("5s"),
+            span_queue_size: 2048,
             max_models: 100,
             max_tenants: 100,
+            max_series: 2000,
             redact_headers: StringList(Vec::new()),
             access_log: true,
             log_format: LogFormat::Text,
@@ -564,8 +573,11 @@ impl RawConfig {
                 service_name: t.service_name.clone(),
                 resource_attributes: plain_map(&t.resource_attributes),
                 metrics_export_interval: dur(t.metrics_export_interval),
+                otlp_timeout: dur(t.otlp_timeout),
+                span_queue_size: t.span_queue_size,
                 max_models: t.max_models,
                 max_tenants: t.max_tenants,
+                max_series: t.max_series,
                 redact_headers: StringList(
                     t.redact_headers.iter().map(|h| h.to_string()).collect(),
                 ),

@@ -895,3 +895,41 @@ fn config_server_max_headers_default_env_and_bounds() {
         );
     }
 }
+
+#[test]
+fn config_export_timeout_and_span_queue() {
+    let c = load_ok(&["--upstream", "http://127.0.0.1:9"], &[]);
+    assert_eq!(c.telemetry.otlp_timeout, Duration::from_secs(5), "default");
+    assert_eq!(c.telemetry.span_queue_size, 2048, "default");
+    let vars = [
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "1500"),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "64"),
+    ];
+    let c = load_ok(&["--upstream", "http://127.0.0.1:9"], &vars);
+    assert_eq!(
+        c.telemetry.otlp_timeout,
+        Duration::from_millis(1500),
+        "OTEL_EXPORTER_OTLP_TIMEOUT is milliseconds"
+    );
+    assert_eq!(c.telemetry.span_queue_size, 64, "OTEL_BSP_MAX_QUEUE_SIZE");
+    let f = TempToml::new(&format!("[telemetry]\nspan_queue_size = 0\n{ROUTES}"));
+    let e = load_err(&["--config", &f.path()], &[]);
+    assert_mentions(&e, &["telemetry.span_queue_size", "at least 1"]);
+    let e = load_err(
+        &["--upstream", "http://127.0.0.1:9"],
+        &[("OTEL_BSP_MAX_QUEUE_SIZE", "lots")],
+    );
+    assert_mentions(
+        &e,
+        &["telemetry.span_queue_size", "OTEL_BSP_MAX_QUEUE_SIZE"],
+    );
+    let e = load_err(
+        &["--upstream", "http://127.0.0.1:9"],
+        &[("TOKENTAP_TELEMETRY__OTLP_TIMEOUT", "0s")],
+    );
+    assert_mentions(&e, &["telemetry.otlp_timeout", "longer than zero"]);
+    assert_eq!(c.telemetry.max_series, 2000, "default");
+    let f = TempToml::new(&format!("[telemetry]\nmax_series = 20001\n{ROUTES}"));
+    let e = load_err(&["--config", &f.path()], &[]);
+    assert_mentions(&e, &["telemetry.max_series", "at most 20000"]);
+}

@@ -409,6 +409,23 @@ fn live(cx: &Cx, l: &RawLive) -> Result<LiveConfig, ConfigError> {
     })
 }
 
+/// The SDK reserves room for every allowed attribute set up front (per
+/// instrument and reader), so the limit has a ceiling.
+const MAX_SERIES_CEILING: usize = 20_000;
+
+fn max_series(cx: &Cx, n: usize) -> Result<usize, ConfigError> {
+    let n = cx.count("telemetry.max_series", n)?;
+    if n > MAX_SERIES_CEILING {
+        return Err(cx.invalid(
+            "telemetry.max_series",
+            format!(
+                "must be at most {MAX_SERIES_CEILING} (memory for each is reserved at start-up)"
+            ),
+        ));
+    }
+    Ok(n)
+}
+
 fn telemetry(
     cx: &Cx,
     t: &RawTelemetry,
@@ -446,8 +463,11 @@ fn telemetry(
             "telemetry.metrics_export_interval",
             &t.metrics_export_interval,
         )?,
+        otlp_timeout: cx.positive("telemetry.otlp_timeout", &t.otlp_timeout)?,
+        span_queue_size: cx.count("telemetry.span_queue_size", t.span_queue_size)?,
         max_models: cx.count("telemetry.max_models", t.max_models)?,
         max_tenants: cx.count("telemetry.max_tenants", t.max_tenants)?,
+        max_series: max_series(cx, t.max_series)?,
         redact_headers,
         access_log: t.access_log,
         log_format: t.log_format,

@@ -9,6 +9,8 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
+use opentelemetry_sdk::metrics::{Instrument, Stream};
+
 use super::attrs::OTHER;
 
 /// Values longer than this are never admitted (they go to `other`).
@@ -75,6 +77,17 @@ impl CardinalityGuard {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// A metric view capping every instrument at `limit` distinct attribute
+/// sets. The guards above cap each label; this caps their combinations
+/// (e.g. 100 models × 100 tenants): measurements with a further set are
+/// aggregated into the SDK's one overflow series, marked
+/// `otel.metric.overflow = true`.
+pub fn series_limit(
+    limit: usize,
+) -> impl Fn(&Instrument) -> Option<Stream> + Send + Sync + 'static {
+    move |_| Stream::builder().with_cardinality_limit(limit).build().ok()
 }
 
 #[cfg(test)]

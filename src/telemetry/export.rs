@@ -130,17 +130,17 @@ impl<E: SpanExporter> SpanExporter for CountingSpanExporter<E> {
     }
 }
 
-/// The span pipeline: `exporter` behind a counted, bounded batch processor.
-pub fn span_processor<E>(exporter: E, drops: Arc<DropCounts>) -> GatedSpanProcessor
+/// The span pipeline: `exporter` behind a counted batch processor whose
+/// queue holds at most `telemetry.span_queue_size` spans.
+pub fn span_processor<E>(
+    exporter: E,
+    drops: Arc<DropCounts>,
+    cfg: &TelemetryConfig,
+) -> GatedSpanProcessor
 where
     E: SpanExporter + 'static,
 {
-    let cap = std::env::var(opentelemetry_sdk::trace::OTEL_BSP_MAX_QUEUE_SIZE)
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(opentelemetry_sdk::trace::OTEL_BSP_MAX_QUEUE_SIZE_DEFAULT);
-    gated_processor(exporter, drops, cap)
+    gated_processor(exporter, drops, cfg.span_queue_size.max(1))
 }
 
 fn gated_processor<E>(exporter: E, drops: Arc<DropCounts>, cap: usize) -> GatedSpanProcessor
@@ -156,7 +156,9 @@ where
         gate: gate.clone(),
         drops: drops.clone(),
     };
-    // Other batch settings (delay, batch size, timeout) come from OTEL_BSP_*.
+    // Delay and batch size come from OTEL_BSP_*; the SDK's batch thread
+    // ignores its export timeout, so the exporter's own (`otlp_timeout`)
+    // is what bounds a stuck export.
     let config = BatchConfigBuilder::default()
         .with_max_queue_size(cap)
         .build();
@@ -230,7 +232,10 @@ pub fn otlp_spans(
     let builder = opentelemetry_otlp::SpanExporter::builder();
     let built = match cfg.otlp_protocol {
         OtlpProtocol::HttpProtobuf => {
-            let mut b = builder.with_http().with_protocol(Protocol::HttpBinary);
+            let mut b = builder
+                .with_http()
+                .with_protocol(Protocol::HttpBinary)
+                .with_timeout(cfg.otlp_timeout);
             if let Some(base) = &cfg.otlp_endpoint {
                 b = b.with_endpoint(signal_url(base, "/v1/traces"));
             }
@@ -238,7 +243,7 @@ pub fn otlp_spans(
         }
         OtlpProtocol::Grpc => {
             require_runtime()?;
-            let mut b = builder.with_tonic();
+            let mut b = builder.with_tonic().with_timeout(cfg.otlp_timeout);
             if let Some(base) = &cfg.otlp_endpoint {
                 b = b.with_endpoint(base.clone());
             }
@@ -255,7 +260,10 @@ pub fn otlp_metrics(
     let builder = opentelemetry_otlp::MetricExporter::builder();
     let built = match cfg.otlp_protocol {
         OtlpProtocol::HttpProtobuf => {
-            let mut b = builder.with_http().with_protocol(Protocol::HttpBinary);
+            let mut b = builder
+                .with_http()
+                .with_protocol(Protocol::HttpBinary)
+                .with_timeout(cfg.otlp_timeout);
             if let Some(base) = &cfg.otlp_endpoint {
                 b = b.with_endpoint(signal_url(base, "/v1/metrics"));
             }
@@ -263,7 +271,7 @@ pub fn otlp_metrics(
         }
         OtlpProtocol::Grpc => {
             require_runtime()?;
-            let mut b = builder.with_tonic();
+            let mut b = builder.with_tonic().with_timeout(cfg.otlp_timeout);
             if let Some(base) = &cfg.otlp_endpoint {
                 b = b.with_endpoint(base.clone());
             }

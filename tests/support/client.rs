@@ -23,6 +23,12 @@ pub fn http1() -> HttpClient {
         .build_http()
 }
 
+/// An HTTP/1.1 client that keeps connections open between requests (for
+/// load: thousands of requests without thousands of sockets).
+pub fn pooled() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
 /// An h2c (HTTP/2 prior knowledge) client.
 pub fn h2c() -> HttpClient {
     Client::builder(TokioExecutor::new())
@@ -162,6 +168,38 @@ pub async fn read_all(resp: http::Response<Incoming>, t0: Instant, limit: Durati
         }
     }
     out
+}
+
+/// One request per index in `range`, `concurrency` at a time over pooled
+/// connections; `make(i)` builds request `i`. Every response must be 200.
+pub async fn load(
+    range: std::ops::Range<usize>,
+    concurrency: usize,
+    make: impl Fn(usize) -> Req + Send + Sync + 'static,
+) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let make = Arc::new(make);
+    let next = Arc::new(AtomicUsize::new(range.start));
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (make, next, end) = (make.clone(), next.clone(), range.end);
+            tokio::spawn(async move {
+                let c = pooled();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= end {
+                        return;
+                    }
+                    let got = fetch(&c, &make(i)).await;
+                    assert_eq!(got.status, 200, "request {i}: {}", got.text());
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("load task");
+    }
 }
 
 /// Send `req` and read the whole response.

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -45,6 +46,25 @@ struct Store {
     metrics: Mutex<Vec<(Protocol, ExportMetricsServiceRequest)>>,
     /// Raw bytes of every export body, for secret scans.
     raw: Mutex<Vec<u8>>,
+    /// How this receiver misbehaves (`Collector::start_faulty`).
+    fault: Option<Fault>,
+    /// Export requests received (any protocol, any answer), or, for a
+    /// black hole, connections accepted.
+    attempts: AtomicUsize,
+}
+
+/// How a receiver started with `Collector::start_faulty` misbehaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer every export with this HTTP status (HTTP/protobuf); over
+    /// gRPC, 503 and 429 become `UNAVAILABLE`, anything else `INTERNAL`.
+    /// Nothing is stored.
+    Status(u16),
+    /// Hold every export this long, then accept and store it.
+    Slow(Duration),
+    /// Accept TCP connections and hold them open, never reading or
+    /// answering.
+    BlackHole,
 }
 
 /// A running OTLP receiver.
@@ -104,11 +124,61 @@ impl MetricsService for Grpc {
 impl Collector {
     /// Start a receiver on 127.0.0.1:0 that accepts both protocols.
     pub async fn start() -> Collector {
+        Collector::serve(Store::default()).await
+    }
+
+    /// Start a receiver on 127.0.0.1:0 that misbehaves as `fault` says.
+    pub async fn start_faulty(fault: Fault) -> Collector {
+        let store = Store {
+            fault: Some(fault),
+            ..Store::default()
+        };
+        if fault == Fault::BlackHole {
+            return Collector::black_hole(store).await;
+        }
+        Collector::serve(store).await
+    }
+
+    /// Accept connections and keep every socket open, unread.
+    async fn black_hole(store: Store) -> Collector {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind OTLP black hole");
+        let addr = listener.local_addr().expect("OTLP black hole addr");
+        let store = Arc::new(store);
+        let s = store.clone();
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                s.attempts.fetch_add(1, Ordering::SeqCst);
+                held.push(stream);
+            }
+        });
+        Collector { addr, store, task }
+    }
+
+    /// An address nothing listens on: connections to it are refused.
+    pub fn refused_endpoint() -> String {
+        let dead = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("bind a port to free it");
+        format!("http://{dead}")
+    }
+
+    /// Export requests received so far (for a black hole: connections).
+    pub fn attempts(&self) -> usize {
+        self.store.attempts.load(Ordering::SeqCst)
+    }
+
+    async fn serve(store: Store) -> Collector {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind OTLP receiver");
         let addr = listener.local_addr().expect("OTLP receiver addr");
-        let store = Arc::new(Store::default());
+        let store = Arc::new(store);
         let s = store.clone();
         let task = tokio::spawn(async move {
             loop {
@@ -349,6 +419,12 @@ async fn route(
     req: Request<Incoming>,
 ) -> Result<Response<RespBody>, Infallible> {
     let path = req.uri().path().to_owned();
+    store.attempts.fetch_add(1, Ordering::SeqCst);
+    match store.fault {
+        Some(Fault::Slow(hold)) => tokio::time::sleep(hold).await,
+        Some(Fault::Status(code)) => return Ok(fault_status(&path, code)),
+        Some(Fault::BlackHole) | None => {}
+    }
     let grpc = Grpc(store.clone());
     let resp = if path.starts_with("/opentelemetry.proto.collector.trace.v1.TraceService/") {
         let mut svc = TraceServiceServer::new(grpc);
@@ -419,6 +495,32 @@ async fn http_export(store: &Store, path: &str, req: Request<Incoming>) -> Respo
         };
         proto_ok(resp.encode_to_vec())
     }
+}
+
+/// The failure answer for `code`: a gRPC trailers-only status for gRPC
+/// paths, the bare HTTP status otherwise.
+fn fault_status(path: &str, code: u16) -> Response<RespBody> {
+    if path.starts_with("/opentelemetry.proto.collector.") {
+        let grpc_code = if code == 503 || code == 429 {
+            "14"
+        } else {
+            "13"
+        };
+        let mut r = plain(StatusCode::OK, Bytes::new());
+        let h = r.headers_mut();
+        h.insert(
+            "content-type",
+            http::HeaderValue::from_static("application/grpc"),
+        );
+        h.insert("grpc-status", http::HeaderValue::from_static(grpc_code));
+        h.insert(
+            "grpc-message",
+            http::HeaderValue::from_static("collector%20failing%20on%20purpose"),
+        );
+        return r;
+    }
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    plain(status, Bytes::from_static(b"collector failing on purpose"))
 }
 
 fn plain(status: StatusCode, body: Bytes) -> Response<RespBody> {
