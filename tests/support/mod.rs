@@ -4,10 +4,12 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod client;
+pub mod faulty;
 pub mod otlp;
 pub mod proxy;
 pub mod rig;
 pub mod script;
+pub mod tls;
 pub mod upstream;
 
 use std::future::Future;
