@@ -420,6 +420,57 @@ mod tests {
     }
 
     #[test]
+    fn connect_backoff_doubles_and_is_capped() {
+        let c = RetryConnect {
+            inner: (),
+            retries: 10,
+            backoff: Duration::from_millis(100),
+        };
+        let waits: Vec<u128> = (0..6).map(|n| c.delay(n).as_millis()).collect();
+        assert_eq!(waits, [100, 200, 400, 800, 1600, 2000]);
+        assert_eq!(c.delay(u32::MAX), MAX_CONNECT_BACKOFF, "no overflow");
+    }
+
+    #[test]
+    fn tls_failure_is_found_inside_nested_io_errors() {
+        // hyper-rustls hands back io(Other, io(InvalidData, rustls::Error)).
+        let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let inner = std::io::Error::new(std::io::ErrorKind::InvalidData, tls);
+        let outer = std::io::Error::other(inner);
+        assert!(is_tls_failure(&outer), "rustls error two io errors deep");
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(!is_tls_failure(&std::io::Error::other(refused)));
+        assert!(
+            error_chain(&outer).contains("UnknownIssuer"),
+            "{}",
+            error_chain(&outer)
+        );
+    }
+
+    #[test]
+    fn codes_and_statuses_are_stable() {
+        let cases = [
+            (
+                UpstreamError::Connect(String::new()),
+                502,
+                "upstream_unreachable",
+            ),
+            (UpstreamError::Tls(String::new()), 502, "upstream_tls_error"),
+            (UpstreamError::Timeout("x"), 504, "upstream_timeout"),
+            (UpstreamError::Reset(String::new()), 502, "upstream_reset"),
+            (
+                UpstreamError::Protocol(String::new()),
+                502,
+                "upstream_protocol_error",
+            ),
+        ];
+        for (err, status, code) in cases {
+            assert_eq!(err.status().as_u16(), status, "{code}");
+            assert_eq!(err.code(), code);
+        }
+    }
+
+    #[test]
     fn missing_ca_file_names_the_key_and_path() {
         let err = load_pem(Path::new("/nonexistent/ca.pem")).expect_err("missing file");
         assert!(

@@ -215,10 +215,14 @@ async fn connect_refused_is_502_with_openai_error_json() {
         "error.message is a string in {v}"
     );
     assert!(err["type"].is_string(), "error.type is a string in {v}");
-    assert!(err.get("code").is_some(), "error.code present in {v}");
+    assert_eq!(err["code"], "upstream_unreachable", "error.code in {v}");
     let span = rig.finish("chat m-502").await;
     assert_outcome(&span, "upstream_error");
-    assert_error_type(&span);
+    assert_eq!(
+        span.str(ERROR_TYPE),
+        "upstream_unreachable",
+        "error.type is the JSON body's code"
+    );
 }
 
 #[tokio::test]
