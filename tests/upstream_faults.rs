@@ -13,6 +13,8 @@
 //!   the upstream reads the whole request, then resets (SO_LINGER 0) or
 //!   closes → 502 `upstream_reset`; even with `connect_retries` set the
 //!   upstream sees one connection and one request.
+//! - `malformed_head_is_502_upstream_protocol_error`: an unparsable
+//!   response head → 502 `upstream_protocol_error`, sent once.
 //! - `reset_mid_stream_cuts_the_client_stream`: a TCP reset after two SSE
 //!   chunks → the client has the exact bytes sent so far, then the stream
 //!   breaks off (no terminating chunk); `upstream_aborted`, partial tokens.
@@ -272,6 +274,19 @@ async fn reset_or_close_before_the_head_is_502_upstream_reset_and_not_retried() 
 }
 
 #[tokio::test]
+async fn malformed_head_is_502_upstream_protocol_error() {
+    let garbage = Bytes::from_static(b"HTTP/1.1 two hundred\r\n\r\n");
+    let up = RawUpstream::start(move |_| vec![Act::ReadRequest, Act::Write(garbage.clone())]).await;
+    let front = Front::start(&up.url(), with_retries).await;
+    let got = front.chat("m-garbage", false).await;
+    assert_proxy_error(&got, 502, "upstream_protocol_error");
+    front
+        .finish(&[failed("m-garbage", "upstream_protocol_error")])
+        .await;
+    assert_eq!(up.requests().len(), 1, "sent once");
+}
+
+#[tokio::test]
 async fn reset_mid_stream_cuts_the_client_stream() {
     let (events, tokens) = sse_before_cut();
     let sent: Vec<u8> = events.concat();
@@ -490,7 +505,12 @@ async fn h2_cut_case(name: &str, cut: H2Act) -> TlsUpstream {
 
 #[tokio::test]
 async fn h2_rst_stream_mid_stream_cuts_the_client_stream() {
-    h2_cut_case("rst", H2Act::Reset(h2::Reason::INTERNAL_ERROR)).await;
+    let up = h2_cut_case("rst", H2Act::Reset(h2::Reason::INTERNAL_ERROR)).await;
+    assert_eq!(
+        up.handshakes(),
+        1,
+        "RST_STREAM ends one stream; the pooled HTTP/2 connection serves the next request"
+    );
 }
 
 #[tokio::test]
@@ -629,15 +649,19 @@ async fn connect_retries_recover_from_connections_dropped_in_the_handshake() {
     }
 }
 
-/// A port that was free a moment ago.
-fn free_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
+/// A port of our own where nothing listens: the socket is bound (so no
+/// other test can be given the port) but not listening, so connects to it
+/// are refused until `listen` is called.
+fn refusing_port() -> (tokio::net::TcpSocket, SocketAddr) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap();
+    (socket, addr)
 }
 
 #[tokio::test]
 async fn connect_retries_wait_for_an_upstream_that_comes_up() {
-    let addr = free_port();
+    let (socket, addr) = refusing_port();
     let reply = script::openai_chat_json("m", "came up", (1, 2));
     let want = reply.body_bytes();
     // Backoff 100, 200, 400, 800, 1600 ms: the upstream appears in the first.
@@ -653,9 +677,7 @@ async fn connect_retries_wait_for_an_upstream_that_comes_up() {
     let r = requests.clone();
     let late = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .unwrap_or_else(|e| panic!("re-bind {addr} for the late upstream: {e}"));
+        let listener = socket.listen(16).unwrap();
         loop {
             let (s, _) = listener.accept().await.unwrap();
             tokio::spawn(faulty::serve_h1(s, reply.clone(), r.clone()));
@@ -676,7 +698,7 @@ async fn connect_retries_wait_for_an_upstream_that_comes_up() {
 
 #[tokio::test]
 async fn connect_retries_are_bounded() {
-    let addr = free_port();
+    let (_socket, addr) = refusing_port();
     let front = Front::start(&format!("http://{addr}"), |t| {
         t.set("upstream", "connect_retries", "2").set(
             "upstream",
