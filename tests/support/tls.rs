@@ -98,6 +98,7 @@ impl Drop for TlsUpstream {
 }
 
 impl TlsUpstream {
+    /// Listen on 127.0.0.1:0 with `config`; `serve` runs per handshake.
     pub async fn start<F, Fut>(
         config: Arc<rustls::ServerConfig>,
         drop_first: usize,
@@ -110,20 +111,6 @@ impl TlsUpstream {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind TLS upstream");
-        TlsUpstream::on(listener, config, drop_first, serve)
-    }
-
-    /// Serve on an already bound listener.
-    pub fn on<F, Fut>(
-        listener: TcpListener,
-        config: Arc<rustls::ServerConfig>,
-        drop_first: usize,
-        serve: F,
-    ) -> TlsUpstream
-    where
-        F: Fn(TlsStream<TcpStream>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
         let addr = listener.local_addr().expect("TLS upstream addr");
         let seen = Arc::new(Seen::default());
         let s = seen.clone();
