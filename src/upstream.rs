@@ -146,18 +146,21 @@ fn is_tls_failure(err: &(dyn StdError + 'static)) -> bool {
     causes(err).any(|e| e.is::<rustls::Error>())
 }
 
-/// `err` and its causes. `io::Error::source` skips the error an
-/// `io::Error` wraps (and connectors nest them: io in io in rustls), so
-/// an `io::Error` is followed through `get_ref` instead.
+/// `err` and its causes, outermost first.
 fn causes<'a>(
     err: &'a (dyn StdError + 'static),
 ) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
-    std::iter::successors(Some(err), |&e: &&'a (dyn StdError + 'static)| match e
-        .downcast_ref::<std::io::Error>()
-    {
+    std::iter::successors(Some(err), |&e| cause(e))
+}
+
+/// The error `e` wraps. `io::Error::source` skips the error an `io::Error`
+/// wraps (and connectors nest them: io in io in rustls), so an `io::Error`
+/// is followed through `get_ref` instead.
+fn cause<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a (dyn StdError + 'static)> {
+    match e.downcast_ref::<std::io::Error>() {
         Some(io) => io.get_ref().map(|inner| inner as &(dyn StdError + 'static)),
         None => e.source(),
-    })
+    }
 }
 
 /// An error response in the OpenAI error shape, which every OpenAI-style SDK
