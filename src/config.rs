@@ -71,6 +71,10 @@ pub struct UpstreamConfig {
     pub ca_file: Option<PathBuf>,
     pub pool_idle_timeout: Duration,
     pub pool_max_idle_per_host: usize,
+    /// Extra connect attempts when opening a connection fails (0 = none).
+    pub connect_retries: u32,
+    /// Wait before the first connect retry; doubles for each further one.
+    pub connect_retry_backoff: Duration,
 }
 
 /// One route: requests matching `prefix` (and `host`, when set) go to `upstream`.

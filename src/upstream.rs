@@ -1,17 +1,20 @@
 //! The upstream client: a prepared request in, the provider's response head
 //! and body out. Pooled hyper-util client over rustls (webpki roots plus an
 //! optional extra CA), HTTP/1.1 or HTTP/2 by ALPN, connect and head timeouts,
-//! errors classified by the side that failed.
+//! opt-in connect retries, errors classified by the side that failed.
 
 use std::error::Error as StdError;
 use std::fs;
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName};
-use http::{Request, Response, StatusCode};
+use http::{Request, Response, StatusCode, Uri};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
@@ -20,6 +23,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
+use tower::{Service, ServiceExt};
 
 use crate::config::UpstreamConfig;
 use crate::sniff::Replay;
@@ -30,7 +34,7 @@ pub type UpstreamBody = Replay<Incoming>;
 /// Pooled upstream client, shared by every request.
 #[derive(Debug, Clone)]
 pub struct Client {
-    inner: HyperClient<HttpsConnector<HttpConnector>, UpstreamBody>,
+    inner: HyperClient<RetryConnect<HttpsConnector<HttpConnector>>, UpstreamBody>,
     head_timeout: Option<Duration>,
 }
 
@@ -62,6 +66,11 @@ pub enum UpstreamError {
     /// Connecting or waiting for the response head took too long.
     #[error("upstream timed out: {0}")]
     Timeout(&'static str),
+    /// The upstream closed or reset the connection (or, on HTTP/2, reset
+    /// the stream or sent GOAWAY) after the request was sent and before a
+    /// response head arrived.
+    #[error("upstream closed the connection before the response head: {0}")]
+    Reset(String),
     /// The upstream broke the HTTP exchange.
     #[error("upstream protocol error: {0}")]
     Protocol(String),
@@ -82,6 +91,7 @@ impl UpstreamError {
             UpstreamError::Connect(_) => "upstream_unreachable",
             UpstreamError::Tls(_) => "upstream_tls_error",
             UpstreamError::Timeout(_) => "upstream_timeout",
+            UpstreamError::Reset(_) => "upstream_reset",
             UpstreamError::Protocol(_) => "upstream_protocol_error",
         }
     }
@@ -93,29 +103,63 @@ impl UpstreamError {
 
     fn classify(err: hyper_util::client::legacy::Error) -> UpstreamError {
         let chain = error_chain(&err);
-        let mut source: Option<&(dyn StdError + 'static)> = Some(&err);
-        while let Some(e) = source {
-            if e.downcast_ref::<rustls::Error>().is_some() {
-                return UpstreamError::Tls(chain);
-            }
+        if is_tls_failure(&err) {
+            return UpstreamError::Tls(chain);
+        }
+        let mut reset = false;
+        for e in causes(&err) {
             if let Some(io) = e.downcast_ref::<std::io::Error>() {
                 if io.kind() == std::io::ErrorKind::TimedOut {
                     return UpstreamError::Timeout("connect");
                 }
-                if io
-                    .get_ref()
-                    .is_some_and(|inner| inner.is::<rustls::Error>())
-                {
-                    return UpstreamError::Tls(chain);
-                }
+                reset |= is_reset_kind(io.kind());
             }
-            source = e.source();
+            reset |= e
+                .downcast_ref::<hyper::Error>()
+                .is_some_and(hyper::Error::is_incomplete_message);
+            reset |= e
+                .downcast_ref::<h2::Error>()
+                .is_some_and(|h2| h2.is_remote() && (h2.is_reset() || h2.is_go_away()));
         }
         if err.is_connect() {
             UpstreamError::Connect(chain)
+        } else if reset {
+            UpstreamError::Reset(chain)
         } else {
             UpstreamError::Protocol(chain)
         }
+    }
+}
+
+/// The peer closed or reset the connection.
+fn is_reset_kind(kind: std::io::ErrorKind) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        kind,
+        ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof
+    )
+}
+
+/// A rustls error anywhere in the chain: a certificate or TLS protocol
+/// failure.
+fn is_tls_failure(err: &(dyn StdError + 'static)) -> bool {
+    causes(err).any(|e| e.is::<rustls::Error>())
+}
+
+/// `err` and its causes, outermost first.
+fn causes<'a>(
+    err: &'a (dyn StdError + 'static),
+) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
+    std::iter::successors(Some(err), |&e| cause(e))
+}
+
+/// The error `e` wraps. `io::Error::source` skips the error an `io::Error`
+/// wraps (and connectors nest them: io in io in rustls), so an `io::Error`
+/// is followed through `get_ref` instead.
+fn cause<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a (dyn StdError + 'static)> {
+    match e.downcast_ref::<std::io::Error>() {
+        Some(io) => io.get_ref().map(|inner| inner as &(dyn StdError + 'static)),
+        None => e.source(),
     }
 }
 
@@ -146,14 +190,12 @@ pub fn error_response<B: From<Full<Bytes>>>(
 /// "outer: inner: innermost", without repeats.
 fn error_chain(err: &(dyn StdError + 'static)) -> String {
     let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(e) = source {
+    for e in causes(err).skip(1) {
         let s = e.to_string();
         if !out.contains(&s) {
             out.push_str(": ");
             out.push_str(&s);
         }
-        source = e.source();
     }
     out
 }
@@ -188,8 +230,17 @@ impl Client {
             .https_or_http()
             .enable_all_versions()
             .wrap_connector(http);
+        let connector = RetryConnect {
+            inner: connector,
+            retries: cfg.connect_retries,
+            backoff: cfg.connect_retry_backoff,
+        };
 
+        // `retry_canceled_requests` stays on (the default): hyper re-sends
+        // only a request that was never handed to the connection (a pooled
+        // connection found closed first), so no request byte is sent twice.
         let inner = HyperClient::builder(TokioExecutor::new())
+            .retry_canceled_requests(true)
             .timer(TokioTimer::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(cfg.pool_idle_timeout)
@@ -202,7 +253,9 @@ impl Client {
     }
 
     /// Send `req` and wait for the response head. Request bytes are never
-    /// retried once sent (hyper only re-sends requests that never left).
+    /// retried once sent: only opening the connection is retried (when
+    /// `upstream.connect_retries` is set), and hyper re-sends only requests
+    /// that never left.
     pub async fn send(
         &self,
         req: Request<UpstreamBody>,
@@ -215,6 +268,74 @@ impl Client {
             None => fut.await,
         };
         res.map_err(UpstreamError::classify)
+    }
+}
+
+/// Longest wait between two connect attempts.
+const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(2);
+
+/// A connector that tries again when opening a connection fails: TCP
+/// connect refused, unreachable or timed out, or the connection dropped
+/// during the TLS handshake. The request is not involved at all (hyper
+/// writes it only to a connection this returns), so nothing is ever sent
+/// twice. A certificate or TLS protocol error is final: the same server
+/// would fail the same way.
+#[derive(Debug, Clone)]
+pub struct RetryConnect<C> {
+    inner: C,
+    retries: u32,
+    backoff: Duration,
+}
+
+type BoxError = Box<dyn StdError + Send + Sync>;
+
+impl<C> RetryConnect<C> {
+    /// The wait before retry number `n` (0-based): doubling, capped.
+    fn delay(&self, n: u32) -> Duration {
+        self.backoff
+            .saturating_mul(2u32.saturating_pow(n))
+            .min(MAX_CONNECT_BACKOFF)
+    }
+}
+
+impl<C> Service<Uri> for RetryConnect<C>
+where
+    C: Service<Uri> + Clone + Send + 'static,
+    C::Response: Send,
+    C::Future: Send,
+    C::Error: Into<BoxError>,
+{
+    type Response = C::Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<C::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let first = self.inner.call(uri.clone());
+        let this = self.clone();
+        Box::pin(async move {
+            let mut result = first.await.map_err(Into::into);
+            for n in 0..this.retries {
+                let err = match result {
+                    Ok(conn) => return Ok(conn),
+                    Err(e) if is_tls_failure(&*e) => return Err(e),
+                    Err(e) => e,
+                };
+                let wait = this.delay(n);
+                tracing::debug!(%uri, error = %error_chain(&*err), retry = n + 1, ?wait, "upstream connect failed; retrying");
+                tokio::time::sleep(wait).await;
+                result = this
+                    .inner
+                    .clone()
+                    .oneshot(uri.clone())
+                    .await
+                    .map_err(Into::into);
+            }
+            result
+        })
     }
 }
 
@@ -299,6 +420,57 @@ mod tests {
             UpstreamError::Timeout("x").status(),
             StatusCode::GATEWAY_TIMEOUT
         );
+    }
+
+    #[test]
+    fn connect_backoff_doubles_and_is_capped() {
+        let c = RetryConnect {
+            inner: (),
+            retries: 10,
+            backoff: Duration::from_millis(100),
+        };
+        let waits: Vec<u128> = (0..6).map(|n| c.delay(n).as_millis()).collect();
+        assert_eq!(waits, [100, 200, 400, 800, 1600, 2000]);
+        assert_eq!(c.delay(u32::MAX), MAX_CONNECT_BACKOFF, "no overflow");
+    }
+
+    #[test]
+    fn tls_failure_is_found_inside_nested_io_errors() {
+        // hyper-rustls hands back io(Other, io(InvalidData, rustls::Error)).
+        let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let inner = std::io::Error::new(std::io::ErrorKind::InvalidData, tls);
+        let outer = std::io::Error::other(inner);
+        assert!(is_tls_failure(&outer), "rustls error two io errors deep");
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(!is_tls_failure(&std::io::Error::other(refused)));
+        assert!(
+            error_chain(&outer).contains("UnknownIssuer"),
+            "{}",
+            error_chain(&outer)
+        );
+    }
+
+    #[test]
+    fn codes_and_statuses_are_stable() {
+        let cases = [
+            (
+                UpstreamError::Connect(String::new()),
+                502,
+                "upstream_unreachable",
+            ),
+            (UpstreamError::Tls(String::new()), 502, "upstream_tls_error"),
+            (UpstreamError::Timeout("x"), 504, "upstream_timeout"),
+            (UpstreamError::Reset(String::new()), 502, "upstream_reset"),
+            (
+                UpstreamError::Protocol(String::new()),
+                502,
+                "upstream_protocol_error",
+            ),
+        ];
+        for (err, status, code) in cases {
+            assert_eq!(err.status().as_u16(), status, "{code}");
+            assert_eq!(err.code(), code);
+        }
     }
 
     #[test]

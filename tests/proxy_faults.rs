@@ -172,11 +172,11 @@ async fn malformed_chunk_is_malformed_and_still_passes_through() {
 
 #[tokio::test]
 async fn connect_refused_is_502_with_openai_error_json() {
-    // A port that was just free: nothing listens there.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    // A port bound but not listening: connects are refused, and no test
+    // running in parallel can be handed the port.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dead = socket.local_addr().unwrap();
     let mut rig = Rig::start(
         |_| unreachable!("nothing should reach the live upstream"),
         move |t, _| t.route("openai", "/", &format!("http://{dead}"), "openai"),
@@ -215,10 +215,14 @@ async fn connect_refused_is_502_with_openai_error_json() {
         "error.message is a string in {v}"
     );
     assert!(err["type"].is_string(), "error.type is a string in {v}");
-    assert!(err.get("code").is_some(), "error.code present in {v}");
+    assert_eq!(err["code"], "upstream_unreachable", "error.code in {v}");
     let span = rig.finish("chat m-502").await;
     assert_outcome(&span, "upstream_error");
-    assert_error_type(&span);
+    assert_eq!(
+        span.str(ERROR_TYPE),
+        "upstream_unreachable",
+        "error.type is the JSON body's code"
+    );
 }
 
 #[tokio::test]

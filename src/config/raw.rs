@@ -85,6 +85,11 @@ pub(super) struct RawUpstream {
     pub pool_idle_timeout: Quantity,
     /// Idle pooled connections kept per upstream host.
     pub pool_max_idle_per_host: usize,
+    /// Extra attempts when opening a connection (TCP or TLS) fails; 0 = none.
+    /// Nothing of the request has been sent then, so a retry is safe.
+    pub connect_retries: u32,
+    /// Wait before the first connect retry; doubles for each further one.
+    pub connect_retry_backoff: Quantity,
 }
 
 /// One `[[routes]]` entry.
@@ -331,6 +336,8 @@ impl Default for RawUpstream {
             ca_file: None,
             pool_idle_timeout: Quantity::text("90s"),
             pool_max_idle_per_host: 64,
+            connect_retries: 0,
+            connect_retry_backoff: Quantity::text("100ms"),
         }
     }
 }
@@ -529,6 +536,8 @@ impl RawConfig {
                 ca_file: u.ca_file.as_ref().map(|p| p.display().to_string()),
                 pool_idle_timeout: dur(u.pool_idle_timeout),
                 pool_max_idle_per_host: u.pool_max_idle_per_host,
+                connect_retries: u.connect_retries,
+                connect_retry_backoff: dur(u.connect_retry_backoff),
             },
             routes: c
                 .routes

@@ -933,3 +933,39 @@ fn config_export_timeout_and_span_queue() {
     let e = load_err(&["--config", &f.path()], &[]);
     assert_mentions(&e, &["telemetry.max_series", "at most 20000"]);
 }
+
+#[test]
+fn config_connect_retries_default_off_and_bounded() {
+    let c = load_ok(&["--upstream", "http://127.0.0.1:9"], &[]);
+    assert_eq!(
+        c.upstream.connect_retries, 0,
+        "no connect retries by default"
+    );
+    assert_eq!(c.upstream.connect_retry_backoff, Duration::from_millis(100));
+    let c = load_ok(
+        &["--upstream", "http://127.0.0.1:9"],
+        &[
+            ("TOKENTAP_UPSTREAM__CONNECT_RETRIES", "3"),
+            ("TOKENTAP_UPSTREAM__CONNECT_RETRY_BACKOFF", "250ms"),
+        ],
+    );
+    assert_eq!(c.upstream.connect_retries, 3);
+    assert_eq!(c.upstream.connect_retry_backoff, Duration::from_millis(250));
+    let e = load_err(
+        &["--upstream", "http://127.0.0.1:9"],
+        &[("TOKENTAP_UPSTREAM__CONNECT_RETRIES", "11")],
+    );
+    assert_mentions(
+        &e,
+        &[
+            "upstream.connect_retries",
+            "environment variable TOKENTAP_UPSTREAM__CONNECT_RETRIES",
+            "at most 10",
+        ],
+    );
+    let e = load_err(
+        &["--upstream", "http://127.0.0.1:9"],
+        &[("TOKENTAP_UPSTREAM__CONNECT_RETRY_BACKOFF", "0s")],
+    );
+    assert_mentions(&e, &["upstream.connect_retry_backoff", "longer than zero"]);
+}

@@ -277,7 +277,24 @@ fn upstream(cx: &Cx, u: &RawUpstream) -> Result<UpstreamConfig, ConfigError> {
         ca_file,
         pool_idle_timeout: cx.duration("upstream.pool_idle_timeout", &u.pool_idle_timeout)?,
         pool_max_idle_per_host: u.pool_max_idle_per_host,
+        connect_retries: connect_retries(cx, u.connect_retries)?,
+        connect_retry_backoff: cx
+            .positive("upstream.connect_retry_backoff", &u.connect_retry_backoff)?,
     })
+}
+
+/// Most connect retries accepted: with the doubling backoff (capped at
+/// `MAX_CONNECT_BACKOFF` in `upstream`) more would only hide an outage.
+const MAX_CONNECT_RETRIES: u32 = 10;
+
+fn connect_retries(cx: &Cx, n: u32) -> Result<u32, ConfigError> {
+    if n > MAX_CONNECT_RETRIES {
+        return Err(cx.invalid(
+            "upstream.connect_retries",
+            format!("{n} is too many; at most {MAX_CONNECT_RETRIES}"),
+        ));
+    }
+    Ok(n)
 }
 
 fn routes(cx: &Cx, raw: &[RawRoute]) -> Result<Vec<RouteConfig>, ConfigError> {

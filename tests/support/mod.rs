@@ -5,11 +5,13 @@
 
 pub mod client;
 pub mod inspect;
+pub mod faulty;
 pub mod otlp;
 pub mod proxy;
 pub mod raw;
 pub mod rig;
 pub mod script;
+pub mod tls;
 pub mod upstream;
 
 use std::future::Future;

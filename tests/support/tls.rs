@@ -1,0 +1,180 @@
+//! TLS for scripted upstreams: a throwaway CA made fresh in each test
+//! (rcgen), leaf certificates for any names, and a TLS listener on
+//! 127.0.0.1 that records what each client offered (SNI, ALPN) and hands
+//! every completed handshake to a server the test supplies.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio_rustls::LazyConfigAcceptor;
+use tokio_rustls::server::TlsStream;
+
+/// A self-signed CA that exists only for one test.
+pub struct TestCa {
+    issuer: Issuer<'static, KeyPair>,
+    pem: String,
+}
+
+impl TestCa {
+    pub fn new() -> TestCa {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "tokentap test CA");
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        TestCa {
+            pem: cert.pem(),
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// The CA certificate, PEM (what `upstream.ca_file` points at).
+    pub fn pem(&self) -> &str {
+        &self.pem
+    }
+
+    /// A server certificate for `names` (DNS names or IP literals) signed
+    /// by this CA, with its private key.
+    pub fn leaf(&self, names: &[&str]) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let mut params = CertificateParams::new(names).unwrap();
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let der = PrivatePkcs8KeyDer::from(key.serialize_der());
+        (vec![cert.der().clone()], PrivateKeyDer::Pkcs8(der))
+    }
+
+    /// A rustls server config presenting a leaf for `names`, offering `alpn`.
+    pub fn server_config(&self, names: &[&str], alpn: &[&[u8]]) -> Arc<rustls::ServerConfig> {
+        let (chain, key) = self.leaf(names);
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Arc::new(cfg)
+    }
+}
+
+#[derive(Default)]
+struct Seen {
+    accepted: AtomicUsize,
+    handshakes: AtomicUsize,
+    sni: Mutex<Vec<Option<String>>>,
+    alpn: Mutex<Vec<Option<String>>>,
+}
+
+/// A TLS listener on 127.0.0.1 serving each handshaken stream with a
+/// test-supplied server. Every TCP connection is counted; the first
+/// `drop_first` are reset (SO_LINGER 0) before any TLS byte is read.
+pub struct TlsUpstream {
+    pub addr: SocketAddr,
+    seen: Arc<Seen>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TlsUpstream {
+    fn drop(&mut self) {
+        // Aborting the accept loop drops its JoinSet, which aborts every
+        // connection task too.
+        self.task.abort();
+    }
+}
+
+impl TlsUpstream {
+    /// Listen on 127.0.0.1:0 with `config`; `serve` runs per handshake.
+    pub async fn start<F, Fut>(
+        config: Arc<rustls::ServerConfig>,
+        drop_first: usize,
+        serve: F,
+    ) -> TlsUpstream
+    where
+        F: Fn(TlsStream<TcpStream>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind TLS upstream");
+        let addr = listener.local_addr().expect("TLS upstream addr");
+        let seen = Arc::new(Seen::default());
+        let s = seen.clone();
+        let serve = Arc::new(serve);
+        let task = tokio::spawn(async move {
+            let mut conns = JoinSet::new();
+            loop {
+                while conns.try_join_next().is_some() {}
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let n = s.accepted.fetch_add(1, Ordering::SeqCst);
+                if n < drop_first {
+                    let _ = stream.set_zero_linger();
+                    drop(stream);
+                    continue;
+                }
+                let (s, config, serve) = (s.clone(), config.clone(), serve.clone());
+                conns.spawn(async move {
+                    let acceptor = rustls::server::Acceptor::default();
+                    let Ok(start) = LazyConfigAcceptor::new(acceptor, stream).await else {
+                        return;
+                    };
+                    let sni = start.client_hello().server_name().map(str::to_owned);
+                    s.sni.lock().unwrap().push(sni);
+                    let Ok(tls) = start.into_stream(config).await else {
+                        return;
+                    };
+                    s.handshakes.fetch_add(1, Ordering::SeqCst);
+                    let alpn = tls
+                        .get_ref()
+                        .1
+                        .alpn_protocol()
+                        .map(|p| String::from_utf8_lossy(p).into_owned());
+                    s.alpn.lock().unwrap().push(alpn);
+                    serve(tls).await;
+                });
+            }
+        });
+        TlsUpstream { addr, seen, task }
+    }
+
+    /// `https://HOST:PORT`
+    pub fn url(&self, host: &str) -> String {
+        format!("https://{host}:{}", self.addr.port())
+    }
+
+    /// TCP connections accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.seen.accepted.load(Ordering::SeqCst)
+    }
+
+    /// TLS handshakes completed so far.
+    pub fn handshakes(&self) -> usize {
+        self.seen.handshakes.load(Ordering::SeqCst)
+    }
+
+    /// The SNI of every ClientHello received (`None`: the client sent none).
+    pub fn sni(&self) -> Vec<Option<String>> {
+        self.seen.sni.lock().unwrap().clone()
+    }
+
+    /// The ALPN protocol agreed on each completed handshake.
+    pub fn alpn(&self) -> Vec<Option<String>> {
+        self.seen.alpn.lock().unwrap().clone()
+    }
+}
