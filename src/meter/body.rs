@@ -705,6 +705,7 @@ mod tests {
 
     use super::*;
     use crate::meter::RequestBody;
+    use crate::meter::drain;
     use crate::providers::{Operation, ProviderKind};
 
     #[derive(Clone, Default)]
@@ -887,11 +888,124 @@ mod tests {
         tx.send_data(chunk("a")).await.expect("send");
         let err = body.collect().await.expect_err("idle timeout");
         assert!(err.to_string().contains("idle timeout"), "{err}");
-        assert_eq!(
-            sink.only().error_type.as_deref(),
-            Some("upstream_idle_timeout")
-        );
+        let m = sink.only();
+        assert_eq!(m.outcome, Outcome::UpstreamTimeout);
+        assert_eq!(m.error_type.as_deref(), Some("upstream_idle_timeout"));
         drop(tx);
+    }
+
+    #[test]
+    fn proxy_504_before_the_head_is_an_upstream_timeout() {
+        for (status, outcome) in [
+            (504, Outcome::UpstreamTimeout),
+            (502, Outcome::UpstreamError),
+        ] {
+            let sink = Sink::default();
+            let mut meter = Meter::new(facts(true), Box::new(sink.clone()));
+            meter.fail(status, "x");
+            assert_eq!(sink.only().outcome, outcome, "status {status}");
+        }
+    }
+
+    fn draining(
+        drains: &Arc<Drains>,
+        max_bytes: u64,
+    ) -> (
+        Sink,
+        http_body_util::channel::Sender<Bytes, BoxError>,
+        MeteredBody<Channel<Bytes, BoxError>>,
+    ) {
+        let (sink, tx, body) = metered(true, "text/event-stream", None);
+        let limits = DrainLimits {
+            timeout: Duration::from_secs(5),
+            max_bytes,
+        };
+        (sink, tx, body.drain_on_disconnect(drains.clone(), limits))
+    }
+
+    async fn idle(drains: &Drains) {
+        tokio::time::timeout(Duration::from_secs(5), drains.wait_idle())
+            .await
+            .expect("drains finish");
+    }
+
+    #[tokio::test]
+    async fn dropped_body_drains_to_the_usage_when_asked() {
+        let drains = Drains::new(4);
+        let (sink, mut tx, mut body) = draining(&drains, 1 << 20);
+        tx.send_data(chunk("a")).await.expect("send");
+        body.frame().await.expect("frame").expect("ok");
+        drop(body);
+        assert_eq!(drains.active(), 1, "the drain is counted");
+        assert!(
+            sink.done.lock().expect("lock").is_empty(),
+            "nothing recorded while draining"
+        );
+        tx.send_data(chunk("b")).await.expect("send");
+        tx.send_data(Bytes::from_static(USAGE.as_bytes()))
+            .await
+            .expect("send");
+        drop(tx);
+        idle(&drains).await;
+        let m = sink.only();
+        assert_eq!(m.outcome, Outcome::ClientCancelled);
+        assert_eq!(m.error_type.as_deref(), Some("client_cancelled_drained"));
+        assert_eq!(
+            m.output_tokens,
+            Some(42),
+            "usage sent after the client left"
+        );
+        assert_eq!(m.usage.input, Some(7));
+        assert_eq!(m.content_chunks, 2);
+    }
+
+    #[tokio::test]
+    async fn drain_stops_at_its_byte_bound() {
+        let drains = Drains::new(4);
+        let (sink, mut tx, body) = draining(&drains, 10);
+        drop(body);
+        tx.send_data(chunk("a")).await.expect("send");
+        idle(&drains).await;
+        let m = sink.only();
+        assert_eq!(
+            m.error_type.as_deref(),
+            Some("client_cancelled_drain_too_large")
+        );
+        assert_eq!(m.content_chunks, 1, "what was read is counted");
+        drop(tx);
+    }
+
+    #[tokio::test]
+    async fn drains_past_the_cap_are_refused_and_stop_ends_the_rest() {
+        let drains = Drains::new(1);
+        let (first, _tx1, body1) = draining(&drains, 1 << 20);
+        let (second, _tx2, body2) = draining(&drains, 1 << 20);
+        drop(body1);
+        drop(body2);
+        assert_eq!(
+            second.only().error_type.as_deref(),
+            Some(drain::DRAIN_REFUSED),
+            "a drain past upstream.max_drains cancels at once"
+        );
+        assert_eq!(drains.active(), 1);
+        drains.stop();
+        idle(&drains).await;
+        assert_eq!(
+            first.only().error_type.as_deref(),
+            Some("client_cancelled_drain_shutdown")
+        );
+    }
+
+    #[tokio::test]
+    async fn finished_body_does_not_drain() {
+        let drains = Drains::new(4);
+        let (sink, tx, body) = draining(&drains, 1 << 20);
+        drop(tx);
+        let mut body = body;
+        assert!(body.frame().await.is_none(), "the end");
+        drop(body);
+        assert_eq!(drains.active(), 0, "nothing left to drain");
+        assert_eq!(sink.only().outcome, Outcome::Complete);
     }
 
     #[tokio::test]
