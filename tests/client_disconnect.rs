@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 use support::client::{self, HttpClient};
 use support::names::*;
 use support::otlp::SpanRec;
-use support::proxy::Toml;
 use support::rig::Rig;
 use support::script::{self, StreamSpec};
 use support::upstream::{BodyEnd, Exchange, Reply, Step};
@@ -38,19 +37,18 @@ const CANCEL_WITHIN: Duration = Duration::from_secs(1);
 
 #[track_caller]
 fn assert_cancelled(span: &SpanRec, error_type: &str) {
-    assert_eq!(
-        span.str(OUTCOME),
-        "client_cancelled",
-        "span {:?} outcome; attributes: {:#?}",
-        span.name,
-        span.attrs
-    );
-    assert_eq!(
-        span.str(ERROR_TYPE),
-        error_type,
-        "span {:?} error.type",
-        span.name
-    );
+    span.assert_outcome("client_cancelled", error_type);
+}
+
+/// Wait (bounded by `limit`) until `n` drains run.
+async fn wait_drains(rig: &Rig, n: usize, limit: Duration) {
+    let running = rig.proxy.running().unwrap();
+    within(limit, &format!("{n} drain(s) counted"), async {
+        while running.drains_active() != n {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
 }
 
 /// An OpenAI stream of `n` tokens `gap` apart whose finish chunk, usage
@@ -62,27 +60,6 @@ fn paused_before_usage(n: usize, gap: Duration, pause: Duration, usage: (u64, u6
     let at = r.steps.len() - 3;
     r.steps.insert(at, Step::Sleep(pause));
     r
-}
-
-/// A rig whose one route has `on_client_disconnect = mode` plus `extra` route
-/// lines, and `top` extra `[section] key = value` settings.
-async fn rig_with(reply: Reply, route_extra: &str, top: &[(&str, &str, &str)]) -> Rig {
-    let extra = route_extra.to_owned();
-    let top: Vec<(String, String, String)> = top
-        .iter()
-        .map(|(s, k, v)| ((*s).to_owned(), (*k).to_owned(), (*v).to_owned()))
-        .collect();
-    Rig::start(
-        move |_| reply.clone(),
-        move |t: Toml, up: &str| {
-            let mut t = t.route_with("openai", "/", up, "openai", &extra);
-            for (s, k, v) in &top {
-                t = t.set(s, k, v);
-            }
-            t
-        },
-    )
-    .await
 }
 
 /// Send a streaming chat request for `model` and read until `needle`; the
@@ -185,7 +162,7 @@ async fn cancel_after_last_content_chunk_closes_upstream_before_usage() {
         Duration::from_secs(5),
         (21, 4),
     );
-    let mut rig = rig_with(reply, "on_client_disconnect = \"cancel\"", &[]).await;
+    let mut rig = Rig::openai_with(reply, "on_client_disconnect = \"cancel\"", &[]).await;
     let c = client::http1();
     let body = stream_until(&rig, &c, "m-gone-last", "tok3").await;
     let left = Instant::now();
@@ -221,18 +198,13 @@ async fn cancel_after_last_content_chunk_closes_upstream_before_usage() {
 async fn drain_reads_the_usage_sent_after_the_client_left() {
     let pause = Duration::from_millis(1500);
     let reply = paused_before_usage(4, Duration::from_millis(10), pause, (123, 456));
-    let mut rig = rig_with(reply, "on_client_disconnect = \"drain\"", &[]).await;
+    let mut rig = Rig::openai_with(reply, "on_client_disconnect = \"drain\"", &[]).await;
     let c = client::http1();
     let body = stream_until(&rig, &c, "m-drain", "tok3").await;
     drop(body);
     drop(c);
     // Counted while it runs (the usage is still 1.5 s away).
-    within(Duration::from_secs(1), "one drain counted", async {
-        while rig.proxy.running().unwrap().drains_active() != 1 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    wait_drains(&rig, 1, Duration::from_secs(1)).await;
     let ex = rig.up.only().await;
     let end = ex.wait_end(Duration::from_secs(10)).await.map(|e| e.0);
     assert_eq!(
@@ -245,12 +217,7 @@ async fn drain_reads_the_usage_sent_after_the_client_left() {
         sent.contains("\"completion_tokens\":456") && sent.ends_with("data: [DONE]\n\n"),
         "the upstream sent its usage and [DONE] after the client left: {sent:?}"
     );
-    within(Duration::from_secs(5), "the drain to finish", async {
-        while rig.proxy.running().unwrap().drains_active() != 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    wait_drains(&rig, 0, Duration::from_secs(5)).await;
     let span = rig.finish("chat m-drain").await;
     assert_cancelled(&span, "client_cancelled_drained");
     assert_eq!(span.num(OUTPUT_TOKENS), 456.0, "exact output tokens");
@@ -273,7 +240,7 @@ async fn drain_stops_at_drain_timeout_and_cancels_upstream() {
     let spec = StreamSpec::tokens(50, Duration::ZERO, Duration::from_millis(10));
     let reply = script::openai_hang_after(&spec, 3);
     let extra = "on_client_disconnect = \"drain\"\ndrain_timeout = \"1s\"";
-    let mut rig = rig_with(reply, extra, &[]).await;
+    let mut rig = Rig::openai_with(reply, extra, &[]).await;
     let c = client::http1();
     let body = stream_until(&rig, &c, "m-drain-bound", "tok2").await;
     let left = Instant::now();
@@ -302,17 +269,12 @@ async fn drain_does_not_delay_shutdown_past_the_grace_period() {
     let spec = StreamSpec::tokens(50, Duration::ZERO, Duration::from_millis(10));
     let reply = script::openai_hang_after(&spec, 3);
     let extra = "on_client_disconnect = \"drain\"\ndrain_timeout = \"60s\"";
-    let mut rig = rig_with(reply, extra, &[("server", "shutdown_grace", "\"1s\"")]).await;
+    let mut rig = Rig::openai_with(reply, extra, &[("server", "shutdown_grace", "\"1s\"")]).await;
     let c = client::http1();
     let body = stream_until(&rig, &c, "m-drain-stop", "tok2").await;
     drop(body);
     drop(c);
-    within(Duration::from_secs(2), "one drain counted", async {
-        while rig.proxy.running().unwrap().drains_active() != 1 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    wait_drains(&rig, 1, Duration::from_secs(2)).await;
     let t0 = Instant::now();
     rig.proxy.stop().await;
     let took = t0.elapsed();

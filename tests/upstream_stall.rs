@@ -26,56 +26,24 @@ use std::time::{Duration, Instant};
 use support::client;
 use support::names::*;
 use support::otlp::SpanRec;
-use support::proxy::Toml;
 use support::rig::Rig;
 use support::script::{self, StreamSpec};
-use support::upstream::{BodyEnd, Reply};
+use support::upstream::BodyEnd;
 use support::{assert_bytes_eq, within};
 
 const CHAT: &str = "/v1/chat/completions";
 
 #[track_caller]
 fn assert_timeout(span: &SpanRec, error_type: &str) {
-    assert_eq!(
-        span.str(OUTCOME),
-        "upstream_timeout",
-        "span {:?} outcome; attributes: {:#?}",
-        span.name,
-        span.attrs
-    );
-    assert_eq!(
-        span.str(ERROR_TYPE),
-        error_type,
-        "span {:?} error.type",
-        span.name
-    );
+    span.assert_outcome("upstream_timeout", error_type);
     assert_eq!(span.status_code, 2, "a timeout is a span error");
-}
-
-/// A rig with one OpenAI route and `[section] key = value` settings.
-async fn rig_with(reply: Reply, settings: &[(&str, &str, &str)]) -> Rig {
-    let settings: Vec<(String, String, String)> = settings
-        .iter()
-        .map(|(s, k, v)| ((*s).to_owned(), (*k).to_owned(), (*v).to_owned()))
-        .collect();
-    Rig::start(
-        move |_| reply.clone(),
-        move |t: Toml, up: &str| {
-            let mut t = t.route("openai", "/", up, "openai");
-            for (s, k, v) in &settings {
-                t = t.set(s, k, v);
-            }
-            t
-        },
-    )
-    .await
 }
 
 #[tokio::test]
 async fn stall_mid_stream_trips_idle_timeout_as_upstream_timeout() {
     let spec = StreamSpec::tokens(6, Duration::ZERO, Duration::from_millis(5));
     let reply = script::openai_hang_after(&spec, 2);
-    let mut rig = rig_with(reply, &[("upstream", "idle_timeout", "\"500ms\"")]).await;
+    let mut rig = Rig::openai_with(reply, "", &[("upstream", "idle_timeout", "\"500ms\"")]).await;
     let t0 = Instant::now();
     let got = client::fetch(
         &rig.client,
@@ -114,7 +82,7 @@ async fn stall_mid_stream_trips_idle_timeout_as_upstream_timeout() {
 #[tokio::test]
 async fn silent_upstream_before_head_is_504_upstream_timeout() {
     let reply = script::openai_chat_json("m", "late", (1, 1)).head_delay(Duration::from_secs(4));
-    let mut rig = rig_with(reply, &[("upstream", "idle_timeout", "\"500ms\"")]).await;
+    let mut rig = Rig::openai_with(reply, "", &[("upstream", "idle_timeout", "\"500ms\"")]).await;
     let t0 = Instant::now();
     let got = client::fetch(
         &rig.client,
@@ -146,7 +114,7 @@ async fn silent_upstream_before_head_is_504_upstream_timeout() {
 async fn total_timeout_cuts_a_trickling_stream_as_upstream_timeout() {
     let spec = StreamSpec::tokens(50, Duration::ZERO, Duration::from_millis(100));
     let reply = script::openai_chat_sse(&spec);
-    let mut rig = rig_with(reply, &[("upstream", "total_timeout", "\"1s\"")]).await;
+    let mut rig = Rig::openai_with(reply, "", &[("upstream", "total_timeout", "\"1s\"")]).await;
     let t0 = Instant::now();
     let got = client::fetch(
         &rig.client,
@@ -182,7 +150,7 @@ async fn long_generation_completes(
     let spec = StreamSpec::tokens(tokens, ttft, gap);
     let reply = script::openai_chat_sse(&spec).head_delay(head);
     let want = reply.body_bytes();
-    let mut rig = rig_with(reply, settings).await;
+    let mut rig = Rig::openai_with(reply, "", settings).await;
     let req = rig.post(CHAT, script::openai_request(model, true, None));
     let limit = head + ttft + gap * tokens as u32 + Duration::from_secs(10);
     let got = within(limit, "the long generation", async {

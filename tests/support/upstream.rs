@@ -178,19 +178,7 @@ impl Exchange {
 
     /// Wait up to `limit` for the response body to end; `None` if it did not.
     pub async fn wait_end(&self, limit: Duration) -> Option<(BodyEnd, Instant)> {
-        let mut rx = self.end.subscribe();
-        let fut = async {
-            loop {
-                if let Some(v) = *rx.borrow_and_update() {
-                    return v;
-                }
-                if rx.changed().await.is_err() {
-                    // Sender lives in self; cannot happen while we borrow it.
-                    std::future::pending::<()>().await;
-                }
-            }
-        };
-        tokio::time::timeout(limit, fut).await.ok()
+        wait_set(&self.end, limit).await
     }
 
     /// When the upstream saw this request's TCP connection close (the peer
@@ -204,18 +192,7 @@ impl Exchange {
     /// what a cancelled HTTP/1.1 upstream request looks like from the
     /// provider's side, also before any response head was sent.
     pub async fn wait_conn_closed(&self, limit: Duration) -> Option<Instant> {
-        let mut rx = self.conn.closed.subscribe();
-        let fut = async {
-            loop {
-                if let Some(at) = *rx.borrow_and_update() {
-                    return at;
-                }
-                if rx.changed().await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            }
-        };
-        tokio::time::timeout(limit, fut).await.ok()
+        wait_set(&self.conn.closed, limit).await
     }
 
     /// A request header as a string, if present and visible ASCII.
@@ -230,6 +207,23 @@ impl Exchange {
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
     }
+}
+
+/// Wait up to `limit` for `slot` to be set; `None` if it was not.
+async fn wait_set<T: Copy>(slot: &watch::Sender<Option<T>>, limit: Duration) -> Option<T> {
+    let mut rx = slot.subscribe();
+    let fut = async {
+        loop {
+            if let Some(v) = *rx.borrow_and_update() {
+                return v;
+            }
+            if rx.changed().await.is_err() {
+                // The sender is `slot`, borrowed here: it cannot be gone.
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::time::timeout(limit, fut).await.ok()
 }
 
 type Handler = dyn Fn(&Exchange) -> Reply + Send + Sync;
