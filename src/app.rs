@@ -76,6 +76,12 @@ impl Running {
         // Drains (clients already gone) get what is left of the grace period,
         // then stop and record what they have.
         let _ = tokio::time::timeout_at(grace_ends, self.drains.wait_idle()).await;
+        if self.drains.active() > 0 {
+            tracing::warn!(
+                drains = self.drains.active(),
+                "shutdown grace expired; stopping drains"
+            );
+        }
         self.drains.stop();
         let _ = tokio::time::timeout(DRAIN_STOP_WAIT, self.drains.wait_idle()).await;
         if let Some(admin) = self.admin {
