@@ -20,8 +20,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::admin::{self, Admin, AdminState, ConfigView, Readiness};
-use crate::config::{Config, ConfigError, UpstreamConfig};
+use crate::config::{Config, ConfigError, OnClientDisconnect, UpstreamConfig};
 use crate::meter::body::{BoxError, Meter, MeteredBody};
+use crate::meter::drain::{DrainLimits, Drains};
 use crate::meter::tokenize::Tokenizer;
 use crate::meter::{RequestFacts, Unmetered};
 use crate::providers::{self, Operation, Parser, ProviderKind, sigv4};
@@ -32,6 +33,9 @@ use crate::telemetry::Telemetry;
 use crate::upstream::{self, Client};
 use crate::{rewrite, server, sniff};
 
+/// How long stopped drains get to record before telemetry is flushed.
+const DRAIN_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Everything a request needs for one configuration: built at start-up and
 /// again by each reload. A request keeps the snapshot it started with.
 #[derive(Debug)]
@@ -41,6 +45,8 @@ struct State {
     client: Client,
     telemetry: Arc<Telemetry>,
     tokenizer: Arc<Tokenizer>,
+    /// Upstream bodies read on after their client left (drain routes).
+    drains: Arc<Drains>,
 }
 
 /// A running tokentap instance.
@@ -61,6 +67,8 @@ pub struct Running {
     state: Arc<ArcSwap<State>>,
     /// What `/config` shows.
     config_view: ConfigView,
+    drains: Arc<Drains>,
+    shutdown_grace: std::time::Duration,
 }
 
 impl Running {
@@ -68,9 +76,21 @@ impl Running {
     /// finish within the configured grace period, stop the admin listener
     /// (it answers throughout the drain), then flush telemetry.
     pub async fn shutdown(self) {
+        let grace_ends = tokio::time::Instant::now() + self.shutdown_grace;
         self.readiness.set_draining();
         let _ = self.stop.send(true);
         let _ = self.server.await;
+        // Drains (clients already gone) get what is left of the grace period,
+        // then stop and record what they have.
+        let _ = tokio::time::timeout_at(grace_ends, self.drains.wait_idle()).await;
+        if self.drains.active() > 0 {
+            tracing::warn!(
+                drains = self.drains.active(),
+                "shutdown grace expired; stopping drains"
+            );
+        }
+        self.drains.stop();
+        let _ = tokio::time::timeout(DRAIN_STOP_WAIT, self.drains.wait_idle()).await;
         if let Some(admin) = self.admin {
             admin.shutdown().await;
         }
@@ -86,6 +106,11 @@ impl Running {
     /// The instance's telemetry (live statistics, Prometheus scrape).
     pub fn telemetry(&self) -> &Telemetry {
         &self.telemetry
+    }
+
+    /// Upstream bodies being read on after their client left.
+    pub fn drains_active(&self) -> usize {
+        self.drains.active()
     }
 
     /// Wait until the server stops on its own (it does not, unless shut down).
@@ -133,6 +158,7 @@ impl Running {
             client,
             telemetry: current.telemetry.clone(),
             tokenizer: current.tokenizer.clone(),
+            drains: current.drains.clone(),
             config,
         }));
         Ok(())
@@ -169,7 +195,10 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     });
     let tokenizer = Tokenizer::start(config.meter.tokenizer);
     let server_cfg = config.server.clone();
+    let drains = Drains::new(config.upstream.max_drains);
+    let shutdown_grace = config.server.shutdown_grace;
     let state = Arc::new(ArcSwap::from_pointee(State {
+        drains: drains.clone(),
         router: Router::new(&config.routes),
         client,
         telemetry: telemetry.clone(),
@@ -192,6 +221,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         tokenizer,
         state,
         config_view,
+        drains,
+        shutdown_grace,
     })
 }
 
@@ -482,6 +513,11 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
     );
     if strip {
         body = body.strip_injected_usage();
+    }
+    if let OnClientDisconnect::Drain { timeout } = route.on_client_disconnect {
+        let max_bytes = upstream_cfg.drain_max_bytes as u64;
+        let limits = DrainLimits { timeout, max_bytes };
+        body = body.drain_on_disconnect(state.drains.clone(), limits);
     }
     Response::from_parts(head, ProxyBody::Metered(Box::new(body)))
 }

@@ -75,6 +75,13 @@ pub struct UpstreamConfig {
     pub connect_retries: u32,
     /// Wait before the first connect retry; doubles for each further one.
     pub connect_retry_backoff: Duration,
+    /// Default bound on reading an upstream body on after its client left
+    /// (routes with `on_client_disconnect = "drain"`).
+    pub drain_timeout: Duration,
+    /// Most body bytes one drain reads before it gives up.
+    pub drain_max_bytes: usize,
+    /// Drains running at once; past this, a disconnect cancels.
+    pub max_drains: usize,
 }
 
 /// One route: requests matching `prefix` (and `host`, when set) go to `upstream`.
@@ -95,6 +102,30 @@ pub struct RouteConfig {
     pub inject_usage: bool,
     /// Re-sign forwarded requests with AWS SigV4 (Bedrock behind tokentap).
     pub sigv4: Option<std::sync::Arc<crate::providers::sigv4::SigV4Config>>,
+    /// What happens to the upstream request when the client goes away.
+    pub on_client_disconnect: OnClientDisconnect,
+}
+
+/// What a route does with the upstream request when its client goes away
+/// after the response head (before it, the upstream request is always cancelled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnClientDisconnect {
+    /// Cancel the upstream request at once (close the connection / reset the stream).
+    Cancel,
+    /// Keep reading the upstream body in the background, for at most
+    /// `timeout` (and `upstream.drain_max_bytes`), to meter the final usage.
+    Drain { timeout: Duration },
+}
+
+/// `on_client_disconnect` as written in the config file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DisconnectMode {
+    /// Cancel the upstream request (the default).
+    #[default]
+    Cancel,
+    /// Read the upstream body on, bounded, for billing accuracy.
+    Drain,
 }
 
 /// Request body sniffing.

@@ -6,6 +6,7 @@
 
 pub mod body;
 pub mod decompress;
+pub mod drain;
 pub mod tokenize;
 
 use std::sync::Arc;
@@ -20,20 +21,43 @@ pub enum Outcome {
     Complete,
     /// The client went away before the response finished.
     ClientCancelled,
-    /// The upstream failed: connect/TLS/timeout, an error status, an error
-    /// inside the body, or a body that broke off.
+    /// The upstream failed: connect/TLS, an error status, an error inside
+    /// the body, or a body that broke off.
     UpstreamError,
+    /// The upstream took too long: no response head or no body bytes within
+    /// `upstream.idle_timeout`, the request past `upstream.total_timeout`, or
+    /// a connect timeout (the client got a 504 or a cut stream).
+    UpstreamTimeout,
     /// The body could not be parsed (bad framing, oversized frame, bad JSON).
     Malformed,
 }
 
 impl Outcome {
+    /// Every outcome, in the order the docs list them.
+    pub const ALL: [Outcome; 5] = [
+        Outcome::Complete,
+        Outcome::ClientCancelled,
+        Outcome::UpstreamError,
+        Outcome::UpstreamTimeout,
+        Outcome::Malformed,
+    ];
+
+    /// Counted as an error: the upstream failed, timed out or sent a body
+    /// that could not be parsed (client cancellations are not errors).
+    pub fn is_error(self) -> bool {
+        matches!(
+            self,
+            Outcome::UpstreamError | Outcome::UpstreamTimeout | Outcome::Malformed
+        )
+    }
+
     /// The `tokentap.outcome` attribute value.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Complete => "complete",
             Outcome::ClientCancelled => "client_cancelled",
             Outcome::UpstreamError => "upstream_error",
+            Outcome::UpstreamTimeout => "upstream_timeout",
             Outcome::Malformed => "malformed",
         }
     }

@@ -28,6 +28,8 @@ pub struct Route {
     pub inject_usage: bool,
     /// Re-sign forwarded requests with AWS SigV4.
     pub sigv4: Option<std::sync::Arc<crate::providers::sigv4::SigV4Config>>,
+    /// Cancel or drain the upstream when the client goes away.
+    pub on_client_disconnect: crate::config::OnClientDisconnect,
     /// `server.address` for telemetry.
     pub server_address: Arc<str>,
     /// `server.port` for telemetry.
@@ -74,6 +76,7 @@ impl Route {
             provider: cfg.provider,
             inject_usage: cfg.inject_usage,
             sigv4: cfg.sigv4.clone(),
+            on_client_disconnect: cfg.on_client_disconnect,
         }
     }
 
@@ -179,6 +182,7 @@ mod tests {
             provider: None,
             inject_usage: false,
             sigv4: None,
+            on_client_disconnect: crate::config::OnClientDisconnect::Cancel,
         }
     }
 

@@ -8,7 +8,9 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::parse::{fmt_duration, fmt_size};
-use super::{AlertFormat, Config, LogFormat, OtlpProtocol, TenantSource};
+use super::{
+    AlertFormat, Config, DisconnectMode, LogFormat, OnClientDisconnect, OtlpProtocol, TenantSource,
+};
 use crate::providers::ProviderKind;
 
 /// Written in place of secrets when the effective config is shown.
@@ -90,6 +92,13 @@ pub(super) struct RawUpstream {
     pub connect_retries: u32,
     /// Wait before the first connect retry; doubles for each further one.
     pub connect_retry_backoff: Quantity,
+    /// Default bound on reading an upstream body on after its client left
+    /// (routes with `on_client_disconnect = "drain"`).
+    pub drain_timeout: Quantity,
+    /// Most body bytes one drain reads before it gives up (size).
+    pub drain_max_bytes: Quantity,
+    /// Drains running at once; past this, a disconnect cancels.
+    pub max_drains: usize,
 }
 
 /// One `[[routes]]` entry.
@@ -116,6 +125,17 @@ pub(super) struct RawRoute {
     /// `[routes.sigv4]`: re-sign requests for AWS (credentials default to `AWS_*` env).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sigv4: Option<crate::providers::sigv4::SigV4Settings>,
+    /// `cancel` (default) or `drain`: what happens to the upstream request
+    /// when the client goes away mid-stream.
+    #[serde(default, skip_serializing_if = "is_cancel")]
+    pub on_client_disconnect: DisconnectMode,
+    /// Drain bound for this route; unset = `upstream.drain_timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_timeout: Option<Quantity>,
+}
+
+fn is_cancel(m: &DisconnectMode) -> bool {
+    *m == DisconnectMode::Cancel
 }
 
 fn root_prefix() -> String {
@@ -338,6 +358,9 @@ impl Default for RawUpstream {
             pool_max_idle_per_host: 64,
             connect_retries: 0,
             connect_retry_backoff: Quantity::text("100ms"),
+            drain_timeout: Quantity::text("30s"),
+            drain_max_bytes: Quantity::text("16MiB"),
+            max_drains: 256,
         }
     }
 }
@@ -538,6 +561,9 @@ impl RawConfig {
                 pool_max_idle_per_host: u.pool_max_idle_per_host,
                 connect_retries: u.connect_retries,
                 connect_retry_backoff: dur(u.connect_retry_backoff),
+                drain_timeout: dur(u.drain_timeout),
+                drain_max_bytes: size(u.drain_max_bytes),
+                max_drains: u.max_drains,
             },
             routes: c
                 .routes
@@ -560,6 +586,16 @@ impl RawConfig {
                             secret_access_key: None,
                             session_token: None,
                         }),
+                    on_client_disconnect: match r.on_client_disconnect {
+                        OnClientDisconnect::Cancel => DisconnectMode::Cancel,
+                        OnClientDisconnect::Drain { .. } => DisconnectMode::Drain,
+                    },
+                    drain_timeout: match r.on_client_disconnect {
+                        OnClientDisconnect::Drain { timeout } if timeout != u.drain_timeout => {
+                            Some(dur(timeout))
+                        }
+                        _ => None,
+                    },
                 })
                 .collect(),
             sniff: RawSniff {

@@ -18,6 +18,7 @@ pub const RESTART_ONLY: &[&str] = &[
     "admin_listen",
     "server",
     "meter.tokenizer",
+    "upstream.max_drains",
     "telemetry",
     "live",
     "slo",

@@ -969,3 +969,55 @@ fn config_connect_retries_default_off_and_bounded() {
     );
     assert_mentions(&e, &["upstream.connect_retry_backoff", "longer than zero"]);
 }
+
+#[test]
+fn on_client_disconnect_defaults_to_cancel_and_drain_takes_its_bound() {
+    let c = from_toml(ROUTES).expect("valid");
+    assert_eq!(c.routes[0].on_client_disconnect, OnClientDisconnect::Cancel);
+    assert_eq!(c.upstream.drain_timeout, Duration::from_secs(30));
+    assert_eq!(c.upstream.drain_max_bytes, 16 << 20);
+    assert_eq!(c.upstream.max_drains, 256);
+
+    let two = format!(
+        "[upstream]\ndrain_timeout = \"45s\"\n{ROUTES}on_client_disconnect = \"drain\"\n\
+         [[routes]]\nname = \"b\"\nprefix = \"/b\"\nupstream = \"http://b\"\n\
+         on_client_disconnect = \"drain\"\ndrain_timeout = \"2m\"\n"
+    );
+    let c = from_toml(&two).expect("valid");
+    assert_eq!(
+        c.routes[0].on_client_disconnect,
+        OnClientDisconnect::Drain {
+            timeout: Duration::from_secs(45)
+        },
+        "the global drain_timeout"
+    );
+    assert_eq!(
+        c.routes[1].on_client_disconnect,
+        OnClientDisconnect::Drain {
+            timeout: Duration::from_secs(120)
+        },
+        "the route's own drain_timeout"
+    );
+    let back = from_toml(&c.redacted_toml()).expect("the shown config reads back");
+    assert_eq!(
+        back.routes[1].on_client_disconnect,
+        c.routes[1].on_client_disconnect
+    );
+    assert_eq!(back.upstream.drain_timeout, Duration::from_secs(45));
+}
+
+#[test]
+fn on_client_disconnect_errors_name_the_key() {
+    let err = from_toml(&format!("{ROUTES}on_client_disconnect = \"wait\"\n"))
+        .expect_err("unknown mode")
+        .to_string();
+    assert_mentions(&err, &["routes[0].on_client_disconnect", "cancel", "drain"]);
+    let err = from_toml(&format!("{ROUTES}drain_timeout = \"5s\"\n"))
+        .expect_err("timeout without drain")
+        .to_string();
+    assert_mentions(&err, &["routes[0].drain_timeout", "on_client_disconnect"]);
+    let err = from_toml(&format!("{ROUTES}[upstream]\nmax_drains = 0\n"))
+        .expect_err("zero drains")
+        .to_string();
+    assert_mentions(&err, &["upstream.max_drains"]);
+}

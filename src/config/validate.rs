@@ -17,6 +17,7 @@ use super::{
     ADMIN_OFF, Config, ConfigError, DEFAULT_ADMIN_LISTEN, MeterConfig, RouteConfig, ServerConfig,
     SniffConfig, TelemetryConfig, TenantConfig, TenantSource, UpstreamConfig, parse,
 };
+use super::{DisconnectMode, OnClientDisconnect};
 use super::{LiveConfig, SloSettings};
 
 /// The merged figment, kept to answer "where did this key come from?".
@@ -238,7 +239,7 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         shutdown_grace: cx.duration("server.shutdown_grace", &s.shutdown_grace)?,
     };
     let upstream = upstream(&cx, &raw.upstream)?;
-    let routes = routes(&cx, &raw.routes)?;
+    let routes = routes(&cx, &raw.routes, upstream.drain_timeout)?;
     let live = live(&cx, &raw.live)?;
     let slo = slo::settings(&cx, &raw.slo, raw.alerts.as_ref(), &routes, &live)?;
     Ok(Config {
@@ -280,6 +281,9 @@ fn upstream(cx: &Cx, u: &RawUpstream) -> Result<UpstreamConfig, ConfigError> {
         connect_retries: connect_retries(cx, u.connect_retries)?,
         connect_retry_backoff: cx
             .positive("upstream.connect_retry_backoff", &u.connect_retry_backoff)?,
+        drain_timeout: cx.positive("upstream.drain_timeout", &u.drain_timeout)?,
+        drain_max_bytes: cx.size("upstream.drain_max_bytes", &u.drain_max_bytes)?,
+        max_drains: cx.count("upstream.max_drains", u.max_drains)?,
     })
 }
 
@@ -297,7 +301,11 @@ fn connect_retries(cx: &Cx, n: u32) -> Result<u32, ConfigError> {
     Ok(n)
 }
 
-fn routes(cx: &Cx, raw: &[RawRoute]) -> Result<Vec<RouteConfig>, ConfigError> {
+fn routes(
+    cx: &Cx,
+    raw: &[RawRoute],
+    drain_timeout: Duration,
+) -> Result<Vec<RouteConfig>, ConfigError> {
     if raw.is_empty() {
         return Err(ConfigError::NoRoutes);
     }
@@ -341,6 +349,7 @@ fn routes(cx: &Cx, raw: &[RawRoute]) -> Result<Vec<RouteConfig>, ConfigError> {
             .transpose()
             .map_err(|e| cx.invalid(&at("sigv4"), e.to_string()))?
             .map(std::sync::Arc::new);
+        let on_client_disconnect = disconnect(cx, r, &at, drain_timeout)?;
         out.push(RouteConfig {
             name: r.name.clone(),
             prefix,
@@ -349,9 +358,34 @@ fn routes(cx: &Cx, raw: &[RawRoute]) -> Result<Vec<RouteConfig>, ConfigError> {
             provider: r.provider,
             inject_usage: r.inject_usage,
             sigv4,
+            on_client_disconnect,
         });
     }
     Ok(out)
+}
+
+/// `on_client_disconnect` and its `drain_timeout` (route, else global).
+fn disconnect(
+    cx: &Cx,
+    r: &RawRoute,
+    at: &dyn Fn(&str) -> String,
+    default_timeout: Duration,
+) -> Result<OnClientDisconnect, ConfigError> {
+    let timeout = r
+        .drain_timeout
+        .as_ref()
+        .map(|q| cx.positive(&at("drain_timeout"), q))
+        .transpose()?;
+    match r.on_client_disconnect {
+        DisconnectMode::Drain => Ok(OnClientDisconnect::Drain {
+            timeout: timeout.unwrap_or(default_timeout),
+        }),
+        DisconnectMode::Cancel if timeout.is_some() => Err(cx.invalid(
+            &at("drain_timeout"),
+            "only applies with on_client_disconnect = \"drain\"",
+        )),
+        DisconnectMode::Cancel => Ok(OnClientDisconnect::Cancel),
+    }
 }
 
 fn tenant(cx: &Cx, t: &RawTenant) -> Result<TenantConfig, ConfigError> {

@@ -5,6 +5,7 @@
 use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::Sleep;
 
 use super::decompress::Decompressor;
+use super::drain::{DrainEnd, DrainLimits, Drains};
 use super::tokenize::{self, Plan};
 use super::{Measurement, Outcome, Recorder, RequestFacts, TokenSource, Unmetered};
 use crate::providers::{Event, Parser, UpstreamTiming, Usage};
@@ -131,8 +133,12 @@ fn set_if_changed(slot: &mut Option<String>, value: &str) {
 impl Meter {
     /// Start metering a request whose head arrived at `facts.start`.
     pub fn new(facts: RequestFacts, recorder: Box<dyn Recorder>) -> Meter {
+        Meter::with(facts, Some(recorder))
+    }
+
+    fn with(facts: RequestFacts, recorder: Option<Box<dyn Recorder>>) -> Meter {
         Meter {
-            recorder: Some(recorder),
+            recorder,
             facts,
             parser: None,
             decompressor: None,
@@ -240,27 +246,35 @@ impl Meter {
             return;
         }
         if end == End::Eos {
-            if let Some(mut parser) = self.parser.take() {
-                let tally = &mut self.tally;
-                tally.chunk_has_content = false;
-                if parser.finish(&mut |ev| tally.apply(ev)).is_err() {
-                    self.malformed = true;
-                }
-                if self.tally.chunk_has_content {
-                    self.content_at(Instant::now());
-                }
-            }
+            self.flush_parser();
         }
         let (outcome, error_type) = match end {
             End::Eos => self.eos_outcome(),
             End::Aborted => (Outcome::UpstreamError, Some("upstream_aborted".to_owned())),
             End::IdleTimeout => (
-                Outcome::UpstreamError,
+                Outcome::UpstreamTimeout,
                 Some("upstream_idle_timeout".to_owned()),
             ),
-            End::TotalTimeout => (Outcome::UpstreamError, Some("upstream_timeout".to_owned())),
+            End::TotalTimeout => (
+                Outcome::UpstreamTimeout,
+                Some("upstream_timeout".to_owned()),
+            ),
         };
         self.record(outcome, error_type);
+    }
+
+    /// The body ended: whatever the parser still holds is the last frame.
+    fn flush_parser(&mut self) {
+        if let Some(mut parser) = self.parser.take() {
+            let tally = &mut self.tally;
+            tally.chunk_has_content = false;
+            if parser.finish(&mut |ev| tally.apply(ev)).is_err() {
+                self.malformed = true;
+            }
+            if self.tally.chunk_has_content {
+                self.content_at(Instant::now());
+            }
+        }
     }
 
     fn eos_outcome(&mut self) -> (Outcome, Option<String>) {
@@ -279,10 +293,42 @@ impl Meter {
     }
 
     /// The upstream failed before a response head: record the status sent
-    /// to the client and the error code.
+    /// to the client and the error code. A 504 means tokentap gave up
+    /// waiting (connect or head timeout): outcome `upstream_timeout`.
     pub fn fail(&mut self, status: u16, code: &str) {
         self.status = status;
-        self.record(Outcome::UpstreamError, Some(code.to_owned()));
+        let outcome = if status == 504 {
+            Outcome::UpstreamTimeout
+        } else {
+            Outcome::UpstreamError
+        };
+        self.record(outcome, Some(code.to_owned()));
+    }
+
+    /// The client went away: record `client_cancelled` with this `error.type`.
+    pub fn cancel(&mut self, detail: &str) {
+        self.record(Outcome::ClientCancelled, Some(detail.to_owned()));
+    }
+
+    /// A drain (the body read on after the client left) ended: flush the
+    /// parser when the body finished, and record `client_cancelled` with
+    /// what the upstream sent.
+    pub fn finish_drain(&mut self, end: DrainEnd) {
+        if end == DrainEnd::Complete {
+            self.flush_parser();
+        }
+        self.cancel(end.error_type());
+    }
+
+    /// Whether the measurement was already recorded.
+    pub fn is_finished(&self) -> bool {
+        self.recorder.is_none()
+    }
+
+    /// Move the unfinished request out, leaving a spent meter behind.
+    fn detach(&mut self) -> Meter {
+        let spent = Meter::with(self.facts.clone(), None);
+        std::mem::replace(self, spent)
     }
 
     fn record(&mut self, outcome: Outcome, error_type: Option<String>) {
@@ -351,8 +397,12 @@ impl Drop for Meter {
 
 /// The upstream response body, forwarded frame by frame, metered on the side.
 pub struct MeteredBody<B> {
-    inner: B,
+    /// `None` only once a drain took it (in `drop`).
+    inner: Option<B>,
     meter: Meter,
+    /// Set for `on_client_disconnect = "drain"`: takes the body and the
+    /// unfinished meter when the client goes away mid-stream.
+    drain: Option<DrainHook<B>>,
     /// Set when tokentap injected `include_usage`: restores the client's stream.
     stripper: Option<UsageStripper>,
     idle: Option<Duration>,
@@ -360,6 +410,22 @@ pub struct MeteredBody<B> {
     timer: Option<Pin<Box<Sleep>>>,
     /// What comes after the data frame being returned now.
     held: Option<Held>,
+}
+
+/// Hands a body whose client left, its meter and the total deadline to a drain.
+type DrainHook<B> = Box<dyn FnOnce(B, Meter, Option<tokio::time::Instant>) + Send>;
+
+impl<B> Drop for MeteredBody<B> {
+    fn drop(&mut self) {
+        // Dropped before the end: the client went away (hyper dropped the
+        // response body). Cancel mode leaves that to the meter's own drop.
+        if self.meter.is_finished() {
+            return;
+        }
+        if let (Some(hook), Some(inner)) = (self.drain.take(), self.inner.take()) {
+            hook(inner, self.meter.detach(), self.deadline);
+        }
+    }
 }
 
 /// A frame, error or end kept for the next poll, behind joined data.
@@ -445,8 +511,9 @@ where
             meter.finish(End::Eos);
         }
         let mut body = MeteredBody {
-            inner,
+            inner: Some(inner),
             meter,
+            drain: None,
             stripper: None,
             held: None,
             idle,
@@ -462,6 +529,23 @@ where
     pub fn strip_injected_usage(mut self) -> Self {
         self.stripper = Some(UsageStripper::default());
         self
+    }
+
+    /// When the client goes away mid-stream, read the rest of the body in
+    /// the background (within `limits`) so the final usage is metered.
+    pub fn drain_on_disconnect(mut self, drains: Arc<Drains>, limits: DrainLimits) -> Self
+    where
+        B: Send + 'static,
+    {
+        self.drain = Some(Box::new(move |body, meter, total| {
+            drains.start(body, meter, limits, total);
+        }));
+        self
+    }
+
+    /// The upstream body has nothing more to give.
+    fn inner_ended(&self) -> bool {
+        self.inner.as_ref().is_none_or(B::is_end_stream)
     }
 
     /// Meter one upstream data frame; the bytes the client gets for it
@@ -538,7 +622,10 @@ where
         // (one write to the client); nothing waits for more.
         let mut out = Joined::default();
         loop {
-            let polled = match Pin::new(&mut this.inner).poll_frame(cx) {
+            let Some(inner) = this.inner.as_mut() else {
+                return Poll::Ready(None);
+            };
+            let polled = match Pin::new(inner).poll_frame(cx) {
                 Poll::Ready(r) => r,
                 Poll::Pending if !out.is_empty() => break,
                 Poll::Pending => {
@@ -557,7 +644,7 @@ where
             let held = match polled {
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(data) => {
-                        let ended = this.inner.is_end_stream();
+                        let ended = this.inner_ended();
                         if let Some(piece) = this.take_in(data, ended) {
                             out.push(piece);
                         }
@@ -567,7 +654,7 @@ where
                         continue;
                     }
                     Err(trailers) => {
-                        if this.inner.is_end_stream() {
+                        if this.inner_ended() {
                             this.meter.finish(End::Eos);
                         }
                         Held::Frame(trailers)
@@ -597,15 +684,15 @@ where
 
     fn is_end_stream(&self) -> bool {
         self.held.is_none()
-            && self.inner.is_end_stream()
+            && self.inner_ended()
             && self.stripper.as_ref().is_none_or(UsageStripper::is_empty)
     }
 
     fn size_hint(&self) -> SizeHint {
-        if self.stripper.is_some() {
-            return SizeHint::default();
+        match (&self.stripper, &self.inner) {
+            (None, Some(inner)) => inner.size_hint(),
+            _ => SizeHint::default(),
         }
-        self.inner.size_hint()
     }
 }
 
@@ -618,6 +705,7 @@ mod tests {
 
     use super::*;
     use crate::meter::RequestBody;
+    use crate::meter::drain;
     use crate::providers::{Operation, ProviderKind};
 
     #[derive(Clone, Default)]
@@ -800,11 +888,124 @@ mod tests {
         tx.send_data(chunk("a")).await.expect("send");
         let err = body.collect().await.expect_err("idle timeout");
         assert!(err.to_string().contains("idle timeout"), "{err}");
-        assert_eq!(
-            sink.only().error_type.as_deref(),
-            Some("upstream_idle_timeout")
-        );
+        let m = sink.only();
+        assert_eq!(m.outcome, Outcome::UpstreamTimeout);
+        assert_eq!(m.error_type.as_deref(), Some("upstream_idle_timeout"));
         drop(tx);
+    }
+
+    #[test]
+    fn proxy_504_before_the_head_is_an_upstream_timeout() {
+        for (status, outcome) in [
+            (504, Outcome::UpstreamTimeout),
+            (502, Outcome::UpstreamError),
+        ] {
+            let sink = Sink::default();
+            let mut meter = Meter::new(facts(true), Box::new(sink.clone()));
+            meter.fail(status, "x");
+            assert_eq!(sink.only().outcome, outcome, "status {status}");
+        }
+    }
+
+    fn draining(
+        drains: &Arc<Drains>,
+        max_bytes: u64,
+    ) -> (
+        Sink,
+        http_body_util::channel::Sender<Bytes, BoxError>,
+        MeteredBody<Channel<Bytes, BoxError>>,
+    ) {
+        let (sink, tx, body) = metered(true, "text/event-stream", None);
+        let limits = DrainLimits {
+            timeout: Duration::from_secs(5),
+            max_bytes,
+        };
+        (sink, tx, body.drain_on_disconnect(drains.clone(), limits))
+    }
+
+    async fn idle(drains: &Drains) {
+        tokio::time::timeout(Duration::from_secs(5), drains.wait_idle())
+            .await
+            .expect("drains finish");
+    }
+
+    #[tokio::test]
+    async fn dropped_body_drains_to_the_usage_when_asked() {
+        let drains = Drains::new(4);
+        let (sink, mut tx, mut body) = draining(&drains, 1 << 20);
+        tx.send_data(chunk("a")).await.expect("send");
+        body.frame().await.expect("frame").expect("ok");
+        drop(body);
+        assert_eq!(drains.active(), 1, "the drain is counted");
+        assert!(
+            sink.done.lock().expect("lock").is_empty(),
+            "nothing recorded while draining"
+        );
+        tx.send_data(chunk("b")).await.expect("send");
+        tx.send_data(Bytes::from_static(USAGE.as_bytes()))
+            .await
+            .expect("send");
+        drop(tx);
+        idle(&drains).await;
+        let m = sink.only();
+        assert_eq!(m.outcome, Outcome::ClientCancelled);
+        assert_eq!(m.error_type.as_deref(), Some("client_cancelled_drained"));
+        assert_eq!(
+            m.output_tokens,
+            Some(42),
+            "usage sent after the client left"
+        );
+        assert_eq!(m.usage.input, Some(7));
+        assert_eq!(m.content_chunks, 2);
+    }
+
+    #[tokio::test]
+    async fn drain_stops_at_its_byte_bound() {
+        let drains = Drains::new(4);
+        let (sink, mut tx, body) = draining(&drains, 10);
+        drop(body);
+        tx.send_data(chunk("a")).await.expect("send");
+        idle(&drains).await;
+        let m = sink.only();
+        assert_eq!(
+            m.error_type.as_deref(),
+            Some("client_cancelled_drain_too_large")
+        );
+        assert_eq!(m.content_chunks, 1, "what was read is counted");
+        drop(tx);
+    }
+
+    #[tokio::test]
+    async fn drains_past_the_cap_are_refused_and_stop_ends_the_rest() {
+        let drains = Drains::new(1);
+        let (first, _tx1, body1) = draining(&drains, 1 << 20);
+        let (second, _tx2, body2) = draining(&drains, 1 << 20);
+        drop(body1);
+        drop(body2);
+        assert_eq!(
+            second.only().error_type.as_deref(),
+            Some(drain::DRAIN_REFUSED),
+            "a drain past upstream.max_drains cancels at once"
+        );
+        assert_eq!(drains.active(), 1);
+        drains.stop();
+        idle(&drains).await;
+        assert_eq!(
+            first.only().error_type.as_deref(),
+            Some("client_cancelled_drain_shutdown")
+        );
+    }
+
+    #[tokio::test]
+    async fn finished_body_does_not_drain() {
+        let drains = Drains::new(4);
+        let (sink, tx, body) = draining(&drains, 1 << 20);
+        drop(tx);
+        let mut body = body;
+        assert!(body.frame().await.is_none(), "the end");
+        drop(body);
+        assert_eq!(drains.active(), 0, "nothing left to drain");
+        assert_eq!(sink.only().outcome, Outcome::Complete);
     }
 
     #[tokio::test]

@@ -21,7 +21,7 @@
 //!   stall). Memory is bounded by config, not traffic: at most
 //!   `max_series × buckets × ~2 KiB` plus `live.recent` recent requests.
 //!   A series with nothing in its window and nothing in flight is removed.
-//! * Errors are outcomes `upstream_error` and `malformed`; client
+//! * Errors are outcomes `upstream_error`, `upstream_timeout` and `malformed`; client
 //!   cancellations are counted apart and are not errors.
 //!
 //! # Reading windows (slowdown detector)
@@ -161,7 +161,7 @@ impl Sample {
 
     /// Counted as an error (client cancellations are not).
     pub fn is_error(&self) -> bool {
-        matches!(self.outcome, Outcome::UpstreamError | Outcome::Malformed)
+        self.outcome.is_error()
     }
 }
 

@@ -4,8 +4,8 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod client;
-pub mod inspect;
 pub mod faulty;
+pub mod inspect;
 pub mod otlp;
 pub mod proxy;
 pub mod raw;

@@ -709,6 +709,24 @@ impl SpanRec {
         })
     }
 
+    /// Assert `tokentap.outcome` and `error.type`.
+    #[track_caller]
+    pub fn assert_outcome(&self, outcome: &str, error_type: &str) {
+        assert_eq!(
+            self.str(super::names::OUTCOME),
+            outcome,
+            "span {:?} outcome; attributes: {:#?}",
+            self.name,
+            self.attrs
+        );
+        assert_eq!(
+            self.str(super::names::ERROR_TYPE),
+            error_type,
+            "span {:?} error.type",
+            self.name
+        );
+    }
+
     /// Every string in the span: name, attributes, events, status, resource.
     pub fn all_strings(&self) -> Vec<String> {
         let mut v = vec![self.name.clone(), self.status_message.clone()];

@@ -182,6 +182,11 @@ impl InProc {
         format!("http://{}", self.addr)
     }
 
+    /// The running instance, until `stop`.
+    pub fn running(&self) -> Option<&tokentap::app::Running> {
+        self.running.as_ref()
+    }
+
     /// Graceful shutdown (flushes telemetry), bounded.
     pub async fn shutdown(mut self) {
         self.stop().await;

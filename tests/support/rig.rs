@@ -51,6 +51,31 @@ impl Rig {
         .await
     }
 
+    /// One OpenAI route `/` to a fixed reply, with extra route lines
+    /// (`route_extra`, TOML) and `[section] key = value` settings (value is TOML).
+    pub async fn openai_with(
+        reply: Reply,
+        route_extra: &str,
+        settings: &[(&str, &str, &str)],
+    ) -> Rig {
+        let extra = route_extra.to_owned();
+        let settings: Vec<(String, String, String)> = settings
+            .iter()
+            .map(|(s, k, v)| ((*s).to_owned(), (*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Rig::start(
+            move |_| reply.clone(),
+            move |t: Toml, up: &str| {
+                let mut t = t.route_with("openai", "/", up, "openai", &extra);
+                for (s, k, v) in &settings {
+                    t = t.set(s, k, v);
+                }
+                t
+            },
+        )
+        .await
+    }
+
     /// One Anthropic route `/` to a fixed reply.
     pub async fn anthropic(reply: Reply) -> Rig {
         Rig::start(

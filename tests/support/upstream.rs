@@ -147,6 +147,22 @@ pub struct Exchange {
     pub received_at: Instant,
     sent: Mutex<Vec<u8>>,
     end: watch::Sender<Option<(BodyEnd, Instant)>>,
+    /// The TCP connection the request came on.
+    conn: Arc<Conn>,
+}
+
+/// One accepted TCP connection: when the upstream saw it close.
+#[derive(Debug)]
+struct Conn {
+    closed: watch::Sender<Option<Instant>>,
+}
+
+impl Conn {
+    fn new() -> Arc<Conn> {
+        Arc::new(Conn {
+            closed: watch::channel(None).0,
+        })
+    }
 }
 
 impl Exchange {
@@ -162,19 +178,21 @@ impl Exchange {
 
     /// Wait up to `limit` for the response body to end; `None` if it did not.
     pub async fn wait_end(&self, limit: Duration) -> Option<(BodyEnd, Instant)> {
-        let mut rx = self.end.subscribe();
-        let fut = async {
-            loop {
-                if let Some(v) = *rx.borrow_and_update() {
-                    return v;
-                }
-                if rx.changed().await.is_err() {
-                    // Sender lives in self; cannot happen while we borrow it.
-                    std::future::pending::<()>().await;
-                }
-            }
-        };
-        tokio::time::timeout(limit, fut).await.ok()
+        wait_set(&self.end, limit).await
+    }
+
+    /// When the upstream saw this request's TCP connection close (the peer
+    /// closed it or broke it), if it has.
+    pub fn conn_closed(&self) -> Option<Instant> {
+        *self.conn.closed.borrow()
+    }
+
+    /// Wait up to `limit` for this request's TCP connection to close; the
+    /// time the upstream saw it close, `None` if it stayed open. This is
+    /// what a cancelled HTTP/1.1 upstream request looks like from the
+    /// provider's side, also before any response head was sent.
+    pub async fn wait_conn_closed(&self, limit: Duration) -> Option<Instant> {
+        wait_set(&self.conn.closed, limit).await
     }
 
     /// A request header as a string, if present and visible ASCII.
@@ -189,6 +207,23 @@ impl Exchange {
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
     }
+}
+
+/// Wait up to `limit` for `slot` to be set; `None` if it was not.
+async fn wait_set<T: Copy>(slot: &watch::Sender<Option<T>>, limit: Duration) -> Option<T> {
+    let mut rx = slot.subscribe();
+    let fut = async {
+        loop {
+            if let Some(v) = *rx.borrow_and_update() {
+                return v;
+            }
+            if rx.changed().await.is_err() {
+                // The sender is `slot`, borrowed here: it cannot be gone.
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::time::timeout(limit, fut).await.ok()
 }
 
 type Handler = dyn Fn(&Exchange) -> Reply + Send + Sync;
@@ -235,11 +270,15 @@ impl Upstream {
                 s.connections
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let s = s.clone();
+                let conn = Conn::new();
                 tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| handle(s.clone(), req));
+                    let c = conn.clone();
+                    let svc =
+                        hyper::service::service_fn(move |req| handle(s.clone(), c.clone(), req));
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                         .serve_connection(TokioIo::new(stream), svc)
                         .await;
+                    conn.closed.send_replace(Some(Instant::now()));
                 });
             }
         });
@@ -303,6 +342,7 @@ impl Upstream {
 
 async fn handle(
     shared: Arc<Shared>,
+    conn: Arc<Conn>,
     req: Request<Incoming>,
 ) -> Result<Response<ScriptBody>, Infallible> {
     let received_at = Instant::now();
@@ -325,6 +365,7 @@ async fn handle(
         received_at,
         sent: Mutex::new(Vec::new()),
         end: watch::channel(None).0,
+        conn,
     });
     let reply = (shared.handler)(&exchange);
     shared.exchanges.lock().unwrap().push(exchange.clone());

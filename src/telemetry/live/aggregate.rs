@@ -397,7 +397,7 @@ pub struct WindowStats {
     /// Time the window actually covers (shorter than asked right after start).
     pub span: Duration,
     pub requests: u64,
-    /// Outcomes `upstream_error` and `malformed`.
+    /// Outcomes `upstream_error`, `upstream_timeout` and `malformed`.
     pub errors: u64,
     /// Outcome `client_cancelled` (not errors).
     pub cancelled: u64,
@@ -628,7 +628,8 @@ pub struct RecentRequest {
     pub response_model: Option<Arc<str>>,
     #[serde(serialize_with = "ser_opt_str")]
     pub tenant: Option<Arc<str>>,
-    /// `complete`, `client_cancelled`, `upstream_error` or `malformed`.
+    /// `complete`, `client_cancelled`, `upstream_error`, `upstream_timeout`
+    /// or `malformed`.
     pub outcome: &'static str,
     pub status: u16,
     #[serde(serialize_with = "ser_opt_str")]
