@@ -431,7 +431,7 @@ fn write_seed_corpora() {
         ("not_json", Some("text/plain"), 2, 0, b"model=gpt-4o&stream=true"),
         ("empty", Some("application/json"), 1, 0, b""),
         ("over_limit", Some("application/json"), 0, 16, br#"{"model":"m","stream":false,"x":[1,2,3]}"#),
-        ("array", None, 3, 0, br#"["m", true]"#),
+        ("regression_array_is_not_a_request", None, 3, 0, br#"["m", true]"#),
         ("multipart", Some("multipart/form-data; boundary=x"), 1, 0, b"--x\r\n\r\n--x--"),
     ];
     for (name, content_type, content_length, limit, body) in sniffed {

@@ -8,9 +8,10 @@
 //! - the replayed body is byte for byte the body the client sent, its size
 //!   hint is exact once the body was read whole, and `whole()` agrees;
 //! - the sniffed facts do not depend on how the body was split into frames;
-//! - for a body read and parsed as a JSON object, `model`, `stream`,
-//!   `stream_options.include_usage` and the end user equal what a full
-//!   `serde_json::Value` parse finds.
+//! - a body reported as sniffed is a JSON object, and its `model`,
+//!   `stream`, `stream_options.include_usage` and end user equal what a
+//!   full `serde_json::Value` parse finds (serde reads a struct from a
+//!   JSON array too; such bodies must be `not_json`).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -207,18 +208,18 @@ pub fn check(plan: &Plan, body: &[u8]) {
         assert_eq!(sniff_pieces(plan, &bytes), whole, "{plan:?}: byte by byte");
     }
     if whole.body == RequestBody::Sniffed {
-        if let Some(found) = oracle(body) {
-            let got = (
-                whole.model.clone(),
-                whole.stream,
-                whole.include_usage,
-                whole.user.clone(),
-            );
-            assert_eq!(
-                got, found,
-                "{plan:?}: sniffed facts differ from a full parse"
-            );
-        }
+        let found = oracle(body)
+            .unwrap_or_else(|| panic!("{plan:?}: a sniffed body must be a JSON object: {body:?}"));
+        let got = (
+            whole.model.clone(),
+            whole.stream,
+            whole.include_usage,
+            whole.user.clone(),
+        );
+        assert_eq!(
+            got, found,
+            "{plan:?}: sniffed facts differ from a full parse"
+        );
     }
 }
 
