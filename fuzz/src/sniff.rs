@@ -11,7 +11,8 @@
 //! - a body reported as sniffed is a JSON object, and its `model`,
 //!   `stream`, `stream_options.include_usage` and end user equal what a
 //!   full `serde_json::Value` parse finds (serde reads a struct from a
-//!   JSON array too; such bodies must be `not_json`).
+//!   JSON array too; such bodies must be `not_json`). Invalid UTF-8 inside
+//!   members the sniffer skips is tolerated, as serde_json does.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -177,8 +178,12 @@ pub fn sniff_pieces(plan: &Plan, pieces: &[&[u8]]) -> Sniffed {
 type Facts = (Option<String>, Option<bool>, Option<bool>, Option<String>);
 
 /// The facts a full `serde_json::Value` parse finds in a JSON object.
+/// serde_json does not check UTF-8 inside values it skips, so a body with
+/// invalid UTF-8 only there is sniffed: compare it after a lossy repair.
 fn oracle(body: &[u8]) -> Option<Facts> {
-    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .or_else(|_| serde_json::from_str(&String::from_utf8_lossy(body)))
+        .ok()?;
     let obj = value.as_object()?;
     let text = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(str::to_owned);
     let user =
