@@ -51,4 +51,12 @@ if [ -x scripts/bench.sh ]; then
     echo "== scripts/bench.sh --quick (smoke run; timings are not checked)"
     scripts/bench.sh --quick
 fi
+# --- fuzz (owner: fuzzing) ---------------------------------------------------
+# A short bounded run of every cargo-fuzz target (10 s each) when a nightly
+# toolchain and cargo-fuzz are installed; otherwise scripts/fuzz.sh prints
+# "fuzz: skipped: ..." and why. The committed corpus is replayed on stable
+# by tests/fuzz_corpus.rs in the cargo test step above either way.
+echo "== scripts/fuzz.sh 10 (bounded fuzzing; skipped without nightly)"
+scripts/fuzz.sh 10
+# --- end fuzz -----------------------------------------------------------------
 echo "== all checks passed"

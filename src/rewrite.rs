@@ -52,8 +52,13 @@ impl UsageStripper {
                 return strip_events(done);
             }
         }
+        // The tail holds no complete boundary, so only the new bytes (and
+        // the three before them, for a boundary split across chunks) need
+        // searching: rescanning the whole tail made a long event split into
+        // many small chunks cost quadratic time.
+        let from = self.tail.len().saturating_sub(3);
         self.tail.extend_from_slice(chunk);
-        match last_boundary(&self.tail) {
+        match last_boundary(&self.tail[from..]).map(|end| from + end) {
             Some(end) => {
                 let done = self.tail.split_to(end);
                 strip_events(&done)

@@ -64,6 +64,14 @@ pub fn parse(body: &[u8]) -> Sniffed {
             ..Sniffed::default()
         };
     }
+    // Serde also reads a struct from a JSON array (`["m", true]` would give
+    // model `m`); every API takes an object.
+    if body.trim_ascii_start().first() != Some(&b'{') {
+        return Sniffed {
+            body: RequestBody::NotJson,
+            ..Sniffed::default()
+        };
+    }
     match serde_json::from_slice::<Fields>(body) {
         Ok(f) => Sniffed {
             body: RequestBody::Sniffed,
@@ -263,6 +271,12 @@ mod tests {
         assert_eq!(parse(b"not json").body, RequestBody::NotJson);
         assert_eq!(parse(br#"{"model": 5}"#).body, RequestBody::NotJson);
         assert_eq!(parse(b"  ").body, RequestBody::Empty);
+        let array = parse(br#" ["gpt-4o", true]"#);
+        assert_eq!(
+            (array.body, array.model),
+            (RequestBody::NotJson, None),
+            "an array is not a request object, though serde reads structs from arrays"
+        );
     }
 
     /// A body delivered in the given pieces.

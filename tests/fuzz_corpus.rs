@@ -1,10 +1,32 @@
-//! The fuzz targets' invariants on the stable toolchain: the committed seed
-//! corpus (`fuzz/corpus/<target>/`) and pseudo-random inputs in, assertions
-//! out. Every input decoded whole, split in two, and byte by byte must give
-//! the same frames and result, without panicking.
+//! The fuzz targets' invariants on the stable toolchain: the committed
+//! corpus of every target (`fuzz/corpus/<target>/`) and pseudo-random
+//! inputs in, assertions out, through the same harness (`fuzz/src/`) the
+//! cargo-fuzz targets run.
+//!
+//! Guarantees, per target:
+//! - framing decoders (`sse`, `ndjson`, `json_array`, `eventstream`): every
+//!   input decoded whole, split in two, and byte by byte gives the same
+//!   frames and result, without panicking;
+//! - `providers`: every kind × operation × content type the seeds pick
+//!   gives the same events whole, split and byte by byte, and every text
+//!   event is a JSON string literal;
+//! - `meter`: one measurement per request, bytes counted, and compressed
+//!   bodies meter exactly like plain ones, however chunked;
+//! - `sniff`: the replayed request body is byte for byte what the client
+//!   sent, and the sniffed facts match a full JSON parse;
+//! - `config`: any TOML is a config or an error, and a config's redacted
+//!   form loads back to itself;
+//! - `rewrite`: the usage stripper's output does not depend on chunking and
+//!   leaves usage-free streams untouched.
+//!
+//! Crash inputs found by fuzzing are kept in the corpus, so each is a
+//! regression test here. `cargo test --test fuzz_corpus -- --ignored
+//! write_seed_corpora` rewrites the fixture-derived seeds.
 
 #[path = "../fuzz/src/lib.rs"]
 mod harness;
+
+use std::path::{Path, PathBuf};
 
 use harness::{LARGE_CAP, Plan, Target, check_split, fix_crcs, fuzz_one};
 use tokentap::framing::eventstream::{HeaderValue, encode};
@@ -280,4 +302,165 @@ fn plan_round_trips_through_control_bytes() {
         input.extend_from_slice(&[b'x'; 400]);
         assert_eq!(Plan::parse(&input).0, plan, "control bytes for {plan:?}");
     }
+}
+
+/// A fuzz target's entry point.
+type FuzzOne = fn(&[u8]);
+
+/// The fuzz targets beside the framing decoders, with their entry points.
+const STAGE_TARGETS: [(&str, FuzzOne); 5] = [
+    ("providers", harness::providers::fuzz_one),
+    ("meter", harness::meter::fuzz_one),
+    ("sniff", harness::sniff::fuzz_one),
+    ("config", harness::config::fuzz_one),
+    ("rewrite", harness::rewrite::fuzz_one),
+];
+
+fn corpus_dir(target: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target)
+}
+
+#[test]
+fn stage_corpora_hold_the_invariants() {
+    for (target, fuzz) in STAGE_TARGETS {
+        let dir = corpus_dir(target);
+        let entries = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: a seed corpus directory: {e}", dir.display()));
+        let mut seeds = 0;
+        for entry in entries {
+            let path = entry.expect("a directory entry").path();
+            let input = std::fs::read(&path)
+                .unwrap_or_else(|e| panic!("{}: a readable seed: {e}", path.display()));
+            let run = std::panic::catch_unwind(|| fuzz(&input));
+            assert!(run.is_ok(), "{target}: seed {} fails", path.display());
+            seeds += 1;
+        }
+        assert!(
+            seeds >= 4,
+            "{}: expected at least four seeds, found {seeds}",
+            dir.display()
+        );
+    }
+}
+
+/// Write `input` as seed `name` of `target`.
+fn write_seed(target: &str, name: &str, input: &[u8]) {
+    let dir = corpus_dir(target);
+    std::fs::create_dir_all(&dir).expect("create the corpus directory");
+    std::fs::write(dir.join(name.replace('/', "_")), input).expect("write a seed");
+}
+
+fn seed(control: &[u8], body: &[u8]) -> Vec<u8> {
+    [control, body].concat()
+}
+
+/// Regenerate the seeds taken from `tests/fixtures` and a few hand-written
+/// inputs. Fuzzer finds and crash regressions in the same directories are
+/// left alone.
+#[test]
+#[ignore = "writes fuzz/corpus/; run by hand after changing fixtures"]
+fn write_seed_corpora() {
+    use harness::meter::Plan as MeterPlan;
+    use harness::sniff::Plan as SniffPlan;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fixtures = harness::providers::fixtures(&root.join("tests/fixtures"));
+    for f in &fixtures {
+        write_seed("providers", &f.name, &seed(&f.plan.encode(), &f.body));
+    }
+    let fixture = |name: &str| {
+        fixtures
+            .iter()
+            .find(|f| f.name == name)
+            .unwrap_or_else(|| panic!("fixture {name}"))
+    };
+    let metered: [(&str, Option<&'static str>, bool, u16); 8] = [
+        ("openai/chat_stream_usage.sse", Some("gzip"), false, 200),
+        ("anthropic/messages_stream.sse", Some("br"), false, 200),
+        ("ollama/chat_stream.ndjson", Some("deflate"), false, 200),
+        (
+            "bedrock/converse_stream.eventstream",
+            Some("zstd"),
+            false,
+            200,
+        ),
+        ("gemini/stream_generate_array.json", None, false, 200),
+        ("openai/chat.json", Some("deflate"), true, 200),
+        ("openai/chat_stream.sse", Some("gzip"), true, 200),
+        ("anthropic/error.json", None, false, 500),
+    ];
+    for (name, encoding, raw, status) in metered {
+        let f = fixture(name);
+        let plan = MeterPlan {
+            parse: f.plan,
+            encoding,
+            raw,
+            raw_deflate: false,
+            status,
+            stream: !name.ends_with(".json"),
+        };
+        let tag = format!(
+            "{}_{}",
+            encoding.unwrap_or("plain"),
+            if raw { "raw" } else { "ok" }
+        );
+        write_seed(
+            "meter",
+            &format!("{name}_{tag}"),
+            &seed(&plan.encode(), &f.body),
+        );
+    }
+    // Name, content type, content length (see `SniffPlan`), limit (0 = large), body.
+    type SniffSeed = (&'static str, Option<&'static str>, u8, usize, &'static [u8]);
+    let sniffed: [SniffSeed; 7] = [
+        (
+            "openai_chat",
+            Some("application/json"),
+            1,
+            0,
+            br#"{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"user":"u1","messages":[{"role":"user","content":"hi"}]}"#,
+        ),
+        (
+            "anthropic_messages",
+            None,
+            0,
+            0,
+            br#"{"model":"claude-sonnet-4-5","max_tokens":5,"metadata":{"user_id":"u2"},"messages":[]}"#,
+        ),
+        ("not_json", Some("text/plain"), 2, 0, b"model=gpt-4o&stream=true"),
+        ("empty", Some("application/json"), 1, 0, b""),
+        ("over_limit", Some("application/json"), 0, 16, br#"{"model":"m","stream":false,"x":[1,2,3]}"#),
+        ("regression_array_is_not_a_request", None, 3, 0, br#"["m", true]"#),
+        ("multipart", Some("multipart/form-data; boundary=x"), 1, 0, b"--x\r\n\r\n--x--"),
+    ];
+    for (name, content_type, content_length, limit, body) in sniffed {
+        let plan = SniffPlan {
+            content_type,
+            content_length,
+            limit: if limit == 0 { 1 << 20 } else { limit },
+            at: body.len() / 3,
+        };
+        write_seed("sniff", name, &seed(&plan.encode(), body));
+    }
+    let config = std::fs::read(root.join("config/tokentap.toml")).expect("config/tokentap.toml");
+    write_seed("config", "tokentap.toml", &config);
+    let routes = "[[routes]]\nname = \"openai\"\nprefix = \"/openai/\"\nupstream = \"https://api.openai.com/v1/\"\nprovider = \"openai\"\ninject_usage = true\n";
+    write_seed("config", "one_route", routes.as_bytes());
+    write_seed(
+        "config",
+        "secrets_and_durations",
+        format!("admin_listen = \"off\"\n[upstream]\ntotal_timeout = \"1h30m\"\n[tenant]\nsalt = \"pepper\"\n[telemetry.otlp_headers]\nauthorization = \"Bearer abc\"\n{routes}").as_bytes(),
+    );
+    write_seed("config", "unknown_key", b"[server]\nmax_conections = 5\n");
+    for name in ["openai/chat_stream_usage.sse", "openai/chat_stream.sse"] {
+        let body = &fixture(name).body;
+        write_seed("rewrite", name, &seed(&[17, 0], body));
+    }
+    write_seed(
+        "rewrite",
+        "request_body",
+        br#"..{"model":"m","stream":true,"messages":[]}"#,
+    );
+    write_seed("rewrite", "crlf_usage_null", b"\x05\x00data: {\"usage\":null,\"x\":2}\r\n\r\ndata: {\"choices\":[],\"usage\":{\"total_tokens\":3}}\r\n\r\n");
 }

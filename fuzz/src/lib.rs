@@ -5,6 +5,16 @@
 //! The invariant for every decoder: feeding the bytes whole, split in two
 //! at any point, or byte by byte never panics and yields the same frames
 //! followed by the same result.
+//!
+//! The other stages have a module each, with its own control bytes and
+//! invariants: `providers` (framing + adapter), `meter` (the metered path),
+//! `sniff` (request bodies), `config` (TOML), `rewrite` (usage injection).
+
+pub mod config;
+pub mod meter;
+pub mod providers;
+pub mod rewrite;
+pub mod sniff;
 
 use tokentap::framing::eventstream::EventStreamDecoder;
 use tokentap::framing::json_array::JsonArrayDecoder;
