@@ -30,17 +30,27 @@ pub fn add_include_usage(body: &[u8]) -> Option<Bytes> {
 }
 
 /// Removes what `include_usage` added to an OpenAI SSE stream. Works on whole
-/// events: bytes after the last event boundary wait for the next chunk.
+/// events: bytes after the last event boundary wait for the next chunk, up to
+/// `MAX_HELD` bytes; an event longer than that is no usage chunk, so what is
+/// held goes out unchanged and the rest of the stream passes through as is.
 #[derive(Debug, Default)]
 pub struct UsageStripper {
     tail: BytesMut,
+    /// The held bytes outgrew `MAX_HELD`: stripping stopped for this stream.
+    passthrough: bool,
 }
+
+/// Most bytes held back waiting for an event boundary.
+pub const MAX_HELD: usize = 1 << 20;
 
 const USAGE: &[u8] = b"\"usage\"";
 
 impl UsageStripper {
     /// The client's share of `chunk`: possibly empty while an event is incomplete.
     pub fn push(&mut self, chunk: &Bytes) -> Bytes {
+        if self.passthrough {
+            return chunk.clone();
+        }
         if self.tail.is_empty() {
             if let Some(end) = last_boundary(chunk) {
                 let (done, rest) = chunk.split_at(end);
@@ -62,6 +72,10 @@ impl UsageStripper {
             Some(end) => {
                 let done = self.tail.split_to(end);
                 strip_events(&done)
+            }
+            None if self.tail.len() > MAX_HELD => {
+                self.passthrough = true;
+                self.tail.split().freeze()
             }
             None => Bytes::new(),
         }
@@ -131,6 +145,22 @@ fn strip_null_usage(event: &[u8], out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_event_without_boundary_is_held_only_up_to_the_cap() {
+        let mut s = UsageStripper::default();
+        let piece = Bytes::from(vec![b'x'; 64 * 1024]);
+        let mut out = Vec::new();
+        for _ in 0..(MAX_HELD / piece.len() + 2) {
+            out.extend_from_slice(&s.push(&piece));
+        }
+        assert!(!out.is_empty(), "held bytes are released past the cap");
+        let after = Bytes::from_static(b"data: {\"usage\":null}\n\n");
+        assert_eq!(s.push(&after), after, "then the stream passes unchanged");
+        out.extend_from_slice(&after);
+        out.extend_from_slice(&s.finish());
+        assert_eq!(out.len(), (MAX_HELD / piece.len() + 2) * piece.len() + after.len());
+    }
 
     #[test]
     fn inserts_include_usage_as_the_first_member() {
