@@ -36,7 +36,7 @@ use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanExporter, Trace
 use self::attrs::*;
 use self::cardinality::CardinalityGuard;
 use self::export::DropCounts;
-use self::instruments::Instruments;
+use self::instruments::{FinishRecord, GapTally, Instruments};
 use self::live::{Live, LiveRequest, Sample, SeriesKey};
 use self::log::access_log;
 use self::prometheus::PullReader;
@@ -229,10 +229,12 @@ impl Telemetry {
             tenant,
         });
 
-        // Per-chunk recording goes through handles bound here, once.
+        // Gaps are folded per chunk and recorded at the end through
+        // handles bound here, once.
         let gaps = facts.stream.then(|| ChunkGaps {
             per_chunk: inner.instruments.time_per_output_chunk.bind(&attrs),
             gap: inner.instruments.chunk_gap.bind(&attrs),
+            tally: GapTally::default(),
         });
         let active = ActiveRequest::start(
             inner.instruments.streams_active.clone(),
@@ -384,10 +386,22 @@ fn off_runtime<R>(f: impl FnOnce() -> R) -> R {
     }
 }
 
-/// Per-chunk histograms, bound to the request's attributes.
+/// Per-chunk histograms, bound to the request's attributes, and the gaps
+/// folded so far (no lock per chunk: the histograms are written once, at
+/// the end).
 struct ChunkGaps {
     per_chunk: BoundHistogram<f64>,
     gap: BoundHistogram<f64>,
+    tally: GapTally,
+}
+
+impl ChunkGaps {
+    fn record(&self) {
+        self.tally.replay(|secs| {
+            self.per_chunk.record(secs);
+            self.gap.record(secs);
+        });
+    }
 }
 
 /// `tokentap.streams.active`: +1 on start, −1 when dropped (finished or not).
@@ -443,15 +457,16 @@ impl RequestTelemetry {
 
 impl Recorder for RequestTelemetry {
     fn chunk_gap(&mut self, gap: Duration) {
-        if let Some(g) = &self.gaps {
-            let secs = gap.as_secs_f64();
-            g.per_chunk.record(secs);
-            g.gap.record(secs);
+        if let Some(g) = &mut self.gaps {
+            g.tally.add(gap);
         }
     }
 
     fn finish(self: Box<Self>, m: Measurement) {
         let mut this = *self;
+        if let Some(g) = &this.gaps {
+            g.record();
+        }
         this.record_metrics(&m);
         this.record_live(&m);
         if this.inner.access_log {
@@ -497,35 +512,19 @@ impl RequestTelemetry {
             attrs.push(KeyValue::new(ERROR_TYPE, inner.error_types.admit(err)));
         }
 
-        let duration = m.duration.as_secs_f64();
-        ins.operation_duration.record(duration, &attrs);
-        ins.server_request_duration.record(duration, &attrs);
-        ins.requests.add(1, &attrs);
-        if let Some(ttft) = m.time_to_first_token {
-            ins.server_ttft.record(ttft.as_secs_f64(), &attrs);
-            if m.request.stream {
-                ins.time_to_first_chunk.record(ttft.as_secs_f64(), &attrs);
-            }
-        }
-        if let Some(tpot) = m.time_per_output_token() {
-            ins.server_tpot.record(tpot.as_secs_f64(), &attrs);
-        }
-        if let Some(tps) = m.decode_tokens_per_second() {
-            ins.decode_tps.record(tps, &attrs);
-        }
-        if let (Some(stall), true) = (m.max_gap, m.request.stream) {
-            ins.max_stall.record(stall.as_secs_f64(), &attrs);
-        }
-
-        let input = m.usage.input;
-        let output = m.output_tokens.or(m.usage.output);
-        for (count, kind) in [(input, TOKEN_INPUT), (output, TOKEN_OUTPUT)] {
-            if let Some(n) = count {
-                attrs.push(KeyValue::new(GEN_AI_TOKEN_TYPE, kind));
-                ins.token_usage.record(n, &attrs);
-                attrs.pop();
-            }
-        }
+        let stream = m.request.stream;
+        let ttft = m.time_to_first_token.map(|d| d.as_secs_f64());
+        let record = FinishRecord {
+            duration: m.duration.as_secs_f64(),
+            ttft,
+            first_chunk: ttft.filter(|_| stream),
+            tpot: m.time_per_output_token().map(|d| d.as_secs_f64()),
+            decode_tps: m.decode_tokens_per_second(),
+            max_stall: m.max_gap.filter(|_| stream).map(|d| d.as_secs_f64()),
+            input_tokens: m.usage.input,
+            output_tokens: m.output_tokens.or(m.usage.output),
+        };
+        ins.record_finish(&attrs, &record);
     }
 }
 

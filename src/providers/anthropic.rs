@@ -6,11 +6,16 @@
 //! prompt size: Anthropic's `input_tokens` excludes cache reads and writes,
 //! so they are added back, matching OpenAI's `prompt_tokens` and the GenAI
 //! conventions (cache figures stay available on their own as well).
+//!
+//! The events that make up almost all of a stream (`content_block_delta`,
+//! `ping`, `content_block_stop`, `message_stop`) are read by a validating
+//! scan (`scan.rs`); everything else, and anything unusual, by serde.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::openai::{AnyContent, HasContent, Str, non_empty};
+use super::openai::{AnyContent, HasContent, Str, non_empty, non_empty_raw};
+use super::scan::{Scan, Seen};
 use super::{AdapterError, Event, Usage};
 use crate::framing::Frame;
 
@@ -21,12 +26,24 @@ pub struct AnthropicAdapter {
     uncached_input: Option<u64>,
     cache_read: Option<u64>,
     cache_creation: Option<u64>,
+    /// Take the serde path only (tests that compare it with the scan).
+    no_scan: bool,
 }
 
 impl AnthropicAdapter {
     /// A fresh adapter for one response.
     pub fn new() -> Self {
         AnthropicAdapter::default()
+    }
+
+    /// An adapter that always takes the serde path, to check the scan
+    /// against it.
+    #[cfg(test)]
+    pub(super) fn without_scan() -> Self {
+        AnthropicAdapter {
+            no_scan: true,
+            ..AnthropicAdapter::default()
+        }
     }
 
     /// Map one frame to zero or more events.
@@ -44,6 +61,12 @@ impl AnthropicAdapter {
         };
         if data.is_empty() {
             return Ok(());
+        }
+        if !self.no_scan {
+            if let Some(event) = StreamEvent::scan(data) {
+                event.emit(out);
+                return Ok(());
+            }
         }
         let doc: Doc<'_> = serde_json::from_slice(data)
             .map_err(|_| AdapterError("malformed Anthropic JSON payload"))?;
@@ -268,6 +291,105 @@ impl<'a> Delta<'a> {
     }
 }
 
+/// A frequent stream event, borrowed from the payload.
+enum StreamEvent<'a> {
+    /// A `content_block_delta`: whether it carries content, and its text
+    /// as a JSON string literal (what `Delta::has_content` and
+    /// `Delta::text` say).
+    Delta {
+        content: bool,
+        text: Option<&'a str>,
+    },
+    /// `ping`, `content_block_stop`: nothing to meter.
+    Quiet,
+    /// `message_stop`.
+    Stop,
+}
+
+impl<'a> StreamEvent<'a> {
+    /// `None` (take the serde path) unless the payload is valid JSON, one
+    /// of the event types above, with no field but `type`, `delta` and
+    /// ones serde ignores.
+    fn scan(data: &'a [u8]) -> Option<StreamEvent<'a>> {
+        let mut s = Scan::new(data)?;
+        let mut seen = Seen::default();
+        let mut kind = None;
+        let mut delta = None;
+        s.object(0, |s, key| match key {
+            "type" => {
+                seen.first(0)?;
+                kind = s.str_or_null()?;
+                Some(())
+            }
+            "delta" => {
+                seen.first(1)?;
+                if !s.null()? {
+                    delta = Some(scan_delta(s)?);
+                }
+                Some(())
+            }
+            "message" | "content_block" | "usage" | "error" | "id" | "model" | "content"
+            | "stop_reason" => None,
+            _ => s.skip(1),
+        })?;
+        s.end()?;
+        match kind? {
+            "content_block_delta" => {
+                let texts: [Option<&str>; 3] = delta.unwrap_or_default();
+                Some(StreamEvent::Delta {
+                    content: texts.into_iter().flatten().any(non_empty_raw),
+                    text: texts
+                        .into_iter()
+                        .flatten()
+                        .find(|raw| non_empty_raw(raw) && raw.starts_with('"')),
+                })
+            }
+            "ping" | "content_block_stop" => Some(StreamEvent::Quiet),
+            "message_stop" => Some(StreamEvent::Stop),
+            _ => None,
+        }
+    }
+
+    /// The events the serde path gives for the same payload.
+    fn emit(&self, out: &mut dyn FnMut(Event<'_>)) {
+        match *self {
+            StreamEvent::Delta { content, text } => {
+                if content {
+                    out(Event::Content { pieces: 1 });
+                    if let Some(text) = text {
+                        out(Event::Text(text));
+                    }
+                }
+            }
+            StreamEvent::Quiet => {}
+            StreamEvent::Stop => out(Event::Done),
+        }
+    }
+}
+
+/// A delta's `text`, `partial_json` and `thinking` (in `Delta::text`'s
+/// order), its `stop_reason` checked to be a string as serde wants.
+fn scan_delta<'a>(s: &mut Scan<'a>) -> Option<[Option<&'a str>; 3]> {
+    let mut seen = Seen::default();
+    let mut texts = [None; 3];
+    s.object(2, |s, key| {
+        let field = match key {
+            "text" => 0,
+            "partial_json" => 1,
+            "thinking" => 2,
+            "stop_reason" => {
+                seen.first(3)?;
+                return s.str_or_null().map(drop);
+            }
+            _ => return s.skip(3),
+        };
+        seen.first(field)?;
+        texts[field as usize] = s.raw(3)?;
+        Some(())
+    })?;
+    Some(texts)
+}
+
 #[derive(Deserialize)]
 struct WireUsage {
     input_tokens: Option<u64>,
@@ -279,7 +401,97 @@ struct WireUsage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::ProviderKind;
+    use crate::providers::scan::differential::{Outcome, fixture_payloads, mutations, outcome};
     use crate::providers::tests::{Summary, expect_summary as expect, fixture};
+
+    /// Events the scan must read exactly as serde does (or leave to it).
+    const SHAPES: &[&str] = &[
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"abc"}}"#,
+        r#"{"type":"content_block_delta","delta":{"text":""}}"#,
+        r#"{"type":"content_block_delta","delta":{"text":null}}"#,
+        r#"{"type":"content_block_delta","delta":null}"#,
+        r#"{"type":"content_block_delta"}"#,
+        r#"{"delta":{"text":"x"},"type":"content_block_delta"}"#,
+        r#"{"type":"content_block_delta","delta":{"text":"x","text":"y"}}"#,
+        r#"{"type":"content_block_delta","type":"ping"}"#,
+        r#"{"type":"content_block_delt\u0061","delta":{"text":"x"}}"#,
+        r#"{"type":"content_block_delta","delta":{"text":"\"text\":\"y\""}}"#,
+        r#"{"type":"content_block_delta","delta":{"text":["x"]}}"#,
+        r#"{"type":"content_block_delta","delta":{"text":[],"partial_json":"x"}}"#,
+        r#"{"type":"content_block_delta","delta":{"text":"x","stop_reason":1}}"#,
+        r#"{"type":"content_block_delta","delta":{"text":"x","stop_reason":null}}"#,
+        r#"{"type":"content_block_delta","delta":["x"]}"#,
+        r#"{"type": "ping"}"#,
+        r#"{"type":"message_stop"}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"message_stop","usage":{"output_tokens":1}}"#,
+        r#"{"type":"error","error":{"type":"overloaded_error"}}"#,
+        r#"{"type":null}"#,
+        r#"{"type":5}"#,
+        r#"{"type":"content_block_delta","delta":{"text":"x"}} x"#,
+    ];
+
+    /// The same payload through the scan and through serde alone.
+    fn scan_and_serde(data: &[u8]) -> (Outcome, Outcome) {
+        (
+            outcome(|f, out| AnthropicAdapter::new().on_frame(f, out), data),
+            outcome(
+                |f, out| AnthropicAdapter::without_scan().on_frame(f, out),
+                data,
+            ),
+        )
+    }
+
+    #[test]
+    fn scan_reads_fixture_events_and_tricky_shapes_as_serde_does() {
+        let payloads = fixture_payloads(&[ProviderKind::Anthropic]);
+        let mut scanned = 0;
+        for data in payloads
+            .iter()
+            .map(Vec::as_slice)
+            .chain(SHAPES.iter().map(|s| s.as_bytes()))
+        {
+            let (scan, serde) = scan_and_serde(data);
+            assert_eq!(scan, serde, "{}", String::from_utf8_lossy(data));
+            scanned += usize::from(StreamEvent::scan(data.trim_ascii()).is_some());
+        }
+        assert!(
+            scanned * 2 > payloads.len(),
+            "the scan reads most events: {scanned} of {} fixture events and {} shapes",
+            payloads.len(),
+            SHAPES.len()
+        );
+        let (mut with, mut without) = (AnthropicAdapter::new(), AnthropicAdapter::without_scan());
+        let (a, b): (Vec<Outcome>, Vec<Outcome>) = payloads
+            .iter()
+            .map(|d| {
+                (
+                    outcome(|f, out| with.on_frame(f, out), d),
+                    outcome(|f, out| without.on_frame(f, out), d),
+                )
+            })
+            .unzip();
+        assert_eq!(a, b, "the whole sequence of fixture events");
+    }
+
+    #[test]
+    fn scan_reads_mutated_events_as_serde_does() {
+        let payloads = fixture_payloads(&[ProviderKind::Anthropic]);
+        let inputs = payloads
+            .iter()
+            .map(Vec::as_slice)
+            .chain(SHAPES.iter().map(|s| s.as_bytes()));
+        for (i, data) in inputs.enumerate() {
+            for m in mutations(data, i as u64, 200) {
+                let (scan, serde) = scan_and_serde(&m);
+                assert_eq!(scan, serde, "{}", String::from_utf8_lossy(&m));
+            }
+        }
+    }
 
     fn usage(uncached: u64, output: u64, cache_read: u64, cache_creation: u64) -> Usage {
         Usage {

@@ -1,9 +1,11 @@
 //! OpenAI adapter: chat completions, legacy completions, Responses and
 //! embeddings frames (streamed or whole) in, metering events out.
 //!
-//! Each frame is deserialized once into borrowed structs that keep only the
-//! fields metering needs; text is never copied, only checked for being
-//! non-empty through `RawValue`.
+//! A streamed chat chunk of the common shape (one choice, a plain delta)
+//! is read by a validating scan (`scan.rs`); every other frame is
+//! deserialized once into borrowed structs that keep only the fields
+//! metering needs. Either way text is never copied, only checked for being
+//! non-empty and handed on as its JSON string literal.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -13,6 +15,7 @@ use serde::Deserialize;
 use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
+use super::scan::{Scan, Seen};
 use super::{AdapterError, Event, Operation, UpstreamTiming, Usage, millis, seconds};
 use crate::framing::Frame;
 
@@ -26,6 +29,8 @@ pub struct OpenaiAdapter {
     /// Model and id are reported once: every chunk repeats them.
     model_seen: bool,
     id_seen: bool,
+    /// Try the scan before serde (off only in tests that compare the two).
+    scan: bool,
 }
 
 impl OpenaiAdapter {
@@ -36,6 +41,17 @@ impl OpenaiAdapter {
             operation,
             model_seen: false,
             id_seen: false,
+            scan: true,
+        }
+    }
+
+    /// An adapter that always takes the serde path, to check the scan
+    /// against it.
+    #[cfg(test)]
+    pub(super) fn without_scan(operation: Option<Operation>) -> Self {
+        OpenaiAdapter {
+            scan: false,
+            ..OpenaiAdapter::new(operation)
         }
     }
 
@@ -52,6 +68,9 @@ impl OpenaiAdapter {
                     Ok(())
                 } else if data == b"[DONE]" {
                     out(Event::Done);
+                    Ok(())
+                } else if let Some(chunk) = self.scan.then(|| ChatChunk::scan(data)).flatten() {
+                    self.on_chat_chunk(&chunk, out);
                     Ok(())
                 } else {
                     self.on_json(data, false, out)
@@ -88,7 +107,11 @@ impl OpenaiAdapter {
                 kind: &error_kind(doc.error, None),
             });
         }
-        self.identify(doc.model.as_ref(), doc.id.as_ref(), out);
+        self.identify(
+            doc.model.as_ref().map(Str::as_str),
+            doc.id.as_ref().map(Str::as_str),
+            out,
+        );
         if let Some(choices) = &doc.choices {
             if choices.pieces > 0 {
                 let pieces = if whole { 1 } else { choices.pieces };
@@ -135,17 +158,32 @@ impl OpenaiAdapter {
     }
 
     /// Report the model and response id the first time each appears.
-    fn identify(
-        &mut self,
-        model: Option<&Str<'_>>,
-        id: Option<&Str<'_>>,
-        out: &mut dyn FnMut(Event<'_>),
-    ) {
+    fn identify(&mut self, model: Option<&str>, id: Option<&str>, out: &mut dyn FnMut(Event<'_>)) {
         if !self.model_seen {
-            self.model_seen = emit_str(model, Event::Model, out);
+            if let Some(model) = model.filter(|m| !m.is_empty()) {
+                out(Event::Model(model));
+                self.model_seen = true;
+            }
         }
         if !self.id_seen {
-            self.id_seen = emit_str(id, Event::ResponseId, out);
+            if let Some(id) = id.filter(|i| !i.is_empty()) {
+                out(Event::ResponseId(id));
+                self.id_seen = true;
+            }
+        }
+    }
+
+    /// The events `on_json` gives for the same chunk, in the same order.
+    fn on_chat_chunk(&mut self, c: &ChatChunk<'_>, out: &mut dyn FnMut(Event<'_>)) {
+        self.identify(c.model, c.id, out);
+        if c.content {
+            out(Event::Content { pieces: 1 });
+            if let Some(text) = c.text {
+                out(Event::Text(text));
+            }
+        }
+        if let Some(reason) = c.finish_reason {
+            out(Event::FinishReason(reason));
         }
     }
 
@@ -160,7 +198,11 @@ impl OpenaiAdapter {
         let Some(response) = &doc.response else {
             return;
         };
-        self.identify(response.model.as_ref(), response.id.as_ref(), out);
+        self.identify(
+            response.model.as_ref().map(Str::as_str),
+            response.id.as_ref().map(Str::as_str),
+            out,
+        );
         if let Some(usage) = &response.usage {
             out(Event::Usage(usage.to_usage()));
         }
@@ -559,7 +601,122 @@ impl HasContent for Function<'_> {
 /// A JSON value that is present and not `""`, `[]` or `{}` (`null` never
 /// reaches here: `Option` turns it into `None`).
 pub(super) fn non_empty(raw: Option<&RawValue>) -> bool {
-    raw.is_some_and(|r| !matches!(r.get(), "\"\"" | "[]" | "{}" | "null"))
+    raw.is_some_and(|r| non_empty_raw(r.get()))
+}
+
+/// `non_empty` on a raw value's text.
+pub(super) fn non_empty_raw(raw: &str) -> bool {
+    !matches!(raw, "\"\"" | "[]" | "{}" | "null")
+}
+
+/// A streamed chat chunk of the common shape, borrowed from the payload:
+/// at most one choice, whose delta carries only text fields.
+#[derive(Default)]
+struct ChatChunk<'a> {
+    id: Option<&'a str>,
+    model: Option<&'a str>,
+    /// The choice carries content (what `Message::has_content` says).
+    content: bool,
+    /// Its text, as a JSON string literal (what `Choice::text` gives).
+    text: Option<&'a str>,
+    finish_reason: Option<&'a str>,
+}
+
+impl<'a> ChatChunk<'a> {
+    /// `None` (take the serde path) unless the payload is valid JSON of
+    /// the common shape: no `usage`, `error`, tool calls, Responses or
+    /// server-timing fields, no escapes in the strings read as text.
+    fn scan(data: &'a [u8]) -> Option<ChatChunk<'a>> {
+        let mut s = Scan::new(data)?;
+        let mut c = ChatChunk::default();
+        let mut seen = Seen::default();
+        s.object(0, |s, key| match key {
+            "id" => {
+                seen.first(0)?;
+                c.id = s.str_or_null()?;
+                Some(())
+            }
+            "model" => {
+                seen.first(1)?;
+                c.model = s.str_or_null()?;
+                Some(())
+            }
+            "object" => {
+                seen.first(2)?;
+                (s.str_or_null()? != Some("response")).then_some(())
+            }
+            "choices" => {
+                seen.first(3)?;
+                c.choices(s)
+            }
+            "usage" | "error" => {
+                seen.first(if key == "usage" { 4 } else { 5 })?;
+                s.null()?.then_some(())
+            }
+            "type" | "code" | "delta" | "response" | "status" | "incomplete_details" | "output"
+            | "x_groq" | "timings" | "stats" => None,
+            _ => s.skip(1),
+        })?;
+        s.end()?;
+        Some(c)
+    }
+
+    fn choices(&mut self, s: &mut Scan<'a>) -> Option<()> {
+        if s.null()? {
+            return Some(());
+        }
+        let mut count = 0;
+        s.array(1, |s| {
+            count += 1;
+            if count > 1 {
+                return None; // several choices: serde keeps their order
+            }
+            self.choice(s)
+        })
+    }
+
+    fn choice(&mut self, s: &mut Scan<'a>) -> Option<()> {
+        let mut seen = Seen::default();
+        s.object(2, |s, key| match key {
+            "delta" => {
+                seen.first(0)?;
+                if s.null()? { Some(()) } else { self.delta(s) }
+            }
+            "finish_reason" => {
+                seen.first(1)?;
+                self.finish_reason = s.str_or_null()?;
+                Some(())
+            }
+            "message" | "text" => None,
+            _ => s.skip(3),
+        })
+    }
+
+    fn delta(&mut self, s: &mut Scan<'a>) -> Option<()> {
+        let mut seen = Seen::default();
+        // In `Message::text`'s order of preference.
+        let mut texts: [Option<&'a str>; 4] = [None; 4];
+        s.object(3, |s, key| {
+            let field = match key {
+                "content" => 0,
+                "reasoning_content" => 1,
+                "reasoning" => 2,
+                "refusal" => 3,
+                "tool_calls" | "function_call" => {
+                    seen.first(if key == "tool_calls" { 4 } else { 5 })?;
+                    return s.null()?.then_some(());
+                }
+                _ => return s.skip(4),
+            };
+            seen.first(field)?;
+            texts[field as usize] = s.raw(4)?;
+            Some(())
+        })?;
+        let text = texts.into_iter().flatten().find(|raw| non_empty_raw(raw));
+        self.content = text.is_some();
+        self.text = text.filter(|t| t.starts_with('"'));
+        Some(())
+    }
 }
 
 /// An element type that may or may not carry output content.
@@ -622,6 +779,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::ProviderKind;
+    use crate::providers::scan::differential::{Outcome, fixture_payloads, mutations, outcome};
     use crate::providers::tests::{Summary, expect_summary as expect, fixture};
 
     fn usage(input: u64, output: u64, cached: u64, reasoning: u64) -> Usage {
@@ -981,6 +1140,120 @@ mod tests {
             1,
             "a tool call is content"
         );
+    }
+
+    /// Chunks the scan must read exactly as serde does (or leave to it).
+    const SHAPES: &[&str] = &[
+        r#"{"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"a \"content\":\"b\" c"},"finish_reason":null}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":null}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":"\n\"q\"\\"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":"x","content":"y"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":[{"type":"text","text":"x"}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":[],"reasoning":"r"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":{"a":"}"},"reasoning_content":"r"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":1}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"refusal":"no","content":""}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":null,"content":"x"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"function_call":{"arguments":"x"}}}]}"#,
+        r#"{"id":"c\u0031","model":"m","choices":[{"delta":{"content":"x"}}]}"#,
+        r#"{"id":1,"choices":[]}"#,
+        r#"{"model":null,"choices":[{"delta":{"content":"x"},"finish_reason":"stop"}]}"#,
+        r#"{"choices":[{"delta":{"content":"x"},"finish_reason":""}]}"#,
+        r#"{"choices":[{"delta":{"content":"x"},"finish_reason":5}]}"#,
+        r#"{"choices":[{"delta":{"content":"x"}},{"delta":{"content":"y"}}]}"#,
+        r#"{"choices":null}"#,
+        r#"{"choices":[null]}"#,
+        r#"{"choices":[{"delta":null}]}"#,
+        r#"{"choices":[{"delta":["x"]}]}"#,
+        r#"{"choices":[{"delta":{"content":"x"}}],"usage":null,"error":null}"#,
+        r#"{"choices":[{"delta":{"content":"x"}}],"usage":{"prompt_tokens":1}}"#,
+        r#"{"choices":[{"delta":{"content":"x"}}],"error":{"type":"e"}}"#,
+        r#"{"choices":[{"delta":{"content":"x"}}]} trailing"#,
+        r#"{"object":"response","output":[1]}"#,
+        r#"{"object":"response","choices":[{"delta":{"content":"x"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"caf\u00e9 😀"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"\ud83d\ude00"}}]}"#,
+        r#"{"choices":[{"delta":{"content":"x"}}],"x_groq":{"id":"g"}}"#,
+        r#"{"choices":[{"delta":{"content":"x"}}],"type":"chunk"}"#,
+        r#"{"choices":[{"text":"x"}]}"#,
+        r#" { "choices" : [ { "delta" : { "content" : "x" } , "logprobs" : null } ] , "created" : -1.5e3 } "#,
+        r#"{"choices":[{"delta":{"content":"x"}}],"choices":[]}"#,
+    ];
+
+    /// The same payload through the scan and through serde alone.
+    fn scan_and_serde(data: &[u8]) -> (Outcome, Outcome) {
+        let op = Some(Operation::ChatCompletions);
+        (
+            outcome(|f, out| OpenaiAdapter::new(op).on_frame(f, out), data),
+            outcome(
+                |f, out| OpenaiAdapter::without_scan(op).on_frame(f, out),
+                data,
+            ),
+        )
+    }
+
+    const OPENAI_FAMILY: &[ProviderKind] = &[
+        ProviderKind::Openai,
+        ProviderKind::Azure,
+        ProviderKind::Vllm,
+        ProviderKind::Llamacpp,
+        ProviderKind::Mistral,
+        ProviderKind::Groq,
+        ProviderKind::Deepseek,
+        ProviderKind::Openrouter,
+        ProviderKind::Together,
+        ProviderKind::Lmstudio,
+    ];
+
+    #[test]
+    fn scan_reads_fixture_chunks_and_tricky_shapes_as_serde_does() {
+        let payloads = fixture_payloads(OPENAI_FAMILY);
+        let mut scanned = 0;
+        for data in payloads
+            .iter()
+            .map(Vec::as_slice)
+            .chain(SHAPES.iter().map(|s| s.as_bytes()))
+        {
+            let (scan, serde) = scan_and_serde(data);
+            assert_eq!(scan, serde, "{}", String::from_utf8_lossy(data));
+            scanned += usize::from(ChatChunk::scan(data.trim_ascii()).is_some());
+        }
+        assert!(
+            scanned * 2 > payloads.len(),
+            "the scan reads most chunks: {scanned} of {} fixture chunks and {} shapes",
+            payloads.len(),
+            SHAPES.len()
+        );
+        // Model and id once per stream, whichever path read them.
+        let op = Some(Operation::ChatCompletions);
+        let (mut with, mut without) = (OpenaiAdapter::new(op), OpenaiAdapter::without_scan(op));
+        let (a, b): (Vec<Outcome>, Vec<Outcome>) = payloads
+            .iter()
+            .map(|d| {
+                (
+                    outcome(|f, out| with.on_frame(f, out), d),
+                    outcome(|f, out| without.on_frame(f, out), d),
+                )
+            })
+            .unzip();
+        assert_eq!(a, b, "the whole sequence of fixture chunks");
+    }
+
+    #[test]
+    fn scan_reads_mutated_chunks_as_serde_does() {
+        let payloads = fixture_payloads(OPENAI_FAMILY);
+        let inputs = payloads
+            .iter()
+            .map(Vec::as_slice)
+            .chain(SHAPES.iter().map(|s| s.as_bytes()));
+        for (i, data) in inputs.enumerate() {
+            for m in mutations(data, i as u64, 200) {
+                let (scan, serde) = scan_and_serde(&m);
+                assert_eq!(scan, serde, "{}", String::from_utf8_lossy(&m));
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Per-stream and per-chunk user-space instructions by stage, from the dump
+e2e.sh leaves (usage: breakdown.py DIR/cg.out.1). Stage = inclusive cost of
+the function that starts it; see docs/BENCHMARKS.md "Optimisation pass 2"."""
+import os, re, subprocess, sys
+
+CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calls.py")
+path = sys.argv[1]
+out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", path], capture_output=True, text=True).stdout
+incl = {}
+for line in out.splitlines():
+    m = re.match(r'\s*([\d,]+) \([ \d.]+%\)\s+(\S.*)$', line)
+    if not m: continue
+    ir = int(m.group(1).replace(',', '')); name = m.group(2)
+    name = re.sub(r' \[[^\]]*\]$', '', name)
+    fn = name.split(':', 1)[1] if ':' in name else name
+    incl[fn] = max(incl.get(fn, 0), ir)
+def get(pat):
+    v = [ir for fn, ir in incl.items() if re.search(pat, fn)]
+    return max(v) if v else 0
+total = get(r'^clone$')
+streams_calls = subprocess.run(["python3", CALLS, path, r'Recorder>::finish$', r'Meter::on_data$'], capture_output=True, text=True).stdout
+streams = int(re.search(r'finish\$: calls=(\d+)', streams_calls).group(1))
+chunks = int(re.search(r'on_data\$: calls=(\d+)', streams_calls).group(1))
+poll_frame = get(r'MeteredBody<B> as http_body::Body>::poll_frame$')
+on_data = get(r'^tokentap::meter::body::Meter::on_data$')
+adapter = get(r'^tokentap::providers::Adapter::on_frame$')
+gap = get(r'RequestTelemetry as tokentap::meter::Recorder>::chunk_gap$')
+meter_finish = get(r'^tokentap::meter::body::Meter::finish$')
+tel_finish = get(r'RequestTelemetry as tokentap::meter::Recorder>::finish$')
+begin = get(r'^tokentap::telemetry::Telemetry::begin$')
+span_thread = get(r'BatchSpanProcessor::get_spans_and_export$')
+metric_thread = get(r'PeriodicReaderInner<E>::collect_and_export$')
+client_task = get(r'^<futures_util::future::future::Map<Fut,F> as core::future::future::Future>::poll$')
+incoming = get(r'^<hyper::body::incoming::Incoming as http_body::Body>::poll_frame$')
+rows = [
+ ("extraction (adapter: JSON of each event)", adapter),
+ ("framing + metering (SSE decoder, clock, tallies; on_data minus adapter and gap)", on_data - adapter - gap),
+ ("telemetry per chunk (chunk_gap)", gap),
+ ("telemetry per request (begin + finish + span/metric export threads)", begin + tel_finish + span_thread + metric_thread),
+ ("forwarding in MeteredBody (poll_frame minus on_data, minus Meter::finish)", poll_frame - on_data - meter_finish),
+ ("  of which receiving from hyper's body channel (Incoming::poll_frame)", incoming),
+ ("upstream connection task (hyper client: read, de-chunk, send to channel)", client_task),
+ ("hyper server, tokio, app::handle, rest", total - poll_frame - client_task - begin - span_thread - metric_thread + (meter_finish - tel_finish)),
+]
+print(f"total user-space Ir {total:,}; streams {streams}; chunks (on_data calls) {chunks}; chunks/stream {chunks/streams:.1f}")
+print(f"| stage | Ir per stream | Ir per chunk | share |")
+for name, ir in rows:
+    print(f"| {name} | {ir/streams:,.0f} | {ir/chunks:,.0f} | {100*ir/total:.1f} % |")
+print(f"| **total** | {total/streams:,.0f} | {total/chunks:,.0f} | 100 % |")

@@ -1,0 +1,53 @@
+#!/bin/bash
+# e2e.sh BIN_DIR LABEL [CONCURRENCY] [SECONDS] [API]
+# tokentap (release, OTLP export on to a discarding sink) under callgrind,
+# behind a simulator (fast, 100 tokens) and the bench load client; counters
+# are zeroed after a warm-up and dumped after the load, so the profile
+# (OUT_DIR/e2e-LABEL/cg.out.1) covers only the measured window. Then:
+#   benches/callgrind/breakdown.py OUT_DIR/e2e-LABEL/cg.out.1
+# BIN_DIR holds tokentap and tokentap-bench; OUT_DIR defaults to target/callgrind.
+# Ports 14318, 18080 and 19090 on 127.0.0.1 must be free.
+set -u
+BIN=$(cd "$1" && pwd); LABEL=$2; CONC=${3:-8}; SECS=${4:-20}; API=${5:-chat}
+D=${OUT_DIR:-target/callgrind}/e2e-$LABEL; mkdir -p $D; D=$(cd $D && pwd); rm -rf $D; mkdir -p $D; cd $D
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill $p 2>/dev/null; done; }
+trap cleanup EXIT
+$BIN/tokentap-bench sink --listen 127.0.0.1:14318 > sink.log 2>&1 & PIDS+=($!)
+$BIN/tokentap simulate --listen 127.0.0.1:19090 --ttft-ms 0 --tokens-per-second 0 --tokens 100 --jitter 0 > sim.log 2>&1 & PIDS+=($!)
+cat > tt.toml <<CONF
+listen = "127.0.0.1:18080"
+
+[server]
+max_connections = 20000
+
+[upstream]
+pool_max_idle_per_host = 1024
+
+[tenant]
+sources = ["header", "body", "api_key"]
+salt = "bench-salt"
+
+[telemetry]
+access_log = false
+otlp_enabled = true
+otlp_endpoint = "http://127.0.0.1:14318"
+otlp_protocol = "http/protobuf"
+metrics_export_interval = "5s"
+
+[[routes]]
+name = "fast"
+prefix = "/fast"
+upstream = "http://127.0.0.1:19090"
+CONF
+valgrind --tool=callgrind --callgrind-out-file=$D/cg.out --dump-instr=no ${VGEXTRA:-} $BIN/tokentap --config tt.toml > tt.log 2>&1 & VG=$!; PIDS+=($VG)
+for i in $(seq 1 120); do (exec 3<>/dev/tcp/127.0.0.1/18080) 2>/dev/null && break; sleep 1; done
+# warm-up (not measured)
+$BIN/tokentap-bench load --addr 127.0.0.1:18080 --prefix /fast --api $API --stream --concurrency $CONC --duration 3 --warmup 1 > warm.json 2>&1
+callgrind_control -z $VG > /dev/null
+$BIN/tokentap-bench load --addr 127.0.0.1:18080 --prefix /fast --api $API --stream --concurrency $CONC --duration $SECS --warmup 0 > load.json 2>&1
+callgrind_control -d $VG > /dev/null
+sleep 2
+kill -INT $VG; wait $VG
+cat load.json
+ls $D

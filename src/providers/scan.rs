@@ -1,0 +1,494 @@
+//! Validating JSON scan: one SSE `data` payload in, the few borrowed fields
+//! of the common streamed chunk out, without serde.
+//!
+//! Adapters use it for the frames that make up almost all of a stream (an
+//! OpenAI content delta, an Anthropic `content_block_delta`) and fall back
+//! to their serde path for everything else. The scan is stricter than
+//! `serde_json`, never looser: it walks and checks the whole document
+//! (grammar, string escapes, control characters, UTF-8, nothing after the
+//! value) and gives up (`None`) on anything it is not sure serde reads the
+//! same way — an escaped key or wanted string, a `\u` surrogate, deep
+//! nesting, a field the adapter did not ask for. Giving up costs only the
+//! work done so far; the serde path then decides, errors included.
+
+/// Nesting deeper than this gives up (serde_json's own limit is 128).
+const MAX_DEPTH: u32 = 16;
+
+/// A cursor over one JSON document. Every method returns `None` to give up.
+pub(super) struct Scan<'a> {
+    bytes: &'a [u8],
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Scan<'a> {
+    /// A scan of `data`; `None` unless it is UTF-8 (serde checks that only
+    /// where it borrows, so non-UTF-8 data is left to it).
+    pub(super) fn new(data: &'a [u8]) -> Option<Scan<'a>> {
+        let text = std::str::from_utf8(data).ok()?;
+        Some(Scan {
+            bytes: data,
+            text,
+            at: 0,
+        })
+    }
+
+    /// Nothing but whitespace is left.
+    pub(super) fn end(mut self) -> Option<()> {
+        self.skip_ws();
+        (self.at == self.bytes.len()).then_some(())
+    }
+
+    fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.bytes.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.skip_ws();
+        self.bytes.get(self.at).copied()
+    }
+
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    /// An object: `member` is called with each key (keys with escapes give
+    /// up) and must consume the value.
+    pub(super) fn object(
+        &mut self,
+        depth: u32,
+        mut member: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.eat(b'{')?;
+        if self.peek()? == b'}' {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            if self.peek()? != b'"' {
+                return None;
+            }
+            let key = self.plain_string()?;
+            self.eat(b':')?;
+            self.skip_ws();
+            member(self, key)?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// An array: `element` is called at each element and must consume it.
+    pub(super) fn array(
+        &mut self,
+        depth: u32,
+        mut element: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.eat(b'[')?;
+        if self.peek()? == b']' {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            self.skip_ws();
+            element(self)?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Whether the value at the cursor is `null` (consumed if so).
+    pub(super) fn null(&mut self) -> Option<bool> {
+        if self.peek()? == b'n' {
+            self.literal(b"null")?;
+            return Some(true);
+        }
+        Some(false)
+    }
+
+    /// Any value, as its raw text (what serde's `RawValue` borrows);
+    /// `None` inside for `null`, as serde's `Option<&RawValue>` has it.
+    pub(super) fn raw(&mut self, depth: u32) -> Option<Option<&'a str>> {
+        let raw = self.value(depth)?;
+        Some((raw != "null").then_some(raw))
+    }
+
+    /// A string without escapes (its content), or `null`.
+    pub(super) fn str_or_null(&mut self) -> Option<Option<&'a str>> {
+        if self.null()? {
+            return Some(None);
+        }
+        if self.peek()? != b'"' {
+            return None;
+        }
+        self.plain_string().map(Some)
+    }
+
+    /// Skip any value, checking it.
+    pub(super) fn skip(&mut self, depth: u32) -> Option<()> {
+        self.value(depth).map(drop)
+    }
+
+    fn value(&mut self, depth: u32) -> Option<&'a str> {
+        let start = {
+            self.skip_ws();
+            self.at
+        };
+        match *self.bytes.get(self.at)? {
+            b'"' => {
+                self.string()?;
+            }
+            b'{' => self.object(depth + 1, |s, _| s.skip(depth + 1))?,
+            b'[' => self.array(depth + 1, |s| s.skip(depth + 1))?,
+            b't' => self.literal(b"true")?,
+            b'f' => self.literal(b"false")?,
+            b'n' => self.literal(b"null")?,
+            b'-' | b'0'..=b'9' => self.number()?,
+            _ => return None,
+        }
+        self.text.get(start..self.at)
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.at + word.len();
+        (self.bytes.get(self.at..end)? == word).then(|| self.at = end)
+    }
+
+    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`, exactly.
+    fn number(&mut self) -> Option<()> {
+        if self.bytes.get(self.at) == Some(&b'-') {
+            self.at += 1;
+        }
+        match self.bytes.get(self.at)? {
+            b'0' => self.at += 1,
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        if self.bytes.get(self.at) == Some(&b'.') {
+            self.at += 1;
+            self.some_digits()?;
+        }
+        if let Some(b'e' | b'E') = self.bytes.get(self.at) {
+            self.at += 1;
+            if let Some(b'+' | b'-') = self.bytes.get(self.at) {
+                self.at += 1;
+            }
+            self.some_digits()?;
+        }
+        Some(())
+    }
+
+    fn digits(&mut self) {
+        while self.bytes.get(self.at).is_some_and(u8::is_ascii_digit) {
+            self.at += 1;
+        }
+    }
+
+    fn some_digits(&mut self) -> Option<()> {
+        let start = self.at;
+        self.digits();
+        (self.at > start).then_some(())
+    }
+
+    /// A string literal without escapes: its content.
+    fn plain_string(&mut self) -> Option<&'a str> {
+        let (literal, escaped) = self.string()?;
+        (!escaped).then(|| &literal[1..literal.len() - 1])
+    }
+
+    /// The string literal at the cursor (quotes included) and whether it
+    /// has escapes. Eight bytes at a time: the first quote, backslash or
+    /// control byte of a word is found from its flag mask, then handled.
+    fn string(&mut self) -> Option<(&'a str, bool)> {
+        let start = self.at;
+        self.at += 1;
+        let mut escaped = false;
+        loop {
+            while let Some(word) = self.bytes.get(self.at..self.at + 8) {
+                let word: [u8; 8] = word.try_into().ok()?;
+                let flags = special(u64::from_le_bytes(word));
+                if flags != 0 {
+                    self.at += (flags.trailing_zeros() / 8) as usize;
+                    break;
+                }
+                self.at += 8;
+            }
+            match *self.bytes.get(self.at)? {
+                b'"' => {
+                    self.at += 1;
+                    return Some((self.text.get(start..self.at)?, escaped));
+                }
+                b'\\' => {
+                    escaped = true;
+                    self.escape()?;
+                }
+                0..=0x1f => return None, // serde rejects raw control characters
+                _ => self.at += 1,
+            }
+        }
+    }
+
+    /// One escape at the cursor (on the backslash). `\u` surrogates give
+    /// up: whether serde accepts them depends on their pairing.
+    fn escape(&mut self) -> Option<()> {
+        match self.bytes.get(self.at + 1)? {
+            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 2,
+            b'u' => {
+                let hex = self.bytes.get(self.at + 2..self.at + 6)?;
+                let mut code = 0u32;
+                for &h in hex {
+                    code = code * 16 + char::from(h).to_digit(16)?;
+                }
+                if (0xD800..0xE000).contains(&code) {
+                    return None;
+                }
+                self.at += 6;
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+}
+
+/// The high bit of each byte of `word` that is `"`, `\\` or below 0x20,
+/// by the classic "has a zero byte" test. Bits above the lowest may be
+/// false (borrows run upward); the lowest is exact, and none means none.
+fn special(word: u64) -> u64 {
+    const ONES: u64 = u64::from_le_bytes([1; 8]);
+    const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let quote = zero(word ^ (ONES * u64::from(b'"')));
+    let backslash = zero(word ^ (ONES * u64::from(b'\\')));
+    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGH;
+    quote | backslash | control
+}
+
+/// A set of field names seen in one object, to give up on duplicates
+/// (serde rejects a repeated struct field).
+#[derive(Default)]
+pub(super) struct Seen(u32);
+
+impl Seen {
+    /// Mark field number `bit`; `None` when it was already there.
+    pub(super) fn first(&mut self, bit: u32) -> Option<()> {
+        let mask = 1 << bit;
+        if self.0 & mask != 0 {
+            return None;
+        }
+        self.0 |= mask;
+        Some(())
+    }
+}
+
+/// Helpers for the adapters' scan-versus-serde tests.
+#[cfg(test)]
+pub(super) mod differential {
+    use crate::framing::Frame;
+    use crate::framing::sse::SseDecoder;
+    use crate::providers::tests::FIXTURES;
+    use crate::providers::{AdapterError, Event, ProviderKind};
+
+    /// The `data` of every SSE event of the recorded fixtures of `kinds`.
+    pub(in crate::providers) fn fixture_payloads(kinds: &[ProviderKind]) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        for f in FIXTURES.iter().filter(|f| kinds.contains(&f.kind)) {
+            if !f.name.ends_with(".sse") {
+                continue;
+            }
+            let mut dec = SseDecoder::new(1 << 20);
+            let mut on = |frame: Frame<'_>| {
+                if let Frame::Sse { data, .. } = frame {
+                    out.push(data.to_vec());
+                }
+            };
+            dec.feed(f.body, &mut on).expect("fixture frames");
+            dec.finish(&mut on).expect("fixture frames");
+        }
+        out
+    }
+
+    /// Bytes that matter to a JSON scanner, for mutations.
+    const SPECIAL: &[u8] = b"\"\\{}[],: n0-.e1tu\x01\x7f/\xc3";
+
+    /// `data` cut at every offset, and `n` random edits of it (a byte
+    /// replaced, inserted or removed; seeded, so failures repeat).
+    pub(in crate::providers) fn mutations(data: &[u8], seed: u64, n: usize) -> Vec<Vec<u8>> {
+        let mut out: Vec<Vec<u8>> = (0..data.len()).map(|i| data[..i].to_vec()).collect();
+        let mut rng = fastrand::Rng::with_seed(seed);
+        for _ in 0..n {
+            let mut m = data.to_vec();
+            for _ in 0..rng.usize(1..=2) {
+                let at = rng.usize(0..=m.len());
+                let byte = SPECIAL[rng.usize(0..SPECIAL.len())];
+                match rng.u8(0..3) {
+                    0 if at < m.len() => m[at] = byte,
+                    1 if at < m.len() => {
+                        m.remove(at);
+                    }
+                    _ => m.insert(at, byte),
+                }
+            }
+            out.push(m);
+        }
+        out
+    }
+
+    /// Events (as text) and the result of one adapter call.
+    pub(in crate::providers) type Outcome = (Vec<String>, Result<(), AdapterError>);
+
+    /// Run `on_frame` on an SSE frame carrying `data`, logging the events.
+    pub(in crate::providers) fn outcome(
+        on_frame: impl FnOnce(Frame<'_>, &mut dyn FnMut(Event<'_>)) -> Result<(), AdapterError>,
+        data: &[u8],
+    ) -> Outcome {
+        let mut log = Vec::new();
+        let result = on_frame(Frame::Sse { event: b"", data }, &mut |e| {
+            log.push(format!("{e:?}"))
+        });
+        (log, result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn skip_all(data: &str) -> Option<()> {
+        let mut s = Scan::new(data.as_bytes())?;
+        s.skip(0)?;
+        s.end()
+    }
+
+    #[test]
+    fn accepts_what_json_allows() {
+        for ok in [
+            r#"{}"#,
+            r#" { "a" : [ 1 , -0.5e+3 , true , false , null , "x\"\\\/\b\f\n\r\t\u00e9" , {} , [] ] } "#,
+            r#"{"a":{"b":{"c":[0,1E9,-12.25]}}}"#,
+            "\"caf\u{e9} \u{2014}\"",
+        ] {
+            assert_eq!(skip_all(ok), Some(()), "{ok}");
+            assert!(
+                serde_json::from_str::<serde_json::Value>(ok).is_ok(),
+                "{ok}"
+            );
+        }
+    }
+
+    #[test]
+    fn gives_up_on_what_json_forbids_or_serde_may_read_otherwise() {
+        for bad in [
+            "",
+            "{",
+            r#"{"a":1,}"#,
+            r#"{"a":01}"#,
+            r#"{"a":1.}"#,
+            r#"{"a":1e}"#,
+            r#"{"a":-}"#,
+            r#"{"a":tru}"#,
+            r#"{"a":"x"} x"#,
+            r#"{"a" 1}"#,
+            r#"{a:1}"#,
+            r#"[1 2]"#,
+            "{\"a\":\"tab\there\"}",
+            r#"{"a":"\x"}"#,
+            r#"{"a":"\u12"}"#,
+            r#"{"a":"\ud83d\ude00"}"#,
+            r#"{"\u0061":1}"#,
+            r#"{"a":"unterminated}"#,
+            "[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]",
+        ] {
+            let mut s = Scan::new(bad.as_bytes()).expect("UTF-8");
+            let keys = s.object(0, |s, _| s.skip(1)).and_then(|()| s.end());
+            assert_eq!(keys, None, "object scan of {bad}");
+            assert_eq!(skip_all(bad), None, "{bad}");
+        }
+        assert!(Scan::new(b"{\"a\":\"\xff\"}").is_none(), "not UTF-8");
+    }
+
+    #[test]
+    fn raw_values_are_what_serde_borrows() {
+        let data = r#"{"a": "x\"y" ,"b":null,"c": [ 1 ],"d":{"e":"}"}}"#;
+        let mut s = Scan::new(data.as_bytes()).expect("UTF-8");
+        let mut got = Vec::new();
+        s.object(0, |s, key| {
+            got.push((key, s.raw(1)?));
+            Some(())
+        })
+        .expect("valid");
+        assert_eq!(
+            got,
+            [
+                ("a", Some(r#""x\"y""#)),
+                ("b", None),
+                ("c", Some("[ 1 ]")),
+                ("d", Some(r#"{"e":"}"}"#)),
+            ]
+        );
+        #[derive(serde::Deserialize)]
+        struct D<'a> {
+            #[serde(borrow)]
+            a: &'a serde_json::value::RawValue,
+            #[serde(borrow)]
+            c: &'a serde_json::value::RawValue,
+            #[serde(borrow)]
+            d: &'a serde_json::value::RawValue,
+        }
+        let d: D<'_> = serde_json::from_str(data).expect("valid");
+        assert_eq!(
+            [d.a.get(), d.c.get(), d.d.get()],
+            [r#""x\"y""#, "[ 1 ]", r#"{"e":"}"}"#]
+        );
+    }
+
+    #[test]
+    fn wanted_strings_must_be_plain() {
+        let mut s = Scan::new(br#""a\nb""#).expect("UTF-8");
+        assert_eq!(s.str_or_null(), None, "escaped");
+        let mut s = Scan::new(br#" null"#).expect("UTF-8");
+        assert_eq!(s.str_or_null(), Some(None));
+        let mut s = Scan::new(br#"3"#).expect("UTF-8");
+        assert_eq!(s.str_or_null(), None, "not a string");
+    }
+
+    #[test]
+    fn word_flags_find_the_first_special_byte() {
+        let is_special = |b: u8| b == b'"' || b == b'\\' || b < 0x20;
+        let mut rng = fastrand::Rng::with_seed(3);
+        let pool = b"ab\"\\\x00\x1f \x7f\x80\xc3\xff!#[]";
+        for _ in 0..20_000 {
+            let word: [u8; 8] = std::array::from_fn(|_| pool[rng.usize(0..pool.len())]);
+            let first = word.iter().position(|&b| is_special(b));
+            let flags = special(u64::from_le_bytes(word));
+            let got = (flags != 0).then(|| (flags.trailing_zeros() / 8) as usize);
+            assert_eq!(got, first, "{word:?}");
+        }
+    }
+
+    #[test]
+    fn duplicates_are_caught() {
+        let mut seen = Seen::default();
+        assert_eq!(seen.first(3), Some(()));
+        assert_eq!(seen.first(4), Some(()));
+        assert_eq!(seen.first(3), None);
+    }
+}
