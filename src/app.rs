@@ -196,6 +196,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let tokenizer = Tokenizer::start(config.meter.tokenizer);
     let server_cfg = config.server.clone();
     let drains = Drains::new(config.upstream.max_drains);
+    let observed = drains.clone();
+    telemetry.observe_drains(move || observed.active() as u64);
     let shutdown_grace = config.server.shutdown_grace;
     let state = Arc::new(ArcSwap::from_pointee(State {
         drains: drains.clone(),

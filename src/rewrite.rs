@@ -159,7 +159,10 @@ mod tests {
         assert_eq!(s.push(&after), after, "then the stream passes unchanged");
         out.extend_from_slice(&after);
         out.extend_from_slice(&s.finish());
-        assert_eq!(out.len(), (MAX_HELD / piece.len() + 2) * piece.len() + after.len());
+        assert_eq!(
+            out.len(),
+            (MAX_HELD / piece.len() + 2) * piece.len() + after.len()
+        );
     }
 
     #[test]

@@ -21,7 +21,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderMap;
-use opentelemetry::metrics::{BoundHistogram, MeterProvider as _, UpDownCounter};
+use opentelemetry::metrics::{
+    BoundHistogram, Meter, MeterProvider as _, ObservableGauge, UpDownCounter,
+};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{
     Span as _, SpanKind, TraceContextExt, Tracer as _, TracerProvider as _,
@@ -76,6 +78,11 @@ struct Inner {
     slo: Option<slo::Slo>,
     /// The Prometheus pull reader, when `init_with_prometheus` built one.
     pull: Option<PullReader>,
+    /// For instruments registered after start-up (`observe_drains`); `None`
+    /// without a reader.
+    meter: Option<Meter>,
+    /// Observable instruments registered after start-up, kept alive.
+    observed: std::sync::Mutex<Vec<ObservableGauge<u64>>>,
 }
 
 /// Telemetry could not start (bad exporter settings).
@@ -173,6 +180,7 @@ impl Telemetry {
             .build();
         let tracer = tracer_provider.tracer_with_scope(scope.clone());
         let meter = meter_provider.meter_with_scope(scope);
+        let late_meter = has_reader.then(|| meter.clone());
         // An observable instrument with no reader only logs an SDK error.
         let instruments = Instruments::new(&meter, has_reader.then(|| drops.clone()));
         let live = Live::start(&cfg.live);
@@ -192,6 +200,8 @@ impl Telemetry {
             live,
             slo,
             pull,
+            meter: late_meter,
+            observed: std::sync::Mutex::new(Vec::new()),
         };
         Telemetry {
             inner: Arc::new(inner),
@@ -322,6 +332,23 @@ impl Telemetry {
             .instruments
             .config_reloads
             .add(1, &[KeyValue::new(RELOAD_RESULT, result)]);
+    }
+
+    /// Report `active()` as `tokentap.drains.active` at each collection
+    /// (upstream bodies still read after their client left).
+    pub fn observe_drains(&self, active: impl Fn() -> u64 + Send + Sync + 'static) {
+        let Some(meter) = &self.inner.meter else {
+            return;
+        };
+        let gauge = meter
+            .u64_observable_gauge(M_DRAINS_ACTIVE)
+            .with_unit("{drain}")
+            .with_description("Upstream bodies still being read after their client left.")
+            .with_callback(move |obs| obs.observe(active(), &[]))
+            .build();
+        if let Ok(mut kept) = self.inner.observed.lock() {
+            kept.push(gauge);
+        }
     }
 
     /// Live statistics (dashboard, demo table, slowdown detection).

@@ -20,6 +20,7 @@ pub const M_SLO_BREACHES: &str = "tokentap.slo.breaches";
 pub const M_SLO_BREACHED: &str = "tokentap.slo.breached";
 pub const M_SLO_WEBHOOK: &str = "tokentap.slo.webhook.events";
 pub const M_CONFIG_RELOADS: &str = "tokentap.config.reloads";
+pub const M_DRAINS_ACTIVE: &str = "tokentap.drains.active";
 
 // Semantic-convention attribute keys.
 pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";

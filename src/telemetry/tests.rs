@@ -803,3 +803,29 @@ async fn http_export_posts_to_signal_path() {
         "OTLP/HTTP posts to <endpoint>/v1/<signal>, got {text:?}"
     );
 }
+
+#[test]
+fn drains_active_is_observed_at_each_collection() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let h = harness(config());
+    let active = Arc::new(AtomicU64::new(3));
+    let seen = active.clone();
+    h.telemetry
+        .observe_drains(move || seen.load(Ordering::Relaxed));
+    let value = |rm: &ResourceMetrics| {
+        let metric = rm
+            .scope_metrics()
+            .flat_map(|s| s.metrics())
+            .find(|m| m.name() == M_DRAINS_ACTIVE)
+            .expect("tokentap.drains.active exported");
+        match metric.data() {
+            AggregatedMetrics::U64(MetricData::Gauge(g)) => {
+                g.data_points().map(|p| p.value()).sum::<u64>()
+            }
+            other => panic!("not a u64 gauge: {other:?}"),
+        }
+    };
+    assert_eq!(value(&h.collect()), 3);
+    active.store(0, Ordering::Relaxed);
+    assert_eq!(value(&h.collect()), 0, "read again at the next collection");
+}
