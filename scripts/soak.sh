@@ -2,7 +2,7 @@
 # The soak test in one command (see docs/RELIABILITY.md).
 #
 #   scripts/soak.sh                  30 minutes, release build, concurrency 24
-#   scripts/soak.sh 2m               a shorter run
+#   scripts/soak.sh 2m               a shorter run (the duration comes first)
 #   scripts/soak.sh 20s --debug --concurrency 4
 #                                    CI smoke: debug build (what scripts/test.sh runs)
 #
@@ -23,11 +23,13 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 duration=30m profile=release args=()
+case "${1:-}" in
+    [0-9]*) duration="$1"; shift ;;
+esac
 for a in "$@"; do
     case "$a" in
         --release) profile=release ;;
         --debug) profile=debug ;;
-        [0-9]*) duration="$a" ;;
         *) args+=("$a") ;;
     esac
 done

@@ -69,7 +69,10 @@ struct Rss {
     start: u64,
     warm: u64,
     peak: u64,
+    /// When the load stops (the figure compared with `warm`).
     end: u64,
+    /// After the last requests finished and the counter settled.
+    drained: u64,
 }
 
 pub async fn run(args: SoakArgs) -> Result<(), String> {
@@ -154,6 +157,7 @@ pub async fn run(args: SoakArgs) -> Result<(), String> {
     }
     shared.stop.store(true, Ordering::Relaxed);
     let load_secs = started.elapsed().as_secs_f64();
+    rss.end = procs::status_kib(&pids, "VmRSS");
     // Requests in flight finish (bounded by the client's request timeout).
     let _ = tokio::time::timeout(client::REQUEST_TIMEOUT + Duration::from_secs(5), load).await;
     let sent = shared.sent.load(Ordering::Relaxed);
@@ -177,7 +181,7 @@ pub async fn run(args: SoakArgs) -> Result<(), String> {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    rss.end = procs::status_kib(&pids, "VmRSS");
+    rss.drained = procs::status_kib(&pids, "VmRSS");
     rss.peak = rss.peak.max(procs::status_kib(&pids, "VmHWM"));
     let exit = tokio::task::spawn_blocking(move || proc.terminate(Duration::from_secs(40)))
         .await
@@ -471,17 +475,21 @@ fn report(f: &Facts<'_>) -> (String, Vec<String>) {
             ),
         ),
         (
-            "tokentap RSS start / after warm-up / peak / end",
+            "tokentap RSS at start / after warm-up / end of load / after drain",
             format!(
                 "{:.1} / {:.1} / {:.1} / {:.1} MiB",
                 mib(f.rss.start),
                 mib(f.rss.warm),
-                mib(f.rss.peak),
-                mib(f.rss.end)
+                mib(f.rss.end),
+                mib(f.rss.drained)
             ),
         ),
         (
-            "RSS growth after warm-up",
+            "tokentap peak RSS (VmHWM)",
+            format!("{:.1} MiB", mib(f.rss.peak)),
+        ),
+        (
+            "RSS growth from warm-up to end of load",
             format!("{growth:.1} MiB (bound {} MiB)", f.args.max_rss_growth_mib),
         ),
         (
