@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::procs::{self, Proc, free_port, wait_port};
-use crate::targets::addr;
+use crate::targets::{self, addr};
 
 mod client;
 mod prom;
@@ -76,14 +76,7 @@ struct Rss {
 }
 
 pub async fn run(args: SoakArgs) -> Result<(), String> {
-    let exe_dir = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-        .unwrap_or_default();
-    let tokentap = args.bin_dir.clone().unwrap_or(exe_dir).join("tokentap");
-    if !tokentap.exists() {
-        return Err(format!("{} not found; build it first", tokentap.display()));
-    }
+    let tokentap = targets::tokentap_bin(args.bin_dir.as_deref())?;
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
@@ -130,6 +123,8 @@ pub async fn run(args: SoakArgs) -> Result<(), String> {
     ));
     let warm_at = (args.duration / 4).min(Duration::from_secs(60));
     let mut died = None;
+    // (seconds into the load, VmRSS KiB) at each progress line.
+    let mut samples = Vec::new();
     let mut next_progress = started + args.progress;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     while started.elapsed() < args.duration {
@@ -145,6 +140,7 @@ pub async fn run(args: SoakArgs) -> Result<(), String> {
         }
         if Instant::now() >= next_progress {
             next_progress += args.progress;
+            samples.push((started.elapsed().as_secs(), now_kib));
             progress(
                 &shared,
                 &spans,
@@ -211,6 +207,7 @@ pub async fn run(args: SoakArgs) -> Result<(), String> {
         scrape: &scrape,
         served: served.requests.load(Ordering::Relaxed),
         rss,
+        samples,
         cpu_s: cpu_ticks as f64 / tck,
         exit,
         died,
@@ -241,16 +238,7 @@ fn start_tokentap(
     );
     let path = dir.join("tokentap.toml");
     std::fs::write(&path, conf).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut cmd = std::process::Command::new(bin);
-    cmd.arg("--config").arg(&path);
-    // Keep the environment from changing the configuration under test.
-    for (k, _) in std::env::vars_os() {
-        if let Some(k) = k.to_str() {
-            if k.starts_with("OTEL_") || k.starts_with("TOKENTAP_") {
-                cmd.env_remove(k);
-            }
-        }
-    }
+    let cmd = targets::tokentap_command(bin, &path);
     let mut proc = Proc::spawn("tokentap", cmd, &dir.join("tokentap.log"))?;
     wait_port(addr(port), Duration::from_secs(20), &mut proc)?;
     wait_port(addr(admin_port), Duration::from_secs(20), &mut proc)?;
@@ -284,6 +272,7 @@ struct Facts<'a> {
     scrape: &'a prom::Scrape,
     served: u64,
     rss: Rss,
+    samples: Vec<(u64, u64)>,
     cpu_s: f64,
     exit: Option<std::process::ExitStatus>,
     died: Option<Duration>,
@@ -511,6 +500,26 @@ fn report(f: &Facts<'_>) -> (String, Vec<String>) {
         let _ = writeln!(r, "| {k} | {v} |");
     }
 
+    if !f.samples.is_empty() {
+        // At most a dozen or so points, evenly spaced.
+        let step = f.samples.len().div_ceil(12);
+        let points: Vec<String> = f
+            .samples
+            .iter()
+            .step_by(step)
+            .chain(
+                f.samples
+                    .last()
+                    .filter(|_| (f.samples.len() - 1) % step != 0),
+            )
+            .map(|(t, k)| format!("{t} s: {:.1}", mib(*k)))
+            .collect();
+        let _ = writeln!(
+            r,
+            "\ntokentap RSS during the load (MiB): {}.",
+            points.join(", ")
+        );
+    }
     let _ = writeln!(
         r,
         "\n## By scripted case\n\n| case | expected outcome | requests | client saw | measured (outcome / error.type) |\n|---|---|---|---|---|"
