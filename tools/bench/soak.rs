@@ -46,6 +46,10 @@ pub struct SoakArgs {
     /// Time between progress lines
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub progress: Duration,
+    /// Time between scrapes of tokentap's `/metrics` during the load, as a
+    /// Prometheus server would (0 = only at the end)
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    pub scrape_every: Duration,
     /// Largest allowed growth of tokentap's RSS from the end of warm-up to
     /// the end of the load, in MiB
     #[arg(long, default_value_t = 32.0)]
@@ -126,6 +130,9 @@ pub async fn run(args: SoakArgs) -> Result<(), String> {
     // (seconds into the load, VmRSS KiB) at each progress line.
     let mut samples = Vec::new();
     let mut next_progress = started + args.progress;
+    let admin = addr(admin_port);
+    let mut next_scrape = started + args.scrape_every;
+    let mut counted = None;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     while started.elapsed() < args.duration {
         tick.tick().await;
@@ -138,12 +145,17 @@ pub async fn run(args: SoakArgs) -> Result<(), String> {
             died = Some(started.elapsed());
             break;
         }
+        if !args.scrape_every.is_zero() && Instant::now() >= next_scrape {
+            next_scrape += args.scrape_every;
+            counted = prom::scrape(admin).await.map(|s| s.total()).ok();
+        }
         if Instant::now() >= next_progress {
             next_progress += args.progress;
             samples.push((started.elapsed().as_secs(), now_kib));
             progress(
                 &shared,
                 &spans,
+                counted,
                 started,
                 now_kib,
                 procs::cpu_ticks(&pids) - cpu0,
@@ -161,7 +173,6 @@ pub async fn run(args: SoakArgs) -> Result<(), String> {
 
     // The counter first (a measurement still being counted by the tokenizer
     // arrives a little later), then a graceful stop, which flushes spans.
-    let admin = addr(admin_port);
     let mut scrape = prom::Scrape::default();
     let until = Instant::now() + SETTLE;
     while died.is_none() && Instant::now() < until {
@@ -245,17 +256,26 @@ fn start_tokentap(
     Ok(proc)
 }
 
-fn progress(shared: &Shared, spans: &Spans, started: Instant, rss_kib: u64, ticks: u64, tck: f64) {
+fn progress(
+    shared: &Shared,
+    spans: &Spans,
+    counted: Option<u64>,
+    started: Instant,
+    rss_kib: u64,
+    ticks: u64,
+    tck: f64,
+) {
     let secs = started.elapsed().as_secs_f64();
     let sent = shared.sent.load(Ordering::Relaxed);
     eprintln!(
-        "soak {:>6.0} s: {sent} requests ({:.0}/s), {} finished, {} byte mismatches, {} unexpected, {} spans received, tokentap RSS {:.1} MiB, CPU {:.0} %",
+        "soak {:>6.0} s: {sent} requests ({:.0}/s), {} finished, {} byte mismatches, {} unexpected, {} spans received, counter {} at the last scrape, tokentap RSS {:.1} MiB, CPU {:.0} %",
         secs,
         sent as f64 / secs,
         shared.finished.load(Ordering::Relaxed),
         shared.mismatches.load(Ordering::Relaxed),
         shared.unexpected.load(Ordering::Relaxed),
         spans.total.load(Ordering::Relaxed),
+        counted.map_or("-".to_owned(), |n| n.to_string()),
         rss_kib as f64 / 1024.0,
         ticks as f64 / tck / secs * 100.0,
     );
