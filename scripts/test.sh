@@ -59,4 +59,13 @@ fi
 echo "== scripts/fuzz.sh 10 (bounded fuzzing; skipped without nightly)"
 scripts/fuzz.sh 10
 # --- end fuzz -----------------------------------------------------------------
+# --- soak smoke (see docs/RELIABILITY.md) --------------------------------
+# 20 s of the soak at low load, debug build: random upstream faults and
+# client cancels; fails on any byte mismatch, lost or duplicated
+# measurement, wrong outcome, or an unclean tokentap exit. Keeps
+# `tokentap-bench soak` from rotting; the figures of record come from the
+# 30-minute run (scripts/soak.sh).
+echo "== scripts/soak.sh 20s --debug --concurrency 4 (smoke)"
+scripts/soak.sh 20s --debug --concurrency 4 --progress 10s
+# --- end soak smoke -------------------------------------------------------
 echo "== all checks passed"

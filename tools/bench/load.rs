@@ -209,10 +209,10 @@ pub async fn run(spec: Spec, on_window: impl FnOnce(Instant, Instant)) -> Report
     }
 }
 
-type Sender = http1::SendRequest<Full<Bytes>>;
+pub type Sender = http1::SendRequest<Full<Bytes>>;
 
 /// Open a keep-alive HTTP/1.1 connection.
-async fn connect(addr: SocketAddr) -> Result<Sender, String> {
+pub async fn connect(addr: SocketAddr) -> Result<Sender, String> {
     let tcp = tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(addr))
         .await
         .map_err(|_| "connect timed out".to_owned())?

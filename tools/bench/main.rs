@@ -1,8 +1,10 @@
 //! `tokentap-bench`: the end-to-end benchmark. `suite` starts simulated
 //! upstreams, tokentap and the reference proxies and drives them; `load`
 //! runs one load pattern against one address; `sink` serves a discarding
-//! OTLP/HTTP collector. Results are JSON lines and a Markdown report
-//! (see docs/BENCHMARKS.md).
+//! OTLP/HTTP collector; `soak` runs tokentap for a long time against an
+//! upstream with random faults and checks every byte and every measurement.
+//! Results are JSON lines and Markdown reports (see docs/BENCHMARKS.md and
+//! docs/RELIABILITY.md).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -14,6 +16,7 @@ mod hist;
 mod load;
 mod procs;
 mod sink;
+mod soak;
 mod suite;
 mod targets;
 
@@ -24,6 +27,9 @@ enum Cli {
     Suite(suite::SuiteArgs),
     /// Drive one address with one load pattern; print one JSON line
     Load(LoadArgs),
+    /// Run tokentap for a while against an upstream with random faults and
+    /// random client cancels; check bytes, measurements and memory
+    Soak(soak::SoakArgs),
     /// Serve a discarding OTLP/HTTP collector until Ctrl-C
     Sink {
         #[arg(long, default_value = "127.0.0.1:4318")]
@@ -89,6 +95,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<(), String> {
     match cli {
         Cli::Suite(args) => suite::run(args).await,
+        Cli::Soak(args) => soak::run(args).await,
         Cli::Load(a) => {
             let spec = load::Spec {
                 addr: a.addr,

@@ -45,6 +45,27 @@ impl Proc {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// SIGTERM by PID and wait up to `grace` for a clean exit; returns the
+    /// exit status, or `None` when it had to be killed (or is gone already).
+    pub fn terminate(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return Some(status);
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status();
+        let until = Instant::now() + grace;
+        while Instant::now() < until {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        None
+    }
+
     /// SIGTERM by PID, then SIGKILL after `grace`.
     pub fn stop(&mut self, grace: Duration) {
         if !self.alive() {

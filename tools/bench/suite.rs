@@ -143,16 +143,7 @@ struct Plan {
 }
 
 pub async fn run(args: SuiteArgs) -> Result<(), String> {
-    let exe_dir = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-        .unwrap_or_default();
-    let bin_dir = args.bin_dir.clone().unwrap_or(exe_dir);
-    let tokentap = bin_dir.join("tokentap");
-    if !tokentap.exists() {
-        return Err(format!("{} not found; build it first", tokentap.display()));
-    }
-    let bins = Binaries::find(tokentap);
+    let bins = Binaries::find(targets::tokentap_bin(args.bin_dir.as_deref())?);
     let mut plan = plan(&args, &bins)?;
     std::fs::create_dir_all(&plan.dir).map_err(|e| format!("{}: {e}", plan.dir.display()))?;
     // nginx resolves relative paths against its prefix: hand out absolute ones.

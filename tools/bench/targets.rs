@@ -186,6 +186,39 @@ impl Binaries {
     }
 }
 
+/// The `tokentap` binary in `bin_dir` (default: beside this binary).
+pub fn tokentap_bin(bin_dir: Option<&Path>) -> Result<PathBuf, String> {
+    let dir = bin_dir.map_or_else(
+        || {
+            std::env::current_exe()
+                .ok()
+                .and_then(|p| p.parent().map(Path::to_path_buf))
+                .unwrap_or_default()
+        },
+        Path::to_path_buf,
+    );
+    let tokentap = dir.join("tokentap");
+    if !tokentap.exists() {
+        return Err(format!("{} not found; build it first", tokentap.display()));
+    }
+    Ok(tokentap)
+}
+
+/// `tokentap --config CONF`, with no `OTEL_*` or `TOKENTAP_*` variable
+/// from this environment (they would change the configuration under test).
+pub fn tokentap_command(bin: &Path, conf: &Path) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.arg("--config").arg(conf);
+    for (k, _) in std::env::vars_os() {
+        if let Some(k) = k.to_str() {
+            if k.starts_with("OTEL_") || k.starts_with("TOKENTAP_") {
+                cmd.env_remove(k);
+            }
+        }
+    }
+    cmd
+}
+
 fn which(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?
         .to_str()?
@@ -247,17 +280,7 @@ pub fn start(
                 &conf,
                 &tokentap_conf(port, ups, (kind == Kind::Tokentap).then_some(otlp)),
             )?;
-            let mut cmd = Command::new(&bins.tokentap);
-            cmd.arg("--config").arg(&conf);
-            // Keep the environment from changing the measured configuration.
-            for (k, _) in std::env::vars_os() {
-                if let Some(k) = k.to_str() {
-                    if k.starts_with("OTEL_") || k.starts_with("TOKENTAP_") {
-                        cmd.env_remove(k);
-                    }
-                }
-            }
-            Proc::spawn(kind.name(), cmd, &log)?
+            Proc::spawn(kind.name(), tokentap_command(&bins.tokentap, &conf), &log)?
         }
     };
     wait_port(addr(port), Duration::from_secs(20), &mut proc)?;
