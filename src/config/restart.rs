@@ -121,6 +121,7 @@ mod tests {
                 "server.max_connections",
             ),
             ("", "[meter]\ntokenizer = false", "meter.tokenizer"),
+            ("", "[upstream]\nmax_drains = 3", "upstream.max_drains"),
             (
                 "",
                 "[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"",
