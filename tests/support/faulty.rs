@@ -47,13 +47,7 @@ struct RawShared {
 pub struct RawUpstream {
     pub addr: SocketAddr,
     shared: Arc<RawShared>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for RawUpstream {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _task: super::Background,
 }
 
 impl RawUpstream {
@@ -69,7 +63,7 @@ impl RawUpstream {
             closed: AtomicUsize::new(0),
         });
         let s = shared.clone();
-        let task = tokio::spawn(async move {
+        let task = super::Background::spawn(async move {
             let mut conns = JoinSet::new();
             loop {
                 while conns.try_join_next().is_some() {}
@@ -81,7 +75,11 @@ impl RawUpstream {
                 conns.spawn(run_acts(stream, acts, s.clone()));
             }
         });
-        RawUpstream { addr, shared, task }
+        RawUpstream {
+            addr,
+            shared,
+            _task: task,
+        }
     }
 
     /// `http://127.0.0.1:PORT`

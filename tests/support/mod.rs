@@ -89,3 +89,20 @@ pub mod names {
     pub const ESTIMATED: &str = "tokentap.tokens.estimated";
     pub const DECODE_TPS: &str = "tokentap.decode.tokens_per_second";
 }
+
+/// A spawned task that is aborted when dropped: a test server stops with
+/// its handle (aborting an accept loop also drops the connection tasks it
+/// owns in a `JoinSet`).
+pub struct Background(tokio::task::JoinHandle<()>);
+
+impl Background {
+    pub fn spawn(task: impl Future<Output = ()> + Send + 'static) -> Background {
+        Background(tokio::spawn(task))
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

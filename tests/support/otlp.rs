@@ -71,13 +71,7 @@ pub enum Fault {
 pub struct Collector {
     pub addr: SocketAddr,
     store: Arc<Store>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Collector {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _task: super::Background,
 }
 
 #[derive(Clone)]
@@ -147,7 +141,7 @@ impl Collector {
         let addr = listener.local_addr().expect("OTLP black hole addr");
         let store = Arc::new(store);
         let s = store.clone();
-        let task = tokio::spawn(async move {
+        let task = super::Background::spawn(async move {
             let mut held = Vec::new();
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -157,7 +151,11 @@ impl Collector {
                 held.push(stream);
             }
         });
-        Collector { addr, store, task }
+        Collector {
+            addr,
+            store,
+            _task: task,
+        }
     }
 
     /// An address nothing listens on: connections to it are refused.
@@ -180,7 +178,7 @@ impl Collector {
         let addr = listener.local_addr().expect("OTLP receiver addr");
         let store = Arc::new(store);
         let s = store.clone();
-        let task = tokio::spawn(async move {
+        let task = super::Background::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
@@ -194,7 +192,11 @@ impl Collector {
                 });
             }
         });
-        Collector { addr, store, task }
+        Collector {
+            addr,
+            store,
+            _task: task,
+        }
     }
 
     /// `http://127.0.0.1:PORT` (the OTLP base endpoint for either protocol).

@@ -66,13 +66,7 @@ pub async fn read_until_closed(s: &mut TcpStream, limit: Duration) -> RawReply {
 pub struct Canary {
     pub addr: SocketAddr,
     connections: Arc<AtomicUsize>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Canary {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _task: super::Background,
 }
 
 impl Canary {
@@ -81,7 +75,7 @@ impl Canary {
         let addr = listener.local_addr().expect("canary addr");
         let connections = Arc::new(AtomicUsize::new(0));
         let count = connections.clone();
-        let task = tokio::spawn(async move {
+        let task = super::Background::spawn(async move {
             let mut held = Vec::new();
             while let Ok((s, _)) = listener.accept().await {
                 count.fetch_add(1, Ordering::SeqCst);
@@ -91,7 +85,7 @@ impl Canary {
         Canary {
             addr,
             connections,
-            task,
+            _task: task,
         }
     }
 
@@ -127,13 +121,7 @@ pub struct Firehose {
     pub total: u64,
     written: Arc<AtomicU64>,
     requests: Arc<AtomicUsize>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Firehose {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _task: super::Background,
 }
 
 impl Firehose {
@@ -150,7 +138,7 @@ impl Firehose {
         let written = Arc::new(AtomicU64::new(0));
         let requests = Arc::new(AtomicUsize::new(0));
         let (w, r) = (written.clone(), requests.clone());
-        let task = tokio::spawn(async move {
+        let task = super::Background::spawn(async move {
             while let Ok((s, _)) = listener.accept().await {
                 let (w, r) = (w.clone(), r.clone());
                 tokio::spawn(async move {
@@ -163,7 +151,7 @@ impl Firehose {
             total,
             written,
             requests,
-            task,
+            _task: task,
         }
     }
 

@@ -86,15 +86,7 @@ struct Seen {
 pub struct TlsUpstream {
     pub addr: SocketAddr,
     seen: Arc<Seen>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for TlsUpstream {
-    fn drop(&mut self) {
-        // Aborting the accept loop drops its JoinSet, which aborts every
-        // connection task too.
-        self.task.abort();
-    }
+    _task: super::Background,
 }
 
 impl TlsUpstream {
@@ -115,7 +107,7 @@ impl TlsUpstream {
         let seen = Arc::new(Seen::default());
         let s = seen.clone();
         let serve = Arc::new(serve);
-        let task = tokio::spawn(async move {
+        let task = super::Background::spawn(async move {
             let mut conns = JoinSet::new();
             loop {
                 while conns.try_join_next().is_some() {}
@@ -150,7 +142,11 @@ impl TlsUpstream {
                 });
             }
         });
-        TlsUpstream { addr, seen, task }
+        TlsUpstream {
+            addr,
+            seen,
+            _task: task,
+        }
     }
 
     /// `https://HOST:PORT`

@@ -239,13 +239,7 @@ struct Shared {
 pub struct Upstream {
     pub addr: SocketAddr,
     shared: Arc<Shared>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Upstream {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _task: super::Background,
 }
 
 impl Upstream {
@@ -262,7 +256,7 @@ impl Upstream {
             connections: Default::default(),
         });
         let s = shared.clone();
-        let task = tokio::spawn(async move {
+        let task = super::Background::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
@@ -282,7 +276,11 @@ impl Upstream {
                 });
             }
         });
-        Upstream { addr, shared, task }
+        Upstream {
+            addr,
+            shared,
+            _task: task,
+        }
     }
 
     /// Serve every request with the same reply.
