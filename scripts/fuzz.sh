@@ -11,6 +11,11 @@
 # corpus is never changed; a crash fails the script and leaves its input in
 # fuzz/artifacts/<target>/ (see fuzz/README.md for what to do with it).
 #
+# The runs are seeded (FUZZ_SEED, default 1), so a run is a prefix of the
+# same longer run on the same build: a machine slower than the one the
+# seed was tried on explores a subset of it, not something new. Use
+# FUZZ_SEED=0 (libFuzzer picks one) to explore afresh.
+#
 # Environment: FUZZ_TARGET_DIR (default fuzz/target) is where the
 # instrumented build goes; it must not be the normal target directory's
 # debug/release folders (cargo-fuzz builds for an explicit --target, so a
@@ -21,6 +26,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root/fuzz"
 
 seconds="${1:-10}"
+seed="${FUZZ_SEED:-1}"
 case "$seconds" in
     '' | *[!0-9]*) echo "usage: scripts/fuzz.sh [seconds-per-target]" >&2; exit 2 ;;
 esac
@@ -56,9 +62,9 @@ failed=()
 for t in $targets; do
     mkdir -p "$scratch/$t"
     log="$scratch/$t.log"
-    echo "fuzz: $t for ${seconds}s"
+    echo "fuzz: $t for ${seconds}s (seed $seed)"
     if cargo "${nightly[@]}" fuzz run --target-dir "$target_dir" "$t" "$scratch/$t" "corpus/$t" \
-        -- -max_total_time="$seconds" -timeout=20 -print_final_stats=1 >"$log" 2>&1; then
+        -- -max_total_time="$seconds" -seed="$seed" -timeout=20 -print_final_stats=1 >"$log" 2>&1; then
         runs=$(grep -oE 'Done [0-9]+ runs' "$log" | tail -n 1 || true)
         echo "fuzz: $t: ok (${runs:-no run count})"
     else

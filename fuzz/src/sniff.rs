@@ -10,9 +10,10 @@
 //! - the sniffed facts do not depend on how the body was split into frames;
 //! - a body reported as sniffed is a JSON object, and its `model`,
 //!   `stream`, `stream_options.include_usage` and end user equal what a
-//!   full `serde_json::Value` parse finds (serde reads a struct from a
-//!   JSON array too; such bodies must be `not_json`). Invalid UTF-8 inside
-//!   members the sniffer skips is tolerated, as serde_json does.
+//!   full `serde_json::Value` parse of those members finds (serde reads a
+//!   struct from a JSON array too; such bodies must be `not_json`). Invalid
+//!   UTF-8 and out-of-range numbers inside members the sniffer skips are
+//!   tolerated, as serde_json does.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -177,14 +178,50 @@ pub fn sniff_pieces(plan: &Plan, pieces: &[&[u8]]) -> Sniffed {
 /// `model`, `stream`, `include_usage`, end user.
 type Facts = (Option<String>, Option<bool>, Option<bool>, Option<String>);
 
-/// The facts a full `serde_json::Value` parse finds in a JSON object.
-/// serde_json does not check UTF-8 inside values it skips, so a body with
-/// invalid UTF-8 only there is sniffed: compare it after a lossy repair.
+/// The members the facts come from, as full `serde_json::Value`s (the last
+/// one wins, as in a `Value` map); every other member is skipped unparsed.
+/// A number like `5E955555` is valid JSON that `Value` cannot hold, and a
+/// request body is still an object when an unrelated member holds one.
+#[derive(Default)]
+struct Members(serde_json::Map<String, serde_json::Value>);
+
+const FACT_MEMBERS: [&str; 5] = ["model", "stream", "stream_options", "user", "metadata"];
+
+impl<'de> serde::Deserialize<'de> for Members {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Members;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Members, A::Error> {
+                let mut members = Members::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    if FACT_MEMBERS.contains(&key.as_str()) {
+                        members.0.insert(key, map.next_value()?);
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(members)
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+/// The facts a full parse of the members that carry them finds in a JSON
+/// object. serde_json does not check UTF-8 inside values it skips, so a
+/// body with invalid UTF-8 only there is sniffed: compare it after a lossy
+/// repair.
 fn oracle(body: &[u8]) -> Option<Facts> {
-    let value: serde_json::Value = serde_json::from_slice(body)
+    let Members(obj) = serde_json::from_slice(body)
         .or_else(|_| serde_json::from_str(&String::from_utf8_lossy(body)))
         .ok()?;
-    let obj = value.as_object()?;
     let text = |v: Option<&serde_json::Value>| v.and_then(|v| v.as_str()).map(str::to_owned);
     let user =
         text(obj.get("user")).or_else(|| text(obj.get("metadata").and_then(|m| m.get("user_id"))));
