@@ -68,7 +68,8 @@ for t in $targets; do
         runs=$(grep -oE 'Done [0-9]+ runs' "$log" | tail -n 1 || true)
         echo "fuzz: $t: ok (${runs:-no run count})"
     else
-        echo "fuzz: $t: FAILED; the last lines of its log:"
+        echo "fuzz: $t: FAILED; the panic and the last lines of its log:"
+        grep -m 3 -A 6 'panicked' "$log" || true
         tail -n 40 "$log"
         failed+=("$t")
     fi

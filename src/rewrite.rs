@@ -52,7 +52,7 @@ impl UsageStripper {
             return chunk.clone();
         }
         if self.tail.is_empty() {
-            if let Some(end) = last_boundary(chunk) {
+            if let Some(end) = last_event_end(chunk, 0) {
                 let (done, rest) = chunk.split_at(end);
                 self.tail.extend_from_slice(rest);
                 if memmem::find(done, USAGE).is_none() {
@@ -62,13 +62,13 @@ impl UsageStripper {
                 return strip_events(done);
             }
         }
-        // The tail holds no complete boundary, so only the new bytes (and
-        // the three before them, for a boundary split across chunks) need
-        // searching: rescanning the whole tail made a long event split into
-        // many small chunks cost quadratic time.
+        // The tail holds no complete event, so the first blank line ends
+        // in the new bytes: the search starts three bytes before them (a
+        // boundary split across chunks). Rescanning the whole tail made a
+        // long event split into many small chunks cost quadratic time.
         let from = self.tail.len().saturating_sub(3);
         self.tail.extend_from_slice(chunk);
-        match last_boundary(&self.tail[from..]).map(|end| from + end) {
+        match last_event_end(&self.tail, from) {
             Some(end) => {
                 let done = self.tail.split_to(end);
                 strip_events(&done)
@@ -92,35 +92,91 @@ impl UsageStripper {
     }
 }
 
-/// End (exclusive) of the last complete event: just past its blank line.
-fn last_boundary(buf: &[u8]) -> Option<usize> {
-    let lf = memmem::rfind(buf, b"\n\n").map(|i| i + 2);
-    let crlf = memmem::rfind(buf, b"\r\n\r\n").map(|i| i + 4);
-    lf.max(crlf)
+/// Where the events in `buf` end, in order, scanning from `from` (which
+/// must not be inside an event's blank line): each end is just past the
+/// first blank line (`\n\n` or `\r\n\r\n`) after the previous end. Events
+/// are found from the front, so the same stream gives the same events
+/// however it was cut into chunks. Each pattern's next occurrence is
+/// remembered, so a buffer is scanned about once however many events it
+/// holds.
+struct EventEnds<'a> {
+    buf: &'a [u8],
+    at: usize,
+    lf: Next,
+    crlf: Next,
+}
+
+/// The next occurrence of a pattern at or after some position.
+#[derive(Clone, Copy)]
+enum Next {
+    Unknown,
+    At(usize),
+    None,
+}
+
+impl<'a> EventEnds<'a> {
+    fn new(buf: &'a [u8], from: usize) -> EventEnds<'a> {
+        EventEnds {
+            buf,
+            at: from,
+            lf: Next::Unknown,
+            crlf: Next::Unknown,
+        }
+    }
+
+    /// Start of the first `pat` at or after `at`, using and updating `next`.
+    fn find(buf: &[u8], at: usize, pat: &[u8], next: &mut Next) -> Option<usize> {
+        match *next {
+            Next::At(p) if p >= at => return Some(p),
+            Next::None => return None,
+            _ => {}
+        }
+        *next = match memmem::find(&buf[at..], pat) {
+            Some(i) => Next::At(at + i),
+            None => Next::None,
+        };
+        match *next {
+            Next::At(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+impl Iterator for EventEnds<'_> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        let lf = Self::find(self.buf, self.at, b"\n\n", &mut self.lf).map(|i| i + 2);
+        let crlf = Self::find(self.buf, self.at, b"\r\n\r\n", &mut self.crlf).map(|i| i + 4);
+        let end = match (lf, crlf) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b)?,
+        };
+        self.at = end;
+        Some(end)
+    }
+}
+
+/// End of the last complete event in `buf` (see `EventEnds`).
+fn last_event_end(buf: &[u8], from: usize) -> Option<usize> {
+    EventEnds::new(buf, from).last()
 }
 
 /// Rewrite complete events: drop the usage-only chunk, remove `"usage":null`.
-fn strip_events(mut buf: &[u8]) -> Bytes {
+fn strip_events(buf: &[u8]) -> Bytes {
     let mut out = Vec::with_capacity(buf.len());
-    while !buf.is_empty() {
-        let end = next_boundary(buf).unwrap_or(buf.len());
-        let (event, rest) = buf.split_at(end);
-        buf = rest;
-        if is_usage_only(event) {
+    let mut start = 0;
+    for end in EventEnds::new(buf, 0).chain(std::iter::once(buf.len())) {
+        if end <= start {
             continue;
         }
-        strip_null_usage(event, &mut out);
+        let event = &buf[start..end];
+        start = end;
+        if !is_usage_only(event) {
+            strip_null_usage(event, &mut out);
+        }
     }
     Bytes::from(out)
-}
-
-fn next_boundary(buf: &[u8]) -> Option<usize> {
-    let lf = memmem::find(buf, b"\n\n").map(|i| i + 2);
-    let crlf = memmem::find(buf, b"\r\n\r\n").map(|i| i + 4);
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
 }
 
 /// The extra chunk `include_usage` adds: no choices, a usage object.
@@ -196,6 +252,24 @@ data: [DONE]\n\n";
         }
         out.extend_from_slice(&s.finish());
         out
+    }
+
+    #[test]
+    fn extra_blank_lines_split_into_the_same_events_at_every_split() {
+        // A third newline, or a CRLF blank line after an LF one, makes event
+        // ends that a search from the back would place differently.
+        let stream = "data: {\"choices\":[{}],\"usage\":null}\n\n\n\
+data: {\"choices\":[],\"usage\":{\"total_tokens\":3}}\r\n\r\n\n\n\
+data: {\"x\":1,\"usage\":null}\n\n";
+        let whole = run(&[stream.as_bytes()]);
+        assert_eq!(
+            String::from_utf8_lossy(&whole),
+            "data: {\"choices\":[{}]}\n\n\n\ndata: {\"x\":1}\n\n"
+        );
+        for at in 0..=stream.len() {
+            let (a, b) = stream.as_bytes().split_at(at);
+            assert_eq!(run(&[a, b]), whole, "split at {at}");
+        }
     }
 
     #[test]

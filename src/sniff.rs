@@ -35,12 +35,39 @@ struct Fields {
     model: Option<String>,
     #[serde(default)]
     stream: Option<bool>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object")]
     stream_options: Option<StreamOptions>,
     #[serde(default)]
     user: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object")]
     metadata: Option<Metadata>,
+}
+
+/// A JSON object as `T`, or `null`. Serde would also read a struct from an
+/// array (`"stream_options": [true]` as `include_usage: true`); an API
+/// reads such a member as no options at all, and so does this.
+fn object<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Object<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Object<T> {
+        type Value = Option<T>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object or null")
+        }
+
+        fn visit_unit<E>(self) -> Result<Option<T>, E> {
+            Ok(None)
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Option<T>, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Some)
+        }
+    }
+    d.deserialize_any(Object(std::marker::PhantomData))
 }
 
 #[derive(Deserialize)]
