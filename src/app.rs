@@ -232,7 +232,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
 #[derive(Debug)]
 pub enum ProxyBody {
     /// An upstream body, metered on its way through.
-    Metered(Box<MeteredBody<Incoming>>),
+    Metered(Box<MeteredBody<upstream::ResponseBody>>),
     /// A response tokentap wrote itself (errors).
     Local(Full<Bytes>),
 }

@@ -18,9 +18,7 @@ use http::{Request, Response, StatusCode, Uri};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::client::legacy::connect::{Connection as _, HttpConnector};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use tower::{Service, ServiceExt};
@@ -28,14 +26,57 @@ use tower::{Service, ServiceExt};
 use crate::config::UpstreamConfig;
 use crate::sniff::Replay;
 
+mod conn;
+
 /// The request body type sent upstream.
 pub type UpstreamBody = Replay<Incoming>;
+
+type Connector = RetryConnect<HttpsConnector<HttpConnector>>;
 
 /// Pooled upstream client, shared by every request.
 #[derive(Debug, Clone)]
 pub struct Client {
-    inner: HyperClient<RetryConnect<HttpsConnector<HttpConnector>>, UpstreamBody>,
+    connector: Connector,
+    h1: Arc<conn::Pool>,
+    h2: Arc<conn::H2Pool>,
     head_timeout: Option<Duration>,
+}
+
+/// An upstream response body: HTTP/1 bodies drive their own connection
+/// (see `upstream/conn.rs`); HTTP/2 streams share a connection task.
+#[derive(Debug)]
+pub enum ResponseBody {
+    Driven(conn::Driven),
+    Shared(Incoming),
+}
+
+impl http_body::Body for ResponseBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            ResponseBody::Driven(b) => Pin::new(b).poll_frame(cx),
+            ResponseBody::Shared(b) => Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ResponseBody::Driven(b) => b.is_end_stream(),
+            ResponseBody::Shared(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self {
+            ResponseBody::Driven(b) => b.size_hint(),
+            ResponseBody::Shared(b) => b.size_hint(),
+        }
+    }
 }
 
 /// The client could not be built from its configuration.
@@ -101,29 +142,29 @@ impl UpstreamError {
         error_response(self.status(), &self.to_string(), self.code())
     }
 
-    fn classify(err: hyper_util::client::legacy::Error) -> UpstreamError {
-        let chain = error_chain(&err);
-        if is_tls_failure(&err) {
+    /// Opening a connection failed.
+    fn classify_connect(err: BoxError) -> UpstreamError {
+        let chain = error_chain(&*err);
+        if is_tls_failure(&*err) {
             return UpstreamError::Tls(chain);
         }
-        let mut reset = false;
-        for e in causes(&err) {
-            if let Some(io) = e.downcast_ref::<std::io::Error>() {
-                if io.kind() == std::io::ErrorKind::TimedOut {
-                    return UpstreamError::Timeout("connect");
-                }
-                reset |= is_reset_kind(io.kind());
-            }
-            reset |= e
-                .downcast_ref::<hyper::Error>()
-                .is_some_and(hyper::Error::is_incomplete_message);
-            reset |= e
-                .downcast_ref::<h2::Error>()
-                .is_some_and(|h2| h2.is_remote() && (h2.is_reset() || h2.is_go_away()));
-        }
-        if err.is_connect() {
+        let timed_out = causes(&*err)
+            .filter_map(|e| e.downcast_ref::<std::io::Error>())
+            .any(|io| io.kind() == std::io::ErrorKind::TimedOut);
+        if timed_out {
+            UpstreamError::Timeout("connect")
+        } else {
             UpstreamError::Connect(chain)
-        } else if reset {
+        }
+    }
+
+    /// The exchange on an open connection failed before the response head.
+    fn classify_exchange(err: &(dyn StdError + 'static)) -> UpstreamError {
+        let chain = error_chain(err);
+        if is_tls_failure(err) {
+            return UpstreamError::Tls(chain);
+        }
+        if causes(err).any(is_reset) {
             UpstreamError::Reset(chain)
         } else {
             UpstreamError::Protocol(chain)
@@ -236,18 +277,10 @@ impl Client {
             backoff: cfg.connect_retry_backoff,
         };
 
-        // `retry_canceled_requests` stays on (the default): hyper re-sends
-        // only a request that was never handed to the connection (a pooled
-        // connection found closed first), so no request byte is sent twice.
-        let inner = HyperClient::builder(TokioExecutor::new())
-            .retry_canceled_requests(true)
-            .timer(TokioTimer::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(cfg.pool_idle_timeout)
-            .pool_max_idle_per_host(cfg.pool_max_idle_per_host)
-            .build(connector);
         Ok(Client {
-            inner,
+            connector,
+            h1: conn::Pool::new(cfg.pool_max_idle_per_host, cfg.pool_idle_timeout),
+            h2: Arc::new(conn::H2Pool::default()),
             head_timeout: cfg.idle_timeout,
         })
     }
@@ -259,16 +292,104 @@ impl Client {
     pub async fn send(
         &self,
         req: Request<UpstreamBody>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
-        let fut = self.inner.request(req);
-        let res = match self.head_timeout {
+    ) -> Result<Response<ResponseBody>, UpstreamError> {
+        let fut = self.exchange(req);
+        match self.head_timeout {
             Some(limit) => tokio::time::timeout(limit, fut).await.map_err(|_| {
                 UpstreamError::Timeout("no response head within upstream.idle_timeout")
             })?,
             None => fut.await,
-        };
-        res.map_err(UpstreamError::classify)
+        }
     }
+
+    async fn exchange(
+        &self,
+        mut req: Request<UpstreamBody>,
+    ) -> Result<Response<ResponseBody>, UpstreamError> {
+        let uri = req.uri().clone();
+        let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
+            return Err(UpstreamError::Protocol(format!(
+                "not an absolute URI: {uri}"
+            )));
+        };
+        let key = (scheme.clone(), authority.clone());
+        // A connection found closed before it took the request gives it back
+        // unsent; it then goes on another. Pooled connections are tried in
+        // turn; a fresh one only once more.
+        let mut fresh_tries = 0;
+        loop {
+            let conn = match self.h2.get(&key) {
+                Some(h2) => Conn::H2(h2),
+                None => match self.h1.checkout(&key).await {
+                    Some(h1) => Conn::H1(h1),
+                    None => {
+                        fresh_tries += 1;
+                        self.open(&key, &uri).await?
+                    }
+                },
+            };
+            let unsent = match conn {
+                Conn::H2(mut h2) => match h2.try_send_request(req).await {
+                    Ok(res) => return Ok(res.map(ResponseBody::Shared)),
+                    Err(mut e) => match e.take_message() {
+                        Some(back) => back,
+                        None => return Err(UpstreamError::classify_exchange(&e.into_error())),
+                    },
+                },
+                Conn::H1(h1) => {
+                    let added_host = to_h1_form(&mut req);
+                    match h1.send(req).await {
+                        Ok((res, h1)) => {
+                            let pool = self.h1.clone();
+                            let driven = |body| conn::Driven::new(body, h1, pool, key);
+                            return Ok(res.map(|body| ResponseBody::Driven(driven(body))));
+                        }
+                        Err(conn::SendError::Unsent(mut back)) => {
+                            // As it came: the next connection may speak HTTP/2.
+                            *back.uri_mut() = uri.clone();
+                            if added_host {
+                                back.headers_mut().remove(header::HOST);
+                            }
+                            *back
+                        }
+                        Err(conn::SendError::Failed(e)) => {
+                            return Err(UpstreamError::classify_exchange(&e));
+                        }
+                    }
+                }
+            };
+            if fresh_tries > 1 {
+                return Err(UpstreamError::Reset(
+                    "a new connection closed before the request was sent".into(),
+                ));
+            }
+            req = unsent;
+        }
+    }
+
+    /// Open a connection to `uri`: HTTP/2 when TLS negotiated it (shared
+    /// from then on), HTTP/1 otherwise.
+    async fn open(&self, key: &conn::Key, uri: &Uri) -> Result<Conn, UpstreamError> {
+        let io = self
+            .connector
+            .clone()
+            .oneshot(uri.clone())
+            .await
+            .map_err(UpstreamError::classify_connect)?;
+        let exchange = |e: hyper::Error| UpstreamError::classify_exchange(&e);
+        if io.connected().is_negotiated_h2() {
+            let h2 = self.h2.handshake(key.clone(), io).await.map_err(exchange)?;
+            Ok(Conn::H2(h2))
+        } else {
+            Ok(Conn::H1(conn::H1::handshake(io).await.map_err(exchange)?))
+        }
+    }
+}
+
+/// A connection a request can go on.
+enum Conn {
+    H1(conn::H1),
+    H2(hyper::client::conn::http2::SendRequest<UpstreamBody>),
 }
 
 /// Longest wait between two connect attempts.
@@ -355,6 +476,49 @@ fn load_pem(path: &Path) -> Result<Vec<CertificateDer<'static>>, BuildError> {
         return Err(BuildError::NoCertificate { path: shown() });
     }
     Ok(certs)
+}
+
+/// The peer closed or reset the connection or stream: at the socket, as an
+/// incomplete HTTP/1 message, or as an HTTP/2 RST_STREAM or GOAWAY.
+fn is_reset(e: &(dyn StdError + 'static)) -> bool {
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|io| is_reset_kind(io.kind()))
+        || e.downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_incomplete_message)
+        || e.downcast_ref::<h2::Error>()
+            .is_some_and(|h2| h2.is_remote() && (h2.is_reset() || h2.is_go_away()))
+}
+
+/// Put `req` in the form HTTP/1 sends: origin-form target, and a `Host`
+/// header from the URI (with the port unless it is the scheme's default).
+/// Returns whether `Host` was added.
+fn to_h1_form(req: &mut Request<UpstreamBody>) -> bool {
+    let uri = req.uri().clone();
+    let mut added = false;
+    if !req.headers().contains_key(header::HOST)
+        && let Some(host) = uri.host()
+    {
+        let default = match uri.scheme_str() {
+            Some("https") => 443,
+            _ => 80,
+        };
+        let value = match uri.port_u16() {
+            Some(port) if port != default => {
+                header::HeaderValue::from_str(&format!("{host}:{port}"))
+            }
+            _ => header::HeaderValue::from_str(host),
+        };
+        if let Ok(value) = value {
+            req.headers_mut().insert(header::HOST, value);
+            added = true;
+        }
+    }
+    let target = uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+    *req.uri_mut() = Uri::from(target);
+    added
 }
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1), plus the proxy-only ones.
