@@ -128,7 +128,11 @@ where
 {
     service_fn(move |req: Request<Incoming>| {
         let admitted = match screen(&req, &verdicts, limits) {
-            Ok(()) => Ok(handle(req)),
+            // Boxed: hyper keeps an allocation the size of the service
+            // future for as long as the client connection lives; the
+            // handler's future is several KiB, which every held stream
+            // would pay. Boxed, it is freed once the response head is out.
+            Ok(()) => Ok(Box::pin(handle(req))),
             Err(why) => {
                 tracing::debug!(%peer, reason = why.message(), "request refused");
                 Err(refusal(why, req.version()))

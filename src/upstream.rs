@@ -1,7 +1,9 @@
 //! The upstream client: a prepared request in, the provider's response head
-//! and body out. Pooled hyper-util client over rustls (webpki roots plus an
-//! optional extra CA), HTTP/1.1 or HTTP/2 by ALPN, connect and head timeouts,
-//! opt-in connect retries, errors classified by the side that failed.
+//! and body out. hyper's connection API over rustls (webpki roots plus an
+//! optional extra CA) with our own pool (`conn`): HTTP/1.1 connections are
+//! driven by the response body that reads them, HTTP/2 (by ALPN) is shared.
+//! Connect and head timeouts, opt-in connect retries, errors classified by
+//! the side that failed.
 
 use std::error::Error as StdError;
 use std::fs;
@@ -324,7 +326,11 @@ impl Client {
                     Some(h1) => Conn::H1(h1),
                     None => {
                         fresh_tries += 1;
-                        self.open(&key, &uri).await?
+                        // Boxed: connecting and the handshakes make a large
+                        // future, which would otherwise sit inline in every
+                        // request's future (and hyper keeps that allocation
+                        // for as long as the client connection lives).
+                        Box::pin(self.open(&key, &uri)).await?
                     }
                 },
             };
