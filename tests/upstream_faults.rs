@@ -286,6 +286,42 @@ async fn malformed_head_is_502_upstream_protocol_error() {
     assert_eq!(up.requests().len(), 1, "sent once");
 }
 
+/// The head, some events and the end of the connection all in one write:
+/// the proxy reads them together, and the client must still get the head
+/// and every byte before the break (hyper's server drops what it buffered
+/// when a body fails at once; found by the soak).
+#[tokio::test]
+async fn a_break_in_the_same_read_as_the_head_still_forwards_what_came_before() {
+    let (events, tokens) = sse_before_cut();
+    let sent: Vec<u8> = events.concat();
+    let mut all = faulty::chunked_head(200, "text/event-stream").to_vec();
+    for e in &events {
+        all.extend_from_slice(&faulty::chunk(e));
+    }
+    let all = Bytes::from(all);
+    let up =
+        RawUpstream::start(move |_| vec![Act::ReadRequest, Act::Write(all.clone()), Act::Close])
+            .await;
+    let front = Front::start(&up.url(), with_retries).await;
+    let models: Vec<String> = (0..20).map(|i| format!("m-one-read-{i}")).collect();
+    for model in &models {
+        let got = front.chat(model, true).await;
+        assert_cut(model, &got, &sent);
+    }
+    let want: Vec<Want<'_>> = models
+        .iter()
+        .map(|m| failed(m, "upstream_aborted"))
+        .collect();
+    let spans = front.finish(&want).await;
+    for span in &spans {
+        assert_eq!(
+            span.num(OUTPUT_TOKENS),
+            tokens as f64,
+            "the tokens before the break are counted"
+        );
+    }
+}
+
 #[tokio::test]
 async fn reset_mid_stream_cuts_the_client_stream() {
     let (events, tokens) = sse_before_cut();

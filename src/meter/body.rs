@@ -431,7 +431,11 @@ impl<B> Drop for MeteredBody<B> {
 /// A frame, error or end kept for the next poll, behind joined data.
 enum Held {
     Frame(Frame<Bytes>),
+    /// The body failed; the client is told after one `Pending` (see
+    /// `poll_frame`).
     Error(BoxError),
+    /// The body failed and the server had its turn to flush: fail now.
+    Failed(BoxError),
     End,
 }
 
@@ -612,11 +616,21 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         if let Some(held) = this.held.take() {
-            return Poll::Ready(match held {
-                Held::Frame(f) => Some(Ok(f)),
-                Held::Error(e) => Some(Err(e)),
-                Held::End => None,
-            });
+            return match held {
+                Held::Frame(f) => Poll::Ready(Some(Ok(f))),
+                // hyper's server drops what it has buffered for the client
+                // (the head, the last frames) when the body fails. The
+                // upstream's failure often arrives in the same read as the
+                // bytes before it, so give the server one turn to write them
+                // out first, and fail on the next poll.
+                Held::Error(e) => {
+                    this.held = Some(Held::Failed(e));
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+                Held::Failed(e) => Poll::Ready(Some(Err(e))),
+                Held::End => Poll::Ready(None),
+            };
         }
         // Everything the upstream has already delivered goes out as one frame
         // (one write to the client); nothing waits for more.
@@ -636,7 +650,8 @@ where
                         } else {
                             "idle timeout"
                         };
-                        return Poll::Ready(Some(Err(Box::new(TimeoutError(what)))));
+                        this.held = Some(Held::Error(Box::new(TimeoutError(what))));
+                        return Pin::new(this).poll_frame(cx);
                     }
                     return Poll::Pending;
                 }
@@ -879,6 +894,35 @@ mod tests {
         assert_eq!(m.outcome, Outcome::UpstreamError);
         assert_eq!(m.error_type.as_deref(), Some("upstream_aborted"));
         assert_eq!(m.content_chunks, 1);
+    }
+
+    #[test]
+    fn a_failure_waits_one_poll_so_the_bytes_before_it_are_written() {
+        // Data and the break arrive together: the data goes out, then one
+        // `Pending` (with a wake-up) lets the server flush, then the error.
+        let (sink, mut tx, body) = metered(true, "text/event-stream", None);
+        let mut body = std::pin::pin!(body);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(
+            tx.try_send(Frame::data(chunk("a"))).is_ok(),
+            "room for one chunk"
+        );
+        tx.abort(Box::new(std::io::Error::other("reset")));
+        let first = body.as_mut().poll_frame(&mut cx);
+        assert!(
+            matches!(&first, Poll::Ready(Some(Ok(f))) if f.is_data()),
+            "the data first: {first:?}"
+        );
+        assert!(
+            body.as_mut().poll_frame(&mut cx).is_pending(),
+            "one turn to flush"
+        );
+        let last = body.as_mut().poll_frame(&mut cx);
+        assert!(
+            matches!(last, Poll::Ready(Some(Err(_)))),
+            "then the break: {last:?}"
+        );
+        assert_eq!(sink.only().error_type.as_deref(), Some("upstream_aborted"));
     }
 
     #[tokio::test]
