@@ -129,6 +129,13 @@ struct Idle {
     since: Instant,
 }
 
+impl Idle {
+    /// Idle for less than `timeout`: still worth keeping.
+    fn fresh(&self, timeout: Duration) -> bool {
+        self.since.elapsed() < timeout
+    }
+}
+
 impl Pool {
     /// An empty pool, and a task that closes connections idle for longer
     /// than `timeout` (it ends with the pool). Must run inside the tokio
@@ -159,9 +166,7 @@ impl Pool {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
             let mut out = Vec::new();
             idle.retain(|_, list| {
-                let (old, fresh) = list
-                    .drain(..)
-                    .partition(|i| i.since.elapsed() >= self.timeout);
+                let (old, fresh) = list.drain(..).partition(|i| !i.fresh(self.timeout));
                 *list = fresh;
                 out.extend::<Vec<Idle>>(old);
                 !list.is_empty()
@@ -191,8 +196,7 @@ impl Pool {
     fn pop(&self, key: &Key) -> Option<H1> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.get_mut(key)?;
-        let fresh = |i: &Idle| i.since.elapsed() < self.timeout;
-        list.retain(fresh);
+        list.retain(|i| i.fresh(self.timeout));
         let h1 = list.pop().map(|i| i.h1);
         if list.is_empty() {
             idle.remove(key);
@@ -207,7 +211,7 @@ impl Pool {
         }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.entry(key).or_default();
-        list.retain(|i| i.since.elapsed() < self.timeout);
+        list.retain(|i| i.fresh(self.timeout));
         if list.len() < self.max_per_host {
             list.push(Idle {
                 h1,
