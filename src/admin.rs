@@ -157,6 +157,7 @@ impl Admin {
             max_headers: proxy.max_headers,
             max_connections: MAX_CONNECTIONS,
             shutdown_grace: SHUTDOWN_GRACE,
+            threads: 1,
         };
         let (stop, stopped) = watch::channel(false);
         let state = Arc::new(state);

@@ -17,7 +17,6 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use crate::admin::{self, Admin, AdminState, ConfigView, Readiness};
 use crate::config::{Config, ConfigError, OnClientDisconnect, UpstreamConfig};
@@ -28,10 +27,11 @@ use crate::meter::{RequestFacts, Unmetered};
 use crate::providers::{self, Operation, Parser, ProviderKind, sigv4};
 use crate::reload::ReloadError;
 use crate::route::{self, Route, Router};
+use crate::server::Shards;
 use crate::sniff::{Replay, Sniffed};
 use crate::telemetry::Telemetry;
 use crate::upstream::{self, Client};
-use crate::{rewrite, server, sniff};
+use crate::{rewrite, sniff};
 
 /// How long stopped drains get to record before telemetry is flushed.
 const DRAIN_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -58,7 +58,7 @@ pub struct Running {
     /// its default address was taken).
     pub admin_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
-    server: JoinHandle<()>,
+    server: Shards,
     admin: Option<Admin>,
     readiness: Readiness,
     telemetry: Arc<Telemetry>,
@@ -75,11 +75,11 @@ impl Running {
     /// Report not-ready on `/readyz`, stop accepting, let in-flight requests
     /// finish within the configured grace period, stop the admin listener
     /// (it answers throughout the drain), then flush telemetry.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         let grace_ends = tokio::time::Instant::now() + self.shutdown_grace;
         self.readiness.set_draining();
         let _ = self.stop.send(true);
-        let _ = self.server.await;
+        self.server.served().await;
         // Drains (clients already gone) get what is left of the grace period,
         // then stop and record what they have.
         let _ = tokio::time::timeout_at(grace_ends, self.drains.wait_idle()).await;
@@ -101,6 +101,7 @@ impl Running {
             telemetry.shutdown();
         })
         .await;
+        self.server.exit().await;
     }
 
     /// The instance's telemetry (live statistics, Prometheus scrape).
@@ -111,11 +112,6 @@ impl Running {
     /// Upstream bodies being read on after their client left.
     pub fn drains_active(&self) -> usize {
         self.drains.active()
-    }
-
-    /// Wait until the server stops on its own (it does not, unless shut down).
-    pub fn is_finished(&self) -> bool {
-        self.server.is_finished()
     }
 
     /// Whether the active configuration asks for the config file to be watched.
@@ -211,7 +207,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let snapshots = state.clone();
     // Each request takes the snapshot current when it arrives.
     let handler = move |req| handle(snapshots.load_full(), req);
-    let server = tokio::spawn(server::serve(listener, server_cfg, handler, stopped));
+    let server = Shards::start(listener, &server_cfg, handler, stopped)
+        .map_err(|e| anyhow::anyhow!("cannot start the serving threads: {e}"))?;
     Ok(Running {
         addr,
         admin_addr: admin.as_ref().map(|a| a.addr),

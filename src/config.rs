@@ -57,6 +57,8 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// On SIGTERM/SIGINT, how long in-flight requests may run before they are cut.
     pub shutdown_grace: Duration,
+    /// Serving threads, each with a single-threaded runtime (0 = one per CPU).
+    pub threads: usize,
 }
 
 /// The upstream client.

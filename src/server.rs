@@ -10,17 +10,19 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, Version, header};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
 use hyper::service::{Service, service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::config::ServerConfig;
@@ -34,7 +36,8 @@ type Served<B> = Response<Either<B, Full<Bytes>>>;
 const MIN_BUF: usize = 8192;
 
 /// Accept connections on `listener` and serve each request with `handle`
-/// until `shutdown` turns true; then drain for at most `cfg.shutdown_grace`.
+/// on the current runtime until `shutdown` turns true; then drain for at
+/// most `cfg.shutdown_grace`.
 pub async fn serve<H, F, B>(
     listener: TcpListener,
     cfg: ServerConfig,
@@ -46,69 +49,308 @@ pub async fn serve<H, F, B>(
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(cfg.header_read_timeout)
-        .max_buf_size(cfg.max_header_bytes.max(MIN_BUF))
-        .max_headers(cfg.max_headers);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(cfg.max_header_bytes).unwrap_or(u32::MAX));
-    let builder = Arc::new(builder);
-    let limits = Limits {
-        max_head_bytes: cfg.max_header_bytes,
-        max_headers: cfg.max_headers,
-    };
     let permits = Arc::new(Semaphore::new(cfg.max_connections));
-    let graceful = GracefulShutdown::new();
-    let mut conns = JoinSet::new();
+    let mut conns = Conns::new(&cfg, handle);
+    while let Some((stream, peer, permit)) = accept(&listener, &permits, &mut shutdown).await {
+        conns.serve(stream, peer, permit);
+    }
+    drop(listener);
+    conns.drain(cfg.shutdown_grace).await;
+}
 
+/// The next connection, with its permit; `None` once `shutdown` turns true.
+async fn accept(
+    listener: &TcpListener,
+    permits: &Arc<Semaphore>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<(TcpStream, SocketAddr, OwnedSemaphorePermit)> {
+    let permit = tokio::select! {
+        p = permits.clone().acquire_owned() => p.ok()?,
+        _ = stopped(shutdown) => return None,
+    };
     loop {
-        while conns.try_join_next().is_some() {}
-        let permit = tokio::select! {
-            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-            _ = stopped(&mut shutdown) => break,
-        };
-        let (stream, peer) = tokio::select! {
+        tokio::select! {
             r = listener.accept() => match r {
-                Ok(conn) => conn,
+                Ok((stream, peer)) => return Some((stream, peer, permit)),
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
-            _ = stopped(&mut shutdown) => break,
-        };
-        let _ = stream.set_nodelay(true);
-        let verdicts = Arc::new(Verdicts::default());
-        let stream = Screened::new(stream, Tracker::new(limits, verdicts.clone()));
-        let svc = screened(handle.clone(), verdicts, limits, peer);
-        let builder = builder.clone();
-        let watcher = graceful.watcher();
-        conns.spawn(async move {
-            let conn = builder.serve_connection(TokioIo::new(stream), svc);
-            if let Err(e) = watcher.watch(conn).await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
-            drop(permit);
-        });
-    }
-    drop(listener);
-    let in_flight = graceful.count();
-    tracing::info!(connections = in_flight, grace = ?cfg.shutdown_grace, "draining");
-    tokio::select! {
-        _ = graceful.shutdown() => tracing::info!("drained"),
-        _ = tokio::time::sleep(cfg.shutdown_grace) => {
-            tracing::warn!(connections = conns.len(), "shutdown grace expired; closing the rest");
-            conns.abort_all();
+            _ = stopped(shutdown) => return None,
         }
     }
-    while conns.join_next().await.is_some() {}
+}
+
+/// The connections one runtime serves, and how it serves them.
+struct Conns<H> {
+    h1: Arc<http1::Builder>,
+    h2: Arc<http2::Builder<TokioExecutor>>,
+    /// How long a new connection may take to show which protocol it speaks.
+    preface_wait: Duration,
+    limits: Limits,
+    handle: H,
+    graceful: GracefulShutdown,
+    tasks: JoinSet<()>,
+}
+
+impl<H, F, B> Conns<H>
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<B>> + Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    fn new(cfg: &ServerConfig, handle: H) -> Conns<H> {
+        let mut h1 = http1::Builder::new();
+        h1.timer(TokioTimer::new())
+            .header_read_timeout(cfg.header_read_timeout)
+            .max_buf_size(cfg.max_header_bytes.max(MIN_BUF))
+            .max_headers(cfg.max_headers);
+        let mut h2 = http2::Builder::new(TokioExecutor::new());
+        h2.timer(TokioTimer::new())
+            .max_header_list_size(u32::try_from(cfg.max_header_bytes).unwrap_or(u32::MAX));
+        Conns {
+            h1: Arc::new(h1),
+            h2: Arc::new(h2),
+            preface_wait: cfg.header_read_timeout,
+            limits: Limits {
+                max_head_bytes: cfg.max_header_bytes,
+                max_headers: cfg.max_headers,
+            },
+            handle,
+            graceful: GracefulShutdown::new(),
+            tasks: JoinSet::new(),
+        }
+    }
+
+    /// Serve `stream` in a task of its own on the current runtime; `done`
+    /// is dropped when the connection ends.
+    fn serve(&mut self, stream: TcpStream, peer: SocketAddr, done: impl Send + 'static) {
+        while self.tasks.try_join_next().is_some() {}
+        let _ = stream.set_nodelay(true);
+        let verdicts = Arc::new(Verdicts::default());
+        let tracker = Tracker::new(self.limits, verdicts.clone());
+        let svc = screened(self.handle.clone(), verdicts, self.limits, peer);
+        let (h1, h2, wait) = (self.h1.clone(), self.h2.clone(), self.preface_wait);
+        let watcher = self.graceful.watcher();
+        self.tasks.spawn(async move {
+            let ended = match tokio::time::timeout(wait, speaks_h2(&stream)).await {
+                Err(_) => Ok(()), // sent nothing telling within the header timeout
+                Ok(Err(e)) => Err(e.to_string()),
+                Ok(Ok(true)) => watcher
+                    .watch(h2.serve_connection(TokioIo::new(stream), svc))
+                    .await
+                    .map_err(|e| e.to_string()),
+                Ok(Ok(false)) => {
+                    let stream = Screened::new(stream, tracker);
+                    watcher
+                        .watch(h1.serve_connection(TokioIo::new(stream), svc))
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+            };
+            if let Err(e) = ended {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+            drop(done);
+        });
+    }
+
+    /// Let the connections finish their requests for at most `grace`, then
+    /// close the rest.
+    async fn drain(mut self, grace: Duration) {
+        tracing::info!(connections = self.graceful.count(), ?grace, "draining");
+        tokio::select! {
+            _ = self.graceful.shutdown() => tracing::info!("drained"),
+            _ = tokio::time::sleep(grace) => {
+                tracing::warn!(connections = self.tasks.len(), "shutdown grace expired; closing the rest");
+                self.tasks.abort_all();
+            }
+        }
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+/// Whether the client opens with the HTTP/2 connection preface (h2c with
+/// prior knowledge); HTTP/1 otherwise. Peeks, so hyper reads the bytes
+/// itself: a prefix read here and replayed to it (what hyper-util's `auto`
+/// connection does) makes hyper's first read a short one, and its read
+/// buffer then doubles to 16 KiB for the life of every HTTP/1 connection.
+async fn speaks_h2(stream: &TcpStream) -> std::io::Result<bool> {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let mut buf = [0; PREFACE.len()];
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let n = stream.peek(&mut buf).await?;
+        if n == 0 || buf[..n] != PREFACE[..n] {
+            // End of file included: hyper sees it and ends the connection.
+            return Ok(false);
+        }
+        if n == PREFACE.len() {
+            return Ok(true);
+        }
+        // Part of the preface so far ("P" of a "POST" sent byte by byte,
+        // or a split preface): a peek would return at once with the same
+        // bytes, so wait for the rest, less and less often (a client that
+        // trickles bytes costs at most 20 wake-ups a second).
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// A connection handed to a serving thread.
+type Handoff = (std::net::TcpStream, SocketAddr, Ticket);
+
+/// Serving threads: each runs a single-threaded runtime and serves the
+/// connections it is handed to their end, upstream connections and drains
+/// included, so nothing a request does wakes another thread (a
+/// work-stealing runtime hands tasks and socket wake-ups between its
+/// workers; ARCHITECTURE gives the numbers). One acceptor gives each new
+/// connection to the thread serving the fewest.
+#[derive(Debug)]
+pub struct Shards {
+    acceptor: Option<tokio::task::JoinHandle<()>>,
+    served: Vec<oneshot::Receiver<()>>,
+    exit: watch::Sender<bool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// A connection's hold on its permit and on its thread's count.
+struct Ticket {
+    _permit: OwnedSemaphorePermit,
+    open: Arc<AtomicUsize>,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Shards {
+    /// Start `cfg.threads` serving threads (0: one per CPU) and an acceptor
+    /// task for `listener` on the current runtime. The acceptor stops when
+    /// `shutdown` turns true; the threads then drain like [`serve`] and keep
+    /// running what their requests left behind (drains, shared HTTP/2
+    /// connections) until [`Shards::exit`] or the `Shards` is dropped.
+    pub fn start<H, F, B>(
+        listener: TcpListener,
+        cfg: &ServerConfig,
+        handle: H,
+        shutdown: watch::Receiver<bool>,
+    ) -> std::io::Result<Shards>
+    where
+        H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+        F: Future<Output = Response<B>> + Send + 'static,
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let n = match cfg.threads {
+            0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            n => n,
+        };
+        let (exit, exit_rx) = watch::channel(false);
+        let mut shards = Shards {
+            acceptor: None,
+            served: Vec::with_capacity(n),
+            exit,
+            threads: Vec::with_capacity(n),
+        };
+        let mut inboxes = Vec::with_capacity(n);
+        for id in 1..=n {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let (tx, mut rx) = mpsc::unbounded_channel::<Handoff>();
+            let (done, served) = oneshot::channel();
+            let (cfg, handle, mut exit) = (cfg.clone(), handle.clone(), exit_rx.clone());
+            let thread = std::thread::Builder::new()
+                .name(format!("tokentap-serve-{id}"))
+                .spawn(move || {
+                    crate::upstream::set_shard(id);
+                    runtime.block_on(async move {
+                        let mut conns = Conns::new(&cfg, handle);
+                        while let Some((stream, peer, ticket)) = rx.recv().await {
+                            // Registered with this thread's runtime from here on.
+                            match TcpStream::from_std(stream) {
+                                Ok(stream) => conns.serve(stream, peer, ticket),
+                                Err(e) => {
+                                    tracing::warn!(%peer, error = %e, "cannot serve connection")
+                                }
+                            }
+                        }
+                        conns.drain(cfg.shutdown_grace).await;
+                        let _ = done.send(());
+                        let _ = exit.wait_for(|e| *e).await;
+                    });
+                })?;
+            inboxes.push((tx, Arc::new(AtomicUsize::new(0))));
+            shards.served.push(served);
+            shards.threads.push(thread);
+        }
+        let permits = Arc::new(Semaphore::new(cfg.max_connections));
+        shards.acceptor = Some(tokio::spawn(async move {
+            let mut shutdown = shutdown;
+            while let Some((stream, peer, permit)) =
+                accept(&listener, &permits, &mut shutdown).await
+            {
+                let Some((tx, open)) = inboxes
+                    .iter()
+                    .min_by_key(|(_, open)| open.load(Ordering::Relaxed))
+                else {
+                    return;
+                };
+                open.fetch_add(1, Ordering::Relaxed);
+                let ticket = Ticket {
+                    _permit: permit,
+                    open: open.clone(),
+                };
+                match stream.into_std() {
+                    Ok(stream) => {
+                        let _ = tx.send((stream, peer, ticket));
+                    }
+                    Err(e) => tracing::warn!(%peer, error = %e, "cannot hand over connection"),
+                }
+            }
+            // Dropping the inboxes starts every thread's drain.
+        }));
+        Ok(shards)
+    }
+
+    /// Resolves once the acceptor has stopped and every serving thread's
+    /// connections have ended (or the grace period cut them).
+    pub async fn served(&mut self) {
+        if let Some(acceptor) = self.acceptor.take() {
+            let _ = acceptor.await;
+        }
+        for rx in &mut self.served {
+            let _ = rx.await;
+        }
+        self.served.clear();
+    }
+
+    /// End the serving threads: what their requests left running is dropped.
+    pub async fn exit(mut self) {
+        let _ = self.exit.send(true);
+        let threads = std::mem::take(&mut self.threads);
+        let _ = tokio::task::spawn_blocking(move || {
+            for t in threads {
+                let _ = t.join();
+            }
+        })
+        .await;
+    }
+}
+
+impl Drop for Shards {
+    fn drop(&mut self) {
+        if let Some(acceptor) = &self.acceptor {
+            acceptor.abort();
+        }
+        let _ = self.exit.send(true);
+    }
 }
 
 /// `handle` behind `screen`: refused requests are answered here and never

@@ -30,6 +30,8 @@ use crate::sniff::Replay;
 
 mod conn;
 
+pub use conn::set_shard;
+
 /// The request body type sent upstream.
 pub type UpstreamBody = Replay<Incoming>;
 
@@ -314,7 +316,7 @@ impl Client {
                 "not an absolute URI: {uri}"
             )));
         };
-        let key = (scheme.clone(), authority.clone());
+        let key = (scheme.clone(), authority.clone(), conn::shard());
         // A connection found closed before it took the request gives it back
         // unsent; it then goes on another. Pooled connections are tried in
         // turn; a fresh one only once more.

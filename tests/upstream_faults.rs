@@ -108,7 +108,11 @@ fn complete(model: &str) -> Want<'_> {
 impl Front {
     async fn start(upstream: &str, config: impl FnOnce(Toml) -> Toml) -> Front {
         let col = Collector::start().await;
+        // One serving thread: these tests count upstream connections, and
+        // a client connection opened after an error may land on another
+        // thread, which pools connections of its own.
         let toml = Toml::new()
+            .set("server", "threads", "1")
             .otlp(&col.endpoint(), "grpc")
             .route("openai", "/", upstream, "openai");
         let proxy = InProc::start(&config(toml)).await;

@@ -8,6 +8,9 @@
 //!   byte for byte.
 //! - `concurrent_streams_open_connections_that_are_reused`: a second wave
 //!   of concurrent streams opens no connection the first did not.
+//! - `each_serving_thread_keeps_its_own_connections`: two client
+//!   connections land on different serving threads, and each thread reuses
+//!   its own upstream connection.
 //! - `pool_max_idle_per_host_zero_never_reuses`: the key is honoured.
 //! - `idle_connections_are_closed_after_pool_idle_timeout`: the upstream
 //!   sees an idle connection closed once the timeout passed, and the next
@@ -61,7 +64,9 @@ fn chat(proxy: &InProc, model: &str, stream: bool) -> Req {
 #[tokio::test]
 async fn sequential_http1_requests_share_one_connection() {
     let up = Upstream::start(answer).await;
-    let proxy = InProc::start(&Toml::openai(&up.url())).await;
+    // One serving thread: the client may open a second connection, which
+    // another thread (with a pool of its own) would serve.
+    let proxy = InProc::start(&Toml::openai(&up.url()).set("server", "threads", "1")).await;
     let c = client::http1();
     for i in 0..6 {
         let stream = i % 2 == 0;
@@ -83,7 +88,9 @@ async fn sequential_http1_requests_share_one_connection() {
 async fn concurrent_streams_open_connections_that_are_reused() {
     // Slow enough that the streams of a wave overlap.
     let up = Upstream::start(|_: &Exchange| stream_reply(5, Duration::from_millis(20))).await;
-    let proxy = InProc::start(&Toml::openai(&up.url())).await;
+    // One serving thread: with more, which client connections a wave reuses
+    // decides which thread's pool it draws on.
+    let proxy = InProc::start(&Toml::openai(&up.url()).set("server", "threads", "1")).await;
     let c = client::http1();
     let wave = |n: usize| {
         let tasks: Vec<_> = (0..n)
@@ -114,6 +121,31 @@ async fn concurrent_streams_open_connections_that_are_reused() {
         "the second wave reused the first's connections"
     );
     assert_eq!(up.exchanges().len(), 8 + first);
+}
+
+#[tokio::test]
+async fn each_serving_thread_keeps_its_own_connections() {
+    let up = Upstream::start(answer).await;
+    let toml = Toml::openai(&up.url()).set("server", "threads", "2");
+    let proxy = InProc::start(&toml).await;
+    // Two client connections, open at once: the second goes to the thread
+    // the first is not on, and each thread pools its upstream connection.
+    let (a, b) = (client::http1(), client::http1());
+    for i in 0..8 {
+        let c = if i % 2 == 0 { &a } else { &b };
+        let got = client::fetch(c, &chat(&proxy, &format!("m{i}"), i % 3 == 0)).await;
+        assert_eq!(got.status, 200, "request {i}: {}", got.text());
+        assert_bytes_eq(
+            &format!("request {i}"),
+            &got.body,
+            &up.nth(i + 1).await.sent(),
+        );
+    }
+    assert_eq!(
+        up.connections(),
+        2,
+        "one upstream connection per serving thread, each reused"
+    );
 }
 
 #[tokio::test]
@@ -203,7 +235,8 @@ async fn an_h2_upstream_carries_every_request_on_one_connection() {
         "ca_file",
         &q(&ca_file.display().to_string()),
     );
-    let proxy = InProc::start(&toml).await;
+    // One serving thread: each keeps its own HTTP/2 connection per host.
+    let proxy = InProc::start(&toml.set("server", "threads", "1")).await;
     let c = client::http1();
     for i in 0..3 {
         let got = client::fetch(&c, &chat(&proxy, &format!("s{i}"), true)).await;

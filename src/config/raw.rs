@@ -66,6 +66,8 @@ pub(super) struct RawServer {
     pub max_connections: usize,
     /// On SIGTERM/SIGINT, how long in-flight requests may run before they are cut.
     pub shutdown_grace: Quantity,
+    /// Serving threads (0 = one per CPU).
+    pub threads: usize,
 }
 
 /// `[upstream]`
@@ -343,6 +345,7 @@ impl Default for RawServer {
             max_headers: 100,
             max_connections: 10_000,
             shutdown_grace: Quantity::text("30s"),
+            threads: 0,
         }
     }
 }
@@ -551,6 +554,7 @@ impl RawConfig {
                 max_headers: s.max_headers,
                 max_connections: s.max_connections,
                 shutdown_grace: dur(s.shutdown_grace),
+                threads: s.threads,
             },
             upstream: RawUpstream {
                 connect_timeout: dur(u.connect_timeout),

@@ -87,6 +87,7 @@ fn config_defaults_with_upstream_flag() {
     assert_eq!(c.server.max_header_bytes, 65536);
     assert_eq!(c.server.max_connections, 10_000);
     assert_eq!(c.server.shutdown_grace, Duration::from_secs(30));
+    assert_eq!(c.server.threads, 0, "one serving thread per CPU");
     assert_eq!(c.upstream.connect_timeout, Duration::from_secs(5));
     assert_eq!(c.upstream.idle_timeout, None);
     assert_eq!(c.upstream.total_timeout, None);
@@ -304,6 +305,20 @@ fn config_env_lists_and_bools() {
         c.tenant.salt, "12345",
         "numeric-looking strings stay strings"
     );
+}
+
+#[test]
+fn server_threads_are_bounded() {
+    let c = load_ok(
+        &["--upstream", "http://127.0.0.1:1"],
+        &[("TOKENTAP_SERVER__THREADS", "3")],
+    );
+    assert_eq!(c.server.threads, 3);
+    let e = load_err(
+        &["--upstream", "http://127.0.0.1:1"],
+        &[("TOKENTAP_SERVER__THREADS", "5000")],
+    );
+    assert_mentions(&e, &["server.threads", "5000", "1024", "0 for one per CPU"]);
 }
 
 #[test]

@@ -149,6 +149,16 @@ impl<'a> Cx<'a> {
         Ok(n)
     }
 
+    fn threads(&self, path: &str, n: usize) -> Result<usize, ConfigError> {
+        if n > MAX_THREADS {
+            return Err(self.invalid(
+                path,
+                format!("{n} is more than {MAX_THREADS}; use 0 for one per CPU"),
+            ));
+        }
+        Ok(n)
+    }
+
     fn count(&self, path: &str, n: usize) -> Result<usize, ConfigError> {
         if n == 0 {
             return Err(self.invalid(path, "must be at least 1"));
@@ -237,6 +247,7 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         max_headers: cx.max_headers("server.max_headers", s.max_headers)?,
         max_connections: cx.count("server.max_connections", s.max_connections)?,
         shutdown_grace: cx.duration("server.shutdown_grace", &s.shutdown_grace)?,
+        threads: cx.threads("server.threads", s.threads)?,
     };
     let upstream = upstream(&cx, &raw.upstream)?;
     let routes = routes(&cx, &raw.routes, upstream.drain_timeout)?;
@@ -290,6 +301,9 @@ fn upstream(cx: &Cx, u: &RawUpstream) -> Result<UpstreamConfig, ConfigError> {
 /// Most connect retries accepted: with the doubling backoff (capped at
 /// `MAX_CONNECT_BACKOFF` in `upstream`) more would only hide an outage.
 const MAX_CONNECT_RETRIES: u32 = 10;
+
+/// Most serving threads `server.threads` may ask for.
+const MAX_THREADS: usize = 1024;
 
 fn connect_retries(cx: &Cx, n: u32) -> Result<u32, ConfigError> {
     if n > MAX_CONNECT_RETRIES {
