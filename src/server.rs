@@ -201,7 +201,7 @@ async fn speaks_h2(stream: &TcpStream) -> std::io::Result<bool> {
 }
 
 /// A connection handed to a serving thread.
-type Handoff = (std::net::TcpStream, SocketAddr, Ticket);
+type Handoff = (std::net::TcpStream, SocketAddr, OwnedSemaphorePermit, Open);
 
 /// Serving threads: each runs a single-threaded runtime and serves the
 /// connections it is handed to their end, upstream connections and drains
@@ -217,15 +217,19 @@ pub struct Shards {
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
-/// A connection's hold on its permit and on its thread's count.
-struct Ticket {
-    _permit: OwnedSemaphorePermit,
-    open: Arc<AtomicUsize>,
+/// A connection's place in its serving thread's count of open ones.
+struct Open(Arc<AtomicUsize>);
+
+impl Open {
+    fn new(count: &Arc<AtomicUsize>) -> Open {
+        count.fetch_add(1, Ordering::Relaxed);
+        Open(count.clone())
+    }
 }
 
-impl Drop for Ticket {
+impl Drop for Open {
     fn drop(&mut self) {
-        self.open.fetch_sub(1, Ordering::Relaxed);
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -272,10 +276,10 @@ impl Shards {
                     crate::upstream::set_shard(id);
                     runtime.block_on(async move {
                         let mut conns = Conns::new(&cfg, handle);
-                        while let Some((stream, peer, ticket)) = rx.recv().await {
+                        while let Some((stream, peer, permit, open)) = rx.recv().await {
                             // Registered with this thread's runtime from here on.
                             match TcpStream::from_std(stream) {
-                                Ok(stream) => conns.serve(stream, peer, ticket),
+                                Ok(stream) => conns.serve(stream, peer, (permit, open)),
                                 Err(e) => {
                                     tracing::warn!(%peer, error = %e, "cannot serve connection")
                                 }
@@ -296,22 +300,31 @@ impl Shards {
             while let Some((stream, peer, permit)) =
                 accept(&listener, &permits, &mut shutdown).await
             {
-                let Some((tx, open)) = inboxes
-                    .iter()
-                    .min_by_key(|(_, open)| open.load(Ordering::Relaxed))
-                else {
-                    return;
-                };
-                open.fetch_add(1, Ordering::Relaxed);
-                let ticket = Ticket {
-                    _permit: permit,
-                    open: open.clone(),
-                };
-                match stream.into_std() {
-                    Ok(stream) => {
-                        let _ = tx.send((stream, peer, ticket));
+                let (mut stream, mut permit) = match stream.into_std() {
+                    Ok(stream) => (stream, permit),
+                    Err(e) => {
+                        tracing::warn!(%peer, error = %e, "cannot hand over connection");
+                        continue;
                     }
-                    Err(e) => tracing::warn!(%peer, error = %e, "cannot hand over connection"),
+                };
+                // The thread serving the fewest; one whose runtime is gone
+                // (it cannot be, short of a bug) is passed over from then on.
+                while let Some(i) =
+                    (0..inboxes.len()).min_by_key(|&i| inboxes[i].1.load(Ordering::Relaxed))
+                {
+                    let (tx, count) = &inboxes[i];
+                    match tx.send((stream, peer, permit, Open::new(count))) {
+                        Ok(()) => break,
+                        Err(mpsc::error::SendError((back, _, held, _))) => {
+                            tracing::error!(thread = i, "a serving thread has stopped");
+                            (stream, permit) = (back, held);
+                            inboxes.swap_remove(i);
+                        }
+                    }
+                }
+                if inboxes.is_empty() {
+                    tracing::error!("every serving thread has stopped; no longer accepting");
+                    return;
                 }
             }
             // Dropping the inboxes starts every thread's drain.
