@@ -60,9 +60,16 @@ impl Injector for HeaderInjector<'_> {
         if value.is_empty() {
             return;
         }
+        // The W3C names without an allocation each; the value's bytes are
+        // taken over, not copied.
+        let name = match key {
+            "traceparent" => Ok(http::HeaderName::from_static("traceparent")),
+            "tracestate" => Ok(http::HeaderName::from_static("tracestate")),
+            other => http::HeaderName::from_bytes(other.as_bytes()),
+        };
         if let (Ok(name), Ok(value)) = (
-            http::HeaderName::from_bytes(key.as_bytes()),
-            http::HeaderValue::from_str(&value),
+            name,
+            http::HeaderValue::from_maybe_shared(bytes::Bytes::from(value)),
         ) {
             self.0.insert(name, value);
         }
