@@ -36,9 +36,16 @@ fn main() -> ExitCode {
     block_on(run(cli, config, watch))
 }
 
+/// Workers of the control-plane runtime.
+const CONTROL_WORKERS: usize = 2;
+
 /// Run `fut` on a multi-threaded runtime; its result becomes the exit code.
+/// It runs the control plane (acceptor, admin listener, reloads, live
+/// statistics): requests are served on the serving threads
+/// (`server.threads`), so two workers are enough however many CPUs there are.
 fn block_on(fut: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(CONTROL_WORKERS)
         .enable_all()
         .build()
     {
