@@ -92,6 +92,9 @@ struct Conns<H> {
     limits: Limits,
     handle: H,
     graceful: GracefulShutdown,
+    /// Turns true when the drain starts: a connection that has not yet
+    /// shown its protocol is closed then, not waited for.
+    draining: watch::Sender<bool>,
     tasks: JoinSet<()>,
 }
 
@@ -121,6 +124,7 @@ where
             },
             handle,
             graceful: GracefulShutdown::new(),
+            draining: watch::Sender::new(false),
             tasks: JoinSet::new(),
         }
     }
@@ -135,8 +139,14 @@ where
         let svc = screened(self.handle.clone(), verdicts, self.limits, peer);
         let (h1, h2, wait) = (self.h1.clone(), self.h2.clone(), self.preface_wait);
         let watcher = self.graceful.watcher();
+        let mut draining = self.draining.subscribe();
         self.tasks.spawn(async move {
-            let ended = match tokio::time::timeout(wait, speaks_h2(&stream)).await {
+            let told = tokio::select! {
+                told = tokio::time::timeout(wait, speaks_h2(&stream)) => told,
+                // Draining before the client said anything: close it.
+                _ = draining.wait_for(|d| *d) => return,
+            };
+            let ended = match told {
                 Err(_) => Ok(()), // sent nothing telling within the header timeout
                 Ok(Err(e)) => Err(e.to_string()),
                 Ok(Ok(true)) => watcher
@@ -161,6 +171,7 @@ where
     /// Let the connections finish their requests for at most `grace`, then
     /// close the rest.
     async fn drain(mut self, grace: Duration) {
+        self.draining.send_replace(true);
         tracing::info!(connections = self.graceful.count(), ?grace, "draining");
         tokio::select! {
             _ = self.graceful.shutdown() => tracing::info!("drained"),

@@ -113,6 +113,37 @@ async fn missing_config_file_is_an_error() {
     );
 }
 
+/// A client that connected and sent nothing does not hold the shutdown up
+/// until `header_read_timeout`: the drain closes it at once.
+#[tokio::test]
+async fn sigterm_does_not_wait_for_a_connection_that_sent_nothing() {
+    let up = Upstream::fixed(script::openai_chat_json("m", "hi", (1, 1))).await;
+    let toml = Toml::openai(&up.url())
+        .set("server", "header_read_timeout", &q("30s"))
+        .set("server", "shutdown_grace", &q("30s"));
+    let mut bin = Bin::start(&toml, &[], &[]).await;
+    let mut silent = tokio::net::TcpStream::connect(bin.addr)
+        .await
+        .expect("connect");
+    // Let the acceptor hand it to a serving thread.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t0 = Instant::now();
+    bin.sigterm();
+    let status = bin.wait_exit(Duration::from_secs(25)).await;
+    assert!(status.success(), "exit 0; output:\n{}", bin.output());
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "exited {:?} after SIGTERM: the silent connection held the drain",
+        t0.elapsed()
+    );
+    let mut buf = [0u8; 16];
+    let n = tokio::io::AsyncReadExt::read(&mut silent, &mut buf)
+        .await
+        .unwrap_or(0);
+    assert_eq!(n, 0, "the silent connection was closed, not answered");
+    assert_eq!(up.connections(), 0);
+}
+
 #[tokio::test]
 async fn sigterm_drains_in_flight_streams_and_refuses_new_connections() {
     // 30 tokens 50 ms apart: the stream runs ~1.5 s, SIGTERM arrives mid-way.
