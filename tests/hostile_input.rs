@@ -42,6 +42,15 @@ fn post(extra: &str) -> String {
     format!("POST {CHAT} HTTP/1.1\r\nHost: tokentap\r\n{extra}\r\n")
 }
 
+/// A well-formed POST of `body` that asks for the connection to close.
+fn clean_post(body: &str) -> String {
+    let head = post(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    ));
+    format!("{head}{body}")
+}
+
 #[track_caller]
 fn assert_refused(what: &str, got: &RawReply, names: Option<&str>) {
     let status = got.status();
@@ -198,14 +207,7 @@ async fn ambiguous_framing_is_refused_before_the_upstream() {
     }
     // The proxy still serves a well-formed request afterwards.
     let body = "{\"model\":\"m\"}";
-    let good = format!(
-        "{}{body}",
-        post(&format!(
-            "Content-Length: {}\r\nConnection: close\r\n",
-            body.len()
-        ))
-    );
-    let got = raw::exchange(proxy.addr, good.as_bytes(), LIMIT).await;
+    let got = raw::exchange(proxy.addr, clean_post(body).as_bytes(), LIMIT).await;
     assert_eq!(got.status(), 200, "a clean request passes:\n{}", got.text());
     assert_eq!(
         up.only().await.body,
@@ -442,14 +444,7 @@ async fn the_protocol_is_told_from_first_bytes_however_they_arrive() {
     let up = Upstream::fixed(ok_reply()).await;
     let proxy = InProc::start(&Toml::openai(&up.url())).await;
 
-    let body = "{\"model\":\"m\"}";
-    let request = format!(
-        "{}{body}",
-        post(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
-            body.len()
-        ))
-    );
+    let request = clean_post("{\"model\":\"m\"}");
     let mut s = tokio::net::TcpStream::connect(proxy.addr)
         .await
         .expect("connect");
