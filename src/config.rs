@@ -6,6 +6,7 @@ mod layers;
 mod parse;
 mod raw;
 mod restart;
+mod units;
 mod validate;
 
 use std::net::SocketAddr;
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Format, Toml};
+use serde::{Deserialize, Serialize};
 
 use crate::providers::ProviderKind;
 
@@ -44,46 +46,96 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
 }
 
-/// Listener limits and shutdown.
-#[derive(Debug, Clone)]
+/// `[server]`: listener limits and shutdown (restart-only: see [`RESTART_ONLY`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Time allowed for a client to send a complete request head.
+    #[serde(with = "units::positive")]
     pub header_read_timeout: Duration,
-    /// Largest request head accepted (bytes).
+    /// Largest request head accepted (size).
+    #[serde(with = "units::size")]
     pub max_header_bytes: usize,
     /// Most header fields a request may carry.
     pub max_headers: usize,
     /// Connections served at once; more wait in the accept queue.
+    #[serde(deserialize_with = "units::at_least_one")]
     pub max_connections: usize,
     /// On SIGTERM/SIGINT, how long in-flight requests may run before they are cut.
+    #[serde(with = "units::duration")]
     pub shutdown_grace: Duration,
     /// Serving threads, each with a single-threaded runtime (0 = one per CPU).
     pub threads: usize,
 }
 
-/// The upstream client.
-#[derive(Debug, Clone)]
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            header_read_timeout: Duration::from_secs(10),
+            max_header_bytes: 64 << 10,
+            max_headers: 100,
+            max_connections: 10_000,
+            shutdown_grace: Duration::from_secs(30),
+            threads: 0,
+        }
+    }
+}
+
+/// `[upstream]`: the upstream client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct UpstreamConfig {
+    /// Time allowed to open a TCP (and TLS) connection to the upstream.
+    #[serde(with = "units::positive")]
     pub connect_timeout: Duration,
     /// Abort when the upstream sends nothing for this long (none by default).
+    #[serde(with = "units::opt_positive", skip_serializing_if = "Option::is_none")]
     pub idle_timeout: Option<Duration>,
     /// Abort any request that runs longer than this (none by default).
+    #[serde(with = "units::opt_positive", skip_serializing_if = "Option::is_none")]
     pub total_timeout: Option<Duration>,
     /// Extra PEM CA bundle trusted beside the webpki roots.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<PathBuf>,
+    /// How long an idle pooled connection is kept.
+    #[serde(with = "units::duration")]
     pub pool_idle_timeout: Duration,
+    /// Idle pooled connections kept per upstream host.
     pub pool_max_idle_per_host: usize,
-    /// Extra connect attempts when opening a connection fails (0 = none).
+    /// Extra attempts when opening a connection (TCP or TLS) fails; 0 = none.
+    /// Nothing of the request has been sent then, so a retry is safe.
     pub connect_retries: u32,
     /// Wait before the first connect retry; doubles for each further one.
+    #[serde(with = "units::positive")]
     pub connect_retry_backoff: Duration,
     /// Default bound on reading an upstream body on after its client left
     /// (routes with `on_client_disconnect = "drain"`).
+    #[serde(with = "units::positive")]
     pub drain_timeout: Duration,
-    /// Most body bytes one drain reads before it gives up.
+    /// Most body bytes one drain reads before it gives up (size).
+    #[serde(with = "units::size")]
     pub drain_max_bytes: usize,
-    /// Drains running at once; past this, a disconnect cancels.
+    /// Drains running at once; past this, a disconnect cancels (restart-only).
+    #[serde(deserialize_with = "units::at_least_one")]
     pub max_drains: usize,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            connect_timeout: Duration::from_secs(5),
+            idle_timeout: None,
+            total_timeout: None,
+            ca_file: None,
+            pool_idle_timeout: Duration::from_secs(90),
+            pool_max_idle_per_host: 64,
+            connect_retries: 0,
+            connect_retry_backoff: Duration::from_millis(100),
+            drain_timeout: Duration::from_secs(30),
+            drain_max_bytes: 16 << 20,
+            max_drains: 256,
+        }
+    }
 }
 
 /// One route: requests matching `prefix` (and `host`, when set) go to `upstream`.
@@ -130,21 +182,42 @@ pub enum DisconnectMode {
     Drain,
 }
 
-/// Request body sniffing.
-#[derive(Debug, Clone)]
+/// `[sniff]`: request body sniffing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct SniffConfig {
     /// Request bodies up to this size are read to find `model` and `stream`.
+    #[serde(with = "units::size")]
     pub max_body_bytes: usize,
 }
 
-/// Response metering.
-#[derive(Debug, Clone)]
+impl Default for SniffConfig {
+    fn default() -> Self {
+        SniffConfig {
+            max_body_bytes: 8 << 20,
+        }
+    }
+}
+
+/// `[meter]`: response metering.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct MeterConfig {
     /// Largest single frame (SSE event or JSON body) the parser holds.
+    #[serde(with = "units::size")]
     pub max_frame_bytes: usize,
     /// Count tokens with the model family's tokenizer (OpenAI encodings,
-    /// off the request path) when a stream carries no usage.
+    /// off the request path) when a stream carries no usage (restart-only).
     pub tokenizer: bool,
+}
+
+impl Default for MeterConfig {
+    fn default() -> Self {
+        MeterConfig {
+            max_frame_bytes: 4 << 20,
+            tokenizer: true,
+        }
+    }
 }
 
 /// Where a request's tenant comes from.
@@ -232,15 +305,19 @@ pub struct TelemetryConfig {
     pub slo: SloSettings,
 }
 
-/// Live statistics: rolling in-memory windows (`[live]`). Memory is bounded
-/// by these values, not by traffic.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `[live]`: live statistics in rolling in-memory windows. Memory is
+/// bounded by these values, not by traffic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct LiveConfig {
     /// How far back the rolling windows reach.
+    #[serde(with = "units::positive")]
     pub window: Duration,
     /// Time resolution of the windows (`window / bucket` buckets per series).
+    #[serde(with = "units::positive")]
     pub bucket: Duration,
     /// Distinct (route, model, tenant) series kept; more fold into `other`.
+    #[serde(deserialize_with = "units::at_least_one")]
     pub max_series: usize,
     /// Most recent requests listed on the dashboard.
     pub recent: usize,

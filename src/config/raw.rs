@@ -7,9 +7,10 @@ use std::fmt;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
-use super::parse::{fmt_duration, fmt_size};
+use super::parse::fmt_duration;
 use super::{
-    AlertFormat, Config, DisconnectMode, LogFormat, OnClientDisconnect, OtlpProtocol, TenantSource,
+    AlertFormat, Config, DisconnectMode, LiveConfig, LogFormat, MeterConfig, OnClientDisconnect,
+    OtlpProtocol, ServerConfig, SniffConfig, TenantSource, UpstreamConfig,
 };
 use crate::providers::ProviderKind;
 
@@ -29,78 +30,27 @@ pub(super) struct RawConfig {
     /// Reload when the config file's content changes (polled every second).
     pub watch_config: bool,
     /// Listener limits and shutdown.
-    pub server: RawServer,
+    pub server: ServerConfig,
     /// The upstream client.
-    pub upstream: RawUpstream,
+    pub upstream: UpstreamConfig,
     /// Routes, in match order.
     pub routes: Vec<RawRoute>,
     /// Request body sniffing.
-    pub sniff: RawSniff,
+    pub sniff: SniffConfig,
     /// Response metering.
-    pub meter: RawMeter,
+    pub meter: MeterConfig,
     /// Tenant resolution.
     pub tenant: RawTenant,
     /// Telemetry export and cardinality.
     pub telemetry: RawTelemetry,
     /// Live statistics (dashboard, slowdown detection).
-    pub live: RawLive,
+    pub live: LiveConfig,
     /// `[[slo]]`: slowdown objectives.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub slo: Vec<RawSlo>,
     /// `[alerts]`: webhook for SLO breach and recovery events.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub alerts: Option<RawAlerts>,
-}
-
-/// `[server]`
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub(super) struct RawServer {
-    /// Time allowed for a client to send a complete request head.
-    pub header_read_timeout: Quantity,
-    /// Largest request head accepted (size).
-    pub max_header_bytes: Quantity,
-    /// Most header fields a request may carry.
-    pub max_headers: usize,
-    /// Connections served at once; more wait in the accept queue.
-    pub max_connections: usize,
-    /// On SIGTERM/SIGINT, how long in-flight requests may run before they are cut.
-    pub shutdown_grace: Quantity,
-    /// Serving threads (0 = one per CPU).
-    pub threads: usize,
-}
-
-/// `[upstream]`
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub(super) struct RawUpstream {
-    /// Time allowed to open a TCP (and TLS) connection to the upstream.
-    pub connect_timeout: Quantity,
-    /// Abort when the upstream sends nothing for this long (none by default).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub idle_timeout: Option<Quantity>,
-    /// Abort any request that runs longer than this (none by default).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub total_timeout: Option<Quantity>,
-    /// Extra PEM CA bundle trusted beside the webpki roots.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ca_file: Option<String>,
-    /// How long an idle pooled connection is kept.
-    pub pool_idle_timeout: Quantity,
-    /// Idle pooled connections kept per upstream host.
-    pub pool_max_idle_per_host: usize,
-    /// Extra attempts when opening a connection (TCP or TLS) fails; 0 = none.
-    /// Nothing of the request has been sent then, so a retry is safe.
-    pub connect_retries: u32,
-    /// Wait before the first connect retry; doubles for each further one.
-    pub connect_retry_backoff: Quantity,
-    /// Default bound on reading an upstream body on after its client left
-    /// (routes with `on_client_disconnect = "drain"`).
-    pub drain_timeout: Quantity,
-    /// Most body bytes one drain reads before it gives up (size).
-    pub drain_max_bytes: Quantity,
-    /// Drains running at once; past this, a disconnect cancels.
-    pub max_drains: usize,
 }
 
 /// One `[[routes]]` entry.
@@ -142,24 +92,6 @@ fn is_cancel(m: &DisconnectMode) -> bool {
 
 fn root_prefix() -> String {
     "/".into()
-}
-
-/// `[sniff]`
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub(super) struct RawSniff {
-    /// Request bodies up to this size are read to find `model` and `stream`.
-    pub max_body_bytes: Quantity,
-}
-
-/// `[meter]`
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub(super) struct RawMeter {
-    /// Largest single frame (SSE event or JSON body) the parser holds.
-    pub max_frame_bytes: Quantity,
-    /// Count tokens with the model's tokenizer when a stream reports no usage.
-    pub tokenizer: bool,
 }
 
 /// `[tenant]`
@@ -209,20 +141,6 @@ pub(super) struct RawTelemetry {
     pub access_log: bool,
     /// `text` or `json`.
     pub log_format: LogFormat,
-}
-
-/// `[live]`
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub(super) struct RawLive {
-    /// How far back the rolling windows reach.
-    pub window: Quantity,
-    /// Time resolution of the windows.
-    pub bucket: Quantity,
-    /// Distinct (route, model, tenant) series kept; more fold into `other`.
-    pub max_series: usize,
-    /// Most recent requests listed on the dashboard.
-    pub recent: usize,
 }
 
 /// One `[[slo]]` entry.
@@ -312,75 +230,16 @@ impl Default for RawConfig {
             listen: "127.0.0.1:8080".into(),
             admin_listen: None,
             watch_config: false,
-            server: RawServer::default(),
-            upstream: RawUpstream::default(),
+            server: ServerConfig::default(),
+            upstream: UpstreamConfig::default(),
             routes: Vec::new(),
-            sniff: RawSniff::default(),
-            meter: RawMeter::default(),
+            sniff: SniffConfig::default(),
+            meter: MeterConfig::default(),
             tenant: RawTenant::default(),
             telemetry: RawTelemetry::default(),
-            live: RawLive::default(),
+            live: LiveConfig::default(),
             slo: Vec::new(),
             alerts: None,
-        }
-    }
-}
-
-impl Default for RawLive {
-    fn default() -> Self {
-        RawLive {
-            window: Quantity::text("10m"),
-            bucket: Quantity::text("5s"),
-            max_series: 100,
-            recent: 50,
-        }
-    }
-}
-
-impl Default for RawServer {
-    fn default() -> Self {
-        RawServer {
-            header_read_timeout: Quantity::text("10s"),
-            max_header_bytes: Quantity::text("64KiB"),
-            max_headers: 100,
-            max_connections: 10_000,
-            shutdown_grace: Quantity::text("30s"),
-            threads: 0,
-        }
-    }
-}
-
-impl Default for RawUpstream {
-    fn default() -> Self {
-        RawUpstream {
-            connect_timeout: Quantity::text("5s"),
-            idle_timeout: None,
-            total_timeout: None,
-            ca_file: None,
-            pool_idle_timeout: Quantity::text("90s"),
-            pool_max_idle_per_host: 64,
-            connect_retries: 0,
-            connect_retry_backoff: Quantity::text("100ms"),
-            drain_timeout: Quantity::text("30s"),
-            drain_max_bytes: Quantity::text("16MiB"),
-            max_drains: 256,
-        }
-    }
-}
-
-impl Default for RawSniff {
-    fn default() -> Self {
-        RawSniff {
-            max_body_bytes: Quantity::text("8MiB"),
-        }
-    }
-}
-
-impl Default for RawMeter {
-    fn default() -> Self {
-        RawMeter {
-            max_frame_bytes: Quantity::text("4MiB"),
-            tokenizer: true,
         }
     }
 }
@@ -532,15 +391,11 @@ fn dur(d: std::time::Duration) -> Quantity {
     Quantity::Text(fmt_duration(d))
 }
 
-fn size(n: usize) -> Quantity {
-    Quantity::Text(fmt_size(n))
-}
-
 impl RawConfig {
     /// The effective config in file form, with secrets (tenant salt, OTLP
     /// header values) replaced by [`REDACTED`].
     pub fn redacted(c: &Config) -> RawConfig {
-        let (s, u, t) = (&c.server, &c.upstream, &c.telemetry);
+        let (u, t) = (&c.upstream, &c.telemetry);
         RawConfig {
             listen: c.listen.to_string(),
             admin_listen: Some(
@@ -548,27 +403,8 @@ impl RawConfig {
                     .map_or_else(|| super::ADMIN_OFF.to_owned(), |a| a.to_string()),
             ),
             watch_config: c.watch_config,
-            server: RawServer {
-                header_read_timeout: dur(s.header_read_timeout),
-                max_header_bytes: size(s.max_header_bytes),
-                max_headers: s.max_headers,
-                max_connections: s.max_connections,
-                shutdown_grace: dur(s.shutdown_grace),
-                threads: s.threads,
-            },
-            upstream: RawUpstream {
-                connect_timeout: dur(u.connect_timeout),
-                idle_timeout: u.idle_timeout.map(dur),
-                total_timeout: u.total_timeout.map(dur),
-                ca_file: u.ca_file.as_ref().map(|p| p.display().to_string()),
-                pool_idle_timeout: dur(u.pool_idle_timeout),
-                pool_max_idle_per_host: u.pool_max_idle_per_host,
-                connect_retries: u.connect_retries,
-                connect_retry_backoff: dur(u.connect_retry_backoff),
-                drain_timeout: dur(u.drain_timeout),
-                drain_max_bytes: size(u.drain_max_bytes),
-                max_drains: u.max_drains,
-            },
+            server: c.server.clone(),
+            upstream: c.upstream.clone(),
             routes: c
                 .routes
                 .iter()
@@ -602,13 +438,8 @@ impl RawConfig {
                     },
                 })
                 .collect(),
-            sniff: RawSniff {
-                max_body_bytes: size(c.sniff.max_body_bytes),
-            },
-            meter: RawMeter {
-                max_frame_bytes: size(c.meter.max_frame_bytes),
-                tokenizer: c.meter.tokenizer,
-            },
+            sniff: c.sniff.clone(),
+            meter: c.meter.clone(),
             tenant: RawTenant {
                 sources: StringList(c.tenant.sources.iter().map(|s| s.as_str().into()).collect()),
                 header: c.tenant.header.to_string(),
@@ -633,12 +464,7 @@ impl RawConfig {
                 access_log: t.access_log,
                 log_format: t.log_format,
             },
-            live: RawLive {
-                window: dur(t.live.window),
-                bucket: dur(t.live.bucket),
-                max_series: t.live.max_series,
-                recent: t.live.recent,
-            },
+            live: t.live.clone(),
             slo: t.slo.slos.iter().map(raw_slo).collect(),
             alerts: t.slo.alerts.as_ref().map(raw_alerts),
         }

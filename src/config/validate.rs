@@ -5,17 +5,16 @@ mod slo;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use figment::error::Kind;
 use figment::value::Value;
 use figment::{Figment, Metadata, Source};
 
-use super::raw::{Quantity, RawConfig, RawLive, RawRoute, RawTelemetry, RawTenant, RawUpstream};
+use super::raw::{Quantity, RawConfig, RawRoute, RawTelemetry, RawTenant};
 use super::{
-    ADMIN_OFF, Config, ConfigError, DEFAULT_ADMIN_LISTEN, MeterConfig, RouteConfig, ServerConfig,
-    SniffConfig, TelemetryConfig, TenantConfig, TenantSource, UpstreamConfig, parse,
+    ADMIN_OFF, Config, ConfigError, DEFAULT_ADMIN_LISTEN, RouteConfig, TelemetryConfig,
+    TenantConfig, TenantSource, UpstreamConfig, parse,
 };
 use super::{DisconnectMode, OnClientDisconnect};
 use super::{LiveConfig, SloSettings};
@@ -132,14 +131,6 @@ impl<'a> Cx<'a> {
         Ok(d)
     }
 
-    fn size(&self, path: &str, q: &Quantity) -> Result<usize, ConfigError> {
-        let n = parse::size(&q.as_text()).map_err(|m| self.invalid(path, m))?;
-        if n == 0 {
-            return Err(self.invalid(path, "must be larger than zero"));
-        }
-        Ok(n)
-    }
-
     /// A header-count limit: hyper allocates room for this many per request.
     fn max_headers(&self, path: &str, n: usize) -> Result<usize, ConfigError> {
         const MAX: usize = 10_000;
@@ -241,14 +232,9 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         });
     }
     let s = &raw.server;
-    let server = ServerConfig {
-        header_read_timeout: cx.positive("server.header_read_timeout", &s.header_read_timeout)?,
-        max_header_bytes: cx.size("server.max_header_bytes", &s.max_header_bytes)?,
-        max_headers: cx.max_headers("server.max_headers", s.max_headers)?,
-        max_connections: cx.count("server.max_connections", s.max_connections)?,
-        shutdown_grace: cx.duration("server.shutdown_grace", &s.shutdown_grace)?,
-        threads: cx.threads("server.threads", s.threads)?,
-    };
+    cx.max_headers("server.max_headers", s.max_headers)?;
+    cx.threads("server.threads", s.threads)?;
+    let server = s.clone();
     let upstream = upstream(&cx, &raw.upstream)?;
     let routes = routes(&cx, &raw.routes, upstream.drain_timeout)?;
     let live = live(&cx, &raw.live)?;
@@ -261,41 +247,22 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         server,
         upstream,
         routes,
-        sniff: SniffConfig {
-            max_body_bytes: cx.size("sniff.max_body_bytes", &raw.sniff.max_body_bytes)?,
-        },
-        meter: MeterConfig {
-            max_frame_bytes: cx.size("meter.max_frame_bytes", &raw.meter.max_frame_bytes)?,
-            tokenizer: raw.meter.tokenizer,
-        },
+        sniff: raw.sniff.clone(),
+        meter: raw.meter.clone(),
         tenant: tenant(&cx, &raw.tenant)?,
         telemetry: telemetry(&cx, &raw.telemetry, live, slo)?,
     })
 }
 
-fn upstream(cx: &Cx, u: &RawUpstream) -> Result<UpstreamConfig, ConfigError> {
-    let ca_file = match &u.ca_file {
-        Some(p) if !PathBuf::from(p).is_file() => {
-            return Err(cx.invalid("upstream.ca_file", format!("`{p}` is not a readable file")));
-        }
-        p => p.as_ref().map(PathBuf::from),
-    };
-    let opt =
-        |path: &str, q: &Option<Quantity>| q.as_ref().map(|q| cx.positive(path, q)).transpose();
-    Ok(UpstreamConfig {
-        connect_timeout: cx.positive("upstream.connect_timeout", &u.connect_timeout)?,
-        idle_timeout: opt("upstream.idle_timeout", &u.idle_timeout)?,
-        total_timeout: opt("upstream.total_timeout", &u.total_timeout)?,
-        ca_file,
-        pool_idle_timeout: cx.duration("upstream.pool_idle_timeout", &u.pool_idle_timeout)?,
-        pool_max_idle_per_host: u.pool_max_idle_per_host,
-        connect_retries: connect_retries(cx, u.connect_retries)?,
-        connect_retry_backoff: cx
-            .positive("upstream.connect_retry_backoff", &u.connect_retry_backoff)?,
-        drain_timeout: cx.positive("upstream.drain_timeout", &u.drain_timeout)?,
-        drain_max_bytes: cx.size("upstream.drain_max_bytes", &u.drain_max_bytes)?,
-        max_drains: cx.count("upstream.max_drains", u.max_drains)?,
-    })
+fn upstream(cx: &Cx, u: &UpstreamConfig) -> Result<UpstreamConfig, ConfigError> {
+    if let Some(p) = &u.ca_file
+        && !p.is_file()
+    {
+        let message = format!("`{}` is not a readable file", p.display());
+        return Err(cx.invalid("upstream.ca_file", message));
+    }
+    connect_retries(cx, u.connect_retries)?;
+    Ok(u.clone())
 }
 
 /// Most connect retries accepted: with the doubling backoff (capped at
@@ -442,16 +409,14 @@ const MAX_LIVE_BUCKETS: u128 = 10_000;
 const MAX_LIVE_SERIES: usize = 10_000;
 const MAX_LIVE_RECENT: usize = 10_000;
 
-fn live(cx: &Cx, l: &RawLive) -> Result<LiveConfig, ConfigError> {
-    let bucket = cx.positive("live.bucket", &l.bucket)?;
-    if bucket < Duration::from_millis(100) {
+fn live(cx: &Cx, l: &LiveConfig) -> Result<LiveConfig, ConfigError> {
+    if l.bucket < Duration::from_millis(100) {
         return Err(cx.invalid("live.bucket", "must be at least 100ms"));
     }
-    let window = cx.positive("live.window", &l.window)?;
-    if window < bucket {
+    if l.window < l.bucket {
         return Err(cx.invalid("live.window", "must be at least one `live.bucket`"));
     }
-    if window.as_nanos().div_ceil(bucket.as_nanos()) > MAX_LIVE_BUCKETS {
+    if l.window.as_nanos().div_ceil(l.bucket.as_nanos()) > MAX_LIVE_BUCKETS {
         return Err(cx.invalid(
             "live.window",
             format!(
@@ -459,19 +424,13 @@ fn live(cx: &Cx, l: &RawLive) -> Result<LiveConfig, ConfigError> {
             ),
         ));
     }
-    let max_series = cx.count("live.max_series", l.max_series)?;
-    if max_series > MAX_LIVE_SERIES {
+    if l.max_series > MAX_LIVE_SERIES {
         return Err(cx.invalid("live.max_series", format!("at most {MAX_LIVE_SERIES}")));
     }
     if l.recent > MAX_LIVE_RECENT {
         return Err(cx.invalid("live.recent", format!("at most {MAX_LIVE_RECENT}")));
     }
-    Ok(LiveConfig {
-        window,
-        bucket,
-        max_series,
-        recent: l.recent,
-    })
+    Ok(l.clone())
 }
 
 /// The SDK reserves room for every allowed attribute set up front (per
