@@ -231,15 +231,33 @@ pub enum TenantSource {
     ApiKey,
 }
 
-/// Tenant resolution.
-#[derive(Debug, Clone)]
+/// `[tenant]`: tenant resolution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct TenantConfig {
     /// Sources tried in order; the first that yields a value wins.
+    #[serde(with = "units::tenant_sources")]
     pub sources: Vec<TenantSource>,
     /// Header for `TenantSource::Header`, lowercase.
+    #[serde(with = "units::header")]
     pub header: http::HeaderName,
-    /// Salt for API-key hashes.
+    /// Salt for API-key hashes; must be the same on every replica (secret).
+    #[serde(serialize_with = "units::secret", deserialize_with = "units::salt")]
     pub salt: String,
+}
+
+impl Default for TenantConfig {
+    fn default() -> Self {
+        TenantConfig {
+            sources: vec![
+                TenantSource::Header,
+                TenantSource::Body,
+                TenantSource::ApiKey,
+            ],
+            header: http::HeaderName::from_static("x-tenant-id"),
+            salt: "tokentap".into(),
+        }
+    }
 }
 
 /// OTLP transport.
@@ -269,40 +287,85 @@ pub enum LogFormat {
     Json,
 }
 
-/// Telemetry export and cardinality.
-#[derive(Debug, Clone)]
+/// `[telemetry]`: export and cardinality (restart-only: see [`RESTART_ONLY`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct TelemetryConfig {
     /// OTLP export on/off (on unless disabled or `OTEL_SDK_DISABLED=true`).
     pub otlp_enabled: bool,
     /// Collector base endpoint; `None` = SDK default / `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    #[serde(
+        deserialize_with = "units::endpoint",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub otlp_endpoint: Option<String>,
+    /// `grpc` or `http/protobuf`.
     pub otlp_protocol: OtlpProtocol,
-    /// Extra export headers (e.g. auth for a hosted collector).
+    /// Extra export headers (e.g. auth for a hosted collector); values are secret.
+    #[serde(with = "units::secret_headers")]
     pub otlp_headers: Vec<(String, String)>,
+    /// `service.name` resource attribute.
+    #[serde(deserialize_with = "units::non_blank")]
     pub service_name: String,
     /// Extra resource attributes.
+    #[serde(with = "units::pairs")]
     pub resource_attributes: Vec<(String, String)>,
+    /// How often metrics are exported.
+    #[serde(with = "units::positive")]
     pub metrics_export_interval: Duration,
     /// Deadline for one OTLP export, retries included.
+    #[serde(with = "units::positive")]
     pub otlp_timeout: Duration,
     /// Finished spans waiting for export; more are dropped and counted.
+    #[serde(deserialize_with = "units::at_least_one")]
     pub span_queue_size: usize,
     /// Distinct model values per instrument before `other`.
+    #[serde(deserialize_with = "units::at_least_one")]
     pub max_models: usize,
     /// Distinct tenant values per instrument before `other`.
+    #[serde(deserialize_with = "units::at_least_one")]
     pub max_tenants: usize,
     /// Distinct attribute sets per instrument; further sets go to one
     /// overflow series (`otel.metric.overflow = true`).
+    #[serde(deserialize_with = "units::at_least_one")]
     pub max_series: usize,
     /// Headers redacted everywhere in addition to the built-in list.
+    #[serde(with = "units::headers")]
     pub redact_headers: Vec<http::HeaderName>,
     /// One structured log line per request.
     pub access_log: bool,
+    /// `text` or `json`.
     pub log_format: LogFormat,
     /// Live statistics for the dashboard and slowdown detection (`[live]`).
+    #[serde(skip)]
     pub live: LiveConfig,
     /// Slowdown detection (`[[slo]]`) and its webhook (`[alerts]`).
+    #[serde(skip)]
     pub slo: SloSettings,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            otlp_enabled: true,
+            otlp_endpoint: None,
+            otlp_protocol: OtlpProtocol::HttpProtobuf,
+            otlp_headers: Vec::new(),
+            service_name: "tokentap".into(),
+            resource_attributes: Vec::new(),
+            metrics_export_interval: Duration::from_secs(10),
+            otlp_timeout: Duration::from_secs(5),
+            span_queue_size: 2048,
+            max_models: 100,
+            max_tenants: 100,
+            max_series: 2000,
+            redact_headers: Vec::new(),
+            access_log: true,
+            log_format: LogFormat::Text,
+            live: LiveConfig::default(),
+            slo: SloSettings::default(),
+        }
+    }
 }
 
 /// `[live]`: live statistics in rolling in-memory windows. Memory is

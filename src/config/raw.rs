@@ -4,18 +4,16 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::parse::fmt_duration;
+use super::units::REDACTED;
 use super::{
-    AlertFormat, Config, DisconnectMode, LiveConfig, LogFormat, MeterConfig, OnClientDisconnect,
-    OtlpProtocol, ServerConfig, SniffConfig, TenantSource, UpstreamConfig,
+    AlertFormat, Config, DisconnectMode, LiveConfig, MeterConfig, OnClientDisconnect, ServerConfig,
+    SniffConfig, TelemetryConfig, TenantConfig, TenantSource, UpstreamConfig,
 };
 use crate::providers::ProviderKind;
-
-/// Written in place of secrets when the effective config is shown.
-pub(super) const REDACTED: &str = "<redacted>";
 
 /// The whole file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -40,9 +38,9 @@ pub(super) struct RawConfig {
     /// Response metering.
     pub meter: MeterConfig,
     /// Tenant resolution.
-    pub tenant: RawTenant,
+    pub tenant: TenantConfig,
     /// Telemetry export and cardinality.
-    pub telemetry: RawTelemetry,
+    pub telemetry: TelemetryConfig,
     /// Live statistics (dashboard, slowdown detection).
     pub live: LiveConfig,
     /// `[[slo]]`: slowdown objectives.
@@ -92,55 +90,6 @@ fn is_cancel(m: &DisconnectMode) -> bool {
 
 fn root_prefix() -> String {
     "/".into()
-}
-
-/// `[tenant]`
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub(super) struct RawTenant {
-    /// Sources tried in order: `header`, `body`, `api_key`.
-    pub sources: StringList,
-    /// Header for the `header` source.
-    pub header: String,
-    /// Salt for API-key hashes; must be the same on every replica.
-    pub salt: String,
-}
-
-/// `[telemetry]`
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub(super) struct RawTelemetry {
-    /// OTLP export on/off.
-    pub otlp_enabled: bool,
-    /// Collector base endpoint; unset = SDK default.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub otlp_endpoint: Option<String>,
-    /// `grpc` or `http/protobuf`.
-    pub otlp_protocol: OtlpProtocol,
-    /// Extra export headers (e.g. auth for a hosted collector).
-    pub otlp_headers: BTreeMap<String, String>,
-    /// `service.name` resource attribute.
-    pub service_name: String,
-    /// Extra resource attributes.
-    pub resource_attributes: BTreeMap<String, String>,
-    /// How often metrics are exported.
-    pub metrics_export_interval: Quantity,
-    /// Deadline for one OTLP export, retries included.
-    pub otlp_timeout: Quantity,
-    /// Finished spans waiting for export; more are dropped and counted.
-    pub span_queue_size: usize,
-    /// Distinct model values per instrument before `other`.
-    pub max_models: usize,
-    /// Distinct tenant values per instrument before `other`.
-    pub max_tenants: usize,
-    /// Distinct attribute sets per instrument before the overflow series.
-    pub max_series: usize,
-    /// Headers redacted everywhere in addition to the built-in list.
-    pub redact_headers: StringList,
-    /// One structured log line per request.
-    pub access_log: bool,
-    /// `text` or `json`.
-    pub log_format: LogFormat,
 }
 
 /// One `[[slo]]` entry.
@@ -235,43 +184,11 @@ impl Default for RawConfig {
             routes: Vec::new(),
             sniff: SniffConfig::default(),
             meter: MeterConfig::default(),
-            tenant: RawTenant::default(),
-            telemetry: RawTelemetry::default(),
+            tenant: TenantConfig::default(),
+            telemetry: TelemetryConfig::default(),
             live: LiveConfig::default(),
             slo: Vec::new(),
             alerts: None,
-        }
-    }
-}
-
-impl Default for RawTenant {
-    fn default() -> Self {
-        RawTenant {
-            sources: StringList(vec!["header".into(), "body".into(), "api_key".into()]),
-            header: "x-tenant-id".into(),
-            salt: "tokentap".into(),
-        }
-    }
-}
-
-impl Default for RawTelemetry {
-    fn default() -> Self {
-        RawTelemetry {
-            otlp_enabled: true,
-            otlp_endpoint: None,
-            otlp_protocol: OtlpProtocol::HttpProtobuf,
-            otlp_headers: BTreeMap::new(),
-            service_name: "tokentap".into(),
-            resource_attributes: BTreeMap::new(),
-            metrics_export_interval: Quantity::text("10s"),
-            otlp_timeout: Quantity::text("5s"),
-            span_queue_size: 2048,
-            max_models: 100,
-            max_tenants: 100,
-            max_series: 2000,
-            redact_headers: StringList(Vec::new()),
-            access_log: true,
-            log_format: LogFormat::Text,
         }
     }
 }
@@ -337,34 +254,6 @@ impl<'de> Deserialize<'de> for Quantity {
     }
 }
 
-/// A list of names: a TOML array, or a comma-separated string (handy in env vars).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub(super) struct StringList(pub Vec<String>);
-
-impl<'de> Deserialize<'de> for StringList {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = StringList;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a list of strings or a comma-separated string")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<StringList, E> {
-                let items = s.split(',').map(str::trim).filter(|i| !i.is_empty());
-                Ok(StringList(items.map(String::from).collect()))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<StringList, A::Error> {
-                let mut out = Vec::new();
-                while let Some(item) = seq.next_element::<String>()? {
-                    out.push(item);
-                }
-                Ok(StringList(out))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
 impl TenantSource {
     /// The name used in config.
     pub fn as_str(self) -> &'static str {
@@ -374,17 +263,6 @@ impl TenantSource {
             TenantSource::ApiKey => "api_key",
         }
     }
-}
-
-fn redacted_map(pairs: &[(String, String)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, _)| (k.clone(), REDACTED.to_string()))
-        .collect()
-}
-
-fn plain_map(pairs: &[(String, String)]) -> BTreeMap<String, String> {
-    pairs.iter().cloned().collect()
 }
 
 fn dur(d: std::time::Duration) -> Quantity {
@@ -440,30 +318,8 @@ impl RawConfig {
                 .collect(),
             sniff: c.sniff.clone(),
             meter: c.meter.clone(),
-            tenant: RawTenant {
-                sources: StringList(c.tenant.sources.iter().map(|s| s.as_str().into()).collect()),
-                header: c.tenant.header.to_string(),
-                salt: REDACTED.into(),
-            },
-            telemetry: RawTelemetry {
-                otlp_enabled: t.otlp_enabled,
-                otlp_endpoint: t.otlp_endpoint.clone(),
-                otlp_protocol: t.otlp_protocol,
-                otlp_headers: redacted_map(&t.otlp_headers),
-                service_name: t.service_name.clone(),
-                resource_attributes: plain_map(&t.resource_attributes),
-                metrics_export_interval: dur(t.metrics_export_interval),
-                otlp_timeout: dur(t.otlp_timeout),
-                span_queue_size: t.span_queue_size,
-                max_models: t.max_models,
-                max_tenants: t.max_tenants,
-                max_series: t.max_series,
-                redact_headers: StringList(
-                    t.redact_headers.iter().map(|h| h.to_string()).collect(),
-                ),
-                access_log: t.access_log,
-                log_format: t.log_format,
-            },
+            tenant: c.tenant.clone(),
+            telemetry: t.clone(),
             live: t.live.clone(),
             slo: t.slo.slos.iter().map(raw_slo).collect(),
             alerts: t.slo.alerts.as_ref().map(raw_alerts),

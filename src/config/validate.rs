@@ -11,10 +11,10 @@ use figment::error::Kind;
 use figment::value::Value;
 use figment::{Figment, Metadata, Source};
 
-use super::raw::{Quantity, RawConfig, RawRoute, RawTelemetry, RawTenant};
+use super::raw::{Quantity, RawConfig, RawRoute};
 use super::{
     ADMIN_OFF, Config, ConfigError, DEFAULT_ADMIN_LISTEN, RouteConfig, TelemetryConfig,
-    TenantConfig, TenantSource, UpstreamConfig, parse,
+    UpstreamConfig, parse,
 };
 use super::{DisconnectMode, OnClientDisconnect};
 use super::{LiveConfig, SloSettings};
@@ -150,13 +150,6 @@ impl<'a> Cx<'a> {
         Ok(n)
     }
 
-    fn count(&self, path: &str, n: usize) -> Result<usize, ConfigError> {
-        if n == 0 {
-            return Err(self.invalid(path, "must be at least 1"));
-        }
-        Ok(n)
-    }
-
     fn addr(&self, path: &str, s: &str) -> Result<SocketAddr, ConfigError> {
         s.trim().parse().map_err(|_| {
             self.invalid(
@@ -249,7 +242,7 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         routes,
         sniff: raw.sniff.clone(),
         meter: raw.meter.clone(),
-        tenant: tenant(&cx, &raw.tenant)?,
+        tenant: raw.tenant.clone(),
         telemetry: telemetry(&cx, &raw.telemetry, live, slo)?,
     })
 }
@@ -369,40 +362,6 @@ fn disconnect(
     }
 }
 
-fn tenant(cx: &Cx, t: &RawTenant) -> Result<TenantConfig, ConfigError> {
-    let mut sources = Vec::new();
-    for name in &t.sources.0 {
-        let s = match name.trim() {
-            "header" => TenantSource::Header,
-            "body" => TenantSource::Body,
-            "api_key" => TenantSource::ApiKey,
-            other => {
-                return Err(cx.invalid(
-                    "tenant.sources",
-                    format!(
-                        "unknown tenant source `{other}`; expected `header`, `body` or `api_key`"
-                    ),
-                ));
-            }
-        };
-        if sources.contains(&s) {
-            return Err(cx.invalid("tenant.sources", format!("`{name}` is listed twice")));
-        }
-        sources.push(s);
-    }
-    if t.salt.is_empty() {
-        return Err(cx.invalid(
-            "tenant.salt",
-            "must not be empty; set a secret shared by all replicas",
-        ));
-    }
-    Ok(TenantConfig {
-        sources,
-        header: cx.header("tenant.header", &t.header)?,
-        salt: t.salt.clone(),
-    })
-}
-
 /// Most buckets per series (`live.window / live.bucket`).
 const MAX_LIVE_BUCKETS: u128 = 10_000;
 /// Upper bounds that keep `[live]` memory in the tens of megabytes.
@@ -437,9 +396,13 @@ fn live(cx: &Cx, l: &LiveConfig) -> Result<LiveConfig, ConfigError> {
 /// instrument and reader), so the limit has a ceiling.
 const MAX_SERIES_CEILING: usize = 20_000;
 
-fn max_series(cx: &Cx, n: usize) -> Result<usize, ConfigError> {
-    let n = cx.count("telemetry.max_series", n)?;
-    if n > MAX_SERIES_CEILING {
+fn telemetry(
+    cx: &Cx,
+    t: &TelemetryConfig,
+    live: LiveConfig,
+    slo: SloSettings,
+) -> Result<TelemetryConfig, ConfigError> {
+    if t.max_series > MAX_SERIES_CEILING {
         return Err(cx.invalid(
             "telemetry.max_series",
             format!(
@@ -447,55 +410,9 @@ fn max_series(cx: &Cx, n: usize) -> Result<usize, ConfigError> {
             ),
         ));
     }
-    Ok(n)
-}
-
-fn telemetry(
-    cx: &Cx,
-    t: &RawTelemetry,
-    live: LiveConfig,
-    slo: SloSettings,
-) -> Result<TelemetryConfig, ConfigError> {
-    let otlp_endpoint = t
-        .otlp_endpoint
-        .as_deref()
-        .map(|e| parse::endpoint_url(e).map_err(|m| cx.invalid("telemetry.otlp_endpoint", m)))
-        .transpose()?;
-    if t.service_name.trim().is_empty() {
-        return Err(cx.invalid("telemetry.service_name", "must not be empty"));
-    }
-    let redact_headers = t
-        .redact_headers
-        .0
-        .iter()
-        .map(|h| cx.header("telemetry.redact_headers", h))
-        .collect::<Result<_, _>>()?;
-    for k in t.otlp_headers.keys() {
-        cx.header("telemetry.otlp_headers", k)?;
-    }
-    let pairs = |m: &std::collections::BTreeMap<String, String>| {
-        m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-    };
     Ok(TelemetryConfig {
-        otlp_enabled: t.otlp_enabled,
-        otlp_endpoint,
-        otlp_protocol: t.otlp_protocol,
-        otlp_headers: pairs(&t.otlp_headers),
-        service_name: t.service_name.clone(),
-        resource_attributes: pairs(&t.resource_attributes),
-        metrics_export_interval: cx.positive(
-            "telemetry.metrics_export_interval",
-            &t.metrics_export_interval,
-        )?,
-        otlp_timeout: cx.positive("telemetry.otlp_timeout", &t.otlp_timeout)?,
-        span_queue_size: cx.count("telemetry.span_queue_size", t.span_queue_size)?,
-        max_models: cx.count("telemetry.max_models", t.max_models)?,
-        max_tenants: cx.count("telemetry.max_tenants", t.max_tenants)?,
-        max_series: max_series(cx, t.max_series)?,
-        redact_headers,
-        access_log: t.access_log,
-        log_format: t.log_format,
         live,
         slo,
+        ..t.clone()
     })
 }
