@@ -408,32 +408,63 @@ pub struct SloSettings {
 
 /// One `[[slo]]`: objectives over rolling windows for the requests its
 /// selector (route and/or model glob) matches.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SloConfig {
     /// Name used in logs, metrics, span marks and webhook events.
     pub name: String,
     /// Only this configured route; `None` = every route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<String>,
     /// Model glob (`*`, `?`); `Some` = one verdict per matching model,
     /// `None` = one verdict for the whole selection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Rolling window the objectives are checked over.
+    #[serde(with = "units::positive", default = "slo_window")]
     pub window: Duration,
     /// Fewer requests (or values) than this in the window: no verdict.
+    #[serde(default = "slo_min_requests")]
     pub min_requests: u64,
     /// Breach when TTFT p95 is above this.
+    #[serde(
+        with = "units::opt_positive",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub ttft_p95: Option<Duration>,
     /// Breach when decode tokens/s p50 is below this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_tps_p50_min: Option<f64>,
     /// Breach when the largest stall in the window is above this.
+    #[serde(
+        with = "units::opt_positive",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub max_stall: Option<Duration>,
     /// Breach when errors / requests is above this (0..1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_ratio: Option<f64>,
     /// Breach when decode tokens/s p50 is more than this share (0..1)
     /// below its own p50 over `baseline_window`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_tps_drop: Option<f64>,
     /// Baseline span for `decode_tps_drop` (at most `live.window`).
+    #[serde(with = "units::duration", default = "slo_baseline_window")]
     pub baseline_window: Duration,
+}
+
+fn slo_window() -> Duration {
+    Duration::from_secs(5 * 60)
+}
+
+fn slo_min_requests() -> u64 {
+    10
+}
+
+fn slo_baseline_window() -> Duration {
+    Duration::from_secs(60 * 60)
 }
 
 /// Webhook body shape.

@@ -2,16 +2,14 @@
 //! env, flags) with the built-in defaults; `validate` turns them into `Config`.
 
 use std::collections::BTreeMap;
-use std::fmt;
+use std::time::Duration;
 
-use serde::de::{self, Deserializer, Visitor};
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
-use super::parse::fmt_duration;
-use super::units::REDACTED;
+use super::units::{self, REDACTED};
 use super::{
     AlertFormat, Config, DisconnectMode, LiveConfig, MeterConfig, OnClientDisconnect, ServerConfig,
-    SniffConfig, TelemetryConfig, TenantConfig, TenantSource, UpstreamConfig,
+    SloConfig, SniffConfig, TelemetryConfig, TenantConfig, TenantSource, UpstreamConfig,
 };
 use crate::providers::ProviderKind;
 
@@ -45,7 +43,7 @@ pub(super) struct RawConfig {
     pub live: LiveConfig,
     /// `[[slo]]`: slowdown objectives.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub slo: Vec<RawSlo>,
+    pub slo: Vec<SloConfig>,
     /// `[alerts]`: webhook for SLO breach and recovery events.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub alerts: Option<RawAlerts>,
@@ -80,8 +78,12 @@ pub(super) struct RawRoute {
     #[serde(default, skip_serializing_if = "is_cancel")]
     pub on_client_disconnect: DisconnectMode,
     /// Drain bound for this route; unset = `upstream.drain_timeout`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub drain_timeout: Option<Quantity>,
+    #[serde(
+        with = "units::opt_positive",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub drain_timeout: Option<Duration>,
 }
 
 fn is_cancel(m: &DisconnectMode) -> bool {
@@ -90,56 +92,6 @@ fn is_cancel(m: &DisconnectMode) -> bool {
 
 fn root_prefix() -> String {
     "/".into()
-}
-
-/// One `[[slo]]` entry.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawSlo {
-    /// Name in logs, metrics, span marks and webhook events.
-    pub name: String,
-    /// Only this configured route.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub route: Option<String>,
-    /// Model glob; set = one verdict per matching model.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    /// Rolling window the objectives are checked over.
-    #[serde(default = "slo_window")]
-    pub window: Quantity,
-    /// Fewer requests than this in the window: no verdict.
-    #[serde(default = "slo_min_requests")]
-    pub min_requests: u64,
-    /// Breach when TTFT p95 is above this duration.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttft_p95: Option<Quantity>,
-    /// Breach when decode tokens/s p50 is below this.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decode_tps_p50_min: Option<f64>,
-    /// Breach when the largest stall is above this duration.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_stall: Option<Quantity>,
-    /// Breach when errors / requests is above this (0..1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_ratio: Option<f64>,
-    /// Breach when decode tokens/s p50 falls more than this share below its baseline.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decode_tps_drop: Option<f64>,
-    /// Baseline span for `decode_tps_drop`.
-    #[serde(default = "slo_baseline_window")]
-    pub baseline_window: Quantity,
-}
-
-fn slo_window() -> Quantity {
-    Quantity::text("5m")
-}
-
-fn slo_min_requests() -> u64 {
-    10
-}
-
-fn slo_baseline_window() -> Quantity {
-    Quantity::text("1h")
 }
 
 /// `[alerts]`
@@ -151,9 +103,11 @@ pub(super) struct RawAlerts {
     /// `json` or `slack`.
     pub format: AlertFormat,
     /// At most one POST per SLO per this interval.
-    pub min_interval: Quantity,
+    #[serde(with = "units::duration")]
+    pub min_interval: Duration,
     /// Limit for one POST attempt.
-    pub timeout: Quantity,
+    #[serde(with = "units::positive")]
+    pub timeout: Duration,
     /// Retries after network errors, timeouts, 5xx and 429.
     pub max_retries: u32,
     /// Extra request headers; values are redacted when the config is shown.
@@ -165,8 +119,8 @@ impl Default for RawAlerts {
         RawAlerts {
             webhook_url: String::new(),
             format: AlertFormat::Json,
-            min_interval: Quantity::text("1m"),
-            timeout: Quantity::text("10s"),
+            min_interval: Duration::from_secs(60),
+            timeout: Duration::from_secs(10),
             max_retries: 5,
             headers: BTreeMap::new(),
         }
@@ -193,67 +147,6 @@ impl Default for RawConfig {
     }
 }
 
-/// A duration or size as written: a string with a unit or a bare number.
-/// Kept raw so validation can say *why* `5` is not a duration.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) enum Quantity {
-    Int(i64),
-    Float(f64),
-    Text(String),
-}
-
-impl Quantity {
-    fn text(s: &str) -> Self {
-        Quantity::Text(s.into())
-    }
-
-    /// The value as text, for the unit parsers.
-    pub fn as_text(&self) -> String {
-        match self {
-            Quantity::Int(n) => n.to_string(),
-            Quantity::Float(f) => f.to_string(),
-            Quantity::Text(s) => s.clone(),
-        }
-    }
-}
-
-impl Serialize for Quantity {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Quantity::Int(n) => s.serialize_i64(*n),
-            Quantity::Float(f) => s.serialize_f64(*f),
-            Quantity::Text(t) => s.serialize_str(t),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Quantity {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Quantity;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string with a unit, like \"5s\" or \"8MiB\"")
-            }
-            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Quantity, E> {
-                Ok(Quantity::Int(n))
-            }
-            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Quantity, E> {
-                i64::try_from(n)
-                    .map(Quantity::Int)
-                    .map_err(|_| E::custom(format!("{n} is too large")))
-            }
-            fn visit_f64<E: de::Error>(self, n: f64) -> Result<Quantity, E> {
-                Ok(Quantity::Float(n))
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Quantity, E> {
-                Ok(Quantity::text(s))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
 impl TenantSource {
     /// The name used in config.
     pub fn as_str(self) -> &'static str {
@@ -263,10 +156,6 @@ impl TenantSource {
             TenantSource::ApiKey => "api_key",
         }
     }
-}
-
-fn dur(d: std::time::Duration) -> Quantity {
-    Quantity::Text(fmt_duration(d))
 }
 
 impl RawConfig {
@@ -310,7 +199,7 @@ impl RawConfig {
                     },
                     drain_timeout: match r.on_client_disconnect {
                         OnClientDisconnect::Drain { timeout } if timeout != u.drain_timeout => {
-                            Some(dur(timeout))
+                            Some(timeout)
                         }
                         _ => None,
                     },
@@ -321,25 +210,9 @@ impl RawConfig {
             tenant: c.tenant.clone(),
             telemetry: t.clone(),
             live: t.live.clone(),
-            slo: t.slo.slos.iter().map(raw_slo).collect(),
+            slo: t.slo.slos.clone(),
             alerts: t.slo.alerts.as_ref().map(raw_alerts),
         }
-    }
-}
-
-fn raw_slo(s: &super::SloConfig) -> RawSlo {
-    RawSlo {
-        name: s.name.clone(),
-        route: s.route.clone(),
-        model: s.model.clone(),
-        window: dur(s.window),
-        min_requests: s.min_requests,
-        ttft_p95: s.ttft_p95.map(dur),
-        decode_tps_p50_min: s.decode_tps_p50_min,
-        max_stall: s.max_stall.map(dur),
-        error_ratio: s.error_ratio,
-        decode_tps_drop: s.decode_tps_drop,
-        baseline_window: dur(s.baseline_window),
     }
 }
 
@@ -358,8 +231,8 @@ fn raw_alerts(a: &super::AlertsConfig) -> RawAlerts {
     RawAlerts {
         webhook_url: format!("{scheme}://{authority}{path}"),
         format: a.format,
-        min_interval: dur(a.min_interval),
-        timeout: dur(a.timeout),
+        min_interval: a.min_interval,
+        timeout: a.timeout,
         max_retries: a.max_retries,
         headers: a
             .headers

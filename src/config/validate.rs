@@ -11,7 +11,7 @@ use figment::error::Kind;
 use figment::value::Value;
 use figment::{Figment, Metadata, Source};
 
-use super::raw::{Quantity, RawConfig, RawRoute};
+use super::raw::{RawConfig, RawRoute};
 use super::{
     ADMIN_OFF, Config, ConfigError, DEFAULT_ADMIN_LISTEN, RouteConfig, TelemetryConfig,
     UpstreamConfig, parse,
@@ -117,18 +117,6 @@ impl<'a> Cx<'a> {
                 message: kind_message(kind),
             },
         }
-    }
-
-    fn duration(&self, path: &str, q: &Quantity) -> Result<Duration, ConfigError> {
-        parse::duration(&q.as_text()).map_err(|m| self.invalid(path, m))
-    }
-
-    fn positive(&self, path: &str, q: &Quantity) -> Result<Duration, ConfigError> {
-        let d = self.duration(path, q)?;
-        if d.is_zero() {
-            return Err(self.invalid(path, "must be longer than zero"));
-        }
-        Ok(d)
     }
 
     /// A header-count limit: hyper allocates room for this many per request.
@@ -345,11 +333,7 @@ fn disconnect(
     at: &dyn Fn(&str) -> String,
     default_timeout: Duration,
 ) -> Result<OnClientDisconnect, ConfigError> {
-    let timeout = r
-        .drain_timeout
-        .as_ref()
-        .map(|q| cx.positive(&at("drain_timeout"), q))
-        .transpose()?;
+    let timeout = r.drain_timeout;
     match r.on_client_disconnect {
         DisconnectMode::Drain => Ok(OnClientDisconnect::Drain {
             timeout: timeout.unwrap_or(default_timeout),
