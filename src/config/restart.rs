@@ -52,11 +52,11 @@ fn hidden_change(old: &Config, new: &Config) -> Option<String> {
             return Some("alerts.webhook_url".into());
         }
     }
-    // Debug output covers every field, including ones added after this list.
-    if format!("{:?}", old.server) != format!("{:?}", new.server) {
+    // Every field, including any a rendering does not show.
+    if old.server != new.server {
         return Some("server".into());
     }
-    if format!("{t:?}") != format!("{u:?}") {
+    if t != u {
         return Some("telemetry".into());
     }
     None
