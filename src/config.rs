@@ -66,9 +66,6 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// Serving threads, each with a single-threaded runtime (0 = one per CPU).
     pub threads: usize,
-    /// Scratch key (throwaway, proves the walkthrough).
-    #[serde(with = "units::positive")]
-    pub scratch_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -80,7 +77,6 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             shutdown_grace: Duration::from_secs(30),
             threads: 0,
-            scratch_timeout: Duration::from_secs(7),
         }
     }
 }
