@@ -1,6 +1,12 @@
 //! Configuration: figment layers (defaults < `OTEL_*` env < TOML file <
 //! `TOKENTAP_*` env < CLI flags) in, a validated `Config` out. Figment stays
 //! inside this module; see `docs/CONFIG.md` for every key.
+//!
+//! Each section struct below is at once the file's shape, its defaults
+//! (`impl Default`), the typed value the proxy reads and what `/config`
+//! shows: per-field parsing and bounds are serde helpers (`units`), secrets
+//! are marked on the field. `validate` only adds checks across keys; see
+//! CONTRIBUTING.md, "Add a config key".
 
 mod layers;
 mod parse;

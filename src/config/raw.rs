@@ -1,5 +1,7 @@
-//! The config file's shape: serde structs exactly as written by users (TOML,
-//! env, flags) with the built-in defaults; `validate` turns them into `Config`.
+//! The config file's top-level shape (TOML, env, flags) with the built-in
+//! defaults: the typed sections of `config.rs`, plus the parts whose file
+//! form differs from `Config` (addresses, `[[routes]]`, `[alerts]`), which
+//! `validate` turns into `Config` and `redacted` turns back for `/config`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

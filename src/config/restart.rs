@@ -12,7 +12,8 @@ use super::raw::RawConfig;
 /// thread. A reload that changes one of them is refused; everything else
 /// (routes, `[upstream]`, `[sniff]`, `meter.max_frame_bytes`, `[tenant]`,
 /// `watch_config`) is swapped in. Keys added later to these sections are
-/// restart-only too, which is the safe default.
+/// restart-only too, which is the safe default; a key of a reloadable
+/// section that is read only at start-up needs its own entry here.
 pub const RESTART_ONLY: &[&str] = &[
     "listen",
     "admin_listen",
