@@ -990,38 +990,16 @@ mod tests {
             let line: Line<'_> = serde_json::from_str(text).expect("a fixture line");
             r.binary_lines += usize::from(line.binary);
             let json = line.msg.get().as_bytes();
-            let mut events = Vec::new();
             let result = match line.dir {
-                "client" => parser.client_message(json, &mut |e| record_into(&mut events, e)),
-                "server" => parser.server_message(json, &mut |e| record_into(&mut events, e)),
+                "client" => parser.client_message(json, &mut |e| record(&mut r, e)),
+                "server" => parser.server_message(json, &mut |e| record(&mut r, e)),
                 other => panic!("line {}: unknown direction {other}", n + 1),
             };
-            for e in events {
-                match e {
-                    Recorded::Usage(u) => {
-                        r.usages.push(u);
-                        r.events.push("Usage".to_owned());
-                    }
-                    Recorded::Other(s) => r.events.push(s),
-                }
-            }
             if result.is_err() {
                 r.errors.push(n + 1);
             }
         }
         r
-    }
-
-    enum Recorded {
-        Usage(RealtimeUsage),
-        Other(String),
-    }
-
-    fn record_into(v: &mut Vec<Recorded>, e: SessionEvent<'_>) {
-        v.push(match e {
-            SessionEvent::Usage(u) => Recorded::Usage(u),
-            other => Recorded::Other(format!("{other:?}")),
-        });
     }
 
     #[track_caller]
