@@ -24,7 +24,7 @@ use crate::meter::body::{BoxError, Meter, MeteredBody};
 use crate::meter::drain::{DrainLimits, Drains};
 use crate::meter::tokenize::Tokenizer;
 use crate::meter::{RequestFacts, Unmetered};
-use crate::providers::{self, Operation, Parser, ProviderKind, sigv4};
+use crate::providers::{self, ContentType, Operation, Parser, ProviderKind, ResponseFormat, sigv4};
 use crate::reload::ReloadError;
 use crate::route::{self, Route, Router};
 use crate::server::Shards;
@@ -469,19 +469,18 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let is_sse = content_type
-        .trim_start()
-        .to_ascii_lowercase()
-        .starts_with("text/event-stream");
-    let provider = provider.or_else(|| ProviderKind::detect_response(content_type));
+    // The format is read once; detection, the parser and the meter share it.
+    let format = ContentType::parse(content_type);
+    let is_sse = format.format == ResponseFormat::Sse;
+    let provider = provider.or_else(|| ProviderKind::detect_format(&format));
     let parser = match provider {
         None => Err(Unmetered::UnknownFormat(
             "no provider configured or detected from the path or content type".into(),
         )),
-        Some(kind) => Parser::new(
+        Some(kind) => Parser::for_format(
             kind,
             operation,
-            content_type,
+            format.format,
             state.config.meter.max_frame_bytes,
         )
         .ok_or_else(|| Unmetered::UnknownFormat(format!("content-type {content_type:?}"))),
@@ -490,8 +489,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
         .headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok());
-    let streamed = providers::is_stream_content_type(content_type);
-    meter.on_head(head.status.as_u16(), streamed, parser, encoding);
+    meter.on_head(head.status.as_u16(), format.is_stream(), parser, encoding);
 
     // Restore the stream the client asked for (plain SSE only; a compressed
     // body is forwarded as it came).
