@@ -12,7 +12,6 @@ pub mod gemini;
 pub mod ollama;
 pub mod openai;
 mod scan;
-pub mod sigv4;
 pub mod spec;
 pub mod tgi;
 mod wire;
