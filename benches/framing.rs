@@ -194,6 +194,9 @@ fn websocket_frames(deflate: bool) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// A WebSocket bench case: name, the chunks as read, the sender's deflate.
+type WsCase<'a> = (&'static str, Vec<&'a [u8]>, Option<Deflate>);
+
 fn bench_websocket(c: &mut Criterion) {
     let plain = websocket_frames(false);
     let compressed = websocket_frames(true);
@@ -202,7 +205,7 @@ fn bench_websocket(c: &mut Criterion) {
         no_context_takeover: false,
         max_window_bits: 15,
     };
-    let cases: [(&str, Vec<&[u8]>, Option<Deflate>); 4] = [
+    let cases: [WsCase<'_>; 4] = [
         (
             "server_text/frame_per_chunk",
             plain.iter().map(Vec::as_slice).collect(),
