@@ -1237,8 +1237,9 @@ mod tests {
         compressor()
             .compress_vec(b"final", &mut data, FlushCompress::Finish)
             .expect("compressible");
-        let input = compressed(true, 1, Some(MASK), &data);
-        assert_eq!(messages(make, &input), vec![t("final")]);
+        // Twice: the inflater must be reset after a final block.
+        let input = compressed(true, 1, Some(MASK), &data).repeat(2);
+        assert_eq!(messages(make, &input), vec![t("final"), t("final")]);
     }
 
     #[test]
