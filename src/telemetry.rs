@@ -15,7 +15,7 @@ pub mod prometheus;
 pub mod slo;
 mod span;
 
-pub use self::log::{LogGuard, init_logging};
+pub use self::log::{LogGuard, STARTUP_TARGET, fatal, init_logging, log_filter};
 
 use std::sync::Arc;
 use std::time::Duration;

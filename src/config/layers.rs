@@ -7,7 +7,7 @@ use figment::{Error, Figment, Metadata, Profile, Provider};
 
 use super::parse;
 use super::raw::RawConfig;
-use super::{Cli, ConfigError};
+use super::{ConfigError, Overrides};
 use crate::providers::ProviderKind;
 
 /// Prefix of tokentap's own environment variables.
@@ -209,7 +209,7 @@ pub(super) fn toml_file(path: &std::path::Path) -> Result<Data<Toml>, ConfigErro
 }
 
 /// Command-line flags, each its own layer named after the flag.
-pub(super) fn cli(cli: &Cli) -> Result<Vec<Layer>, ConfigError> {
+pub(super) fn cli(cli: &Overrides) -> Result<Vec<Layer>, ConfigError> {
     let flag = |f: &str| format!("flag --{f}");
     let mut layers = Vec::new();
     if let Some(a) = cli.listen {
@@ -269,7 +269,7 @@ fn serialized<T: serde::Serialize>(v: T) -> Value {
 }
 
 /// `--upstream URL [--provider P]` as the single route `default` on `/`.
-fn upstream_route(cli: &Cli) -> Result<Option<Value>, ConfigError> {
+fn upstream_route(cli: &Overrides) -> Result<Option<Value>, ConfigError> {
     let invalid = |message: String| ConfigError::Invalid {
         key: "routes[0].provider".into(),
         origin: "flag --provider".into(),
@@ -297,7 +297,7 @@ fn upstream_route(cli: &Cli) -> Result<Option<Value>, ConfigError> {
 /// Refuses `--upstream` when routes also come from the file or env.
 pub(super) fn check_upstream_conflict(
     fig: &Figment,
-    cli: &Cli,
+    cli: &Overrides,
     origin: impl Fn(&str) -> String,
 ) -> Result<(), ConfigError> {
     let configured =
