@@ -354,13 +354,32 @@ fn request_host<B>(req: &Request<B>) -> Option<&str> {
     })
 }
 
+/// The 404 message: the path, and the routes that exist, so a client
+/// with the wrong base URL learns the right one.
+fn no_route_message(routes: &[crate::config::RouteConfig], path: &str) -> String {
+    let listed: Vec<String> = routes
+        .iter()
+        .map(|r| match &r.host {
+            Some(h) => format!("{} (host {h}, route {})", r.prefix, r.name),
+            None => format!("{} (route {})", r.prefix, r.name),
+        })
+        .collect();
+    format!(
+        "no route matches {path}; configured prefixes: {}",
+        listed.join(", ")
+    )
+}
+
 async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody> {
     let start = Instant::now();
     let start_wall = SystemTime::now();
     let Some(route) = state.router.find(request_host(&req), req.uri().path()) else {
+        state
+            .telemetry
+            .record_no_route(req.method(), req.uri().path());
         return upstream::error_response(
             StatusCode::NOT_FOUND,
-            "no route matches this path",
+            &no_route_message(&state.config.routes, req.uri().path()),
             "no_route",
         );
     };

@@ -325,6 +325,20 @@ impl Telemetry {
         Ok(prometheus::encode(&metrics, format))
     }
 
+    /// Count and log one request that matched no route (answered 404):
+    /// `tokentap.requests` with only `tokentap.outcome = no_route`, and an
+    /// access-log line with its method and path (never the query, which
+    /// may carry a key).
+    pub fn record_no_route(&self, method: &http::Method, path: &str) {
+        self.inner
+            .instruments
+            .requests
+            .add(1, &[KeyValue::new(OUTCOME, OUTCOME_NO_ROUTE)]);
+        if self.inner.access_log {
+            log::no_route_log(method, path);
+        }
+    }
+
     /// Count one configuration reload attempt (`tokentap.config.reloads`).
     pub fn record_config_reload(&self, success: bool) {
         let result = if success { "success" } else { "failure" };

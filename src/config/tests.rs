@@ -1047,3 +1047,37 @@ fn on_client_disconnect_errors_name_the_key() {
         .to_string();
     assert_mentions(&err, &["upstream.max_drains"]);
 }
+
+#[test]
+fn config_env_tables_take_hyphenated_keys_as_a_list() {
+    let up = ["--upstream", "http://127.0.0.1:9"];
+    let c = load_ok(
+        &up,
+        &[(
+            "TOKENTAP_TELEMETRY__OTLP_HEADERS",
+            "x-api-key=se%20cret,X-Team=llm",
+        )],
+    );
+    assert_eq!(
+        c.telemetry.otlp_headers,
+        vec![
+            ("X-Team".into(), "llm".into()),
+            ("x-api-key".into(), "se cret".into())
+        ],
+        "k=v list, percent-decoded, hyphens kept"
+    );
+    let c = load_ok(
+        &up,
+        &[("TOKENTAP_TELEMETRY__OTLP_HEADERS", r#"{"x-y" = "v"}"#)],
+    );
+    assert_eq!(c.telemetry.otlp_headers, vec![("x-y".into(), "v".into())]);
+    let e = load_err(&up, &[("TOKENTAP_TELEMETRY__OTLP_HEADERS", "novalue")]);
+    assert_mentions(
+        &e,
+        &[
+            "telemetry.otlp_headers",
+            "TOKENTAP_TELEMETRY__OTLP_HEADERS",
+            "k1=v1",
+        ],
+    );
+}

@@ -35,6 +35,18 @@ pub fn access_log(m: &Measurement, span: &opentelemetry_sdk::trace::Span) {
     );
 }
 
+/// The access-log line of a request that matched no route.
+pub(super) fn no_route_log(method: &http::Method, path: &str) {
+    tracing::info!(
+        target: "tokentap::access",
+        status = 404,
+        outcome = super::attrs::OUTCOME_NO_ROUTE,
+        method = method.as_str(),
+        path,
+        "request"
+    );
+}
+
 /// Milliseconds to the microsecond: what the clock readings are worth,
 /// without float noise (`256.14899099999997`).
 fn millis(d: Duration) -> f64 {
