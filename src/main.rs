@@ -41,12 +41,25 @@ fn main() -> ExitCode {
 /// flags, and the files it refers to), printed redacted on stdout; errors
 /// on stderr and exit code 2.
 fn check(flags: &Overrides) -> ExitCode {
+    // The upstream client is built as start-up builds it, which needs a runtime.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tokentap: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let checked = config::load(flags)
         .map_err(|e| format!("configuration error: {e}"))
-        .and_then(|c| match tokentap::app::check(&c) {
-            Ok(()) => Ok(c),
-            Err(e) => Err(format!("{e:#}")),
-        });
+        .and_then(
+            |c| match runtime.block_on(async { tokentap::app::check(&c) }) {
+                Ok(()) => Ok(c),
+                Err(e) => Err(format!("{e:#}")),
+            },
+        );
     match checked {
         Ok(c) => {
             print!("{}", c.redacted_toml());
@@ -112,8 +125,8 @@ async fn run(
     if let Some(admin) = running.admin_addr {
         tracing::info!(
             target: tokentap::telemetry::STARTUP_TARGET,
-            "tokentap admin listening on {admin}: dashboard http://{admin}/, \
-             /metrics, /healthz, /readyz, /config"
+            "tokentap admin listening on {admin} (dashboard http://{admin}/, \
+             /metrics, /healthz, /readyz, /config)"
         );
     }
     tokio::select! {

@@ -175,7 +175,12 @@ where
         // One drain per serving thread: the thread's name tells them apart.
         let current = std::thread::current();
         let thread = current.name().unwrap_or("serving thread");
-        tracing::info!(thread, connections = self.graceful.count(), ?grace, "draining");
+        tracing::info!(
+            thread,
+            connections = self.graceful.count(),
+            ?grace,
+            "draining"
+        );
         tokio::select! {
             _ = self.graceful.shutdown() => tracing::info!(thread, "drained"),
             _ = tokio::time::sleep(grace) => {

@@ -126,3 +126,83 @@ pub fn log_filter(rust_log: Option<&str>) -> (tracing_subscriber::EnvFilter, Opt
         Err(_) => (filter, bad),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The lines `RUST_LOG=rust_log` lets through of: one access line, one
+    /// diagnostic, one start-up line.
+    fn shown(rust_log: Option<&str>) -> String {
+        let buf = Buf::default();
+        let out = buf.clone();
+        let (filter, bad) = log_filter(rust_log);
+        assert_eq!(bad, None, "{rust_log:?} parses");
+        let sub = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(move || out.clone())
+            .finish();
+        tracing::subscriber::with_default(sub, || {
+            tracing::info!(target: "tokentap::access", "ACCESS");
+            tracing::info!(target: "tokentap::server", "DIAGNOSTIC");
+            tracing::info!(target: STARTUP_TARGET, "STARTUP");
+        });
+        String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+    }
+
+    /// The forms docs/METRICS.md ("Access log") documents.
+    #[test]
+    fn documented_rust_log_forms() {
+        let all = shown(None);
+        assert!(
+            ["ACCESS", "DIAGNOSTIC", "STARTUP"]
+                .iter()
+                .all(|w| all.contains(w)),
+            "{all}"
+        );
+        let no_access = shown(Some("info,tokentap::access=off"));
+        assert!(!no_access.contains("ACCESS"), "{no_access}");
+        assert!(
+            no_access.contains("DIAGNOSTIC") && no_access.contains("STARTUP"),
+            "{no_access}"
+        );
+        let bare = shown(Some("tokentap::access=off"));
+        assert!(
+            !bare.contains("ACCESS") && !bare.contains("DIAGNOSTIC"),
+            "{bare}"
+        );
+        assert!(
+            bare.contains("STARTUP"),
+            "start-up lines survive any filter: {bare}"
+        );
+        let warn = shown(Some("warn"));
+        assert!(
+            !warn.contains("DIAGNOSTIC") && warn.contains("STARTUP"),
+            "{warn}"
+        );
+        let (_, bad) = log_filter(Some("tokentap=loud"));
+        assert!(bad.is_some(), "an invalid RUST_LOG is reported");
+    }
+
+    #[test]
+    fn log_numbers_are_rounded() {
+        assert_eq!(millis(Duration::from_nanos(256_148_990)), 256.149);
+        assert_eq!(round3(41.123_456_7), 41.123);
+    }
+}
