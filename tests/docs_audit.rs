@@ -24,11 +24,15 @@ fn help(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// One invocation: subcommand (`""` = none), flags, the text, and whether
+/// it sits in a fenced block (an inline span may be a log line instead).
+type Invocation = (String, Vec<String>, String, bool);
+
 /// Every `tokentap …` / `cargo run --release -- …` invocation in code
-/// (fenced blocks and inline spans), as (subcommand, flags).
-fn invocations(doc: &str) -> Vec<(String, Vec<String>, String)> {
+/// (fenced blocks and inline spans).
+fn invocations(doc: &str) -> Vec<Invocation> {
     let mut found = Vec::new();
-    let mut code: Vec<String> = Vec::new();
+    let mut code: Vec<(String, bool)> = Vec::new();
     let mut fenced = false;
     for line in doc.lines() {
         if line.trim_start().starts_with("```") {
@@ -36,12 +40,17 @@ fn invocations(doc: &str) -> Vec<(String, Vec<String>, String)> {
             continue;
         }
         if fenced {
-            code.push(line.to_owned());
+            code.push((line.to_owned(), true));
         } else {
-            code.extend(line.split('`').skip(1).step_by(2).map(str::to_owned));
+            code.extend(
+                line.split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .map(|c| (c.to_owned(), false)),
+            );
         }
     }
-    for text in code {
+    for (text, fenced) in code {
         for start in ["cargo run --release -- ", "tokentap "] {
             let Some(at) = text.find(start) else { continue };
             // `tokentap` as a word of its own, not a path or a name.
@@ -58,7 +67,7 @@ fn invocations(doc: &str) -> Vec<(String, Vec<String>, String)> {
             };
             let flags = words
                 .iter()
-                .filter(|w| w.starts_with("--"))
+                .filter(|w| w.trim_start_matches('[').starts_with("--"))
                 .map(|w| {
                     w.split(['=', ']', '`', ')'])
                         .next()
@@ -67,7 +76,7 @@ fn invocations(doc: &str) -> Vec<(String, Vec<String>, String)> {
                         .to_owned()
                 })
                 .collect();
-            found.push((sub, flags, text.clone()));
+            found.push((sub, flags, text.clone(), fenced));
             break;
         }
     }
@@ -88,14 +97,13 @@ fn documented_commands_and_flags_exist() {
     }
     let mut checked = 0;
     for (name, doc) in DOCS {
-        for (sub, flags, line) in invocations(doc) {
-            // A word after the binary that is not a subcommand is a
-            // placeholder (`tokentap SUBCOMMAND`) or prose.
+        for (sub, flags, line, fenced) in invocations(doc) {
+            // Outside a command block, or in upper case (`SUBCOMMAND`), a
+            // word after the binary that is no subcommand is prose or a
+            // placeholder; in a command block it is a mistake.
             if !sub.is_empty() && !helps.contains_key(&sub) {
                 assert!(
-                    sub.chars()
-                        .all(|c| c.is_ascii_uppercase() || c == '[' || c == ']')
-                        || !sub.chars().all(|c| c.is_ascii_lowercase()),
+                    !fenced || !sub.chars().all(|c| c.is_ascii_lowercase()),
                     "{name}: `{line}` uses subcommand `{sub}`, which does not exist"
                 );
                 continue;
@@ -142,8 +150,15 @@ fn known_keys(section: &str) -> BTreeSet<String> {
 fn documented_config_keys_exist() {
     let doc = DOCS[1].1;
     let mut section: Option<String> = None;
+    let mut key_table = false;
     let mut checked = 0;
     for line in doc.lines() {
+        // Only rows of `| key | … |` tables name keys.
+        if line.starts_with("| key |") {
+            key_table = true;
+        } else if !line.starts_with('|') {
+            key_table = false;
+        }
         if let Some(h) = line.strip_prefix("### ") {
             section = match h {
                 "Top level" => Some(String::new()),
@@ -156,7 +171,7 @@ fn documented_config_keys_exist() {
             section = None;
         }
         let Some(s) = &section else { continue };
-        let Some(cell) = line.strip_prefix("| `") else {
+        let Some(cell) = line.strip_prefix("| `").filter(|_| key_table) else {
             continue;
         };
         let key = cell.split('`').next().unwrap();
