@@ -192,7 +192,7 @@ mod tests {
         else {
             panic!("expected run");
         };
-        assert_eq!(p.listen, Some("127.0.0.1:1".parse().unwrap()));
+        assert_eq!(p.listen, Some("127.0.0.1:1".parse().expect("addr")));
         let o = p.overrides();
         assert_eq!(o.log_format, Some(LogFormat::Json));
         assert_eq!(o.listen, p.listen);
@@ -240,7 +240,7 @@ mod tests {
         let Ok(Command::Simulate(s)) = parse(&["simulate", "--listen", "127.0.0.1:7"]) else {
             panic!("expected simulate");
         };
-        assert_eq!(s.listen, "127.0.0.1:7".parse::<SocketAddr>().unwrap());
+        assert_eq!(s.listen, "127.0.0.1:7".parse::<SocketAddr>().expect("addr"));
         let Ok(Command::Demo(d)) = parse(&["demo", "--admin-listen", "off", "--duration", "3"])
         else {
             panic!("expected demo");

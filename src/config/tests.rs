@@ -56,10 +56,12 @@ pub(super) fn cli(args: &[&str]) -> Overrides {
             "--provider" => o.provider = Some(v),
             "--listen" => o.listen = Some(v.parse().expect("listen address")),
             "--admin-listen" => o.admin_listen = Some(v),
-            "--log-format" => o.log_format = Some(serde::Deserialize::deserialize(de()).unwrap()),
+            "--log-format" => {
+                o.log_format = Some(serde::Deserialize::deserialize(de()).expect("flag value"))
+            }
             "--otlp-endpoint" => o.otlp_endpoint = Some(v),
             "--otlp-protocol" => {
-                o.otlp_protocol = Some(serde::Deserialize::deserialize(de()).unwrap())
+                o.otlp_protocol = Some(serde::Deserialize::deserialize(de()).expect("flag value"))
             }
             other => panic!("no such flag in these tests: {other}"),
         }

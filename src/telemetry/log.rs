@@ -139,7 +139,7 @@ mod tests {
 
     impl Write for Buf {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
+            self.0.lock().expect("lock").extend_from_slice(b);
             Ok(b.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
@@ -163,7 +163,7 @@ mod tests {
             tracing::info!(target: "tokentap::server", "DIAGNOSTIC");
             tracing::info!(target: STARTUP_TARGET, "STARTUP");
         });
-        String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+        String::from_utf8(buf.0.lock().expect("lock").clone()).expect("utf-8")
     }
 
     /// The forms docs/METRICS.md ("Access log") documents.
