@@ -13,6 +13,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod error;
 pub mod framing;
 pub mod meter;
 pub mod providers;
