@@ -195,21 +195,31 @@ fn client_changed(old: &UpstreamConfig, new: &UpstreamConfig) -> bool {
     new.ca_file.is_some() || old != new
 }
 
+/// What start-up reads besides the configuration itself (the CA file),
+/// checked without binding anything: `tokentap check`.
+pub fn check(config: &Config) -> anyhow::Result<()> {
+    Client::new(&config.upstream)?;
+    Ok(())
+}
+
 /// Bind the listener and start serving. Must run inside a tokio runtime.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
-    let telemetry = Arc::new(match config.admin_listen {
-        Some(_) => Telemetry::init_with_prometheus(&config.telemetry)?,
-        None => Telemetry::init(&config.telemetry)?,
-    });
     let client = Client::new(&config.upstream)?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("listen {}: {e}", config.listen))?;
     let addr = listener.local_addr()?;
     // After the proxy's bind, so a clash costs the admin port, not the proxy.
+    let admin_listener = admin::bind(&config).await?;
+    // After both binds: a start that fails there leaves no exporter behind
+    // to log its own shutdown.
+    let telemetry = Arc::new(match config.admin_listen {
+        Some(_) => Telemetry::init_with_prometheus(&config.telemetry)?,
+        None => Telemetry::init(&config.telemetry)?,
+    });
     let readiness = Readiness::new();
     let config_view = ConfigView::new(&config);
-    let admin = admin::bind(&config).await?.map(|l| {
+    let admin = admin_listener.map(|l| {
         let state = AdminState {
             telemetry: telemetry.clone(),
             readiness: readiness.clone(),

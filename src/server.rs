@@ -172,11 +172,19 @@ where
     /// close the rest.
     async fn drain(mut self, grace: Duration) {
         self.draining.send_replace(true);
-        tracing::info!(connections = self.graceful.count(), ?grace, "draining");
+        // One drain per serving thread: the thread's name tells them apart.
+        let current = std::thread::current();
+        let thread = current.name().unwrap_or("serving thread");
+        tracing::info!(
+            thread,
+            connections = self.graceful.count(),
+            ?grace,
+            "draining"
+        );
         tokio::select! {
-            _ = self.graceful.shutdown() => tracing::info!("drained"),
+            _ = self.graceful.shutdown() => tracing::info!(thread, "drained"),
             _ = tokio::time::sleep(grace) => {
-                tracing::warn!(connections = self.tasks.len(), "shutdown grace expired; closing the rest");
+                tracing::warn!(thread, connections = self.tasks.len(), "shutdown grace expired; closing the rest");
                 self.tasks.abort_all();
             }
         }

@@ -15,7 +15,7 @@ pub mod prometheus;
 pub mod slo;
 mod span;
 
-pub use self::log::{LogGuard, init_logging};
+pub use self::log::{LogGuard, STARTUP_TARGET, fatal, init_logging, log_filter};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -323,6 +323,20 @@ impl Telemetry {
             .collect()
             .map_err(|e| TelemetryError(format!("metric collection failed: {e}")))?;
         Ok(prometheus::encode(&metrics, format))
+    }
+
+    /// Count and log one request that matched no route (answered 404):
+    /// `tokentap.requests` with only `tokentap.outcome = no_route`, and an
+    /// access-log line with its method and path (never the query, which
+    /// may carry a key).
+    pub fn record_no_route(&self, method: &http::Method, path: &str) {
+        self.inner
+            .instruments
+            .requests
+            .add(1, &[KeyValue::new(OUTCOME, OUTCOME_NO_ROUTE)]);
+        if self.inner.access_log {
+            log::no_route_log(method, path);
+        }
     }
 
     /// Count one configuration reload attempt (`tokentap.config.reloads`).

@@ -168,10 +168,13 @@ struct Admitted<'s> {
 /// Step 1: find the route and the upstream target, or refuse.
 fn admit<'s>(state: &'s State, req: &Request<Incoming>) -> Result<Admitted<'s>, ProxyError> {
     let Some(route) = state.router.find(request_host(req), req.uri().path()) else {
+        state
+            .telemetry
+            .record_no_route(req.method(), req.uri().path());
         return Err(ProxyError::client(
             StatusCode::NOT_FOUND,
             "no_route",
-            "no route matches this path",
+            no_route_message(&state.config.routes, req.uri().path()),
         ));
     };
     let upstream_uri = route.upstream_uri(req.uri()).map_err(|e| {
@@ -189,6 +192,22 @@ fn admit<'s>(state: &'s State, req: &Request<Incoming>) -> Result<Admitted<'s>, 
         provider: route.provider.or_else(|| ProviderKind::detect(path)),
         path: path.to_owned(),
     })
+}
+
+/// The 404 message: the path, and the routes that exist, so a client
+/// with the wrong base URL learns the right one.
+fn no_route_message(routes: &[crate::config::RouteConfig], path: &str) -> String {
+    let listed: Vec<String> = routes
+        .iter()
+        .map(|r| match &r.host {
+            Some(h) => format!("{} (host {h}, route {})", r.prefix, r.name),
+            None => format!("{} (route {})", r.prefix, r.name),
+        })
+        .collect();
+    format!(
+        "no route matches {path}; configured prefixes: {}",
+        listed.join(", ")
+    )
 }
 
 /// The request's host without port: the URI authority (HTTP/2, absolute

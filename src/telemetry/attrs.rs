@@ -46,6 +46,9 @@ pub const ERROR_TYPE: &str = "error.type";
 pub const ROUTE: &str = "tokentap.route";
 pub const TENANT: &str = "tokentap.tenant";
 pub const OUTCOME: &str = "tokentap.outcome";
+/// `tokentap.outcome` of a request that matched no route (answered 404,
+/// never forwarded, so it has no route, provider or measurement).
+pub const OUTCOME_NO_ROUTE: &str = "no_route";
 pub const TOKENS_ESTIMATED: &str = "tokentap.tokens.estimated";
 pub const TOKENS_SOURCE: &str = "tokentap.tokens.source";
 pub const DECODE_TPS: &str = "tokentap.decode.tokens_per_second";
