@@ -31,6 +31,7 @@ use crate::server::Shards;
 use crate::sniff::{Replay, Sniffed};
 use crate::telemetry::Telemetry;
 use crate::upstream::{self, Client};
+use crate::websocket::{self, Sessions};
 use crate::{rewrite, sniff};
 
 /// How long stopped drains get to record before telemetry is flushed.
@@ -47,6 +48,8 @@ struct State {
     tokenizer: Arc<Tokenizer>,
     /// Upstream bodies read on after their client left (drain routes).
     drains: Arc<Drains>,
+    /// WebSocket sessions being relayed.
+    sessions: Arc<Sessions>,
 }
 
 /// A running tokentap instance.
@@ -68,6 +71,7 @@ pub struct Running {
     /// What `/config` shows.
     config_view: ConfigView,
     drains: Arc<Drains>,
+    sessions: Arc<Sessions>,
     shutdown_grace: std::time::Duration,
 }
 
@@ -91,6 +95,10 @@ impl Running {
         }
         self.drains.stop();
         let _ = tokio::time::timeout(DRAIN_STOP_WAIT, self.drains.wait_idle()).await;
+        // WebSocket sessions get the grace period too, then a close frame.
+        let _ = tokio::time::timeout_at(grace_ends, self.sessions.wait_idle()).await;
+        self.sessions.stop();
+        let _ = tokio::time::timeout(DRAIN_STOP_WAIT, self.sessions.wait_idle()).await;
         if let Some(admin) = self.admin {
             admin.shutdown().await;
         }
@@ -112,6 +120,11 @@ impl Running {
     /// Upstream bodies being read on after their client left.
     pub fn drains_active(&self) -> usize {
         self.drains.active()
+    }
+
+    /// WebSocket sessions being relayed.
+    pub fn sessions_active(&self) -> usize {
+        self.sessions.active()
     }
 
     /// Whether the active configuration asks for the config file to be watched.
@@ -155,6 +168,7 @@ impl Running {
             telemetry: current.telemetry.clone(),
             tokenizer: current.tokenizer.clone(),
             drains: current.drains.clone(),
+            sessions: current.sessions.clone(),
             config,
         }));
         Ok(())
@@ -194,9 +208,13 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let drains = Drains::new(config.upstream.max_drains);
     let observed = drains.clone();
     telemetry.observe_drains(move || observed.active() as u64);
+    let sessions = Sessions::new();
+    let observed = sessions.clone();
+    telemetry.observe_sessions(move || observed.active() as u64);
     let shutdown_grace = config.server.shutdown_grace;
     let state = Arc::new(ArcSwap::from_pointee(State {
         drains: drains.clone(),
+        sessions: sessions.clone(),
         router: Router::new(&config.routes),
         client,
         telemetry: telemetry.clone(),
@@ -221,6 +239,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         state,
         config_view,
         drains,
+        sessions,
         shutdown_grace,
     })
 }
@@ -364,6 +383,9 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
             );
         }
     };
+    if websocket::is_upgrade(&req) {
+        return websocket_session(&state, route, upstream_uri, req, start, start_wall).await;
+    }
     let (mut parts, body) = req.into_parts();
     let path = route.strip(parts.uri.path()).unwrap_or(parts.uri.path());
     let (operation, provider) = (
@@ -519,4 +541,72 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
         body = body.drain_on_disconnect(state.drains.clone(), limits);
     }
     Response::from_parts(head, ProxyBody::Metered(Box::new(body)))
+}
+
+/// A WebSocket upgrade: the handshake forwarded, then the session relayed
+/// (`websocket`); an upstream answer other than `101` is metered like any
+/// response.
+async fn websocket_session(
+    state: &State,
+    route: &Route,
+    upstream_uri: http::Uri,
+    req: Request<Incoming>,
+    start: Instant,
+    start_wall: SystemTime,
+) -> Response<ProxyBody> {
+    let path = route.strip(req.uri().path()).unwrap_or(req.uri().path());
+    let path_and_query = match req.uri().query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
+    };
+    let provider = route.provider.or_else(|| ProviderKind::detect(path));
+    let facts = RequestFacts {
+        route: route.name.clone(),
+        provider: provider.unwrap_or(ProviderKind::Openai),
+        operation: Some(Operation::Responses),
+        request_model: websocket::model_from_path(&path_and_query),
+        stream: true,
+        tenant: route::resolve_tenant(&state.config.tenant, req.headers(), None),
+        server_address: route.server_address.clone(),
+        server_port: route.server_port,
+        request_body: crate::meter::RequestBody::Empty,
+        start_wall,
+        start,
+    };
+    let handshake = websocket::Handshake {
+        client: &state.client,
+        telemetry: &state.telemetry,
+        sessions: &state.sessions,
+        config: state.config.websocket.clone(),
+        upstream_uri,
+        facts,
+        path_and_query,
+    };
+    match websocket::upgrade(handshake, req).await {
+        websocket::Answer::Local(res) => res.map(ProxyBody::Local),
+        websocket::Answer::Upstream(res, mut meter) => {
+            let (head, body) = res.into_parts();
+            let content_type = head
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let parser = Parser::new(
+                meter.facts().provider,
+                meter.facts().operation,
+                content_type,
+                state.config.meter.max_frame_bytes,
+            )
+            .ok_or_else(|| Unmetered::UnknownFormat(format!("content-type {content_type:?}")));
+            let encoding = head
+                .headers
+                .get(header::CONTENT_ENCODING)
+                .and_then(|v| v.to_str().ok());
+            meter.on_head(head.status.as_u16(), false, parser, encoding);
+            let cfg = &state.config.upstream;
+            let body = upstream::ResponseBody::Shared(body);
+            let body = MeteredBody::new(body, meter, cfg.idle_timeout, cfg.total_timeout);
+            Response::from_parts(head, ProxyBody::Metered(Box::new(body)))
+        }
+    }
 }

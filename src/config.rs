@@ -40,6 +40,7 @@ pub struct Config {
     pub routes: Vec<RouteConfig>,
     pub sniff: SniffConfig,
     pub meter: MeterConfig,
+    pub websocket: WebsocketConfig,
     pub tenant: TenantConfig,
     pub telemetry: TelemetryConfig,
 }
@@ -145,6 +146,18 @@ pub struct MeterConfig {
     /// Count tokens with the model family's tokenizer (OpenAI encodings,
     /// off the request path) when a stream carries no usage.
     pub tokenizer: bool,
+}
+
+/// WebSocket sessions (upgrades relayed end to end). A session keeps the
+/// values it started with across reloads.
+#[derive(Debug, Clone)]
+pub struct WebsocketConfig {
+    /// Sessions relayed at once; an upgrade beyond it is answered 503.
+    pub max_sessions: usize,
+    /// Close a session after this long without a byte either way; `None` = never.
+    pub idle_timeout: Option<Duration>,
+    /// Largest message the session's metering reads; larger ones pass unread.
+    pub max_message_bytes: usize,
 }
 
 /// Where a request's tenant comes from.

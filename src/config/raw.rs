@@ -38,6 +38,8 @@ pub(super) struct RawConfig {
     pub sniff: RawSniff,
     /// Response metering.
     pub meter: RawMeter,
+    /// WebSocket sessions.
+    pub websocket: RawWebsocket,
     /// Tenant resolution.
     pub tenant: RawTenant,
     /// Telemetry export and cardinality.
@@ -160,6 +162,29 @@ pub(super) struct RawMeter {
     pub max_frame_bytes: Quantity,
     /// Count tokens with the model's tokenizer when a stream reports no usage.
     pub tokenizer: bool,
+}
+
+/// `[websocket]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawWebsocket {
+    /// WebSocket sessions relayed at once; more are answered 503.
+    pub max_sessions: usize,
+    /// Close a session when neither side sent a byte for this long; unset = never.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<Quantity>,
+    /// Largest WebSocket message metering reads; larger ones pass unread.
+    pub max_message_bytes: Quantity,
+}
+
+impl Default for RawWebsocket {
+    fn default() -> Self {
+        RawWebsocket {
+            max_sessions: 1024,
+            idle_timeout: None,
+            max_message_bytes: Quantity::text("16MiB"),
+        }
+    }
 }
 
 /// `[tenant]`
@@ -317,6 +342,7 @@ impl Default for RawConfig {
             routes: Vec::new(),
             sniff: RawSniff::default(),
             meter: RawMeter::default(),
+            websocket: RawWebsocket::default(),
             tenant: RawTenant::default(),
             telemetry: RawTelemetry::default(),
             live: RawLive::default(),
@@ -608,6 +634,11 @@ impl RawConfig {
             meter: RawMeter {
                 max_frame_bytes: size(c.meter.max_frame_bytes),
                 tokenizer: c.meter.tokenizer,
+            },
+            websocket: RawWebsocket {
+                max_sessions: c.websocket.max_sessions,
+                idle_timeout: c.websocket.idle_timeout.map(dur),
+                max_message_bytes: size(c.websocket.max_message_bytes),
             },
             tenant: RawTenant {
                 sources: StringList(c.tenant.sources.iter().map(|s| s.as_str().into()).collect()),

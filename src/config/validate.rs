@@ -12,10 +12,10 @@ use figment::error::Kind;
 use figment::value::Value;
 use figment::{Figment, Metadata, Source};
 
-use super::raw::{Quantity, RawConfig, RawLive, RawRoute, RawTelemetry, RawTenant, RawUpstream};
+use super::raw::{Quantity, RawConfig, RawLive, RawRoute, RawTelemetry, RawTenant, RawUpstream, RawWebsocket};
 use super::{
     ADMIN_OFF, Config, ConfigError, DEFAULT_ADMIN_LISTEN, MeterConfig, RouteConfig, ServerConfig,
-    SniffConfig, TelemetryConfig, TenantConfig, TenantSource, UpstreamConfig, parse,
+    SniffConfig, TelemetryConfig, TenantConfig, TenantSource, UpstreamConfig, WebsocketConfig, parse,
 };
 use super::{DisconnectMode, OnClientDisconnect};
 use super::{LiveConfig, SloSettings};
@@ -268,8 +268,20 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
             max_frame_bytes: cx.size("meter.max_frame_bytes", &raw.meter.max_frame_bytes)?,
             tokenizer: raw.meter.tokenizer,
         },
+        websocket: websocket(&cx, &raw.websocket)?,
         tenant: tenant(&cx, &raw.tenant)?,
         telemetry: telemetry(&cx, &raw.telemetry, live, slo)?,
+    })
+}
+
+fn websocket(cx: &Cx, w: &RawWebsocket) -> Result<WebsocketConfig, ConfigError> {
+    let idle = w.idle_timeout.as_ref();
+    Ok(WebsocketConfig {
+        max_sessions: cx.count("websocket.max_sessions", w.max_sessions)?,
+        idle_timeout: idle
+            .map(|q| cx.positive("websocket.idle_timeout", q))
+            .transpose()?,
+        max_message_bytes: cx.size("websocket.max_message_bytes", &w.max_message_bytes)?,
     })
 }
 
