@@ -202,7 +202,10 @@ where
         if ended {
             tracing::info!("drained");
         } else {
-            tracing::warn!(connections = self.tasks.len(), "shutdown grace expired; closing the rest");
+            tracing::warn!(
+                connections = self.tasks.len(),
+                "shutdown grace expired; closing the rest"
+            );
             self.tasks.abort_all();
         }
         while self.tasks.join_next().await.is_some() {}

@@ -12,8 +12,8 @@ mod instruments;
 pub mod live;
 mod log;
 pub mod prometheus;
-pub mod slo;
 mod session;
+pub mod slo;
 mod span;
 
 pub use self::log::{LogGuard, init_logging};

@@ -30,9 +30,9 @@ use crate::sniff::Replay;
 
 mod conn;
 
-pub use conn::set_shard;
 /// An upstream connection's transport (TCP, or TLS over TCP).
 pub use conn::Io as UpstreamIo;
+pub use conn::set_shard;
 
 /// The request body type sent upstream.
 pub type UpstreamBody = Replay<Incoming>;

@@ -342,12 +342,24 @@ mod tests {
             ("connection", "keep-alive, Upgrade"),
             ("upgrade", "websocket")
         ])));
-        assert!(is_upgrade(&req(&[("connection", "upgrade"), ("upgrade", "WebSocket")])));
-        assert!(!is_upgrade(&req(&[("connection", "upgrade"), ("upgrade", "h2c")])));
-        assert!(!is_upgrade(&req(&[("upgrade", "websocket")])), "no Connection: upgrade");
+        assert!(is_upgrade(&req(&[
+            ("connection", "upgrade"),
+            ("upgrade", "WebSocket")
+        ])));
+        assert!(!is_upgrade(&req(&[
+            ("connection", "upgrade"),
+            ("upgrade", "h2c")
+        ])));
+        assert!(
+            !is_upgrade(&req(&[("upgrade", "websocket")])),
+            "no Connection: upgrade"
+        );
         let mut h2 = req(&[("connection", "upgrade"), ("upgrade", "websocket")]);
         *h2.version_mut() = Version::HTTP_2;
-        assert!(!is_upgrade(&h2), "HTTP/2 uses extended CONNECT, not Upgrade");
+        assert!(
+            !is_upgrade(&h2),
+            "HTTP/2 uses extended CONNECT, not Upgrade"
+        );
     }
 
     #[test]

@@ -12,10 +12,13 @@ use figment::error::Kind;
 use figment::value::Value;
 use figment::{Figment, Metadata, Source};
 
-use super::raw::{Quantity, RawConfig, RawLive, RawRoute, RawTelemetry, RawTenant, RawUpstream, RawWebsocket};
+use super::raw::{
+    Quantity, RawConfig, RawLive, RawRoute, RawTelemetry, RawTenant, RawUpstream, RawWebsocket,
+};
 use super::{
     ADMIN_OFF, Config, ConfigError, DEFAULT_ADMIN_LISTEN, MeterConfig, RouteConfig, ServerConfig,
-    SniffConfig, TelemetryConfig, TenantConfig, TenantSource, UpstreamConfig, WebsocketConfig, parse,
+    SniffConfig, TelemetryConfig, TenantConfig, TenantSource, UpstreamConfig, WebsocketConfig,
+    parse,
 };
 use super::{DisconnectMode, OnClientDisconnect};
 use super::{LiveConfig, SloSettings};

@@ -425,8 +425,15 @@ mod tests {
         assert_eq!(seen[0].response_id.as_deref(), Some("resp_1"));
         assert_eq!(seen[0].content_chunks, 3);
         assert!(seen[0].time_to_first_token.is_some());
-        assert_eq!(seen[0].request.request_model.as_deref(), Some("gpt-realtime"));
-        assert_eq!(seen[1].outcome, Outcome::ClientCancelled, "client left mid-response");
+        assert_eq!(
+            seen[0].request.request_model.as_deref(),
+            Some("gpt-realtime")
+        );
+        assert_eq!(
+            seen[1].outcome,
+            Outcome::ClientCancelled,
+            "client left mid-response"
+        );
         assert_eq!(seen[1].token_source, Some(TokenSource::Chunks));
         assert_eq!(summary.responses, 2);
         assert_eq!(summary.input_tokens, 10);
@@ -449,7 +456,10 @@ mod tests {
         assert_eq!(seen.len(), 2);
         assert_eq!(seen[0].outcome, Outcome::UpstreamError);
         assert_eq!(seen[0].error_type.as_deref(), Some("websocket_close_1011"));
-        assert_eq!(seen[0].request.request_model.as_deref(), Some("other-model"));
+        assert_eq!(
+            seen[0].request.request_model.as_deref(),
+            Some("other-model")
+        );
         assert_eq!(seen[1].error_type.as_deref(), Some("server_error"));
         assert_eq!(summary.errors, 2);
     }

@@ -63,7 +63,8 @@ impl Boundary {
     fn header_bytes(&mut self, have: u8, mut need: u8) {
         if have == 2 && need == 2 {
             let mask = if self.head[1] & 0x80 != 0 { 4 } else { 0 };
-            need = 2 + mask
+            need = 2
+                + mask
                 + match self.head[1] & 0x7f {
                     126 => 2,
                     127 => 8,
@@ -139,7 +140,13 @@ mod tests {
     fn boundaries_are_found_at_every_split() {
         let mut stream = Vec::new();
         let mut ends = vec![0];
-        for (len, masked) in [(0, false), (5, true), (125, false), (300, true), (70_000, false)] {
+        for (len, masked) in [
+            (0, false),
+            (5, true),
+            (125, false),
+            (300, true),
+            (70_000, false),
+        ] {
             stream.extend(frame(len, masked));
             ends.push(stream.len());
         }

@@ -356,10 +356,22 @@ mod tests {
         let (tx, stop) = watch::channel(false);
         let relay = tokio::spawn(async move {
             let mut seen = Seen::default();
-            relay(client, Bytes::new(), upstream, Bytes::new(), None, stop, &mut seen).await
+            relay(
+                client,
+                Bytes::new(),
+                upstream,
+                Bytes::new(),
+                None,
+                stop,
+                &mut seen,
+            )
+            .await
         });
         // One whole unmasked text frame down, half a frame up.
-        upstream_peer.write_all(&[0x81, 2, b'h', b'i']).await.unwrap();
+        upstream_peer
+            .write_all(&[0x81, 2, b'h', b'i'])
+            .await
+            .unwrap();
         client_peer.write_all(&[0x81, 0x85, 1, 2]).await.unwrap();
         let mut frame = [0; 4];
         client_peer.read_exact(&mut frame).await.unwrap();
@@ -370,9 +382,16 @@ mod tests {
         assert!(matches!(end, End::Shutdown), "{end:?}");
         let mut rest = Vec::new();
         client_peer.read_to_end(&mut rest).await.unwrap();
-        assert_eq!(rest, [0x88, 2, 0x03, 0xe9], "client gets 1001 (at a boundary)");
+        assert_eq!(
+            rest,
+            [0x88, 2, 0x03, 0xe9],
+            "client gets 1001 (at a boundary)"
+        );
         let mut rest = Vec::new();
         upstream_peer.read_to_end(&mut rest).await.unwrap();
-        assert!(rest.is_empty(), "mid-frame upstream gets no frame: {rest:?}");
+        assert!(
+            rest.is_empty(),
+            "mid-frame upstream gets no frame: {rest:?}"
+        );
     }
 }

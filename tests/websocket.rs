@@ -1,0 +1,349 @@
+//! WebSocket sessions through tokentap: a scripted WebSocket upstream on
+//! 127.0.0.1 (tokio-tungstenite), tokentap in process, and raw clients.
+//! Every frame is compared both ways; close codes, subprotocol, handshake
+//! headers, a non-101 answer, a 5 MB message, 100 sessions at once, the
+//! session cap and shutdown's close 1001 are checked.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::handshake::client::generate_key;
+use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+use tokio_tungstenite::tungstenite::http;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+
+use support::proxy::{InProc, Toml, q};
+use support::{STEP_TIMEOUT, within};
+
+/// What the scripted upstream does with each session.
+#[derive(Clone, Copy)]
+enum Script {
+    /// Echo every data message; answer a close with the same code.
+    Echo,
+    /// Send one text message, then close with 1011.
+    FailMidway,
+}
+
+/// Handshake request headers the upstream saw, one list per session.
+type Seen = Arc<Mutex<Vec<http::HeaderMap>>>;
+
+/// A WebSocket upstream on 127.0.0.1: returns its address and the headers
+/// of each handshake it saw. Answers `chat` as subprotocol when offered.
+async fn ws_upstream(script: Script) -> (String, Seen) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Seen::default();
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let cb = |req: &Request, mut res: Response| {
+                    log.lock().unwrap().push(req.headers().clone());
+                    let offered = req
+                        .headers()
+                        .get("sec-websocket-protocol")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("");
+                    if offered.split(',').any(|p| p.trim() == "chat") {
+                        res.headers_mut()
+                            .insert("sec-websocket-protocol", "chat".parse().unwrap());
+                    }
+                    res.headers_mut()
+                        .insert("x-upstream", "yes".parse().unwrap());
+                    Ok(res)
+                };
+                let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(tcp, cb).await else {
+                    return;
+                };
+                match script {
+                    Script::Echo => {
+                        while let Some(Ok(msg)) = ws.next().await {
+                            match msg {
+                                Message::Text(_) | Message::Binary(_) => {
+                                    if ws.send(msg).await.is_err() {
+                                        return;
+                                    }
+                                }
+                                // tungstenite answers pings and closes itself.
+                                _ => {}
+                            }
+                        }
+                    }
+                    Script::FailMidway => {
+                        let _ = ws.send(Message::text("partial")).await;
+                        let _ = ws
+                            .close(Some(CloseFrame {
+                                code: CloseCode::Error,
+                                reason: "boom".into(),
+                            }))
+                            .await;
+                        while let Some(Ok(_)) = ws.next().await {}
+                    }
+                }
+            });
+        }
+    });
+    (format!("http://{addr}"), seen)
+}
+
+/// One OpenAI route to `upstream`; sessions still open at shutdown get
+/// one second.
+fn toml(upstream: &str) -> Toml {
+    Toml::openai(upstream).set("server", "shutdown_grace", &q("1s"))
+}
+
+type Client = tokio_tungstenite::WebSocketStream<TcpStream>;
+
+/// Open a WebSocket to `path` on `proxy` with extra handshake headers.
+async fn connect(
+    proxy: &InProc,
+    path: &str,
+    extra: &[(&str, &str)],
+) -> Result<(Client, http::Response<Option<Vec<u8>>>), WsError> {
+    let tcp = TcpStream::connect(proxy.addr).await.unwrap();
+    let mut req = http::Request::get(format!("ws://{}{path}", proxy.addr))
+        .header("host", proxy.addr.to_string())
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", generate_key());
+    for (k, v) in extra {
+        req = req.header(*k, *v);
+    }
+    tokio_tungstenite::client_async(req.body(()).unwrap(), tcp).await
+}
+
+#[tokio::test]
+async fn frames_close_codes_and_handshake_headers_pass_unchanged() {
+    let (upstream, seen) = ws_upstream(Script::Echo).await;
+    let proxy = InProc::start(&toml(&upstream)).await;
+    let (mut ws, res) = within(
+        STEP_TIMEOUT,
+        "handshake",
+        connect(
+            &proxy,
+            "/v1/realtime?model=gpt-realtime&key=SECRETKEY",
+            &[
+                ("authorization", "Bearer sk-test"),
+                ("sec-websocket-protocol", "chat, superchat"),
+                ("openai-beta", "realtime=v1"),
+            ],
+        ),
+    )
+    .await
+    .expect("handshake through tokentap");
+    assert_eq!(res.status(), 101);
+    assert_eq!(
+        res.headers().get("sec-websocket-protocol").unwrap(),
+        "chat",
+        "subprotocol negotiated end to end"
+    );
+    assert_eq!(res.headers().get("x-upstream").unwrap(), "yes");
+    {
+        let seen = seen.lock().unwrap();
+        let h = &seen[0];
+        assert_eq!(h.get("authorization").unwrap(), "Bearer sk-test");
+        assert_eq!(h.get("sec-websocket-protocol").unwrap(), "chat, superchat");
+        assert_eq!(h.get("openai-beta").unwrap(), "realtime=v1");
+        assert_eq!(h.get("upgrade").unwrap(), "websocket");
+        assert!(h.get("sec-websocket-key").is_some(), "key forwarded");
+    }
+    let sent = vec![
+        Message::text("{\"type\":\"response.create\"}"),
+        Message::binary(vec![0u8, 1, 2, 255]),
+        Message::text("é ünïcödé"),
+        Message::text(""),
+    ];
+    for m in &sent {
+        ws.send(m.clone()).await.unwrap();
+        let back = within(STEP_TIMEOUT, "echo", ws.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&back, m, "echoed message unchanged");
+    }
+    ws.send(Message::Ping(b"p1".to_vec().into())).await.unwrap();
+    let pong = within(STEP_TIMEOUT, "pong", ws.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        pong,
+        Message::Pong(b"p1".to_vec().into()),
+        "ping answered end to end"
+    );
+    ws.close(Some(CloseFrame {
+        code: CloseCode::Library(4000),
+        reason: "bye now".into(),
+    }))
+    .await
+    .unwrap();
+    let close = within(STEP_TIMEOUT, "close echo", ws.next())
+        .await
+        .unwrap()
+        .unwrap();
+    match close {
+        Message::Close(Some(f)) => {
+            assert_eq!(u16::from(f.code), 4000, "close code relayed both ways");
+            assert_eq!(f.reason.as_str(), "bye now");
+        }
+        other => panic!("expected the upstream's close frame, got {other:?}"),
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_five_megabyte_message_crosses_both_ways() {
+    let (upstream, _) = ws_upstream(Script::Echo).await;
+    let proxy = InProc::start(&toml(&upstream)).await;
+    let (mut ws, _) = connect(&proxy, "/v1/realtime", &[]).await.unwrap();
+    let big: Vec<u8> = (0..5 * 1024 * 1024u32).map(|i| (i * 7) as u8).collect();
+    ws.send(Message::binary(big.clone())).await.unwrap();
+    let back = within(STEP_TIMEOUT, "5 MB echo", ws.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(back == Message::binary(big), "5 MB message unchanged");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn upstream_1011_mid_session_reaches_the_client() {
+    let (upstream, _) = ws_upstream(Script::FailMidway).await;
+    let proxy = InProc::start(&toml(&upstream)).await;
+    let (mut ws, _) = connect(&proxy, "/v1/realtime", &[]).await.unwrap();
+    let first = within(STEP_TIMEOUT, "partial", ws.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first, Message::text("partial"));
+    let close = within(STEP_TIMEOUT, "close", ws.next())
+        .await
+        .unwrap()
+        .unwrap();
+    match close {
+        Message::Close(Some(f)) => assert_eq!(u16::from(f.code), 1011, "1011 relayed"),
+        other => panic!("expected close 1011, got {other:?}"),
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_non_101_answer_reaches_the_client_unchanged() {
+    // A plain HTTP upstream that refuses the upgrade with 401.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let mut buf = vec![0; 4096];
+            let _ = tcp.read(&mut buf).await;
+            let body = r#"{"error":{"message":"bad key","type":"invalid_request_error","code":"invalid_api_key"}}"#;
+            let res = format!(
+                "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = tcp.write_all(res.as_bytes()).await;
+        }
+    });
+    let proxy = InProc::start(&toml(&format!("http://{addr}"))).await;
+    match connect(&proxy, "/v1/realtime", &[]).await {
+        Err(WsError::Http(res)) => {
+            assert_eq!(res.status(), 401, "upstream status relayed");
+            let body = res.body().clone().unwrap_or_default();
+            assert!(
+                String::from_utf8_lossy(&body).contains("invalid_api_key"),
+                "upstream body relayed: {}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+        other => panic!("expected HTTP 401 from the upstream, got {other:?}"),
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_hundred_sessions_at_once() {
+    let (upstream, _) = ws_upstream(Script::Echo).await;
+    let proxy = Arc::new(InProc::start(&toml(&upstream)).await);
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        let proxy = proxy.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut ws, _) = connect(&proxy, "/v1/realtime", &[]).await.unwrap();
+            for j in 0..5 {
+                let m = Message::text(format!("session {i} message {j}"));
+                ws.send(m.clone()).await.unwrap();
+                assert_eq!(ws.next().await.unwrap().unwrap(), m);
+            }
+            ws.close(None).await.unwrap();
+        }));
+    }
+    for t in tasks {
+        within(Duration::from_secs(30), "session", t).await.unwrap();
+    }
+    let proxy = Arc::into_inner(proxy).unwrap();
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn sessions_over_the_cap_get_503() {
+    let (upstream, _) = ws_upstream(Script::Echo).await;
+    let toml = toml(&upstream).set("websocket", "max_sessions", "1");
+    let proxy = InProc::start(&toml).await;
+    let (mut first, _) = connect(&proxy, "/v1/realtime", &[]).await.unwrap();
+    match connect(&proxy, "/v1/realtime", &[]).await {
+        Err(WsError::Http(res)) => assert_eq!(res.status(), 503, "over the cap"),
+        other => panic!("expected 503, got {other:?}"),
+    }
+    assert_eq!(proxy.running().unwrap().sessions_active(), 1);
+    first.send(Message::text("still works")).await.unwrap();
+    assert_eq!(
+        first.next().await.unwrap().unwrap(),
+        Message::text("still works")
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_sends_going_away_to_the_client() {
+    let (upstream, _) = ws_upstream(Script::Echo).await;
+    let toml = Toml::openai(&upstream).set("server", "shutdown_grace", &q("300ms"));
+    let proxy = InProc::start(&toml).await;
+    let (mut ws, _) = connect(&proxy, "/v1/realtime", &[]).await.unwrap();
+    ws.send(Message::text("hi")).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("hi"));
+    let stopping = tokio::spawn(proxy.shutdown());
+    let close = within(STEP_TIMEOUT, "close 1001", ws.next()).await;
+    match close {
+        Some(Ok(Message::Close(Some(f)))) => {
+            assert_eq!(u16::from(f.code), 1001, "going away on shutdown")
+        }
+        other => panic!("expected close 1001, got {other:?}"),
+    }
+    within(Duration::from_secs(20), "shutdown", stopping)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn idle_sessions_are_closed_when_configured() {
+    let (upstream, _) = ws_upstream(Script::Echo).await;
+    let toml = toml(&upstream).set("websocket", "idle_timeout", &q("200ms"));
+    let proxy = InProc::start(&toml).await;
+    let (mut ws, _) = connect(&proxy, "/v1/realtime", &[]).await.unwrap();
+    let end = within(STEP_TIMEOUT, "idle close", ws.next()).await;
+    assert!(
+        matches!(end, Some(Ok(Message::Close(Some(ref f)))) if u16::from(f.code) == 1001)
+            || matches!(end, None | Some(Err(_))),
+        "idle session ended: {end:?}"
+    );
+    proxy.shutdown().await;
+}
