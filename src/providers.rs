@@ -10,6 +10,7 @@ pub mod cohere;
 pub mod gemini;
 pub mod ollama;
 pub mod openai;
+pub mod realtime;
 mod scan;
 pub mod sigv4;
 pub mod tgi;
