@@ -559,7 +559,10 @@ async fn websocket_session(
         Some(q) => format!("{path}?{q}"),
         None => path.to_owned(),
     };
-    let provider = route.provider.or_else(|| ProviderKind::detect(path));
+    let provider = route
+        .provider
+        .or_else(|| websocket::provider_for_path(&path_and_query))
+        .or_else(|| ProviderKind::detect(path));
     let facts = RequestFacts {
         route: route.name.clone(),
         provider: provider.unwrap_or(ProviderKind::Openai),

@@ -23,6 +23,8 @@ use tokio::sync::watch;
 use crate::config::WebsocketConfig;
 use crate::meter::RequestFacts;
 use crate::meter::body::Meter;
+use crate::providers::ProviderKind;
+use crate::providers::realtime::{self, Dialect};
 use crate::telemetry::Telemetry;
 use crate::upstream::{self, Client};
 
@@ -102,16 +104,17 @@ fn has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool
         .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
-/// The model a session asks for in its URL: `model=` (OpenAI) or
-/// `deployment=` (Azure) in the query.
+/// The model a session asks for in its URL (`model=`, `deployment=`).
 pub fn model_from_path(path_and_query: &str) -> Option<String> {
-    let (_, query) = path_and_query.split_once('?')?;
-    query
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .find(|(k, _)| *k == "model" || *k == "deployment")
-        .map(|(_, v)| v.to_owned())
-        .filter(|v| !v.is_empty())
+    realtime::model_from_query(path_and_query)
+}
+
+/// The provider a session's URL implies when the route names none.
+pub fn provider_for_path(path_and_query: &str) -> Option<ProviderKind> {
+    match realtime::dialect_for_path(path_and_query)? {
+        Dialect::GeminiLive => Some(ProviderKind::Gemini),
+        Dialect::OpenaiRealtime | Dialect::OpenaiResponses => Some(ProviderKind::Openai),
+    }
 }
 
 /// What an upgrade needs from the instance and the route.

@@ -347,3 +347,140 @@ async fn idle_sessions_are_closed_when_configured() {
     );
     proxy.shutdown().await;
 }
+
+/// A WebSocket upstream that replays a recorded transcript: it sends the
+/// `server` lines in order, and waits for one client message at each
+/// `client` line. Sleeps `ttft` before the first output delta so TTFT is
+/// measurable, and returns when each session's server-side TTFT started.
+async fn replay_upstream(fixture: &'static str, ttft: Duration) -> String {
+    let text = std::fs::read_to_string(format!(
+        "{}/tests/fixtures/realtime/{fixture}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let lines: Vec<(bool, String)> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["dir"] == "client", v["msg"].to_string())
+        })
+        .collect();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let lines = lines.clone();
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                let mut first_delta = true;
+                for (client, msg) in lines {
+                    if client {
+                        if !matches!(ws.next().await, Some(Ok(_))) {
+                            return;
+                        }
+                        continue;
+                    }
+                    if first_delta && msg.contains(".delta\"") {
+                        first_delta = false;
+                        tokio::time::sleep(ttft).await;
+                    }
+                    if ws.send(Message::text(msg)).await.is_err() {
+                        return;
+                    }
+                }
+                while let Some(Ok(_)) = ws.next().await {}
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn a_realtime_response_is_measured_inside_its_session_span() {
+    use support::otlp::Collector;
+    let col = Collector::start().await;
+    let upstream = replay_upstream("openai_text.jsonl", Duration::from_millis(150)).await;
+    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
+    let (mut ws, _) = connect(
+        &proxy,
+        "/v1/realtime?model=gpt-realtime&key=SECRETKEY",
+        &[("authorization", "Bearer sk-secret-handshake")],
+    )
+    .await
+    .unwrap();
+    let text = std::fs::read_to_string(format!(
+        "{}/tests/fixtures/realtime/openai_text.jsonl",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let mut got_done = false;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if v["dir"] == "client" {
+            ws.send(Message::text(v["msg"].to_string())).await.unwrap();
+        } else {
+            let m = within(STEP_TIMEOUT, "server event", ws.next())
+                .await
+                .unwrap()
+                .unwrap();
+            let got: serde_json::Value = serde_json::from_str(m.to_text().unwrap()).unwrap();
+            assert_eq!(got, v["msg"], "server event relayed unchanged");
+            got_done |= got["type"] == "response.done";
+        }
+    }
+    assert!(got_done);
+    ws.close(None).await.unwrap();
+    while let Some(Ok(_)) = ws.next().await {}
+    drop(ws);
+    let session = col
+        .wait_span(STEP_TIMEOUT, "session", |s| s.name.starts_with("websocket"))
+        .await;
+    let response = col
+        .wait_span(STEP_TIMEOUT, "response", |s| {
+            s.parent_span_id == session.span_id && s.name.starts_with("chat")
+        })
+        .await;
+    assert_eq!(response.trace_id, session.trace_id);
+    assert_eq!(
+        response.attr("gen_ai.usage.input_tokens").as_i64(),
+        Some(190)
+    );
+    assert_eq!(
+        response.attr("gen_ai.usage.output_tokens").as_i64(),
+        Some(11)
+    );
+    assert_eq!(response.attr("tokentap.outcome").as_str(), Some("complete"));
+    assert_eq!(
+        response.attr("gen_ai.response.model").as_str(),
+        Some("gpt-realtime-2025-08-28")
+    );
+    assert_eq!(
+        response.attr("gen_ai.response.id").as_str(),
+        Some("resp_Cq1d")
+    );
+    let ttft = response
+        .attr("gen_ai.response.time_to_first_chunk")
+        .as_f64()
+        .unwrap();
+    assert!(
+        (0.15..0.5).contains(&ttft),
+        "TTFT {ttft}s: the upstream waited 150 ms before its first delta"
+    );
+    assert_eq!(session.attr("tokentap.session.responses").as_i64(), Some(1));
+    assert_eq!(
+        session.attr("tokentap.session.output_tokens").as_i64(),
+        Some(11)
+    );
+    assert_eq!(
+        session.attr("tokentap.session.end").as_str(),
+        Some("client_closed")
+    );
+    proxy.shutdown().await;
+    let raw = String::from_utf8_lossy(&col.raw_bytes()).into_owned();
+    for secret in ["SECRETKEY", "sk-secret-handshake"] {
+        assert!(!raw.contains(secret), "{secret} leaked into telemetry");
+    }
+}

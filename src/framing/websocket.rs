@@ -116,7 +116,11 @@ impl Op {
             0x8 => Op::Close,
             0x9 => Op::Ping,
             0xA => Op::Pong,
-            _ => return Err(FramingError::Malformed("websocket frame has a reserved opcode")),
+            _ => {
+                return Err(FramingError::Malformed(
+                    "websocket frame has a reserved opcode",
+                ));
+            }
         })
     }
 
@@ -491,7 +495,9 @@ impl WsDecoder {
             let out = self
                 .buf
                 .get_mut(self.msg.filled..end)
-                .ok_or(FramingError::Malformed("websocket message overran its buffer"))?;
+                .ok_or(FramingError::Malformed(
+                    "websocket message overran its buffer",
+                ))?;
             out.copy_from_slice(part);
             if let Some(mask) = frame.mask {
                 unmask(out, mask, frame.phase);
@@ -612,7 +618,9 @@ impl Inflater {
             let status = self
                 .z
                 .decompress(input, out, FlushDecompress::None)
-                .map_err(|_| FramingError::Malformed("permessage-deflate data is not valid DEFLATE"))?;
+                .map_err(|_| {
+                    FramingError::Malformed("permessage-deflate data is not valid DEFLATE")
+                })?;
             let consumed = (self.z.total_in() - in_before) as usize;
             let produced = (self.z.total_out() - out_before) as usize;
             output_full = produced == out.len();
@@ -767,7 +775,9 @@ pub fn encode_frame(
 /// (the negotiated result). `Ok(None)` = no permessage-deflate;
 /// `Ok(Some((client_sender_params, server_sender_params)))`. `Err` = an
 /// extension tokentap cannot read (an unknown extension, or bad parameters).
-pub fn negotiated_deflate(header_values: &[&str]) -> Result<Option<(Deflate, Deflate)>, FramingError> {
+pub fn negotiated_deflate(
+    header_values: &[&str],
+) -> Result<Option<(Deflate, Deflate)>, FramingError> {
     let mut found = None;
     for value in header_values {
         for extension in split_quoted(value, b',') {
@@ -1017,7 +1027,11 @@ mod tests {
 
     #[test]
     fn small_text_and_binary() {
-        let mut input = frame(true, 1, br#"{"type":"response.output_text.delta","delta":"Hi"}"#);
+        let mut input = frame(
+            true,
+            1,
+            br#"{"type":"response.output_text.delta","delta":"Hi"}"#,
+        );
         input.extend(frame(true, 2, &[0, 1, 2, 0xff]));
         input.extend(frame(true, 1, b""));
         assert_eq!(
@@ -1033,7 +1047,9 @@ mod tests {
 
     #[test]
     fn sixteen_and_sixty_four_bit_lengths() {
-        let medium: String = (0..300).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        let medium: String = (0..300)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
         let input = frame(true, 1, medium.as_bytes());
         assert_eq!(&input[1..4], &[126, 0x01, 0x2c], "a 16-bit length");
         assert_eq!(messages(server, &input), vec![t(&medium)]);
@@ -1045,7 +1061,8 @@ mod tests {
         let big: Vec<u8> = (0..70_000u32).map(|i| (i * 7) as u8).collect();
         let input = masked(true, 2, &big);
         assert_eq!(input[1], 0x80 | 127, "a masked 64-bit length");
-        let (out, result) = decode_some_ways(|| WsDecoder::new(Sender::Client, 1 << 17, None), &input);
+        let (out, result) =
+            decode_some_ways(|| WsDecoder::new(Sender::Client, 1 << 17, None), &input);
         assert_eq!(result, Ok(()));
         assert_eq!(out, vec![Owned::Binary(big)]);
     }
@@ -1055,7 +1072,11 @@ mod tests {
         let mut input = masked(true, 1, br#"{"type":"response.create"}"#);
         input.extend(masked(true, 1, b"a"));
         input.extend(masked(true, 9, b"ping body"));
-        assert_ne!(&input[6..12], br#"{"type"#, "the payload is masked on the wire");
+        assert_ne!(
+            &input[6..12],
+            br#"{"type"#,
+            "the payload is masked on the wire"
+        );
         assert_eq!(
             messages(client, &input),
             vec![t(r#"{"type":"response.create"}"#), t("a"), Owned::Ping]
@@ -1065,7 +1086,10 @@ mod tests {
     #[test]
     fn fragmented_message_with_a_ping_between_fragments() {
         for (make, enc) in [
-            (server as fn() -> WsDecoder, frame as fn(bool, u8, &[u8]) -> Vec<u8>),
+            (
+                server as fn() -> WsDecoder,
+                frame as fn(bool, u8, &[u8]) -> Vec<u8>,
+            ),
             (client, masked),
         ] {
             let mut input = enc(false, 1, b"Hel");
@@ -1129,7 +1153,10 @@ mod tests {
                 break;
             }
         }
-        assert!(out.ends_with(&DEFLATE_TAIL), "a sync flush ends with the tail");
+        assert!(
+            out.ends_with(&DEFLATE_TAIL),
+            "a sync flush ends with the tail"
+        );
         out.truncate(out.len() - 4);
         out
     }
@@ -1318,16 +1345,36 @@ mod tests {
     #[test]
     fn protocol_violations_are_errors() {
         let cases: [(fn() -> WsDecoder, Vec<u8>, &str); 12] = [
-            (client, frame(true, 1, b"hi"), "websocket client frame is not masked"),
-            (server, masked(true, 1, b"hi"), "websocket server frame is masked"),
-            (server, frame(true, 3, b""), "websocket frame has a reserved opcode"),
-            (server, frame(true, 0xB, b""), "websocket frame has a reserved opcode"),
+            (
+                client,
+                frame(true, 1, b"hi"),
+                "websocket client frame is not masked",
+            ),
+            (
+                server,
+                masked(true, 1, b"hi"),
+                "websocket server frame is masked",
+            ),
+            (
+                server,
+                frame(true, 3, b""),
+                "websocket frame has a reserved opcode",
+            ),
+            (
+                server,
+                frame(true, 0xB, b""),
+                "websocket frame has a reserved opcode",
+            ),
             (
                 server,
                 frame(true, 9, &[b'p'; 126]),
                 "websocket control frame longer than 125 bytes",
             ),
-            (server, frame(false, 9, b""), "websocket control frame is fragmented"),
+            (
+                server,
+                frame(false, 9, b""),
+                "websocket control frame is fragmented",
+            ),
             (
                 server,
                 compressed(true, 1, None, b"x"),
@@ -1353,7 +1400,11 @@ mod tests {
                 vec![0x82, 127, 0x80, 0, 0, 0, 0, 0, 0, 1],
                 "websocket 64-bit payload length has its top bit set",
             ),
-            (server, frame(true, 8, b"x"), "websocket close frame with a 1-byte body"),
+            (
+                server,
+                frame(true, 8, b"x"),
+                "websocket close frame with a 1-byte body",
+            ),
         ];
         for (make, input, why) in cases {
             let mut with_good_first = frame(true, 1, b"first");
@@ -1391,10 +1442,12 @@ mod tests {
     #[test]
     fn finish_says_whether_the_stream_stopped_inside_a_frame() {
         let mut dec = server();
-        dec.feed(&frame(true, 1, b"ok"), &mut |_| {}).expect("valid");
+        dec.feed(&frame(true, 1, b"ok"), &mut |_| {})
+            .expect("valid");
         assert_eq!(dec.finish(), Ok(()));
         let mut dec = server();
-        dec.feed(&frame(false, 1, b"part"), &mut |_| {}).expect("valid");
+        dec.feed(&frame(false, 1, b"part"), &mut |_| {})
+            .expect("valid");
         assert_eq!(
             dec.finish(),
             malformed("websocket stream ended inside a frame or message")

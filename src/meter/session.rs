@@ -34,8 +34,11 @@ pub enum Done {
     Completed,
     /// Cancelled at the client's request.
     Cancelled,
-    /// Failed or incomplete, with the upstream's status or reason.
+    /// Failed, with the upstream's error type.
     Failed(String),
+    /// Stopped early for a reason that is not an error (a token limit, a
+    /// content filter): complete, with the reason as its finish reason.
+    Incomplete(Option<String>),
 }
 
 /// A side of the session (who sent a close frame, who left).
@@ -111,16 +114,21 @@ struct Response {
     pieces: u64,
     max_gap: Option<Duration>,
     usage: Usage,
+    finish_reason: Option<String>,
 }
 
 /// Folds one session's events into per-response measurements.
 pub struct SessionMeter {
     facts: RequestFacts,
     start_child: StartRecorder,
-    /// When the relay last read bytes: the time of the events they carry.
+    /// When the bytes being read now were read: the time of their events.
     last_read: Instant,
+    /// The last read in each direction (client to upstream, back).
+    reads: [Instant; 2],
     current: Option<Response>,
     model: Option<String>,
+    /// Who sent the first close frame: who closed the session.
+    first_close: Option<Party>,
     summary: SessionSummary,
 }
 
@@ -141,14 +149,22 @@ impl SessionMeter {
             facts,
             start_child,
             last_read: Instant::now(),
+            reads: [Instant::now(); 2],
             current: None,
+            first_close: None,
             summary: SessionSummary::default(),
         }
     }
 
-    /// The relay just read bytes: events in them happened now.
-    pub fn stamp(&mut self) {
-        self.last_read = Instant::now();
+    /// The relay just read bytes (`up`: from the client): events in them
+    /// happened now.
+    pub fn stamp(&mut self, up: bool) {
+        self.reads[usize::from(!up)] = Instant::now();
+    }
+
+    /// The events that follow come from the last read in this direction.
+    pub fn reading(&mut self, up: bool) {
+        self.last_read = self.reads[usize::from(!up)];
     }
 
     /// Count relayed bytes (`up`: client to upstream).
@@ -236,8 +252,14 @@ impl SessionMeter {
         }
         match done {
             Done::Completed => self.finish(Outcome::Complete, None),
-            Done::Cancelled => self.finish(Outcome::ClientCancelled, Some("cancelled".into())),
+            Done::Cancelled => self.finish(Outcome::ClientCancelled, None),
             Done::Failed(why) => self.finish(Outcome::UpstreamError, Some(why)),
+            Done::Incomplete(reason) => {
+                if let (Some(r), Some(reason)) = (&mut self.current, reason) {
+                    r.finish_reason = Some(reason);
+                }
+                self.finish(Outcome::Complete, None);
+            }
         }
     }
 
@@ -249,6 +271,7 @@ impl SessionMeter {
 
     /// `party` sent a close frame with `code`.
     pub fn close(&mut self, party: Party, code: Option<u16>) {
+        self.first_close.get_or_insert(party);
         match party {
             Party::Client => {
                 self.summary.close_client = code;
@@ -272,6 +295,12 @@ impl SessionMeter {
     /// The session is over: a response still in flight is recorded with
     /// the outcome the end implies; the session's summary is returned.
     pub fn end(mut self, end: SessionEnd) -> SessionSummary {
+        // The server closes TCP first after a close handshake (RFC 6455
+        // §7.1.1), whoever started it: the first close frame says who did.
+        let end = match (end, self.first_close) {
+            (SessionEnd::Closed(_), Some(party)) => SessionEnd::Closed(party),
+            _ => end,
+        };
         let (outcome, why) = match end {
             SessionEnd::Closed(Party::Client) | SessionEnd::Failed(Party::Client) => {
                 (Outcome::ClientCancelled, None)
@@ -310,6 +339,7 @@ impl SessionMeter {
             pieces: 0,
             max_gap: None,
             usage: Usage::default(),
+            finish_reason: None,
         });
     }
 
@@ -335,7 +365,7 @@ impl SessionMeter {
             error_type: error_type.filter(|_| outcome != Outcome::Complete),
             response_model: self.model.clone(),
             response_id: r.id,
-            finish_reasons: Vec::new(),
+            finish_reasons: r.finish_reason.into_iter().collect(),
             usage: r.usage,
             output_tokens,
             token_source,
@@ -401,7 +431,8 @@ mod tests {
     #[test]
     fn each_response_is_recorded_once_with_usage_and_outcome() {
         let (mut m, seen) = meter();
-        m.stamp();
+        m.stamp(true);
+        m.reading(true);
         m.requested(None);
         m.started(Some("resp_1"));
         m.output(1);
