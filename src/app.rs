@@ -608,7 +608,7 @@ async fn websocket_session(
             meter.on_head(head.status.as_u16(), false, parser, encoding);
             let cfg = &state.config.upstream;
             let body = upstream::ResponseBody::Shared(body);
-            let body = MeteredBody::new(body, meter, cfg.idle_timeout, cfg.total_timeout);
+            let body = MeteredBody::new(body, *meter, cfg.idle_timeout, cfg.total_timeout);
             Response::from_parts(head, ProxyBody::Metered(Box::new(body)))
         }
     }

@@ -137,7 +137,7 @@ pub enum Answer {
     Local(Response<Full<Bytes>>),
     /// The upstream answered with something other than `101`: relayed
     /// unchanged and metered like any response, by `meter`.
-    Upstream(Response<Incoming>, Meter),
+    Upstream(Response<Incoming>, Box<Meter>),
 }
 
 /// Forward the handshake; on `101`, start the session's relay task on the
@@ -179,7 +179,7 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
         let meter = Meter::new(h.facts.clone(), Box::new(session.begin_child(&h.facts)));
         session.refused(&h.facts, "handshake_refused");
         upstream::strip_hop_by_hop(res.headers_mut());
-        return Answer::Upstream(res, meter);
+        return Answer::Upstream(res, Box::new(meter));
     }
     let upstream_side = hyper::upgrade::on(&mut res);
     let (mut head, _) = res.into_parts();
@@ -336,7 +336,7 @@ mod tests {
         for (k, v) in headers {
             b = b.header(*k, *v);
         }
-        b.body(()).unwrap()
+        b.body(()).expect("test step")
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! Every frame is compared both ways; close codes, subprotocol, handshake
 //! headers, a non-101 answer, a 5 MB message, 100 sessions at once, the
 //! session cap and shutdown's close 1001 are checked.
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+#![allow(clippy::result_large_err)] // tungstenite's handshake callback type
 
 mod support;
 
@@ -66,10 +68,10 @@ async fn ws_upstream(script: Script) -> (String, Seen) {
                     Script::Echo => {
                         while let Some(Ok(msg)) = ws.next().await {
                             match msg {
-                                Message::Text(_) | Message::Binary(_) => {
-                                    if ws.send(msg).await.is_err() {
-                                        return;
-                                    }
+                                Message::Text(_) | Message::Binary(_)
+                                    if ws.send(msg).await.is_err() =>
+                                {
+                                    return;
                                 }
                                 // tungstenite answers pings and closes itself.
                                 _ => {}

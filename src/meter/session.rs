@@ -404,7 +404,7 @@ mod tests {
     impl Recorder for Sink {
         fn chunk_gap(&mut self, _: Duration) {}
         fn finish(self: Box<Self>, m: Measurement) {
-            self.0.lock().unwrap().push(m);
+            self.0.lock().expect("lock").push(m);
         }
     }
 
@@ -449,7 +449,7 @@ mod tests {
         m.output(1);
         m.close(Party::Client, Some(1000));
         let summary = m.end(SessionEnd::Closed(Party::Client));
-        let seen = seen.lock().unwrap();
+        let seen = seen.lock().expect("lock");
         assert_eq!(seen.len(), 2, "two responses, each once");
         assert_eq!(seen[0].outcome, Outcome::Complete);
         assert_eq!(seen[0].output_tokens, Some(7), "provider usage wins");
@@ -483,7 +483,7 @@ mod tests {
         m.error("server_error");
         m.error("rate_limit"); // between responses: counted, nothing recorded
         let summary = m.end(SessionEnd::Closed(Party::Upstream));
-        let seen = seen.lock().unwrap();
+        let seen = seen.lock().expect("lock");
         assert_eq!(seen.len(), 2);
         assert_eq!(seen[0].outcome, Outcome::UpstreamError);
         assert_eq!(seen[0].error_type.as_deref(), Some("websocket_close_1011"));
@@ -502,7 +502,7 @@ mod tests {
         m.output(1);
         m.done(None, Done::Completed);
         let summary = m.end(SessionEnd::Shutdown);
-        assert_eq!(seen.lock().unwrap().len(), 1);
+        assert_eq!(seen.lock().expect("lock").len(), 1);
         assert_eq!(summary.end, "shutdown");
     }
 }

@@ -329,18 +329,21 @@ mod tests {
         let big: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
         let sent = big.clone();
         let writer = tokio::spawn(async move {
-            client_peer.write_all(&sent).await.unwrap();
-            client_peer.shutdown().await.unwrap();
+            client_peer.write_all(&sent).await.expect("test step");
+            client_peer.shutdown().await.expect("test step");
             let mut back = Vec::new();
-            client_peer.read_to_end(&mut back).await.unwrap();
+            client_peer.read_to_end(&mut back).await.expect("test step");
             back
         });
         let mut got = Vec::new();
-        upstream_peer.write_all(b"hello").await.unwrap();
-        upstream_peer.shutdown().await.unwrap();
-        upstream_peer.read_to_end(&mut got).await.unwrap();
-        let back = writer.await.unwrap();
-        let (end, seen) = relay.await.unwrap();
+        upstream_peer.write_all(b"hello").await.expect("test step");
+        upstream_peer.shutdown().await.expect("test step");
+        upstream_peer
+            .read_to_end(&mut got)
+            .await
+            .expect("test step");
+        let back = writer.await.expect("test step");
+        let (end, seen) = relay.await.expect("test step");
         assert_eq!(&got[..2], b"c0", "client prefix first");
         assert_eq!(got[2..], big[..], "client bytes unchanged");
         assert_eq!(back, b"u0hello", "upstream prefix then bytes");
@@ -371,24 +374,33 @@ mod tests {
         upstream_peer
             .write_all(&[0x81, 2, b'h', b'i'])
             .await
-            .unwrap();
-        client_peer.write_all(&[0x81, 0x85, 1, 2]).await.unwrap();
+            .expect("test step");
+        client_peer
+            .write_all(&[0x81, 0x85, 1, 2])
+            .await
+            .expect("test step");
         let mut frame = [0; 4];
-        client_peer.read_exact(&mut frame).await.unwrap();
+        client_peer.read_exact(&mut frame).await.expect("test step");
         let mut half = [0; 4];
-        upstream_peer.read_exact(&mut half).await.unwrap();
-        tx.send(true).unwrap();
-        let end = relay.await.unwrap();
+        upstream_peer
+            .read_exact(&mut half)
+            .await
+            .expect("test step");
+        tx.send(true).expect("test step");
+        let end = relay.await.expect("test step");
         assert!(matches!(end, End::Shutdown), "{end:?}");
         let mut rest = Vec::new();
-        client_peer.read_to_end(&mut rest).await.unwrap();
+        client_peer.read_to_end(&mut rest).await.expect("test step");
         assert_eq!(
             rest,
             [0x88, 2, 0x03, 0xe9],
             "client gets 1001 (at a boundary)"
         );
         let mut rest = Vec::new();
-        upstream_peer.read_to_end(&mut rest).await.unwrap();
+        upstream_peer
+            .read_to_end(&mut rest)
+            .await
+            .expect("test step");
         assert!(
             rest.is_empty(),
             "mid-frame upstream gets no frame: {rest:?}"
