@@ -12,7 +12,6 @@ pub mod ollama;
 pub mod openai;
 pub mod realtime;
 mod scan;
-pub mod sigv4;
 pub mod tgi;
 
 use std::borrow::Cow;

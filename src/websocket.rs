@@ -150,7 +150,7 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
         meter.fail(status.as_u16(), code);
         session.refused(&h.facts, code);
         let message = "websocket.max_sessions sessions are running; try again later";
-        return Answer::Local(upstream::error_response(status, message, code));
+        return Answer::Local(crate::error::error_response(status, message, code));
     };
     let client_side = hyper::upgrade::on(&mut req);
     let (mut parts, _body) = req.into_parts();

@@ -8,13 +8,15 @@
 //!
 //! The other stages have a module each, with its own control bytes and
 //! invariants: `providers` (framing + adapter), `meter` (the metered path),
-//! `sniff` (request bodies), `config` (TOML), `rewrite` (usage injection).
+//! `sniff` (request bodies), `config` (TOML), `rewrite` (usage injection),
+//! `websocket` (one direction of a relayed WebSocket).
 
 pub mod config;
 pub mod meter;
 pub mod providers;
 pub mod rewrite;
 pub mod sniff;
+pub mod websocket;
 
 use tokentap::framing::eventstream::EventStreamDecoder;
 use tokentap::framing::json_array::JsonArrayDecoder;
