@@ -67,14 +67,10 @@ async fn ws_upstream(script: Script) -> (String, Seen) {
                 match script {
                     Script::Echo => {
                         while let Some(Ok(msg)) = ws.next().await {
-                            match msg {
-                                Message::Text(_) | Message::Binary(_)
-                                    if ws.send(msg).await.is_err() =>
-                                {
-                                    return;
-                                }
-                                // tungstenite answers pings and closes itself.
-                                _ => {}
+                            // tungstenite answers pings and closes itself.
+                            let data = msg.is_text() || msg.is_binary();
+                            if data && ws.send(msg).await.is_err() {
+                                return;
                             }
                         }
                     }
