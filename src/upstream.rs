@@ -34,7 +34,7 @@ pub mod sigv4;
 
 /// An upstream connection's transport (TCP, or TLS over TCP).
 pub use conn::Io as UpstreamIo;
-pub use conn::set_shard;
+pub use conn::Shard;
 
 /// The request body type sent upstream.
 pub type UpstreamBody = Replay<Incoming>;
@@ -294,8 +294,9 @@ impl Client {
     pub async fn send(
         &self,
         req: Request<UpstreamBody>,
+        shard: Shard,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
-        let fut = self.exchange(req);
+        let fut = self.exchange(req, shard);
         match self.head_timeout {
             Some(limit) => tokio::time::timeout(limit, fut).await.map_err(|_| {
                 UpstreamError::Timeout("no response head within upstream.idle_timeout")
@@ -307,6 +308,7 @@ impl Client {
     async fn exchange(
         &self,
         mut req: Request<UpstreamBody>,
+        shard: Shard,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
         let uri = req.uri().clone();
         let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
@@ -314,7 +316,7 @@ impl Client {
                 "not an absolute URI: {uri}"
             )));
         };
-        let key = (scheme.clone(), authority.clone(), conn::shard());
+        let key = (scheme.clone(), authority.clone(), shard);
         // A connection found closed before it took the request gives it back
         // unsent; it then goes on another. Pooled connections are tried in
         // turn; a fresh one only once more.

@@ -25,7 +25,7 @@ use crate::providers::{self, Operation, Parser, ProviderKind};
 use crate::rewrite;
 use crate::route::{self, Route};
 use crate::sniff::{self, Replay, Sniffed};
-use crate::upstream::{self, ResponseBody, UpstreamBody, sigv4};
+use crate::upstream::{self, ResponseBody, Shard, UpstreamBody, sigv4};
 use crate::websocket;
 
 /// The response body served to clients.
@@ -73,9 +73,13 @@ impl Body for ProxyBody {
 }
 
 /// Walk one request through the stages.
-pub(super) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody> {
+pub(super) async fn handle(
+    state: Arc<State>,
+    req: Request<Incoming>,
+    shard: Shard,
+) -> Response<ProxyBody> {
     let arrival = Arrival::now();
-    match forward(&state, req, arrival).await {
+    match forward(&state, req, arrival, shard).await {
         Ok(res) => res,
         Err(failure) => failure.respond(),
     }
@@ -138,6 +142,7 @@ async fn forward(
     state: &State,
     req: Request<Incoming>,
     arrival: Arrival,
+    shard: Shard,
 ) -> Result<Response<ProxyBody>, Failure> {
     let admitted = admit(state, &req).map_err(Failure::unmetered)?;
     if websocket::is_upgrade(&req) {
@@ -147,7 +152,7 @@ async fn forward(
     let read = read_request(state, &admitted, &parts.headers, body, arrival).await?;
     let client_version = parts.version;
     let (upstream_req, prepared) = prepare(state, &admitted, parts, read)?;
-    let res = match state.client.send(upstream_req).await {
+    let res = match state.client.send(upstream_req, shard).await {
         Ok(res) => res,
         Err(e) => return Err(Failure::metered(e.into_proxy_error(), prepared.meter)),
     };
