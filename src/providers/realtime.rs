@@ -425,7 +425,8 @@ fn openai_client(json: &[u8], out: &mut dyn FnMut(SessionEvent<'_>)) -> Result<(
             out(SessionEvent::Lane(lane));
         }
         // Responses mode names the model at the top level; Realtime's
-        // `response` parameters have no model (the session's applies).
+        // `response` parameters document none (the session's applies), but
+        // one is read if present.
         let model = non_empty_str(event.model.as_ref()).or_else(|| {
             event
                 .response
@@ -440,9 +441,14 @@ fn openai_client(json: &[u8], out: &mut dyn FnMut(SessionEvent<'_>)) -> Result<(
 fn openai_server(json: &[u8], out: &mut dyn FnMut(SessionEvent<'_>)) -> Result<(), AdapterError> {
     let event = parse_openai(json)?;
     let kind = event.kind.as_ref().map_or("", Str::as_str);
-    if let Some(lane) = non_empty_str(event.stream_id.as_ref()) {
-        out(SessionEvent::Lane(lane));
-    }
+    // The lane goes first, and only before an event that belongs to it.
+    let mut lane = non_empty_str(event.stream_id.as_ref());
+    let out = &mut |e: SessionEvent<'_>| {
+        if let Some(lane) = lane.take() {
+            out(SessionEvent::Lane(lane));
+        }
+        out(e);
+    };
     if kind.starts_with("response.") && kind.ends_with(".delta") {
         if non_empty(event.delta) {
             let kind = output_kind(kind);
@@ -1440,6 +1446,8 @@ mod tests {
     fn unknown_event_types_are_ignored_and_unknown_deltas_count_as_other() {
         let ignored = r#"{"type":"output_audio_buffer.started","response_id":"r"}"#;
         assert_eq!(one(Dialect::OpenaiRealtime, true, ignored), Ok(vec![]));
+        let in_lane = r#"{"type":"response.in_progress","stream_id":"a","response":{"id":"r"}}"#;
+        assert_eq!(one(Dialect::OpenaiResponses, true, in_lane), Ok(vec![]));
         let other = r#"{"type":"response.image_generation_call.partial.delta","delta":"abc"}"#;
         assert_eq!(
             one(Dialect::OpenaiResponses, true, other),
