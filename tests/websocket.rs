@@ -482,3 +482,261 @@ async fn a_realtime_response_is_measured_inside_its_session_span() {
         assert!(!raw.contains(secret), "{secret} leaked into telemetry");
     }
 }
+
+/// A frame as raw bytes: `mask` set for client frames, `rsv1` for a
+/// compressed message.
+fn raw_frame(opcode: u8, rsv1: bool, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
+    let mut f = vec![0x80 | if rsv1 { 0x40 } else { 0 } | opcode];
+    let m = if mask.is_some() { 0x80 } else { 0 };
+    match payload.len() {
+        n if n < 126 => f.push(m | n as u8),
+        n if n <= 0xffff => {
+            f.push(m | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(m | 127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    match mask {
+        Some(k) => {
+            f.extend_from_slice(&k);
+            f.extend(payload.iter().enumerate().map(|(i, b)| b ^ k[i % 4]));
+        }
+        None => f.extend_from_slice(payload),
+    }
+    f
+}
+
+/// One message compressed as permessage-deflate sends it (no context
+/// takeover: a fresh compressor per message, the sync-flush tail cut).
+fn deflate(msg: &[u8]) -> Vec<u8> {
+    let mut z = flate2::Compress::new(flate2::Compression::fast(), false);
+    let mut out = Vec::with_capacity(msg.len() + 64);
+    z.compress_vec(msg, &mut out, flate2::FlushCompress::Sync)
+        .unwrap();
+    assert!(out.ends_with(&[0, 0, 0xff, 0xff]));
+    out.truncate(out.len() - 4);
+    out
+}
+
+/// A raw WebSocket upstream: answers the handshake (accepting
+/// permessage-deflate without context takeover when offered), waits for
+/// the client's first bytes, sends `frames`, then records every byte the
+/// client sends until it closes. Returns its URL and those bytes.
+async fn raw_upstream(frames: Vec<Vec<u8>>) -> (String, Arc<Mutex<Vec<u8>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let log = got.clone();
+    tokio::spawn(async move {
+        let (mut tcp, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            tcp.read_exact(&mut byte).await.unwrap();
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).unwrap();
+        let key = head
+            .lines()
+            .find_map(|l| l.strip_prefix("sec-websocket-key: "))
+            .unwrap()
+            .trim();
+        let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+        let ext = if head.contains("permessage-deflate") {
+            "sec-websocket-extensions: permessage-deflate; server_no_context_takeover; client_no_context_takeover\r\n"
+        } else {
+            ""
+        };
+        let res = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {accept}\r\n{ext}\r\n"
+        );
+        tcp.write_all(res.as_bytes()).await.unwrap();
+        let mut buf = vec![0; 65536];
+        let n = tcp.read(&mut buf).await.unwrap();
+        log.lock().unwrap().extend_from_slice(&buf[..n]);
+        for f in frames {
+            tcp.write_all(&f).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => log.lock().unwrap().extend_from_slice(&buf[..n]),
+            }
+        }
+    });
+    (format!("http://{addr}"), got)
+}
+
+/// A raw client: sends the handshake (with `extensions` offered), returns
+/// the socket once the `101` head is read, and that head.
+async fn raw_client(proxy: &InProc, extensions: Option<&str>) -> (TcpStream, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = TcpStream::connect(proxy.addr).await.unwrap();
+    let ext = extensions
+        .map(|e| format!("sec-websocket-extensions: {e}\r\n"))
+        .unwrap_or_default();
+    let req = format!(
+        "GET /v1/realtime?model=gpt-realtime HTTP/1.1\r\nhost: {}\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n{ext}\r\n",
+        proxy.addr
+    );
+    tcp.write_all(req.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        tcp.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    (tcp, String::from_utf8(head).unwrap())
+}
+
+#[tokio::test]
+async fn permessage_deflate_as_browsers_offer_it_is_relayed_and_metered() {
+    use support::otlp::Collector;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let col = Collector::start().await;
+    let events = [
+        r#"{"type":"session.created","session":{"model":"gpt-realtime-2025-08-28"}}"#.to_owned(),
+        r#"{"type":"response.created","response":{"id":"resp_z","status":"in_progress"}}"#.to_owned(),
+        r#"{"type":"response.output_text.delta","response_id":"resp_z","delta":"Hel"}"#.to_owned(),
+        r#"{"type":"response.output_text.delta","response_id":"resp_z","delta":"lo"}"#.to_owned(),
+        r#"{"type":"response.done","response":{"id":"resp_z","status":"completed","usage":{"total_tokens":12,"input_tokens":9,"output_tokens":3,"input_token_details":{"cached_tokens":4}}}}"#.to_owned(),
+    ];
+    let mut frames: Vec<Vec<u8>> = events
+        .iter()
+        .map(|e| raw_frame(1, true, &deflate(e.as_bytes()), None))
+        .collect();
+    frames.push(raw_frame(8, false, &1000u16.to_be_bytes(), None));
+    let sent_down: Vec<u8> = frames.concat();
+    let (upstream, got_up) = raw_upstream(frames).await;
+    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
+    let (mut tcp, head) =
+        raw_client(&proxy, Some("permessage-deflate; client_max_window_bits")).await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("permessage-deflate; server_no_context_takeover"),
+        "extension negotiated end to end: {head}"
+    );
+    let mut sent_up = raw_frame(
+        1,
+        true,
+        &deflate(br#"{"type":"response.create"}"#),
+        Some([1, 2, 3, 4]),
+    );
+    tcp.write_all(&sent_up).await.unwrap();
+    let mut got_down = vec![0; sent_down.len()];
+    within(STEP_TIMEOUT, "server frames", tcp.read_exact(&mut got_down))
+        .await
+        .unwrap();
+    support::assert_bytes_eq("upstream → client bytes", &got_down, &sent_down);
+    let close = raw_frame(8, false, &1000u16.to_be_bytes(), Some([5, 6, 7, 8]));
+    let _ = tcp.write_all(&close).await;
+    sent_up.extend_from_slice(&close);
+    drop(tcp);
+    let response = col
+        .wait_span(STEP_TIMEOUT, "response", |s| s.name.starts_with("chat"))
+        .await;
+    assert_eq!(response.attr("gen_ai.usage.input_tokens").as_i64(), Some(9));
+    assert_eq!(
+        response.attr("gen_ai.usage.output_tokens").as_i64(),
+        Some(3)
+    );
+    assert_eq!(
+        response
+            .attr("gen_ai.usage.cache_read.input_tokens")
+            .as_i64(),
+        Some(4)
+    );
+    assert_eq!(response.attr("tokentap.outcome").as_str(), Some("complete"));
+    proxy.shutdown().await;
+    let up = got_up.lock().unwrap().clone();
+    assert!(
+        sent_up.starts_with(&up) && !up.is_empty(),
+        "client → upstream bytes arrive unchanged"
+    );
+}
+
+#[tokio::test]
+async fn unmasked_client_frames_pass_and_metering_says_why_it_stopped() {
+    use support::otlp::Collector;
+    use tokio::io::AsyncWriteExt;
+    let col = Collector::start().await;
+    let down = vec![raw_frame(1, false, b"{\"type\":\"x\"}", None)];
+    let (upstream, got_up) = raw_upstream(down.clone()).await;
+    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
+    let (mut tcp, head) = raw_client(&proxy, None).await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    // Unmasked (a protocol violation by the client) and then garbage.
+    let mut sent = raw_frame(1, false, br#"{"type":"response.create"}"#, None);
+    sent.extend_from_slice(&[0xff; 40]);
+    tcp.write_all(&sent).await.unwrap();
+    let mut back = vec![0; down[0].len()];
+    use tokio::io::AsyncReadExt;
+    within(STEP_TIMEOUT, "server frame", tcp.read_exact(&mut back))
+        .await
+        .unwrap();
+    assert_eq!(back, down[0], "server frame relayed");
+    tcp.shutdown().await.unwrap();
+    drop(tcp);
+    let session = col
+        .wait_span(STEP_TIMEOUT, "session", |s| s.name.starts_with("websocket"))
+        .await;
+    let why = session
+        .attr("tokentap.session.unmetered")
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(why.contains("client frames"), "{why}");
+    proxy.shutdown().await;
+    let up = got_up.lock().unwrap().clone();
+    support::assert_bytes_eq("client → upstream bytes", &up, &sent);
+}
+
+#[tokio::test]
+async fn a_client_leaving_mid_response_is_client_cancelled() {
+    use support::otlp::Collector;
+    let col = Collector::start().await;
+    // The upstream waits 2 s before its first delta; the client leaves first.
+    let upstream = replay_upstream("openai_text.jsonl", Duration::from_secs(2)).await;
+    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
+    let (mut ws, _) = connect(&proxy, "/v1/realtime?model=gpt-realtime", &[])
+        .await
+        .unwrap();
+    let text = std::fs::read_to_string(format!(
+        "{}/tests/fixtures/realtime/openai_text.jsonl",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if v["dir"] == "client" {
+            ws.send(Message::text(v["msg"].to_string())).await.unwrap();
+        } else {
+            let m = within(STEP_TIMEOUT, "server event", ws.next())
+                .await
+                .unwrap()
+                .unwrap();
+            if m.to_text().unwrap().contains("response.created") {
+                break;
+            }
+        }
+    }
+    drop(ws); // mid-response: no close frame, just gone
+    let response = col
+        .wait_span(STEP_TIMEOUT, "response", |s| s.name.starts_with("chat"))
+        .await;
+    assert_eq!(
+        response.attr("tokentap.outcome").as_str(),
+        Some("client_cancelled")
+    );
+    let session = col
+        .wait_span(STEP_TIMEOUT, "session", |s| s.name.starts_with("websocket"))
+        .await;
+    assert_eq!(session.attr("tokentap.session.responses").as_i64(), Some(1));
+    proxy.shutdown().await;
+}
