@@ -740,3 +740,62 @@ async fn a_client_leaving_mid_response_is_client_cancelled() {
     assert_eq!(session.attr("tokentap.session.responses").as_i64(), Some(1));
     proxy.shutdown().await;
 }
+
+/// The SDK virtualenv (scripts/setup-test-env.sh), or `$TOKENTAP_PYTHON`.
+fn python() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("TOKENTAP_PYTHON") {
+        return p.into();
+    }
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    assert!(
+        p.exists(),
+        "the Python SDK environment is missing ({} not found): run scripts/setup-test-env.sh",
+        p.display()
+    );
+    p
+}
+
+#[tokio::test]
+async fn the_official_python_realtime_client_works_through_tokentap() {
+    use support::otlp::Collector;
+    let col = Collector::start().await;
+    let upstream = replay_upstream("openai_text.jsonl", Duration::from_millis(100)).await;
+    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/realtime.py");
+    let out = within(
+        Duration::from_secs(60),
+        "python realtime client",
+        tokio::process::Command::new(python())
+            .arg(script)
+            .arg(format!("{}/v1", proxy.url()))
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "realtime.py failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(got["text"], "Mars, the \"red\" planet.");
+    assert_eq!(got["input_tokens"], 190);
+    assert_eq!(got["output_tokens"], 11);
+    let response = col
+        .wait_span(STEP_TIMEOUT, "response", |s| s.name.starts_with("chat"))
+        .await;
+    assert_eq!(
+        response.attr("gen_ai.usage.output_tokens").as_i64(),
+        Some(11),
+        "usage equal to the upstream's"
+    );
+    assert_eq!(response.attr("tokentap.outcome").as_str(), Some("complete"));
+    proxy.shutdown().await;
+    let raw = String::from_utf8_lossy(&col.raw_bytes()).into_owned();
+    assert!(
+        !raw.contains("sk-sdk-secret"),
+        "API key leaked into telemetry"
+    );
+}
