@@ -799,3 +799,47 @@ async fn the_official_python_realtime_client_works_through_tokentap() {
         "API key leaked into telemetry"
     );
 }
+
+#[tokio::test]
+async fn the_official_python_responses_websocket_client_works_through_tokentap() {
+    use support::otlp::Collector;
+    let col = Collector::start().await;
+    let upstream = replay_upstream("responses_ws.jsonl", Duration::from_millis(50)).await;
+    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/responses_ws.py");
+    let out = within(
+        Duration::from_secs(60),
+        "python responses websocket client",
+        tokio::process::Command::new(python())
+            .arg(script)
+            .arg(format!("{}/v1", proxy.url()))
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "responses_ws.py failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(got["output_tokens"], 58, "{got}");
+    let response = col
+        .wait_span(STEP_TIMEOUT, "response", |s| s.name.starts_with("chat"))
+        .await;
+    assert_eq!(
+        response.attr("gen_ai.usage.output_tokens").as_i64(),
+        Some(58)
+    );
+    assert_eq!(
+        response.attr("gen_ai.usage.input_tokens").as_i64(),
+        got["input_tokens"].as_i64()
+    );
+    assert_eq!(
+        response.attr("gen_ai.request.model").as_str(),
+        Some("gpt-5.2")
+    );
+    proxy.shutdown().await;
+}
