@@ -18,11 +18,11 @@
 //!   form loads back to itself;
 //! - `rewrite`: the usage stripper's output does not depend on chunking and
 //!   leaves usage-free streams untouched;
+//! - `realtime`: WebSocket session messages never panic the parser, a
+//!   rejected message yields nothing, and OpenAI messages keep no state.
 //! - `websocket`: one direction of a WebSocket (either sender, with or
 //!   without permessage-deflate) gives the same messages whole, split and
 //!   byte by byte, within the message cap and its memory bound.
-//! - `realtime`: WebSocket session messages never panic the parser, a
-//!   rejected message yields nothing, and OpenAI messages keep no state.
 //!
 //! Crash inputs found by fuzzing are kept in the corpus, so each is a
 //! regression test here. `cargo test --test fuzz_corpus -- --ignored

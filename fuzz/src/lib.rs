@@ -9,8 +9,8 @@
 //! The other stages have a module each, with its own control bytes and
 //! invariants: `providers` (framing + adapter), `meter` (the metered path),
 //! `sniff` (request bodies), `config` (TOML), `rewrite` (usage injection),
-//! `websocket` (one direction of a relayed WebSocket), `realtime`
-//! (WebSocket session messages).
+//! `realtime` (WebSocket session messages),
+//! `websocket` (one direction of a relayed WebSocket).
 
 pub mod config;
 pub mod meter;

@@ -33,7 +33,7 @@ use serde::Deserialize;
 use serde::de::{IgnoredAny, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::openai::{Str, non_empty};
+use super::wire::{Str, non_empty};
 use super::{AdapterError, Usage, percent_decode, strip_query};
 
 /// The message protocol a WebSocket session speaks.
