@@ -20,6 +20,7 @@ use crate::route::Router;
 use crate::server::Shards;
 use crate::telemetry::Telemetry;
 use crate::upstream::{Client, Shard};
+use crate::websocket::Sessions;
 
 /// How long stopped drains get to record before telemetry is flushed.
 const DRAIN_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -35,6 +36,8 @@ struct State {
     tokenizer: Arc<Tokenizer>,
     /// Upstream bodies read on after their client left (drain routes).
     drains: Arc<Drains>,
+    /// WebSocket sessions being relayed.
+    sessions: Arc<Sessions>,
 }
 
 /// A running tokentap instance.
@@ -56,6 +59,7 @@ pub struct Running {
     /// What `/config` shows.
     config_view: ConfigView,
     drains: Arc<Drains>,
+    sessions: Arc<Sessions>,
     shutdown_grace: std::time::Duration,
 }
 
@@ -79,6 +83,10 @@ impl Running {
         }
         self.drains.stop();
         let _ = tokio::time::timeout(DRAIN_STOP_WAIT, self.drains.wait_idle()).await;
+        // WebSocket sessions get the grace period too, then a close frame.
+        let _ = tokio::time::timeout_at(grace_ends, self.sessions.wait_idle()).await;
+        self.sessions.stop();
+        let _ = tokio::time::timeout(DRAIN_STOP_WAIT, self.sessions.wait_idle()).await;
         if let Some(admin) = self.admin {
             admin.shutdown().await;
         }
@@ -100,6 +108,11 @@ impl Running {
     /// Upstream bodies being read on after their client left.
     pub fn drains_active(&self) -> usize {
         self.drains.active()
+    }
+
+    /// WebSocket sessions being relayed.
+    pub fn sessions_active(&self) -> usize {
+        self.sessions.active()
     }
 
     /// Whether the active configuration asks for the config file to be watched.
@@ -143,6 +156,7 @@ impl Running {
             telemetry: current.telemetry.clone(),
             tokenizer: current.tokenizer.clone(),
             drains: current.drains.clone(),
+            sessions: current.sessions.clone(),
             config,
         }));
         Ok(())
@@ -232,9 +246,13 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let drains = Drains::new(config.upstream.max_drains);
     let observed = drains.clone();
     telemetry.observe_drains(move || observed.active() as u64);
+    let sessions = Sessions::new();
+    let observed = sessions.clone();
+    telemetry.observe_sessions(move || observed.active() as u64);
     let shutdown_grace = config.server.shutdown_grace;
     let state = Arc::new(ArcSwap::from_pointee(State {
         drains: drains.clone(),
+        sessions: sessions.clone(),
         router: Router::new(&config.routes),
         client,
         telemetry: telemetry.clone(),
@@ -263,6 +281,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         state,
         config_view,
         drains,
+        sessions,
         shutdown_grace,
     })
 }

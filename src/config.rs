@@ -49,6 +49,7 @@ pub struct Config {
     pub routes: Vec<RouteConfig>,
     pub sniff: SniffConfig,
     pub meter: MeterConfig,
+    pub websocket: WebsocketConfig,
     pub tenant: TenantConfig,
     pub telemetry: TelemetryConfig,
 }
@@ -223,6 +224,32 @@ impl Default for MeterConfig {
         MeterConfig {
             max_frame_bytes: 4 << 20,
             tokenizer: true,
+        }
+    }
+}
+
+/// `[websocket]`: WebSocket sessions (upgrades relayed end to end). A
+/// session keeps the values it started with across reloads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebsocketConfig {
+    /// Sessions relayed at once; an upgrade beyond it is answered 503.
+    #[serde(deserialize_with = "units::at_least_one")]
+    pub max_sessions: usize,
+    /// Close a session after this long without a byte either way; unset = never.
+    #[serde(with = "units::opt_positive", skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<Duration>,
+    /// Largest message the session's metering reads; larger ones pass unread.
+    #[serde(with = "units::size")]
+    pub max_message_bytes: usize,
+}
+
+impl Default for WebsocketConfig {
+    fn default() -> Self {
+        WebsocketConfig {
+            max_sessions: 1024,
+            idle_timeout: None,
+            max_message_bytes: 16 << 20,
         }
     }
 }

@@ -25,3 +25,4 @@ pub mod simulate;
 pub mod sniff;
 pub mod telemetry;
 pub mod upstream;
+pub mod websocket;

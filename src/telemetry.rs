@@ -12,10 +12,12 @@ mod instruments;
 pub mod live;
 mod log;
 pub mod prometheus;
+mod session;
 pub mod slo;
 mod span;
 
 pub use self::log::{LogGuard, STARTUP_TARGET, fatal, init_logging, log_filter};
+pub use self::session::SessionTelemetry;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -211,6 +213,13 @@ impl Telemetry {
     /// Start one request's telemetry: a span continuing the client's W3C
     /// trace context from `headers`, plus the per-request recorder.
     pub fn begin(&self, facts: &RequestFacts, headers: &HeaderMap) -> RequestTelemetry {
+        let parent = self.inner.propagator.extract(&TraceHeaders(headers));
+        self.begin_in(facts, &parent)
+    }
+
+    /// Like `begin`, with the span a child of `parent` (a WebSocket
+    /// session's response spans).
+    fn begin_in(&self, facts: &RequestFacts, parent: &Context) -> RequestTelemetry {
         let inner = &self.inner;
         let op = facts.operation.map_or(OPERATION_UNKNOWN, Operation::name);
         let provider = facts.provider.as_str();
@@ -254,7 +263,6 @@ impl Telemetry {
             ],
         );
 
-        let parent = inner.propagator.extract(&TraceHeaders(headers));
         let name = match &facts.request_model {
             Some(model) => format!("{op} {model}"),
             None => op.to_owned(),
@@ -265,7 +273,7 @@ impl Telemetry {
             .with_kind(SpanKind::Client)
             .with_start_time(facts.start_wall)
             .with_attributes(span_start_attributes(facts, op))
-            .start_with_context(&inner.tracer, &parent);
+            .start_with_context(&inner.tracer, parent);
 
         RequestTelemetry {
             inner: self.inner.clone(),
@@ -358,6 +366,23 @@ impl Telemetry {
             .u64_observable_gauge(M_DRAINS_ACTIVE)
             .with_unit("{drain}")
             .with_description("Upstream bodies still being read after their client left.")
+            .with_callback(move |obs| obs.observe(active(), &[]))
+            .build();
+        if let Ok(mut kept) = self.inner.observed.lock() {
+            kept.push(gauge);
+        }
+    }
+
+    /// Report `active()` as `tokentap.websocket.sessions.active` at each
+    /// collection (WebSocket sessions being relayed).
+    pub fn observe_sessions(&self, active: impl Fn() -> u64 + Send + Sync + 'static) {
+        let Some(meter) = &self.inner.meter else {
+            return;
+        };
+        let gauge = meter
+            .u64_observable_gauge(M_WEBSOCKET_SESSIONS_ACTIVE)
+            .with_unit("{session}")
+            .with_description("WebSocket sessions being relayed.")
             .with_callback(move |obs| obs.observe(active(), &[]))
             .build();
         if let Ok(mut kept) = self.inner.observed.lock() {

@@ -21,6 +21,19 @@ pub const M_SLO_BREACHED: &str = "tokentap.slo.breached";
 pub const M_SLO_WEBHOOK: &str = "tokentap.slo.webhook.events";
 pub const M_CONFIG_RELOADS: &str = "tokentap.config.reloads";
 pub const M_DRAINS_ACTIVE: &str = "tokentap.drains.active";
+pub const M_WEBSOCKET_SESSIONS_ACTIVE: &str = "tokentap.websocket.sessions.active";
+
+// WebSocket session span attributes (no GenAI convention covers sessions).
+pub const SESSION_RESPONSES: &str = "tokentap.session.responses";
+pub const SESSION_INPUT_TOKENS: &str = "tokentap.session.input_tokens";
+pub const SESSION_OUTPUT_TOKENS: &str = "tokentap.session.output_tokens";
+pub const SESSION_END: &str = "tokentap.session.end";
+pub const SESSION_CLOSE_CODE_CLIENT: &str = "tokentap.session.close_code.client";
+pub const SESSION_CLOSE_CODE_UPSTREAM: &str = "tokentap.session.close_code.upstream";
+pub const SESSION_ERRORS: &str = "tokentap.session.errors";
+pub const SESSION_UNMETERED: &str = "tokentap.session.unmetered";
+pub const SESSION_BYTES_UP: &str = "tokentap.session.bytes.client_to_upstream";
+pub const SESSION_BYTES_DOWN: &str = "tokentap.session.bytes.upstream_to_client";
 
 // Semantic-convention attribute keys.
 pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
