@@ -84,6 +84,15 @@ pub struct UpstreamConfig {
     pub drain_max_bytes: usize,
     /// Drains running at once; past this, a disconnect cancels.
     pub max_drains: usize,
+    /// HTTP/2 connections per upstream host and serving thread.
+    pub http2_max_connections_per_host: usize,
+    /// Our cap on streams per HTTP/2 connection (the peer's limit applies too).
+    pub http2_max_streams_per_connection: u32,
+    /// Longest wait for an HTTP/2 stream slot once the connection cap is reached.
+    pub http2_queue_timeout: Duration,
+    /// HTTP/2 receive window per stream (bytes buffered for a client that
+    /// does not read).
+    pub http2_stream_window: u32,
 }
 
 /// One route: requests matching `prefix` (and `host`, when set) go to `upstream`.
@@ -106,6 +115,23 @@ pub struct RouteConfig {
     pub sigv4: Option<std::sync::Arc<crate::providers::sigv4::SigV4Config>>,
     /// What happens to the upstream request when the client goes away.
     pub on_client_disconnect: OnClientDisconnect,
+    /// Upstream protocol: HTTP/2 when ALPN picks it, always, or never.
+    pub http2: Http2Mode,
+}
+
+/// `routes[].http2`: which HTTP version the route speaks to its upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Http2Mode {
+    /// HTTP/2 when the upstream's TLS ALPN picks it, else HTTP/1.1
+    /// (plain `http://` upstreams: HTTP/1.1).
+    #[default]
+    Auto,
+    /// HTTP/2 only: ALPN offers only `h2`; `http://` upstreams get h2c
+    /// with prior knowledge.
+    Always,
+    /// HTTP/1.1 only: ALPN offers only `http/1.1`.
+    Never,
 }
 
 /// What a route does with the upstream request when its client goes away

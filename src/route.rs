@@ -186,6 +186,7 @@ mod tests {
             inject_usage: false,
             sigv4: None,
             on_client_disconnect: crate::config::OnClientDisconnect::Cancel,
+            http2: crate::config::Http2Mode::Auto,
         }
     }
 

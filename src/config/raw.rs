@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use super::parse::{fmt_duration, fmt_size};
 use super::{
-    AlertFormat, Config, DisconnectMode, LogFormat, OnClientDisconnect, OtlpProtocol, TenantSource,
+    AlertFormat, Config, DisconnectMode, Http2Mode, LogFormat, OnClientDisconnect, OtlpProtocol, TenantSource,
 };
 use crate::providers::ProviderKind;
 
@@ -101,6 +101,17 @@ pub(super) struct RawUpstream {
     pub drain_max_bytes: Quantity,
     /// Drains running at once; past this, a disconnect cancels.
     pub max_drains: usize,
+    /// HTTP/2 connections per upstream host (and serving thread); when all
+    /// are at their stream limit, requests queue.
+    pub http2_max_connections_per_host: usize,
+    /// Most streams tokentap puts on one HTTP/2 connection (the server's
+    /// SETTINGS_MAX_CONCURRENT_STREAMS applies too, whichever is lower).
+    pub http2_max_streams_per_connection: u32,
+    /// Longest wait for an HTTP/2 stream slot past the connection cap; then 503.
+    pub http2_queue_timeout: Quantity,
+    /// HTTP/2 receive window per stream (size): what the upstream may send
+    /// ahead of a client that does not read.
+    pub http2_stream_window: Quantity,
 }
 
 /// One `[[routes]]` entry.
@@ -134,6 +145,13 @@ pub(super) struct RawRoute {
     /// Drain bound for this route; unset = `upstream.drain_timeout`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_timeout: Option<Quantity>,
+    /// Upstream protocol: `auto` (HTTP/2 when TLS ALPN picks it), `always`, `never`.
+    #[serde(default, skip_serializing_if = "is_auto")]
+    pub http2: Http2Mode,
+}
+
+fn is_auto(m: &Http2Mode) -> bool {
+    *m == Http2Mode::Auto
 }
 
 fn is_cancel(m: &DisconnectMode) -> bool {
@@ -364,6 +382,10 @@ impl Default for RawUpstream {
             drain_timeout: Quantity::text("30s"),
             drain_max_bytes: Quantity::text("16MiB"),
             max_drains: 256,
+            http2_max_connections_per_host: 16,
+            http2_max_streams_per_connection: 100,
+            http2_queue_timeout: Quantity::text("10s"),
+            http2_stream_window: Quantity::text("256KiB"),
         }
     }
 }
@@ -568,6 +590,10 @@ impl RawConfig {
                 drain_timeout: dur(u.drain_timeout),
                 drain_max_bytes: size(u.drain_max_bytes),
                 max_drains: u.max_drains,
+                http2_max_connections_per_host: u.http2_max_connections_per_host,
+                http2_max_streams_per_connection: u.http2_max_streams_per_connection,
+                http2_queue_timeout: dur(u.http2_queue_timeout),
+                http2_stream_window: size(u.http2_stream_window as usize),
             },
             routes: c
                 .routes
@@ -600,6 +626,7 @@ impl RawConfig {
                         }
                         _ => None,
                     },
+                    http2: r.http2,
                 })
                 .collect(),
             sniff: RawSniff {

@@ -295,7 +295,28 @@ fn upstream(cx: &Cx, u: &RawUpstream) -> Result<UpstreamConfig, ConfigError> {
         drain_timeout: cx.positive("upstream.drain_timeout", &u.drain_timeout)?,
         drain_max_bytes: cx.size("upstream.drain_max_bytes", &u.drain_max_bytes)?,
         max_drains: cx.count("upstream.max_drains", u.max_drains)?,
+        http2_max_connections_per_host: cx.count(
+            "upstream.http2_max_connections_per_host",
+            u.http2_max_connections_per_host,
+        )?,
+        http2_max_streams_per_connection: cx.count(
+            "upstream.http2_max_streams_per_connection",
+            u.http2_max_streams_per_connection as usize,
+        )? as u32,
+        http2_queue_timeout: cx.positive("upstream.http2_queue_timeout", &u.http2_queue_timeout)?,
+        http2_stream_window: stream_window(cx, &u.http2_stream_window)?,
     })
+}
+
+/// An HTTP/2 window: at least the 16 KiB a frame may carry, at most 2^31 − 1
+/// (RFC 9113 §6.9.1).
+fn stream_window(cx: &Cx, q: &Quantity) -> Result<u32, ConfigError> {
+    const PATH: &str = "upstream.http2_stream_window";
+    let n = cx.size(PATH, q)?;
+    if !(16_384..=0x7fff_ffff).contains(&n) {
+        return Err(cx.invalid(PATH, format!("{n} bytes: must be between 16KiB and 2GiB - 1")));
+    }
+    Ok(n as u32)
 }
 
 /// Most connect retries accepted: with the doubling backoff (capped at
@@ -373,6 +394,7 @@ fn routes(
             inject_usage: r.inject_usage,
             sigv4,
             on_client_disconnect,
+            http2: r.http2,
         });
     }
     Ok(out)
