@@ -195,7 +195,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let observed = drains.clone();
     telemetry.observe_drains(move || observed.active() as u64);
     let shutdown_grace = config.server.shutdown_grace;
-    let state = Arc::new(ArcSwap::from_pointee(State {
+    let state: Arc<ArcSwap<State>> = Arc::new(ArcSwap::from_pointee(State {
         drains: drains.clone(),
         router: Router::new(&config.routes),
         client,
@@ -203,6 +203,17 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         tokenizer: tokenizer.clone(),
         config,
     }));
+    let pools = Arc::downgrade(&state);
+    telemetry.observe_upstream_pool(move || {
+        let Some(state) = pools.upgrade() else {
+            return Vec::new();
+        };
+        let figures = state.load().client.pool_figures();
+        figures
+            .into_iter()
+            .map(|f| (f.host, f.connections, f.streams, f.queued))
+            .collect()
+    });
     let (stop, stopped) = watch::channel(false);
     let snapshots = state.clone();
     // Each request takes the snapshot current when it arrives.
@@ -431,6 +442,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
     telemetry.inject(&mut parts.headers);
     parts.uri = upstream_uri;
     parts.version = Version::HTTP_11;
+    parts.extensions.insert(route.http2);
     let mut meter = Meter::new(facts, Box::new(telemetry));
     // Streams that will carry no usage get their tokens counted afterwards.
     if stream && sniffed.include_usage != Some(true) && injected.is_none() {
@@ -458,12 +470,18 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
         Ok(res) => res,
         Err(e) => {
             tracing::debug!(route = %route.name, error = %e, "upstream request failed");
+            if let upstream::UpstreamError::QueueTimeout(waited) = e {
+                meter.on_pool_wait(waited);
+            }
             meter.fail(e.status().as_u16(), e.code());
             return e.to_response();
         }
     };
 
     let (mut head, body) = res.into_parts();
+    if let Some(upstream::PoolWait(waited)) = head.extensions.remove() {
+        meter.on_pool_wait(waited);
+    }
     let content_type = head
         .headers
         .get(header::CONTENT_TYPE)

@@ -21,6 +21,10 @@ pub const M_SLO_BREACHED: &str = "tokentap.slo.breached";
 pub const M_SLO_WEBHOOK: &str = "tokentap.slo.webhook.events";
 pub const M_CONFIG_RELOADS: &str = "tokentap.config.reloads";
 pub const M_DRAINS_ACTIVE: &str = "tokentap.drains.active";
+pub const M_POOL_WAIT: &str = "tokentap.upstream.pool.wait";
+pub const M_POOL_CONNECTIONS: &str = "tokentap.upstream.pool.connections";
+pub const M_POOL_STREAMS: &str = "tokentap.upstream.pool.streams";
+pub const M_POOL_QUEUED: &str = "tokentap.upstream.pool.queued";
 
 // Semantic-convention attribute keys.
 pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
@@ -51,6 +55,10 @@ pub const TOKENS_SOURCE: &str = "tokentap.tokens.source";
 pub const DECODE_TPS: &str = "tokentap.decode.tokens_per_second";
 pub const MAX_STALL: &str = "tokentap.max_stall";
 pub const TTFB: &str = "tokentap.ttfb";
+/// Time waited for an upstream connection or HTTP/2 stream slot (s).
+pub const POOL_WAIT: &str = "tokentap.upstream.pool.wait";
+/// The upstream destination a pool gauge describes (`scheme://authority`).
+pub const UPSTREAM_HOST: &str = "tokentap.upstream.host";
 pub const REQUEST_BODY: &str = "tokentap.request.body";
 pub const UNMETERED: &str = "tokentap.unmetered";
 pub const UNMETERED_DETAIL: &str = "tokentap.unmetered.detail";
