@@ -363,7 +363,10 @@ impl Telemetry {
             return;
         };
         let figures = Arc::new(figures);
-        let gauge = |name: &'static str, unit: &'static str, desc: &'static str, pick: fn(&(String, u64, u64, u64)) -> u64| {
+        let gauge = |name: &'static str,
+                     unit: &'static str,
+                     desc: &'static str,
+                     pick: fn(&(String, u64, u64, u64)) -> u64| {
             let figures = figures.clone();
             meter
                 .u64_observable_gauge(name)

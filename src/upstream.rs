@@ -410,7 +410,11 @@ impl Client {
                     // Kept only while a retry is still possible: cheap (the
                     // body's chunks are reference-counted), and only for a
                     // body read completely.
-                    let copy = if refused_retry { try_clone(&req, mode) } else { None };
+                    let copy = if refused_retry {
+                        try_clone(&req, mode)
+                    } else {
+                        None
+                    };
                     match lease.sender().try_send_request(req).await {
                         Ok(res) => {
                             let mut res = res.map(|body| ResponseBody::Shared(body, lease));
@@ -575,7 +579,9 @@ impl Client {
 /// Here the connection window is the stream window times the most streams
 /// a connection carries, so streams whose clients stopped reading can
 /// never use it up (see ARCHITECTURE, "Upstream connections").
-fn h2_builder(cfg: &UpstreamConfig) -> hyper::client::conn::http2::Builder<hyper_util::rt::TokioExecutor> {
+fn h2_builder(
+    cfg: &UpstreamConfig,
+) -> hyper::client::conn::http2::Builder<hyper_util::rt::TokioExecutor> {
     let stream = cfg.http2_stream_window;
     let connection = u64::from(stream)
         .saturating_mul(u64::from(cfg.http2_max_streams_per_connection))

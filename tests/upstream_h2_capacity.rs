@@ -61,7 +61,11 @@ async fn proxy(ca: &TestCa, up: &H2Up, extra: &[(&str, &str, &str)]) -> (InProc,
 
 /// Send `n` streamed requests at once; each result with its TTFT (the
 /// first content chunk).
-async fn concurrent(proxy: &InProc, n: usize, limit: Duration) -> Vec<(client::Streamed, Option<Duration>)> {
+async fn concurrent(
+    proxy: &InProc,
+    n: usize,
+    limit: Duration,
+) -> Vec<(client::Streamed, Option<Duration>)> {
     let c = client::http1();
     let tasks: Vec<_> = (0..n)
         .map(|i| {
@@ -97,12 +101,20 @@ async fn forty_two_second_streams_see_direct_ttft() {
     let mut ttfts = Vec::new();
     for (i, (got, ttft)) in results.iter().enumerate() {
         assert_eq!(got.status, 200, "stream {i}: {}", got.text());
-        assert!(got.text().contains("[DONE]"), "stream {i} whole: {}", got.text());
+        assert!(
+            got.text().contains("[DONE]"),
+            "stream {i} whole: {}",
+            got.text()
+        );
         ttfts.push(ttft.unwrap_or_else(|| panic!("stream {i} had no content")));
     }
     ttfts.sort();
     let (median, max) = (ttfts[ttfts.len() / 2], ttfts[ttfts.len() - 1]);
-    eprintln!("TTFT min {:?} median {median:?} max {max:?}; {} upstream connections", ttfts[0], up.connections());
+    eprintln!(
+        "TTFT min {:?} median {median:?} max {max:?}; {} upstream connections",
+        ttfts[0],
+        up.connections()
+    );
     assert!(
         max < Duration::from_secs(1),
         "every TTFT under 1 s (queued behind 4-stream batches it would be >= 2 s): median {median:?}, max {max:?}"
@@ -112,7 +124,10 @@ async fn forty_two_second_streams_see_direct_ttft() {
         "40 streams at 4 per connection need 10 connections (cap 16); opened {}",
         up.connections()
     );
-    assert!(up.max_open_per_conn() <= 4, "the server's limit was respected");
+    assert!(
+        up.max_open_per_conn() <= 4,
+        "the server's limit was respected"
+    );
     assert_eq!(up.streams(), 40, "no stream was refused or sent twice");
 }
 
@@ -138,7 +153,11 @@ async fn past_the_cap_a_request_queues_then_gets_503() {
     assert_eq!(body["error"]["code"], "upstream_queue_timeout", "{body}");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("http2_queue_timeout"), "{message}");
-    assert!(refused.head_after >= Duration::from_millis(250), "it waited: {:?}", refused.head_after);
+    assert!(
+        refused.head_after >= Duration::from_millis(250),
+        "it waited: {:?}",
+        refused.head_after
+    );
     assert_eq!(up.connections(), 2, "the cap held");
 }
 
@@ -195,7 +214,11 @@ async fn goaway_mid_load_finishes_streams_and_moves_new_ones() {
     for (i, (got, _)) in during.iter().enumerate() {
         assert_eq!(got.status, 200, "stream {i} during GOAWAY: {}", got.text());
         assert!(got.error.is_none(), "stream {i} broke off: {:?}", got.error);
-        assert!(got.text().contains("[DONE]"), "stream {i} whole: {}", got.text());
+        assert!(
+            got.text().contains("[DONE]"),
+            "stream {i} whole: {}",
+            got.text()
+        );
     }
     let after = concurrent(&proxy, 3, Duration::from_secs(10)).await;
     for (got, _) in &after {
@@ -275,11 +298,15 @@ async fn a_stalled_reader_stalls_nobody_else() {
         conn.write_all(&body).await.unwrap();
         stalled.push(conn);
     }
-    within(Duration::from_secs(10), "the stalled streams reach the upstream", async {
-        while up.streams() < STALLED {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
+    within(
+        Duration::from_secs(10),
+        "the stalled streams reach the upstream",
+        async {
+            while up.streams() < STALLED {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
     .await;
     // Give the stalled streams time to fill every buffer they can.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -300,7 +327,11 @@ async fn a_stalled_reader_stalls_nobody_else() {
         "1.5 s streams took {:?}",
         started.elapsed()
     );
-    assert_eq!(up.connections(), 1, "every stream shared one upstream connection");
+    assert_eq!(
+        up.connections(),
+        1,
+        "every stream shared one upstream connection"
+    );
     drop(stalled);
 }
 
@@ -324,6 +355,11 @@ async fn http2_never_speaks_http1_to_an_h2_capable_upstream() {
         ));
     let proxy = InProc::start(&toml).await;
     let got = &concurrent(&proxy, 1, Duration::from_secs(10)).await[0].0;
-    assert_ne!(got.status, 200, "http2 = never must not speak HTTP/2: {}", got.text());
+    assert_ne!(
+        got.status,
+        200,
+        "http2 = never must not speak HTTP/2: {}",
+        got.text()
+    );
     assert_eq!(up.streams(), 0, "no HTTP/2 stream was opened");
 }

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use super::parse::{fmt_duration, fmt_size};
 use super::{
-    AlertFormat, Config, DisconnectMode, Http2Mode, LogFormat, OnClientDisconnect, OtlpProtocol, TenantSource,
+    AlertFormat, Config, DisconnectMode, Http2Mode, LogFormat, OnClientDisconnect, OtlpProtocol,
+    TenantSource,
 };
 use crate::providers::ProviderKind;
 

@@ -314,7 +314,10 @@ fn stream_window(cx: &Cx, q: &Quantity) -> Result<u32, ConfigError> {
     const PATH: &str = "upstream.http2_stream_window";
     let n = cx.size(PATH, q)?;
     if !(16_384..=0x7fff_ffff).contains(&n) {
-        return Err(cx.invalid(PATH, format!("{n} bytes: must be between 16KiB and 2GiB - 1")));
+        return Err(cx.invalid(
+            PATH,
+            format!("{n} bytes: must be between 16KiB and 2GiB - 1"),
+        ));
     }
     Ok(n as u32)
 }

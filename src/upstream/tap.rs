@@ -73,7 +73,10 @@ const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
 #[derive(Debug)]
 enum State {
     /// Collecting a frame header.
-    Header { buf: [u8; FRAME_HEADER], have: usize },
+    Header {
+        buf: [u8; FRAME_HEADER],
+        have: usize,
+    },
     /// Skipping `left` payload bytes of a frame we do not read.
     Skip { left: usize },
     /// Reading a SETTINGS payload, entry by entry.

@@ -120,7 +120,13 @@ pub fn sse_chunk(i: usize) -> Bytes {
 }
 
 async fn serve(mut respond: h2::server::SendResponse<Bytes>, plan: Plan, seen: &Seen) {
-    let head = |ct: &str| Response::builder().status(200).header("content-type", ct).body(()).unwrap();
+    let head = |ct: &str| {
+        Response::builder()
+            .status(200)
+            .header("content-type", ct)
+            .body(())
+            .unwrap()
+    };
     match plan {
         Plan::Refuse => {
             seen.refused.fetch_add(1, Ordering::SeqCst);
