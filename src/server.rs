@@ -26,7 +26,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::config::ServerConfig;
-use crate::meter::body::BoxError;
+use crate::error::{BoxError, error_response};
 use head_check::{Limits, Refusal, Screened, Tracker, Verdicts};
 
 /// What the service answers: the handler's body, or a refusal of our own.
@@ -431,8 +431,7 @@ fn screen(req: &Request<Incoming>, verdicts: &Verdicts, limits: Limits) -> Resul
 
 /// The JSON error for a refused request; HTTP/1 connections are closed after it.
 fn refusal<B>(why: Refusal, version: Version) -> Served<B> {
-    let mut res: Response<Full<Bytes>> =
-        crate::upstream::error_response(why.status(), why.message(), why.code());
+    let mut res: Response<Full<Bytes>> = error_response(why.status(), why.message(), why.code());
     if version < Version::HTTP_2 {
         res.headers_mut().insert(
             header::CONNECTION,

@@ -28,10 +28,12 @@ use rustls::pki_types::pem::PemObject;
 use tower::{Service, ServiceExt};
 
 use crate::config::{Http2Mode, UpstreamConfig};
+use crate::error::{BoxError, ProxyError, Side, error_response};
 use crate::sniff::Replay;
 
 mod conn;
 mod h2pool;
+pub mod sigv4;
 mod tap;
 
 pub use conn::set_shard;
@@ -189,6 +191,18 @@ impl UpstreamError {
         error_response(self.status(), &self.to_string(), self.code())
     }
 
+    /// The same failure as the request path's error type. A full pool is
+    /// tokentap's own limit (`http2_max_connections_per_host`), not the
+    /// upstream's failure.
+    pub fn into_proxy_error(self) -> ProxyError {
+        let (status, code) = (self.status(), self.code());
+        let side = match self {
+            UpstreamError::QueueTimeout(_) => Side::Tokentap,
+            _ => Side::Upstream,
+        };
+        ProxyError::new(side, status, code, self.to_string())
+    }
+
     /// Opening a connection failed.
     fn classify_connect(err: BoxError) -> UpstreamError {
         let chain = error_chain(&*err);
@@ -249,30 +263,6 @@ fn cause<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a (dyn StdError + 'sta
         Some(io) => io.get_ref().map(|inner| inner as &(dyn StdError + 'static)),
         None => e.source(),
     }
-}
-
-/// An error response in the OpenAI error shape, which every OpenAI-style SDK
-/// can parse: `{"error":{"message","type","param","code"}}`.
-pub fn error_response<B: From<Full<Bytes>>>(
-    status: StatusCode,
-    message: &str,
-    code: &str,
-) -> Response<B> {
-    let body = serde_json::json!({
-        "error": {
-            "message": format!("tokentap: {message}"),
-            "type": "tokentap_error",
-            "param": null,
-            "code": code,
-        }
-    });
-    let mut res = Response::new(B::from(Full::new(Bytes::from(body.to_string()))));
-    *res.status_mut() = status;
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("application/json"),
-    );
-    res
 }
 
 /// "outer: inner: innermost", without repeats.
@@ -642,8 +632,6 @@ pub struct RetryConnect<C> {
     retries: u32,
     backoff: Duration,
 }
-
-type BoxError = Box<dyn StdError + Send + Sync>;
 
 impl<C> RetryConnect<C> {
     /// The wait before retry number `n` (0-based): doubling, capped.
