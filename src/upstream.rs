@@ -553,7 +553,8 @@ impl Client {
         h2pool::spawn_connection(conn);
         // Streams are placed by the server's limit, which its preface
         // (SETTINGS) tells: wait for it rather than guess.
-        if !h2pool::settled(&peer, &changed, self.settings_timeout).await {
+        let preface = tokio::time::timeout(self.settings_timeout, peer.wait_settled());
+        if preface.await.is_err() {
             return Err(UpstreamError::Protocol(
                 "no HTTP/2 SETTINGS from the upstream within upstream.connect_timeout".into(),
             ));

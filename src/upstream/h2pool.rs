@@ -414,21 +414,6 @@ impl Drop for Lease {
     }
 }
 
-/// Wait until `peer` has received the server preface, at most `limit`.
-pub async fn settled(peer: &Peer, changed: &Notify, limit: Duration) -> bool {
-    let wait = async {
-        loop {
-            let mut notified = pin!(changed.notified());
-            notified.as_mut().enable();
-            if peer.settled() {
-                return;
-            }
-            notified.await;
-        }
-    };
-    tokio::time::timeout(limit, wait).await.is_ok()
-}
-
 /// Run `fut` (a connection task) to its end, logging how it ended.
 pub fn spawn_connection<F, E>(fut: F)
 where

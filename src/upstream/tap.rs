@@ -24,8 +24,11 @@ pub struct Peer {
     settled: AtomicBool,
     /// A GOAWAY arrived: no new streams may go on this connection.
     goaway: AtomicBool,
-    /// Woken on every change above.
+    /// Woken on every change above (the host's waiters).
     changed: std::sync::Arc<Notify>,
+    /// Woken when the preface arrives (the connection's opener alone, so
+    /// it never takes a wake-up meant for a request waiting for a slot).
+    preface: Notify,
 }
 
 impl Peer {
@@ -37,6 +40,7 @@ impl Peer {
             settled: AtomicBool::new(false),
             goaway: AtomicBool::new(false),
             changed,
+            preface: Notify::new(),
         }
     }
 
@@ -48,6 +52,19 @@ impl Peer {
     /// The server preface has arrived, so `limit` is the peer's.
     pub fn settled(&self) -> bool {
         self.settled.load(Ordering::Acquire)
+    }
+
+    /// Wait until the server preface has arrived (cancel-safe; bound it
+    /// with a timeout).
+    pub async fn wait_settled(&self) {
+        loop {
+            let mut notified = std::pin::pin!(self.preface.notified());
+            notified.as_mut().enable();
+            if self.settled() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// The peer sent GOAWAY (or the pool retired the connection): no new
@@ -179,6 +196,7 @@ impl Frames {
     /// A whole SETTINGS frame has been read: it took effect.
     fn settings_done(&self, peer: &Peer) {
         peer.settled.store(true, Ordering::Release);
+        peer.preface.notify_waiters();
         peer.changed.notify_waiters();
     }
 }
