@@ -546,8 +546,7 @@ impl Client {
         // A connection the HTTP/1 path opened may turn out to speak HTTP/2
         // (the host changed): it joins the HTTP/2 pool all the same.
         let opening = opening.unwrap_or_else(|| self.h2.adopt(key));
-        let changed = opening.changed();
-        let peer = Arc::new(tap::Peer::new(changed.clone()));
+        let peer = Arc::new(tap::Peer::new(opening.changed()));
         let io = tap::watch(io, peer.clone());
         let (sender, conn) = self.h2_builder.handshake(io).await.map_err(exchange)?;
         h2pool::spawn_connection(conn);

@@ -38,6 +38,11 @@ use tokio::io::AsyncWriteExt;
 
 const CHAT: &str = "/v1/chat/completions";
 
+/// The two tests that measure time run one at a time: the stalled-reader
+/// test pushes tens of MiB through debug-build TLS, which would otherwise
+/// eat the CPU the 40 handshakes of the other need.
+static TIMED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn chat(proxy: &InProc, i: usize) -> Req {
     Req::post_json(
         proxy.addr,
@@ -94,6 +99,7 @@ fn two_second_stream() -> Plan {
 
 #[tokio::test]
 async fn forty_two_second_streams_see_direct_ttft() {
+    let _one_at_a_time = TIMED.lock().await;
     let ca = TestCa::new();
     let up = H2Up::start(&ca, 4, |_, _| two_second_stream()).await;
     let (proxy, _s) = proxy(&ca, &up, &[]).await;
@@ -266,6 +272,7 @@ async fn refused_stream_is_retried_once_on_another_connection() {
 
 #[tokio::test]
 async fn a_stalled_reader_stalls_nobody_else() {
+    let _one_at_a_time = TIMED.lock().await;
     let ca = TestCa::new();
     const STALLED: usize = 3;
     let up = H2Up::start(&ca, 100, |_, n| {
