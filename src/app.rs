@@ -13,14 +13,13 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admin::{self, Admin, AdminState, ConfigView, Readiness};
-use crate::config::{Config, ConfigError, UpstreamConfig};
+use crate::config::{Config, ConfigError, RESTART_ONLY, UpstreamConfig};
 use crate::meter::drain::Drains;
 use crate::meter::tokenize::Tokenizer;
-use crate::reload::ReloadError;
 use crate::route::Router;
 use crate::server::Shards;
 use crate::telemetry::Telemetry;
-use crate::upstream::Client;
+use crate::upstream::{Client, Shard};
 
 /// How long stopped drains get to record before telemetry is flushed.
 const DRAIN_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -150,10 +149,50 @@ impl Running {
     }
 }
 
+/// Why a reload was refused. The running configuration keeps serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The new configuration does not load (bad key, value or file).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A key bound at start-up differs.
+    #[error(
+        "`{key}` cannot change without a restart (restart-only: {})",
+        RESTART_ONLY.join(", ")
+    )]
+    RestartRequired { key: String },
+    /// The upstream client could not be rebuilt (e.g. a bad CA file).
+    #[error("{0}")]
+    Upstream(String),
+}
+
+impl ReloadError {
+    /// One line naming the key and source but no values, fit for `/config`.
+    pub fn summary(&self) -> String {
+        match self {
+            ReloadError::Config(ConfigError::UnknownKey { key, origin, .. }) => {
+                format!("unknown key `{key}` in {origin}")
+            }
+            ReloadError::Config(ConfigError::Invalid { key, origin, .. }) => {
+                format!("invalid `{key}` (from {origin})")
+            }
+            ReloadError::Config(ConfigError::File { path, .. }) => {
+                format!("config file {} cannot be read or parsed", path.display())
+            }
+            ReloadError::Config(e @ ConfigError::NoRoutes) => e.to_string(),
+            ReloadError::Config(_) => "the new configuration is invalid (see the log)".into(),
+            ReloadError::RestartRequired { key } => {
+                format!("`{key}` cannot change without a restart")
+            }
+            ReloadError::Upstream(m) => m.clone(),
+        }
+    }
+}
+
 /// A new pooled client is built when a setting changed, and whenever a CA
 /// file is configured (a reload is how a rotated bundle is picked up).
 fn client_changed(old: &UpstreamConfig, new: &UpstreamConfig) -> bool {
-    new.ca_file.is_some() || format!("{old:?}") != format!("{new:?}")
+    new.ca_file.is_some() || old != new
 }
 
 /// Bind the listener and start serving. Must run inside a tokio runtime.
@@ -205,8 +244,12 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     });
     let (stop, stopped) = watch::channel(false);
     let snapshots = state.clone();
-    // Each request takes the snapshot current when it arrives.
-    let handler = move |req| request::handle(snapshots.load_full(), req);
+    // Each request takes the snapshot current when it arrives, and goes
+    // upstream on its serving thread's connections.
+    let handler = move |thread| {
+        let snapshots = snapshots.clone();
+        move |req| request::handle(snapshots.load_full(), req, Shard(thread))
+    };
     let server = Shards::start(listener, &server_cfg, handler, stopped)
         .map_err(|e| anyhow::anyhow!("cannot start the serving threads: {e}"))?;
     Ok(Running {

@@ -250,13 +250,14 @@ impl Shards {
     /// `shutdown` turns true; the threads then drain like [`serve`] and keep
     /// running what their requests left behind (drains, shared HTTP/2
     /// connections) until [`Shards::exit`] or the `Shards` is dropped.
-    pub fn start<H, F, B>(
+    pub fn start<M, H, F, B>(
         listener: TcpListener,
         cfg: &ServerConfig,
-        handle: H,
+        make_handler: M,
         shutdown: watch::Receiver<bool>,
     ) -> std::io::Result<Shards>
     where
+        M: Fn(usize) -> H,
         H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
         F: Future<Output = Response<B>> + Send + 'static,
         B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -280,11 +281,11 @@ impl Shards {
                 .build()?;
             let (tx, mut rx) = mpsc::unbounded_channel::<Handoff>();
             let (done, served) = oneshot::channel();
-            let (cfg, handle, mut exit) = (cfg.clone(), handle.clone(), exit_rx.clone());
+            // The thread's id reaches the upstream pool through its handler.
+            let (cfg, handle, mut exit) = (cfg.clone(), make_handler(id), exit_rx.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("tokentap-serve-{id}"))
                 .spawn(move || {
-                    crate::upstream::set_shard(id);
                     runtime.block_on(async move {
                         let mut conns = Conns::new(&cfg, handle);
                         while let Some((stream, peer, permit, open)) = rx.recv().await {

@@ -36,7 +36,7 @@ mod h2pool;
 pub mod sigv4;
 mod tap;
 
-pub use conn::set_shard;
+pub use conn::Shard;
 
 /// How long a request waited for an upstream connection or HTTP/2 stream
 /// slot before it could be sent (opening a connection included). Set on
@@ -336,6 +336,39 @@ impl Client {
         })
     }
 
+    /// A client for tokentap's own requests (SLO webhooks, demo traffic):
+    /// webpki roots, no connect retries, no head timeout (the caller
+    /// bounds the exchange), a few idle connections per host.
+    pub fn internal(connect_timeout: Duration) -> Result<Client, BuildError> {
+        Client::new(&UpstreamConfig {
+            connect_timeout,
+            idle_timeout: None,
+            total_timeout: None,
+            ca_file: None,
+            pool_idle_timeout: Duration::from_secs(90),
+            pool_max_idle_per_host: 2,
+            connect_retries: 0,
+            connect_retry_backoff: Duration::ZERO,
+            drain_timeout: Duration::ZERO,
+            drain_max_bytes: 0,
+            max_drains: 0,
+            ..UpstreamConfig::default()
+        })
+    }
+
+    /// Send a request whose whole body is `body` (tokentap's own requests).
+    pub async fn send_bytes(
+        &self,
+        req: Request<Bytes>,
+    ) -> Result<Response<ResponseBody>, UpstreamError> {
+        let (parts, body) = req.into_parts();
+        self.send(
+            Request::from_parts(parts, Replay::full(body)),
+            Shard::default(),
+        )
+        .await
+    }
+
     /// Send `req` and wait for the response head. Request bytes are never
     /// retried once the server may have processed them: opening the
     /// connection is retried (when `upstream.connect_retries` is set),
@@ -346,8 +379,9 @@ impl Client {
     pub async fn send(
         &self,
         req: Request<UpstreamBody>,
+        shard: Shard,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
-        let fut = self.exchange(req);
+        let fut = self.exchange(req, shard);
         match self.head_timeout {
             Some(limit) => tokio::time::timeout(limit, fut).await.map_err(|_| {
                 UpstreamError::Timeout("no response head within upstream.idle_timeout")
@@ -373,6 +407,7 @@ impl Client {
     async fn exchange(
         &self,
         mut req: Request<UpstreamBody>,
+        shard: Shard,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
         let asked = Instant::now();
         let mode = req
@@ -386,7 +421,7 @@ impl Client {
                 "not an absolute URI: {uri}"
             )));
         };
-        let key = (scheme.clone(), authority.clone(), conn::shard());
+        let key = (scheme.clone(), authority.clone(), shard);
         // A connection found closed before it took the request gives it back
         // unsent; it then goes on another. Pooled connections are tried in
         // turn; a fresh one only once more.
@@ -572,7 +607,8 @@ impl Client {
 fn h2_builder(
     cfg: &UpstreamConfig,
 ) -> hyper::client::conn::http2::Builder<hyper_util::rt::TokioExecutor> {
-    let stream = cfg.http2_stream_window;
+    // Validated to fit (16 KiB to 2^31 - 1).
+    let stream = u32::try_from(cfg.http2_stream_window).unwrap_or(0x7fff_ffff);
     let connection = u64::from(stream)
         .saturating_mul(u64::from(cfg.http2_max_streams_per_connection))
         .min(0x7fff_ffff) as u32;

@@ -21,11 +21,11 @@ use crate::error::{BoxError, ProxyError};
 use crate::meter::body::{Meter, MeteredBody};
 use crate::meter::drain::DrainLimits;
 use crate::meter::{Arrival, RequestBody, RequestFacts, Unmetered};
-use crate::providers::{self, Operation, Parser, ProviderKind};
+use crate::providers::{self, ContentType, Operation, Parser, ProviderKind, ResponseFormat};
 use crate::rewrite;
 use crate::route::{self, Route};
 use crate::sniff::{self, Replay, Sniffed};
-use crate::upstream::{self, ResponseBody, UpstreamBody, sigv4};
+use crate::upstream::{self, ResponseBody, Shard, UpstreamBody, sigv4};
 
 /// The response body served to clients.
 #[derive(Debug)]
@@ -72,9 +72,13 @@ impl Body for ProxyBody {
 }
 
 /// Walk one request through the stages.
-pub(super) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody> {
+pub(super) async fn handle(
+    state: Arc<State>,
+    req: Request<Incoming>,
+    shard: Shard,
+) -> Response<ProxyBody> {
     let arrival = Arrival::now();
-    match forward(&state, req, arrival).await {
+    match forward(&state, req, arrival, shard).await {
         Ok(res) => res,
         Err(failure) => failure.respond(),
     }
@@ -137,13 +141,14 @@ async fn forward(
     state: &State,
     req: Request<Incoming>,
     arrival: Arrival,
+    shard: Shard,
 ) -> Result<Response<ProxyBody>, Failure> {
     let admitted = admit(state, &req).map_err(Failure::unmetered)?;
     let (parts, body) = req.into_parts();
     let read = read_request(state, &admitted, &parts.headers, body, arrival).await?;
     let client_version = parts.version;
     let (upstream_req, prepared) = prepare(state, &admitted, parts, read)?;
-    let res = match state.client.send(upstream_req).await {
+    let res = match state.client.send(upstream_req, shard).await {
         Ok(res) => res,
         Err(e) => {
             let mut meter = prepared.meter;
@@ -429,23 +434,22 @@ fn take_head(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let is_sse = content_type
-        .trim_start()
-        .to_ascii_lowercase()
-        .starts_with("text/event-stream");
+    // The format is read once; detection, the parser and the meter share it.
+    let format = ContentType::parse(content_type);
+    let is_sse = format.format == ResponseFormat::Sse;
     let operation = meter.facts().operation;
     let provider = admitted
         .provider
-        .or_else(|| ProviderKind::detect_response(content_type));
+        .or_else(|| ProviderKind::detect_format(&format));
     let route = admitted.route;
     let parser = match provider {
         None => Err(Unmetered::UnknownFormat(
             "no provider configured or detected from the path or content type".into(),
         )),
-        Some(kind) => Parser::new(
+        Some(kind) => Parser::for_format(
             kind,
             operation,
-            content_type,
+            format.format,
             state.config.meter.max_frame_bytes,
         )
         .ok_or_else(|| Unmetered::UnknownFormat(format!("content-type {content_type:?}"))),
@@ -454,8 +458,7 @@ fn take_head(
         .headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok());
-    let streamed = providers::is_stream_content_type(content_type);
-    meter.on_head(head.status.as_u16(), streamed, parser, encoding);
+    meter.on_head(head.status.as_u16(), format.is_stream(), parser, encoding);
 
     // Restore the stream the client asked for (plain SSE only; a compressed
     // body is forwarded as it came).

@@ -5,17 +5,16 @@ mod slo;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use figment::error::Kind;
 use figment::value::Value;
 use figment::{Figment, Metadata, Source};
 
-use super::raw::{Quantity, RawConfig, RawLive, RawRoute, RawTelemetry, RawTenant, RawUpstream};
+use super::raw::{RawConfig, RawRoute};
 use super::{
-    ADMIN_OFF, Config, ConfigError, DEFAULT_ADMIN_LISTEN, MeterConfig, RouteConfig, ServerConfig,
-    SniffConfig, TelemetryConfig, TenantConfig, TenantSource, UpstreamConfig, parse,
+    ADMIN_OFF, Config, ConfigError, DEFAULT_ADMIN_LISTEN, RouteConfig, TelemetryConfig,
+    UpstreamConfig, parse,
 };
 use super::{DisconnectMode, OnClientDisconnect};
 use super::{LiveConfig, SloSettings};
@@ -120,26 +119,6 @@ impl<'a> Cx<'a> {
         }
     }
 
-    fn duration(&self, path: &str, q: &Quantity) -> Result<Duration, ConfigError> {
-        parse::duration(&q.as_text()).map_err(|m| self.invalid(path, m))
-    }
-
-    fn positive(&self, path: &str, q: &Quantity) -> Result<Duration, ConfigError> {
-        let d = self.duration(path, q)?;
-        if d.is_zero() {
-            return Err(self.invalid(path, "must be longer than zero"));
-        }
-        Ok(d)
-    }
-
-    fn size(&self, path: &str, q: &Quantity) -> Result<usize, ConfigError> {
-        let n = parse::size(&q.as_text()).map_err(|m| self.invalid(path, m))?;
-        if n == 0 {
-            return Err(self.invalid(path, "must be larger than zero"));
-        }
-        Ok(n)
-    }
-
     /// A header-count limit: hyper allocates room for this many per request.
     fn max_headers(&self, path: &str, n: usize) -> Result<usize, ConfigError> {
         const MAX: usize = 10_000;
@@ -155,13 +134,6 @@ impl<'a> Cx<'a> {
                 path,
                 format!("{n} is more than {MAX_THREADS}; use 0 for one per CPU"),
             ));
-        }
-        Ok(n)
-    }
-
-    fn count(&self, path: &str, n: usize) -> Result<usize, ConfigError> {
-        if n == 0 {
-            return Err(self.invalid(path, "must be at least 1"));
         }
         Ok(n)
     }
@@ -241,14 +213,9 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         });
     }
     let s = &raw.server;
-    let server = ServerConfig {
-        header_read_timeout: cx.positive("server.header_read_timeout", &s.header_read_timeout)?,
-        max_header_bytes: cx.size("server.max_header_bytes", &s.max_header_bytes)?,
-        max_headers: cx.max_headers("server.max_headers", s.max_headers)?,
-        max_connections: cx.count("server.max_connections", s.max_connections)?,
-        shutdown_grace: cx.duration("server.shutdown_grace", &s.shutdown_grace)?,
-        threads: cx.threads("server.threads", s.threads)?,
-    };
+    cx.max_headers("server.max_headers", s.max_headers)?;
+    cx.threads("server.threads", s.threads)?;
+    let server = s.clone();
     let upstream = upstream(&cx, &raw.upstream)?;
     let routes = routes(&cx, &raw.routes, upstream.drain_timeout)?;
     let live = live(&cx, &raw.live)?;
@@ -261,65 +228,37 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         server,
         upstream,
         routes,
-        sniff: SniffConfig {
-            max_body_bytes: cx.size("sniff.max_body_bytes", &raw.sniff.max_body_bytes)?,
-        },
-        meter: MeterConfig {
-            max_frame_bytes: cx.size("meter.max_frame_bytes", &raw.meter.max_frame_bytes)?,
-            tokenizer: raw.meter.tokenizer,
-        },
-        tenant: tenant(&cx, &raw.tenant)?,
+        sniff: raw.sniff.clone(),
+        meter: raw.meter.clone(),
+        tenant: raw.tenant.clone(),
         telemetry: telemetry(&cx, &raw.telemetry, live, slo)?,
     })
 }
 
-fn upstream(cx: &Cx, u: &RawUpstream) -> Result<UpstreamConfig, ConfigError> {
-    let ca_file = match &u.ca_file {
-        Some(p) if !PathBuf::from(p).is_file() => {
-            return Err(cx.invalid("upstream.ca_file", format!("`{p}` is not a readable file")));
-        }
-        p => p.as_ref().map(PathBuf::from),
-    };
-    let opt =
-        |path: &str, q: &Option<Quantity>| q.as_ref().map(|q| cx.positive(path, q)).transpose();
-    Ok(UpstreamConfig {
-        connect_timeout: cx.positive("upstream.connect_timeout", &u.connect_timeout)?,
-        idle_timeout: opt("upstream.idle_timeout", &u.idle_timeout)?,
-        total_timeout: opt("upstream.total_timeout", &u.total_timeout)?,
-        ca_file,
-        pool_idle_timeout: cx.duration("upstream.pool_idle_timeout", &u.pool_idle_timeout)?,
-        pool_max_idle_per_host: u.pool_max_idle_per_host,
-        connect_retries: connect_retries(cx, u.connect_retries)?,
-        connect_retry_backoff: cx
-            .positive("upstream.connect_retry_backoff", &u.connect_retry_backoff)?,
-        drain_timeout: cx.positive("upstream.drain_timeout", &u.drain_timeout)?,
-        drain_max_bytes: cx.size("upstream.drain_max_bytes", &u.drain_max_bytes)?,
-        max_drains: cx.count("upstream.max_drains", u.max_drains)?,
-        http2_max_connections_per_host: cx.count(
-            "upstream.http2_max_connections_per_host",
-            u.http2_max_connections_per_host,
-        )?,
-        http2_max_streams_per_connection: cx.count(
-            "upstream.http2_max_streams_per_connection",
-            u.http2_max_streams_per_connection as usize,
-        )? as u32,
-        http2_queue_timeout: cx.positive("upstream.http2_queue_timeout", &u.http2_queue_timeout)?,
-        http2_stream_window: stream_window(cx, &u.http2_stream_window)?,
-    })
-}
-
-/// An HTTP/2 window: at least the 16 KiB a frame may carry, at most 2^31 − 1
-/// (RFC 9113 §6.9.1).
-fn stream_window(cx: &Cx, q: &Quantity) -> Result<u32, ConfigError> {
-    const PATH: &str = "upstream.http2_stream_window";
-    let n = cx.size(PATH, q)?;
-    if !(16_384..=0x7fff_ffff).contains(&n) {
+fn upstream(cx: &Cx, u: &UpstreamConfig) -> Result<UpstreamConfig, ConfigError> {
+    if let Some(p) = &u.ca_file
+        && !p.is_file()
+    {
+        let message = format!("`{}` is not a readable file", p.display());
+        return Err(cx.invalid("upstream.ca_file", message));
+    }
+    connect_retries(cx, u.connect_retries)?;
+    if u.http2_max_streams_per_connection == 0 {
         return Err(cx.invalid(
-            PATH,
-            format!("{n} bytes: must be between 16KiB and 2GiB - 1"),
+            "upstream.http2_max_streams_per_connection",
+            "must be at least 1",
         ));
     }
-    Ok(n as u32)
+    if !(16_384..=0x7fff_ffff).contains(&u.http2_stream_window) {
+        return Err(cx.invalid(
+            "upstream.http2_stream_window",
+            format!(
+                "{} bytes: must be between 16KiB and 2GiB - 1 (RFC 9113 windows)",
+                u.http2_stream_window
+            ),
+        ));
+    }
+    Ok(u.clone())
 }
 
 /// Most connect retries accepted: with the doubling backoff (capped at
@@ -410,11 +349,7 @@ fn disconnect(
     at: &dyn Fn(&str) -> String,
     default_timeout: Duration,
 ) -> Result<OnClientDisconnect, ConfigError> {
-    let timeout = r
-        .drain_timeout
-        .as_ref()
-        .map(|q| cx.positive(&at("drain_timeout"), q))
-        .transpose()?;
+    let timeout = r.drain_timeout;
     match r.on_client_disconnect {
         DisconnectMode::Drain => Ok(OnClientDisconnect::Drain {
             timeout: timeout.unwrap_or(default_timeout),
@@ -427,56 +362,20 @@ fn disconnect(
     }
 }
 
-fn tenant(cx: &Cx, t: &RawTenant) -> Result<TenantConfig, ConfigError> {
-    let mut sources = Vec::new();
-    for name in &t.sources.0 {
-        let s = match name.trim() {
-            "header" => TenantSource::Header,
-            "body" => TenantSource::Body,
-            "api_key" => TenantSource::ApiKey,
-            other => {
-                return Err(cx.invalid(
-                    "tenant.sources",
-                    format!(
-                        "unknown tenant source `{other}`; expected `header`, `body` or `api_key`"
-                    ),
-                ));
-            }
-        };
-        if sources.contains(&s) {
-            return Err(cx.invalid("tenant.sources", format!("`{name}` is listed twice")));
-        }
-        sources.push(s);
-    }
-    if t.salt.is_empty() {
-        return Err(cx.invalid(
-            "tenant.salt",
-            "must not be empty; set a secret shared by all replicas",
-        ));
-    }
-    Ok(TenantConfig {
-        sources,
-        header: cx.header("tenant.header", &t.header)?,
-        salt: t.salt.clone(),
-    })
-}
-
 /// Most buckets per series (`live.window / live.bucket`).
 const MAX_LIVE_BUCKETS: u128 = 10_000;
 /// Upper bounds that keep `[live]` memory in the tens of megabytes.
 const MAX_LIVE_SERIES: usize = 10_000;
 const MAX_LIVE_RECENT: usize = 10_000;
 
-fn live(cx: &Cx, l: &RawLive) -> Result<LiveConfig, ConfigError> {
-    let bucket = cx.positive("live.bucket", &l.bucket)?;
-    if bucket < Duration::from_millis(100) {
+fn live(cx: &Cx, l: &LiveConfig) -> Result<LiveConfig, ConfigError> {
+    if l.bucket < Duration::from_millis(100) {
         return Err(cx.invalid("live.bucket", "must be at least 100ms"));
     }
-    let window = cx.positive("live.window", &l.window)?;
-    if window < bucket {
+    if l.window < l.bucket {
         return Err(cx.invalid("live.window", "must be at least one `live.bucket`"));
     }
-    if window.as_nanos().div_ceil(bucket.as_nanos()) > MAX_LIVE_BUCKETS {
+    if l.window.as_nanos().div_ceil(l.bucket.as_nanos()) > MAX_LIVE_BUCKETS {
         return Err(cx.invalid(
             "live.window",
             format!(
@@ -484,28 +383,26 @@ fn live(cx: &Cx, l: &RawLive) -> Result<LiveConfig, ConfigError> {
             ),
         ));
     }
-    let max_series = cx.count("live.max_series", l.max_series)?;
-    if max_series > MAX_LIVE_SERIES {
+    if l.max_series > MAX_LIVE_SERIES {
         return Err(cx.invalid("live.max_series", format!("at most {MAX_LIVE_SERIES}")));
     }
     if l.recent > MAX_LIVE_RECENT {
         return Err(cx.invalid("live.recent", format!("at most {MAX_LIVE_RECENT}")));
     }
-    Ok(LiveConfig {
-        window,
-        bucket,
-        max_series,
-        recent: l.recent,
-    })
+    Ok(l.clone())
 }
 
 /// The SDK reserves room for every allowed attribute set up front (per
 /// instrument and reader), so the limit has a ceiling.
 const MAX_SERIES_CEILING: usize = 20_000;
 
-fn max_series(cx: &Cx, n: usize) -> Result<usize, ConfigError> {
-    let n = cx.count("telemetry.max_series", n)?;
-    if n > MAX_SERIES_CEILING {
+fn telemetry(
+    cx: &Cx,
+    t: &TelemetryConfig,
+    live: LiveConfig,
+    slo: SloSettings,
+) -> Result<TelemetryConfig, ConfigError> {
+    if t.max_series > MAX_SERIES_CEILING {
         return Err(cx.invalid(
             "telemetry.max_series",
             format!(
@@ -513,55 +410,9 @@ fn max_series(cx: &Cx, n: usize) -> Result<usize, ConfigError> {
             ),
         ));
     }
-    Ok(n)
-}
-
-fn telemetry(
-    cx: &Cx,
-    t: &RawTelemetry,
-    live: LiveConfig,
-    slo: SloSettings,
-) -> Result<TelemetryConfig, ConfigError> {
-    let otlp_endpoint = t
-        .otlp_endpoint
-        .as_deref()
-        .map(|e| parse::endpoint_url(e).map_err(|m| cx.invalid("telemetry.otlp_endpoint", m)))
-        .transpose()?;
-    if t.service_name.trim().is_empty() {
-        return Err(cx.invalid("telemetry.service_name", "must not be empty"));
-    }
-    let redact_headers = t
-        .redact_headers
-        .0
-        .iter()
-        .map(|h| cx.header("telemetry.redact_headers", h))
-        .collect::<Result<_, _>>()?;
-    for k in t.otlp_headers.keys() {
-        cx.header("telemetry.otlp_headers", k)?;
-    }
-    let pairs = |m: &std::collections::BTreeMap<String, String>| {
-        m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-    };
     Ok(TelemetryConfig {
-        otlp_enabled: t.otlp_enabled,
-        otlp_endpoint,
-        otlp_protocol: t.otlp_protocol,
-        otlp_headers: pairs(&t.otlp_headers),
-        service_name: t.service_name.clone(),
-        resource_attributes: pairs(&t.resource_attributes),
-        metrics_export_interval: cx.positive(
-            "telemetry.metrics_export_interval",
-            &t.metrics_export_interval,
-        )?,
-        otlp_timeout: cx.positive("telemetry.otlp_timeout", &t.otlp_timeout)?,
-        span_queue_size: cx.count("telemetry.span_queue_size", t.span_queue_size)?,
-        max_models: cx.count("telemetry.max_models", t.max_models)?,
-        max_tenants: cx.count("telemetry.max_tenants", t.max_tenants)?,
-        max_series: max_series(cx, t.max_series)?,
-        redact_headers,
-        access_log: t.access_log,
-        log_format: t.log_format,
         live,
         slo,
+        ..t.clone()
     })
 }

@@ -29,22 +29,12 @@ const PARENT_SPAN: &str = "00f067aa0ba902b7";
 pub(super) fn config() -> TelemetryConfig {
     TelemetryConfig {
         otlp_enabled: false,
-        otlp_endpoint: None,
-        otlp_protocol: OtlpProtocol::HttpProtobuf,
-        otlp_headers: Vec::new(),
         service_name: "tokentap-test".into(),
         resource_attributes: vec![("deployment.environment.name".into(), "test".into())],
         metrics_export_interval: Duration::from_secs(3600),
-        otlp_timeout: Duration::from_secs(5),
-        span_queue_size: 2048,
         max_models: 10,
         max_tenants: 10,
-        max_series: 2000,
-        redact_headers: Vec::new(),
-        access_log: true,
-        log_format: LogFormat::Text,
-        live: Default::default(),
-        slo: Default::default(),
+        ..TelemetryConfig::default()
     }
 }
 
