@@ -250,7 +250,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let observed = sessions.clone();
     telemetry.observe_sessions(move || observed.active() as u64);
     let shutdown_grace = config.server.shutdown_grace;
-    let state = Arc::new(ArcSwap::from_pointee(State {
+    let state: Arc<ArcSwap<State>> = Arc::new(ArcSwap::from_pointee(State {
         drains: drains.clone(),
         sessions: sessions.clone(),
         router: Router::new(&config.routes),
@@ -259,6 +259,17 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         tokenizer: tokenizer.clone(),
         config,
     }));
+    let pools = Arc::downgrade(&state);
+    telemetry.observe_upstream_pool(move || {
+        let Some(state) = pools.upgrade() else {
+            return Vec::new();
+        };
+        let figures = state.load().client.pool_figures();
+        figures
+            .into_iter()
+            .map(|f| (f.host, f.connections, f.streams, f.queued))
+            .collect()
+    });
     let (stop, stopped) = watch::channel(false);
     let snapshots = state.clone();
     // Each request takes the snapshot current when it arrives, and goes

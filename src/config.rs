@@ -126,6 +126,20 @@ pub struct UpstreamConfig {
     /// Drains running at once; past this, a disconnect cancels (restart-only).
     #[serde(deserialize_with = "units::at_least_one")]
     pub max_drains: usize,
+    /// HTTP/2 connections per upstream host (and serving thread); when all
+    /// are at their stream limit, requests queue.
+    #[serde(deserialize_with = "units::at_least_one")]
+    pub http2_max_connections_per_host: usize,
+    /// Most streams tokentap puts on one HTTP/2 connection (the server's
+    /// SETTINGS_MAX_CONCURRENT_STREAMS applies too, whichever is lower).
+    pub http2_max_streams_per_connection: u32,
+    /// Longest wait for an HTTP/2 stream slot past the connection cap; then 503.
+    #[serde(with = "units::positive")]
+    pub http2_queue_timeout: Duration,
+    /// HTTP/2 receive window per stream (size, 16KiB to 2GiB - 1): what the
+    /// upstream may send ahead of a client that does not read.
+    #[serde(with = "units::size")]
+    pub http2_stream_window: usize,
 }
 
 impl Default for UpstreamConfig {
@@ -142,6 +156,10 @@ impl Default for UpstreamConfig {
             drain_timeout: Duration::from_secs(30),
             drain_max_bytes: 16 << 20,
             max_drains: 256,
+            http2_max_connections_per_host: 16,
+            http2_max_streams_per_connection: 100,
+            http2_queue_timeout: Duration::from_secs(10),
+            http2_stream_window: 256 << 10,
         }
     }
 }
@@ -166,6 +184,23 @@ pub struct RouteConfig {
     pub sigv4: Option<std::sync::Arc<sigv4::SigV4Config>>,
     /// What happens to the upstream request when the client goes away.
     pub on_client_disconnect: OnClientDisconnect,
+    /// Upstream protocol: HTTP/2 when ALPN picks it, always, or never.
+    pub http2: Http2Mode,
+}
+
+/// `routes[].http2`: which HTTP version the route speaks to its upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Http2Mode {
+    /// HTTP/2 when the upstream's TLS ALPN picks it, else HTTP/1.1
+    /// (plain `http://` upstreams: HTTP/1.1).
+    #[default]
+    Auto,
+    /// HTTP/2 only: ALPN offers only `h2`; `http://` upstreams get h2c
+    /// with prior knowledge.
+    Always,
+    /// HTTP/1.1 only: ALPN offers only `http/1.1`.
+    Never,
 }
 
 /// What a route does with the upstream request when its client goes away

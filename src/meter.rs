@@ -205,6 +205,10 @@ pub struct Measurement {
     /// Timings the upstream reported about its own work
     /// (`Event::UpstreamTiming`, merged field by field).
     pub upstream_timing: UpstreamTiming,
+    /// Time waited for an upstream connection or HTTP/2 stream slot before
+    /// the request could be sent (part of proxy overhead, not provider
+    /// latency); `None` when the request never asked for one.
+    pub pool_wait: Option<Duration>,
 }
 
 impl Measurement {

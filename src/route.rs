@@ -30,6 +30,8 @@ pub struct Route {
     pub sigv4: Option<std::sync::Arc<crate::config::sigv4::SigV4Config>>,
     /// Cancel or drain the upstream when the client goes away.
     pub on_client_disconnect: crate::config::OnClientDisconnect,
+    /// Upstream protocol choice (`routes[].http2`).
+    pub http2: crate::config::Http2Mode,
     /// `server.address` for telemetry.
     pub server_address: Arc<str>,
     /// `server.port` for telemetry.
@@ -77,6 +79,7 @@ impl Route {
             inject_usage: cfg.inject_usage,
             sigv4: cfg.sigv4.clone(),
             on_client_disconnect: cfg.on_client_disconnect,
+            http2: cfg.http2,
         }
     }
 
@@ -186,6 +189,7 @@ mod tests {
             inject_usage: false,
             sigv4: None,
             on_client_disconnect: crate::config::OnClientDisconnect::Cancel,
+            http2: crate::config::Http2Mode::Auto,
         }
     }
 

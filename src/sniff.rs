@@ -144,6 +144,19 @@ impl<B> Replay<B> {
         }
     }
 
+    /// A copy that replays the same bytes, when the body was read
+    /// completely (so nothing of it is still with the client). Cheap: the
+    /// chunks are reference-counted.
+    pub fn try_clone(&self) -> Option<Replay<B>> {
+        match self.rest {
+            Some(_) => None,
+            None => Some(Replay {
+                read: self.read.clone(),
+                rest: None,
+            }),
+        }
+    }
+
     /// A body of exactly `bytes`.
     pub fn full(bytes: Bytes) -> Replay<B> {
         Replay {

@@ -390,6 +390,59 @@ impl Telemetry {
         }
     }
 
+    /// Report the upstream HTTP/2 pool at each collection:
+    /// `tokentap.upstream.pool.{connections,streams,queued}` per upstream
+    /// host. `figures` returns `(host, connections, streams, queued)`;
+    /// hosts come from the configured routes, so the set is bounded.
+    pub fn observe_upstream_pool(
+        &self,
+        figures: impl Fn() -> Vec<(String, u64, u64, u64)> + Send + Sync + 'static,
+    ) {
+        let Some(meter) = &self.inner.meter else {
+            return;
+        };
+        let figures = Arc::new(figures);
+        let gauge = |name: &'static str,
+                     unit: &'static str,
+                     desc: &'static str,
+                     pick: fn(&(String, u64, u64, u64)) -> u64| {
+            let figures = figures.clone();
+            meter
+                .u64_observable_gauge(name)
+                .with_unit(unit)
+                .with_description(desc)
+                .with_callback(move |obs| {
+                    for f in figures() {
+                        obs.observe(pick(&f), &[KeyValue::new(UPSTREAM_HOST, f.0.clone())]);
+                    }
+                })
+                .build()
+        };
+        let gauges = [
+            gauge(
+                M_POOL_CONNECTIONS,
+                "{connection}",
+                "Open HTTP/2 upstream connections that take new streams.",
+                |f| f.1,
+            ),
+            gauge(
+                M_POOL_STREAMS,
+                "{stream}",
+                "HTTP/2 streams in flight on upstream connections.",
+                |f| f.2,
+            ),
+            gauge(
+                M_POOL_QUEUED,
+                "{request}",
+                "Requests waiting for an upstream HTTP/2 connection or stream slot.",
+                |f| f.3,
+            ),
+        ];
+        if let Ok(mut kept) = self.inner.observed.lock() {
+            kept.extend(gauges);
+        }
+    }
+
     /// Live statistics (dashboard, demo table, slowdown detection).
     pub fn live(&self) -> &Live {
         &self.inner.live
@@ -616,6 +669,7 @@ impl RequestTelemetry {
             tpot: m.time_per_output_token().map(|d| d.as_secs_f64()),
             decode_tps: m.decode_tokens_per_second(),
             max_stall: m.max_gap.filter(|_| stream).map(|d| d.as_secs_f64()),
+            pool_wait: m.pool_wait.map(|d| d.as_secs_f64()),
             input_tokens: m.usage.input,
             output_tokens: m.output_tokens.or(m.usage.output),
         };

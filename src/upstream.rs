@@ -1,8 +1,10 @@
 //! The upstream client: a prepared request in, the provider's response head
 //! and body out. hyper's connection API over rustls (webpki roots plus an
-//! optional extra CA) with our own pool (`conn`): HTTP/1.1 connections are
-//! driven by the response body that reads them, HTTP/2 (by ALPN) is shared.
-//! Connect and head timeouts, opt-in connect retries, errors classified by
+//! optional extra CA) with our own pools: HTTP/1.1 connections (`conn`) are
+//! driven by the response body that reads them; HTTP/2 connections
+//! (`h2pool`) are shared by stream capacity, as many as the traffic needs
+//! up to a cap. Connect and head timeouts, opt-in connect retries, one
+//! retry of a stream the server refused unprocessed, errors classified by
 //! the side that failed.
 
 use std::error::Error as StdError;
@@ -12,7 +14,7 @@ use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName};
@@ -25,16 +27,37 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use tower::{Service, ServiceExt};
 
-use crate::config::UpstreamConfig;
+use crate::config::{Http2Mode, UpstreamConfig};
 use crate::error::{BoxError, ProxyError, Side, error_response};
 use crate::sniff::Replay;
 
 mod conn;
+mod h2pool;
 pub mod sigv4;
+mod tap;
 
 /// An upstream connection's transport (TCP, or TLS over TCP).
 pub use conn::Io as UpstreamIo;
 pub use conn::Shard;
+
+/// How long a request waited for an upstream connection or HTTP/2 stream
+/// slot before it could be sent (opening a connection included). Set on
+/// every response `Client::send` returns, as a response extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolWait(pub Duration);
+
+/// Pool figures for one upstream destination (summed over serving threads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolFigures {
+    /// `scheme://authority`.
+    pub host: String,
+    /// Open HTTP/2 connections that take new streams.
+    pub connections: u64,
+    /// Streams in flight on them.
+    pub streams: u64,
+    /// Requests waiting for a connection or stream slot.
+    pub queued: u64,
+}
 
 /// The request body type sent upstream.
 pub type UpstreamBody = Replay<Incoming>;
@@ -44,20 +67,31 @@ type Connector = RetryConnect<HttpsConnector<HttpConnector>>;
 /// Pooled upstream client, shared by every request.
 #[derive(Debug, Clone)]
 pub struct Client {
+    /// ALPN offering h2 and http/1.1 (`routes.http2 = "auto"`).
     connector: Connector,
-    /// Offers only `http/1.1` by ALPN: an upgrade needs HTTP/1.1 end to end.
-    h1_connector: Connector,
+    /// ALPN offering h2 only (`always`).
+    connector_h2: Connector,
+    /// ALPN offering http/1.1 only (`never`).
+    connector_h1: Connector,
     h1: Arc<conn::Pool>,
-    h2: Arc<conn::H2Pool>,
+    h2: Arc<h2pool::H2Pool>,
+    h2_builder: hyper::client::conn::http2::Builder<hyper_util::rt::TokioExecutor>,
     head_timeout: Option<Duration>,
+    /// Longest wait for a new HTTP/2 connection's server preface.
+    settings_timeout: Duration,
+    queue_timeout: Duration,
 }
 
 /// An upstream response body: HTTP/1 bodies drive their own connection
-/// (see `upstream/conn.rs`); HTTP/2 streams share a connection task.
+/// (see `upstream/conn.rs`); HTTP/2 streams share a connection task and
+/// hold their stream slot until the body ends or is dropped.
 #[derive(Debug)]
 pub enum ResponseBody {
     Driven(conn::Driven),
-    Shared(Incoming),
+    Shared(Incoming, h2pool::Lease),
+    /// A body on a connection of its own that runs in its own task (the
+    /// answer to an upgrade request that was not `101`).
+    Own(Incoming),
 }
 
 impl http_body::Body for ResponseBody {
@@ -70,21 +104,21 @@ impl http_body::Body for ResponseBody {
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
             ResponseBody::Driven(b) => Pin::new(b).poll_frame(cx),
-            ResponseBody::Shared(b) => Pin::new(b).poll_frame(cx),
+            ResponseBody::Shared(b, _) | ResponseBody::Own(b) => Pin::new(b).poll_frame(cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
             ResponseBody::Driven(b) => b.is_end_stream(),
-            ResponseBody::Shared(b) => b.is_end_stream(),
+            ResponseBody::Shared(b, _) | ResponseBody::Own(b) => b.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
         match self {
             ResponseBody::Driven(b) => b.size_hint(),
-            ResponseBody::Shared(b) => b.size_hint(),
+            ResponseBody::Shared(b, _) | ResponseBody::Own(b) => b.size_hint(),
         }
     }
 }
@@ -125,13 +159,22 @@ pub enum UpstreamError {
     /// The upstream broke the HTTP exchange.
     #[error("upstream protocol error: {0}")]
     Protocol(String),
+    /// Every HTTP/2 connection to the host was at its stream limit, the
+    /// connection cap was reached, and no slot came free in time.
+    #[error(
+        "no upstream HTTP/2 stream came free within upstream.http2_queue_timeout ({0:?}): \
+         every connection to the host is at its stream limit and \
+         upstream.http2_max_connections_per_host is reached"
+    )]
+    QueueTimeout(Duration),
 }
 
 impl UpstreamError {
-    /// 504 for timeouts, 502 for everything else.
+    /// 504 for timeouts, 503 for a full pool, 502 for everything else.
     pub fn status(&self) -> StatusCode {
         match self {
             UpstreamError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            UpstreamError::QueueTimeout(_) => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::BAD_GATEWAY,
         }
     }
@@ -144,6 +187,7 @@ impl UpstreamError {
             UpstreamError::Timeout(_) => "upstream_timeout",
             UpstreamError::Reset(_) => "upstream_reset",
             UpstreamError::Protocol(_) => "upstream_protocol_error",
+            UpstreamError::QueueTimeout(_) => "upstream_queue_timeout",
         }
     }
 
@@ -152,10 +196,16 @@ impl UpstreamError {
         error_response(self.status(), &self.to_string(), self.code())
     }
 
-    /// The same failure as the request path's error type.
+    /// The same failure as the request path's error type. A full pool is
+    /// tokentap's own limit (`http2_max_connections_per_host`), not the
+    /// upstream's failure.
     pub fn into_proxy_error(self) -> ProxyError {
         let (status, code) = (self.status(), self.code());
-        ProxyError::new(Side::Upstream, status, code, self.to_string())
+        let side = match self {
+            UpstreamError::QueueTimeout(_) => Side::Tokentap,
+            _ => Side::Upstream,
+        };
+        ProxyError::new(side, status, code, self.to_string())
     }
 
     /// Opening a connection failed.
@@ -258,32 +308,36 @@ impl Client {
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(cfg.connect_timeout));
+        let builder = || {
+            hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls.clone())
+                .https_or_http()
+        };
         let retry = |inner| RetryConnect {
             inner,
             retries: cfg.connect_retries,
             backoff: cfg.connect_retry_backoff,
         };
-        let connector = retry(
-            hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config(tls.clone())
-                .https_or_http()
-                .enable_all_versions()
-                .wrap_connector(http.clone()),
-        );
-        let h1_connector = retry(
-            hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config(tls)
-                .https_or_http()
-                .enable_http1()
-                .wrap_connector(http),
-        );
+        let connector = retry(builder().enable_all_versions().wrap_connector(http.clone()));
+        let connector_h2 = retry(builder().enable_http2().wrap_connector(http.clone()));
+        let connector_h1 = retry(builder().enable_http1().wrap_connector(http));
 
+        let limits = h2pool::Limits {
+            max_connections: cfg.http2_max_connections_per_host,
+            max_streams: cfg.http2_max_streams_per_connection,
+            queue_timeout: cfg.http2_queue_timeout,
+            idle_timeout: cfg.pool_idle_timeout,
+        };
         Ok(Client {
             connector,
-            h1_connector,
+            connector_h2,
+            connector_h1,
             h1: conn::Pool::new(cfg.pool_max_idle_per_host, cfg.pool_idle_timeout),
-            h2: Arc::new(conn::H2Pool::default()),
+            h2: h2pool::H2Pool::new(limits),
+            h2_builder: h2_builder(cfg),
             head_timeout: cfg.idle_timeout,
+            settings_timeout: cfg.connect_timeout,
+            queue_timeout: cfg.http2_queue_timeout,
         })
     }
 
@@ -303,6 +357,7 @@ impl Client {
             drain_timeout: Duration::ZERO,
             drain_max_bytes: 0,
             max_drains: 0,
+            ..UpstreamConfig::default()
         })
     }
 
@@ -320,9 +375,12 @@ impl Client {
     }
 
     /// Send `req` and wait for the response head. Request bytes are never
-    /// retried once sent: only opening the connection is retried (when
-    /// `upstream.connect_retries` is set), and hyper re-sends only requests
-    /// that never left.
+    /// retried once the server may have processed them: opening the
+    /// connection is retried (when `upstream.connect_retries` is set),
+    /// hyper re-sends only requests that never left, and an HTTP/2 stream
+    /// the server refused unprocessed (REFUSED_STREAM, or above a graceful
+    /// GOAWAY's last stream) is sent once more on another connection.
+    /// `routes[].http2` comes as an [`Http2Mode`] request extension.
     pub async fn send(
         &self,
         req: Request<UpstreamBody>,
@@ -337,11 +395,31 @@ impl Client {
         }
     }
 
+    /// Pool figures per HTTP/2 destination, for the pool gauges.
+    pub fn pool_figures(&self) -> Vec<PoolFigures> {
+        self.h2
+            .figures()
+            .into_iter()
+            .map(|(host, connections, streams, queued)| PoolFigures {
+                host,
+                connections,
+                streams,
+                queued,
+            })
+            .collect()
+    }
+
     async fn exchange(
         &self,
         mut req: Request<UpstreamBody>,
         shard: Shard,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
+        let asked = Instant::now();
+        let mode = req
+            .extensions()
+            .get::<Http2Mode>()
+            .copied()
+            .unwrap_or_default();
         let uri = req.uri().clone();
         let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
             return Err(UpstreamError::Protocol(format!(
@@ -353,36 +431,53 @@ impl Client {
         // unsent; it then goes on another. Pooled connections are tried in
         // turn; a fresh one only once more.
         let mut fresh_tries = 0;
+        let mut refused_retry = true;
         loop {
-            let conn = match self.h2.get(&key) {
-                Some(h2) => Conn::H2(h2),
-                None => match self.h1.checkout(&key).await {
-                    Some(h1) => Conn::H1(h1),
-                    None => {
-                        fresh_tries += 1;
-                        // Boxed: connecting and the handshakes make a large
-                        // future, which would otherwise sit inline in every
-                        // request's future (and hyper keeps that allocation
-                        // for as long as the client connection lives).
-                        Box::pin(self.open(&key, &uri)).await?
-                    }
-                },
-            };
+            let conn = self.connection(&key, &uri, mode, &mut fresh_tries).await?;
+            let waited = PoolWait(asked.elapsed());
             let unsent = match conn {
-                Conn::H2(mut h2) => match h2.try_send_request(req).await {
-                    Ok(res) => return Ok(res.map(ResponseBody::Shared)),
-                    Err(mut e) => match e.take_message() {
-                        Some(back) => back,
-                        None => return Err(UpstreamError::classify_exchange(&e.into_error())),
-                    },
-                },
+                Conn::H2(mut lease) => {
+                    // Kept only while a retry is still possible: cheap (the
+                    // body's chunks are reference-counted), and only for a
+                    // body read completely.
+                    let copy = if refused_retry {
+                        try_clone(&req, mode)
+                    } else {
+                        None
+                    };
+                    match lease.sender().try_send_request(req).await {
+                        Ok(res) => {
+                            let mut res = res.map(|body| ResponseBody::Shared(body, lease));
+                            res.extensions_mut().insert(waited);
+                            return Ok(res);
+                        }
+                        Err(mut e) => match e.take_message() {
+                            Some(back) => back,
+                            None => {
+                                let err = e.into_error();
+                                match copy {
+                                    Some(copy) if refused_unprocessed(&err) => {
+                                        tracing::debug!(error = %error_chain(&err), "upstream refused an HTTP/2 stream unprocessed; sending it on another connection");
+                                        lease.retire();
+                                        refused_retry = false;
+                                        req = copy;
+                                        continue;
+                                    }
+                                    _ => return Err(UpstreamError::classify_exchange(&err)),
+                                }
+                            }
+                        },
+                    }
+                }
                 Conn::H1(h1) => {
                     let added_host = to_h1_form(&mut req);
                     match h1.send(req).await {
                         Ok((res, h1)) => {
                             let pool = self.h1.clone();
                             let driven = |body| conn::Driven::new(body, h1, pool, key);
-                            return Ok(res.map(|body| ResponseBody::Driven(driven(body))));
+                            let mut res = res.map(|body| ResponseBody::Driven(driven(body)));
+                            res.extensions_mut().insert(waited);
+                            return Ok(res);
                         }
                         Err(conn::SendError::Unsent(mut back)) => {
                             // As it came: the next connection may speak HTTP/2.
@@ -421,7 +516,7 @@ impl Client {
         let exchange = |e: hyper::Error| UpstreamError::classify_exchange(&e);
         let fut = async {
             let io = self
-                .h1_connector
+                .connector_h1
                 .clone()
                 .oneshot(uri)
                 .await
@@ -446,29 +541,160 @@ impl Client {
         }
     }
 
-    /// Open a connection to `uri`: HTTP/2 when TLS negotiated it (shared
-    /// from then on), HTTP/1 otherwise.
-    async fn open(&self, key: &conn::Key, uri: &Uri) -> Result<Conn, UpstreamError> {
-        let io = self
-            .connector
+    /// A connection for the next attempt: an HTTP/2 stream slot when the
+    /// route and host allow HTTP/2, else a pooled or new HTTP/1 connection.
+    async fn connection(
+        &self,
+        key: &conn::Key,
+        uri: &Uri,
+        mode: Http2Mode,
+        fresh_tries: &mut u32,
+    ) -> Result<Conn, UpstreamError> {
+        let h2_possible = match mode {
+            Http2Mode::Never => false,
+            Http2Mode::Always => true,
+            // Without TLS there is no ALPN to offer h2 by.
+            Http2Mode::Auto => key.0 == http::uri::Scheme::HTTPS && self.h2.may_be_h2(key),
+        };
+        if h2_possible {
+            let always = mode == Http2Mode::Always;
+            let step = self
+                .h2
+                .acquire(key, always)
+                .await
+                .map_err(|_| UpstreamError::QueueTimeout(self.queue_timeout))?;
+            match step {
+                h2pool::Step::Go(lease) => return Ok(Conn::H2(lease)),
+                h2pool::Step::Open(opening) => {
+                    *fresh_tries += 1;
+                    // Boxed: connecting and the handshakes make a large
+                    // future, which would otherwise sit inline in every
+                    // request's future (and hyper keeps that allocation
+                    // for as long as the client connection lives).
+                    return Box::pin(self.open(key, uri, mode, Some(opening))).await;
+                }
+                h2pool::Step::Http1 => {}
+            }
+        }
+        if let Some(h1) = self.h1.checkout(key).await {
+            return Ok(Conn::H1(h1));
+        }
+        *fresh_tries += 1;
+        Box::pin(self.open(key, uri, mode, None)).await
+    }
+
+    /// Open a connection to `uri`: HTTP/2 when TLS negotiated it (or the
+    /// route asks for it), shared from then on; HTTP/1 otherwise.
+    async fn open(
+        &self,
+        key: &conn::Key,
+        uri: &Uri,
+        mode: Http2Mode,
+        opening: Option<h2pool::Opening>,
+    ) -> Result<Conn, UpstreamError> {
+        let connector = match mode {
+            Http2Mode::Auto => &self.connector,
+            Http2Mode::Always => &self.connector_h2,
+            Http2Mode::Never => &self.connector_h1,
+        };
+        let io = connector
             .clone()
             .oneshot(uri.clone())
             .await
             .map_err(UpstreamError::classify_connect)?;
         let exchange = |e: hyper::Error| UpstreamError::classify_exchange(&e);
-        if io.connected().is_negotiated_h2() {
-            let h2 = self.h2.handshake(key.clone(), io).await.map_err(exchange)?;
-            Ok(Conn::H2(h2))
-        } else {
-            Ok(Conn::H1(conn::H1::handshake(io).await.map_err(exchange)?))
+        let tls = matches!(io, hyper_rustls::MaybeHttpsStream::Https(_));
+        let h2 = match mode {
+            Http2Mode::Never => false,
+            Http2Mode::Auto => io.connected().is_negotiated_h2(),
+            Http2Mode::Always if tls && !io.connected().is_negotiated_h2() => {
+                return Err(UpstreamError::Protocol(
+                    "the upstream did not pick HTTP/2 in the TLS handshake (ALPN), \
+                     and the route sets http2 = \"always\""
+                        .into(),
+                ));
+            }
+            Http2Mode::Always => true,
+        };
+        if !h2 {
+            if let Some(opening) = opening {
+                opening.http1();
+            }
+            return Ok(Conn::H1(conn::H1::handshake(io).await.map_err(exchange)?));
         }
+        // A connection the HTTP/1 path opened may turn out to speak HTTP/2
+        // (the host changed): it joins the HTTP/2 pool all the same.
+        let opening = opening.unwrap_or_else(|| self.h2.adopt(key));
+        let peer = Arc::new(tap::Peer::new(opening.changed()));
+        let io = tap::watch(io, peer.clone());
+        let (sender, conn) = self.h2_builder.handshake(io).await.map_err(exchange)?;
+        h2pool::spawn_connection(conn);
+        // Streams are placed by the server's limit, which its preface
+        // (SETTINGS) tells: wait for it rather than guess.
+        let preface = tokio::time::timeout(self.settings_timeout, peer.wait_settled());
+        if preface.await.is_err() {
+            return Err(UpstreamError::Protocol(
+                "no HTTP/2 SETTINGS from the upstream within upstream.connect_timeout".into(),
+            ));
+        }
+        Ok(Conn::H2(opening.ready(sender, peer)))
     }
+}
+
+/// The HTTP/2 settings tokentap's upstream connections announce. Flow
+/// control is fixed, not adaptive: hyper's adaptive window gives the
+/// connection the same window as one stream, so one client that stops
+/// reading could fill it and stall every other stream on the connection.
+/// Here the connection window is the stream window times the most streams
+/// a connection carries, so streams whose clients stopped reading can
+/// never use it up (see ARCHITECTURE, "Upstream connections").
+fn h2_builder(
+    cfg: &UpstreamConfig,
+) -> hyper::client::conn::http2::Builder<hyper_util::rt::TokioExecutor> {
+    // Validated to fit (16 KiB to 2^31 - 1).
+    let stream = u32::try_from(cfg.http2_stream_window).unwrap_or(0x7fff_ffff);
+    let connection = u64::from(stream)
+        .saturating_mul(u64::from(cfg.http2_max_streams_per_connection))
+        .min(0x7fff_ffff) as u32;
+    let mut b = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+    b.timer(hyper_util::rt::TokioTimer::new())
+        .adaptive_window(false)
+        .initial_stream_window_size(stream)
+        .initial_connection_window_size(connection);
+    b
+}
+
+/// A copy of `req` to send again if the server refuses it unprocessed;
+/// `None` when its body is still partly with the client.
+fn try_clone(req: &Request<UpstreamBody>, mode: Http2Mode) -> Option<Request<UpstreamBody>> {
+    let body = req.body().try_clone()?;
+    let mut copy = Request::new(body);
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    copy.extensions_mut().insert(mode);
+    Some(copy)
+}
+
+/// The server said it did not process the stream: RST_STREAM with
+/// REFUSED_STREAM, or a graceful GOAWAY (NO_ERROR) whose last stream id is
+/// below it (RFC 9113 §8.7). An abrupt GOAWAY (an error code) may also end
+/// streams the server did process, so it is not retried.
+fn refused_unprocessed(err: &(dyn StdError + 'static)) -> bool {
+    causes(err)
+        .filter_map(|e| e.downcast_ref::<h2::Error>())
+        .any(|h2| {
+            h2.is_remote()
+                && ((h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM))
+                    || (h2.is_go_away() && h2.reason() == Some(h2::Reason::NO_ERROR)))
+        })
 }
 
 /// A connection a request can go on.
 enum Conn {
     H1(conn::H1),
-    H2(hyper::client::conn::http2::SendRequest<UpstreamBody>),
+    H2(h2pool::Lease),
 }
 
 /// Longest wait between two connect attempts.

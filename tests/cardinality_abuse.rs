@@ -201,6 +201,7 @@ fn measurement(request: RequestFacts) -> Measurement {
         response_bytes: 300,
         unmetered: None,
         upstream_timing: Default::default(),
+        pool_wait: None,
     }
 }
 

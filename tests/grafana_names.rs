@@ -548,7 +548,20 @@ async fn dashboard_and_rules_name_only_exported_metrics() {
     // An SLO every request breaches (TTFT p95 over 1 ms), judged per model
     // over small live windows, and a webhook that takes its events.
     let hook = Upstream::fixed(Reply::new(200)).await;
-    let toml = Toml::openai(&up.url())
+    // An HTTP/2 upstream, so the upstream pool gauges have a host.
+    let ca = support::tls::TestCa::new();
+    let h2 = support::h2up::H2Up::start(&ca, 100, |_, _| support::h2up::Plan::Sse {
+        more: 1,
+        gap: Duration::ZERO,
+    })
+    .await;
+    let scratch = support::proxy::Scratch::new("names-h2");
+    let ca_file = scratch.write("ca.pem", ca.pem());
+    // The HTTP/2 route first: routes are tried in order, and "/" takes all.
+    let toml = Toml::new()
+        .route("h2", "/h2", &h2.url(), "openai")
+        .route("openai", "/", &up.url(), "openai")
+        .set("upstream", "ca_file", &q(&ca_file.display().to_string()))
         .set("live", "window", &q("10s"))
         .set("live", "bucket", &q("100ms"))
         .raw(
@@ -586,6 +599,14 @@ async fn dashboard_and_rules_name_only_exported_metrics() {
         assert_eq!(got.status, status, "{model}: {}", got.text());
         sent += 1.0;
     }
+    let h2_req = Req::post_json(
+        proxy,
+        "/h2/v1/chat/completions",
+        script::openai_request("m-h2", true, None),
+    );
+    let got = client::fetch(&c, &h2_req).await;
+    assert_eq!(got.status, 200, "h2 route: {}", got.text());
+    sent += 1.0;
     // A client that goes away mid-stream.
     let gone = client::http1();
     let (resp, _) = client::send(&gone, &send("m-cancel", true, Some("team-a"))).await;

@@ -154,7 +154,13 @@ async fn forward(
     let (upstream_req, prepared) = prepare(state, &admitted, parts, read)?;
     let res = match state.client.send(upstream_req, shard).await {
         Ok(res) => res,
-        Err(e) => return Err(Failure::metered(e.into_proxy_error(), prepared.meter)),
+        Err(e) => {
+            let mut meter = prepared.meter;
+            if let upstream::UpstreamError::QueueTimeout(waited) = e {
+                meter.on_pool_wait(waited);
+            }
+            return Err(Failure::metered(e.into_proxy_error(), meter));
+        }
     };
     Ok(take_head(state, &admitted, res, prepared, client_version))
 }
@@ -369,6 +375,7 @@ fn prepare(
     telemetry.inject(&mut parts.headers);
     parts.uri = admitted.upstream_uri.clone();
     parts.version = Version::HTTP_11;
+    parts.extensions.insert(admitted.route.http2);
     let stream = facts.stream;
     let mut meter = Meter::new(facts, Box::new(telemetry));
     // Streams that will carry no usage get their tokens counted afterwards.
@@ -442,6 +449,9 @@ fn take_head(
         injected,
     } = prepared;
     let (mut head, body) = res.into_parts();
+    if let Some(upstream::PoolWait(waited)) = head.extensions.remove() {
+        meter.on_pool_wait(waited);
+    }
     let content_type = head
         .headers
         .get(header::CONTENT_TYPE)
@@ -562,7 +572,7 @@ async fn websocket_session(
                 .and_then(|v| v.to_str().ok());
             meter.on_head(head.status.as_u16(), false, parser, encoding);
             let cfg = &state.config.upstream;
-            let body = ResponseBody::Shared(body);
+            let body = ResponseBody::Own(body);
             let body = MeteredBody::new(body, *meter, cfg.idle_timeout, cfg.total_timeout);
             Response::from_parts(head, ProxyBody::Metered(Box::new(body)))
         }

@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use super::units::{self, REDACTED};
 use super::{
-    AlertFormat, Config, DisconnectMode, LiveConfig, MeterConfig, OnClientDisconnect, ServerConfig,
-    SloConfig, SniffConfig, TelemetryConfig, TenantConfig, TenantSource, UpstreamConfig,
-    WebsocketConfig,
+    AlertFormat, Config, DisconnectMode, Http2Mode, LiveConfig, MeterConfig, OnClientDisconnect,
+    ServerConfig, SloConfig, SniffConfig, TelemetryConfig, TenantConfig, TenantSource,
+    UpstreamConfig, WebsocketConfig,
 };
 use crate::providers::ProviderKind;
 
@@ -89,6 +89,13 @@ pub(super) struct RawRoute {
         skip_serializing_if = "Option::is_none"
     )]
     pub drain_timeout: Option<Duration>,
+    /// Upstream protocol: `auto` (HTTP/2 when TLS ALPN picks it), `always`, `never`.
+    #[serde(default, skip_serializing_if = "is_auto")]
+    pub http2: Http2Mode,
+}
+
+fn is_auto(m: &Http2Mode) -> bool {
+    *m == Http2Mode::Auto
 }
 
 fn is_cancel(m: &DisconnectMode) -> bool {
@@ -206,6 +213,7 @@ impl RawConfig {
                         }
                         _ => None,
                     },
+                    http2: r.http2,
                 })
                 .collect(),
             sniff: c.sniff.clone(),

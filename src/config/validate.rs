@@ -244,6 +244,21 @@ fn upstream(cx: &Cx, u: &UpstreamConfig) -> Result<UpstreamConfig, ConfigError> 
         return Err(cx.invalid("upstream.ca_file", message));
     }
     connect_retries(cx, u.connect_retries)?;
+    if u.http2_max_streams_per_connection == 0 {
+        return Err(cx.invalid(
+            "upstream.http2_max_streams_per_connection",
+            "must be at least 1",
+        ));
+    }
+    if !(16_384..=0x7fff_ffff).contains(&u.http2_stream_window) {
+        return Err(cx.invalid(
+            "upstream.http2_stream_window",
+            format!(
+                "{} bytes: must be between 16KiB and 2GiB - 1 (RFC 9113 windows)",
+                u.http2_stream_window
+            ),
+        ));
+    }
     Ok(u.clone())
 }
 
@@ -322,6 +337,7 @@ fn routes(
             inject_usage: r.inject_usage,
             sigv4,
             on_client_disconnect,
+            http2: r.http2,
         });
     }
     Ok(out)

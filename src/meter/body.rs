@@ -46,6 +46,7 @@ pub struct Meter {
     malformed: bool,
     status: u16,
     time_to_headers: Option<Duration>,
+    pool_wait: Option<Duration>,
     first_byte: Option<Instant>,
     first_token: Option<Instant>,
     last_token: Option<Instant>,
@@ -145,6 +146,7 @@ impl Meter {
             malformed: false,
             status: 0,
             time_to_headers: None,
+            pool_wait: None,
             first_byte: None,
             first_token: None,
             last_token: None,
@@ -164,6 +166,11 @@ impl Meter {
     pub fn count_tokens_with(&mut self, plan: Plan) {
         self.tally.text = Some(b"[".to_vec());
         self.plan = Some(plan);
+    }
+
+    /// The request waited `wait` for an upstream connection or stream slot.
+    pub fn on_pool_wait(&mut self, wait: Duration) {
+        self.pool_wait = Some(wait);
     }
 
     /// The response head arrived. `parser` is `Err(reason)` when the body
@@ -385,6 +392,7 @@ impl Meter {
             response_bytes: self.bytes,
             unmetered: self.unmetered.take(),
             upstream_timing: tally.upstream_timing,
+            pool_wait: self.pool_wait,
         };
         let needs_counting = m.usage.output.is_none() || m.usage.input.is_none();
         match (self.plan.take(), text) {

@@ -371,6 +371,8 @@ impl SessionMeter {
             token_source,
             content_chunks: r.pieces,
             time_to_headers: None,
+            // A session's responses never wait for an upstream connection.
+            pool_wait: None,
             time_to_first_byte: since(r.first),
             time_to_first_token: since(r.first),
             time_to_last_token: since(r.last),

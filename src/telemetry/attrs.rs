@@ -34,6 +34,10 @@ pub const SESSION_ERRORS: &str = "tokentap.session.errors";
 pub const SESSION_UNMETERED: &str = "tokentap.session.unmetered";
 pub const SESSION_BYTES_UP: &str = "tokentap.session.bytes.client_to_upstream";
 pub const SESSION_BYTES_DOWN: &str = "tokentap.session.bytes.upstream_to_client";
+pub const M_POOL_WAIT: &str = "tokentap.upstream.pool.wait";
+pub const M_POOL_CONNECTIONS: &str = "tokentap.upstream.pool.connections";
+pub const M_POOL_STREAMS: &str = "tokentap.upstream.pool.streams";
+pub const M_POOL_QUEUED: &str = "tokentap.upstream.pool.queued";
 
 // Semantic-convention attribute keys.
 pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
@@ -67,6 +71,10 @@ pub const TOKENS_SOURCE: &str = "tokentap.tokens.source";
 pub const DECODE_TPS: &str = "tokentap.decode.tokens_per_second";
 pub const MAX_STALL: &str = "tokentap.max_stall";
 pub const TTFB: &str = "tokentap.ttfb";
+/// Time waited for an upstream connection or HTTP/2 stream slot (s).
+pub const POOL_WAIT: &str = "tokentap.upstream.pool.wait";
+/// The upstream destination a pool gauge describes (`scheme://authority`).
+pub const UPSTREAM_HOST: &str = "tokentap.upstream.host";
 pub const REQUEST_BODY: &str = "tokentap.request.body";
 pub const UNMETERED: &str = "tokentap.unmetered";
 pub const UNMETERED_DETAIL: &str = "tokentap.unmetered.detail";

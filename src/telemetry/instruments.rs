@@ -43,6 +43,11 @@ pub const GAP_BUCKETS: [f64; 20] = [
     0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1,
     0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
+/// `tokentap.upstream.pool.wait`: fine at the low end, where a healthy
+/// pool's wait (a connection opening, or none) lives.
+pub const POOL_WAIT_BUCKETS: [f64; 14] = [
+    0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 /// `tokentap.stream.max_stall`.
 pub const STALL_BUCKETS: [f64; 14] = [
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
@@ -146,6 +151,7 @@ pub struct Instruments {
     pub decode_tps: Histogram<f64>,
     pub chunk_gap: Histogram<f64>,
     pub max_stall: Histogram<f64>,
+    pub pool_wait: Histogram<f64>,
     pub requests: Counter<u64>,
     pub streams_active: UpDownCounter<i64>,
     pub config_reloads: Counter<u64>,
@@ -170,6 +176,8 @@ pub struct FinishRecord {
     pub decode_tps: Option<f64>,
     /// Largest gap of a streamed request.
     pub max_stall: Option<f64>,
+    /// Wait for an upstream connection or stream slot.
+    pub pool_wait: Option<f64>,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
 }
@@ -188,6 +196,7 @@ struct FinishBound {
     server_tpot: OnceLock<BoundHistogram<f64>>,
     decode_tps: OnceLock<BoundHistogram<f64>>,
     max_stall: OnceLock<BoundHistogram<f64>>,
+    pool_wait: OnceLock<BoundHistogram<f64>>,
     input_tokens: OnceLock<BoundHistogram<u64>>,
     output_tokens: OnceLock<BoundHistogram<u64>>,
 }
@@ -214,6 +223,7 @@ impl FinishBound {
             (&self.server_tpot, &ins.server_tpot, r.tpot),
             (&self.decode_tps, &ins.decode_tps, r.decode_tps),
             (&self.max_stall, &ins.max_stall, r.max_stall),
+            (&self.pool_wait, &ins.pool_wait, r.pool_wait),
         ];
         for (cell, h, v) in seconds {
             if let Some(v) = v {
@@ -322,6 +332,12 @@ impl Instruments {
                 "Largest gap between content chunks in one response.",
                 &STALL_BUCKETS,
             ),
+            pool_wait: seconds(
+                meter,
+                M_POOL_WAIT,
+                "Time a request waited for an upstream connection or HTTP/2 stream slot.",
+                &POOL_WAIT_BUCKETS,
+            ),
             requests: meter
                 .u64_counter(M_REQUESTS)
                 .with_unit("{request}")
@@ -379,6 +395,7 @@ impl Instruments {
             (&self.server_tpot, r.tpot),
             (&self.decode_tps, r.decode_tps),
             (&self.max_stall, r.max_stall),
+            (&self.pool_wait, r.pool_wait),
         ];
         for (h, v) in pairs {
             if let Some(v) = v {

@@ -152,6 +152,7 @@ fn span_finish_attributes(m: &Measurement) -> Vec<KeyValue> {
     opt(DECODE_TPS, m.decode_tokens_per_second().map(Value::from));
     opt(MAX_STALL, m.max_gap.map(|d| d.as_secs_f64().into()));
     opt(TTFB, m.time_to_first_byte.map(|d| d.as_secs_f64().into()));
+    opt(POOL_WAIT, m.pool_wait.map(|d| d.as_secs_f64().into()));
     let (reason, detail) = match &m.unmetered {
         Some(Unmetered::UnknownFormat(d)) => (Some("unknown_format"), Some(d.clone())),
         Some(Unmetered::Encoding(d)) => (Some("encoding"), Some(d.clone())),

@@ -116,6 +116,7 @@ fn measurement(request: RequestFacts) -> Measurement {
         response_bytes: 2048,
         unmetered: None,
         upstream_timing: Default::default(),
+        pool_wait: None,
     }
 }
 

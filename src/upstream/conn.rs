@@ -21,8 +21,7 @@ use http::uri::{Authority, Scheme};
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use hyper::client::conn::{http1, http2};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper::client::conn::http1;
 
 use super::UpstreamBody;
 
@@ -292,49 +291,5 @@ impl Drop for Driven {
             h1.drive(&mut Context::from_waker(Waker::noop()));
             pool.checkin(key, h1);
         }
-    }
-}
-
-/// HTTP/2 connections by destination: one shared connection each, whose
-/// task hyper runs (streams are multiplexed, so no single body can drive
-/// it). A closed one is replaced on the next request.
-#[derive(Debug, Default)]
-pub struct H2Pool {
-    live: Mutex<HashMap<Key, http2::SendRequest<UpstreamBody>>>,
-}
-
-impl H2Pool {
-    /// A handle on the open connection to `key`, if there is one.
-    pub fn get(&self, key: &Key) -> Option<http2::SendRequest<UpstreamBody>> {
-        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-        match live.get(key) {
-            Some(sender) if !sender.is_closed() => Some(sender.clone()),
-            Some(_) => {
-                live.remove(key);
-                None
-            }
-            None => None,
-        }
-    }
-
-    /// Start HTTP/2 on a connection that negotiated it, run the connection
-    /// in a task of its own, and share it for later requests to `key`.
-    pub async fn handshake(
-        &self,
-        key: Key,
-        io: Io,
-    ) -> hyper::Result<http2::SendRequest<UpstreamBody>> {
-        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .handshake(io)
-            .await?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "upstream HTTP/2 connection ended");
-            }
-        });
-        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-        live.insert(key, sender.clone());
-        Ok(sender)
     }
 }

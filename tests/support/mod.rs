@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod faulty;
+pub mod h2up;
 pub mod inspect;
 pub mod otlp;
 pub mod proxy;
