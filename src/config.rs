@@ -35,6 +35,10 @@ pub struct Config {
     /// (`--watch-config`); SIGHUP reloads either way.
     pub watch_config: bool,
     pub server: ServerConfig,
+    /// TLS on the proxy listener (`[tls]`); `None` = plaintext.
+    pub tls: Option<TlsConfig>,
+    /// Protection of the admin listener (`[admin]`).
+    pub admin: AdminConfig,
     pub upstream: UpstreamConfig,
     /// Routes, in match order.
     pub routes: Vec<RouteConfig>,
@@ -59,6 +63,65 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// Serving threads, each with a single-threaded runtime (0 = one per CPU).
     pub threads: usize,
+}
+
+/// TLS on a listener: PEM files, read at start-up and again on every reload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// Certificate chain, leaf first (PEM).
+    pub cert: PathBuf,
+    /// The leaf's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// Further certificates, chosen by the server name the client asks for (SNI).
+    pub sni: Vec<SniCert>,
+    /// CA bundle client certificates are verified against (mTLS).
+    pub client_ca: Option<PathBuf>,
+    /// Whether a client certificate is asked for and required.
+    pub client_auth: ClientAuth,
+}
+
+/// One `[[tls.sni]]` entry: the certificate served for `name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SniCert {
+    /// Server name (DNS, lowercase; `*.example.com` not supported).
+    pub name: String,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Client certificates on a TLS listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// None asked for.
+    Off,
+    /// Asked for; a client without one is served, one with a bad one is refused.
+    Optional,
+    /// Required: a client without a valid certificate fails the handshake.
+    Required,
+}
+
+/// `[admin]`: who may use the admin listener.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AdminConfig {
+    /// Bearer token required on every admin request except open probes.
+    pub token: Option<String>,
+    /// TLS (and optional mTLS) on the admin listener.
+    pub tls: Option<TlsConfig>,
+    /// `/healthz` and `/readyz` answer without the token (not without mTLS).
+    pub open_probes: bool,
+    /// Start with an unprotected admin listener on a non-loopback address.
+    pub allow_unprotected: bool,
+}
+
+impl AdminConfig {
+    /// Whether a bearer token or required client certificates guard the admin endpoints.
+    pub fn protected(&self) -> bool {
+        self.token.is_some()
+            || self
+                .tls
+                .as_ref()
+                .is_some_and(|t| t.client_auth == ClientAuth::Required)
+    }
 }
 
 /// The upstream client.
@@ -156,6 +219,8 @@ pub enum TenantSource {
     Body,
     /// A salted hash prefix of the API key.
     ApiKey,
+    /// The verified client certificate's subject common name (mTLS listeners).
+    ClientCert,
 }
 
 /// Tenant resolution.
@@ -199,8 +264,16 @@ pub enum LogFormat {
 /// Telemetry export and cardinality.
 #[derive(Debug, Clone)]
 pub struct TelemetryConfig {
-    /// OTLP export on/off (on unless disabled or `OTEL_SDK_DISABLED=true`).
+    /// OTLP export on/off: `otlp_enabled` when set, else on exactly when
+    /// an endpoint is configured (off with `OTEL_SDK_DISABLED=true`).
     pub otlp_enabled: bool,
+    /// CA bundle (PEM) the collector's certificate is verified against
+    /// (`OTEL_EXPORTER_OTLP_CERTIFICATE`); unset = the webpki roots.
+    pub otlp_certificate: Option<PathBuf>,
+    /// Client certificate chain (PEM) for mTLS to the collector.
+    pub otlp_client_certificate: Option<PathBuf>,
+    /// Client certificate key (PEM).
+    pub otlp_client_key: Option<PathBuf>,
     /// Collector base endpoint; `None` = SDK default / `OTEL_EXPORTER_OTLP_ENDPOINT`.
     pub otlp_endpoint: Option<String>,
     pub otlp_protocol: OtlpProtocol,
@@ -385,6 +458,15 @@ pub struct Cli {
     /// OTLP transport [config: telemetry.otlp_protocol; default: http/protobuf]
     #[arg(long, global = true, value_name = "PROTOCOL")]
     pub otlp_protocol: Option<OtlpProtocol>,
+
+    /// Serve the proxy over TLS with this PEM certificate chain (needs
+    /// --tls-key) [config: tls.cert]
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key for --tls-cert [config: tls.key]
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 
     #[command(subcommand)]
     pub command: Option<Command>,

@@ -30,6 +30,11 @@ pub(super) struct RawConfig {
     pub watch_config: bool,
     /// Listener limits and shutdown.
     pub server: RawServer,
+    /// `[tls]`: TLS on the proxy listener.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<RawTls>,
+    /// `[admin]`: protection of the admin listener.
+    pub admin: RawAdmin,
     /// The upstream client.
     pub upstream: RawUpstream,
     /// Routes, in match order.
@@ -68,6 +73,70 @@ pub(super) struct RawServer {
     pub shutdown_grace: Quantity,
     /// Serving threads (0 = one per CPU).
     pub threads: usize,
+}
+
+/// `[tls]` or `[admin.tls]`: certificate files and client certificates.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawTls {
+    /// Certificate chain file (PEM), leaf first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<String>,
+    /// Private key file (PEM).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// `[[tls.sni]]`: more certificates, chosen by server name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sni: Vec<RawSni>,
+    /// CA bundle (PEM) that client certificates must chain to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_ca: Option<String>,
+    /// `required` (default with `client_ca`) or `optional`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_auth: Option<String>,
+}
+
+/// One `[[tls.sni]]` entry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSni {
+    /// Server name this certificate is served for.
+    pub name: String,
+    /// Certificate chain file (PEM).
+    pub cert: String,
+    /// Private key file (PEM).
+    pub key: String,
+}
+
+/// `[admin]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawAdmin {
+    /// Bearer token every admin request must carry (except open probes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// File holding the bearer token (trailing whitespace ignored).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<String>,
+    /// `/healthz` and `/readyz` answer without the token.
+    pub open_probes: bool,
+    /// Allow an unprotected admin listener beyond loopback.
+    pub allow_unprotected: bool,
+    /// `[admin.tls]`: TLS and client certificates on the admin listener.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<RawTls>,
+}
+
+impl Default for RawAdmin {
+    fn default() -> Self {
+        RawAdmin {
+            token: None,
+            token_file: None,
+            open_probes: true,
+            allow_unprotected: false,
+            tls: None,
+        }
+    }
 }
 
 /// `[upstream]`
@@ -178,8 +247,9 @@ pub(super) struct RawTenant {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct RawTelemetry {
-    /// OTLP export on/off.
-    pub otlp_enabled: bool,
+    /// OTLP export on/off; unset = on exactly when an endpoint is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_enabled: Option<bool>,
     /// Collector base endpoint; unset = SDK default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub otlp_endpoint: Option<String>,
@@ -187,6 +257,15 @@ pub(super) struct RawTelemetry {
     pub otlp_protocol: OtlpProtocol,
     /// Extra export headers (e.g. auth for a hosted collector).
     pub otlp_headers: BTreeMap<String, String>,
+    /// CA bundle (PEM) for the collector's certificate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_certificate: Option<String>,
+    /// Client certificate chain (PEM) for mTLS to the collector.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_client_certificate: Option<String>,
+    /// Client key (PEM) for mTLS to the collector.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_client_key: Option<String>,
     /// `service.name` resource attribute.
     pub service_name: String,
     /// Extra resource attributes.
@@ -313,6 +392,8 @@ impl Default for RawConfig {
             admin_listen: None,
             watch_config: false,
             server: RawServer::default(),
+            tls: None,
+            admin: RawAdmin::default(),
             upstream: RawUpstream::default(),
             routes: Vec::new(),
             sniff: RawSniff::default(),
@@ -398,10 +479,13 @@ impl Default for RawTenant {
 impl Default for RawTelemetry {
     fn default() -> Self {
         RawTelemetry {
-            otlp_enabled: true,
+            otlp_enabled: None,
             otlp_endpoint: None,
             otlp_protocol: OtlpProtocol::HttpProtobuf,
             otlp_headers: BTreeMap::new(),
+            otlp_certificate: None,
+            otlp_client_certificate: None,
+            otlp_client_key: None,
             service_name: "tokentap".into(),
             resource_attributes: BTreeMap::new(),
             metrics_export_interval: Quantity::text("10s"),
@@ -513,6 +597,7 @@ impl TenantSource {
             TenantSource::Header => "header",
             TenantSource::Body => "body",
             TenantSource::ApiKey => "api_key",
+            TenantSource::ClientCert => "client_cert",
         }
     }
 }
@@ -555,6 +640,14 @@ impl RawConfig {
                 max_connections: s.max_connections,
                 shutdown_grace: dur(s.shutdown_grace),
                 threads: s.threads,
+            },
+            tls: c.tls.as_ref().map(raw_tls),
+            admin: RawAdmin {
+                token: c.admin.token.as_ref().map(|_| REDACTED.to_string()),
+                token_file: None,
+                open_probes: c.admin.open_probes,
+                allow_unprotected: c.admin.allow_unprotected,
+                tls: c.admin.tls.as_ref().map(raw_tls),
             },
             upstream: RawUpstream {
                 connect_timeout: dur(u.connect_timeout),
@@ -615,10 +708,14 @@ impl RawConfig {
                 salt: REDACTED.into(),
             },
             telemetry: RawTelemetry {
-                otlp_enabled: t.otlp_enabled,
+                otlp_enabled: Some(t.otlp_enabled),
                 otlp_endpoint: t.otlp_endpoint.clone(),
                 otlp_protocol: t.otlp_protocol,
                 otlp_headers: redacted_map(&t.otlp_headers),
+                otlp_certificate: t.otlp_certificate.as_ref().map(|p| path(p)),
+                otlp_client_certificate: t.otlp_client_certificate.as_ref().map(|p| path(p)),
+                // The path only: the key file's content never leaves.
+                otlp_client_key: t.otlp_client_key.as_ref().map(|p| path(p)),
                 service_name: t.service_name.clone(),
                 resource_attributes: plain_map(&t.resource_attributes),
                 metrics_export_interval: dur(t.metrics_export_interval),
@@ -642,6 +739,32 @@ impl RawConfig {
             slo: t.slo.slos.iter().map(raw_slo).collect(),
             alerts: t.slo.alerts.as_ref().map(raw_alerts),
         }
+    }
+}
+
+fn path(p: &std::path::Path) -> String {
+    p.display().to_string()
+}
+
+fn raw_tls(t: &super::TlsConfig) -> RawTls {
+    RawTls {
+        cert: Some(path(&t.cert)),
+        key: Some(path(&t.key)),
+        sni: t
+            .sni
+            .iter()
+            .map(|s| RawSni {
+                name: s.name.clone(),
+                cert: path(&s.cert),
+                key: path(&s.key),
+            })
+            .collect(),
+        client_ca: t.client_ca.as_ref().map(|p| path(p)),
+        client_auth: match t.client_auth {
+            super::ClientAuth::Off => None,
+            super::ClientAuth::Optional => Some("optional".into()),
+            super::ClientAuth::Required => Some("required".into()),
+        },
     }
 }
 

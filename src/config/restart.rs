@@ -16,6 +16,7 @@ use super::raw::RawConfig;
 pub const RESTART_ONLY: &[&str] = &[
     "listen",
     "admin_listen",
+    "admin",
     "server",
     "meter.tokenizer",
     "upstream.max_drains",
@@ -51,6 +52,14 @@ fn hidden_change(old: &Config, new: &Config) -> Option<String> {
         if a.webhook_url != b.webhook_url {
             return Some("alerts.webhook_url".into());
         }
+    }
+    // Certificate files are read again on every reload; turning TLS on or
+    // off changes what the socket speaks.
+    if old.tls.is_some() != new.tls.is_some() {
+        return Some("tls".into());
+    }
+    if format!("{:?}", old.admin) != format!("{:?}", new.admin) {
+        return Some("admin".into());
     }
     // Debug output covers every field, including ones added after this list.
     if format!("{:?}", old.server) != format!("{:?}", new.server) {

@@ -12,11 +12,14 @@ use figment::error::Kind;
 use figment::value::Value;
 use figment::{Figment, Metadata, Source};
 
-use super::raw::{Quantity, RawConfig, RawLive, RawRoute, RawTelemetry, RawTenant, RawUpstream};
+use super::raw::{
+    Quantity, RawAdmin, RawConfig, RawLive, RawRoute, RawTelemetry, RawTenant, RawTls, RawUpstream,
+};
 use super::{
     ADMIN_OFF, Config, ConfigError, DEFAULT_ADMIN_LISTEN, MeterConfig, RouteConfig, ServerConfig,
     SniffConfig, TelemetryConfig, TenantConfig, TenantSource, UpstreamConfig, parse,
 };
+use super::{AdminConfig, ClientAuth, SniCert, TlsConfig};
 use super::{DisconnectMode, OnClientDisconnect};
 use super::{LiveConfig, SloSettings};
 
@@ -249,6 +252,8 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         shutdown_grace: cx.duration("server.shutdown_grace", &s.shutdown_grace)?,
         threads: cx.threads("server.threads", s.threads)?,
     };
+    let tls = raw.tls.as_ref().map(|t| tls(&cx, "tls", t)).transpose()?;
+    let admin = admin(&cx, &raw.admin, admin_listen)?;
     let upstream = upstream(&cx, &raw.upstream)?;
     let routes = routes(&cx, &raw.routes, upstream.drain_timeout)?;
     let live = live(&cx, &raw.live)?;
@@ -259,6 +264,8 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         admin_listen_default,
         watch_config: raw.watch_config,
         server,
+        tls,
+        admin,
         upstream,
         routes,
         sniff: SniffConfig {
@@ -271,6 +278,153 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         tenant: tenant(&cx, &raw.tenant)?,
         telemetry: telemetry(&cx, &raw.telemetry, live, slo)?,
     })
+}
+
+/// A readable file named at `key`.
+fn file(cx: &Cx, key: &str, p: &str) -> Result<PathBuf, ConfigError> {
+    let path = PathBuf::from(p.trim());
+    if p.trim().is_empty() || !path.is_file() {
+        return Err(cx.invalid(key, format!("`{p}` is not a readable file")));
+    }
+    Ok(path)
+}
+
+/// `[tls]` / `[admin.tls]`: the files must exist here; their content is
+/// checked when the listener loads them (start-up and every reload).
+fn tls(cx: &Cx, at: &str, t: &RawTls) -> Result<TlsConfig, ConfigError> {
+    let (cert, key) = match (&t.cert, &t.key) {
+        (Some(c), Some(k)) => (
+            file(cx, &format!("{at}.cert"), c)?,
+            file(cx, &format!("{at}.key"), k)?,
+        ),
+        (None, _) => {
+            return Err(cx.invalid(
+                &format!("{at}.cert"),
+                "must be set (a PEM certificate chain) when TLS is configured",
+            ));
+        }
+        (_, None) => {
+            return Err(cx.invalid(
+                &format!("{at}.key"),
+                "must be set (the PEM private key of the certificate) when TLS is configured",
+            ));
+        }
+    };
+    let mut sni = Vec::new();
+    for (i, e) in t.sni.iter().enumerate() {
+        let name = e.name.trim().trim_end_matches('.').to_ascii_lowercase();
+        if name.is_empty() || name.contains('*') {
+            return Err(cx.invalid(
+                &format!("{at}.sni.{i}.name"),
+                "must be one exact DNS name (wildcards are not supported)",
+            ));
+        }
+        sni.push(SniCert {
+            name,
+            cert: file(cx, &format!("{at}.sni.{i}.cert"), &e.cert)?,
+            key: file(cx, &format!("{at}.sni.{i}.key"), &e.key)?,
+        });
+    }
+    let client_ca = t
+        .client_ca
+        .as_deref()
+        .map(|p| file(cx, &format!("{at}.client_ca"), p))
+        .transpose()?;
+    let client_auth = match (t.client_auth.as_deref().map(str::trim), &client_ca) {
+        (None | Some("required"), Some(_)) => ClientAuth::Required,
+        (Some("optional"), Some(_)) => ClientAuth::Optional,
+        (None, None) => ClientAuth::Off,
+        (Some("required" | "optional"), None) => {
+            return Err(cx.invalid(
+                &format!("{at}.client_auth"),
+                format!(
+                    "needs {at}.client_ca, the CA bundle client certificates are checked against"
+                ),
+            ));
+        }
+        (Some(other), _) => {
+            return Err(cx.invalid(
+                &format!("{at}.client_auth"),
+                format!("`{other}` is neither `required` nor `optional`"),
+            ));
+        }
+    };
+    Ok(TlsConfig {
+        cert,
+        key,
+        sni,
+        client_ca,
+        client_auth,
+    })
+}
+
+/// `[admin]`, and the refusal to expose an unprotected admin listener.
+fn admin(cx: &Cx, a: &RawAdmin, listen: Option<SocketAddr>) -> Result<AdminConfig, ConfigError> {
+    let token = match (&a.token, &a.token_file) {
+        (Some(_), Some(_)) => {
+            return Err(cx.invalid(
+                "admin.token_file",
+                "set admin.token or admin.token_file, not both",
+            ));
+        }
+        (Some(t), None) => Some(t.trim().to_owned()),
+        (None, Some(p)) => {
+            let path = file(cx, "admin.token_file", p)?;
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                cx.invalid("admin.token_file", format!("`{p}` cannot be read: {e}"))
+            })?;
+            Some(text.trim().to_owned())
+        }
+        (None, None) => None,
+    };
+    if token
+        .as_deref()
+        .is_some_and(|t| t.is_empty() || t.len() < 16)
+    {
+        let key = if a.token.is_some() {
+            "admin.token"
+        } else {
+            "admin.token_file"
+        };
+        return Err(cx.invalid(key, "the token must be at least 16 characters long"));
+    }
+    if token
+        .as_deref()
+        .is_some_and(|t| http::HeaderValue::from_str(t).is_err())
+    {
+        let key = if a.token.is_some() {
+            "admin.token"
+        } else {
+            "admin.token_file"
+        };
+        return Err(cx.invalid(key, "the token must be printable ASCII"));
+    }
+    let cfg = AdminConfig {
+        token,
+        tls: a
+            .tls
+            .as_ref()
+            .map(|t| tls(cx, "admin.tls", t))
+            .transpose()?,
+        open_probes: a.open_probes,
+        allow_unprotected: a.allow_unprotected,
+    };
+    if let Some(addr) = listen {
+        if !addr.ip().is_loopback() && !cfg.protected() && !cfg.allow_unprotected {
+            return Err(cx.invalid(
+                "admin_listen",
+                format!(
+                    "{addr} is reachable beyond this machine, and the admin listener \
+                     (/config, /metrics, the dashboard) has no protection; set \
+                     admin.token (or admin.token_file), or admin.tls with client_ca, \
+                     or bind it to 127.0.0.1; to expose it anyway set \
+                     admin.allow_unprotected = true \
+                     (TOKENTAP_ADMIN__ALLOW_UNPROTECTED=true)"
+                ),
+            ));
+        }
+    }
+    Ok(cfg)
 }
 
 fn upstream(cx: &Cx, u: &RawUpstream) -> Result<UpstreamConfig, ConfigError> {
@@ -409,11 +563,12 @@ fn tenant(cx: &Cx, t: &RawTenant) -> Result<TenantConfig, ConfigError> {
             "header" => TenantSource::Header,
             "body" => TenantSource::Body,
             "api_key" => TenantSource::ApiKey,
+            "client_cert" => TenantSource::ClientCert,
             other => {
                 return Err(cx.invalid(
                     "tenant.sources",
                     format!(
-                        "unknown tenant source `{other}`; expected `header`, `body` or `api_key`"
+                        "unknown tenant source `{other}`; expected `header`, `body`, `api_key` or `client_cert`"
                     ),
                 ));
             }
@@ -517,8 +672,31 @@ fn telemetry(
     let pairs = |m: &std::collections::BTreeMap<String, String>| {
         m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     };
+    let optional_file = |key: &str, p: &Option<String>| {
+        p.as_deref()
+            .map(|p| file(cx, &format!("telemetry.{key}"), p))
+            .transpose()
+    };
+    let otlp_client_certificate =
+        optional_file("otlp_client_certificate", &t.otlp_client_certificate)?;
+    let otlp_client_key = optional_file("otlp_client_key", &t.otlp_client_key)?;
+    if otlp_client_certificate.is_some() != otlp_client_key.is_some() {
+        let missing = if otlp_client_key.is_none() {
+            "otlp_client_key"
+        } else {
+            "otlp_client_certificate"
+        };
+        return Err(cx.invalid(
+            &format!("telemetry.{missing}"),
+            "the OTLP client certificate and key are set together",
+        ));
+    }
     Ok(TelemetryConfig {
-        otlp_enabled: t.otlp_enabled,
+        // No endpoint anywhere: export stays off (see CONFIG.md for why).
+        otlp_enabled: t.otlp_enabled.unwrap_or(otlp_endpoint.is_some()),
+        otlp_certificate: optional_file("otlp_certificate", &t.otlp_certificate)?,
+        otlp_client_certificate,
+        otlp_client_key,
         otlp_endpoint,
         otlp_protocol: t.otlp_protocol,
         otlp_headers: pairs(&t.otlp_headers),
