@@ -28,6 +28,7 @@ use crate::providers::{self, Operation, Parser, ProviderKind, sigv4};
 use crate::reload::ReloadError;
 use crate::route::{self, Route, Router};
 use crate::server::Shards;
+use crate::server::tls::{ClientIdentity, Tls};
 use crate::sniff::{Replay, Sniffed};
 use crate::telemetry::Telemetry;
 use crate::upstream::{self, Client};
@@ -69,6 +70,10 @@ pub struct Running {
     config_view: ConfigView,
     drains: Arc<Drains>,
     shutdown_grace: std::time::Duration,
+    /// The proxy listener's TLS, reloaded with the configuration.
+    tls: Option<Arc<Tls>>,
+    /// The admin listener's TLS, reloaded with the configuration.
+    admin_tls: Option<Arc<Tls>>,
 }
 
 impl Running {
@@ -149,6 +154,23 @@ impl Running {
         } else {
             current.client.clone()
         };
+        // Certificates are read again on every reload (a rotated file keeps
+        // its path); both listeners' files must load before either changes.
+        let staged = [
+            (&self.tls, config.tls.as_ref()),
+            (&self.admin_tls, config.admin.tls.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(tls, cfg)| Some((tls.as_ref()?, cfg?)))
+        .map(|(tls, cfg)| {
+            Tls::prepare(cfg)
+                .map(|s| (tls, s))
+                .map_err(|e| ReloadError::Tls(format!("{} listener: {e}", tls.listener)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+        for (tls, s) in staged {
+            tls.install(s);
+        }
         self.state.store(Arc::new(State {
             router: Router::new(&config.routes),
             client,
@@ -174,6 +196,16 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         None => Telemetry::init(&config.telemetry)?,
     });
     let client = Client::new(&config.upstream)?;
+    let tls = config
+        .tls
+        .as_ref()
+        .map(|t| Tls::load("proxy", t))
+        .transpose()?;
+    let admin_tls = match (&config.admin_listen, &config.admin.tls) {
+        (Some(_), Some(t)) => Some(Tls::load("admin", t)?),
+        _ => None,
+    };
+    telemetry.observe_certificates(tls.iter().chain(admin_tls.iter()).cloned().collect());
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("listen {}: {e}", config.listen))?;
@@ -187,7 +219,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
             readiness: readiness.clone(),
             config: config_view.clone(),
         };
-        Admin::spawn(l, state, &config.server)
+        Admin::spawn(l, state, &config.server, admin_tls.clone(), &config.admin)
     });
     let tokenizer = Tokenizer::start(config.meter.tokenizer);
     let server_cfg = config.server.clone();
@@ -207,7 +239,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let snapshots = state.clone();
     // Each request takes the snapshot current when it arrives.
     let handler = move |req| handle(snapshots.load_full(), req);
-    let server = Shards::start(listener, &server_cfg, handler, stopped)
+    let server = Shards::start(listener, &server_cfg, tls.clone(), handler, stopped)
         .map_err(|e| anyhow::anyhow!("cannot start the serving threads: {e}"))?;
     Ok(Running {
         addr,
@@ -222,6 +254,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         config_view,
         drains,
         shutdown_grace,
+        tls,
+        admin_tls,
     })
 }
 
@@ -399,10 +433,12 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
             .insert(header::CONTENT_LENGTH, rewritten.len().into());
         body = Replay::full(rewritten.clone());
     }
-    let tenant = route::resolve_tenant(
+    let client_cert = parts.extensions.get::<ClientIdentity>().map(|c| &*c.0);
+    let tenant = route::resolve_tenant_with_cert(
         &state.config.tenant,
         &parts.headers,
         sniffed.user.as_deref(),
+        client_cert,
     );
     let stream = providers::request_streams(operation, sniffed.stream);
     let request_model = sniffed

@@ -32,6 +32,10 @@ pub enum ReloadError {
     /// The upstream client could not be rebuilt (e.g. a bad CA file).
     #[error("{0}")]
     Upstream(String),
+    /// A listener's new certificate, key or client CA bundle is unusable;
+    /// the certificates in use keep serving.
+    #[error("{0}")]
+    Tls(String),
 }
 
 impl ReloadError {
@@ -52,7 +56,7 @@ impl ReloadError {
             ReloadError::RestartRequired { key } => {
                 format!("`{key}` cannot change without a restart")
             }
-            ReloadError::Upstream(m) => m.clone(),
+            ReloadError::Upstream(m) | ReloadError::Tls(m) => m.clone(),
         }
     }
 }

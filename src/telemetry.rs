@@ -21,9 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderMap;
-use opentelemetry::metrics::{
-    BoundHistogram, Meter, MeterProvider as _, ObservableGauge, UpDownCounter,
-};
+use opentelemetry::metrics::{BoundHistogram, Meter, MeterProvider as _, UpDownCounter};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{
     Span as _, SpanKind, TraceContextExt, Tracer as _, TracerProvider as _,
@@ -82,7 +80,7 @@ struct Inner {
     /// without a reader.
     meter: Option<Meter>,
     /// Observable instruments registered after start-up, kept alive.
-    observed: std::sync::Mutex<Vec<ObservableGauge<u64>>>,
+    observed: std::sync::Mutex<Vec<Box<dyn std::any::Any + Send + Sync>>>,
 }
 
 /// Telemetry could not start (bad exporter settings).
@@ -347,7 +345,42 @@ impl Telemetry {
             .with_callback(move |obs| obs.observe(active(), &[]))
             .build();
         if let Ok(mut kept) = self.inner.observed.lock() {
-            kept.push(gauge);
+            kept.push(Box::new(gauge));
+        }
+    }
+
+    /// Report each served certificate's seconds until expiry as
+    /// `tokentap.tls.certificate.expiry` (attributes `tokentap.listener`,
+    /// `tokentap.tls.server_name`) at each collection.
+    pub fn observe_certificates(&self, tls: Vec<Arc<crate::server::tls::Tls>>) {
+        let Some(meter) = &self.inner.meter else {
+            return;
+        };
+        if tls.is_empty() {
+            return;
+        }
+        let gauge = meter
+            .i64_observable_gauge(M_TLS_CERT_EXPIRY)
+            .with_unit("s")
+            .with_description(
+                "Seconds until a served TLS certificate expires (negative once expired).",
+            )
+            .with_callback(move |obs| {
+                for t in &tls {
+                    for cert in t.expiry().iter() {
+                        obs.observe(
+                            cert.seconds_left(),
+                            &[
+                                KeyValue::new("tokentap.listener", t.listener),
+                                KeyValue::new("tokentap.tls.server_name", cert.name.clone()),
+                            ],
+                        );
+                    }
+                }
+            })
+            .build();
+        if let Ok(mut kept) = self.inner.observed.lock() {
+            kept.push(Box::new(gauge));
         }
     }
 
