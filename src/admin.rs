@@ -221,10 +221,10 @@ impl Guard {
             .get_all(header::AUTHORIZATION)
             .iter()
             .filter_map(|v| {
-                v.as_bytes()
-                    .get(..7)
-                    .is_some_and(|p| p.eq_ignore_ascii_case(b"bearer "))
-                    .then(|| &v.as_bytes()[7..])
+                let b = v.as_bytes();
+                b.get(..7)
+                    .filter(|p| p.eq_ignore_ascii_case(b"bearer "))
+                    .map(|_| &b[7..])
             });
         let cookie = req
             .headers()

@@ -8,6 +8,7 @@
 pub mod attrs;
 pub mod cardinality;
 mod export;
+mod export_tls;
 mod instruments;
 pub mod live;
 mod log;
@@ -121,8 +122,24 @@ impl Telemetry {
         if cfg.otlp_enabled {
             let spans = export::otlp_spans(cfg)?;
             let metrics = export::otlp_metrics(cfg)?;
+            tracing::info!(
+                endpoint = cfg.otlp_endpoint.as_deref().unwrap_or("the OTLP default (localhost)"),
+                protocol = ?cfg.otlp_protocol,
+                "OTLP export on"
+            );
             (traces, meters) = with_exporters(cfg, &drops, traces, meters, spans, metrics);
             readers += 1;
+        }
+        if !cfg.otlp_enabled {
+            let why = match cfg.otlp_endpoint {
+                None => "no collector endpoint is configured",
+                Some(_) => "disabled (telemetry.otlp_enabled = false or OTEL_SDK_DISABLED=true)",
+            };
+            tracing::info!(
+                "OTLP export is off: {why}; /metrics and the dashboard work without it; to export, \
+                 set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://localhost:4318), --otlp-endpoint \
+                 or telemetry.otlp_endpoint"
+            );
         }
         // Further metric readers go here, one line each:
         // `(meters, readers) = (meters.with_reader(r), readers + 1);`

@@ -52,7 +52,17 @@ const LOG_QUEUE_LINES: usize = 65_536;
 /// Keep the guard until exit. A second call does nothing and returns `None`.
 pub fn init_logging(format: LogFormat) -> Option<LogGuard> {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // The OpenTelemetry SDK and exporter log each failed export (a WARN
+    // and an ERROR every interval while a collector is down); tokentap
+    // reports export failures itself, rate-limited (`export.rs`). Their
+    // lines show only when RUST_LOG names them.
+    let wanted = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
+    let directives = if wanted.contains("opentelemetry") {
+        wanted
+    } else {
+        format!("{wanted},opentelemetry=off")
+    };
+    let filter = EnvFilter::builder().parse_lossy(directives);
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(true)
         .buffered_lines_limit(LOG_QUEUE_LINES)

@@ -28,6 +28,9 @@ const PARENT_SPAN: &str = "00f067aa0ba902b7";
 
 pub(super) fn config() -> TelemetryConfig {
     TelemetryConfig {
+        otlp_certificate: None,
+        otlp_client_certificate: None,
+        otlp_client_key: None,
         otlp_enabled: false,
         otlp_endpoint: None,
         otlp_protocol: OtlpProtocol::HttpProtobuf,
