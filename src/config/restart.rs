@@ -132,8 +132,8 @@ mod tests {
             ("", "[meter]\ntokenizer = false", "meter.tokenizer"),
             ("", "[upstream]\nmax_drains = 3", "upstream.max_drains"),
             (
-                "",
-                "[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"",
+                "[telemetry]\notlp_enabled = true",
+                "[telemetry]\notlp_enabled = true\notlp_endpoint = \"http://127.0.0.1:4318\"",
                 "telemetry.otlp_endpoint",
             ),
             (

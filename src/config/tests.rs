@@ -107,8 +107,8 @@ fn config_defaults_with_upstream_flag() {
     assert_eq!(c.tenant.salt, "tokentap");
     let t = &c.telemetry;
     assert!(
-        t.otlp_enabled && t.access_log,
-        "export and access log on by default"
+        !t.otlp_enabled && t.access_log,
+        "export off without an endpoint; access log on by default"
     );
     assert_eq!(t.otlp_protocol, OtlpProtocol::HttpProtobuf);
     assert_eq!(t.service_name, "tokentap");
@@ -1035,4 +1035,58 @@ fn on_client_disconnect_errors_name_the_key() {
         .expect_err("zero drains")
         .to_string();
     assert_mentions(&err, &["upstream.max_drains"]);
+}
+
+#[test]
+fn otlp_export_follows_the_endpoint_unless_set() {
+    let on = from_toml("[telemetry]\notlp_endpoint = \"http://c:4318\"").expect("endpoint");
+    assert!(on.telemetry.otlp_enabled, "an endpoint turns export on");
+    let off = from_toml("[telemetry]\notlp_endpoint = \"http://c:4318\"\notlp_enabled = false")
+        .expect("disabled");
+    assert!(!off.telemetry.otlp_enabled, "otlp_enabled = false wins");
+    let default = from_toml("[telemetry]\notlp_enabled = true").expect("forced on");
+    assert!(
+        default.telemetry.otlp_enabled && default.telemetry.otlp_endpoint.is_none(),
+        "otlp_enabled = true without an endpoint exports to the OTLP default"
+    );
+    let env = [(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT".to_owned(),
+        "http://c:4318/v1/traces".to_owned(),
+    )];
+    let cli = Cli {
+        upstream: Some("http://127.0.0.1:1".into()),
+        ..Cli::default()
+    };
+    let c = load_with_env(&cli, &env).expect("per-signal endpoint");
+    assert!(
+        c.telemetry.otlp_enabled,
+        "a per-signal endpoint turns export on"
+    );
+}
+
+#[test]
+fn unprotected_admin_beyond_loopback_is_refused_with_the_way_out() {
+    let err = from_toml("admin_listen = \"0.0.0.0:9464\"").expect_err("must refuse");
+    let msg = err.to_string();
+    assert_eq!(err.key(), Some("admin_listen"), "{msg}");
+    for hint in ["admin.token", "admin.allow_unprotected = true", "127.0.0.1"] {
+        assert!(msg.contains(hint), "the message must mention {hint}: {msg}");
+    }
+    from_toml("admin_listen = \"0.0.0.0:9464\"\n[admin]\nallow_unprotected = true")
+        .expect("explicitly allowed");
+    let c = from_toml("admin_listen = \"0.0.0.0:9464\"\n[admin]\ntoken = \"0123456789abcdef\"")
+        .expect("a token protects it");
+    assert!(
+        c.redacted_toml().contains("<redacted>") && !c.redacted_toml().contains("0123456789abcdef")
+    );
+    let short = from_toml("[admin]\ntoken = \"short\"").expect_err("short token");
+    assert_eq!(short.key(), Some("admin.token"));
+}
+
+#[test]
+fn tls_keys_need_each_other_and_real_files() {
+    let err = from_toml("[tls]\ncert = \"/nonexistent/cert.pem\"").expect_err("no key");
+    assert_eq!(err.key(), Some("tls.cert"), "{err}");
+    let err = from_toml("[tls]\nclient_auth = \"sometimes\"").expect_err("bad");
+    assert_eq!(err.key(), Some("tls.cert"), "cert is checked first: {err}");
 }
