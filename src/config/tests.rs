@@ -1037,14 +1037,22 @@ fn on_client_disconnect_errors_name_the_key() {
     assert_mentions(&err, &["upstream.max_drains"]);
 }
 
+/// `toml` plus one route, so the configuration is complete.
+fn routed(toml: &str) -> String {
+    format!("{toml}\n[[routes]]\nname = \"r\"\nupstream = \"http://127.0.0.1:1\"\n")
+}
+
 #[test]
 fn otlp_export_follows_the_endpoint_unless_set() {
-    let on = from_toml("[telemetry]\notlp_endpoint = \"http://c:4318\"").expect("endpoint");
+    let on =
+        from_toml(&routed("[telemetry]\notlp_endpoint = \"http://c:4318\"")).expect("endpoint");
     assert!(on.telemetry.otlp_enabled, "an endpoint turns export on");
-    let off = from_toml("[telemetry]\notlp_endpoint = \"http://c:4318\"\notlp_enabled = false")
-        .expect("disabled");
+    let off = from_toml(&routed(
+        "[telemetry]\notlp_endpoint = \"http://c:4318\"\notlp_enabled = false",
+    ))
+    .expect("disabled");
     assert!(!off.telemetry.otlp_enabled, "otlp_enabled = false wins");
-    let default = from_toml("[telemetry]\notlp_enabled = true").expect("forced on");
+    let default = from_toml(&routed("[telemetry]\notlp_enabled = true")).expect("forced on");
     assert!(
         default.telemetry.otlp_enabled && default.telemetry.otlp_endpoint.is_none(),
         "otlp_enabled = true without an endpoint exports to the OTLP default"
@@ -1066,27 +1074,31 @@ fn otlp_export_follows_the_endpoint_unless_set() {
 
 #[test]
 fn unprotected_admin_beyond_loopback_is_refused_with_the_way_out() {
-    let err = from_toml("admin_listen = \"0.0.0.0:9464\"").expect_err("must refuse");
+    let err = from_toml(&routed("admin_listen = \"0.0.0.0:9464\"")).expect_err("must refuse");
     let msg = err.to_string();
     assert_eq!(err.key(), Some("admin_listen"), "{msg}");
     for hint in ["admin.token", "admin.allow_unprotected = true", "127.0.0.1"] {
         assert!(msg.contains(hint), "the message must mention {hint}: {msg}");
     }
-    from_toml("admin_listen = \"0.0.0.0:9464\"\n[admin]\nallow_unprotected = true")
-        .expect("explicitly allowed");
-    let c = from_toml("admin_listen = \"0.0.0.0:9464\"\n[admin]\ntoken = \"0123456789abcdef\"")
-        .expect("a token protects it");
+    from_toml(&routed(
+        "admin_listen = \"0.0.0.0:9464\"\n[admin]\nallow_unprotected = true",
+    ))
+    .expect("explicitly allowed");
+    let c = from_toml(&routed(
+        "admin_listen = \"0.0.0.0:9464\"\n[admin]\ntoken = \"0123456789abcdef\"",
+    ))
+    .expect("a token protects it");
     assert!(
         c.redacted_toml().contains("<redacted>") && !c.redacted_toml().contains("0123456789abcdef")
     );
-    let short = from_toml("[admin]\ntoken = \"short\"").expect_err("short token");
+    let short = from_toml(&routed("[admin]\ntoken = \"short\"")).expect_err("short token");
     assert_eq!(short.key(), Some("admin.token"));
 }
 
 #[test]
 fn tls_keys_need_each_other_and_real_files() {
-    let err = from_toml("[tls]\ncert = \"/nonexistent/cert.pem\"").expect_err("no key");
-    assert_eq!(err.key(), Some("tls.cert"), "{err}");
-    let err = from_toml("[tls]\nclient_auth = \"sometimes\"").expect_err("bad");
+    let err = from_toml(&routed("[tls]\ncert = \"/nonexistent/cert.pem\"")).expect_err("no key");
+    assert_eq!(err.key(), Some("tls.key"), "{err}");
+    let err = from_toml(&routed("[tls]\nclient_auth = \"sometimes\"")).expect_err("bad");
     assert_eq!(err.key(), Some("tls.cert"), "cert is checked first: {err}");
 }
