@@ -287,10 +287,18 @@ async fn mtls_refuses_missing_unknown_and_expired_client_certificates() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+    // The name and labels deploy/prometheus/alerts.yml uses.
+    let expiry = metrics
+        .lines()
+        .find(|l| l.starts_with("tokentap_tls_certificate_expiry_seconds{"))
+        .expect("certificate expiry gauge exported");
     assert!(
-        metrics.contains("tokentap_tls_certificate_expiry"),
-        "certificate expiry gauge exported"
+        expiry.contains("tokentap_listener=\"proxy\"")
+            && expiry.contains("tokentap_tls_server_name=\"default\""),
+        "{expiry}"
     );
+    let left: f64 = expiry.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(left > 86_400.0, "a fresh certificate has days left: {expiry}");
     proxy.shutdown().await;
 }
 
