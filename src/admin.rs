@@ -22,11 +22,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::{AdminConfig, Config, ServerConfig};
+use crate::error::error_response;
 use crate::server;
 use crate::server::tls::Tls;
 use crate::telemetry::Telemetry;
 use crate::telemetry::prometheus::Format;
-use crate::upstream::error_response;
 
 /// Admin connections served at once (scrapers, probes, a few browsers).
 const MAX_CONNECTIONS: usize = 64;

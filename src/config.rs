@@ -6,6 +6,7 @@ mod layers;
 mod parse;
 mod raw;
 mod restart;
+pub mod sigv4;
 mod validate;
 
 use std::net::SocketAddr;
@@ -166,7 +167,7 @@ pub struct RouteConfig {
     /// client receives.
     pub inject_usage: bool,
     /// Re-sign forwarded requests with AWS SigV4 (Bedrock behind tokentap).
-    pub sigv4: Option<std::sync::Arc<crate::providers::sigv4::SigV4Config>>,
+    pub sigv4: Option<std::sync::Arc<sigv4::SigV4Config>>,
     /// What happens to the upstream request when the client goes away.
     pub on_client_disconnect: OnClientDisconnect,
 }

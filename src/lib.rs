@@ -12,6 +12,7 @@ pub mod admin;
 pub mod app;
 pub mod config;
 pub mod demo;
+pub mod error;
 pub mod framing;
 pub mod meter;
 pub mod providers;

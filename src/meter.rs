@@ -136,6 +136,26 @@ pub struct RequestFacts {
     pub start: Instant,
 }
 
+/// When a request head arrived: the monotonic reading every figure is
+/// measured from, and the wall time spans start at.
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival {
+    /// Monotonic (t_req).
+    pub at: Instant,
+    /// Wall clock, for span start times.
+    pub wall: SystemTime,
+}
+
+impl Arrival {
+    /// Read both clocks now.
+    pub fn now() -> Arrival {
+        Arrival {
+            at: Instant::now(),
+            wall: SystemTime::now(),
+        }
+    }
+}
+
 /// Why the response body was not metered, when it was not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unmetered {

@@ -11,7 +11,6 @@ pub mod gemini;
 pub mod ollama;
 pub mod openai;
 mod scan;
-pub mod sigv4;
 pub mod tgi;
 
 use std::borrow::Cow;

@@ -9,57 +9,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::app::Running;
-use crate::config::{self, Cli, ConfigError, RESTART_ONLY};
+use crate::config::{self, Cli};
 
 /// How often the config file is polled when `watch_config` is on.
 pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 /// A changed file is read again after this long and reloaded only if it
 /// did not change in between (editors write in several steps).
 const SETTLE: Duration = Duration::from_millis(200);
-
-/// Why a reload was refused. The running configuration keeps serving.
-#[derive(Debug, thiserror::Error)]
-pub enum ReloadError {
-    /// The new configuration does not load (bad key, value or file).
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// A key bound at start-up differs.
-    #[error(
-        "`{key}` cannot change without a restart (restart-only: {})",
-        RESTART_ONLY.join(", ")
-    )]
-    RestartRequired { key: String },
-    /// The upstream client could not be rebuilt (e.g. a bad CA file).
-    #[error("{0}")]
-    Upstream(String),
-    /// A listener's new certificate, key or client CA bundle is unusable;
-    /// the certificates in use keep serving.
-    #[error("{0}")]
-    Tls(String),
-}
-
-impl ReloadError {
-    /// One line naming the key and source but no values, fit for `/config`.
-    pub fn summary(&self) -> String {
-        match self {
-            ReloadError::Config(ConfigError::UnknownKey { key, origin, .. }) => {
-                format!("unknown key `{key}` in {origin}")
-            }
-            ReloadError::Config(ConfigError::Invalid { key, origin, .. }) => {
-                format!("invalid `{key}` (from {origin})")
-            }
-            ReloadError::Config(ConfigError::File { path, .. }) => {
-                format!("config file {} cannot be read or parsed", path.display())
-            }
-            ReloadError::Config(e @ ConfigError::NoRoutes) => e.to_string(),
-            ReloadError::Config(_) => "the new configuration is invalid (see the log)".into(),
-            ReloadError::RestartRequired { key } => {
-                format!("`{key}` cannot change without a restart")
-            }
-            ReloadError::Upstream(m) | ReloadError::Tls(m) => m.clone(),
-        }
-    }
-}
 
 /// What asked for a reload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

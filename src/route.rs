@@ -27,7 +27,7 @@ pub struct Route {
     /// Opt-in `stream_options.include_usage` injection.
     pub inject_usage: bool,
     /// Re-sign forwarded requests with AWS SigV4.
-    pub sigv4: Option<std::sync::Arc<crate::providers::sigv4::SigV4Config>>,
+    pub sigv4: Option<std::sync::Arc<crate::config::sigv4::SigV4Config>>,
     /// Cancel or drain the upstream when the client goes away.
     pub on_client_disconnect: crate::config::OnClientDisconnect,
     /// `server.address` for telemetry.

@@ -28,7 +28,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::config::ServerConfig;
-use crate::meter::body::BoxError;
+use crate::error::{BoxError, error_response};
 use head_check::{Limits, Refusal, Screened, Tracker, Verdicts};
 use tls::{ClientIdentity, Tls};
 
@@ -348,14 +348,15 @@ impl Shards {
     /// `shutdown` turns true; the threads then drain like [`serve`] and keep
     /// running what their requests left behind (drains, shared HTTP/2
     /// connections) until [`Shards::exit`] or the `Shards` is dropped.
-    pub fn start<H, F, B>(
+    pub fn start<M, H, F, B>(
         listener: TcpListener,
         cfg: &ServerConfig,
         tls: Option<Arc<Tls>>,
-        handle: H,
+        make_handler: M,
         shutdown: watch::Receiver<bool>,
     ) -> std::io::Result<Shards>
     where
+        M: Fn(usize) -> H,
         H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
         F: Future<Output = Response<B>> + Send + 'static,
         B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -379,12 +380,12 @@ impl Shards {
                 .build()?;
             let (tx, mut rx) = mpsc::unbounded_channel::<Handoff>();
             let (done, served) = oneshot::channel();
-            let (cfg, handle, mut exit) = (cfg.clone(), handle.clone(), exit_rx.clone());
+            // The thread's id reaches the upstream pool through its handler.
+            let (cfg, handle, mut exit) = (cfg.clone(), make_handler(id), exit_rx.clone());
             let tls = tls.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("tokentap-serve-{id}"))
                 .spawn(move || {
-                    crate::upstream::set_shard(id);
                     runtime.block_on(async move {
                         let mut conns = Conns::new(&cfg, tls, handle);
                         while let Some((stream, peer, permit, open)) = rx.recv().await {
@@ -536,8 +537,7 @@ fn screen(req: &Request<Incoming>, verdicts: &Verdicts, limits: Limits) -> Resul
 
 /// The JSON error for a refused request; HTTP/1 connections are closed after it.
 fn refusal<B>(why: Refusal, version: Version) -> Served<B> {
-    let mut res: Response<Full<Bytes>> =
-        crate::upstream::error_response(why.status(), why.message(), why.code());
+    let mut res: Response<Full<Bytes>> = error_response(why.status(), why.message(), why.code());
     if version < Version::HTTP_2 {
         res.headers_mut().insert(
             header::CONNECTION,

@@ -26,11 +26,13 @@ use rustls::pki_types::pem::PemObject;
 use tower::{Service, ServiceExt};
 
 use crate::config::UpstreamConfig;
+use crate::error::{BoxError, ProxyError, Side, error_response};
 use crate::sniff::Replay;
 
 mod conn;
+pub mod sigv4;
 
-pub use conn::set_shard;
+pub use conn::Shard;
 
 /// The request body type sent upstream.
 pub type UpstreamBody = Replay<Incoming>;
@@ -146,6 +148,12 @@ impl UpstreamError {
         error_response(self.status(), &self.to_string(), self.code())
     }
 
+    /// The same failure as the request path's error type.
+    pub fn into_proxy_error(self) -> ProxyError {
+        let (status, code) = (self.status(), self.code());
+        ProxyError::new(Side::Upstream, status, code, self.to_string())
+    }
+
     /// Opening a connection failed.
     fn classify_connect(err: BoxError) -> UpstreamError {
         let chain = error_chain(&*err);
@@ -206,30 +214,6 @@ fn cause<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a (dyn StdError + 'sta
         Some(io) => io.get_ref().map(|inner| inner as &(dyn StdError + 'static)),
         None => e.source(),
     }
-}
-
-/// An error response in the OpenAI error shape, which every OpenAI-style SDK
-/// can parse: `{"error":{"message","type","param","code"}}`.
-pub fn error_response<B: From<Full<Bytes>>>(
-    status: StatusCode,
-    message: &str,
-    code: &str,
-) -> Response<B> {
-    let body = serde_json::json!({
-        "error": {
-            "message": format!("tokentap: {message}"),
-            "type": "tokentap_error",
-            "param": null,
-            "code": code,
-        }
-    });
-    let mut res = Response::new(B::from(Full::new(Bytes::from(body.to_string()))));
-    *res.status_mut() = status;
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("application/json"),
-    );
-    res
 }
 
 /// "outer: inner: innermost", without repeats.
@@ -296,8 +280,9 @@ impl Client {
     pub async fn send(
         &self,
         req: Request<UpstreamBody>,
+        shard: Shard,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
-        let fut = self.exchange(req);
+        let fut = self.exchange(req, shard);
         match self.head_timeout {
             Some(limit) => tokio::time::timeout(limit, fut).await.map_err(|_| {
                 UpstreamError::Timeout("no response head within upstream.idle_timeout")
@@ -309,6 +294,7 @@ impl Client {
     async fn exchange(
         &self,
         mut req: Request<UpstreamBody>,
+        shard: Shard,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
         let uri = req.uri().clone();
         let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
@@ -316,7 +302,7 @@ impl Client {
                 "not an absolute URI: {uri}"
             )));
         };
-        let key = (scheme.clone(), authority.clone(), conn::shard());
+        let key = (scheme.clone(), authority.clone(), shard);
         // A connection found closed before it took the request gives it back
         // unsent; it then goes on another. Pooled connections are tried in
         // turn; a fresh one only once more.
@@ -415,8 +401,6 @@ pub struct RetryConnect<C> {
     retries: u32,
     backoff: Duration,
 }
-
-type BoxError = Box<dyn StdError + Send + Sync>;
 
 impl<C> RetryConnect<C> {
     /// The wait before retry number `n` (0-based): doubling, capped.

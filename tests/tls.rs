@@ -298,7 +298,10 @@ async fn mtls_refuses_missing_unknown_and_expired_client_certificates() {
         "{expiry}"
     );
     let left: f64 = expiry.rsplit(' ').next().unwrap().parse().unwrap();
-    assert!(left > 86_400.0, "a fresh certificate has days left: {expiry}");
+    assert!(
+        left > 86_400.0,
+        "a fresh certificate has days left: {expiry}"
+    );
     proxy.shutdown().await;
 }
 

@@ -8,7 +8,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
 
 use super::{AdminState, respond};
-use crate::upstream::error_response;
+use crate::error::error_response;
 
 const PAGE: &str = include_str!("dashboard.html");
 const HTML: &str = "text/html; charset=utf-8";

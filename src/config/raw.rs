@@ -195,7 +195,7 @@ pub(super) struct RawRoute {
     pub inject_usage: bool,
     /// `[routes.sigv4]`: re-sign requests for AWS (credentials default to `AWS_*` env).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sigv4: Option<crate::providers::sigv4::SigV4Settings>,
+    pub sigv4: Option<super::sigv4::SigV4Settings>,
     /// `cancel` (default) or `drain`: what happens to the upstream request
     /// when the client goes away mid-stream.
     #[serde(default, skip_serializing_if = "is_cancel")]
@@ -673,16 +673,13 @@ impl RawConfig {
                     provider: r.provider,
                     inject_usage: r.inject_usage,
                     // Region, service and key id only: secrets never leave.
-                    sigv4: r
-                        .sigv4
-                        .as_ref()
-                        .map(|s| crate::providers::sigv4::SigV4Settings {
-                            region: Some(s.region.clone()),
-                            service: Some(s.service.clone()),
-                            access_key_id: Some(s.access_key_id.clone()),
-                            secret_access_key: None,
-                            session_token: None,
-                        }),
+                    sigv4: r.sigv4.as_ref().map(|s| super::sigv4::SigV4Settings {
+                        region: Some(s.region.clone()),
+                        service: Some(s.service.clone()),
+                        access_key_id: Some(s.access_key_id.clone()),
+                        secret_access_key: None,
+                        session_token: None,
+                    }),
                     on_client_disconnect: match r.on_client_disconnect {
                         OnClientDisconnect::Cancel => DisconnectMode::Cancel,
                         OnClientDisconnect::Drain { .. } => DisconnectMode::Drain,

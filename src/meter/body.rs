@@ -2,7 +2,6 @@
 //! to the client, with a borrowed view of each chunk fed to the parser and
 //! one clock reading per chunk folded into the request's `Meter`.
 
-use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -20,8 +19,7 @@ use super::{Measurement, Outcome, Recorder, RequestFacts, TokenSource, Unmetered
 use crate::providers::{Event, Parser, UpstreamTiming, Usage};
 use crate::rewrite::UsageStripper;
 
-/// Boxed error type of bodies served to clients.
-pub type BoxError = Box<dyn StdError + Send + Sync>;
+use crate::error::BoxError;
 
 /// How the response ended, as seen by the meter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

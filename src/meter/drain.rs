@@ -12,7 +12,8 @@ use http_body::Body;
 use http_body_util::BodyExt;
 use tokio::sync::{Notify, watch};
 
-use super::body::{BoxError, Meter};
+use super::body::Meter;
+use crate::error::BoxError;
 
 /// How far one drain may go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -109,26 +109,16 @@ pub enum SendError {
     Failed(hyper::Error),
 }
 
-/// Pool key: where a connection goes, and the serving thread that uses it
-/// (see [`shard`]).
-pub type Key = (Scheme, Authority, usize);
+/// The serving thread a request runs on (0 off the serving threads), handed
+/// in with each request. Connections are pooled per serving thread: a
+/// socket is registered with the runtime of the thread that opened it, so
+/// a connection used from another thread would have every read woken
+/// across threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Shard(pub usize);
 
-thread_local! {
-    static SHARD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-/// The serving thread this code runs on (0 off the serving threads).
-/// Connections are pooled per serving thread: a socket is registered with
-/// the runtime of the thread that opened it, so a connection used from
-/// another thread would have every read woken across threads.
-pub fn shard() -> usize {
-    SHARD.with(std::cell::Cell::get)
-}
-
-/// Mark the current thread as serving thread `id` (from 1).
-pub fn set_shard(id: usize) {
-    SHARD.with(|s| s.set(id));
-}
+/// Pool key: where a connection goes, and the serving thread that uses it.
+pub type Key = (Scheme, Authority, Shard);
 
 /// Idle HTTP/1 connections by destination, newest last. Idle connections
 /// are not polled; one is checked when it is taken (a connection the peer
