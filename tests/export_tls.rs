@@ -10,6 +10,8 @@
 //!   standard `OTEL_EXPORTER_OTLP_*` variables; the header and key never
 //!   show in the log or on `/config`.
 
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
 mod support;
 
 use std::sync::Arc;

@@ -17,6 +17,8 @@
 //!   HTTP, and a client that rejects the server name; the listener cuts
 //!   each at the header read timeout (or at once) and keeps serving.
 
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
 mod support;
 
 use std::net::SocketAddr;
