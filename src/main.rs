@@ -72,9 +72,14 @@ async fn run(cli: Cli, config: config::Config, watch: Option<FileWatch>) -> anyh
         .iter()
         .map(|r| format!("{} {} -> {}", r.name, r.prefix, r.upstream))
         .collect();
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let running = tokentap::app::start(config).await?;
-    tracing::info!(routes = ?routes, "listening on {}", running.addr);
-    eprintln!("tokentap listening on {}", running.addr);
+    tracing::info!(routes = ?routes, scheme, "listening on {}", running.addr);
+    eprintln!("tokentap listening on {} ({scheme})", running.addr);
     // After the proxy's line: harnesses take the first `listening on` as the proxy.
     if let Some(admin) = running.admin_addr {
         tracing::info!("admin listening on {admin}");

@@ -16,6 +16,11 @@
 //!   half-finished handshakes, garbage before the ClientHello, plaintext
 //!   HTTP, and a client that rejects the server name; the listener cuts
 //!   each at the header read timeout (or at once) and keeps serving.
+//! - `handshake_flood_keeps_memory_bounded_and_logs_no_secret`: the binary
+//!   with mTLS and an admin token takes 800 hostile connections (garbage,
+//!   half handshakes, unknown-CA and expired client certificates, plaintext)
+//!   with flat memory and serves a valid client after; its debug log holds
+//!   neither the admin token nor any key.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
@@ -89,6 +94,34 @@ async fn connect(
     cfg.alpn_protocols = vec![alpn.to_vec()];
     let tcp = TcpStream::connect(addr).await?;
     let name = ServerName::try_from(server_name.to_owned()).unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, tcp)
+        .await
+}
+
+/// A CA certificate to trust, for client tasks (a `TestCa` stays with the test).
+struct TrustOnly(CertificateDer<'static>);
+
+/// [`connect`] to "localhost" with HTTP/1.1, trusting `ca`.
+async fn connect_with(
+    addr: SocketAddr,
+    ca: &TrustOnly,
+    identity: Option<Identity>,
+) -> std::io::Result<TlsStream<TcpStream>> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.0.clone()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut cfg = match identity {
+        Some((chain, key)) => builder.with_client_auth_cert(chain, key).unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = TcpStream::connect(addr).await?;
+    let name = ServerName::try_from("localhost").unwrap();
     tokio_rustls::TlsConnector::from(Arc::new(cfg))
         .connect(name, tcp)
         .await
@@ -519,4 +552,99 @@ async fn hostile_tls_clients_do_not_stop_the_listener() {
         .unwrap();
     assert_eq!(chat(tls).await.unwrap().0, 200, "still serving");
     proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn handshake_flood_keeps_memory_bounded_and_logs_no_secret() {
+    let (ca, dir, up) = (TestCa::new(), Scratch::new("tls-flood"), upstream().await);
+    let (chain, key) = ca.leaf(&["localhost"]);
+    let key_text = key_pem(&key);
+    let cert = dir.write("server.pem", &chain_pem(&chain));
+    let key_file = dir.write("server.key", &key_text);
+    let client_ca = dir.write("clients.pem", ca.pem());
+    let token = "flood-admin-token-0123456789";
+    let toml = tls_toml(&up.url(), &cert, &key_file)
+        .set("tls", "client_ca", &q(&client_ca.display().to_string()))
+        .set("server", "header_read_timeout", &q("1s"))
+        .top("admin_listen", &q("127.0.0.1:0"))
+        .set("admin", "token", &q(token));
+    let bin = support::proxy::Bin::start(&toml, &[], &[("RUST_LOG", "debug")]).await;
+    let pid = bin.child.id().unwrap();
+    let valid = || ca.client("team-a", false);
+    let tls = connect(bin.addr, &ca, "localhost", b"h2", Some(valid()))
+        .await
+        .unwrap();
+    assert_eq!(chat(tls).await.unwrap().0, 200);
+    let before = support::raw::rss_kib(pid);
+
+    let stranger = TestCa::new();
+    let (unknown, expired) = (stranger.client("x", false), ca.client("old", true));
+    for round in 0..8 {
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..100 {
+            let addr = bin.addr;
+            let copy = |(chain, key): &Identity| (chain.clone(), key.clone_key());
+            let identity = match i % 5 {
+                0 => Some(copy(&unknown)),
+                1 => Some(copy(&expired)),
+                _ => None,
+            };
+            let ca = TrustOnly(ca.der());
+            tasks.spawn(async move {
+                match i % 5 {
+                    0 | 1 => {
+                        if let Ok(tls) = connect_with(addr, &ca, identity).await {
+                            let _ = tokio::time::timeout(Duration::from_secs(3), chat(tls)).await;
+                        }
+                    }
+                    2 => {
+                        let mut s = TcpStream::connect(addr).await.unwrap();
+                        let _ = s.write_all(b"\x16\x03\x01\x02\x00\x01\x00").await;
+                        let _ = until_closed(&mut s, Duration::from_secs(3)).await;
+                    }
+                    3 => {
+                        let mut s = TcpStream::connect(addr).await.unwrap();
+                        let _ = s
+                            .write_all(&[0x16, 0x03, 0x03, 0x00, 0x05, 1, 2, 3, 4, 5])
+                            .await;
+                        let _ = until_closed(&mut s, Duration::from_secs(3)).await;
+                    }
+                    _ => {
+                        let mut s = TcpStream::connect(addr).await.unwrap();
+                        let _ = s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await;
+                        let _ = until_closed(&mut s, Duration::from_secs(3)).await;
+                    }
+                }
+            });
+        }
+        within(
+            Duration::from_secs(30),
+            &format!("flood round {round}"),
+            async { while tasks.join_next().await.is_some() {} },
+        )
+        .await;
+    }
+    let after = support::raw::rss_kib(pid);
+    let tls = connect(bin.addr, &ca, "localhost", b"http/1.1", Some(valid()))
+        .await
+        .expect("a valid client after the flood");
+    assert_eq!(
+        chat(tls).await.unwrap().0,
+        200,
+        "still serving after the flood"
+    );
+    eprintln!("RSS before {before} KiB, after 800 hostile connections {after} KiB");
+    assert!(
+        after < before + 32 * 1024,
+        "memory must stay bounded: {before} KiB -> {after} KiB"
+    );
+    let out = bin.output();
+    assert!(
+        out.contains("TLS handshake failed"),
+        "the failures are logged at debug"
+    );
+    assert!(!out.contains(token), "the admin token must not be logged");
+    for line in key_text.lines().filter(|l| !l.starts_with("-----")) {
+        assert!(!out.contains(line), "key material must not be logged");
+    }
 }
