@@ -161,13 +161,12 @@ impl Admin {
             // Unreachable for a bound TCP listener; keep a usable value.
             SocketAddr::from(([127, 0, 0, 1], 0))
         });
+        // The proxy's head limits and timeouts; its own connection cap and grace.
         let cfg = ServerConfig {
-            header_read_timeout: proxy.header_read_timeout,
-            max_header_bytes: proxy.max_header_bytes,
-            max_headers: proxy.max_headers,
             max_connections: MAX_CONNECTIONS,
             shutdown_grace: SHUTDOWN_GRACE,
             threads: 1,
+            ..proxy.clone()
         };
         let (stop, stopped) = watch::channel(false);
         let state = Arc::new(state);

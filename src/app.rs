@@ -218,7 +218,7 @@ impl ReloadError {
 /// A new pooled client is built when a setting changed, and whenever a CA
 /// file is configured (a reload is how a rotated bundle is picked up).
 fn client_changed(old: &UpstreamConfig, new: &UpstreamConfig) -> bool {
-    new.ca_file.is_some() || format!("{old:?}") != format!("{new:?}")
+    new.ca_file.is_some() || old != new
 }
 
 /// Bind the listener and start serving. Must run inside a tokio runtime.

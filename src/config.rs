@@ -1,12 +1,19 @@
 //! Configuration: figment layers (defaults < `OTEL_*` env < TOML file <
 //! `TOKENTAP_*` env < CLI flags) in, a validated `Config` out. Figment stays
 //! inside this module; see `docs/CONFIG.md` for every key.
+//!
+//! Each section struct below is at once the file's shape, its defaults
+//! (`impl Default`), the typed value the proxy reads and what `/config`
+//! shows: per-field parsing and bounds are serde helpers (`units`), secrets
+//! are marked on the field. `validate` only adds checks across keys; see
+//! CONTRIBUTING.md, "Add a config key".
 
 mod layers;
 mod parse;
 mod raw;
 mod restart;
 pub mod sigv4;
+mod units;
 mod validate;
 
 use std::net::SocketAddr;
@@ -15,6 +22,7 @@ use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Format, Toml};
+use serde::{Deserialize, Serialize};
 
 use crate::providers::ProviderKind;
 
@@ -49,51 +57,79 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
 }
 
-/// Listener limits and shutdown.
-#[derive(Debug, Clone)]
+/// `[server]`: listener limits and shutdown (restart-only: see [`RESTART_ONLY`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Time allowed for a client to send a complete request head.
+    #[serde(with = "units::positive")]
     pub header_read_timeout: Duration,
-    /// Largest request head accepted (bytes).
+    /// Largest request head accepted (size).
+    #[serde(with = "units::size")]
     pub max_header_bytes: usize,
     /// Most header fields a request may carry.
     pub max_headers: usize,
     /// Connections served at once; more wait in the accept queue.
+    #[serde(deserialize_with = "units::at_least_one")]
     pub max_connections: usize,
     /// On SIGTERM/SIGINT, how long in-flight requests may run before they are cut.
+    #[serde(with = "units::duration")]
     pub shutdown_grace: Duration,
     /// Serving threads, each with a single-threaded runtime (0 = one per CPU).
     pub threads: usize,
 }
 
-/// TLS on a listener: PEM files, read at start-up and again on every reload.
-#[derive(Debug, Clone, PartialEq, Eq)]
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            header_read_timeout: Duration::from_secs(10),
+            max_header_bytes: 64 << 10,
+            max_headers: 100,
+            max_connections: 10_000,
+            shutdown_grace: Duration::from_secs(30),
+            threads: 0,
+        }
+    }
+}
+
+/// `[tls]` / `[admin.tls]`: TLS on a listener; the files are read at
+/// start-up and again on every reload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TlsConfig {
-    /// Certificate chain, leaf first (PEM).
+    /// Certificate chain file (PEM), leaf first.
     pub cert: PathBuf,
-    /// The leaf's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    /// The leaf's private key file (PEM: PKCS#8, PKCS#1 or SEC1).
     pub key: PathBuf,
-    /// Further certificates, chosen by the server name the client asks for (SNI).
+    /// `[[tls.sni]]`: further certificates, chosen by the server name (SNI).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sni: Vec<SniCert>,
-    /// CA bundle client certificates are verified against (mTLS).
+    /// CA bundle (PEM) client certificates are verified against (mTLS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_ca: Option<PathBuf>,
-    /// Whether a client certificate is asked for and required.
+    /// `required` (the default with `client_ca`) or `optional`.
+    #[serde(default, skip_serializing_if = "ClientAuth::is_off")]
     pub client_auth: ClientAuth,
 }
 
 /// One `[[tls.sni]]` entry: the certificate served for `name`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SniCert {
-    /// Server name (DNS, lowercase; `*.example.com` not supported).
+    /// Server name (one exact DNS name, lowercase).
     pub name: String,
+    /// Certificate chain file (PEM).
     pub cert: PathBuf,
+    /// Private key file (PEM).
     pub key: PathBuf,
 }
 
 /// Client certificates on a TLS listener.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ClientAuth {
-    /// None asked for.
+    /// None asked for (no `client_ca`).
+    #[default]
     Off,
     /// Asked for; a client without one is served, one with a bad one is refused.
     Optional,
@@ -101,17 +137,44 @@ pub enum ClientAuth {
     Required,
 }
 
-/// `[admin]`: who may use the admin listener.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+impl ClientAuth {
+    fn is_off(&self) -> bool {
+        *self == ClientAuth::Off
+    }
+}
+
+/// `[admin]`: who may use the admin listener (restart-only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
-    /// Bearer token required on every admin request except open probes.
+    /// Bearer token required on every admin request except open probes (secret).
+    #[serde(
+        serialize_with = "units::secret",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub token: Option<String>,
-    /// TLS (and optional mTLS) on the admin listener.
-    pub tls: Option<TlsConfig>,
+    /// File holding the bearer token (a mounted Secret); read at load.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
     /// `/healthz` and `/readyz` answer without the token (not without mTLS).
     pub open_probes: bool,
     /// Start with an unprotected admin listener on a non-loopback address.
     pub allow_unprotected: bool,
+    /// `[admin.tls]`: TLS (and optional mTLS) on the admin listener.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsConfig>,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            token: None,
+            token_file: None,
+            open_probes: true,
+            allow_unprotected: false,
+            tls: None,
+        }
+    }
 }
 
 impl AdminConfig {
@@ -125,29 +188,61 @@ impl AdminConfig {
     }
 }
 
-/// The upstream client.
-#[derive(Debug, Clone)]
+/// `[upstream]`: the upstream client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct UpstreamConfig {
+    /// Time allowed to open a TCP (and TLS) connection to the upstream.
+    #[serde(with = "units::positive")]
     pub connect_timeout: Duration,
     /// Abort when the upstream sends nothing for this long (none by default).
+    #[serde(with = "units::opt_positive", skip_serializing_if = "Option::is_none")]
     pub idle_timeout: Option<Duration>,
     /// Abort any request that runs longer than this (none by default).
+    #[serde(with = "units::opt_positive", skip_serializing_if = "Option::is_none")]
     pub total_timeout: Option<Duration>,
     /// Extra PEM CA bundle trusted beside the webpki roots.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<PathBuf>,
+    /// How long an idle pooled connection is kept.
+    #[serde(with = "units::duration")]
     pub pool_idle_timeout: Duration,
+    /// Idle pooled connections kept per upstream host.
     pub pool_max_idle_per_host: usize,
-    /// Extra connect attempts when opening a connection fails (0 = none).
+    /// Extra attempts when opening a connection (TCP or TLS) fails; 0 = none.
+    /// Nothing of the request has been sent then, so a retry is safe.
     pub connect_retries: u32,
     /// Wait before the first connect retry; doubles for each further one.
+    #[serde(with = "units::positive")]
     pub connect_retry_backoff: Duration,
     /// Default bound on reading an upstream body on after its client left
     /// (routes with `on_client_disconnect = "drain"`).
+    #[serde(with = "units::positive")]
     pub drain_timeout: Duration,
-    /// Most body bytes one drain reads before it gives up.
+    /// Most body bytes one drain reads before it gives up (size).
+    #[serde(with = "units::size")]
     pub drain_max_bytes: usize,
-    /// Drains running at once; past this, a disconnect cancels.
+    /// Drains running at once; past this, a disconnect cancels (restart-only).
+    #[serde(deserialize_with = "units::at_least_one")]
     pub max_drains: usize,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            connect_timeout: Duration::from_secs(5),
+            idle_timeout: None,
+            total_timeout: None,
+            ca_file: None,
+            pool_idle_timeout: Duration::from_secs(90),
+            pool_max_idle_per_host: 64,
+            connect_retries: 0,
+            connect_retry_backoff: Duration::from_millis(100),
+            drain_timeout: Duration::from_secs(30),
+            drain_max_bytes: 16 << 20,
+            max_drains: 256,
+        }
+    }
 }
 
 /// One route: requests matching `prefix` (and `host`, when set) go to `upstream`.
@@ -194,21 +289,42 @@ pub enum DisconnectMode {
     Drain,
 }
 
-/// Request body sniffing.
-#[derive(Debug, Clone)]
+/// `[sniff]`: request body sniffing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct SniffConfig {
     /// Request bodies up to this size are read to find `model` and `stream`.
+    #[serde(with = "units::size")]
     pub max_body_bytes: usize,
 }
 
-/// Response metering.
-#[derive(Debug, Clone)]
+impl Default for SniffConfig {
+    fn default() -> Self {
+        SniffConfig {
+            max_body_bytes: 8 << 20,
+        }
+    }
+}
+
+/// `[meter]`: response metering.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct MeterConfig {
     /// Largest single frame (SSE event or JSON body) the parser holds.
+    #[serde(with = "units::size")]
     pub max_frame_bytes: usize,
     /// Count tokens with the model family's tokenizer (OpenAI encodings,
-    /// off the request path) when a stream carries no usage.
+    /// off the request path) when a stream carries no usage (restart-only).
     pub tokenizer: bool,
+}
+
+impl Default for MeterConfig {
+    fn default() -> Self {
+        MeterConfig {
+            max_frame_bytes: 4 << 20,
+            tokenizer: true,
+        }
+    }
 }
 
 /// Where a request's tenant comes from.
@@ -224,15 +340,33 @@ pub enum TenantSource {
     ClientCert,
 }
 
-/// Tenant resolution.
-#[derive(Debug, Clone)]
+/// `[tenant]`: tenant resolution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct TenantConfig {
     /// Sources tried in order; the first that yields a value wins.
+    #[serde(with = "units::tenant_sources")]
     pub sources: Vec<TenantSource>,
     /// Header for `TenantSource::Header`, lowercase.
+    #[serde(with = "units::header")]
     pub header: http::HeaderName,
-    /// Salt for API-key hashes.
+    /// Salt for API-key hashes; must be the same on every replica (secret).
+    #[serde(serialize_with = "units::secret", deserialize_with = "units::salt")]
     pub salt: String,
+}
+
+impl Default for TenantConfig {
+    fn default() -> Self {
+        TenantConfig {
+            sources: vec![
+                TenantSource::Header,
+                TenantSource::Body,
+                TenantSource::ApiKey,
+            ],
+            header: http::HeaderName::from_static("x-tenant-id"),
+            salt: "tokentap".into(),
+        }
+    }
 }
 
 /// OTLP transport.
@@ -262,59 +396,115 @@ pub enum LogFormat {
     Json,
 }
 
-/// Telemetry export and cardinality.
-#[derive(Debug, Clone)]
+/// `[telemetry]`: export and cardinality (restart-only: see [`RESTART_ONLY`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct TelemetryConfig {
-    /// OTLP export on/off: `otlp_enabled` when set, else on exactly when
-    /// an endpoint is configured (off with `OTEL_SDK_DISABLED=true`).
-    pub otlp_enabled: bool,
+    /// OTLP export on/off; unset = on exactly when an endpoint is configured
+    /// (validation resolves it, so it is always set after loading).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_enabled: Option<bool>,
     /// CA bundle (PEM) the collector's certificate is verified against
     /// (`OTEL_EXPORTER_OTLP_CERTIFICATE`); unset = the webpki roots.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub otlp_certificate: Option<PathBuf>,
     /// Client certificate chain (PEM) for mTLS to the collector.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub otlp_client_certificate: Option<PathBuf>,
-    /// Client certificate key (PEM).
+    /// Client certificate key (PEM); the path only is ever shown.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub otlp_client_key: Option<PathBuf>,
     /// Collector base endpoint; `None` = SDK default / `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    #[serde(
+        deserialize_with = "units::endpoint",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub otlp_endpoint: Option<String>,
+    /// `grpc` or `http/protobuf`.
     pub otlp_protocol: OtlpProtocol,
-    /// Extra export headers (e.g. auth for a hosted collector).
+    /// Extra export headers (e.g. auth for a hosted collector); values are secret.
+    #[serde(with = "units::secret_headers")]
     pub otlp_headers: Vec<(String, String)>,
+    /// `service.name` resource attribute.
+    #[serde(deserialize_with = "units::non_blank")]
     pub service_name: String,
     /// Extra resource attributes.
+    #[serde(with = "units::pairs")]
     pub resource_attributes: Vec<(String, String)>,
+    /// How often metrics are exported.
+    #[serde(with = "units::positive")]
     pub metrics_export_interval: Duration,
     /// Deadline for one OTLP export, retries included.
+    #[serde(with = "units::positive")]
     pub otlp_timeout: Duration,
     /// Finished spans waiting for export; more are dropped and counted.
+    #[serde(deserialize_with = "units::at_least_one")]
     pub span_queue_size: usize,
     /// Distinct model values per instrument before `other`.
+    #[serde(deserialize_with = "units::at_least_one")]
     pub max_models: usize,
     /// Distinct tenant values per instrument before `other`.
+    #[serde(deserialize_with = "units::at_least_one")]
     pub max_tenants: usize,
     /// Distinct attribute sets per instrument; further sets go to one
     /// overflow series (`otel.metric.overflow = true`).
+    #[serde(deserialize_with = "units::at_least_one")]
     pub max_series: usize,
     /// Headers redacted everywhere in addition to the built-in list.
+    #[serde(with = "units::headers")]
     pub redact_headers: Vec<http::HeaderName>,
     /// One structured log line per request.
     pub access_log: bool,
+    /// `text` or `json`.
     pub log_format: LogFormat,
     /// Live statistics for the dashboard and slowdown detection (`[live]`).
+    #[serde(skip)]
     pub live: LiveConfig,
     /// Slowdown detection (`[[slo]]`) and its webhook (`[alerts]`).
+    #[serde(skip)]
     pub slo: SloSettings,
 }
 
-/// Live statistics: rolling in-memory windows (`[live]`). Memory is bounded
-/// by these values, not by traffic.
-#[derive(Debug, Clone, PartialEq, Eq)]
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            otlp_enabled: None,
+            otlp_certificate: None,
+            otlp_client_certificate: None,
+            otlp_client_key: None,
+            otlp_endpoint: None,
+            otlp_protocol: OtlpProtocol::HttpProtobuf,
+            otlp_headers: Vec::new(),
+            service_name: "tokentap".into(),
+            resource_attributes: Vec::new(),
+            metrics_export_interval: Duration::from_secs(10),
+            otlp_timeout: Duration::from_secs(5),
+            span_queue_size: 2048,
+            max_models: 100,
+            max_tenants: 100,
+            max_series: 2000,
+            redact_headers: Vec::new(),
+            access_log: true,
+            log_format: LogFormat::Text,
+            live: LiveConfig::default(),
+            slo: SloSettings::default(),
+        }
+    }
+}
+
+/// `[live]`: live statistics in rolling in-memory windows. Memory is
+/// bounded by these values, not by traffic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct LiveConfig {
     /// How far back the rolling windows reach.
+    #[serde(with = "units::positive")]
     pub window: Duration,
     /// Time resolution of the windows (`window / bucket` buckets per series).
+    #[serde(with = "units::positive")]
     pub bucket: Duration,
     /// Distinct (route, model, tenant) series kept; more fold into `other`.
+    #[serde(deserialize_with = "units::at_least_one")]
     pub max_series: usize,
     /// Most recent requests listed on the dashboard.
     pub recent: usize,
@@ -342,32 +532,63 @@ pub struct SloSettings {
 
 /// One `[[slo]]`: objectives over rolling windows for the requests its
 /// selector (route and/or model glob) matches.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SloConfig {
     /// Name used in logs, metrics, span marks and webhook events.
     pub name: String,
     /// Only this configured route; `None` = every route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<String>,
     /// Model glob (`*`, `?`); `Some` = one verdict per matching model,
     /// `None` = one verdict for the whole selection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Rolling window the objectives are checked over.
+    #[serde(with = "units::positive", default = "slo_window")]
     pub window: Duration,
     /// Fewer requests (or values) than this in the window: no verdict.
+    #[serde(default = "slo_min_requests")]
     pub min_requests: u64,
     /// Breach when TTFT p95 is above this.
+    #[serde(
+        with = "units::opt_positive",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub ttft_p95: Option<Duration>,
     /// Breach when decode tokens/s p50 is below this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_tps_p50_min: Option<f64>,
     /// Breach when the largest stall in the window is above this.
+    #[serde(
+        with = "units::opt_positive",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub max_stall: Option<Duration>,
     /// Breach when errors / requests is above this (0..1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_ratio: Option<f64>,
     /// Breach when decode tokens/s p50 is more than this share (0..1)
     /// below its own p50 over `baseline_window`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_tps_drop: Option<f64>,
     /// Baseline span for `decode_tps_drop` (at most `live.window`).
+    #[serde(with = "units::duration", default = "slo_baseline_window")]
     pub baseline_window: Duration,
+}
+
+fn slo_window() -> Duration {
+    Duration::from_secs(5 * 60)
+}
+
+fn slo_min_requests() -> u64 {
+    10
+}
+
+fn slo_baseline_window() -> Duration {
+    Duration::from_secs(60 * 60)
 }
 
 /// Webhook body shape.

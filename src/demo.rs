@@ -10,16 +10,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use http_body_util::BodyExt;
 use tokio::net::TcpListener;
 
 use crate::app::{self, Running};
 use crate::config;
 use crate::simulate::{self, Simulator};
 use crate::telemetry::live::{SeriesFilter, WindowStats};
+use crate::upstream::Client;
 
 /// `tokentap demo` flags (`--listen` and `--admin-listen` apply too).
 #[derive(Debug, Clone, PartialEq, clap::Args)]
@@ -67,8 +65,7 @@ pub async fn run(
 
     let sent = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
+    let client = Client::internal(Duration::from_secs(5))?;
     let workers: Vec<_> = (0..args.concurrency.max(1))
         .map(|i| {
             let worker = Generator {
@@ -173,7 +170,7 @@ provider = "anthropic"
 
 /// One traffic worker's handles.
 struct Generator {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client,
     proxy: SocketAddr,
     models: Vec<String>,
     sent: Arc<AtomicU64>,
@@ -188,7 +185,7 @@ impl Generator {
             let model = &self.models[n % self.models.len()];
             let tenant = TENANTS[(n / self.models.len()) % TENANTS.len()];
             if let Ok(req) = self.request(model, tenant, n % 2 == 0) {
-                if let Ok(res) = self.client.request(req).await {
+                if let Ok(res) = self.client.send_bytes(req).await {
                     let _ = res.into_body().collect().await;
                     self.sent.fetch_add(1, Ordering::Relaxed);
                 }
@@ -203,7 +200,7 @@ impl Generator {
         model: &str,
         tenant: &str,
         usage: bool,
-    ) -> Result<Request<Full<Bytes>>, http::Error> {
+    ) -> Result<Request<Bytes>, http::Error> {
         let ask = r#""messages":[{"role":"user","content":"Tell me about latency."}]"#;
         let (path, body) = if model.contains("claude") {
             (
@@ -222,7 +219,7 @@ impl Generator {
             .uri(format!("http://{}{path}", self.proxy))
             .header("content-type", "application/json")
             .header("x-tenant-id", tenant)
-            .body(Full::new(Bytes::from(body)))
+            .body(Bytes::from(body))
     }
 }
 

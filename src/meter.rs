@@ -119,6 +119,8 @@ impl RequestBody {
 pub struct RequestFacts {
     /// Configured route name.
     pub route: Arc<str>,
+    /// The provider: the route's or the path's at first (`openai` when
+    /// neither says), then the one the response head resolved, if any.
     pub provider: ProviderKind,
     pub operation: Option<Operation>,
     /// `model` from the request body.
@@ -252,10 +254,17 @@ impl Measurement {
 }
 
 /// Where a request's measurement goes. Implemented by telemetry; the meter
-/// calls `chunk_gap` per content frame and `finish` exactly once.
+/// calls `provider` at most once from the response head, `chunk_gap` per
+/// content frame and `finish` exactly once.
 pub trait Recorder: Send + 'static {
     /// A gap between two consecutive content frames (a per-chunk histogram).
     fn chunk_gap(&mut self, gap: Duration);
+    /// The response head named a different provider than the request did
+    /// (e.g. a Bedrock eventstream on a route without one): label what is
+    /// recorded from now on with `provider`. Called before `finish`.
+    fn provider(&mut self, provider: ProviderKind) {
+        let _ = provider;
+    }
     /// The request is over.
     fn finish(self: Box<Self>, measurement: Measurement);
 }

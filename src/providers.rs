@@ -7,11 +7,17 @@
 pub mod anthropic;
 pub mod bedrock;
 pub mod cohere;
+pub mod compat;
 pub mod gemini;
 pub mod ollama;
 pub mod openai;
+pub mod realtime;
 mod scan;
+pub mod spec;
 pub mod tgi;
+mod wire;
+
+pub use spec::{ContentType, FrameAdapter, JsonBody, ProviderSpec, ResponseFormat, Wire};
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -21,126 +27,90 @@ use crate::framing::json_array::JsonArrayDecoder;
 use crate::framing::ndjson::NdjsonDecoder;
 use crate::framing::{Frame, FramingError, sse::SseDecoder};
 
-/// The API family a route speaks; picks the adapter and the
-/// `gen_ai.provider.name` value. OpenAI-compatible servers have their own
-/// kind so that spans name the real provider; they share the OpenAI adapter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderKind {
+/// The registry: one line per provider, in documentation order. It
+/// declares `ProviderKind` (whose serde name is the lowercase variant, the
+/// spec's `config_name`) and `REGISTRY`, the specs in the same order.
+macro_rules! registry {
+    ($($(#[$doc:meta])* $kind:ident => $spec:expr,)*) => {
+        /// The API family a route speaks; picks the adapter and the
+        /// `gen_ai.provider.name` value. OpenAI-compatible servers have their
+        /// own kind so that spans name the real provider; they share the
+        /// OpenAI adapter.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
+        #[serde(rename_all = "lowercase")]
+        pub enum ProviderKind {
+            $($(#[$doc])* $kind,)*
+        }
+
+        impl ProviderKind {
+            /// Every kind, in documentation order.
+            pub const ALL: [ProviderKind; [$(stringify!($kind)),*].len()] =
+                [$(ProviderKind::$kind),*];
+        }
+
+        /// Every provider's spec, in `ProviderKind` order.
+        pub static REGISTRY: &[&ProviderSpec] = &[$(&$spec),*];
+    };
+}
+
+registry! {
     /// OpenAI (and any OpenAI-compatible server without a kind of its own).
-    Openai,
+    Openai => openai::SPEC,
     /// Anthropic Messages API.
-    Anthropic,
+    Anthropic => anthropic::SPEC,
     /// Google Gemini API (`generativelanguage.googleapis.com`).
-    Gemini,
+    Gemini => gemini::SPEC,
     /// Google Vertex AI (`aiplatform.googleapis.com`): Gemini, and Claude
     /// through `rawPredict`.
-    Vertex,
+    Vertex => gemini::VERTEX,
     /// Ollama's native API (`/api/chat`, `/api/generate`) and its `/v1`.
-    Ollama,
+    Ollama => ollama::SPEC,
     /// AWS Bedrock Runtime: Converse and InvokeModel, streamed or not.
-    Bedrock,
+    Bedrock => bedrock::SPEC,
     /// Azure OpenAI: deployment paths, content-filter annotations.
-    Azure,
+    Azure => compat::AZURE,
     /// Cohere v2 chat.
-    Cohere,
+    Cohere => cohere::SPEC,
     /// vLLM's OpenAI-compatible server.
-    Vllm,
+    Vllm => compat::openai_compatible(ProviderKind::Vllm, "vllm", "vllm"),
     /// llama.cpp's `llama-server`.
-    Llamacpp,
+    Llamacpp => compat::openai_compatible(ProviderKind::Llamacpp, "llamacpp", "llamacpp"),
     /// Hugging Face Text Generation Inference (`/generate_stream`, `/v1`).
-    Tgi,
+    Tgi => tgi::SPEC,
     /// Mistral AI.
-    Mistral,
+    Mistral => compat::openai_compatible(ProviderKind::Mistral, "mistral_ai", "mistral"),
     /// Groq.
-    Groq,
+    Groq => compat::openai_compatible(ProviderKind::Groq, "groq", "groq"),
     /// DeepSeek.
-    Deepseek,
+    Deepseek => compat::openai_compatible(ProviderKind::Deepseek, "deepseek", "deepseek"),
     /// OpenRouter.
-    Openrouter,
+    Openrouter => compat::openai_compatible(ProviderKind::Openrouter, "openrouter", "openrouter"),
     /// Together AI.
-    Together,
+    Together => compat::openai_compatible(ProviderKind::Together, "together", "together"),
     /// LM Studio.
-    Lmstudio,
+    Lmstudio => compat::openai_compatible(ProviderKind::Lmstudio, "lmstudio", "lmstudio"),
     /// Perplexity.
-    Perplexity,
+    Perplexity => compat::openai_compatible(ProviderKind::Perplexity, "perplexity", "perplexity"),
     /// xAI.
-    Xai,
+    Xai => compat::openai_compatible(ProviderKind::Xai, "x_ai", "xai"),
 }
 
 impl ProviderKind {
-    /// Every kind, in documentation order.
-    pub const ALL: [ProviderKind; 19] = [
-        ProviderKind::Openai,
-        ProviderKind::Anthropic,
-        ProviderKind::Gemini,
-        ProviderKind::Vertex,
-        ProviderKind::Ollama,
-        ProviderKind::Bedrock,
-        ProviderKind::Azure,
-        ProviderKind::Cohere,
-        ProviderKind::Vllm,
-        ProviderKind::Llamacpp,
-        ProviderKind::Tgi,
-        ProviderKind::Mistral,
-        ProviderKind::Groq,
-        ProviderKind::Deepseek,
-        ProviderKind::Openrouter,
-        ProviderKind::Together,
-        ProviderKind::Lmstudio,
-        ProviderKind::Perplexity,
-        ProviderKind::Xai,
-    ];
+    /// This kind's spec.
+    pub fn spec(self) -> &'static ProviderSpec {
+        // The registry and the enum come from the same list, in order.
+        REGISTRY[self as usize]
+    }
 
     /// The `gen_ai.provider.name` value: the GenAI conventions' well-known
     /// value where one exists, else a plain lowercase name.
     pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::Openai => "openai",
-            ProviderKind::Anthropic => "anthropic",
-            ProviderKind::Gemini => "gcp.gemini",
-            ProviderKind::Vertex => "gcp.vertex_ai",
-            ProviderKind::Ollama => "ollama",
-            ProviderKind::Bedrock => "aws.bedrock",
-            ProviderKind::Azure => "azure.ai.openai",
-            ProviderKind::Cohere => "cohere",
-            ProviderKind::Vllm => "vllm",
-            ProviderKind::Llamacpp => "llamacpp",
-            ProviderKind::Tgi => "tgi",
-            ProviderKind::Mistral => "mistral_ai",
-            ProviderKind::Groq => "groq",
-            ProviderKind::Deepseek => "deepseek",
-            ProviderKind::Openrouter => "openrouter",
-            ProviderKind::Together => "together",
-            ProviderKind::Lmstudio => "lmstudio",
-            ProviderKind::Perplexity => "perplexity",
-            ProviderKind::Xai => "x_ai",
-        }
+        self.spec().name
     }
 
     /// The name used in configuration (`provider = "..."`).
     pub fn config_name(self) -> &'static str {
-        match self {
-            ProviderKind::Openai => "openai",
-            ProviderKind::Anthropic => "anthropic",
-            ProviderKind::Gemini => "gemini",
-            ProviderKind::Vertex => "vertex",
-            ProviderKind::Ollama => "ollama",
-            ProviderKind::Bedrock => "bedrock",
-            ProviderKind::Azure => "azure",
-            ProviderKind::Cohere => "cohere",
-            ProviderKind::Vllm => "vllm",
-            ProviderKind::Llamacpp => "llamacpp",
-            ProviderKind::Tgi => "tgi",
-            ProviderKind::Mistral => "mistral",
-            ProviderKind::Groq => "groq",
-            ProviderKind::Deepseek => "deepseek",
-            ProviderKind::Openrouter => "openrouter",
-            ProviderKind::Together => "together",
-            ProviderKind::Lmstudio => "lmstudio",
-            ProviderKind::Perplexity => "perplexity",
-            ProviderKind::Xai => "xai",
-        }
+        self.spec().config_name
     }
 
     /// Request-time detection from the request path (after the route
@@ -148,56 +118,25 @@ impl ProviderKind {
     /// names no known endpoint: then `detect_response` may still decide.
     pub fn detect(path: &str) -> Option<ProviderKind> {
         let path = strip_query(path);
-        if path.ends_with("/complete") {
-            return Some(ProviderKind::Anthropic);
-        }
-        let kind = match Operation::from_path(path)? {
-            Operation::GenerateContent
-            | Operation::StreamGenerateContent
-            | Operation::EmbedContent
-            | Operation::RawPredict
-            | Operation::StreamRawPredict => {
-                if path.contains("/projects/") && path.contains("/locations/") {
-                    ProviderKind::Vertex
-                } else {
-                    ProviderKind::Gemini
-                }
-            }
-            Operation::OllamaChat | Operation::OllamaGenerate | Operation::OllamaEmbed => {
-                ProviderKind::Ollama
-            }
-            Operation::Converse
-            | Operation::ConverseStream
-            | Operation::InvokeModel
-            | Operation::InvokeModelStream => ProviderKind::Bedrock,
-            Operation::CohereChat => ProviderKind::Cohere,
-            Operation::TgiGenerate | Operation::TgiGenerateStream => ProviderKind::Tgi,
-            Operation::Messages => ProviderKind::Anthropic,
-            Operation::ChatCompletions
-            | Operation::Completions
-            | Operation::Responses
-            | Operation::Embeddings => {
-                if path.contains("/deployments/") {
-                    ProviderKind::Azure
-                } else {
-                    ProviderKind::Openai
-                }
-            }
-        };
-        Some(kind)
+        let operation = Operation::from_path(path);
+        REGISTRY
+            .iter()
+            .find(|s| (s.detect_path)(path, operation))
+            .map(|s| s.kind)
     }
 
     /// Response-time detection from the `Content-Type`, for requests whose
     /// path said nothing (no configured provider, `detect` gave `None`).
     pub fn detect_response(content_type: &str) -> Option<ProviderKind> {
-        let mime = content_type.split(';').next().unwrap_or("").trim();
-        if mime.eq_ignore_ascii_case("application/vnd.amazon.eventstream") {
-            Some(ProviderKind::Bedrock)
-        } else if mime.eq_ignore_ascii_case("application/x-ndjson") {
-            Some(ProviderKind::Ollama)
-        } else {
-            None
-        }
+        ProviderKind::detect_format(&ContentType::parse(content_type))
+    }
+
+    /// `detect_response` on an already parsed `Content-Type`.
+    pub fn detect_format(content_type: &ContentType<'_>) -> Option<ProviderKind> {
+        REGISTRY
+            .iter()
+            .find(|s| (s.detect_response)(content_type))
+            .map(|s| s.kind)
     }
 }
 
@@ -331,80 +270,45 @@ impl Operation {
     }
 }
 
+impl Operation {
+    /// The wire format this operation's responses are in.
+    pub fn wire(self) -> Option<&'static Wire> {
+        REGISTRY
+            .iter()
+            .map(|s| s.wire)
+            .find(|w| w.operations.contains(&self))
+    }
+}
+
 /// Whether the client asked for a streamed response: the path decides for
 /// the APIs that stream by endpoint (Gemini `streamGenerateContent`, Bedrock
 /// `converse-stream`, …), Ollama streams unless the body says
 /// `"stream": false`, and everyone else streams only with `"stream": true`.
+/// Each wire format answers for its own operations.
 pub fn request_streams(operation: Option<Operation>, body_stream: Option<bool>) -> bool {
-    use Operation as Op;
-    match operation {
-        Some(
-            Op::StreamGenerateContent
-            | Op::StreamRawPredict
-            | Op::ConverseStream
-            | Op::InvokeModelStream
-            | Op::TgiGenerateStream,
-        ) => true,
-        Some(
-            Op::GenerateContent
-            | Op::RawPredict
-            | Op::Converse
-            | Op::InvokeModel
-            | Op::TgiGenerate
-            | Op::EmbedContent
-            | Op::OllamaEmbed
-            | Op::Embeddings,
-        ) => false,
-        Some(Op::OllamaChat | Op::OllamaGenerate) => body_stream.unwrap_or(true),
-        _ => body_stream.unwrap_or(false),
+    match operation.and_then(|op| Some((op, op.wire()?))) {
+        Some((op, wire)) => (wire.request_streams)(op, body_stream),
+        None => body_stream.unwrap_or(false),
     }
 }
 
 /// Whether a response `Content-Type` is a streamed format in itself (SSE,
 /// NDJSON, AWS eventstream), whatever the request said.
 pub fn is_stream_content_type(content_type: &str) -> bool {
-    let mime = content_type.split(';').next().unwrap_or("").trim();
-    [
-        "text/event-stream",
-        "application/x-ndjson",
-        "application/ndjson",
-        "application/jsonl",
-        "application/vnd.amazon.eventstream",
-    ]
-    .iter()
-    .any(|m| mime.eq_ignore_ascii_case(m))
+    ContentType::parse(content_type).is_stream()
 }
 
 /// The model named by the request path, where the API puts it there:
 /// Gemini and Vertex (`models/{model}:method`), Bedrock
 /// (`/model/{modelId}/converse`, percent-decoded: ids and ARNs carry `:`
 /// and `/`) and Azure (`/deployments/{deployment}/...`, the deployment
-/// name). `None` for paths without one.
+/// name). `None` for paths without one. Each spec reads its own shape.
 pub fn model_from_path(path: &str) -> Option<Cow<'_, str>> {
     let path = strip_query(path).trim_end_matches('/');
-    if let Some((head, last)) = path.rsplit_once('/') {
-        if matches!(
-            last,
-            "converse" | "converse-stream" | "invoke" | "invoke-with-response-stream"
-        ) {
-            if let Some(i) = head.find("/model/") {
-                let id = &head[i + "/model/".len()..];
-                return (!id.is_empty()).then(|| percent_decode(id));
-            }
-        }
-        let google = head.ends_with("/models") || head.ends_with("/tunedModels");
-        if google && last.contains(':') {
-            let model = last.split_once(':').map_or("", |(m, _)| m);
-            return (!model.is_empty()).then(|| percent_decode(model));
-        }
-    }
-    if let Some(i) = path.find("/deployments/") {
-        let rest = &path[i + "/deployments/".len()..];
-        if let Some((name, _)) = rest.split_once('/') {
-            return (!name.is_empty()).then(|| percent_decode(name));
-        }
-    }
-    None
+    REGISTRY
+        .iter()
+        .find_map(|s| (s.model_from_path)(path))
+        .flatten()
 }
 
 /// The path without its query string.
@@ -586,16 +490,11 @@ pub enum ParseError {
     Adapter(#[from] AdapterError),
 }
 
-/// Adapter state for one response.
+/// Adapter state for one response: the wire format's adapter.
 #[derive(Debug)]
-pub enum Adapter {
-    Openai(openai::OpenaiAdapter),
-    Anthropic(anthropic::AnthropicAdapter),
-    Gemini(gemini::GeminiAdapter),
-    Ollama(ollama::OllamaAdapter),
-    Bedrock(Box<bedrock::BedrockAdapter>),
-    Cohere(cohere::CohereAdapter),
-    Tgi(tgi::TgiAdapter),
+pub struct Adapter {
+    wire: &'static Wire,
+    inner: Box<dyn FrameAdapter>,
 }
 
 impl Adapter {
@@ -604,37 +503,18 @@ impl Adapter {
     /// endpoints speak OpenAI; Vertex `rawPredict` speaks Anthropic); the
     /// kind decides when the operation is unknown.
     pub fn new(kind: ProviderKind, operation: Option<Operation>) -> Adapter {
-        use Operation as Op;
-        match operation {
-            Some(Op::ChatCompletions | Op::Completions | Op::Responses | Op::Embeddings) => {
-                Adapter::Openai(openai::OpenaiAdapter::new(operation))
-            }
-            Some(Op::Messages | Op::RawPredict | Op::StreamRawPredict) => {
-                Adapter::Anthropic(anthropic::AnthropicAdapter::new())
-            }
-            Some(Op::GenerateContent | Op::StreamGenerateContent | Op::EmbedContent) => {
-                Adapter::Gemini(gemini::GeminiAdapter::new(operation))
-            }
-            Some(Op::OllamaChat | Op::OllamaGenerate | Op::OllamaEmbed) => {
-                Adapter::Ollama(ollama::OllamaAdapter::new(operation))
-            }
-            Some(Op::Converse | Op::ConverseStream | Op::InvokeModel | Op::InvokeModelStream) => {
-                Adapter::Bedrock(Box::default())
-            }
-            Some(Op::CohereChat) => Adapter::Cohere(cohere::CohereAdapter::new()),
-            Some(Op::TgiGenerate | Op::TgiGenerateStream) => Adapter::Tgi(tgi::TgiAdapter::new()),
-            None => match kind {
-                ProviderKind::Anthropic => Adapter::Anthropic(anthropic::AnthropicAdapter::new()),
-                ProviderKind::Gemini | ProviderKind::Vertex => {
-                    Adapter::Gemini(gemini::GeminiAdapter::new(None))
-                }
-                ProviderKind::Ollama => Adapter::Ollama(ollama::OllamaAdapter::new(None)),
-                ProviderKind::Bedrock => Adapter::Bedrock(Box::default()),
-                ProviderKind::Cohere => Adapter::Cohere(cohere::CohereAdapter::new()),
-                ProviderKind::Tgi => Adapter::Tgi(tgi::TgiAdapter::new()),
-                _ => Adapter::Openai(openai::OpenaiAdapter::new(None)),
-            },
+        let wire = operation
+            .and_then(Operation::wire)
+            .unwrap_or(kind.spec().wire);
+        Adapter {
+            wire,
+            inner: (wire.adapter)(operation),
         }
+    }
+
+    /// The wire format this adapter reads.
+    pub fn wire(&self) -> &'static Wire {
+        self.wire
     }
 
     /// Map one frame to zero or more events.
@@ -643,15 +523,7 @@ impl Adapter {
         frame: Frame<'_>,
         out: &mut dyn FnMut(Event<'_>),
     ) -> Result<(), AdapterError> {
-        match self {
-            Adapter::Openai(a) => a.on_frame(frame, out),
-            Adapter::Anthropic(a) => a.on_frame(frame, out),
-            Adapter::Gemini(a) => a.on_frame(frame, out),
-            Adapter::Ollama(a) => a.on_frame(frame, out),
-            Adapter::Bedrock(a) => a.on_frame(frame, out),
-            Adapter::Cohere(a) => a.on_frame(frame, out),
-            Adapter::Tgi(a) => a.on_frame(frame, out),
-        }
+        self.inner.on_frame(frame, out)
     }
 }
 
@@ -680,6 +552,7 @@ pub enum Framing {
 pub struct Parser {
     framing: Framing,
     adapter: Adapter,
+    provider: ProviderKind,
 }
 
 impl Parser {
@@ -691,31 +564,44 @@ impl Parser {
         content_type: &str,
         max_frame: usize,
     ) -> Option<Parser> {
-        let mime = content_type.split(';').next().unwrap_or("").trim();
-        let is = |m: &str| mime.eq_ignore_ascii_case(m);
+        let format = ContentType::parse(content_type).format;
+        Parser::for_format(kind, operation, format, max_frame)
+    }
+
+    /// A parser for a response in `format` (read once from its
+    /// `Content-Type`), or `None` when tokentap does not meter the format.
+    pub fn for_format(
+        kind: ProviderKind,
+        operation: Option<Operation>,
+        format: ResponseFormat,
+        max_frame: usize,
+    ) -> Option<Parser> {
         let adapter = Adapter::new(kind, operation);
-        let framing = if is("text/event-stream") {
-            Framing::Sse(SseDecoder::new(max_frame))
-        } else if is("application/vnd.amazon.eventstream") {
-            Framing::EventStream(EventStreamDecoder::new(max_frame))
-        } else if is("application/x-ndjson") || is("application/ndjson") || is("application/jsonl")
-        {
-            Framing::Ndjson(NdjsonDecoder::new(max_frame))
-        } else if is("application/json") || mime.is_empty() {
-            match (&adapter, operation) {
-                (Adapter::Ollama(_), _) => Framing::Ndjson(NdjsonDecoder::new(max_frame)),
-                (Adapter::Gemini(_), Some(Operation::StreamGenerateContent) | None) => {
-                    Framing::ArrayOrJson { limit: max_frame }
-                }
-                _ => Framing::Json {
+        let framing = match format {
+            ResponseFormat::Sse => Framing::Sse(SseDecoder::new(max_frame)),
+            ResponseFormat::EventStream => Framing::EventStream(EventStreamDecoder::new(max_frame)),
+            ResponseFormat::Ndjson => Framing::Ndjson(NdjsonDecoder::new(max_frame)),
+            ResponseFormat::Json => match (adapter.wire().json_body)(operation) {
+                JsonBody::Lines => Framing::Ndjson(NdjsonDecoder::new(max_frame)),
+                JsonBody::ArrayOrWhole => Framing::ArrayOrJson { limit: max_frame },
+                JsonBody::Whole => Framing::Json {
                     buf: Vec::new(),
                     limit: max_frame,
                 },
-            }
-        } else {
-            return None;
+            },
+            ResponseFormat::Other => return None,
         };
-        Some(Parser { framing, adapter })
+        Some(Parser {
+            framing,
+            adapter,
+            provider: kind,
+        })
+    }
+
+    /// The provider whose response this parser reads (the label it is
+    /// metered under).
+    pub fn provider(&self) -> ProviderKind {
+        self.provider
     }
 
     /// Feed one chunk of the (decompressed) response body.
@@ -1117,5 +1003,62 @@ pub(crate) mod tests {
             matches!(result, Err(ParseError::Adapter(_))),
             "got {result:?}"
         );
+    }
+
+    #[test]
+    fn the_registry_describes_every_kind_once_in_order() {
+        assert_eq!(REGISTRY.len(), ProviderKind::ALL.len());
+        for (spec, kind) in REGISTRY.iter().zip(ProviderKind::ALL) {
+            assert_eq!(
+                spec.kind, kind,
+                "registry line for {kind:?} is out of order"
+            );
+            let serde_name = serde_json::to_value(kind).expect("a kind serializes");
+            assert_eq!(
+                serde_name.as_str(),
+                Some(spec.config_name),
+                "{kind:?}: config name is the kind's serde name"
+            );
+        }
+    }
+
+    #[test]
+    fn every_operation_has_exactly_one_wire_format() {
+        let all = [
+            "/v1/chat/completions",
+            "/v1/completions",
+            "/v1/responses",
+            "/v1/embeddings",
+            "/v1/messages",
+            "/v1beta/models/m:generateContent",
+            "/v1beta/models/m:streamGenerateContent",
+            "/v1beta/models/m:embedContent",
+            "/v1/publishers/anthropic/models/c:rawPredict",
+            "/v1/publishers/anthropic/models/c:streamRawPredict",
+            "/api/chat",
+            "/api/generate",
+            "/api/embed",
+            "/model/m/converse",
+            "/model/m/converse-stream",
+            "/model/m/invoke",
+            "/model/m/invoke-with-response-stream",
+            "/v2/chat",
+            "/generate",
+            "/generate_stream",
+        ];
+        for path in all {
+            let op = Operation::from_path(path).expect("a known operation");
+            let owners = REGISTRY
+                .iter()
+                .filter(|s| s.wire.operations.contains(&op))
+                .map(|s| s.wire.name)
+                .collect::<std::collections::BTreeSet<_>>();
+            assert_eq!(owners.len(), 1, "{path}: wire formats {owners:?}");
+            let detected = REGISTRY
+                .iter()
+                .filter(|s| (s.detect_path)(path, Some(op)))
+                .count();
+            assert_eq!(detected, 1, "{path}: detected by {detected} specs");
+        }
     }
 }

@@ -265,8 +265,8 @@ mod tests {
                 TenantSource::Body,
                 TenantSource::ApiKey,
             ],
-            header: http::HeaderName::from_static("x-tenant-id"),
             salt: "s".into(),
+            ..TenantConfig::default()
         };
         let mut headers = HeaderMap::new();
         headers.insert("authorization", "Bearer sk-secret-123".parse().expect("hv"));

@@ -44,7 +44,7 @@ use self::prometheus::PullReader;
 use self::span::{HeaderInjector, TraceHeaders, end_span, error_type, span_start_attributes};
 use crate::config::TelemetryConfig;
 use crate::meter::{Measurement, Recorder, RequestFacts};
-use crate::providers::Operation;
+use crate::providers::{Operation, ProviderKind};
 
 /// Longest wait for flush and shutdown.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -119,7 +119,7 @@ impl Telemetry {
         let mut traces = SdkTracerProvider::builder();
         let mut meters = SdkMeterProvider::builder();
         let mut readers = 0;
-        if cfg.otlp_enabled {
+        if cfg.otlp_enabled == Some(true) {
             let spans = export::otlp_spans(cfg)?;
             let metrics = export::otlp_metrics(cfg)?;
             tracing::info!(
@@ -130,7 +130,7 @@ impl Telemetry {
             (traces, meters) = with_exporters(cfg, &drops, traces, meters, spans, metrics);
             readers += 1;
         }
-        if !cfg.otlp_enabled {
+        if cfg.otlp_enabled != Some(true) {
             let why = match cfg.otlp_endpoint {
                 None => "no collector endpoint is configured",
                 Some(_) => "disabled (telemetry.otlp_enabled = false or OTEL_SDK_DISABLED=true)",
@@ -494,6 +494,15 @@ impl ActiveRequest {
     }
 }
 
+impl ActiveRequest {
+    /// Move this request to the series labelled with `provider`.
+    fn relabel(&mut self, provider: KeyValue) {
+        self.counter.add(-1, &self.attrs);
+        self.attrs[1] = provider;
+        self.counter.add(1, &self.attrs);
+    }
+}
+
 impl Drop for ActiveRequest {
     fn drop(&mut self) {
         self.counter.add(-1, &self.attrs);
@@ -537,6 +546,26 @@ impl Recorder for RequestTelemetry {
         if let Some(g) = &mut self.gaps {
             g.tally.add(gap);
         }
+    }
+
+    fn provider(&mut self, provider: ProviderKind) {
+        // Nothing was recorded under the request-time label but the
+        // in-flight gauge, which moves over; the span takes the provider
+        // when it ends.
+        let name = KeyValue::new(GEN_AI_PROVIDER_NAME, provider.as_str());
+        if let Some(kv) = self
+            .attrs
+            .iter_mut()
+            .find(|kv| kv.key.as_str() == GEN_AI_PROVIDER_NAME)
+        {
+            *kv = name.clone();
+        }
+        if let Some(g) = &mut self.gaps {
+            let ins = &self.inner.instruments;
+            g.per_chunk = ins.time_per_output_chunk.bind(&self.attrs);
+            g.gap = ins.chunk_gap.bind(&self.attrs);
+        }
+        self._active.relabel(name);
     }
 
     fn finish(self: Box<Self>, m: Measurement) {

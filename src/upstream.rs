@@ -273,6 +273,38 @@ impl Client {
         })
     }
 
+    /// A client for tokentap's own requests (SLO webhooks, demo traffic):
+    /// webpki roots, no connect retries, no head timeout (the caller
+    /// bounds the exchange), a few idle connections per host.
+    pub fn internal(connect_timeout: Duration) -> Result<Client, BuildError> {
+        Client::new(&UpstreamConfig {
+            connect_timeout,
+            idle_timeout: None,
+            total_timeout: None,
+            ca_file: None,
+            pool_idle_timeout: Duration::from_secs(90),
+            pool_max_idle_per_host: 2,
+            connect_retries: 0,
+            connect_retry_backoff: Duration::ZERO,
+            drain_timeout: Duration::ZERO,
+            drain_max_bytes: 0,
+            max_drains: 0,
+        })
+    }
+
+    /// Send a request whose whole body is `body` (tokentap's own requests).
+    pub async fn send_bytes(
+        &self,
+        req: Request<Bytes>,
+    ) -> Result<Response<ResponseBody>, UpstreamError> {
+        let (parts, body) = req.into_parts();
+        self.send(
+            Request::from_parts(parts, Replay::full(body)),
+            Shard::default(),
+        )
+        .await
+    }
+
     /// Send `req` and wait for the response head. Request bytes are never
     /// retried once sent: only opening the connection is retried (when
     /// `upstream.connect_retries` is set), and hyper re-sends only requests

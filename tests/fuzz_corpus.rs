@@ -17,7 +17,9 @@
 //! - `config`: any TOML is a config or an error, and a config's redacted
 //!   form loads back to itself;
 //! - `rewrite`: the usage stripper's output does not depend on chunking and
-//!   leaves usage-free streams untouched.
+//!   leaves usage-free streams untouched;
+//! - `realtime`: WebSocket session messages never panic the parser, a
+//!   rejected message yields nothing, and OpenAI messages keep no state.
 //!
 //! Crash inputs found by fuzzing are kept in the corpus, so each is a
 //! regression test here. `cargo test --test fuzz_corpus -- --ignored
@@ -308,8 +310,9 @@ fn plan_round_trips_through_control_bytes() {
 type FuzzOne = fn(&[u8]);
 
 /// The fuzz targets beside the framing decoders, with their entry points.
-const STAGE_TARGETS: [(&str, FuzzOne); 5] = [
+const STAGE_TARGETS: [(&str, FuzzOne); 6] = [
     ("providers", harness::providers::fuzz_one),
+    ("realtime", harness::realtime::fuzz_one),
     ("meter", harness::meter::fuzz_one),
     ("sniff", harness::sniff::fuzz_one),
     ("config", harness::config::fuzz_one),
@@ -356,6 +359,26 @@ fn seed(control: &[u8], body: &[u8]) -> Vec<u8> {
     [control, body].concat()
 }
 
+/// One `realtime` seed per transcript fixture; the file name's prefix
+/// gives the dialect.
+fn write_realtime_seeds(dir: &Path) {
+    use tokentap::providers::realtime::Dialect;
+    for entry in std::fs::read_dir(dir).expect("the realtime fixtures") {
+        let path = entry.expect("a directory entry").path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let dialect = if name.starts_with("gemini") {
+            Dialect::GeminiLive
+        } else if name.starts_with("responses") {
+            Dialect::OpenaiResponses
+        } else {
+            Dialect::OpenaiRealtime
+        };
+        let transcript = std::fs::read_to_string(&path).expect("a readable fixture");
+        let input = harness::realtime::seed_from_transcript(dialect, &transcript);
+        write_seed("realtime", name, &input);
+    }
+}
+
 /// Regenerate the seeds taken from `tests/fixtures` and a few hand-written
 /// inputs. Fuzzer finds and crash regressions in the same directories are
 /// left alone.
@@ -369,6 +392,7 @@ fn write_seed_corpora() {
     for f in &fixtures {
         write_seed("providers", &f.name, &seed(&f.plan.encode(), &f.body));
     }
+    write_realtime_seeds(&root.join("tests/fixtures/realtime"));
     let fixture = |name: &str| {
         fixtures
             .iter()

@@ -345,6 +345,71 @@ async fn provider_detected_from_the_path_without_configuration() {
     assert_tokens(&span, 31, 5);
 }
 
+/// A route with no provider and a path that names none: the response's
+/// eventstream content type picks the Bedrock parser, and the span and the
+/// metrics are labelled with the provider that parser reads (not the
+/// request-time fallback `openai`).
+#[tokio::test]
+async fn provider_detected_from_the_response_labels_span_and_metrics() {
+    let body = include_bytes!("fixtures/bedrock/converse_stream.eventstream");
+    let reply = scripted(
+        "application/vnd.amazon.eventstream",
+        eventstream_frames(body),
+        1,
+    );
+    let mut rig = Rig::start(
+        move |_| reply.clone(),
+        |t, up| {
+            t.raw_route(&format!(
+                "[[routes]]\nname = \"auto\"\nprefix = \"/\"\nupstream = \"{up}\"\n"
+            ))
+        },
+    )
+    .await;
+    let got = client::fetch(
+        &rig.client,
+        &rig.post("/v1/custom/generate-things", br#"{"messages":[]}"#.to_vec()),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    assert!(
+        got.error.is_none(),
+        "body finished cleanly: {:?}",
+        got.error
+    );
+    rig.proxy.stop().await;
+    let span = rig
+        .col
+        .wait_span(support::STEP_TIMEOUT, "for the request", |_| true)
+        .await;
+    assert_eq!(
+        span.str(PROVIDER),
+        "aws.bedrock",
+        "span label follows the parser"
+    );
+    assert_tokens(&span, 45, 88);
+    let point = rig
+        .col
+        .wait_point(support::STEP_TIMEOUT, OP_DURATION, |_| true)
+        .await;
+    assert_eq!(
+        point.attr_str(PROVIDER),
+        Some("aws.bedrock"),
+        "{OP_DURATION} label follows the parser"
+    );
+    let labels: Vec<_> = rig
+        .col
+        .latest(OP_DURATION)
+        .iter()
+        .map(|p| p.attr_str(PROVIDER).map(str::to_owned))
+        .collect();
+    assert_eq!(
+        labels,
+        [Some("aws.bedrock".to_owned())],
+        "one {OP_DURATION} series, labelled aws.bedrock"
+    );
+}
+
 /// A route with `[routes.sigv4]` re-signs what the client sent for the
 /// upstream's host: the client's own signature (made for tokentap's address)
 /// is replaced, the body is forwarded unchanged.

@@ -8,11 +8,13 @@
 //!
 //! The other stages have a module each, with its own control bytes and
 //! invariants: `providers` (framing + adapter), `meter` (the metered path),
-//! `sniff` (request bodies), `config` (TOML), `rewrite` (usage injection).
+//! `sniff` (request bodies), `config` (TOML), `rewrite` (usage injection),
+//! `realtime` (WebSocket session messages).
 
 pub mod config;
 pub mod meter;
 pub mod providers;
+pub mod realtime;
 pub mod rewrite;
 pub mod sniff;
 

@@ -21,7 +21,7 @@ use crate::error::{BoxError, ProxyError};
 use crate::meter::body::{Meter, MeteredBody};
 use crate::meter::drain::DrainLimits;
 use crate::meter::{Arrival, RequestBody, RequestFacts, Unmetered};
-use crate::providers::{self, Operation, Parser, ProviderKind};
+use crate::providers::{self, ContentType, Operation, Parser, ProviderKind, ResponseFormat};
 use crate::rewrite;
 use crate::route::{self, Route};
 use crate::server::tls::ClientIdentity;
@@ -444,23 +444,22 @@ fn take_head(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let is_sse = content_type
-        .trim_start()
-        .to_ascii_lowercase()
-        .starts_with("text/event-stream");
+    // The format is read once; detection, the parser and the meter share it.
+    let format = ContentType::parse(content_type);
+    let is_sse = format.format == ResponseFormat::Sse;
     let operation = meter.facts().operation;
     let provider = admitted
         .provider
-        .or_else(|| ProviderKind::detect_response(content_type));
+        .or_else(|| ProviderKind::detect_format(&format));
     let route = admitted.route;
     let parser = match provider {
         None => Err(Unmetered::UnknownFormat(
             "no provider configured or detected from the path or content type".into(),
         )),
-        Some(kind) => Parser::new(
+        Some(kind) => Parser::for_format(
             kind,
             operation,
-            content_type,
+            format.format,
             state.config.meter.max_frame_bytes,
         )
         .ok_or_else(|| Unmetered::UnknownFormat(format!("content-type {content_type:?}"))),
@@ -469,8 +468,7 @@ fn take_head(
         .headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok());
-    let streamed = providers::is_stream_content_type(content_type);
-    meter.on_head(head.status.as_u16(), streamed, parser, encoding);
+    meter.on_head(head.status.as_u16(), format.is_stream(), parser, encoding);
 
     // Restore the stream the client asked for (plain SSE only; a compressed
     // body is forwarded as it came).

@@ -7,6 +7,7 @@ use figment::{Error, Figment, Metadata, Profile, Provider};
 
 use super::parse;
 use super::raw::RawConfig;
+use super::units::REDACTED;
 use super::{Cli, ConfigError};
 use crate::providers::ProviderKind;
 
@@ -34,11 +35,14 @@ impl Provider for Layer {
 impl Layer {
     /// The built-in defaults.
     pub fn defaults() -> Layer {
-        let data = match Value::serialize(RawConfig::default()) {
+        let mut data = match Value::serialize(RawConfig::default()) {
             Ok(Value::Dict(_, d)) => d,
             // Serializing a plain struct of strings and numbers cannot fail.
             _ => Dict::new(),
         };
+        // Secrets serialise redacted; left out here, serde's `default` fills
+        // in their built-in values.
+        drop_redacted(&mut data);
         Layer {
             name: "built-in default".into(),
             data,
@@ -52,6 +56,15 @@ impl Layer {
             _ => Dict::new(),
         };
         Layer { name, data }
+    }
+}
+
+fn drop_redacted(d: &mut Dict) {
+    d.retain(|_, v| v.as_str() != Some(REDACTED));
+    for v in d.values_mut() {
+        if let Value::Dict(_, inner) = v {
+            drop_redacted(inner);
+        }
     }
 }
 

@@ -107,7 +107,7 @@ fn config_defaults_with_upstream_flag() {
     assert_eq!(c.tenant.salt, "tokentap");
     let t = &c.telemetry;
     assert!(
-        !t.otlp_enabled && t.access_log,
+        !(t.otlp_enabled == Some(true)) && t.access_log,
         "export off without an endpoint; access log on by default"
     );
     assert_eq!(t.otlp_protocol, OtlpProtocol::HttpProtobuf);
@@ -230,7 +230,10 @@ fn config_otel_env_mapping() {
         Duration::from_millis(2500),
         "milliseconds"
     );
-    assert!(!t.otlp_enabled, "OTEL_SDK_DISABLED=true turns export off");
+    assert!(
+        !(t.otlp_enabled == Some(true)),
+        "OTEL_SDK_DISABLED=true turns export off"
+    );
 }
 
 #[test]
@@ -1046,15 +1049,21 @@ fn routed(toml: &str) -> String {
 fn otlp_export_follows_the_endpoint_unless_set() {
     let on =
         from_toml(&routed("[telemetry]\notlp_endpoint = \"http://c:4318\"")).expect("endpoint");
-    assert!(on.telemetry.otlp_enabled, "an endpoint turns export on");
+    assert!(
+        (on.telemetry.otlp_enabled == Some(true)),
+        "an endpoint turns export on"
+    );
     let off = from_toml(&routed(
         "[telemetry]\notlp_endpoint = \"http://c:4318\"\notlp_enabled = false",
     ))
     .expect("disabled");
-    assert!(!off.telemetry.otlp_enabled, "otlp_enabled = false wins");
+    assert!(
+        !(off.telemetry.otlp_enabled == Some(true)),
+        "otlp_enabled = false wins"
+    );
     let default = from_toml(&routed("[telemetry]\notlp_enabled = true")).expect("forced on");
     assert!(
-        default.telemetry.otlp_enabled && default.telemetry.otlp_endpoint.is_none(),
+        (default.telemetry.otlp_enabled == Some(true)) && default.telemetry.otlp_endpoint.is_none(),
         "otlp_enabled = true without an endpoint exports to the OTLP default"
     );
     let env = [(
@@ -1067,7 +1076,7 @@ fn otlp_export_follows_the_endpoint_unless_set() {
     };
     let c = load_with_env(&cli, &env).expect("per-signal endpoint");
     assert!(
-        c.telemetry.otlp_enabled,
+        (c.telemetry.otlp_enabled == Some(true)),
         "a per-signal endpoint turns export on"
     );
 }

@@ -5,21 +5,19 @@ mod slo;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Duration;
 
 use figment::error::Kind;
 use figment::value::Value;
 use figment::{Figment, Metadata, Source};
 
-use super::raw::{
-    Quantity, RawAdmin, RawConfig, RawLive, RawRoute, RawTelemetry, RawTenant, RawTls, RawUpstream,
-};
+use super::raw::{RawConfig, RawRoute};
 use super::{
-    ADMIN_OFF, Config, ConfigError, DEFAULT_ADMIN_LISTEN, MeterConfig, RouteConfig, ServerConfig,
-    SniffConfig, TelemetryConfig, TenantConfig, TenantSource, UpstreamConfig, parse,
+    ADMIN_OFF, Config, ConfigError, DEFAULT_ADMIN_LISTEN, RouteConfig, TelemetryConfig,
+    UpstreamConfig, parse,
 };
-use super::{AdminConfig, ClientAuth, SniCert, TlsConfig};
+use super::{AdminConfig, ClientAuth, TlsConfig};
 use super::{DisconnectMode, OnClientDisconnect};
 use super::{LiveConfig, SloSettings};
 
@@ -123,26 +121,6 @@ impl<'a> Cx<'a> {
         }
     }
 
-    fn duration(&self, path: &str, q: &Quantity) -> Result<Duration, ConfigError> {
-        parse::duration(&q.as_text()).map_err(|m| self.invalid(path, m))
-    }
-
-    fn positive(&self, path: &str, q: &Quantity) -> Result<Duration, ConfigError> {
-        let d = self.duration(path, q)?;
-        if d.is_zero() {
-            return Err(self.invalid(path, "must be longer than zero"));
-        }
-        Ok(d)
-    }
-
-    fn size(&self, path: &str, q: &Quantity) -> Result<usize, ConfigError> {
-        let n = parse::size(&q.as_text()).map_err(|m| self.invalid(path, m))?;
-        if n == 0 {
-            return Err(self.invalid(path, "must be larger than zero"));
-        }
-        Ok(n)
-    }
-
     /// A header-count limit: hyper allocates room for this many per request.
     fn max_headers(&self, path: &str, n: usize) -> Result<usize, ConfigError> {
         const MAX: usize = 10_000;
@@ -158,13 +136,6 @@ impl<'a> Cx<'a> {
                 path,
                 format!("{n} is more than {MAX_THREADS}; use 0 for one per CPU"),
             ));
-        }
-        Ok(n)
-    }
-
-    fn count(&self, path: &str, n: usize) -> Result<usize, ConfigError> {
-        if n == 0 {
-            return Err(self.invalid(path, "must be at least 1"));
         }
         Ok(n)
     }
@@ -244,14 +215,9 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         });
     }
     let s = &raw.server;
-    let server = ServerConfig {
-        header_read_timeout: cx.positive("server.header_read_timeout", &s.header_read_timeout)?,
-        max_header_bytes: cx.size("server.max_header_bytes", &s.max_header_bytes)?,
-        max_headers: cx.max_headers("server.max_headers", s.max_headers)?,
-        max_connections: cx.count("server.max_connections", s.max_connections)?,
-        shutdown_grace: cx.duration("server.shutdown_grace", &s.shutdown_grace)?,
-        threads: cx.threads("server.threads", s.threads)?,
-    };
+    cx.max_headers("server.max_headers", s.max_headers)?;
+    cx.threads("server.threads", s.threads)?;
+    let server = s.clone();
     let tls = raw.tls.as_ref().map(|t| tls(&cx, "tls", t)).transpose()?;
     let admin = admin(&cx, &raw.admin, admin_listen)?;
     let upstream = upstream(&cx, &raw.upstream)?;
@@ -268,50 +234,28 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         admin,
         upstream,
         routes,
-        sniff: SniffConfig {
-            max_body_bytes: cx.size("sniff.max_body_bytes", &raw.sniff.max_body_bytes)?,
-        },
-        meter: MeterConfig {
-            max_frame_bytes: cx.size("meter.max_frame_bytes", &raw.meter.max_frame_bytes)?,
-            tokenizer: raw.meter.tokenizer,
-        },
-        tenant: tenant(&cx, &raw.tenant)?,
+        sniff: raw.sniff.clone(),
+        meter: raw.meter.clone(),
+        tenant: raw.tenant.clone(),
         telemetry: telemetry(&cx, &raw.telemetry, live, slo)?,
     })
 }
 
 /// A readable file named at `key`.
-fn file(cx: &Cx, key: &str, p: &str) -> Result<PathBuf, ConfigError> {
-    let path = PathBuf::from(p.trim());
-    if p.trim().is_empty() || !path.is_file() {
-        return Err(cx.invalid(key, format!("`{p}` is not a readable file")));
+fn file(cx: &Cx, key: &str, p: &Path) -> Result<(), ConfigError> {
+    if p.as_os_str().is_empty() || !p.is_file() {
+        return Err(cx.invalid(key, format!("`{}` is not a readable file", p.display())));
     }
-    Ok(path)
+    Ok(())
 }
 
 /// `[tls]` / `[admin.tls]`: the files must exist here; their content is
 /// checked when the listener loads them (start-up and every reload).
-fn tls(cx: &Cx, at: &str, t: &RawTls) -> Result<TlsConfig, ConfigError> {
-    let (cert, key) = match (&t.cert, &t.key) {
-        (Some(c), Some(k)) => (
-            file(cx, &format!("{at}.cert"), c)?,
-            file(cx, &format!("{at}.key"), k)?,
-        ),
-        (None, _) => {
-            return Err(cx.invalid(
-                &format!("{at}.cert"),
-                "must be set (a PEM certificate chain) when TLS is configured",
-            ));
-        }
-        (_, None) => {
-            return Err(cx.invalid(
-                &format!("{at}.key"),
-                "must be set (the PEM private key of the certificate) when TLS is configured",
-            ));
-        }
-    };
-    let mut sni = Vec::new();
-    for (i, e) in t.sni.iter().enumerate() {
+fn tls(cx: &Cx, at: &str, t: &TlsConfig) -> Result<TlsConfig, ConfigError> {
+    file(cx, &format!("{at}.cert"), &t.cert)?;
+    file(cx, &format!("{at}.key"), &t.key)?;
+    let mut out = t.clone();
+    for (i, e) in out.sni.iter_mut().enumerate() {
         let name = e.name.trim().trim_end_matches('.').to_ascii_lowercase();
         if name.is_empty() || name.contains('*') {
             return Err(cx.invalid(
@@ -319,22 +263,19 @@ fn tls(cx: &Cx, at: &str, t: &RawTls) -> Result<TlsConfig, ConfigError> {
                 "must be one exact DNS name (wildcards are not supported)",
             ));
         }
-        sni.push(SniCert {
-            name,
-            cert: file(cx, &format!("{at}.sni.{i}.cert"), &e.cert)?,
-            key: file(cx, &format!("{at}.sni.{i}.key"), &e.key)?,
-        });
+        e.name = name;
+        file(cx, &format!("{at}.sni.{i}.cert"), &e.cert)?;
+        file(cx, &format!("{at}.sni.{i}.key"), &e.key)?;
     }
-    let client_ca = t
-        .client_ca
-        .as_deref()
-        .map(|p| file(cx, &format!("{at}.client_ca"), p))
-        .transpose()?;
-    let client_auth = match (t.client_auth.as_deref().map(str::trim), &client_ca) {
-        (None | Some("required"), Some(_)) => ClientAuth::Required,
-        (Some("optional"), Some(_)) => ClientAuth::Optional,
-        (None, None) => ClientAuth::Off,
-        (Some("required" | "optional"), None) => {
+    match (&t.client_ca, t.client_auth) {
+        (Some(ca), auth) => {
+            file(cx, &format!("{at}.client_ca"), ca)?;
+            if auth == ClientAuth::Off {
+                out.client_auth = ClientAuth::Required;
+            }
+        }
+        (None, ClientAuth::Off) => {}
+        (None, _) => {
             return Err(cx.invalid(
                 &format!("{at}.client_auth"),
                 format!(
@@ -342,114 +283,79 @@ fn tls(cx: &Cx, at: &str, t: &RawTls) -> Result<TlsConfig, ConfigError> {
                 ),
             ));
         }
-        (Some(other), _) => {
-            return Err(cx.invalid(
-                &format!("{at}.client_auth"),
-                format!("`{other}` is neither `required` nor `optional`"),
-            ));
-        }
-    };
-    Ok(TlsConfig {
-        cert,
-        key,
-        sni,
-        client_ca,
-        client_auth,
-    })
+    }
+    Ok(out)
 }
 
 /// `[admin]`, and the refusal to expose an unprotected admin listener.
-fn admin(cx: &Cx, a: &RawAdmin, listen: Option<SocketAddr>) -> Result<AdminConfig, ConfigError> {
-    let token = match (&a.token, &a.token_file) {
+fn admin(cx: &Cx, a: &AdminConfig, listen: Option<SocketAddr>) -> Result<AdminConfig, ConfigError> {
+    let mut out = a.clone();
+    let key = match (&a.token, &a.token_file) {
         (Some(_), Some(_)) => {
             return Err(cx.invalid(
                 "admin.token_file",
                 "set admin.token or admin.token_file, not both",
             ));
         }
-        (Some(t), None) => Some(t.trim().to_owned()),
+        (Some(t), None) => {
+            out.token = Some(t.trim().to_owned());
+            "admin.token"
+        }
         (None, Some(p)) => {
-            let path = file(cx, "admin.token_file", p)?;
-            let text = std::fs::read_to_string(&path).map_err(|e| {
-                cx.invalid("admin.token_file", format!("`{p}` cannot be read: {e}"))
+            file(cx, "admin.token_file", p)?;
+            let text = std::fs::read_to_string(p).map_err(|e| {
+                cx.invalid(
+                    "admin.token_file",
+                    format!("`{}` cannot be read: {e}", p.display()),
+                )
             })?;
-            Some(text.trim().to_owned())
+            out.token = Some(text.trim().to_owned());
+            "admin.token_file"
         }
-        (None, None) => None,
+        (None, None) => "admin.token",
     };
-    if token
-        .as_deref()
-        .is_some_and(|t| t.is_empty() || t.len() < 16)
-    {
-        let key = if a.token.is_some() {
-            "admin.token"
-        } else {
-            "admin.token_file"
-        };
-        return Err(cx.invalid(key, "the token must be at least 16 characters long"));
-    }
-    if token
-        .as_deref()
-        .is_some_and(|t| http::HeaderValue::from_str(t).is_err())
-    {
-        let key = if a.token.is_some() {
-            "admin.token"
-        } else {
-            "admin.token_file"
-        };
-        return Err(cx.invalid(key, "the token must be printable ASCII"));
-    }
-    let cfg = AdminConfig {
-        token,
-        tls: a
-            .tls
-            .as_ref()
-            .map(|t| tls(cx, "admin.tls", t))
-            .transpose()?,
-        open_probes: a.open_probes,
-        allow_unprotected: a.allow_unprotected,
-    };
-    if let Some(addr) = listen {
-        if !addr.ip().is_loopback() && !cfg.protected() && !cfg.allow_unprotected {
-            return Err(cx.invalid(
-                "admin_listen",
-                format!(
-                    "{addr} is reachable beyond this machine, and the admin listener \
-                     (/config, /metrics, the dashboard) has no protection; set \
-                     admin.token (or admin.token_file), or admin.tls with client_ca, \
-                     or bind it to 127.0.0.1; to expose it anyway set \
-                     admin.allow_unprotected = true \
-                     (TOKENTAP_ADMIN__ALLOW_UNPROTECTED=true)"
-                ),
-            ));
+    if let Some(t) = &out.token {
+        if t.len() < 16 {
+            return Err(cx.invalid(key, "the token must be at least 16 characters long"));
+        }
+        if http::HeaderValue::from_str(t).is_err() {
+            return Err(cx.invalid(key, "the token must be printable ASCII"));
         }
     }
-    Ok(cfg)
+    out.tls = a
+        .tls
+        .as_ref()
+        .map(|t| tls(cx, "admin.tls", t))
+        .transpose()?;
+    if let Some(addr) = listen
+        && !addr.ip().is_loopback()
+        && !out.protected()
+        && !out.allow_unprotected
+    {
+        return Err(cx.invalid(
+            "admin_listen",
+            format!(
+                "{addr} is reachable beyond this machine, and the admin listener \
+                 (/config, /metrics, the dashboard) has no protection; set \
+                 admin.token (or admin.token_file), or admin.tls with client_ca, \
+                 or bind it to 127.0.0.1; to expose it anyway set \
+                 admin.allow_unprotected = true \
+                 (TOKENTAP_ADMIN__ALLOW_UNPROTECTED=true)"
+            ),
+        ));
+    }
+    Ok(out)
 }
 
-fn upstream(cx: &Cx, u: &RawUpstream) -> Result<UpstreamConfig, ConfigError> {
-    let ca_file = match &u.ca_file {
-        Some(p) if !PathBuf::from(p).is_file() => {
-            return Err(cx.invalid("upstream.ca_file", format!("`{p}` is not a readable file")));
-        }
-        p => p.as_ref().map(PathBuf::from),
-    };
-    let opt =
-        |path: &str, q: &Option<Quantity>| q.as_ref().map(|q| cx.positive(path, q)).transpose();
-    Ok(UpstreamConfig {
-        connect_timeout: cx.positive("upstream.connect_timeout", &u.connect_timeout)?,
-        idle_timeout: opt("upstream.idle_timeout", &u.idle_timeout)?,
-        total_timeout: opt("upstream.total_timeout", &u.total_timeout)?,
-        ca_file,
-        pool_idle_timeout: cx.duration("upstream.pool_idle_timeout", &u.pool_idle_timeout)?,
-        pool_max_idle_per_host: u.pool_max_idle_per_host,
-        connect_retries: connect_retries(cx, u.connect_retries)?,
-        connect_retry_backoff: cx
-            .positive("upstream.connect_retry_backoff", &u.connect_retry_backoff)?,
-        drain_timeout: cx.positive("upstream.drain_timeout", &u.drain_timeout)?,
-        drain_max_bytes: cx.size("upstream.drain_max_bytes", &u.drain_max_bytes)?,
-        max_drains: cx.count("upstream.max_drains", u.max_drains)?,
-    })
+fn upstream(cx: &Cx, u: &UpstreamConfig) -> Result<UpstreamConfig, ConfigError> {
+    if let Some(p) = &u.ca_file
+        && !p.is_file()
+    {
+        let message = format!("`{}` is not a readable file", p.display());
+        return Err(cx.invalid("upstream.ca_file", message));
+    }
+    connect_retries(cx, u.connect_retries)?;
+    Ok(u.clone())
 }
 
 /// Most connect retries accepted: with the doubling backoff (capped at
@@ -539,11 +445,7 @@ fn disconnect(
     at: &dyn Fn(&str) -> String,
     default_timeout: Duration,
 ) -> Result<OnClientDisconnect, ConfigError> {
-    let timeout = r
-        .drain_timeout
-        .as_ref()
-        .map(|q| cx.positive(&at("drain_timeout"), q))
-        .transpose()?;
+    let timeout = r.drain_timeout;
     match r.on_client_disconnect {
         DisconnectMode::Drain => Ok(OnClientDisconnect::Drain {
             timeout: timeout.unwrap_or(default_timeout),
@@ -556,57 +458,20 @@ fn disconnect(
     }
 }
 
-fn tenant(cx: &Cx, t: &RawTenant) -> Result<TenantConfig, ConfigError> {
-    let mut sources = Vec::new();
-    for name in &t.sources.0 {
-        let s = match name.trim() {
-            "header" => TenantSource::Header,
-            "body" => TenantSource::Body,
-            "api_key" => TenantSource::ApiKey,
-            "client_cert" => TenantSource::ClientCert,
-            other => {
-                return Err(cx.invalid(
-                    "tenant.sources",
-                    format!(
-                        "unknown tenant source `{other}`; expected `header`, `body`, `api_key` or `client_cert`"
-                    ),
-                ));
-            }
-        };
-        if sources.contains(&s) {
-            return Err(cx.invalid("tenant.sources", format!("`{name}` is listed twice")));
-        }
-        sources.push(s);
-    }
-    if t.salt.is_empty() {
-        return Err(cx.invalid(
-            "tenant.salt",
-            "must not be empty; set a secret shared by all replicas",
-        ));
-    }
-    Ok(TenantConfig {
-        sources,
-        header: cx.header("tenant.header", &t.header)?,
-        salt: t.salt.clone(),
-    })
-}
-
 /// Most buckets per series (`live.window / live.bucket`).
 const MAX_LIVE_BUCKETS: u128 = 10_000;
 /// Upper bounds that keep `[live]` memory in the tens of megabytes.
 const MAX_LIVE_SERIES: usize = 10_000;
 const MAX_LIVE_RECENT: usize = 10_000;
 
-fn live(cx: &Cx, l: &RawLive) -> Result<LiveConfig, ConfigError> {
-    let bucket = cx.positive("live.bucket", &l.bucket)?;
-    if bucket < Duration::from_millis(100) {
+fn live(cx: &Cx, l: &LiveConfig) -> Result<LiveConfig, ConfigError> {
+    if l.bucket < Duration::from_millis(100) {
         return Err(cx.invalid("live.bucket", "must be at least 100ms"));
     }
-    let window = cx.positive("live.window", &l.window)?;
-    if window < bucket {
+    if l.window < l.bucket {
         return Err(cx.invalid("live.window", "must be at least one `live.bucket`"));
     }
-    if window.as_nanos().div_ceil(bucket.as_nanos()) > MAX_LIVE_BUCKETS {
+    if l.window.as_nanos().div_ceil(l.bucket.as_nanos()) > MAX_LIVE_BUCKETS {
         return Err(cx.invalid(
             "live.window",
             format!(
@@ -614,28 +479,26 @@ fn live(cx: &Cx, l: &RawLive) -> Result<LiveConfig, ConfigError> {
             ),
         ));
     }
-    let max_series = cx.count("live.max_series", l.max_series)?;
-    if max_series > MAX_LIVE_SERIES {
+    if l.max_series > MAX_LIVE_SERIES {
         return Err(cx.invalid("live.max_series", format!("at most {MAX_LIVE_SERIES}")));
     }
     if l.recent > MAX_LIVE_RECENT {
         return Err(cx.invalid("live.recent", format!("at most {MAX_LIVE_RECENT}")));
     }
-    Ok(LiveConfig {
-        window,
-        bucket,
-        max_series,
-        recent: l.recent,
-    })
+    Ok(l.clone())
 }
 
 /// The SDK reserves room for every allowed attribute set up front (per
 /// instrument and reader), so the limit has a ceiling.
 const MAX_SERIES_CEILING: usize = 20_000;
 
-fn max_series(cx: &Cx, n: usize) -> Result<usize, ConfigError> {
-    let n = cx.count("telemetry.max_series", n)?;
-    if n > MAX_SERIES_CEILING {
+fn telemetry(
+    cx: &Cx,
+    t: &TelemetryConfig,
+    live: LiveConfig,
+    slo: SloSettings,
+) -> Result<TelemetryConfig, ConfigError> {
+    if t.max_series > MAX_SERIES_CEILING {
         return Err(cx.invalid(
             "telemetry.max_series",
             format!(
@@ -643,78 +506,34 @@ fn max_series(cx: &Cx, n: usize) -> Result<usize, ConfigError> {
             ),
         ));
     }
-    Ok(n)
-}
-
-fn telemetry(
-    cx: &Cx,
-    t: &RawTelemetry,
-    live: LiveConfig,
-    slo: SloSettings,
-) -> Result<TelemetryConfig, ConfigError> {
-    let otlp_endpoint = t
-        .otlp_endpoint
-        .as_deref()
-        .map(|e| parse::endpoint_url(e).map_err(|m| cx.invalid("telemetry.otlp_endpoint", m)))
-        .transpose()?;
-    if t.service_name.trim().is_empty() {
-        return Err(cx.invalid("telemetry.service_name", "must not be empty"));
+    for (key, p) in [
+        ("telemetry.otlp_certificate", &t.otlp_certificate),
+        (
+            "telemetry.otlp_client_certificate",
+            &t.otlp_client_certificate,
+        ),
+        ("telemetry.otlp_client_key", &t.otlp_client_key),
+    ] {
+        if let Some(p) = p {
+            file(cx, key, p)?;
+        }
     }
-    let redact_headers = t
-        .redact_headers
-        .0
-        .iter()
-        .map(|h| cx.header("telemetry.redact_headers", h))
-        .collect::<Result<_, _>>()?;
-    for k in t.otlp_headers.keys() {
-        cx.header("telemetry.otlp_headers", k)?;
-    }
-    let pairs = |m: &std::collections::BTreeMap<String, String>| {
-        m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-    };
-    let optional_file = |key: &str, p: &Option<String>| {
-        p.as_deref()
-            .map(|p| file(cx, &format!("telemetry.{key}"), p))
-            .transpose()
-    };
-    let otlp_client_certificate =
-        optional_file("otlp_client_certificate", &t.otlp_client_certificate)?;
-    let otlp_client_key = optional_file("otlp_client_key", &t.otlp_client_key)?;
-    if otlp_client_certificate.is_some() != otlp_client_key.is_some() {
-        let missing = if otlp_client_key.is_none() {
-            "otlp_client_key"
+    if t.otlp_client_certificate.is_some() != t.otlp_client_key.is_some() {
+        let missing = if t.otlp_client_key.is_none() {
+            "telemetry.otlp_client_key"
         } else {
-            "otlp_client_certificate"
+            "telemetry.otlp_client_certificate"
         };
         return Err(cx.invalid(
-            &format!("telemetry.{missing}"),
+            missing,
             "the OTLP client certificate and key are set together",
         ));
     }
     Ok(TelemetryConfig {
         // No endpoint anywhere: export stays off (see CONFIG.md for why).
-        otlp_enabled: t.otlp_enabled.unwrap_or(otlp_endpoint.is_some()),
-        otlp_certificate: optional_file("otlp_certificate", &t.otlp_certificate)?,
-        otlp_client_certificate,
-        otlp_client_key,
-        otlp_endpoint,
-        otlp_protocol: t.otlp_protocol,
-        otlp_headers: pairs(&t.otlp_headers),
-        service_name: t.service_name.clone(),
-        resource_attributes: pairs(&t.resource_attributes),
-        metrics_export_interval: cx.positive(
-            "telemetry.metrics_export_interval",
-            &t.metrics_export_interval,
-        )?,
-        otlp_timeout: cx.positive("telemetry.otlp_timeout", &t.otlp_timeout)?,
-        span_queue_size: cx.count("telemetry.span_queue_size", t.span_queue_size)?,
-        max_models: cx.count("telemetry.max_models", t.max_models)?,
-        max_tenants: cx.count("telemetry.max_tenants", t.max_tenants)?,
-        max_series: max_series(cx, t.max_series)?,
-        redact_headers,
-        access_log: t.access_log,
-        log_format: t.log_format,
+        otlp_enabled: Some(t.otlp_enabled.unwrap_or(t.otlp_endpoint.is_some())),
         live,
         slo,
+        ..t.clone()
     })
 }

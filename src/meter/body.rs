@@ -16,7 +16,7 @@ use super::decompress::Decompressor;
 use super::drain::{DrainEnd, DrainLimits, Drains};
 use super::tokenize::{self, Plan};
 use super::{Measurement, Outcome, Recorder, RequestFacts, TokenSource, Unmetered};
-use crate::providers::{Event, Parser, UpstreamTiming, Usage};
+use crate::providers::{Event, Parser, ProviderKind, UpstreamTiming, Usage};
 use crate::rewrite::UsageStripper;
 
 use crate::error::BoxError;
@@ -178,6 +178,9 @@ impl Meter {
         self.time_to_headers = Some(self.facts.start.elapsed());
         self.status = status;
         self.facts.stream |= stream;
+        if let Ok(p) = &parser {
+            self.set_provider(p.provider());
+        }
         match parser {
             Ok(p) => self.parser = Some(p),
             Err(why) => self.unmetered = Some(why),
@@ -186,6 +189,17 @@ impl Meter {
             match Decompressor::new(enc) {
                 Ok(d) => self.decompressor = d,
                 Err(e) => self.stop_metering(Unmetered::Encoding(e.to_string())),
+            }
+        }
+    }
+
+    /// The provider whose format the body is parsed as: everything
+    /// recorded for this request carries its label.
+    fn set_provider(&mut self, provider: ProviderKind) {
+        if self.facts.provider != provider {
+            self.facts.provider = provider;
+            if let Some(recorder) = &mut self.recorder {
+                recorder.provider(provider);
             }
         }
     }

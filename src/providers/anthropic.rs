@@ -14,9 +14,11 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::openai::{AnyContent, HasContent, Str, non_empty, non_empty_raw};
 use super::scan::{Scan, Seen};
+use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
+use super::wire::{AnyContent, HasContent, Str, non_empty, non_empty_raw};
 use super::{AdapterError, Event, Usage};
+use super::{Operation, ProviderKind};
 use crate::framing::Frame;
 
 /// Adapter state for one Anthropic response: the input figures reported
@@ -397,6 +399,44 @@ struct WireUsage {
     cache_read_input_tokens: Option<u64>,
     cache_creation_input_tokens: Option<u64>,
 }
+
+impl FrameAdapter for AnthropicAdapter {
+    fn on_frame(
+        &mut self,
+        frame: Frame<'_>,
+        out: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), AdapterError> {
+        AnthropicAdapter::on_frame(self, frame, out)
+    }
+}
+
+/// Anthropic's Messages format, also Vertex `rawPredict`'s.
+pub const WIRE: Wire = Wire {
+    name: "anthropic",
+    operations: &[
+        Operation::Messages,
+        Operation::RawPredict,
+        Operation::StreamRawPredict,
+    ],
+    request_streams: |op, body_stream| match op {
+        Operation::StreamRawPredict => true,
+        Operation::RawPredict => false,
+        _ => body_stream.unwrap_or(false),
+    },
+    adapter: |_| Box::new(AnthropicAdapter::new()),
+    json_body: whole_json,
+};
+
+/// Anthropic: `/messages`, and the legacy `/complete`.
+pub const SPEC: ProviderSpec = ProviderSpec {
+    kind: ProviderKind::Anthropic,
+    name: "anthropic",
+    config_name: "anthropic",
+    detect_path: |path, op| op == Some(Operation::Messages) || path.ends_with("/complete"),
+    detect_response: never_response,
+    model_from_path: no_model,
+    wire: &WIRE,
+};
 
 #[cfg(test)]
 mod tests {

@@ -16,9 +16,14 @@ use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use std::borrow::Cow;
+
 use super::anthropic::AnthropicAdapter;
-use super::openai::{AnyContent, HasContent, OpenaiAdapter, Str, non_empty};
+use super::openai::OpenaiAdapter;
+use super::spec::{FrameAdapter, ProviderSpec, Wire, whole_json};
+use super::wire::{AnyContent, HasContent, Str, non_empty};
 use super::{AdapterError, Event, UpstreamTiming, Usage, millis};
+use super::{Operation, ProviderKind, percent_decode};
 use crate::framing::Frame;
 
 /// Adapter state for one Bedrock response.
@@ -497,6 +502,56 @@ impl HasContent for ContentBlock<'_> {
         non_empty(self.text) || non_empty(self.tool_use) || non_empty(self.reasoning_content)
     }
 }
+
+impl FrameAdapter for BedrockAdapter {
+    fn on_frame(
+        &mut self,
+        frame: Frame<'_>,
+        out: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), AdapterError> {
+        BedrockAdapter::on_frame(self, frame, out)
+    }
+}
+
+/// Bedrock Runtime's format: AWS eventstream, or whole JSON.
+pub const WIRE: Wire = Wire {
+    name: "bedrock",
+    operations: &[
+        Operation::Converse,
+        Operation::ConverseStream,
+        Operation::InvokeModel,
+        Operation::InvokeModelStream,
+    ],
+    request_streams: |op, _| matches!(op, Operation::ConverseStream | Operation::InvokeModelStream),
+    adapter: |_| Box::new(BedrockAdapter::new()),
+    json_body: whole_json,
+};
+
+/// The model id in `/model/{modelId}/{action}`, percent-decoded: ids and
+/// ARNs carry `:` and `/`.
+fn model_id(path: &str) -> Option<Option<Cow<'_, str>>> {
+    let (head, last) = path.rsplit_once('/')?;
+    if !matches!(
+        last,
+        "converse" | "converse-stream" | "invoke" | "invoke-with-response-stream"
+    ) {
+        return None;
+    }
+    let i = head.find("/model/")?;
+    let id = &head[i + "/model/".len()..];
+    Some((!id.is_empty()).then(|| percent_decode(id)))
+}
+
+/// AWS Bedrock: `/model/{id}/...` paths, or an eventstream response.
+pub const SPEC: ProviderSpec = ProviderSpec {
+    kind: ProviderKind::Bedrock,
+    name: "aws.bedrock",
+    config_name: "bedrock",
+    detect_path: |_, op| WIRE.owns(op),
+    detect_response: |ct| ct.is("application/vnd.amazon.eventstream"),
+    model_from_path: model_id,
+    wire: &WIRE,
+};
 
 #[cfg(test)]
 mod tests {

@@ -8,8 +8,12 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::openai::{AnyContent, HasContent, Str, non_empty};
+use super::spec::{
+    FrameAdapter, ProviderSpec, Wire, body_says, never_response, no_model, whole_json,
+};
+use super::wire::{AnyContent, HasContent, Str, non_empty};
 use super::{AdapterError, Event, Usage};
+use super::{Operation, ProviderKind};
 use crate::framing::Frame;
 
 /// Adapter state for one Cohere response.
@@ -205,6 +209,36 @@ struct Counts {
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
 }
+
+impl FrameAdapter for CohereAdapter {
+    fn on_frame(
+        &mut self,
+        frame: Frame<'_>,
+        out: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), AdapterError> {
+        CohereAdapter::on_frame(self, frame, out)
+    }
+}
+
+/// Cohere's v2 chat format.
+pub const WIRE: Wire = Wire {
+    name: "cohere",
+    operations: &[Operation::CohereChat],
+    request_streams: body_says,
+    adapter: |_| Box::new(CohereAdapter::new()),
+    json_body: whole_json,
+};
+
+/// Cohere: `/v2/chat`.
+pub const SPEC: ProviderSpec = ProviderSpec {
+    kind: ProviderKind::Cohere,
+    name: "cohere",
+    config_name: "cohere",
+    detect_path: |_, op| WIRE.owns(op),
+    detect_response: never_response,
+    model_from_path: no_model,
+    wire: &WIRE,
+};
 
 #[cfg(test)]
 mod tests {

@@ -414,15 +414,7 @@ fn providers_from_paths_and_content_types() {
 #[test]
 fn adapters_follow_the_operation_then_the_kind() {
     use ProviderKind as K;
-    let adapter = |k, op| match Adapter::new(k, op) {
-        Adapter::Openai(_) => "openai",
-        Adapter::Anthropic(_) => "anthropic",
-        Adapter::Gemini(_) => "gemini",
-        Adapter::Ollama(_) => "ollama",
-        Adapter::Bedrock(_) => "bedrock",
-        Adapter::Cohere(_) => "cohere",
-        Adapter::Tgi(_) => "tgi",
-    };
+    let adapter = |k, op| Adapter::new(k, op).wire().name;
     // Ollama's and Gemini's OpenAI-compatible endpoints speak OpenAI.
     assert_eq!(
         adapter(K::Ollama, Some(Operation::ChatCompletions)),

@@ -15,8 +15,10 @@ use serde::Deserialize;
 use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::openai::{AnyContent, HasContent, Str, non_empty};
+use super::spec::{FrameAdapter, JsonBody, ProviderSpec, Wire, never_response};
+use super::wire::{AnyContent, HasContent, Str, non_empty};
 use super::{AdapterError, Event, Operation, Usage};
+use super::{ProviderKind, percent_decode};
 use crate::framing::Frame;
 
 /// Finish reasons kept per chunk; more candidates than this are not reported.
@@ -288,6 +290,78 @@ impl HasContent for Part<'_> {
             || non_empty(self.inline_data)
     }
 }
+
+impl FrameAdapter for GeminiAdapter {
+    fn on_frame(
+        &mut self,
+        frame: Frame<'_>,
+        out: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), AdapterError> {
+        GeminiAdapter::on_frame(self, frame, out)
+    }
+}
+
+/// Gemini's `generateContent` format (Gemini API and Vertex AI).
+pub const WIRE: Wire = Wire {
+    name: "gemini",
+    operations: &[
+        Operation::GenerateContent,
+        Operation::StreamGenerateContent,
+        Operation::EmbedContent,
+    ],
+    request_streams: |op, _| op == Operation::StreamGenerateContent,
+    adapter: |op| Box::new(GeminiAdapter::new(op)),
+    // Without `alt=sse` a stream is one JSON array; an error is one object.
+    json_body: |op| match op {
+        Some(Operation::StreamGenerateContent) | None => JsonBody::ArrayOrWhole,
+        _ => JsonBody::Whole,
+    },
+};
+
+/// Google's custom methods (`models/{model}:method`), Claude's included.
+fn google_method(op: Option<Operation>) -> bool {
+    WIRE.owns(op)
+        || matches!(
+            op,
+            Some(Operation::RawPredict | Operation::StreamRawPredict)
+        )
+}
+
+/// Vertex paths name a project and a location.
+fn vertex_path(path: &str) -> bool {
+    path.contains("/projects/") && path.contains("/locations/")
+}
+
+/// The model in `.../models/{model}:method` or `.../tunedModels/{model}:method`.
+fn google_model(path: &str) -> Option<Option<Cow<'_, str>>> {
+    let (head, last) = path.rsplit_once('/')?;
+    let google = head.ends_with("/models") || head.ends_with("/tunedModels");
+    if !(google && last.contains(':')) {
+        return None;
+    }
+    let model = last.split_once(':').map_or("", |(m, _)| m);
+    Some((!model.is_empty()).then(|| percent_decode(model)))
+}
+
+/// The Gemini API (`generativelanguage.googleapis.com`).
+pub const SPEC: ProviderSpec = ProviderSpec {
+    kind: ProviderKind::Gemini,
+    name: "gcp.gemini",
+    config_name: "gemini",
+    detect_path: |path, op| google_method(op) && !vertex_path(path),
+    detect_response: never_response,
+    model_from_path: google_model,
+    wire: &WIRE,
+};
+
+/// Vertex AI: the same methods under `/projects/{p}/locations/{l}/`.
+pub const VERTEX: ProviderSpec = ProviderSpec {
+    kind: ProviderKind::Vertex,
+    name: "gcp.vertex_ai",
+    config_name: "vertex",
+    detect_path: |path, op| google_method(op) && vertex_path(path),
+    ..SPEC
+};
 
 #[cfg(test)]
 mod tests {

@@ -10,7 +10,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::openai::{Str, non_empty};
+use super::ProviderKind;
+use super::spec::{FrameAdapter, JsonBody, ProviderSpec, Wire, no_model};
+use super::wire::{Str, non_empty};
 use super::{AdapterError, Event, Operation, UpstreamTiming, Usage};
 use crate::framing::Frame;
 
@@ -140,6 +142,41 @@ impl Message<'_> {
         non_empty(self.content) || non_empty(self.thinking) || non_empty(self.tool_calls)
     }
 }
+
+impl FrameAdapter for OllamaAdapter {
+    fn on_frame(
+        &mut self,
+        frame: Frame<'_>,
+        out: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), AdapterError> {
+        OllamaAdapter::on_frame(self, frame, out)
+    }
+}
+
+/// Ollama's native format: JSON lines, even under `application/json`.
+pub const WIRE: Wire = Wire {
+    name: "ollama",
+    operations: &[
+        Operation::OllamaChat,
+        Operation::OllamaGenerate,
+        Operation::OllamaEmbed,
+    ],
+    // Ollama streams unless the body says `"stream": false`.
+    request_streams: |op, body_stream| op != Operation::OllamaEmbed && body_stream.unwrap_or(true),
+    adapter: |op| Box::new(OllamaAdapter::new(op)),
+    json_body: |_| JsonBody::Lines,
+};
+
+/// Ollama: `/api/*` paths, or an `application/x-ndjson` response.
+pub const SPEC: ProviderSpec = ProviderSpec {
+    kind: ProviderKind::Ollama,
+    name: "ollama",
+    config_name: "ollama",
+    detect_path: |_, op| WIRE.owns(op),
+    detect_response: |ct| ct.is("application/x-ndjson"),
+    model_from_path: no_model,
+    wire: &WIRE,
+};
 
 #[cfg(test)]
 mod tests {

@@ -15,7 +15,10 @@ use serde::Deserialize;
 use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
+use super::ProviderKind;
 use super::scan::{Scan, Seen};
+use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
+use super::wire::{AnyContent, HasContent, Str, non_empty, non_empty_raw};
 use super::{AdapterError, Event, Operation, UpstreamTiming, Usage, millis, seconds};
 use crate::framing::Frame;
 
@@ -598,17 +601,6 @@ impl HasContent for Function<'_> {
     }
 }
 
-/// A JSON value that is present and not `""`, `[]` or `{}` (`null` never
-/// reaches here: `Option` turns it into `None`).
-pub(super) fn non_empty(raw: Option<&RawValue>) -> bool {
-    raw.is_some_and(|r| non_empty_raw(r.get()))
-}
-
-/// `non_empty` on a raw value's text.
-pub(super) fn non_empty_raw(raw: &str) -> bool {
-    !matches!(raw, "\"\"" | "[]" | "{}" | "null")
-}
-
 /// A streamed chat chunk of the common shape, borrowed from the payload:
 /// at most one choice, whose delta carries only text fields.
 #[derive(Default)]
@@ -719,62 +711,40 @@ impl<'a> ChatChunk<'a> {
     }
 }
 
-/// An element type that may or may not carry output content.
-pub(super) trait HasContent {
-    fn has_content(&self) -> bool;
-}
-
-/// An array folded while parsing into "does any element carry content".
-pub(super) struct AnyContent<T>(pub bool, PhantomData<T>);
-
-impl<'de, T: Deserialize<'de> + HasContent> Deserialize<'de> for AnyContent<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de> + HasContent> Visitor<'de> for V<T> {
-            type Value = AnyContent<T>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an array")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<AnyContent<T>, A::Error> {
-                let mut any = false;
-                while let Some(item) = seq.next_element::<T>()? {
-                    any |= item.has_content();
-                }
-                Ok(AnyContent(any, PhantomData))
-            }
-        }
-        d.deserialize_seq(V(PhantomData))
+impl FrameAdapter for OpenaiAdapter {
+    fn on_frame(
+        &mut self,
+        frame: Frame<'_>,
+        out: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), AdapterError> {
+        OpenaiAdapter::on_frame(self, frame, out)
     }
 }
 
-/// A JSON string borrowed from the payload when it has no escapes
-/// (`Option<Cow<str>>` with `#[serde(borrow)]` would always copy).
-pub(super) struct Str<'a>(pub Cow<'a, str>);
+/// OpenAI's wire format, also spoken by every OpenAI-compatible server.
+pub const WIRE: Wire = Wire {
+    name: "openai",
+    operations: &[
+        Operation::ChatCompletions,
+        Operation::Completions,
+        Operation::Responses,
+        Operation::Embeddings,
+    ],
+    request_streams: |op, body_stream| op != Operation::Embeddings && body_stream.unwrap_or(false),
+    adapter: |op| Box::new(OpenaiAdapter::new(op)),
+    json_body: whole_json,
+};
 
-impl Str<'_> {
-    pub(super) fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = Str<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Str<'a>, E> {
-                Ok(Str(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Str<'a>, E> {
-                Ok(Str(Cow::Owned(v.to_owned())))
-            }
-        }
-        d.deserialize_str(V(PhantomData))
-    }
-}
+/// OpenAI itself: its endpoints, outside Azure's `/deployments/`.
+pub const SPEC: ProviderSpec = ProviderSpec {
+    kind: ProviderKind::Openai,
+    name: "openai",
+    config_name: "openai",
+    detect_path: |path, op| WIRE.owns(op) && !path.contains("/deployments/"),
+    detect_response: never_response,
+    model_from_path: no_model,
+    wire: &WIRE,
+};
 
 #[cfg(test)]
 mod tests {

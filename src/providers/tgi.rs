@@ -9,8 +9,10 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::openai::{Str, non_empty};
+use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
+use super::wire::{Str, non_empty};
 use super::{AdapterError, Event, Usage};
+use super::{Operation, ProviderKind};
 use crate::framing::Frame;
 
 /// Adapter state for one TGI response.
@@ -121,6 +123,36 @@ struct Details<'a> {
     generated_tokens: Option<u64>,
     input_length: Option<u64>,
 }
+
+impl FrameAdapter for TgiAdapter {
+    fn on_frame(
+        &mut self,
+        frame: Frame<'_>,
+        out: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), AdapterError> {
+        TgiAdapter::on_frame(self, frame, out)
+    }
+}
+
+/// TGI's native format (`/generate`, `/generate_stream`).
+pub const WIRE: Wire = Wire {
+    name: "tgi",
+    operations: &[Operation::TgiGenerate, Operation::TgiGenerateStream],
+    request_streams: |op, _| op == Operation::TgiGenerateStream,
+    adapter: |_| Box::new(TgiAdapter::new()),
+    json_body: whole_json,
+};
+
+/// Hugging Face TGI: `/generate`, `/generate_stream`.
+pub const SPEC: ProviderSpec = ProviderSpec {
+    kind: ProviderKind::Tgi,
+    name: "tgi",
+    config_name: "tgi",
+    detect_path: |_, op| WIRE.owns(op),
+    detect_response: never_response,
+    model_from_path: no_model,
+    wire: &WIRE,
+};
 
 #[cfg(test)]
 mod tests {

@@ -10,11 +10,12 @@ use opentelemetry::{Array, KeyValue, StringValue, Value};
 use super::attrs::*;
 use crate::meter::{Measurement, Outcome, RequestFacts, Unmetered};
 
-/// Attributes known when the span starts (visible to samplers).
+/// Attributes known when the span starts (visible to samplers). The
+/// provider is not among them: the response head may still name it, so it
+/// is set when the span ends.
 pub fn span_start_attributes(facts: &RequestFacts, op: &'static str) -> Vec<KeyValue> {
     let mut a = Vec::with_capacity(10);
     a.push(KeyValue::new(GEN_AI_OPERATION_NAME, op));
-    a.push(KeyValue::new(GEN_AI_PROVIDER_NAME, facts.provider.as_str()));
     if let Some(model) = &facts.request_model {
         a.push(KeyValue::new(GEN_AI_REQUEST_MODEL, model.clone()));
     }
@@ -96,6 +97,10 @@ pub fn end_span(mut span: opentelemetry_sdk::trace::Span, m: &Measurement) {
 fn span_finish_attributes(m: &Measurement) -> Vec<KeyValue> {
     let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     let mut a = Vec::with_capacity(24);
+    a.push(KeyValue::new(
+        GEN_AI_PROVIDER_NAME,
+        m.request.provider.as_str(),
+    ));
     let mut opt = |key: &'static str, v: Option<Value>| {
         if let Some(v) = v {
             a.push(KeyValue::new(key, v));

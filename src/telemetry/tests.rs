@@ -31,23 +31,13 @@ pub(super) fn config() -> TelemetryConfig {
         otlp_certificate: None,
         otlp_client_certificate: None,
         otlp_client_key: None,
-        otlp_enabled: false,
-        otlp_endpoint: None,
-        otlp_protocol: OtlpProtocol::HttpProtobuf,
-        otlp_headers: Vec::new(),
+        otlp_enabled: Some(false),
         service_name: "tokentap-test".into(),
         resource_attributes: vec![("deployment.environment.name".into(), "test".into())],
         metrics_export_interval: Duration::from_secs(3600),
-        otlp_timeout: Duration::from_secs(5),
-        span_queue_size: 2048,
         max_models: 10,
         max_tenants: 10,
-        max_series: 2000,
-        redact_headers: Vec::new(),
-        access_log: true,
-        log_format: LogFormat::Text,
-        live: Default::default(),
-        slo: Default::default(),
+        ..TelemetryConfig::default()
     }
 }
 
@@ -761,7 +751,7 @@ async fn export_reaches(protocol: OtlpProtocol) -> Vec<u8> {
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let mut cfg = config();
-    cfg.otlp_enabled = true;
+    cfg.otlp_enabled = Some(true);
     cfg.otlp_protocol = protocol;
     cfg.otlp_endpoint = Some(format!("http://{addr}"));
     cfg.otlp_headers = vec![("x-collector-token".into(), "t0k".into())];

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::super::parse::{self, fmt_duration};
-use super::super::raw::{RawAlerts, RawSlo};
+use super::super::raw::RawAlerts;
 use super::super::{AlertsConfig, ConfigError, LiveConfig, RouteConfig, SloConfig, SloSettings};
 use super::Cx;
 
@@ -14,7 +14,7 @@ const MAX_RETRIES: u32 = 20;
 
 pub(in crate::config) fn settings(
     cx: &Cx,
-    raw: &[RawSlo],
+    raw: &[SloConfig],
     alerts: Option<&RawAlerts>,
     routes: &[RouteConfig],
     live: &LiveConfig,
@@ -36,7 +36,7 @@ pub(in crate::config) fn settings(
 fn slo(
     cx: &Cx,
     i: usize,
-    r: &RawSlo,
+    r: &SloConfig,
     routes: &[RouteConfig],
     live: &LiveConfig,
 ) -> Result<SloConfig, ConfigError> {
@@ -68,12 +68,10 @@ fn slo(
             "must not be empty; omit it to match every model",
         ));
     }
-    let window = within_live(cx, &at("window"), &r.window, live, "")?;
+    let window = within_live(cx, &at("window"), r.window, live, "")?;
     if r.min_requests == 0 {
         return Err(cx.invalid(&at("min_requests"), "must be at least 1"));
     }
-    let positive =
-        |field: &str, q: &Option<_>| q.as_ref().map(|q| cx.positive(&at(field), q)).transpose();
     // `closed`: 0 and 1 allowed (error_ratio); else strictly between (a drop share).
     let share = |field: &str, v: Option<f64>, closed: bool| match v {
         Some(v) if !(0.0..=1.0).contains(&v) || (!closed && (v == 0.0 || v == 1.0)) => {
@@ -102,7 +100,7 @@ fn slo(
             let b = within_live(
                 cx,
                 &at("baseline_window"),
-                &r.baseline_window,
+                r.baseline_window,
                 live,
                 BASELINE_HINT,
             )?;
@@ -116,8 +114,7 @@ fn slo(
             }
             b
         }
-        None => parse::duration(&r.baseline_window.as_text())
-            .map_err(|m| cx.invalid(&at("baseline_window"), m))?,
+        None => r.baseline_window,
     };
     let s = SloConfig {
         name: r.name.clone(),
@@ -125,9 +122,9 @@ fn slo(
         model: r.model.as_ref().map(|m| m.trim().to_owned()),
         window,
         min_requests: r.min_requests,
-        ttft_p95: positive("ttft_p95", &r.ttft_p95)?,
+        ttft_p95: r.ttft_p95,
         decode_tps_p50_min,
-        max_stall: positive("max_stall", &r.max_stall)?,
+        max_stall: r.max_stall,
         error_ratio: share("error_ratio", r.error_ratio, true)?,
         decode_tps_drop,
         baseline_window,
@@ -158,11 +155,13 @@ raise live.window (e.g. window = \"1h\" with bucket = \"15s\") or set a shorter 
 fn within_live(
     cx: &Cx,
     path: &str,
-    q: &super::super::raw::Quantity,
+    d: Duration,
     live: &LiveConfig,
     hint: &str,
 ) -> Result<Duration, ConfigError> {
-    let d = cx.positive(path, q)?;
+    if d.is_zero() {
+        return Err(cx.invalid(path, "must be longer than zero"));
+    }
     if d > live.window {
         let message = format!(
             "{} is longer than live.window ({}), the longest span the live statistics keep{hint}",
@@ -202,8 +201,8 @@ fn alerts(cx: &Cx, a: &RawAlerts) -> Result<AlertsConfig, ConfigError> {
     Ok(AlertsConfig {
         webhook_url,
         format: a.format,
-        min_interval: cx.duration("alerts.min_interval", &a.min_interval)?,
-        timeout: cx.positive("alerts.timeout", &a.timeout)?,
+        min_interval: a.min_interval,
+        timeout: a.timeout,
         max_retries: a.max_retries,
         headers,
     })

@@ -13,10 +13,9 @@ const S: Duration = Duration::from_secs(1);
 
 fn cfg() -> LiveConfig {
     LiveConfig {
-        window: Duration::from_secs(600),
-        bucket: Duration::from_secs(5),
         max_series: 10,
         recent: 5,
+        ..LiveConfig::default()
     }
 }
 

@@ -4,16 +4,11 @@
 //! errors, timeouts, 5xx and 429.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use http_body_util::{BodyExt, Limited};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Meter};
 use serde::Serialize;
@@ -23,6 +18,7 @@ use tokio::time::Instant;
 use super::super::attrs::*;
 use super::eval::{Change, Objective, Transition};
 use crate::config::{AlertFormat, AlertsConfig};
+use crate::upstream::Client;
 
 /// Events waiting for the sender; more are dropped and counted.
 const QUEUE: usize = 256;
@@ -238,7 +234,7 @@ enum Attempt {
 /// POSTs events to the configured URL.
 #[derive(Debug, Clone)]
 pub struct Webhook {
-    client: HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: Client,
     url: http::Uri,
     headers: Vec<(HeaderName, HeaderValue)>,
     format: AlertFormat,
@@ -248,30 +244,11 @@ pub struct Webhook {
 }
 
 impl Webhook {
-    /// A client for `cfg` (webpki roots, HTTP/1.1). Must run inside the
+    /// A client for `cfg` (tokentap's own upstream client: webpki roots,
+    /// HTTP/1.1 or HTTP/2 by ALPN). Must run inside the
     /// tokio runtime.
     pub fn new(cfg: &AlertsConfig) -> Result<Webhook, String> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS setup: {e}"))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(cfg.timeout));
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let client = HyperClient::builder(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .pool_timer(TokioTimer::new())
-            .pool_max_idle_per_host(2)
-            .build(connector);
+        let client = Client::internal(cfg.timeout).map_err(|e| e.to_string())?;
         Ok(Webhook {
             client,
             url: cfg.webhook_url.clone(),
@@ -319,17 +296,17 @@ impl Webhook {
         for (k, v) in &self.headers {
             req = req.header(k, v);
         }
-        let req = match req.body(Full::new(body)) {
+        let req = match req.body(body) {
             Ok(r) => r,
             Err(e) => return Attempt::Fail(format!("cannot build the request: {e}")),
         };
         let exchange = async {
-            let res = self.client.request(req).await?;
+            let res = self.client.send_bytes(req).await?;
             let status = res.status();
             let after = retry_after(res.headers());
             // Read (and drop) the body so the connection can be reused.
             let _ = Limited::new(res.into_body(), MAX_RESPONSE).collect().await;
-            Ok::<_, hyper_util::client::legacy::Error>((status, after))
+            Ok::<_, crate::upstream::UpstreamError>((status, after))
         };
         match tokio::time::timeout(self.timeout, exchange).await {
             Err(_) => Attempt::Retry {

@@ -1,0 +1,273 @@
+//! Serde helpers for typed config fields: durations (`"5s"`), sizes
+//! (`"8MiB"`) and bounded counts in, checked values out, with the same
+//! wording as `parse`; out again in the form `parse` reads back. Use them
+//! with `#[serde(with = "units::…")]` on a config field.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serializer};
+
+use super::parse;
+
+/// A duration or size as written: a string with a unit or a bare number
+/// (kept as text so the parser can say *why* `5` is not a duration).
+fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    struct V;
+    impl Visitor<'_> for V {
+        type Value = String;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a string with a unit, like \"5s\" or \"8MiB\"")
+        }
+        fn visit_i64<E: de::Error>(self, n: i64) -> Result<String, E> {
+            Ok(n.to_string())
+        }
+        fn visit_u64<E: de::Error>(self, n: u64) -> Result<String, E> {
+            i64::try_from(n)
+                .map(|n| n.to_string())
+                .map_err(|_| E::custom(format!("{n} is too large")))
+        }
+        fn visit_f64<E: de::Error>(self, n: f64) -> Result<String, E> {
+            Ok(n.to_string())
+        }
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<String, E> {
+            Ok(s.to_owned())
+        }
+    }
+    d.deserialize_any(V)
+}
+
+/// Any duration, zero included (`"0s"`, `"250ms"`, `"1h30m"`).
+pub(super) mod duration {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&parse::fmt_duration(*d))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        parse::duration(&text(d)?).map_err(de::Error::custom)
+    }
+}
+
+/// A duration longer than zero.
+pub(super) mod positive {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        duration::serialize(d, s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let d = duration::deserialize(d)?;
+        if d.is_zero() {
+            return Err(de::Error::custom("must be longer than zero"));
+        }
+        Ok(d)
+    }
+}
+
+/// An optional duration longer than zero; unset = none.
+pub(super) mod opt_positive {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => duration::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        positive::deserialize(d).map(Some)
+    }
+}
+
+/// A byte count larger than zero (`"8MiB"`, `"64KiB"`, `1000`).
+pub(super) mod size {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(n: &usize, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&parse::fmt_size(*n))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+        let n = parse::size(&text(d)?).map_err(de::Error::custom)?;
+        if n == 0 {
+            return Err(de::Error::custom("must be larger than zero"));
+        }
+        Ok(n)
+    }
+}
+
+/// A count of at least 1.
+pub(super) fn at_least_one<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let n = usize::deserialize(d)?;
+    if n == 0 {
+        return Err(de::Error::custom("must be at least 1"));
+    }
+    Ok(n)
+}
+
+/// Written in place of secrets when the effective config is shown.
+pub(super) const REDACTED: &str = "<redacted>";
+
+/// A secret: read as is, always written as [`REDACTED`]. Mark a field with
+/// `#[serde(serialize_with = "units::secret")]`.
+pub(super) fn secret<T, S: Serializer>(_: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(REDACTED)
+}
+
+/// `name = "value"` pairs: a TOML table in, sorted pairs out (and back).
+pub(super) mod pairs {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use serde::Serialize;
+
+    pub fn serialize<S: Serializer>(p: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+        p.iter().cloned().collect::<BTreeMap<_, _>>().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
+        Ok(BTreeMap::<String, String>::deserialize(d)?
+            .into_iter()
+            .collect())
+    }
+}
+
+/// Header pairs whose names must be valid header names and whose values
+/// are secrets (written as [`REDACTED`]).
+pub(super) mod secret_headers {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use serde::Serialize;
+
+    pub fn serialize<S: Serializer>(p: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+        p.iter()
+            .map(|(k, _)| (k.as_str(), REDACTED))
+            .collect::<BTreeMap<_, _>>()
+            .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
+        let pairs = pairs::deserialize(d)?;
+        for (k, _) in &pairs {
+            parse::header_name(k).map_err(de::Error::custom)?;
+        }
+        Ok(pairs)
+    }
+}
+
+/// A list of names: a TOML array, or a comma-separated string (handy in env vars).
+pub(super) fn names<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list of strings or a comma-separated string")
+        }
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<Vec<String>, E> {
+            let items = s.split(',').map(str::trim).filter(|i| !i.is_empty());
+            Ok(items.map(String::from).collect())
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<String>, A::Error> {
+            let mut out = Vec::new();
+            while let Some(item) = seq.next_element::<String>()? {
+                out.push(item);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_any(V)
+}
+
+/// One HTTP header name (stored lowercase).
+pub(super) mod header {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(h: &http::HeaderName, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(h.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<http::HeaderName, D::Error> {
+        parse::header_name(&String::deserialize(d)?).map_err(de::Error::custom)
+    }
+}
+
+/// A list of HTTP header names ([`names`] syntax).
+pub(super) mod headers {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(h: &[http::HeaderName], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(h.iter().map(http::HeaderName::as_str))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<http::HeaderName>, D::Error> {
+        names(d)?
+            .iter()
+            .map(|h| parse::header_name(h).map_err(de::Error::custom))
+            .collect()
+    }
+}
+
+/// Tenant sources in order, each once (`header`, `body`, `api_key`).
+pub(super) mod tenant_sources {
+    use super::*;
+    use crate::config::TenantSource;
+
+    pub fn serialize<S: Serializer>(v: &[TenantSource], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(v.iter().map(|t| t.as_str()))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<TenantSource>, D::Error> {
+        let mut sources = Vec::new();
+        for name in names(d)? {
+            let s = match name.trim() {
+                "header" => TenantSource::Header,
+                "body" => TenantSource::Body,
+                "api_key" => TenantSource::ApiKey,
+                "client_cert" => TenantSource::ClientCert,
+                other => {
+                    return Err(de::Error::custom(format!(
+                        "unknown tenant source `{other}`; expected `header`, `body`, `api_key` or `client_cert`"
+                    )));
+                }
+            };
+            if sources.contains(&s) {
+                return Err(de::Error::custom(format!("`{name}` is listed twice")));
+            }
+            sources.push(s);
+        }
+        Ok(sources)
+    }
+}
+
+/// An optional OTLP collector endpoint: an http(s) URL with a host.
+pub(super) fn endpoint<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    parse::endpoint_url(&String::deserialize(d)?)
+        .map(Some)
+        .map_err(de::Error::custom)
+}
+
+/// A name that must not be blank.
+pub(super) fn non_blank<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.trim().is_empty() {
+        return Err(de::Error::custom("must not be empty"));
+    }
+    Ok(s)
+}
+
+/// The tenant salt: must not be empty.
+pub(super) fn salt<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.is_empty() {
+        return Err(de::Error::custom(
+            "must not be empty; set a secret shared by all replicas",
+        ));
+    }
+    Ok(s)
+}

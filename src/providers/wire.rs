@@ -1,0 +1,79 @@
+//! Wire helpers shared by several adapters: borrowed JSON strings, "is
+//! this value empty" checks and arrays folded into "any content"; JSON in,
+//! small facts out, no provider knowledge.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::Deserialize;
+use serde::de::{Deserializer, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// A JSON value that is present and not `""`, `[]` or `{}` (`null` never
+/// reaches here: `Option` turns it into `None`).
+pub(crate) fn non_empty(raw: Option<&RawValue>) -> bool {
+    raw.is_some_and(|r| non_empty_raw(r.get()))
+}
+
+/// `non_empty` on a raw value's text.
+pub(crate) fn non_empty_raw(raw: &str) -> bool {
+    !matches!(raw, "\"\"" | "[]" | "{}" | "null")
+}
+
+/// An element type that may or may not carry output content.
+pub(crate) trait HasContent {
+    fn has_content(&self) -> bool;
+}
+
+/// An array folded while parsing into "does any element carry content".
+pub(crate) struct AnyContent<T>(pub bool, PhantomData<T>);
+
+impl<'de, T: Deserialize<'de> + HasContent> Deserialize<'de> for AnyContent<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de> + HasContent> Visitor<'de> for V<T> {
+            type Value = AnyContent<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<AnyContent<T>, A::Error> {
+                let mut any = false;
+                while let Some(item) = seq.next_element::<T>()? {
+                    any |= item.has_content();
+                }
+                Ok(AnyContent(any, PhantomData))
+            }
+        }
+        d.deserialize_seq(V(PhantomData))
+    }
+}
+
+/// A JSON string borrowed from the payload when it has no escapes
+/// (`Option<Cow<str>>` with `#[serde(borrow)]` would always copy).
+pub(crate) struct Str<'a>(pub Cow<'a, str>);
+
+impl Str<'_> {
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Str<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Str<'a>, E> {
+                Ok(Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Str<'a>, E> {
+                Ok(Str(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(V(PhantomData))
+    }
+}
