@@ -191,8 +191,8 @@ async fn otlp_over_mtls(protocol: &str) {
     }
     let admin = out
         .lines()
-        .filter_map(support::proxy::listening_addr)
-        .nth(1)
+        .filter(|l| l.contains("admin listening on"))
+        .find_map(support::proxy::listening_addr)
         .expect("admin address in the log");
     let raw = support::client::raw_http1(
         admin,
