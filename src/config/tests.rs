@@ -107,7 +107,7 @@ fn config_defaults_with_upstream_flag() {
     assert_eq!(c.tenant.salt, "tokentap");
     let t = &c.telemetry;
     assert!(
-        !(t.otlp_enabled == Some(true)) && t.access_log,
+        t.otlp_enabled != Some(true) && t.access_log,
         "export off without an endpoint; access log on by default"
     );
     assert_eq!(t.otlp_protocol, OtlpProtocol::HttpProtobuf);
@@ -231,7 +231,7 @@ fn config_otel_env_mapping() {
         "milliseconds"
     );
     assert!(
-        !(t.otlp_enabled == Some(true)),
+        t.otlp_enabled != Some(true),
         "OTEL_SDK_DISABLED=true turns export off"
     );
 }
@@ -1058,7 +1058,7 @@ fn otlp_export_follows_the_endpoint_unless_set() {
     ))
     .expect("disabled");
     assert!(
-        !(off.telemetry.otlp_enabled == Some(true)),
+        off.telemetry.otlp_enabled != Some(true),
         "otlp_enabled = false wins"
     );
     let default = from_toml(&routed("[telemetry]\notlp_enabled = true")).expect("forced on");
