@@ -1,7 +1,9 @@
 //! Framing decoder throughput: realistic response bodies in network-sized
 //! chunks in, frames/second and bytes/second out (goal: SSE ≥ 1 GB/s).
 //! SSE runs over generated 100-token streams and recorded fixtures; NDJSON,
-//! streamed JSON array and AWS eventstream over their recorded fixtures.
+//! streamed JSON array and AWS eventstream over their recorded fixtures;
+//! the WebSocket side view over a generated stream of small server text
+//! frames (plain and permessage-deflate).
 
 use std::hint::black_box;
 
@@ -10,6 +12,7 @@ use tokentap::framing::eventstream::EventStreamDecoder;
 use tokentap::framing::json_array::JsonArrayDecoder;
 use tokentap::framing::ndjson::NdjsonDecoder;
 use tokentap::framing::sse::SseDecoder;
+use tokentap::framing::websocket::{Deflate, Sender, WsDecoder, WsMessage, encode_frame};
 use tokentap::framing::{Decoder, Frame};
 
 #[path = "support/streams.rs"]
@@ -165,5 +168,82 @@ fn bench_others(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_sse, bench_others);
+/// 200 server frames of a streamed response over a WebSocket, one text
+/// delta each (the shape of the OpenAI Realtime / Responses WebSocket
+/// events); as frames and, when `deflate`, as context-takeover compressed
+/// frames, one `Vec` per frame.
+fn websocket_frames(deflate: bool) -> Vec<Vec<u8>> {
+    let mut z = flate2::Compress::new(flate2::Compression::default(), false);
+    (0..200)
+        .map(|i| {
+            let event = format!(
+                r#"{{"type":"response.output_text.delta","event_id":"evt_{i:04}","response_id":"resp_0123456789","item_id":"msg_0123456789","output_index":0,"content_index":0,"delta":" tok{i}"}}"#
+            );
+            let mut frame = Vec::new();
+            if deflate {
+                let mut data = Vec::with_capacity(event.len() + 64);
+                z.compress_vec(event.as_bytes(), &mut data, flate2::FlushCompress::Sync)
+                    .expect("compressible");
+                data.truncate(data.len() - 4);
+                encode_frame(true, true, 1, None, &data, &mut frame);
+            } else {
+                encode_frame(true, false, 1, None, event.as_bytes(), &mut frame);
+            }
+            frame
+        })
+        .collect()
+}
+
+/// A WebSocket bench case: name, the chunks as read, the sender's deflate.
+type WsCase<'a> = (&'static str, Vec<&'a [u8]>, Option<Deflate>);
+
+fn bench_websocket(c: &mut Criterion) {
+    let plain = websocket_frames(false);
+    let compressed = websocket_frames(true);
+    let plain_stream = plain.concat();
+    let takeover = Deflate {
+        no_context_takeover: false,
+        max_window_bits: 15,
+    };
+    let cases: [WsCase<'_>; 4] = [
+        (
+            "server_text/frame_per_chunk",
+            plain.iter().map(Vec::as_slice).collect(),
+            None,
+        ),
+        (
+            "server_text/16KiB_chunks",
+            fixed(&plain_stream, 16 * 1024),
+            None,
+        ),
+        ("server_text/97B_chunks", fixed(&plain_stream, 97), None),
+        (
+            "server_text_deflate/frame_per_chunk",
+            compressed.iter().map(Vec::as_slice).collect(),
+            Some(takeover),
+        ),
+    ];
+    let mut group = c.benchmark_group("framing/websocket");
+    for (name, chunks, deflate) in cases {
+        group.throughput(Throughput::Bytes(total(&chunks)));
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let mut seen = 0u64;
+                let mut dec = WsDecoder::new(Sender::Server, MAX_FRAME, deflate);
+                for chunk in &chunks {
+                    dec.feed(black_box(chunk), &mut |m| {
+                        if let WsMessage::Text(t) = m {
+                            seen += 1 + t.len() as u64 % 2;
+                        }
+                    })
+                    .expect("valid frames");
+                }
+                seen
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_sse, bench_others, bench_websocket);
 criterion_main!(benches);

@@ -36,7 +36,9 @@ const TEXT: &str = "text/plain; charset=utf-8";
 
 /// The admin listener could not start.
 #[derive(Debug, thiserror::Error)]
-#[error("admin listen {addr}: {source}")]
+/// Displays the address only: the OS error is its source, so `{:#}`
+/// shows it once.
+#[error("admin listen {addr}")]
 pub struct AdminError {
     pub addr: SocketAddr,
     #[source]

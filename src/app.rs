@@ -21,6 +21,7 @@ use crate::server::Shards;
 use crate::server::tls::Tls;
 use crate::telemetry::Telemetry;
 use crate::upstream::{Client, Shard};
+use crate::websocket::Sessions;
 
 /// How long stopped drains get to record before telemetry is flushed.
 const DRAIN_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -36,6 +37,8 @@ struct State {
     tokenizer: Arc<Tokenizer>,
     /// Upstream bodies read on after their client left (drain routes).
     drains: Arc<Drains>,
+    /// WebSocket sessions being relayed.
+    sessions: Arc<Sessions>,
 }
 
 /// A running tokentap instance.
@@ -57,6 +60,7 @@ pub struct Running {
     /// What `/config` shows.
     config_view: ConfigView,
     drains: Arc<Drains>,
+    sessions: Arc<Sessions>,
     shutdown_grace: std::time::Duration,
     /// The proxy listener's TLS, reloaded with the configuration.
     tls: Option<Arc<Tls>>,
@@ -84,6 +88,10 @@ impl Running {
         }
         self.drains.stop();
         let _ = tokio::time::timeout(DRAIN_STOP_WAIT, self.drains.wait_idle()).await;
+        // WebSocket sessions get the grace period too, then a close frame.
+        let _ = tokio::time::timeout_at(grace_ends, self.sessions.wait_idle()).await;
+        self.sessions.stop();
+        let _ = tokio::time::timeout(DRAIN_STOP_WAIT, self.sessions.wait_idle()).await;
         if let Some(admin) = self.admin {
             admin.shutdown().await;
         }
@@ -105,6 +113,11 @@ impl Running {
     /// Upstream bodies being read on after their client left.
     pub fn drains_active(&self) -> usize {
         self.drains.active()
+    }
+
+    /// WebSocket sessions being relayed.
+    pub fn sessions_active(&self) -> usize {
+        self.sessions.active()
     }
 
     /// Whether the active configuration asks for the config file to be watched.
@@ -165,6 +178,7 @@ impl Running {
             telemetry: current.telemetry.clone(),
             tokenizer: current.tokenizer.clone(),
             drains: current.drains.clone(),
+            sessions: current.sessions.clone(),
             config,
         }));
         Ok(())
@@ -221,12 +235,15 @@ fn client_changed(old: &UpstreamConfig, new: &UpstreamConfig) -> bool {
     new.ca_file.is_some() || old != new
 }
 
+/// What start-up reads besides the configuration itself (the CA file),
+/// checked without binding anything: `tokentap check`.
+pub fn check(config: &Config) -> anyhow::Result<()> {
+    Client::new(&config.upstream)?;
+    Ok(())
+}
+
 /// Bind the listener and start serving. Must run inside a tokio runtime.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
-    let telemetry = Arc::new(match config.admin_listen {
-        Some(_) => Telemetry::init_with_prometheus(&config.telemetry)?,
-        None => Telemetry::init(&config.telemetry)?,
-    });
     let client = Client::new(&config.upstream)?;
     let tls = config
         .tls
@@ -237,15 +254,22 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         (Some(_), Some(t)) => Some(Tls::load("admin", t)?),
         _ => None,
     };
-    telemetry.observe_certificates(tls.iter().chain(admin_tls.iter()).cloned().collect());
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("listen {}: {e}", config.listen))?;
     let addr = listener.local_addr()?;
     // After the proxy's bind, so a clash costs the admin port, not the proxy.
+    let admin_listener = admin::bind(&config).await?;
+    // After both binds: a start that fails there leaves no exporter behind
+    // to log its own shutdown.
+    let telemetry = Arc::new(match config.admin_listen {
+        Some(_) => Telemetry::init_with_prometheus(&config.telemetry)?,
+        None => Telemetry::init(&config.telemetry)?,
+    });
+    telemetry.observe_certificates(tls.iter().chain(admin_tls.iter()).cloned().collect());
     let readiness = Readiness::new();
     let config_view = ConfigView::new(&config);
-    let admin = admin::bind(&config).await?.map(|l| {
+    let admin = admin_listener.map(|l| {
         let state = AdminState {
             telemetry: telemetry.clone(),
             readiness: readiness.clone(),
@@ -258,9 +282,13 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let drains = Drains::new(config.upstream.max_drains);
     let observed = drains.clone();
     telemetry.observe_drains(move || observed.active() as u64);
+    let sessions = Sessions::new();
+    let observed = sessions.clone();
+    telemetry.observe_sessions(move || observed.active() as u64);
     let shutdown_grace = config.server.shutdown_grace;
     let state = Arc::new(ArcSwap::from_pointee(State {
         drains: drains.clone(),
+        sessions: sessions.clone(),
         router: Router::new(&config.routes),
         client,
         telemetry: telemetry.clone(),
@@ -289,6 +317,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         state,
         config_view,
         drains,
+        sessions,
         shutdown_grace,
         tls,
         admin_tls,

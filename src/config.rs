@@ -53,6 +53,7 @@ pub struct Config {
     pub routes: Vec<RouteConfig>,
     pub sniff: SniffConfig,
     pub meter: MeterConfig,
+    pub websocket: WebsocketConfig,
     pub tenant: TenantConfig,
     pub telemetry: TelemetryConfig,
 }
@@ -327,6 +328,32 @@ impl Default for MeterConfig {
     }
 }
 
+/// `[websocket]`: WebSocket sessions (upgrades relayed end to end). A
+/// session keeps the values it started with across reloads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebsocketConfig {
+    /// Sessions relayed at once; an upgrade beyond it is answered 503.
+    #[serde(deserialize_with = "units::at_least_one")]
+    pub max_sessions: usize,
+    /// Close a session after this long without a byte either way; unset = never.
+    #[serde(with = "units::opt_positive", skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<Duration>,
+    /// Largest message the session's metering reads; larger ones pass unread.
+    #[serde(with = "units::size")]
+    pub max_message_bytes: usize,
+}
+
+impl Default for WebsocketConfig {
+    fn default() -> Self {
+        WebsocketConfig {
+            max_sessions: 1024,
+            idle_timeout: None,
+            max_message_bytes: 16 << 20,
+        }
+    }
+}
+
 /// Where a request's tenant comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TenantSource {
@@ -370,24 +397,18 @@ impl Default for TenantConfig {
 }
 
 /// OTLP transport.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum OtlpProtocol {
     /// OTLP over gRPC (usually port 4317).
     #[serde(rename = "grpc")]
-    #[value(name = "grpc")]
     Grpc,
     /// OTLP over HTTP with protobuf bodies (usually port 4318).
     #[serde(rename = "http/protobuf")]
-    #[value(name = "http/protobuf")]
     HttpProtobuf,
 }
 
 /// Log line format.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -618,80 +639,33 @@ pub struct AlertsConfig {
     pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
 }
 
-/// Command-line interface. Every flag overrides the config file and env.
-#[derive(Debug, Clone, Default, clap::Parser)]
-#[command(
-    name = "tokentap",
-    version,
-    about = "Transparent LLM reverse proxy that meters TTFT, tokens/s and token counts and exports OpenTelemetry",
-    long_about = "tokentap sits between your application and an LLM provider, forwards every byte \
-unchanged, and turns each request into a measurement (time to first token, tokens per second, \
-token counts) exported over OTLP.\n\n\
-Quick start:\n  tokentap demo      (simulated provider and traffic; no API key needed)\n  tokentap --upstream https://api.openai.com\n  \
-OPENAI_BASE_URL=http://127.0.0.1:8080/v1 your-app\n\n\
-Configuration layers, later wins: built-in defaults < OTEL_* env < config file < \
-TOKENTAP_* env (nested keys joined by `__`, e.g. TOKENTAP_SERVER__MAX_CONNECTIONS=100) < flags. \
-See docs/CONFIG.md for every key."
-)]
-pub struct Cli {
-    /// TOML config file (see config/tokentap.toml for every key)
-    #[arg(
-        short,
-        long,
-        global = true,
-        env = "TOKENTAP_CONFIG",
-        value_name = "FILE"
-    )]
+/// Values set on the command line (`tokentap [run|check] --listen …`).
+/// Each one overrides the config file and env; the CLI (`crate::cli`) fills
+/// this in, so `config` knows nothing of how flags are parsed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Overrides {
+    /// Config file; else `TOKENTAP_CONFIG`.
     pub config: Option<PathBuf>,
-
-    /// Forward everything to this base URL as one route named `default` on `/`
-    /// (e.g. https://api.openai.com); conflicts with [[routes]] in the config
-    #[arg(long, global = true, value_name = "URL")]
+    /// One route `default` on `/` to this base URL (`--upstream`).
     pub upstream: Option<String>,
-
-    /// API family of --upstream (openai, anthropic, gemini, vertex, ollama, bedrock, azure, cohere,
-    /// vllm, llamacpp, tgi, mistral, groq, deepseek, openrouter, together, lmstudio, perplexity,
-    /// xai); detected from the path when omitted
-    #[arg(long, global = true, value_name = "NAME", requires = "upstream")]
+    /// API family of `upstream` (`--provider`); needs `upstream`.
     pub provider: Option<String>,
-
-    /// Proxy listen address [config: listen; default: 127.0.0.1:8080]
-    #[arg(short, long, global = true, value_name = "ADDR")]
+    /// `listen`.
     pub listen: Option<SocketAddr>,
-
-    /// Admin listen address for /metrics, /healthz, /readyz, /config, or `off`
-    /// [config: admin_listen; default: 127.0.0.1:9464]
-    #[arg(long, global = true, value_name = "ADDR|off", value_parser = admin_listen_arg)]
+    /// `admin_listen`: an address or `off`.
     pub admin_listen: Option<String>,
-
-    /// Reload when the config file changes (polled every second); SIGHUP
-    /// always reloads [config: watch_config]
-    #[arg(long, global = true)]
+    /// `watch_config = true` when set.
     pub watch_config: bool,
-
-    /// Log line format [config: telemetry.log_format; default: text]
-    #[arg(long, global = true, value_name = "FORMAT")]
+    /// `telemetry.log_format`.
     pub log_format: Option<LogFormat>,
-
-    /// OTLP collector endpoint, e.g. http://localhost:4318 [config: telemetry.otlp_endpoint]
-    #[arg(long, global = true, value_name = "URL")]
+    /// `telemetry.otlp_endpoint`.
     pub otlp_endpoint: Option<String>,
-
-    /// OTLP transport [config: telemetry.otlp_protocol; default: http/protobuf]
-    #[arg(long, global = true, value_name = "PROTOCOL")]
+    /// `telemetry.otlp_protocol`.
     pub otlp_protocol: Option<OtlpProtocol>,
-
-    /// Serve the proxy over TLS with this PEM certificate chain (needs
-    /// --tls-key) [config: tls.cert]
-    #[arg(long, global = true, value_name = "FILE", requires = "tls_key")]
+    /// `tls.cert` (`--tls-cert`).
     pub tls_cert: Option<PathBuf>,
-
-    /// PEM private key for --tls-cert [config: tls.key]
-    #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
+    /// `tls.key` (`--tls-key`).
     pub tls_key: Option<PathBuf>,
-
-    #[command(subcommand)]
-    pub command: Option<Command>,
 }
 
 /// The admin listener's address when none is configured (loopback only;
@@ -701,36 +675,6 @@ pub const DEFAULT_ADMIN_LISTEN: SocketAddr =
 
 /// The `admin_listen` value that turns the admin listener off.
 pub const ADMIN_OFF: &str = "off";
-
-/// `--admin-listen`: a socket address or `off`, checked before config loading.
-fn admin_listen_arg(s: &str) -> Result<String, String> {
-    let s = s.trim();
-    if s.eq_ignore_ascii_case(ADMIN_OFF) || s.parse::<SocketAddr>().is_ok() {
-        Ok(s.to_owned())
-    } else {
-        Err(format!(
-            "`{s}` is neither IP:PORT (e.g. 127.0.0.1:9464) nor `off`"
-        ))
-    }
-}
-
-/// What to run. `tokentap` with no subcommand means [`Command::Run`].
-#[derive(Debug, Clone, PartialEq, clap::Subcommand)]
-pub enum Command {
-    /// Run the proxy (the default)
-    Run,
-    /// Run only the simulated provider (OpenAI- and Anthropic-compatible), for tests and benchmarks
-    Simulate(crate::simulate::SimulateArgs),
-    /// Run tokentap in front of the simulated provider with generated traffic and a live table
-    Demo(crate::demo::DemoArgs),
-}
-
-impl Cli {
-    /// The subcommand, defaulting to [`Command::Run`].
-    pub fn command(&self) -> Command {
-        self.command.clone().unwrap_or(Command::Run)
-    }
-}
 
 /// Why the configuration was refused. Each variant displays as one line that
 /// names the key and where its value came from (file, env var or flag).
@@ -786,7 +730,7 @@ impl ConfigError {
 
 /// Loads the configuration from the flags, the config file and the process
 /// environment.
-pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
+pub fn load(cli: &Overrides) -> Result<Config, ConfigError> {
     let env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
@@ -795,7 +739,7 @@ pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
 
 /// [`load`] with the environment given explicitly (for tests). The config
 /// file is `cli.config`, else `TOKENTAP_CONFIG` from `env`.
-pub fn load_with_env(cli: &Cli, env: &[(String, String)]) -> Result<Config, ConfigError> {
+pub fn load_with_env(cli: &Overrides, env: &[(String, String)]) -> Result<Config, ConfigError> {
     let mut fig = Figment::new().merge(layers::Layer::defaults());
     for layer in layers::otel_env(env)? {
         fig = fig.merge(layer);
@@ -815,7 +759,7 @@ pub fn load_with_env(cli: &Cli, env: &[(String, String)]) -> Result<Config, Conf
 }
 
 /// The config file `load` reads: `--config`, else `TOKENTAP_CONFIG`.
-pub fn file(cli: &Cli) -> Option<PathBuf> {
+pub fn file(cli: &Overrides) -> Option<PathBuf> {
     let env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .filter(|(k, _)| k == layers::CONFIG_ENV)
@@ -823,7 +767,7 @@ pub fn file(cli: &Cli) -> Option<PathBuf> {
     file_with_env(cli, &env)
 }
 
-fn file_with_env(cli: &Cli, env: &[(String, String)]) -> Option<PathBuf> {
+fn file_with_env(cli: &Overrides, env: &[(String, String)]) -> Option<PathBuf> {
     cli.config.clone().or_else(|| {
         env.iter()
             .rev()

@@ -30,6 +30,9 @@ pub struct DemoArgs {
     pub duration: Option<u64>,
 }
 
+/// How long requests in flight may run on once the demo stops.
+const SETTLE: Duration = Duration::from_millis(400);
+
 const TENANTS: [&str; 3] = ["team-search", "team-chat", "team-batch"];
 
 /// Run the demo until Ctrl-C or `--duration`; the proxy listens on `listen`
@@ -103,24 +106,22 @@ pub async fn run(
             print_table(&running, &names, sent.load(Ordering::Relaxed));
         }
     }
-    // Let requests in flight finish (a few seconds at most), so the final
-    // table is not full of cancellations the demo itself caused.
+    // Requests in flight get a moment to finish, then are cut: `--duration`
+    // ends the demo within a second of it (a cut request counts as cancelled).
     stop.store(true, Ordering::Relaxed);
+    let settle = tokio::time::Instant::now() + SETTLE;
     for mut w in workers {
-        if tokio::time::timeout(Duration::from_secs(5), &mut w)
-            .await
-            .is_err()
-        {
+        if tokio::time::timeout_at(settle, &mut w).await.is_err() {
             w.abort();
         }
     }
-    // Let the last answers land in the statistics before the final table.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
     if interactive {
         print!("\x1b[H\x1b[2J");
     }
     println!("tokentap demo — final figures (last minute)\n");
     print_table(&running, &names, sent.load(Ordering::Relaxed));
+    // Its idle keep-alive connections would otherwise wait for the drain.
+    drop(client);
     running.shutdown().await;
     Ok(())
 }

@@ -8,6 +8,7 @@ pub mod eventstream;
 pub mod json_array;
 pub mod ndjson;
 pub mod sse;
+pub mod websocket;
 
 /// One complete frame, borrowed from the decoder's input or scratch space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

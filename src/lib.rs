@@ -10,6 +10,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod error;
@@ -24,3 +25,4 @@ pub mod simulate;
 pub mod sniff;
 pub mod telemetry;
 pub mod upstream;
+pub mod websocket;

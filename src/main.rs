@@ -4,46 +4,84 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use tokentap::config::{self, Cli, Command};
+use tokentap::cli::{Cli, Command};
+use tokentap::config::{self, Overrides};
 use tokentap::reload::{self, FileWatch, Hangup};
 
+/// Exit code when tokentap cannot start: a configuration error, a file it
+/// refers to, or an address it cannot bind.
+const START_FAILED: u8 = 2;
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.command() {
-        Command::Simulate(args) => return block_on(tokentap::simulate::run(args)),
-        Command::Demo(args) => {
-            let listen = cli.listen.unwrap_or(([127, 0, 0, 1], 8080).into());
-            let admin = match cli.admin_listen.as_deref() {
-                Some(a) if a.eq_ignore_ascii_case(config::ADMIN_OFF) => None,
-                Some(a) => a.parse().ok(),
-                None => Some(config::DEFAULT_ADMIN_LISTEN),
-            };
+    let flags = match Cli::parse().into_command() {
+        Command::Simulate(args) => return block_on(tokentap::simulate::run(args), 1),
+        Command::Demo(demo) => {
             let _logs = tokentap::telemetry::init_logging(config::LogFormat::Text);
-            return block_on(tokentap::demo::run(args, listen, admin));
+            let admin = demo.admin();
+            return block_on(tokentap::demo::run(demo.args, demo.listen, admin), 1);
         }
-        Command::Run => {}
-    }
+        Command::Check(args) => return check(&args.overrides()),
+        Command::Run(args) => args.overrides(),
+    };
     // Before loading, so an edit made while starting is not missed.
-    let watch = config::file(&cli).map(FileWatch::new);
-    let config = match config::load(&cli) {
+    let watch = config::file(&flags).map(FileWatch::new);
+    let config = match config::load(&flags) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("tokentap: configuration error: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(START_FAILED);
         }
     };
     let _logs = tokentap::telemetry::init_logging(config.telemetry.log_format);
-    block_on(run(cli, config, watch))
+    // `run` fails only while starting (binding, CA files, exporters).
+    block_on(run(flags, config, watch), START_FAILED)
+}
+
+/// `tokentap check`: the configuration as start-up loads it (layers, env,
+/// flags, and the files it refers to), printed redacted on stdout; errors
+/// on stderr and exit code 2.
+fn check(flags: &Overrides) -> ExitCode {
+    // The upstream client is built as start-up builds it, which needs a runtime.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tokentap: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let checked = config::load(flags)
+        .map_err(|e| format!("configuration error: {e}"))
+        .and_then(
+            |c| match runtime.block_on(async { tokentap::app::check(&c) }) {
+                Ok(()) => Ok(c),
+                Err(e) => Err(format!("{e:#}")),
+            },
+        );
+    match checked {
+        Ok(c) => {
+            print!("{}", c.redacted_toml());
+            eprintln!("tokentap: configuration OK");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tokentap: {e}");
+            ExitCode::from(START_FAILED)
+        }
+    }
 }
 
 /// Workers of the control-plane runtime.
 const CONTROL_WORKERS: usize = 2;
 
-/// Run `fut` on a multi-threaded runtime; its result becomes the exit code.
+/// Run `fut` on a multi-threaded runtime; its result becomes the exit code
+/// (`failure` when it fails).
 /// It runs the control plane (acceptor, admin listener, reloads, live
 /// statistics): requests are served on the serving threads
 /// (`server.threads`), so two workers are enough however many CPUs there are.
-fn block_on(fut: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
+fn block_on(fut: impl Future<Output = anyhow::Result<()>>, failure: u8) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(CONTROL_WORKERS)
         .enable_all()
@@ -58,13 +96,17 @@ fn block_on(fut: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
     match runtime.block_on(fut) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tokentap: {e:#}");
-            ExitCode::FAILURE
+            tokentap::telemetry::fatal(&format!("{e:#}"));
+            ExitCode::from(failure)
         }
     }
 }
 
-async fn run(cli: Cli, config: config::Config, watch: Option<FileWatch>) -> anyhow::Result<()> {
+async fn run(
+    flags: Overrides,
+    config: config::Config,
+    watch: Option<FileWatch>,
+) -> anyhow::Result<()> {
     // From here on SIGHUP means reload, not the default "terminate".
     let hangup = Hangup::new();
     let routes: Vec<String> = config
@@ -78,16 +120,24 @@ async fn run(cli: Cli, config: config::Config, watch: Option<FileWatch>) -> anyh
         "http"
     };
     let running = tokentap::app::start(config).await?;
-    tracing::info!(routes = ?routes, scheme, "listening on {}", running.addr);
-    eprintln!("tokentap listening on {} ({scheme})", running.addr);
+    tracing::info!(
+        target: tokentap::telemetry::STARTUP_TARGET,
+        routes = ?routes,
+        scheme,
+        "tokentap listening on {}",
+        running.addr
+    );
     // After the proxy's line: harnesses take the first `listening on` as the proxy.
     if let Some(admin) = running.admin_addr {
-        tracing::info!("admin listening on {admin}");
-        eprintln!("tokentap admin listening on {admin} (/metrics, /healthz, /readyz, /config)");
+        tracing::info!(
+            target: tokentap::telemetry::STARTUP_TARGET,
+            "tokentap admin listening on {admin} (dashboard http://{admin}/, \
+             /metrics, /healthz, /readyz, /config)"
+        );
     }
     tokio::select! {
         () = shutdown_signal() => {}
-        () = reload::run(&running, &cli, hangup, watch) => {}
+        () = reload::run(&running, &flags, hangup, watch) => {}
     }
     tracing::info!("shutdown signal received; draining");
     running.shutdown().await;

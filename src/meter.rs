@@ -7,6 +7,7 @@
 pub mod body;
 pub mod decompress;
 pub mod drain;
+pub mod session;
 pub mod tokenize;
 
 use std::sync::Arc;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::app::Running;
-use crate::config::{self, Cli};
+use crate::config::{self, Overrides};
 
 /// How often the config file is polled when `watch_config` is on.
 pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
@@ -78,7 +78,12 @@ impl FileWatch {
 /// while `watch_config` is on. Runs until dropped. `watch` is the config
 /// file (`None` when there is none); create it before the configuration
 /// is first loaded so a change in between is not missed.
-pub async fn run(running: &Running, cli: &Cli, mut hangup: Hangup, mut watch: Option<FileWatch>) {
+pub async fn run(
+    running: &Running,
+    cli: &Overrides,
+    mut hangup: Hangup,
+    mut watch: Option<FileWatch>,
+) {
     let mut tick = tokio::time::interval(WATCH_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     if running.watch_config() && watch.is_none() {

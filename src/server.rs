@@ -29,7 +29,12 @@ use tokio::task::JoinSet;
 
 use crate::config::ServerConfig;
 use crate::error::{BoxError, error_response};
-use head_check::{Limits, Refusal, Screened, Tracker, Verdicts};
+use head_check::{Limits, Refusal, Tracker, Verdicts};
+
+/// A client connection's socket as hyper serves it (reads screened for
+/// request framing); an upgrade hands it back.
+pub use head_check::Screened as ClientStream;
+use head_check::Screened;
 use tls::{ClientIdentity, Tls};
 
 /// What the service answers: the handler's body, or a refusal of our own.
@@ -165,11 +170,24 @@ where
                     .await
                     .map_err(|e| e.to_string()),
                 Ok(Ok(false)) => {
+                    // With upgrades (WebSocket), which hyper-util's graceful
+                    // watcher cannot hold: the drain flag asks it to finish.
                     let stream = Screened::new(stream, tracker);
-                    watcher
-                        .watch(h1.serve_connection(TokioIo::new(stream), svc))
-                        .await
-                        .map_err(|e| e.to_string())
+                    let conn = h1.serve_connection(TokioIo::new(stream), svc);
+                    let mut conn = std::pin::pin!(conn.with_upgrades());
+                    drop(watcher);
+                    let before_drain = tokio::select! {
+                        ended = conn.as_mut() => Some(ended),
+                        _ = draining.wait_for(|d| *d) => None,
+                    };
+                    let ended = match before_drain {
+                        Some(ended) => ended,
+                        None => {
+                            conn.as_mut().graceful_shutdown();
+                            conn.await
+                        }
+                    };
+                    ended.map_err(|e| e.to_string())
                 }
             };
             if let Err(e) = ended {
@@ -256,13 +274,32 @@ where
     /// close the rest.
     async fn drain(mut self, grace: Duration) {
         self.draining.send_replace(true);
-        tracing::info!(connections = self.graceful.count(), ?grace, "draining");
-        tokio::select! {
-            _ = self.graceful.shutdown() => tracing::info!("drained"),
-            _ = tokio::time::sleep(grace) => {
-                tracing::warn!(connections = self.tasks.len(), "shutdown grace expired; closing the rest");
-                self.tasks.abort_all();
-            }
+        // One drain per serving thread: the thread's name tells them apart.
+        let current = std::thread::current();
+        let thread = current.name().unwrap_or("serving thread");
+        tracing::info!(
+            thread,
+            connections = self.graceful.count(),
+            ?grace,
+            "draining"
+        );
+        let (graceful, tasks) = (self.graceful, &mut self.tasks);
+        // HTTP/1 connections are not watched by `graceful`: their tasks are
+        // waited for too.
+        let all_ended = async {
+            graceful.shutdown().await;
+            while tasks.join_next().await.is_some() {}
+        };
+        let ended = tokio::time::timeout(grace, all_ended).await.is_ok();
+        if ended {
+            tracing::info!(thread, "drained");
+        } else {
+            tracing::warn!(
+                thread,
+                connections = self.tasks.len(),
+                "shutdown grace expired; closing the rest"
+            );
+            self.tasks.abort_all();
         }
         while self.tasks.join_next().await.is_some() {}
     }

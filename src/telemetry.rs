@@ -13,10 +13,12 @@ mod instruments;
 pub mod live;
 mod log;
 pub mod prometheus;
+mod session;
 pub mod slo;
 mod span;
 
-pub use self::log::{LogGuard, init_logging};
+pub use self::log::{LogGuard, STARTUP_TARGET, fatal, init_logging, log_filter};
+pub use self::session::SessionTelemetry;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -226,6 +228,13 @@ impl Telemetry {
     /// Start one request's telemetry: a span continuing the client's W3C
     /// trace context from `headers`, plus the per-request recorder.
     pub fn begin(&self, facts: &RequestFacts, headers: &HeaderMap) -> RequestTelemetry {
+        let parent = self.inner.propagator.extract(&TraceHeaders(headers));
+        self.begin_in(facts, &parent)
+    }
+
+    /// Like `begin`, with the span a child of `parent` (a WebSocket
+    /// session's response spans).
+    fn begin_in(&self, facts: &RequestFacts, parent: &Context) -> RequestTelemetry {
         let inner = &self.inner;
         let op = facts.operation.map_or(OPERATION_UNKNOWN, Operation::name);
         let provider = facts.provider.as_str();
@@ -269,7 +278,6 @@ impl Telemetry {
             ],
         );
 
-        let parent = inner.propagator.extract(&TraceHeaders(headers));
         let name = match &facts.request_model {
             Some(model) => format!("{op} {model}"),
             None => op.to_owned(),
@@ -280,7 +288,7 @@ impl Telemetry {
             .with_kind(SpanKind::Client)
             .with_start_time(facts.start_wall)
             .with_attributes(span_start_attributes(facts, op))
-            .start_with_context(&inner.tracer, &parent);
+            .start_with_context(&inner.tracer, parent);
 
         RequestTelemetry {
             inner: self.inner.clone(),
@@ -340,6 +348,20 @@ impl Telemetry {
         Ok(prometheus::encode(&metrics, format))
     }
 
+    /// Count and log one request that matched no route (answered 404):
+    /// `tokentap.requests` with only `tokentap.outcome = no_route`, and an
+    /// access-log line with its method and path (never the query, which
+    /// may carry a key).
+    pub fn record_no_route(&self, method: &http::Method, path: &str) {
+        self.inner
+            .instruments
+            .requests
+            .add(1, &[KeyValue::new(OUTCOME, OUTCOME_NO_ROUTE)]);
+        if self.inner.access_log {
+            log::no_route_log(method, path);
+        }
+    }
+
     /// Count one configuration reload attempt (`tokentap.config.reloads`).
     pub fn record_config_reload(&self, success: bool) {
         let result = if success { "success" } else { "failure" };
@@ -395,6 +417,23 @@ impl Telemetry {
                     }
                 }
             })
+            .build();
+        if let Ok(mut kept) = self.inner.observed.lock() {
+            kept.push(Box::new(gauge));
+        }
+    }
+
+    /// Report `active()` as `tokentap.websocket.sessions.active` at each
+    /// collection (WebSocket sessions being relayed).
+    pub fn observe_sessions(&self, active: impl Fn() -> u64 + Send + Sync + 'static) {
+        let Some(meter) = &self.inner.meter else {
+            return;
+        };
+        let gauge = meter
+            .u64_observable_gauge(M_WEBSOCKET_SESSIONS_ACTIVE)
+            .with_unit("{session}")
+            .with_description("WebSocket sessions being relayed.")
+            .with_callback(move |obs| obs.observe(active(), &[]))
             .build();
         if let Ok(mut kept) = self.inner.observed.lock() {
             kept.push(Box::new(gauge));

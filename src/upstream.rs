@@ -32,6 +32,8 @@ use crate::sniff::Replay;
 mod conn;
 pub mod sigv4;
 
+/// An upstream connection's transport (TCP, or TLS over TCP).
+pub use conn::Io as UpstreamIo;
 pub use conn::Shard;
 
 /// The request body type sent upstream.
@@ -43,6 +45,8 @@ type Connector = RetryConnect<HttpsConnector<HttpConnector>>;
 #[derive(Debug, Clone)]
 pub struct Client {
     connector: Connector,
+    /// Offers only `http/1.1` by ALPN: an upgrade needs HTTP/1.1 end to end.
+    h1_connector: Connector,
     h1: Arc<conn::Pool>,
     h2: Arc<conn::H2Pool>,
     head_timeout: Option<Duration>,
@@ -254,19 +258,29 @@ impl Client {
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(cfg.connect_timeout));
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_all_versions()
-            .wrap_connector(http);
-        let connector = RetryConnect {
-            inner: connector,
+        let retry = |inner| RetryConnect {
+            inner,
             retries: cfg.connect_retries,
             backoff: cfg.connect_retry_backoff,
         };
+        let connector = retry(
+            hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls.clone())
+                .https_or_http()
+                .enable_all_versions()
+                .wrap_connector(http.clone()),
+        );
+        let h1_connector = retry(
+            hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls)
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(http),
+        );
 
         Ok(Client {
             connector,
+            h1_connector,
             h1: conn::Pool::new(cfg.pool_max_idle_per_host, cfg.pool_idle_timeout),
             h2: Arc::new(conn::H2Pool::default()),
             head_timeout: cfg.idle_timeout,
@@ -393,6 +407,45 @@ impl Client {
         }
     }
 
+    /// Send an upgrade request (WebSocket handshake) on a fresh HTTP/1.1
+    /// connection of its own: never pooled, and over TLS offering only
+    /// `http/1.1` by ALPN. The connection runs in a task on the current
+    /// runtime; after a `101` the response hands its transport over
+    /// through `hyper::upgrade::on`.
+    pub async fn upgrade<B>(&self, mut req: Request<B>) -> Result<Response<Incoming>, UpstreamError>
+    where
+        B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let uri = req.uri().clone();
+        let exchange = |e: hyper::Error| UpstreamError::classify_exchange(&e);
+        let fut = async {
+            let io = self
+                .h1_connector
+                .clone()
+                .oneshot(uri)
+                .await
+                .map_err(UpstreamError::classify_connect)?;
+            let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+                .handshake(io)
+                .await
+                .map_err(exchange)?;
+            tokio::spawn(async move {
+                if let Err(e) = conn.with_upgrades().await {
+                    tracing::debug!(error = %e, "upstream upgrade connection ended with an error");
+                }
+            });
+            to_h1_form(&mut req);
+            sender.send_request(req).await.map_err(exchange)
+        };
+        match self.head_timeout {
+            Some(limit) => tokio::time::timeout(limit, fut).await.map_err(|_| {
+                UpstreamError::Timeout("no response head within upstream.idle_timeout")
+            })?,
+            None => fut.await,
+        }
+    }
+
     /// Open a connection to `uri`: HTTP/2 when TLS negotiated it (shared
     /// from then on), HTTP/1 otherwise.
     async fn open(&self, key: &conn::Key, uri: &Uri) -> Result<Conn, UpstreamError> {
@@ -516,7 +569,7 @@ fn is_reset(e: &(dyn StdError + 'static)) -> bool {
 /// Put `req` in the form HTTP/1 sends: origin-form target, and a `Host`
 /// header from the URI (with the port unless it is the scheme's default).
 /// Returns whether `Host` was added.
-fn to_h1_form(req: &mut Request<UpstreamBody>) -> bool {
+fn to_h1_form<B>(req: &mut Request<B>) -> bool {
     let uri = req.uri().clone();
     let mut added = false;
     if !req.headers().contains_key(header::HOST)

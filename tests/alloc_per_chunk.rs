@@ -97,4 +97,94 @@ fn content_chunks_are_parsed_without_allocating() {
             );
         }
     }
+    websocket_messages_are_decoded_without_allocating();
+}
+
+/// The WebSocket side view: after the first messages, decoding server
+/// text frames (whole or split across reads), masked client frames, and
+/// permessage-deflate frames allocates nothing. Part of the one test above
+/// (the counter is process-wide).
+fn websocket_messages_are_decoded_without_allocating() {
+    use tokentap::framing::websocket::{Deflate, Sender, WsDecoder, WsMessage, encode_frame};
+    // Equal-sized events: a longer message later grows the buffer once
+    // (per stream, geometrically), which is not what this counts.
+    let events: Vec<String> = (0..400)
+        .map(|i| {
+            format!(
+                r#"{{"type":"response.output_text.delta","event_id":"evt_{i:04}","delta":" tok{i:04}"}}"#
+            )
+        })
+        .collect();
+    let mut z = flate2::Compress::new(flate2::Compression::default(), false);
+    let frames = |mask: Option<[u8; 4]>, deflate: bool, z: &mut flate2::Compress| {
+        let mut all = Vec::new();
+        for e in &events {
+            let mut frame = Vec::new();
+            if deflate {
+                let mut data = Vec::with_capacity(e.len() + 64);
+                z.compress_vec(e.as_bytes(), &mut data, flate2::FlushCompress::Sync)
+                    .unwrap();
+                data.truncate(data.len() - 4);
+                encode_frame(true, true, 1, mask, &data, &mut frame);
+            } else {
+                encode_frame(true, false, 1, mask, e.as_bytes(), &mut frame);
+            }
+            all.push(frame);
+        }
+        all
+    };
+    let takeover = Some(Deflate {
+        no_context_takeover: false,
+        max_window_bits: 15,
+    });
+    let server = frames(None, false, &mut z);
+    let server_stream = server.concat();
+    let client = frames(Some([1, 2, 3, 4]), false, &mut z);
+    let compressed = frames(None, true, &mut z);
+    fn as_slices(v: &[Vec<u8>]) -> Vec<&[u8]> {
+        v.iter().map(Vec::as_slice).collect()
+    }
+    for (how, sender, deflate, chunks) in [
+        (
+            "server, one frame per chunk",
+            Sender::Server,
+            None,
+            as_slices(&server),
+        ),
+        (
+            "server, 97-byte reads",
+            Sender::Server,
+            None,
+            streams::fixed(&server_stream, 97),
+        ),
+        ("client, masked", Sender::Client, None, as_slices(&client)),
+        (
+            "server, deflate",
+            Sender::Server,
+            takeover,
+            as_slices(&compressed),
+        ),
+    ] {
+        let mut dec = WsDecoder::new(sender, 1 << 20, deflate);
+        let mut texts = 0u64;
+        for chunk in &chunks[..WARM_UP] {
+            dec.feed(chunk, &mut |_| {}).unwrap();
+        }
+        let n = allocations(|| {
+            for chunk in &chunks[WARM_UP..] {
+                dec.feed(chunk, &mut |m| {
+                    texts += u64::from(matches!(m, WsMessage::Text(_)))
+                })
+                .unwrap();
+            }
+        });
+        assert!(
+            texts >= 300,
+            "websocket {how}: {texts} text messages decoded"
+        );
+        assert_eq!(
+            n, 0,
+            "websocket {how}: {n} allocations for {texts} messages"
+        );
+    }
 }

@@ -20,6 +20,9 @@
 //!   leaves usage-free streams untouched;
 //! - `realtime`: WebSocket session messages never panic the parser, a
 //!   rejected message yields nothing, and OpenAI messages keep no state.
+//! - `websocket`: one direction of a WebSocket (either sender, with or
+//!   without permessage-deflate) gives the same messages whole, split and
+//!   byte by byte, within the message cap and its memory bound.
 //!
 //! Crash inputs found by fuzzing are kept in the corpus, so each is a
 //! regression test here. `cargo test --test fuzz_corpus -- --ignored
@@ -310,13 +313,14 @@ fn plan_round_trips_through_control_bytes() {
 type FuzzOne = fn(&[u8]);
 
 /// The fuzz targets beside the framing decoders, with their entry points.
-const STAGE_TARGETS: [(&str, FuzzOne); 6] = [
+const STAGE_TARGETS: [(&str, FuzzOne); 7] = [
     ("providers", harness::providers::fuzz_one),
     ("realtime", harness::realtime::fuzz_one),
     ("meter", harness::meter::fuzz_one),
     ("sniff", harness::sniff::fuzz_one),
     ("config", harness::config::fuzz_one),
     ("rewrite", harness::rewrite::fuzz_one),
+    ("websocket", harness::websocket::fuzz_one),
 ];
 
 fn corpus_dir(target: &str) -> PathBuf {
@@ -487,4 +491,81 @@ fn write_seed_corpora() {
         br#"..{"model":"m","stream":true,"messages":[]}"#,
     );
     write_seed("rewrite", "crlf_usage_null", b"\x05\x00data: {\"usage\":null,\"x\":2}\r\n\r\ndata: {\"choices\":[],\"usage\":{\"total_tokens\":3}}\r\n\r\n");
+}
+
+/// Write the hand-made WebSocket seeds (`fuzz/corpus/websocket/`).
+#[test]
+#[ignore = "writes fuzz/corpus/websocket/; run by hand after changing the seeds"]
+fn write_websocket_seeds() {
+    for (name, input) in harness::websocket::seeds() {
+        write_seed("websocket", name, &input);
+    }
+}
+
+#[test]
+fn websocket_seeds_decode_as_named() {
+    for (name, input) in harness::websocket::seeds() {
+        let (plan, payload) = harness::websocket::Plan::parse(&input);
+        let (messages, result) = harness::websocket::decode(plan, &[payload]);
+        assert_eq!(
+            result.is_err(),
+            name.ends_with("_error"),
+            "{name}: {result:?} after {messages:?}"
+        );
+        assert!(
+            !messages.is_empty() || result.is_err(),
+            "{name}: no messages"
+        );
+        let skipped = messages
+            .iter()
+            .any(|m| matches!(m, harness::websocket::Owned::Skipped { .. }));
+        assert_eq!(skipped, name.contains("small_cap"), "{name}: {messages:?}");
+    }
+}
+
+/// Random frame sequences (every opcode, FIN, RSV1, masked or not, plain
+/// or compressed payloads), sometimes mutated, for both senders with and
+/// without deflate.
+#[test]
+fn websocket_random_frames_hold_the_invariants() {
+    use harness::websocket::{Plan as WsPlan, check_split as ws_check_split, deflate_message};
+    use tokentap::framing::websocket::{Deflate, Sender, encode_frame};
+    let mut rng = Rng(0x3c0f_fee5_ca11_ab1e);
+    let mut errors = 0;
+    for _ in 0..RANDOM_INPUTS {
+        let config = rng.next() as u8;
+        let mut plan = WsPlan::parse(&[config, 0, 0]).0;
+        if rng.below(2) == 0 {
+            plan.max = LARGE_CAP;
+        }
+        let mut z = flate2::Compress::new(flate2::Compression::fast(), false);
+        let mut data = Vec::new();
+        for _ in 0..rng.below(6) {
+            let opcode = rng.pick(&[0u8, 1, 1, 2, 8, 9, 10, 3, 0xB]);
+            let fin = rng.below(4) != 0;
+            let masked = (plan.sender == Sender::Client) != (rng.below(16) == 0);
+            let mask = masked.then(|| (rng.next() as u32).to_be_bytes());
+            let mut payload = rng.bytes(if opcode >= 8 { 8 } else { 60 });
+            let rsv1 = plan.deflate.is_some() && opcode != 0 && rng.below(2) == 0;
+            if rsv1 {
+                if plan.deflate.is_some_and(|d: Deflate| d.no_context_takeover) {
+                    z.reset();
+                }
+                payload = deflate_message(&mut z, &payload.repeat(rng.below(8) + 1));
+            }
+            encode_frame(fin, rsv1, opcode, mask, &payload, &mut data);
+        }
+        if !data.is_empty() && rng.below(4) == 0 {
+            let at = rng.below(data.len());
+            data[at] ^= 1 << rng.below(8);
+        }
+        for _ in 0..4 {
+            ws_check_split(plan, &data, rng.below(data.len() + 1));
+        }
+        errors += usize::from(harness::websocket::decode(plan, &[&data]).1.is_err());
+    }
+    assert!(
+        errors > RANDOM_INPUTS / 20 && errors < RANDOM_INPUTS * 19 / 20,
+        "websocket: {errors} of {RANDOM_INPUTS} inputs failed to decode; generator is lopsided"
+    );
 }

@@ -9,7 +9,8 @@
 //! The other stages have a module each, with its own control bytes and
 //! invariants: `providers` (framing + adapter), `meter` (the metered path),
 //! `sniff` (request bodies), `config` (TOML), `rewrite` (usage injection),
-//! `realtime` (WebSocket session messages).
+//! `realtime` (WebSocket session messages),
+//! `websocket` (one direction of a relayed WebSocket).
 
 pub mod config;
 pub mod meter;
@@ -17,6 +18,7 @@ pub mod providers;
 pub mod realtime;
 pub mod rewrite;
 pub mod sniff;
+pub mod websocket;
 
 use tokentap::framing::eventstream::EventStreamDecoder;
 use tokentap::framing::json_array::JsonArrayDecoder;

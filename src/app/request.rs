@@ -27,6 +27,7 @@ use crate::route::{self, Route};
 use crate::server::tls::ClientIdentity;
 use crate::sniff::{self, Replay, Sniffed};
 use crate::upstream::{self, ResponseBody, Shard, UpstreamBody, sigv4};
+use crate::websocket;
 
 /// The response body served to clients.
 #[derive(Debug)]
@@ -145,6 +146,9 @@ async fn forward(
     shard: Shard,
 ) -> Result<Response<ProxyBody>, Failure> {
     let admitted = admit(state, &req).map_err(Failure::unmetered)?;
+    if websocket::is_upgrade(&req) {
+        return Ok(websocket_session(state, admitted, req, arrival).await);
+    }
     let (parts, body) = req.into_parts();
     // The verified client certificate's subject, on mTLS connections.
     let client_cert = parts
@@ -182,10 +186,13 @@ struct Admitted<'s> {
 /// Step 1: find the route and the upstream target, or refuse.
 fn admit<'s>(state: &'s State, req: &Request<Incoming>) -> Result<Admitted<'s>, ProxyError> {
     let Some(route) = state.router.find(request_host(req), req.uri().path()) else {
+        state
+            .telemetry
+            .record_no_route(req.method(), req.uri().path());
         return Err(ProxyError::client(
             StatusCode::NOT_FOUND,
             "no_route",
-            "no route matches this path",
+            no_route_message(&state.config.routes, req.uri().path()),
         ));
     };
     let upstream_uri = route.upstream_uri(req.uri()).map_err(|e| {
@@ -203,6 +210,22 @@ fn admit<'s>(state: &'s State, req: &Request<Incoming>) -> Result<Admitted<'s>, 
         provider: route.provider.or_else(|| ProviderKind::detect(path)),
         path: path.to_owned(),
     })
+}
+
+/// The 404 message: the path, and the routes that exist, so a client
+/// with the wrong base URL learns the right one.
+fn no_route_message(routes: &[crate::config::RouteConfig], path: &str) -> String {
+    let listed: Vec<String> = routes
+        .iter()
+        .map(|r| match &r.host {
+            Some(h) => format!("{} (host {h}, route {})", r.prefix, r.name),
+            None => format!("{} (route {})", r.prefix, r.name),
+        })
+        .collect();
+    format!(
+        "no route matches {path}; configured prefixes: {}",
+        listed.join(", ")
+    )
 }
 
 /// The request's host without port: the URI authority (HTTP/2, absolute
@@ -495,4 +518,73 @@ fn take_head(
         body = body.drain_on_disconnect(state.drains.clone(), limits);
     }
     Response::from_parts(head, ProxyBody::Metered(Box::new(body)))
+}
+
+/// A WebSocket upgrade: the handshake forwarded, then the session relayed
+/// (`websocket`); an upstream answer other than `101` is metered like any
+/// response.
+async fn websocket_session(
+    state: &State,
+    admitted: Admitted<'_>,
+    req: Request<Incoming>,
+    arrival: Arrival,
+) -> Response<ProxyBody> {
+    let (route, path) = (admitted.route, admitted.path.as_str());
+    let path_and_query = match req.uri().query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
+    };
+    let provider = route
+        .provider
+        .or_else(|| websocket::provider_for_path(&path_and_query))
+        .or_else(|| ProviderKind::detect(path));
+    let facts = RequestFacts {
+        route: route.name.clone(),
+        provider: provider.unwrap_or(ProviderKind::Openai),
+        operation: Some(Operation::Responses),
+        request_model: websocket::model_from_path(&path_and_query),
+        stream: true,
+        tenant: route::resolve_tenant(&state.config.tenant, req.headers(), None),
+        server_address: route.server_address.clone(),
+        server_port: route.server_port,
+        request_body: RequestBody::Empty,
+        start_wall: arrival.wall,
+        start: arrival.at,
+    };
+    let handshake = websocket::Handshake {
+        client: &state.client,
+        telemetry: &state.telemetry,
+        sessions: &state.sessions,
+        config: state.config.websocket.clone(),
+        upstream_uri: admitted.upstream_uri,
+        facts,
+        path_and_query,
+    };
+    match websocket::upgrade(handshake, req).await {
+        websocket::Answer::Local(res) => res.map(ProxyBody::Local),
+        websocket::Answer::Upstream(res, mut meter) => {
+            let (head, body) = res.into_parts();
+            let content_type = head
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let parser = Parser::new(
+                meter.facts().provider,
+                meter.facts().operation,
+                content_type,
+                state.config.meter.max_frame_bytes,
+            )
+            .ok_or_else(|| Unmetered::UnknownFormat(format!("content-type {content_type:?}")));
+            let encoding = head
+                .headers
+                .get(header::CONTENT_ENCODING)
+                .and_then(|v| v.to_str().ok());
+            meter.on_head(head.status.as_u16(), false, parser, encoding);
+            let cfg = &state.config.upstream;
+            let body = ResponseBody::Shared(body);
+            let body = MeteredBody::new(body, *meter, cfg.idle_timeout, cfg.total_timeout);
+            Response::from_parts(head, ProxyBody::Metered(Box::new(body)))
+        }
+    }
 }

@@ -8,7 +8,7 @@ use figment::{Error, Figment, Metadata, Profile, Provider};
 use super::parse;
 use super::raw::RawConfig;
 use super::units::REDACTED;
-use super::{Cli, ConfigError};
+use super::{ConfigError, Overrides};
 use crate::providers::ProviderKind;
 
 /// Prefix of tokentap's own environment variables.
@@ -103,13 +103,40 @@ pub(super) fn tokentap_env(env: &[(String, String)]) -> Result<Vec<Layer>, Confi
                 message: "malformed name; nested keys are joined with `__`, e.g. TOKENTAP_SERVER__MAX_CONNECTIONS".into(),
             });
         }
-        layers.push(Layer::key(
-            env_source(var),
-            &segments.join("."),
-            env_value(val),
-        ));
+        let key = segments.join(".");
+        let value = match STRING_TABLES.contains(&key.as_str()) {
+            true => table_value(var, &key, val)?,
+            false => env_value(val),
+        };
+        layers.push(Layer::key(env_source(var), &key, value));
     }
     Ok(layers)
+}
+
+/// Tables of strings that a whole `TOKENTAP_*` variable may also set as
+/// `k1=v1,k2=v2` (the `OTEL_EXPORTER_OTLP_HEADERS` form): the one way to
+/// give a key the variable name cannot spell, such as `x-api-key`.
+const STRING_TABLES: [&str; 3] = [
+    "telemetry.otlp_headers",
+    "telemetry.resource_attributes",
+    "alerts.headers",
+];
+
+/// An inline table (`{…}`) as it is, else the `k=v,…` list as a table.
+fn table_value(var: &str, key: &str, val: &str) -> Result<Value, ConfigError> {
+    if val.trim_start().starts_with('{') {
+        return Ok(env_value(val));
+    }
+    let pairs = parse::kv_list(val).map_err(|message| ConfigError::Invalid {
+        key: key.to_owned(),
+        origin: env_source(var),
+        message: format!("{message}; write k1=v1,k2=v2 or an inline table {{k1=\"v1\"}}"),
+    })?;
+    let d: Dict = pairs
+        .into_iter()
+        .map(|(k, v)| (k, Value::from(v)))
+        .collect();
+    Ok(Value::from(d))
 }
 
 /// The standard `OTEL_*` variables mapped onto `[telemetry]`. Empty values
@@ -237,7 +264,7 @@ pub(super) fn toml_file(path: &std::path::Path) -> Result<Data<Toml>, ConfigErro
 }
 
 /// Command-line flags, each its own layer named after the flag.
-pub(super) fn cli(cli: &Cli) -> Result<Vec<Layer>, ConfigError> {
+pub(super) fn cli(cli: &Overrides) -> Result<Vec<Layer>, ConfigError> {
     let flag = |f: &str| format!("flag --{f}");
     let mut layers = Vec::new();
     if let Some(a) = cli.listen {
@@ -309,7 +336,7 @@ fn serialized<T: serde::Serialize>(v: T) -> Value {
 }
 
 /// `--upstream URL [--provider P]` as the single route `default` on `/`.
-fn upstream_route(cli: &Cli) -> Result<Option<Value>, ConfigError> {
+fn upstream_route(cli: &Overrides) -> Result<Option<Value>, ConfigError> {
     let invalid = |message: String| ConfigError::Invalid {
         key: "routes[0].provider".into(),
         origin: "flag --provider".into(),
@@ -337,7 +364,7 @@ fn upstream_route(cli: &Cli) -> Result<Option<Value>, ConfigError> {
 /// Refuses `--upstream` when routes also come from the file or env.
 pub(super) fn check_upstream_conflict(
     fig: &Figment,
-    cli: &Cli,
+    cli: &Overrides,
     origin: impl Fn(&str) -> String,
 ) -> Result<(), ConfigError> {
     let configured =

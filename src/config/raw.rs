@@ -13,6 +13,7 @@ use super::{AdminConfig, TlsConfig};
 use super::{
     AlertFormat, Config, DisconnectMode, LiveConfig, MeterConfig, OnClientDisconnect, ServerConfig,
     SloConfig, SniffConfig, TelemetryConfig, TenantConfig, TenantSource, UpstreamConfig,
+    WebsocketConfig,
 };
 use crate::providers::ProviderKind;
 
@@ -43,6 +44,8 @@ pub(super) struct RawConfig {
     pub sniff: SniffConfig,
     /// Response metering.
     pub meter: MeterConfig,
+    /// WebSocket sessions.
+    pub websocket: WebsocketConfig,
     /// Tenant resolution.
     pub tenant: TenantConfig,
     /// Telemetry export and cardinality.
@@ -148,6 +151,7 @@ impl Default for RawConfig {
             routes: Vec::new(),
             sniff: SniffConfig::default(),
             meter: MeterConfig::default(),
+            websocket: WebsocketConfig::default(),
             tenant: TenantConfig::default(),
             telemetry: TelemetryConfig::default(),
             live: LiveConfig::default(),
@@ -217,6 +221,7 @@ impl RawConfig {
                 .collect(),
             sniff: c.sniff.clone(),
             meter: c.meter.clone(),
+            websocket: c.websocket.clone(),
             tenant: c.tenant.clone(),
             telemetry: t.clone(),
             live: t.live.clone(),

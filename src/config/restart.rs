@@ -108,9 +108,8 @@ fn first_difference(path: &str, a: Option<&Value>, b: Option<&Value>) -> Option<
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser as _;
-
-    use super::super::{Cli, from_toml, load_with_env};
+    use super::super::tests::cli;
+    use super::super::{from_toml, load_with_env};
 
     const ROUTE: &str = "[[routes]]\nname = \"a\"\nupstream = \"http://127.0.0.1:9\"\n";
 
@@ -181,10 +180,6 @@ mod tests {
 
     #[test]
     fn watch_config_from_flag_and_key() {
-        let cli = |args: &[&str]| {
-            let argv = std::iter::once("tokentap").chain(args.iter().copied());
-            Cli::try_parse_from(argv).expect("flags parse")
-        };
         let load = |args: &[&str], env: &[(&str, &str)]| {
             let env: Vec<(String, String)> = env
                 .iter()

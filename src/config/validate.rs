@@ -236,6 +236,7 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         routes,
         sniff: raw.sniff.clone(),
         meter: raw.meter.clone(),
+        websocket: raw.websocket.clone(),
         tenant: raw.tenant.clone(),
         telemetry: telemetry(&cx, &raw.telemetry, live, slo)?,
     })

@@ -389,6 +389,12 @@ impl<T> Screened<T> {
     pub fn new(inner: T, tracker: Tracker) -> Screened<T> {
         Screened { inner, tracker }
     }
+
+    /// The socket, once HTTP is over on it (an upgrade): its bytes are no
+    /// longer request heads to screen.
+    pub fn into_inner(self) -> T {
+        self.inner
+    }
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Screened<T> {

@@ -23,6 +23,19 @@ pub const M_CONFIG_RELOADS: &str = "tokentap.config.reloads";
 pub const M_DRAINS_ACTIVE: &str = "tokentap.drains.active";
 /// Seconds until a served TLS certificate expires (gauge).
 pub const M_TLS_CERT_EXPIRY: &str = "tokentap.tls.certificate.expiry";
+pub const M_WEBSOCKET_SESSIONS_ACTIVE: &str = "tokentap.websocket.sessions.active";
+
+// WebSocket session span attributes (no GenAI convention covers sessions).
+pub const SESSION_RESPONSES: &str = "tokentap.session.responses";
+pub const SESSION_INPUT_TOKENS: &str = "tokentap.session.input_tokens";
+pub const SESSION_OUTPUT_TOKENS: &str = "tokentap.session.output_tokens";
+pub const SESSION_END: &str = "tokentap.session.end";
+pub const SESSION_CLOSE_CODE_CLIENT: &str = "tokentap.session.close_code.client";
+pub const SESSION_CLOSE_CODE_UPSTREAM: &str = "tokentap.session.close_code.upstream";
+pub const SESSION_ERRORS: &str = "tokentap.session.errors";
+pub const SESSION_UNMETERED: &str = "tokentap.session.unmetered";
+pub const SESSION_BYTES_UP: &str = "tokentap.session.bytes.client_to_upstream";
+pub const SESSION_BYTES_DOWN: &str = "tokentap.session.bytes.upstream_to_client";
 
 // Semantic-convention attribute keys.
 pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
@@ -48,6 +61,9 @@ pub const ERROR_TYPE: &str = "error.type";
 pub const ROUTE: &str = "tokentap.route";
 pub const TENANT: &str = "tokentap.tenant";
 pub const OUTCOME: &str = "tokentap.outcome";
+/// `tokentap.outcome` of a request that matched no route (answered 404,
+/// never forwarded, so it has no route, provider or measurement).
+pub const OUTCOME_NO_ROUTE: &str = "no_route";
 pub const TOKENS_ESTIMATED: &str = "tokentap.tokens.estimated";
 pub const TOKENS_SOURCE: &str = "tokentap.tokens.source";
 pub const DECODE_TPS: &str = "tokentap.decode.tokens_per_second";

@@ -23,7 +23,7 @@ pub fn access_log(m: &Measurement, span: &opentelemetry_sdk::trace::Span) {
         stream = m.request.stream,
         ttft_ms = m.time_to_first_token.map(millis),
         tpot_ms = m.time_per_output_token().map(millis),
-        decode_tps = m.decode_tokens_per_second(),
+        decode_tps = m.decode_tokens_per_second().map(round3),
         tokens_in = m.usage.input,
         tokens_out = m.output_tokens.or(m.usage.output),
         estimated = m.estimated(),
@@ -35,8 +35,41 @@ pub fn access_log(m: &Measurement, span: &opentelemetry_sdk::trace::Span) {
     );
 }
 
+/// The access-log line of a request that matched no route.
+pub(super) fn no_route_log(method: &http::Method, path: &str) {
+    tracing::info!(
+        target: "tokentap::access",
+        status = 404,
+        outcome = super::attrs::OUTCOME_NO_ROUTE,
+        method = method.as_str(),
+        path,
+        "request"
+    );
+}
+
+/// Milliseconds to the microsecond: what the clock readings are worth,
+/// without float noise (`256.14899099999997`).
 fn millis(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
+    round3(d.as_secs_f64() * 1000.0)
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Target of the start-up banners and of fatal errors: shown whatever
+/// `RUST_LOG` says (unless it names this target itself), so the addresses
+/// tokentap listens on, and why it stopped, are never filtered away.
+pub const STARTUP_TARGET: &str = "tokentap::startup";
+
+/// Report the error that ends the process: a log record when the
+/// subscriber is installed (so JSON stays JSON), else a plain line.
+pub fn fatal(message: &str) {
+    if tracing::dispatcher::has_been_set() {
+        tracing::error!(target: STARTUP_TARGET, "tokentap: {message}");
+    } else {
+        eprintln!("tokentap: {message}");
+    }
 }
 
 /// Keeps the log writer thread alive; dropping it flushes what is queued.
@@ -45,36 +78,141 @@ pub type LogGuard = tracing_appender::non_blocking::WorkerGuard;
 /// Lines queued for the writer thread before new ones are dropped.
 const LOG_QUEUE_LINES: usize = 65_536;
 
-/// Install the process's `tracing` subscriber: text or JSON lines on stdout,
-/// filtered by `RUST_LOG` (default `info`). Lines go through a bounded queue
-/// to a writer thread, so a slow or blocked stdout drops log lines instead
-/// of stalling the streams whose access-log line is being written.
-/// Keep the guard until exit. A second call does nothing and returns `None`.
+/// Install the process's `tracing` subscriber: every line tokentap writes
+/// (access log, diagnostics, start-up banners, fatal errors), text or JSON,
+/// on stderr, filtered by `RUST_LOG` (default `info`). Lines go through a
+/// bounded queue to one writer thread, so a slow or blocked stderr drops
+/// log lines instead of stalling the streams whose access-log line is being
+/// written, and lines never interleave. Keep the guard until exit. A second
+/// call does nothing and returns `None`.
 pub fn init_logging(format: LogFormat) -> Option<LogGuard> {
-    use tracing_subscriber::EnvFilter;
-    // The OpenTelemetry SDK and exporter log each failed export (a WARN
-    // and an ERROR every interval while a collector is down); tokentap
-    // reports export failures itself, rate-limited (`export.rs`). Their
-    // lines show only when RUST_LOG names them.
-    let wanted = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
-    let directives = if wanted.contains("opentelemetry") {
-        wanted
-    } else {
-        format!("{wanted},opentelemetry=off")
-    };
-    let filter = EnvFilter::builder().parse_lossy(directives);
+    let (filter, bad) = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(true)
         .buffered_lines_limit(LOG_QUEUE_LINES)
         .thread_name("tokentap-log")
-        .finish(std::io::stdout());
+        .finish(std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let installed = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
-    installed.ok().map(|()| guard)
+    let guard = installed.ok().map(|()| guard)?;
+    if let Some(e) = bad {
+        tracing::warn!(target: STARTUP_TARGET, error = %e, "RUST_LOG ignored; logging at info");
+    }
+    Some(guard)
+}
+
+/// The filter for `RUST_LOG` (`None` or blank = `info`), with
+/// [`STARTUP_TARGET`] at `info` unless `RUST_LOG` names it; plus the parse
+/// error when `RUST_LOG` was invalid (then `info`).
+pub fn log_filter(rust_log: Option<&str>) -> (tracing_subscriber::EnvFilter, Option<String>) {
+    use tracing_subscriber::EnvFilter;
+    let spec = rust_log.map(str::trim).filter(|s| !s.is_empty());
+    let (filter, bad) = match spec.map(EnvFilter::try_new) {
+        None => (EnvFilter::new("info"), None),
+        Some(Ok(f)) => (f, None),
+        Some(Err(e)) => (EnvFilter::new("info"), Some(e.to_string())),
+    };
+    // The OpenTelemetry SDK and exporter log each failed export (a WARN
+    // and an ERROR every interval while a collector is down); tokentap
+    // reports export failures itself, rate-limited (`export.rs`). Their
+    // lines show only when RUST_LOG names them.
+    let filter = match "opentelemetry=off".parse() {
+        Ok(quiet) if !spec.is_some_and(|s| s.contains("opentelemetry")) => {
+            filter.add_directive(quiet)
+        }
+        _ => filter,
+    };
+    if spec.is_some_and(|s| s.contains(STARTUP_TARGET)) {
+        return (filter, bad);
+    }
+    match format!("{STARTUP_TARGET}=info").parse() {
+        Ok(directive) => (filter.add_directive(directive), bad),
+        Err(_) => (filter, bad),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lock").extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The lines `RUST_LOG=rust_log` lets through of: one access line, one
+    /// diagnostic, one start-up line.
+    fn shown(rust_log: Option<&str>) -> String {
+        let buf = Buf::default();
+        let out = buf.clone();
+        let (filter, bad) = log_filter(rust_log);
+        assert_eq!(bad, None, "{rust_log:?} parses");
+        let sub = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(move || out.clone())
+            .finish();
+        tracing::subscriber::with_default(sub, || {
+            tracing::info!(target: "tokentap::access", "ACCESS");
+            tracing::info!(target: "tokentap::server", "DIAGNOSTIC");
+            tracing::info!(target: STARTUP_TARGET, "STARTUP");
+        });
+        String::from_utf8(buf.0.lock().expect("lock").clone()).expect("utf-8")
+    }
+
+    /// The forms docs/METRICS.md ("Access log") documents.
+    #[test]
+    fn documented_rust_log_forms() {
+        let all = shown(None);
+        assert!(
+            ["ACCESS", "DIAGNOSTIC", "STARTUP"]
+                .iter()
+                .all(|w| all.contains(w)),
+            "{all}"
+        );
+        let no_access = shown(Some("info,tokentap::access=off"));
+        assert!(!no_access.contains("ACCESS"), "{no_access}");
+        assert!(
+            no_access.contains("DIAGNOSTIC") && no_access.contains("STARTUP"),
+            "{no_access}"
+        );
+        let bare = shown(Some("tokentap::access=off"));
+        assert!(
+            !bare.contains("ACCESS") && !bare.contains("DIAGNOSTIC"),
+            "{bare}"
+        );
+        assert!(
+            bare.contains("STARTUP"),
+            "start-up lines survive any filter: {bare}"
+        );
+        let warn = shown(Some("warn"));
+        assert!(
+            !warn.contains("DIAGNOSTIC") && warn.contains("STARTUP"),
+            "{warn}"
+        );
+        let (_, bad) = log_filter(Some("tokentap=loud"));
+        assert!(bad.is_some(), "an invalid RUST_LOG is reported");
+    }
+
+    #[test]
+    fn log_numbers_are_rounded() {
+        assert_eq!(millis(Duration::from_nanos(256_148_990)), 256.149);
+        assert_eq!(round3(41.123_456_7), 41.123);
+    }
 }

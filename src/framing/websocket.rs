@@ -1,0 +1,1551 @@
+//! WebSocket side view (RFC 6455, RFC 7692): copies of the bytes one peer
+//! sent on a relayed WebSocket in, complete messages out.
+//!
+//! tokentap never terminates a WebSocket: it relays the bytes both ways
+//! untouched and feeds a copy of each direction to one [`WsDecoder`], so the
+//! provider layer can read the text messages. The decoder walks frames
+//! (7/16/64-bit lengths, masking, fragments, interleaved control frames),
+//! unmasks, reassembles and inflates (permessage-deflate), and hands out
+//! whole messages. A protocol violation is an error after which the decoder
+//! refuses further input; the relay keeps relaying and stops metering.
+//!
+//! Memory is bounded per direction: a frame header (≤ 14 bytes), one control
+//! frame body (≤ 125 bytes), and one reassembly buffer that never grows past
+//! `max_message + 1` bytes (the extra byte tells an inflated message that
+//! overflows from one that fits exactly). A larger data message is walked
+//! but not kept and comes out as [`WsMessage::Skipped`]; with deflate context
+//! takeover it is still inflated, into a small stack buffer that is thrown
+//! away, so the sliding window stays right for the messages after it. The
+//! inflater (when deflate was negotiated) is created once, not per message.
+//!
+//! Inflating always uses a 32 KiB (15-bit) window: the default `flate2`
+//! backend (miniz_oxide) cannot be told a smaller one, and a larger window
+//! inflates any stream compressed with a smaller one correctly, so the
+//! negotiated `max_window_bits` is validated but only costs memory that is
+//! already spent.
+
+use flate2::{Decompress, FlushDecompress, Status};
+
+use super::FramingError;
+
+/// Which peer sent the bytes: client frames must be masked (RFC 6455 §5.1),
+/// server frames must not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sender {
+    /// The peer that opened the WebSocket (its frames are masked).
+    Client,
+    /// The upstream (its frames are not masked).
+    Server,
+}
+
+/// permessage-deflate parameters for inflating the messages ONE sender
+/// compressed (RFC 7692).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deflate {
+    /// The sender starts a fresh DEFLATE window for every message.
+    pub no_context_takeover: bool,
+    /// The sender's LZ77 window size, 8..=15 (inflating uses 15 regardless).
+    pub max_window_bits: u8,
+}
+
+impl Default for Deflate {
+    /// What an extension offer without parameters means: context takeover, 15 bits.
+    fn default() -> Self {
+        Deflate {
+            no_context_takeover: false,
+            max_window_bits: 15,
+        }
+    }
+}
+
+/// One thing a [`WsDecoder`] saw, borrowed from its input or scratch space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WsMessage<'a> {
+    /// A complete text message: reassembled from fragments, unmasked,
+    /// inflated. Not checked for UTF-8 (the relay forwards it regardless).
+    Text(&'a [u8]),
+    /// A complete binary message (same treatment).
+    Binary(&'a [u8]),
+    /// A close frame: status code if present, reason bytes.
+    Close { code: Option<u16>, reason: &'a [u8] },
+    /// A ping frame (its payload is not kept).
+    Ping,
+    /// A pong frame (its payload is not kept).
+    Pong,
+    /// A data message larger than `max_message` (before or after inflating):
+    /// not handed out, but its frames are still walked so later messages
+    /// decode. `len` = the message's payload bytes on the wire (the
+    /// compressed size when compressed).
+    Skipped { len: u64 },
+}
+
+/// The longest frame header: 2 bytes, a 64-bit length, a masking key.
+const MAX_HEADER: usize = 14;
+/// The longest control frame payload (RFC 6455 §5.5).
+const MAX_CONTROL: usize = 125;
+/// What RFC 7692 §7.2.2 strips from the end of each compressed message.
+const DEFLATE_TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
+/// Stack scratch for unmasking compressed bytes and for inflated bytes that
+/// are thrown away.
+const SCRATCH: usize = 4096;
+/// The first size the reassembly buffer grows to for inflated output.
+const MIN_INFLATE_GROWTH: usize = 1024;
+
+const FIN: u8 = 0x80;
+const RSV1: u8 = 0x40;
+const RSV23: u8 = 0x30;
+const MASKED: u8 = 0x80;
+
+/// What a frame carries, from its opcode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Continuation,
+    Text,
+    Binary,
+    Close,
+    Ping,
+    Pong,
+}
+
+impl Op {
+    fn from_opcode(opcode: u8) -> Result<Op, FramingError> {
+        Ok(match opcode {
+            0x0 => Op::Continuation,
+            0x1 => Op::Text,
+            0x2 => Op::Binary,
+            0x8 => Op::Close,
+            0x9 => Op::Ping,
+            0xA => Op::Pong,
+            _ => {
+                return Err(FramingError::Malformed(
+                    "websocket frame has a reserved opcode",
+                ));
+            }
+        })
+    }
+
+    fn is_control(self) -> bool {
+        matches!(self, Op::Close | Op::Ping | Op::Pong)
+    }
+}
+
+/// A parsed frame header.
+#[derive(Debug, Clone, Copy)]
+struct Head {
+    fin: bool,
+    rsv1: bool,
+    op: Op,
+    mask: Option<[u8; 4]>,
+    len: u64,
+}
+
+/// The frame whose payload is being read.
+#[derive(Debug, Clone, Copy)]
+struct FrameState {
+    op: Op,
+    fin: bool,
+    remaining: u64,
+    mask: Option<[u8; 4]>,
+    /// Payload bytes read so far, modulo 4: where the masking key resumes.
+    phase: usize,
+}
+
+/// The data message being reassembled (across fragments).
+#[derive(Debug, Default)]
+struct Message {
+    active: bool,
+    binary: bool,
+    compressed: bool,
+    /// Over the cap: bytes are walked (and inflated only to keep the window) but not kept.
+    skipping: bool,
+    /// Payload bytes on the wire so far.
+    wire: u64,
+    /// Bytes of the message in the reassembly buffer.
+    filled: usize,
+    /// The DEFLATE stream hit a final block (BFINAL) inside this message.
+    stream_ended: bool,
+}
+
+/// The inflater for one sender's compressed messages.
+struct Inflater {
+    z: Decompress,
+    no_context_takeover: bool,
+    /// A message ended its DEFLATE stream under context takeover, so the
+    /// window cannot be carried to the next compressed message.
+    window_lost: bool,
+}
+
+impl std::fmt::Debug for Inflater {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inflater")
+            .field("no_context_takeover", &self.no_context_takeover)
+            .field("window_lost", &self.window_lost)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Incremental decoder for one direction of a relayed WebSocket.
+#[derive(Debug)]
+pub struct WsDecoder {
+    sender: Sender,
+    max: usize,
+    inflater: Option<Inflater>,
+    /// A frame header cut by a chunk boundary.
+    head: [u8; MAX_HEADER],
+    head_len: usize,
+    frame: Option<FrameState>,
+    msg: Message,
+    /// The control frame being read (control frames interleave with fragments).
+    ctrl: [u8; MAX_CONTROL],
+    ctrl_len: usize,
+    /// Reassembly (and unmasking, inflating) buffer; its length is the
+    /// high-water mark of initialised bytes, at most `max + 1`.
+    buf: Vec<u8>,
+    /// Set once the decoder failed; every later call returns it.
+    failed: Option<FramingError>,
+}
+
+impl WsDecoder {
+    /// `max_message`: the largest (reassembled, inflated) data message
+    /// handed out for metering; `deflate`: what this sender negotiated.
+    pub fn new(sender: Sender, max_message: usize, deflate: Option<Deflate>) -> WsDecoder {
+        WsDecoder {
+            sender,
+            max: max_message,
+            inflater: deflate.map(|d| Inflater {
+                z: Decompress::new(false),
+                no_context_takeover: d.no_context_takeover,
+                window_lost: false,
+            }),
+            head: [0; MAX_HEADER],
+            head_len: 0,
+            frame: None,
+            msg: Message::default(),
+            ctrl: [0; MAX_CONTROL],
+            ctrl_len: 0,
+            buf: Vec::new(),
+            failed: None,
+        }
+    }
+
+    /// Feed the next bytes seen in this direction (any split); `on` is called
+    /// for every message or control frame they complete.
+    pub fn feed(
+        &mut self,
+        chunk: &[u8],
+        on: &mut dyn FnMut(WsMessage<'_>),
+    ) -> Result<(), FramingError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let result = self.feed_inner(chunk, on);
+        if let Err(e) = &result {
+            self.failed = Some(e.clone());
+        }
+        result
+    }
+
+    /// Bytes of message data this decoder holds on to (its reassembly
+    /// buffer): at most `max_message + 1`.
+    pub fn retained_bytes(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// The stream ended (the connection closed): an error when it stopped
+    /// inside a frame or inside a fragmented message.
+    pub fn finish(&mut self) -> Result<(), FramingError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        if self.head_len > 0 || self.frame.is_some() || self.msg.active {
+            let e = FramingError::Malformed("websocket stream ended inside a frame or message");
+            self.failed = Some(e.clone());
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn feed_inner(
+        &mut self,
+        chunk: &[u8],
+        on: &mut dyn FnMut(WsMessage<'_>),
+    ) -> Result<(), FramingError> {
+        let mut rest = chunk;
+        loop {
+            let Some(mut frame) = self.frame else {
+                let Some(head) = self.take_head(&mut rest)? else {
+                    return Ok(());
+                };
+                self.check_head(&head)?;
+                if let Some(payload) = self.whole_frame(&head, rest) {
+                    rest = &rest[payload.len()..];
+                    self.emit_whole(&head, payload, on);
+                } else {
+                    self.start_frame(&head)?;
+                }
+                continue;
+            };
+            if frame.remaining == 0 {
+                self.frame = None;
+                self.end_frame(&frame, on)?;
+                continue;
+            }
+            if rest.is_empty() {
+                return Ok(());
+            }
+            let n = usize::try_from(frame.remaining).map_or(rest.len(), |r| r.min(rest.len()));
+            let (part, after) = rest.split_at(n);
+            self.payload(&frame, part)?;
+            frame.remaining -= n as u64;
+            frame.phase = (frame.phase + n) % 4;
+            self.frame = Some(frame);
+            rest = after;
+        }
+    }
+
+    /// The next frame header, parsed straight from `rest` when it is all
+    /// there, else gathered across chunks; `None` when `rest` ran out first.
+    fn take_head(&mut self, rest: &mut &[u8]) -> Result<Option<Head>, FramingError> {
+        if self.head_len == 0
+            && let Some((head, n)) = parse_head(rest)?
+        {
+            *rest = &rest[n..];
+            return Ok(Some(head));
+        }
+        loop {
+            let need = head_len(&self.head[..self.head_len]);
+            if self.head_len >= need {
+                break;
+            }
+            let n = (need - self.head_len).min(rest.len());
+            if n == 0 {
+                return Ok(None);
+            }
+            self.head[self.head_len..self.head_len + n].copy_from_slice(&rest[..n]);
+            self.head_len += n;
+            *rest = &rest[n..];
+        }
+        let parsed = parse_head(&self.head[..self.head_len])?;
+        self.head_len = 0;
+        Ok(parsed.map(|(head, _)| head))
+    }
+
+    /// Reject what RFC 6455 (and RFC 7692) forbid in this header here.
+    fn check_head(&mut self, head: &Head) -> Result<(), FramingError> {
+        match (self.sender, head.mask.is_some()) {
+            (Sender::Client, false) => {
+                return Err(FramingError::Malformed(
+                    "websocket client frame is not masked",
+                ));
+            }
+            (Sender::Server, true) => {
+                return Err(FramingError::Malformed("websocket server frame is masked"));
+            }
+            _ => {}
+        }
+        if head.op.is_control() {
+            if !head.fin {
+                return Err(FramingError::Malformed(
+                    "websocket control frame is fragmented",
+                ));
+            }
+            if head.len > MAX_CONTROL as u64 {
+                return Err(FramingError::Malformed(
+                    "websocket control frame longer than 125 bytes",
+                ));
+            }
+            if head.rsv1 {
+                return Err(FramingError::Malformed(
+                    "websocket control frame has RSV1 set",
+                ));
+            }
+            if head.op == Op::Close && head.len == 1 {
+                return Err(FramingError::Malformed(
+                    "websocket close frame with a 1-byte body",
+                ));
+            }
+            return Ok(());
+        }
+        if head.op == Op::Continuation {
+            if !self.msg.active {
+                return Err(FramingError::Malformed(
+                    "websocket continuation frame without a message to continue",
+                ));
+            }
+            if head.rsv1 {
+                return Err(FramingError::Malformed(
+                    "websocket continuation frame has RSV1 set",
+                ));
+            }
+            return Ok(());
+        }
+        if self.msg.active {
+            return Err(FramingError::Malformed(
+                "websocket data frame starts a new message inside a fragmented one",
+            ));
+        }
+        if head.rsv1 {
+            let Some(inflater) = &self.inflater else {
+                return Err(FramingError::Malformed(
+                    "websocket frame has RSV1 set but permessage-deflate was not negotiated",
+                ));
+            };
+            if inflater.window_lost {
+                return Err(FramingError::Malformed(
+                    "permessage-deflate stream ended (BFINAL) under context takeover; \
+                     its window cannot be carried to the next message",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The payload of a single-frame, uncompressed message that fits the cap
+    /// and lies wholly in `rest`: the common case, handed out without copying
+    /// (server) or after unmasking into the reused buffer (client).
+    fn whole_frame<'c>(&self, head: &Head, rest: &'c [u8]) -> Option<&'c [u8]> {
+        let len = usize::try_from(head.len).ok()?;
+        let data = matches!(head.op, Op::Text | Op::Binary);
+        if !data || !head.fin || head.rsv1 || len > self.max {
+            return None;
+        }
+        rest.get(..len)
+    }
+
+    fn emit_whole(&mut self, head: &Head, payload: &[u8], on: &mut dyn FnMut(WsMessage<'_>)) {
+        let bytes = match head.mask {
+            None => payload,
+            Some(mask) => {
+                grow(&mut self.buf, payload.len(), self.max);
+                let out = &mut self.buf[..payload.len()];
+                out.copy_from_slice(payload);
+                unmask(out, mask, 0);
+                out
+            }
+        };
+        on(if head.op == Op::Binary {
+            WsMessage::Binary(bytes)
+        } else {
+            WsMessage::Text(bytes)
+        });
+    }
+
+    /// Set up for reading a frame's payload: message state and the cap.
+    fn start_frame(&mut self, head: &Head) -> Result<(), FramingError> {
+        self.frame = Some(FrameState {
+            op: head.op,
+            fin: head.fin,
+            remaining: head.len,
+            mask: head.mask,
+            phase: 0,
+        });
+        if head.op.is_control() {
+            self.ctrl_len = 0;
+            return Ok(());
+        }
+        if head.op != Op::Continuation {
+            self.msg = Message {
+                active: true,
+                binary: head.op == Op::Binary,
+                compressed: head.rsv1,
+                ..Message::default()
+            };
+        }
+        let msg = &mut self.msg;
+        msg.wire = msg.wire.saturating_add(head.len);
+        if msg.skipping {
+            return Ok(());
+        }
+        // A compressed message is capped on its wire size here and on its
+        // inflated size while inflating.
+        let kept = if msg.compressed {
+            msg.wire
+        } else {
+            (msg.filled as u64).saturating_add(head.len)
+        };
+        if kept > self.max as u64 {
+            msg.skipping = true;
+            msg.filled = 0;
+        } else if !msg.compressed {
+            // Fits the cap, so this stays within `max` bytes.
+            grow(&mut self.buf, msg.filled + head.len as usize, self.max);
+        }
+        Ok(())
+    }
+
+    /// Consume part of the current frame's payload.
+    fn payload(&mut self, frame: &FrameState, part: &[u8]) -> Result<(), FramingError> {
+        if frame.op.is_control() {
+            let end = self.ctrl_len + part.len();
+            let out = self
+                .ctrl
+                .get_mut(self.ctrl_len..end)
+                .ok_or(FramingError::Malformed("websocket control frame overran"))?;
+            out.copy_from_slice(part);
+            if let Some(mask) = frame.mask {
+                unmask(out, mask, frame.phase);
+            }
+            self.ctrl_len = end;
+            return Ok(());
+        }
+        if !self.msg.compressed {
+            if self.msg.skipping {
+                return Ok(());
+            }
+            let end = self.msg.filled + part.len();
+            let out = self
+                .buf
+                .get_mut(self.msg.filled..end)
+                .ok_or(FramingError::Malformed(
+                    "websocket message overran its buffer",
+                ))?;
+            out.copy_from_slice(part);
+            if let Some(mask) = frame.mask {
+                unmask(out, mask, frame.phase);
+            }
+            self.msg.filled = end;
+            return Ok(());
+        }
+        let Some(inflater) = self.inflater.as_mut() else {
+            return Err(FramingError::Malformed(
+                "websocket compressed frame without permessage-deflate",
+            ));
+        };
+        if self.msg.skipping && inflater.no_context_takeover {
+            // Nothing later depends on this message's bytes.
+            return Ok(());
+        }
+        match frame.mask {
+            None => inflater.inflate(part, &mut self.msg, &mut self.buf, self.max),
+            Some(mask) => {
+                let mut scratch = [0u8; SCRATCH];
+                let mut phase = frame.phase;
+                for piece in part.chunks(SCRATCH) {
+                    let bytes = &mut scratch[..piece.len()];
+                    bytes.copy_from_slice(piece);
+                    unmask(bytes, mask, phase);
+                    phase = (phase + piece.len()) % 4;
+                    inflater.inflate(bytes, &mut self.msg, &mut self.buf, self.max)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A frame's payload is complete.
+    fn end_frame(
+        &mut self,
+        frame: &FrameState,
+        on: &mut dyn FnMut(WsMessage<'_>),
+    ) -> Result<(), FramingError> {
+        let body = &self.ctrl[..self.ctrl_len];
+        match frame.op {
+            Op::Close => {
+                let (code, reason) = match body.split_first_chunk::<2>() {
+                    Some((code, reason)) => (Some(u16::from_be_bytes(*code)), reason),
+                    None => (None, &[][..]),
+                };
+                on(WsMessage::Close { code, reason });
+            }
+            Op::Ping => on(WsMessage::Ping),
+            Op::Pong => on(WsMessage::Pong),
+            Op::Text | Op::Binary | Op::Continuation if frame.fin => self.end_message(on)?,
+            Op::Text | Op::Binary | Op::Continuation => {}
+        }
+        Ok(())
+    }
+
+    /// The last frame of a data message is in: finish inflating, hand it out.
+    fn end_message(&mut self, on: &mut dyn FnMut(WsMessage<'_>)) -> Result<(), FramingError> {
+        if self.msg.compressed {
+            let Some(inflater) = self.inflater.as_mut() else {
+                return Err(FramingError::Malformed(
+                    "websocket compressed frame without permessage-deflate",
+                ));
+            };
+            let walked = !(self.msg.skipping && inflater.no_context_takeover);
+            if walked && !self.msg.stream_ended {
+                inflater.inflate(&DEFLATE_TAIL, &mut self.msg, &mut self.buf, self.max)?;
+            }
+            if inflater.no_context_takeover {
+                inflater.z.reset(false);
+            } else if self.msg.stream_ended {
+                inflater.window_lost = true;
+            }
+        }
+        let msg = std::mem::take(&mut self.msg);
+        let bytes = self.buf.get(..msg.filled).unwrap_or_default();
+        on(if msg.skipping {
+            WsMessage::Skipped { len: msg.wire }
+        } else if msg.binary {
+            WsMessage::Binary(bytes)
+        } else {
+            WsMessage::Text(bytes)
+        });
+        Ok(())
+    }
+}
+
+impl Inflater {
+    /// Inflate `input` into the reassembly buffer (up to `max + 1` bytes), or
+    /// into a discarded scratch buffer once the message is being skipped.
+    fn inflate(
+        &mut self,
+        mut input: &[u8],
+        msg: &mut Message,
+        buf: &mut Vec<u8>,
+        max: usize,
+    ) -> Result<(), FramingError> {
+        let mut discard = [0u8; SCRATCH];
+        let mut output_full = false;
+        while !input.is_empty() || output_full {
+            if msg.stream_ended {
+                return Err(FramingError::Malformed(
+                    "permessage-deflate data after the final DEFLATE block",
+                ));
+            }
+            let out: &mut [u8] = if msg.skipping {
+                &mut discard
+            } else {
+                let limit = max.saturating_add(1);
+                if msg.filled == buf.len() {
+                    let grown = buf.len().saturating_mul(2).max(MIN_INFLATE_GROWTH);
+                    grow(buf, grown.min(limit), limit);
+                }
+                let end = buf.len().min(limit);
+                buf.get_mut(msg.filled..end).unwrap_or_default()
+            };
+            let (in_before, out_before) = (self.z.total_in(), self.z.total_out());
+            let status = self
+                .z
+                .decompress(input, out, FlushDecompress::None)
+                .map_err(|_| {
+                    FramingError::Malformed("permessage-deflate data is not valid DEFLATE")
+                })?;
+            let consumed = (self.z.total_in() - in_before) as usize;
+            let produced = (self.z.total_out() - out_before) as usize;
+            output_full = produced == out.len();
+            input = input.get(consumed..).unwrap_or_default();
+            if !msg.skipping {
+                msg.filled += produced;
+                if msg.filled > max {
+                    msg.skipping = true;
+                    msg.filled = 0;
+                    if self.no_context_takeover {
+                        return Ok(());
+                    }
+                }
+            }
+            if status == Status::StreamEnd {
+                msg.stream_ended = true;
+                // Trailing bytes after the final block are an error (above);
+                // the tail appended per RFC 7692 is never fed after it.
+                if input.is_empty() {
+                    return Ok(());
+                }
+                continue;
+            }
+            if consumed == 0 && produced == 0 {
+                // No progress is possible (e.g. an empty output slice): stop
+                // rather than spin; the next bytes resume.
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Make `buf` at least `len` bytes long, growing its capacity geometrically
+/// but never past `cap` (or `len`, if larger), so the buffer stays bounded.
+fn grow(buf: &mut Vec<u8>, len: usize, cap: usize) {
+    if buf.len() >= len {
+        return;
+    }
+    let target = buf.capacity().saturating_mul(2).min(cap).max(len);
+    if target > buf.capacity() {
+        buf.reserve_exact(target - buf.len());
+    }
+    buf.resize(len, 0);
+}
+
+/// How many header bytes the frame starting with `bytes` needs (2 until
+/// the second byte is known).
+fn head_len(bytes: &[u8]) -> usize {
+    let Some(&b1) = bytes.get(1) else {
+        return 2;
+    };
+    let ext = match b1 & 0x7F {
+        126 => 2,
+        127 => 8,
+        _ => 0,
+    };
+    let mask = if b1 & MASKED != 0 { 4 } else { 0 };
+    2 + ext + mask
+}
+
+/// Parse a frame header from the front of `bytes`: the header and its
+/// length, or `None` when incomplete.
+fn parse_head(bytes: &[u8]) -> Result<Option<(Head, usize)>, FramingError> {
+    let n = head_len(bytes);
+    let Some(raw) = bytes.get(..n) else {
+        return Ok(None);
+    };
+    let (&b0, rest) = raw.split_first().unwrap_or((&0, &[]));
+    let (&b1, mut rest) = rest.split_first().unwrap_or((&0, &[]));
+    if b0 & RSV23 != 0 {
+        return Err(FramingError::Malformed(
+            "websocket frame has RSV2 or RSV3 set (no extension defines them)",
+        ));
+    }
+    let op = Op::from_opcode(b0 & 0x0F)?;
+    let len = match b1 & 0x7F {
+        126 => {
+            let (l, after) = rest.split_first_chunk::<2>().ok_or(SHORT_HEAD)?;
+            rest = after;
+            u64::from(u16::from_be_bytes(*l))
+        }
+        127 => {
+            let (l, after) = rest.split_first_chunk::<8>().ok_or(SHORT_HEAD)?;
+            rest = after;
+            let len = u64::from_be_bytes(*l);
+            if len >> 63 != 0 {
+                return Err(FramingError::Malformed(
+                    "websocket 64-bit payload length has its top bit set",
+                ));
+            }
+            len
+        }
+        short => u64::from(short),
+    };
+    let mask = if b1 & MASKED != 0 {
+        Some(*rest.first_chunk::<4>().ok_or(SHORT_HEAD)?)
+    } else {
+        None
+    };
+    let head = Head {
+        fin: b0 & FIN != 0,
+        rsv1: b0 & RSV1 != 0,
+        op,
+        mask,
+        len,
+    };
+    Ok(Some((head, n)))
+}
+
+const SHORT_HEAD: FramingError = FramingError::Malformed("websocket frame header truncated");
+
+/// XOR `bytes` with the masking key, starting `phase` bytes into it.
+fn unmask(bytes: &mut [u8], mask: [u8; 4], phase: usize) {
+    let key: [u8; 4] = std::array::from_fn(|i| mask[(phase + i) % 4]);
+    let wide = u64::from_ne_bytes([
+        key[0], key[1], key[2], key[3], key[0], key[1], key[2], key[3],
+    ]);
+    let mut words = bytes.chunks_exact_mut(8);
+    for word in &mut words {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        word.copy_from_slice(&(u64::from_ne_bytes(w) ^ wide).to_ne_bytes());
+    }
+    // The remainder starts at a multiple of 8, so the key is in phase.
+    for (b, k) in words.into_remainder().iter_mut().zip(key.iter().cycle()) {
+        *b ^= k;
+    }
+}
+
+/// Append one frame to `out` (for simulated peers, tests and benches).
+/// `opcode` is the raw 4-bit opcode; `mask` makes it a client frame.
+pub fn encode_frame(
+    fin: bool,
+    rsv1: bool,
+    opcode: u8,
+    mask: Option<[u8; 4]>,
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) {
+    out.push(u8::from(fin) << 7 | u8::from(rsv1) << 6 | (opcode & 0x0F));
+    let mask_bit = if mask.is_some() { MASKED } else { 0 };
+    let len = payload.len();
+    if len < 126 {
+        out.push(mask_bit | len as u8);
+    } else if let Ok(short) = u16::try_from(len) {
+        out.push(mask_bit | 126);
+        out.extend_from_slice(&short.to_be_bytes());
+    } else {
+        out.push(mask_bit | 127);
+        out.extend_from_slice(&(len as u64).to_be_bytes());
+    }
+    let start = out.len();
+    if let Some(mask) = mask {
+        out.extend_from_slice(&mask);
+    }
+    let body = start + if mask.is_some() { 4 } else { 0 };
+    out.extend_from_slice(payload);
+    if let Some(mask) = mask {
+        unmask(&mut out[body..], mask, 0);
+    }
+}
+
+/// Parse the upstream's `Sec-WebSocket-Extensions` RESPONSE header value(s)
+/// (the negotiated result). `Ok(None)` = no permessage-deflate;
+/// `Ok(Some((client_sender_params, server_sender_params)))`. `Err` = an
+/// extension tokentap cannot read (an unknown extension, or bad parameters).
+pub fn negotiated_deflate(
+    header_values: &[&str],
+) -> Result<Option<(Deflate, Deflate)>, FramingError> {
+    let mut found = None;
+    for value in header_values {
+        for extension in split_quoted(value, b',') {
+            let extension = extension.trim();
+            if extension.is_empty() {
+                // HTTP lists allow empty elements.
+                continue;
+            }
+            let mut params = split_quoted(extension, b';');
+            let name = params.next().unwrap_or_default().trim();
+            if name.is_empty() {
+                return Err(FramingError::Malformed(
+                    "Sec-WebSocket-Extensions has an extension without a name",
+                ));
+            }
+            if !name.eq_ignore_ascii_case("permessage-deflate") {
+                return Err(FramingError::Malformed(
+                    "websocket extension other than permessage-deflate negotiated; its frames cannot be read",
+                ));
+            }
+            if found.is_some() {
+                return Err(FramingError::Malformed(
+                    "permessage-deflate negotiated more than once",
+                ));
+            }
+            found = Some(deflate_params(params)?);
+        }
+    }
+    Ok(found)
+}
+
+/// The (client, server) parameters of one accepted permessage-deflate.
+fn deflate_params<'a>(
+    params: impl Iterator<Item = &'a str>,
+) -> Result<(Deflate, Deflate), FramingError> {
+    const DUPLICATE: FramingError =
+        FramingError::Malformed("permessage-deflate parameter given twice");
+    const NO_VALUE: FramingError =
+        FramingError::Malformed("permessage-deflate no_context_takeover parameter has a value");
+    let (mut client, mut server) = (Deflate::default(), Deflate::default());
+    let mut seen = [false; 4];
+    for param in params {
+        let (key, value) = match param.split_once('=') {
+            Some((k, v)) => (k.trim(), Some(unquote(v.trim())?)),
+            None => (param.trim(), None),
+        };
+        let slot = match key.to_ascii_lowercase().as_str() {
+            "client_no_context_takeover" => 0,
+            "server_no_context_takeover" => 1,
+            "client_max_window_bits" => 2,
+            "server_max_window_bits" => 3,
+            _ => {
+                return Err(FramingError::Malformed(
+                    "permessage-deflate has an unknown parameter",
+                ));
+            }
+        };
+        if std::mem::replace(&mut seen[slot], true) {
+            return Err(DUPLICATE);
+        }
+        match slot {
+            0 | 1 if value.is_some() => return Err(NO_VALUE),
+            0 => client.no_context_takeover = true,
+            1 => server.no_context_takeover = true,
+            2 => client.max_window_bits = window_bits(value)?,
+            _ => server.max_window_bits = window_bits(value)?,
+        }
+    }
+    Ok((client, server))
+}
+
+/// A `*_max_window_bits` value in a response: required, 8..=15, no leading zero.
+fn window_bits(value: Option<&str>) -> Result<u8, FramingError> {
+    const BAD: FramingError = FramingError::Malformed(
+        "permessage-deflate max_window_bits must be a number from 8 to 15 in a response",
+    );
+    let value = value.ok_or(BAD)?;
+    if value.starts_with('0') || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(BAD);
+    }
+    match value.parse::<u8>() {
+        Ok(bits @ 8..=15) => Ok(bits),
+        _ => Err(BAD),
+    }
+}
+
+/// A parameter value without its quotes (RFC 6455 §9.1 allows a quoted
+/// token; a token never needs escapes, so a backslash is an error).
+fn unquote(value: &str) -> Result<&str, FramingError> {
+    let inner = match value.strip_prefix('"') {
+        Some(rest) => rest.strip_suffix('"').ok_or(FramingError::Malformed(
+            "permessage-deflate parameter has an unterminated quote",
+        ))?,
+        None => value,
+    };
+    if inner.contains(['\\', '"']) {
+        return Err(FramingError::Malformed(
+            "permessage-deflate parameter value is not a token",
+        ));
+    }
+    Ok(inner)
+}
+
+/// Split `s` at `sep`, except inside double quotes.
+fn split_quoted(s: &str, sep: u8) -> impl Iterator<Item = &str> {
+    let mut start = 0;
+    let mut quoted = false;
+    let mut escaped = false;
+    let mut cuts = Vec::new();
+    for (i, b) in s.bytes().enumerate() {
+        match b {
+            _ if escaped => escaped = false,
+            b'\\' if quoted => escaped = true,
+            b'"' => quoted = !quoted,
+            _ if b == sep && !quoted => {
+                cuts.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    cuts.push(&s[start..]);
+    cuts.into_iter()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framing::testing::text;
+    use flate2::{Compress, Compression, FlushCompress};
+
+    /// A message copied out of the decoder, for comparison.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    enum Owned {
+        Text(String),
+        Binary(Vec<u8>),
+        Close(Option<u16>, String),
+        Ping,
+        Pong,
+        Skipped(u64),
+    }
+
+    fn own(m: WsMessage<'_>) -> Owned {
+        match m {
+            WsMessage::Text(t) => Owned::Text(text(t)),
+            WsMessage::Binary(b) => Owned::Binary(b.to_vec()),
+            WsMessage::Close { code, reason } => Owned::Close(code, text(reason)),
+            WsMessage::Ping => Owned::Ping,
+            WsMessage::Pong => Owned::Pong,
+            WsMessage::Skipped { len } => Owned::Skipped(len),
+        }
+    }
+
+    type Outcome = (Vec<Owned>, Result<(), FramingError>);
+
+    /// Feed `pieces` in order; messages, then the first error (a failed
+    /// decoder must stay failed).
+    fn decode(mut dec: WsDecoder, pieces: &[&[u8]]) -> Outcome {
+        let mut out = Vec::new();
+        let mut on = |m: WsMessage<'_>| out.push(own(m));
+        for piece in pieces {
+            if let Err(e) = dec.feed(piece, &mut on) {
+                assert_eq!(
+                    dec.feed(b"\x81\x00", &mut on),
+                    Err(e.clone()),
+                    "a failed decoder must refuse further input"
+                );
+                return (out, Err(e));
+            }
+        }
+        (out, Ok(()))
+    }
+
+    /// The same input whole, split in two at every offset, and byte by byte
+    /// must give the same messages and result (the `framing::testing` shape,
+    /// for `WsMessage`). Returns the whole-input outcome.
+    fn decode_all_ways(make: impl Fn() -> WsDecoder, input: &[u8]) -> Outcome {
+        let whole = decode(make(), &[input]);
+        for at in 0..=input.len() {
+            let (a, b) = input.split_at(at);
+            assert_eq!(
+                decode(make(), &[a, b]),
+                whole,
+                "split at {at} differs from whole input"
+            );
+        }
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(
+            decode(make(), &bytes),
+            whole,
+            "byte-by-byte differs from whole input"
+        );
+        whole
+    }
+
+    /// Whole, byte by byte, and split at a few offsets (for long inputs).
+    fn decode_some_ways(make: impl Fn() -> WsDecoder, input: &[u8]) -> Outcome {
+        let whole = decode(make(), &[input]);
+        let n = input.len();
+        for at in [1, 2, 7, n / 3, n / 2, n - 5, n - 1] {
+            let (a, b) = input.split_at(at.min(n));
+            assert_eq!(decode(make(), &[a, b]), whole, "split at {at} differs");
+        }
+        for size in [1, 3, 1000, 4097] {
+            let pieces: Vec<&[u8]> = input.chunks(size).collect();
+            assert_eq!(decode(make(), &pieces), whole, "{size}-byte pieces differ");
+        }
+        whole
+    }
+
+    #[track_caller]
+    fn messages(make: impl Fn() -> WsDecoder, input: &[u8]) -> Vec<Owned> {
+        let (out, result) = decode_all_ways(make, input);
+        assert_eq!(result, Ok(()), "expected no error");
+        out
+    }
+
+    fn server() -> WsDecoder {
+        WsDecoder::new(Sender::Server, 1 << 16, None)
+    }
+
+    fn client() -> WsDecoder {
+        WsDecoder::new(Sender::Client, 1 << 16, None)
+    }
+
+    const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
+
+    fn frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_frame(fin, false, opcode, None, payload, &mut out);
+        out
+    }
+
+    fn masked(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_frame(fin, false, opcode, Some(MASK), payload, &mut out);
+        out
+    }
+
+    fn t(s: &str) -> Owned {
+        Owned::Text(s.into())
+    }
+
+    fn malformed(why: &'static str) -> Result<(), FramingError> {
+        Err(FramingError::Malformed(why))
+    }
+
+    #[test]
+    fn small_text_and_binary() {
+        let mut input = frame(
+            true,
+            1,
+            br#"{"type":"response.output_text.delta","delta":"Hi"}"#,
+        );
+        input.extend(frame(true, 2, &[0, 1, 2, 0xff]));
+        input.extend(frame(true, 1, b""));
+        assert_eq!(
+            messages(server, &input),
+            vec![
+                t(r#"{"type":"response.output_text.delta","delta":"Hi"}"#),
+                Owned::Binary(vec![0, 1, 2, 0xff]),
+                t(""),
+            ]
+        );
+        assert_eq!(messages(server, b""), vec![], "no bytes, no messages");
+    }
+
+    #[test]
+    fn sixteen_and_sixty_four_bit_lengths() {
+        let medium: String = (0..300)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
+        let input = frame(true, 1, medium.as_bytes());
+        assert_eq!(&input[1..4], &[126, 0x01, 0x2c], "a 16-bit length");
+        assert_eq!(messages(server, &input), vec![t(&medium)]);
+        // A short payload behind a 64-bit length (not minimal, but unambiguous).
+        let mut input = vec![0x81, 127, 0, 0, 0, 0, 0, 0, 0, 5];
+        input.extend_from_slice(b"hello");
+        assert_eq!(messages(server, &input), vec![t("hello")]);
+        // A payload that needs the 64-bit length, masked.
+        let big: Vec<u8> = (0..70_000u32).map(|i| (i * 7) as u8).collect();
+        let input = masked(true, 2, &big);
+        assert_eq!(input[1], 0x80 | 127, "a masked 64-bit length");
+        let (out, result) =
+            decode_some_ways(|| WsDecoder::new(Sender::Client, 1 << 17, None), &input);
+        assert_eq!(result, Ok(()));
+        assert_eq!(out, vec![Owned::Binary(big)]);
+    }
+
+    #[test]
+    fn masked_client_frames() {
+        let mut input = masked(true, 1, br#"{"type":"response.create"}"#);
+        input.extend(masked(true, 1, b"a"));
+        input.extend(masked(true, 9, b"ping body"));
+        assert_ne!(
+            &input[6..12],
+            br#"{"type"#,
+            "the payload is masked on the wire"
+        );
+        assert_eq!(
+            messages(client, &input),
+            vec![t(r#"{"type":"response.create"}"#), t("a"), Owned::Ping]
+        );
+    }
+
+    #[test]
+    fn fragmented_message_with_a_ping_between_fragments() {
+        for (make, enc) in [
+            (
+                server as fn() -> WsDecoder,
+                frame as fn(bool, u8, &[u8]) -> Vec<u8>,
+            ),
+            (client, masked),
+        ] {
+            let mut input = enc(false, 1, b"Hel");
+            input.extend(enc(true, 9, b"are you there"));
+            input.extend(enc(false, 0, b"lo, "));
+            input.extend(enc(true, 10, b""));
+            input.extend(enc(true, 0, b"world"));
+            input.extend(enc(false, 2, &[1]));
+            input.extend(enc(true, 0, &[2]));
+            assert_eq!(
+                messages(make, &input),
+                vec![
+                    Owned::Ping,
+                    Owned::Pong,
+                    t("Hello, world"),
+                    Owned::Binary(vec![1, 2])
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn close_with_and_without_code() {
+        let mut body = 1000u16.to_be_bytes().to_vec();
+        body.extend_from_slice(b"bye");
+        let mut input = frame(true, 8, &body);
+        input.extend(frame(true, 8, &4000u16.to_be_bytes()));
+        input.extend(frame(true, 8, b""));
+        assert_eq!(
+            messages(server, &input),
+            vec![
+                Owned::Close(Some(1000), "bye".into()),
+                Owned::Close(Some(4000), String::new()),
+                Owned::Close(None, String::new()),
+            ]
+        );
+        assert_eq!(
+            messages(client, &masked(true, 8, &body)),
+            vec![Owned::Close(Some(1000), "bye".into())]
+        );
+        assert_eq!(
+            decode_all_ways(server, &frame(true, 8, b"x")).1,
+            malformed("websocket close frame with a 1-byte body")
+        );
+    }
+
+    /// Compress `message` as a permessage-deflate sender would: sync flush,
+    /// the 0x00 0x00 0xff 0xff tail stripped (RFC 7692 §7.2.1).
+    fn deflate(z: &mut Compress, message: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(message.len() + 64);
+        let mut input = message;
+        loop {
+            let before = z.total_in();
+            if out.capacity() - out.len() < 64 {
+                out.reserve(out.capacity());
+            }
+            z.compress_vec(input, &mut out, FlushCompress::Sync)
+                .expect("compressible");
+            input = &input[(z.total_in() - before) as usize..];
+            if input.is_empty() && out.capacity() > out.len() {
+                break;
+            }
+        }
+        assert!(
+            out.ends_with(&DEFLATE_TAIL),
+            "a sync flush ends with the tail"
+        );
+        out.truncate(out.len() - 4);
+        out
+    }
+
+    fn compressor() -> Compress {
+        Compress::new(Compression::default(), false)
+    }
+
+    fn compressed(fin: bool, opcode: u8, mask: Option<[u8; 4]>, payload: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_frame(fin, true, opcode, mask, payload, &mut out);
+        out
+    }
+
+    fn with_deflate(sender: Sender, max: usize, no_context_takeover: bool) -> WsDecoder {
+        let params = Deflate {
+            no_context_takeover,
+            max_window_bits: 15,
+        };
+        WsDecoder::new(sender, max, Some(params))
+    }
+
+    const DELTA: &str = r#"{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"delta":"Hello"}"#;
+
+    #[test]
+    fn deflate_with_context_takeover() {
+        let mut z = compressor();
+        let first = deflate(&mut z, DELTA.as_bytes());
+        let second = deflate(&mut z, DELTA.as_bytes());
+        assert!(
+            second.len() < first.len() / 2,
+            "the second message refers back to the first"
+        );
+        let mut input = compressed(true, 1, None, &first);
+        input.extend(compressed(true, 1, None, &second));
+        input.extend(frame(true, 1, b"plain"));
+        let make = || with_deflate(Sender::Server, 1 << 16, false);
+        assert_eq!(messages(make, &input), vec![t(DELTA), t(DELTA), t("plain")]);
+        // Without the carried window the second message cannot be inflated.
+        let (out, _) = decode(with_deflate(Sender::Server, 1 << 16, true), &[&input]);
+        assert_ne!(out.get(1), Some(&t(DELTA)), "the test needs the window");
+    }
+
+    #[test]
+    fn deflate_without_context_takeover_masked_and_fragmented() {
+        let mut input = Vec::new();
+        for _ in 0..2 {
+            // A fresh window per message, as the sender promised.
+            let data = deflate(&mut compressor(), DELTA.as_bytes());
+            let (a, b) = data.split_at(data.len() / 2);
+            input.extend(compressed(false, 1, Some(MASK), a));
+            input.extend(masked(true, 9, b""));
+            let mut last = Vec::new();
+            encode_frame(true, false, 0, Some(MASK), b, &mut last);
+            input.extend(last);
+        }
+        let make = || with_deflate(Sender::Client, 1 << 16, true);
+        assert_eq!(
+            messages(make, &input),
+            vec![Owned::Ping, t(DELTA), Owned::Ping, t(DELTA)]
+        );
+        // A message ending with a final block (BFINAL) inflates too.
+        let mut data = Vec::with_capacity(64);
+        compressor()
+            .compress_vec(b"final", &mut data, FlushCompress::Finish)
+            .expect("compressible");
+        // Twice: the inflater must be reset after a final block.
+        let input = compressed(true, 1, Some(MASK), &data).repeat(2);
+        assert_eq!(messages(make, &input), vec![t("final"), t("final")]);
+    }
+
+    #[test]
+    fn final_block_under_context_takeover_stops_at_the_next_compressed_message() {
+        let mut data = Vec::with_capacity(64);
+        compressor()
+            .compress_vec(b"final", &mut data, FlushCompress::Finish)
+            .expect("compressible");
+        let mut input = compressed(true, 1, None, &data);
+        input.extend(compressed(true, 1, None, &data));
+        let (out, result) =
+            decode_all_ways(|| with_deflate(Sender::Server, 1 << 16, false), &input);
+        assert_eq!(out, vec![t("final")]);
+        assert!(
+            matches!(result, Err(FramingError::Malformed(m)) if m.contains("BFINAL")),
+            "got {result:?}"
+        );
+    }
+
+    #[test]
+    fn oversized_message_is_skipped_and_the_next_decodes() {
+        let make = || WsDecoder::new(Sender::Server, 10, None);
+        let mut input = frame(true, 1, b"0123456789A");
+        input.extend(frame(true, 1, b"0123456789"));
+        input.extend(frame(false, 1, b"01234"));
+        input.extend(frame(true, 9, b""));
+        input.extend(frame(true, 0, b"567890"));
+        input.extend(frame(true, 2, b"ok"));
+        assert_eq!(
+            messages(make, &input),
+            vec![
+                Owned::Skipped(11),
+                t("0123456789"),
+                Owned::Ping,
+                Owned::Skipped(11),
+                Owned::Binary(b"ok".to_vec()),
+            ]
+        );
+        let mut dec = make();
+        dec.feed(&input, &mut |_| {}).expect("valid stream");
+        assert!(dec.retained_bytes() <= 11, "buffer stays within the cap");
+    }
+
+    #[test]
+    fn oversized_compressed_message_keeps_the_window() {
+        let long = DELTA.repeat(20);
+        assert!(DELTA.len() <= 90);
+        for max in [200, 90] {
+            // 200: the wire size fits, the inflated size does not; 90: neither.
+            let mut z = compressor();
+            let first = deflate(&mut z, long.as_bytes());
+            let second = deflate(&mut z, DELTA.as_bytes());
+            assert!(first.len() < 200 && first.len() > 90, "{}", first.len());
+            let mut input = compressed(true, 1, None, &first);
+            input.extend(compressed(true, 1, None, &second));
+            let make = || with_deflate(Sender::Server, max, false);
+            assert_eq!(
+                messages(make, &input),
+                vec![Owned::Skipped(first.len() as u64), t(DELTA)],
+                "max {max}"
+            );
+        }
+    }
+
+    #[test]
+    fn decompression_bomb_is_skipped_with_bounded_memory() {
+        let zeros = vec![0u8; 8 << 20];
+        for no_context_takeover in [false, true] {
+            let mut z = compressor();
+            let bomb = deflate(&mut z, &zeros);
+            if no_context_takeover {
+                z = compressor();
+            }
+            let after = deflate(&mut z, b"after the bomb");
+            assert!(bomb.len() < 16 << 10, "a bomb: {} bytes", bomb.len());
+            let mut input = compressed(true, 1, None, &bomb);
+            input.extend(compressed(true, 1, None, &after));
+            let max = 64 << 10;
+            let make = || with_deflate(Sender::Server, max, no_context_takeover);
+            let (out, result) = decode_some_ways(make, &input);
+            assert_eq!(result, Ok(()));
+            assert_eq!(
+                out,
+                vec![Owned::Skipped(bomb.len() as u64), t("after the bomb")]
+            );
+            let mut dec = make();
+            dec.feed(&input, &mut |_| {}).expect("valid stream");
+            assert!(
+                dec.retained_bytes() <= max + 1,
+                "inflated bytes kept: {} for a {max}-byte cap",
+                dec.retained_bytes()
+            );
+        }
+    }
+
+    #[test]
+    fn single_frame_message_in_one_chunk_is_borrowed() {
+        let mut chunk = frame(true, 1, b"one");
+        chunk.extend(frame(true, 1, b"two"));
+        let range = chunk.as_ptr_range();
+        let mut dec = server();
+        let mut borrowed = 0;
+        dec.feed(&chunk, &mut |m| {
+            if let WsMessage::Text(t) = m {
+                borrowed += usize::from(range.contains(&t.as_ptr()));
+            }
+        })
+        .expect("valid frames");
+        assert_eq!(borrowed, 2, "both messages borrowed from the chunk");
+        assert_eq!(dec.retained_bytes(), 0, "nothing buffered");
+    }
+
+    /// A decoder constructor, for tables of cases.
+    type Make = fn() -> WsDecoder;
+
+    #[test]
+    fn protocol_violations_are_errors() {
+        let cases: [(Make, Vec<u8>, &str); 12] = [
+            (
+                client,
+                frame(true, 1, b"hi"),
+                "websocket client frame is not masked",
+            ),
+            (
+                server,
+                masked(true, 1, b"hi"),
+                "websocket server frame is masked",
+            ),
+            (
+                server,
+                frame(true, 3, b""),
+                "websocket frame has a reserved opcode",
+            ),
+            (
+                server,
+                frame(true, 0xB, b""),
+                "websocket frame has a reserved opcode",
+            ),
+            (
+                server,
+                frame(true, 9, &[b'p'; 126]),
+                "websocket control frame longer than 125 bytes",
+            ),
+            (
+                server,
+                frame(false, 9, b""),
+                "websocket control frame is fragmented",
+            ),
+            (
+                server,
+                compressed(true, 1, None, b"x"),
+                "websocket frame has RSV1 set but permessage-deflate was not negotiated",
+            ),
+            (
+                server,
+                vec![0xA1, 0],
+                "websocket frame has RSV2 or RSV3 set (no extension defines them)",
+            ),
+            (
+                server,
+                frame(true, 0, b"x"),
+                "websocket continuation frame without a message to continue",
+            ),
+            (
+                server,
+                [frame(false, 1, b"a"), frame(true, 1, b"b")].concat(),
+                "websocket data frame starts a new message inside a fragmented one",
+            ),
+            (
+                server,
+                vec![0x82, 127, 0x80, 0, 0, 0, 0, 0, 0, 1],
+                "websocket 64-bit payload length has its top bit set",
+            ),
+            (
+                server,
+                frame(true, 8, b"x"),
+                "websocket close frame with a 1-byte body",
+            ),
+        ];
+        for (make, input, why) in cases {
+            let mut with_good_first = frame(true, 1, b"first");
+            if make().sender == Sender::Client {
+                with_good_first = masked(true, 1, b"first");
+            }
+            with_good_first.extend(&input);
+            assert_eq!(
+                decode_all_ways(make, &with_good_first),
+                (vec![t("first")], malformed(why)),
+                "{why}"
+            );
+        }
+    }
+
+    #[test]
+    fn compression_violations_are_errors() {
+        let make = || with_deflate(Sender::Server, 1 << 10, true);
+        let mut input = compressed(false, 1, None, b"");
+        input.extend(compressed(true, 0, None, b""));
+        assert_eq!(
+            decode_all_ways(make, &input).1,
+            malformed("websocket continuation frame has RSV1 set")
+        );
+        assert_eq!(
+            decode_all_ways(make, &compressed(true, 9, None, b"")).1,
+            malformed("websocket control frame has RSV1 set")
+        );
+        assert_eq!(
+            decode_all_ways(make, &compressed(true, 1, None, &[0xff; 8])).1,
+            malformed("permessage-deflate data is not valid DEFLATE")
+        );
+    }
+
+    #[test]
+    fn finish_says_whether_the_stream_stopped_inside_a_frame() {
+        let mut dec = server();
+        dec.feed(&frame(true, 1, b"ok"), &mut |_| {})
+            .expect("valid");
+        assert_eq!(dec.finish(), Ok(()));
+        let mut dec = server();
+        dec.feed(&frame(false, 1, b"part"), &mut |_| {})
+            .expect("valid");
+        assert_eq!(
+            dec.finish(),
+            malformed("websocket stream ended inside a frame or message")
+        );
+    }
+
+    fn params(no_context_takeover: bool, max_window_bits: u8) -> Deflate {
+        Deflate {
+            no_context_takeover,
+            max_window_bits,
+        }
+    }
+
+    #[test]
+    fn negotiated_deflate_reads_real_responses() {
+        assert_eq!(negotiated_deflate(&[]), Ok(None));
+        assert_eq!(negotiated_deflate(&["", " , "]), Ok(None));
+        assert_eq!(
+            negotiated_deflate(&["permessage-deflate"]),
+            Ok(Some((params(false, 15), params(false, 15))))
+        );
+        assert_eq!(
+            negotiated_deflate(&[
+                "permessage-deflate; client_max_window_bits=15; server_no_context_takeover"
+            ]),
+            Ok(Some((params(false, 15), params(true, 15))))
+        );
+        assert_eq!(
+            negotiated_deflate(&[
+                "Permessage-Deflate;Server_Max_Window_Bits=\"10\";client_no_context_takeover;client_max_window_bits=8"
+            ]),
+            Ok(Some((params(true, 8), params(false, 10))))
+        );
+        assert_eq!(
+            negotiated_deflate(&["", "permessage-deflate; server_max_window_bits=12"]),
+            Ok(Some((params(false, 15), params(false, 12))))
+        );
+    }
+
+    #[test]
+    fn negotiated_deflate_rejects_what_it_cannot_read() {
+        let rejected = [
+            "permessage-deflate, x-webkit-deflate-frame",
+            "x-custom-extension",
+            "permessage-deflate, permessage-deflate",
+            "; server_no_context_takeover",
+            "permessage-deflate; client_max_window_bits",
+            "permessage-deflate; server_max_window_bits=16",
+            "permessage-deflate; server_max_window_bits=7",
+            "permessage-deflate; server_max_window_bits=010",
+            "permessage-deflate; server_max_window_bits=1a",
+            "permessage-deflate; server_max_window_bits=\"10",
+            "permessage-deflate; server_no_context_takeover=1",
+            "permessage-deflate; server_no_context_takeover; server_no_context_takeover",
+            "permessage-deflate; mystery_param",
+        ];
+        for value in rejected {
+            let result = negotiated_deflate(&[value]);
+            assert!(
+                matches!(result, Err(FramingError::Malformed(_))),
+                "{value:?} gave {result:?}"
+            );
+        }
+        assert!(
+            negotiated_deflate(&["permessage-deflate", "permessage-deflate"]).is_err(),
+            "twice across header lines"
+        );
+        assert!(
+            negotiated_deflate(&["permessage-deflate", "x-other; a=\"b,c\""]).is_err(),
+            "an unknown extension on a second line"
+        );
+    }
+
+    #[test]
+    fn unmask_matches_byte_by_byte_at_every_phase() {
+        let data: Vec<u8> = (0..37).collect();
+        for phase in 0..4 {
+            let mut fast = data.clone();
+            unmask(&mut fast, MASK, phase);
+            let slow: Vec<u8> = data
+                .iter()
+                .enumerate()
+                .map(|(i, b)| b ^ MASK[(phase + i) % 4])
+                .collect();
+            assert_eq!(fast, slow, "phase {phase}");
+        }
+    }
+}

@@ -1,0 +1,379 @@
+//! WebSocket sessions: an HTTP/1.1 upgrade request in; the upstream's
+//! answer to the handshake out to the client (its `101` and headers, or
+//! its error response unchanged), then a session task that relays the
+//! bytes both ways untouched (`relay`) while metering reads a side view.
+//! tokentap never terminates the WebSocket: the client and the upstream
+//! negotiate subprotocol and extensions end to end.
+
+mod boundary;
+mod metering;
+mod relay;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Request, Response, StatusCode, Uri, Version};
+use http_body_util::{Empty, Full};
+use hyper::body::Incoming;
+use hyper::upgrade::{OnUpgrade, Upgraded};
+use hyper_util::rt::TokioIo;
+use tokio::sync::watch;
+
+use crate::config::WebsocketConfig;
+use crate::meter::RequestFacts;
+use crate::meter::body::Meter;
+use crate::providers::ProviderKind;
+use crate::providers::realtime::{self, Dialect};
+use crate::telemetry::Telemetry;
+use crate::upstream::{self, Client};
+
+pub use relay::BUFFER_BYTES;
+
+/// The WebSocket sessions of one tokentap instance: how many run, the cap
+/// on them, and the shutdown signal they watch. Shared across reloads.
+#[derive(Debug)]
+pub struct Sessions {
+    count: watch::Sender<usize>,
+    stop: watch::Sender<bool>,
+}
+
+impl Sessions {
+    /// No sessions yet.
+    pub fn new() -> Arc<Sessions> {
+        Arc::new(Sessions {
+            count: watch::Sender::new(0),
+            stop: watch::Sender::new(false),
+        })
+    }
+
+    /// Sessions running now.
+    pub fn active(&self) -> usize {
+        *self.count.borrow()
+    }
+
+    /// A place for one more session, unless `cap` are running.
+    fn enter(self: &Arc<Self>, cap: usize) -> Option<Slot> {
+        let admitted = self.count.send_if_modified(|n| {
+            let room = *n < cap;
+            if room {
+                *n += 1;
+            }
+            room
+        });
+        admitted.then(|| Slot(self.clone()))
+    }
+
+    /// Resolves once no session is running.
+    pub async fn wait_idle(&self) {
+        let _ = self.count.subscribe().wait_for(|n| *n == 0).await;
+    }
+
+    /// End every session: each direction gets a close frame 1001 (going
+    /// away) when it stands at a frame boundary, and is closed either way.
+    pub fn stop(&self) {
+        self.stop.send_replace(true);
+    }
+}
+
+/// A running session's place in the count.
+struct Slot(Arc<Sessions>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.count.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// Whether `req` asks to switch to WebSocket (RFC 6455 §4.1): HTTP/1.1,
+/// `Connection` naming `upgrade` and `Upgrade` naming `websocket`. Other
+/// upgrades (h2c) are not relayed: their headers are dropped as hop-by-hop.
+pub fn is_upgrade<B>(req: &Request<B>) -> bool {
+    req.version() == Version::HTTP_11
+        && has_token(req.headers(), header::CONNECTION, "upgrade")
+        && has_token(req.headers(), header::UPGRADE, "websocket")
+}
+
+/// Whether a comma-separated header lists `token` (any case).
+fn has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+/// The model a session asks for in its URL (`model=`, `deployment=`).
+pub fn model_from_path(path_and_query: &str) -> Option<String> {
+    realtime::model_from_query(path_and_query)
+}
+
+/// The provider a session's URL implies when the route names none.
+pub fn provider_for_path(path_and_query: &str) -> Option<ProviderKind> {
+    match realtime::dialect_for_path(path_and_query)? {
+        Dialect::GeminiLive => Some(ProviderKind::Gemini),
+        Dialect::OpenaiRealtime | Dialect::OpenaiResponses => Some(ProviderKind::Openai),
+    }
+}
+
+/// What an upgrade needs from the instance and the route.
+pub struct Handshake<'a> {
+    pub client: &'a Client,
+    pub telemetry: &'a Arc<Telemetry>,
+    pub sessions: &'a Arc<Sessions>,
+    /// The configuration the session keeps for its whole life.
+    pub config: WebsocketConfig,
+    pub upstream_uri: Uri,
+    pub facts: RequestFacts,
+    /// The path and query the client asked for (after the route prefix).
+    pub path_and_query: String,
+}
+
+/// The answer to an upgrade request.
+pub enum Answer {
+    /// The upstream switched protocols (its `101`), or tokentap refused or
+    /// failed the handshake (a JSON error); sent as is.
+    Local(Response<Full<Bytes>>),
+    /// The upstream answered with something other than `101`: relayed
+    /// unchanged and metered like any response, by `meter`.
+    Upstream(Response<Incoming>, Box<Meter>),
+}
+
+/// Forward the handshake; on `101`, start the session's relay task on the
+/// current runtime.
+pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
+    let session = h.telemetry.begin_session(&h.facts, req.headers());
+    let Some(slot) = h.sessions.enter(h.config.max_sessions) else {
+        let (status, code) = (StatusCode::SERVICE_UNAVAILABLE, "websocket_sessions_full");
+        let mut meter = Meter::new(h.facts.clone(), Box::new(session.begin_child(&h.facts)));
+        meter.fail(status.as_u16(), code);
+        session.refused(&h.facts, code);
+        let message = "websocket.max_sessions sessions are running; try again later";
+        return Answer::Local(crate::error::error_response(status, message, code));
+    };
+    let client_side = hyper::upgrade::on(&mut req);
+    let (mut parts, _body) = req.into_parts();
+    let upgrade_to = parts.headers.get(header::UPGRADE).cloned();
+    upstream::strip_hop_by_hop(&mut parts.headers);
+    // The GET carries no body (RFC 6455 §4.1); none is forwarded.
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.remove(header::HOST);
+    restore_upgrade(&mut parts.headers, upgrade_to);
+    session.inject(&mut parts.headers);
+    parts.uri = h.upstream_uri.clone();
+    parts.version = Version::HTTP_11;
+    let request = Request::from_parts(parts, Empty::<Bytes>::new());
+
+    let mut res = match h.client.upgrade(request).await {
+        Ok(res) => res,
+        Err(e) => {
+            tracing::debug!(route = %h.facts.route, error = %e, "upstream upgrade failed");
+            let mut meter = Meter::new(h.facts.clone(), Box::new(session.begin_child(&h.facts)));
+            meter.fail(e.status().as_u16(), e.code());
+            session.refused(&h.facts, e.code());
+            return Answer::Local(e.to_response());
+        }
+    };
+    if res.status() != StatusCode::SWITCHING_PROTOCOLS {
+        let meter = Meter::new(h.facts.clone(), Box::new(session.begin_child(&h.facts)));
+        session.refused(&h.facts, "handshake_refused");
+        upstream::strip_hop_by_hop(res.headers_mut());
+        return Answer::Upstream(res, Box::new(meter));
+    }
+    let upstream_side = hyper::upgrade::on(&mut res);
+    let (mut head, _) = res.into_parts();
+    let upgrade_to = head.headers.get(header::UPGRADE).cloned();
+    let deflate_offered: Vec<String> = head
+        .headers
+        .get_all(header::SEC_WEBSOCKET_EXTENSIONS)
+        .iter()
+        .filter_map(|v| v.to_str().ok().map(str::to_owned))
+        .collect();
+    upstream::strip_hop_by_hop(&mut head.headers);
+    restore_upgrade(&mut head.headers, upgrade_to);
+    let metering = metering::Metering::new(
+        &h.facts,
+        &h.path_and_query,
+        &deflate_offered,
+        h.config.max_message_bytes,
+        session,
+    );
+    let run = Run {
+        client: client_side,
+        upstream: upstream_side,
+        idle: h.config.idle_timeout,
+        stop: h.sessions.stop.subscribe(),
+        slot,
+    };
+    tokio::spawn(run.relay(metering));
+    let mut res = Response::new(Full::new(Bytes::new()));
+    *res.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    *res.headers_mut() = head.headers;
+    Answer::Local(res)
+}
+
+/// Put back the two hop-by-hop headers an upgrade needs on its next hop.
+fn restore_upgrade(headers: &mut HeaderMap, upgrade_to: Option<HeaderValue>) {
+    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    if let Some(to) = upgrade_to {
+        headers.insert(header::UPGRADE, to);
+    }
+}
+
+/// A session between the handshake and its end.
+struct Run {
+    client: OnUpgrade,
+    upstream: OnUpgrade,
+    idle: Option<std::time::Duration>,
+    stop: watch::Receiver<bool>,
+    slot: Slot,
+}
+
+impl Run {
+    async fn relay(self, mut metering: metering::Metering) {
+        let (client, upstream) = match tokio::try_join!(self.client, self.upstream) {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::debug!(error = %e, "websocket upgrade did not complete");
+                metering.not_upgraded();
+                return;
+            }
+        };
+        let (client, client_prefix) = client_io(client);
+        let (upstream, upstream_prefix) = upstream_io(upstream);
+        let end = relay::relay(
+            client,
+            client_prefix,
+            upstream,
+            upstream_prefix,
+            self.idle,
+            self.stop,
+            &mut metering,
+        )
+        .await;
+        tracing::debug!(?end, "websocket session ended");
+        metering.finish(end);
+        drop(self.slot);
+    }
+}
+
+/// The client's socket itself when hyper hands it back (no screening of
+/// request heads, no dynamic dispatch), else the upgraded stream.
+fn client_io(up: Upgraded) -> (Io<tokio::net::TcpStream>, Bytes) {
+    match up.downcast::<TokioIo<crate::server::ClientStream<tokio::net::TcpStream>>>() {
+        Ok(parts) => (Io::Own(parts.io.into_inner().into_inner()), parts.read_buf),
+        Err(up) => (Io::Upgraded(TokioIo::new(up)), Bytes::new()),
+    }
+}
+
+/// The upstream transport (TCP or TLS) when hyper hands it back.
+fn upstream_io(up: Upgraded) -> (Io<TokioIo<upstream::UpstreamIo>>, Bytes) {
+    match up.downcast::<upstream::UpstreamIo>() {
+        Ok(parts) => (Io::Own(TokioIo::new(parts.io)), parts.read_buf),
+        Err(up) => (Io::Upgraded(TokioIo::new(up)), Bytes::new()),
+    }
+}
+
+/// A transport: the original one, or hyper's boxed upgraded stream.
+enum Io<T> {
+    Own(T),
+    Upgraded(TokioIo<Upgraded>),
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Io<T> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Io::Own(t) => std::pin::Pin::new(t).poll_read(cx, buf),
+            Io::Upgraded(u) => std::pin::Pin::new(u).poll_read(cx, buf),
+        }
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Io<T> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Io::Own(t) => std::pin::Pin::new(t).poll_write(cx, buf),
+            Io::Upgraded(u) => std::pin::Pin::new(u).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Io::Own(t) => std::pin::Pin::new(t).poll_flush(cx),
+            Io::Upgraded(u) => std::pin::Pin::new(u).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Io::Own(t) => std::pin::Pin::new(t).poll_shutdown(cx),
+            Io::Upgraded(u) => std::pin::Pin::new(u).poll_shutdown(cx),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(headers: &[(&str, &str)]) -> Request<()> {
+        let mut b = Request::get("/v1/realtime");
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(()).expect("test step")
+    }
+
+    #[test]
+    fn only_websocket_upgrades_are_relayed() {
+        assert!(is_upgrade(&req(&[
+            ("connection", "keep-alive, Upgrade"),
+            ("upgrade", "websocket")
+        ])));
+        assert!(is_upgrade(&req(&[
+            ("connection", "upgrade"),
+            ("upgrade", "WebSocket")
+        ])));
+        assert!(!is_upgrade(&req(&[
+            ("connection", "upgrade"),
+            ("upgrade", "h2c")
+        ])));
+        assert!(
+            !is_upgrade(&req(&[("upgrade", "websocket")])),
+            "no Connection: upgrade"
+        );
+        let mut h2 = req(&[("connection", "upgrade"), ("upgrade", "websocket")]);
+        *h2.version_mut() = Version::HTTP_2;
+        assert!(
+            !is_upgrade(&h2),
+            "HTTP/2 uses extended CONNECT, not Upgrade"
+        );
+    }
+
+    #[test]
+    fn sessions_are_capped_and_counted() {
+        let s = Sessions::new();
+        let a = s.enter(2).expect("first");
+        let _b = s.enter(2).expect("second");
+        assert!(s.enter(2).is_none(), "third over the cap");
+        assert_eq!(s.active(), 2);
+        drop(a);
+        assert_eq!(s.active(), 1);
+        assert!(s.enter(2).is_some(), "room again");
+    }
+}

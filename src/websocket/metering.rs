@@ -1,0 +1,174 @@
+//! A session's side view: the relayed bytes of each direction in (from the
+//! relay, after they were written on); WebSocket messages decoded from
+//! them (`framing::websocket`), session events parsed from those
+//! (`providers::realtime`), and the session meter fed, out. Never touches
+//! the relayed bytes and never fails the relay: a bad message is counted
+//! and skipped; a broken frame stream stops metering for the session,
+//! which is then marked unmetered with the reason.
+
+use crate::framing::websocket::{Sender, WsDecoder, WsMessage, negotiated_deflate};
+use crate::meter::RequestFacts;
+use crate::meter::session::{Done, Party, SessionEnd, SessionMeter, StartRecorder};
+use crate::providers::realtime::{DoneStatus, SessionEvent, SessionParser, dialect_for_path};
+use crate::telemetry::SessionTelemetry;
+
+use super::relay::{Dir, End, Side, Tap};
+
+/// Metering for one session.
+pub struct Metering {
+    facts: RequestFacts,
+    meter: Option<SessionMeter>,
+    session: Option<SessionTelemetry>,
+    /// The decoders and parser; `None` once metering cannot follow.
+    view: Option<View>,
+}
+
+/// What reads the session's messages.
+struct View {
+    up: WsDecoder,
+    down: WsDecoder,
+    parser: SessionParser,
+}
+
+impl Metering {
+    /// Metering for the session `session`, whose handshake `facts`
+    /// describe; `extensions` are the upstream's `Sec-WebSocket-Extensions`
+    /// answer (permessage-deflate parameters); messages larger than
+    /// `max_message` pass unread.
+    pub fn new(
+        facts: &RequestFacts,
+        path_and_query: &str,
+        extensions: &[String],
+        max_message: usize,
+        session: SessionTelemetry,
+    ) -> Metering {
+        let child = session.clone();
+        let start: StartRecorder = Box::new(move |f| Box::new(child.begin_child(f)));
+        let mut meter = SessionMeter::new(facts.clone(), start);
+        let extensions: Vec<&str> = extensions.iter().map(String::as_str).collect();
+        let view = match (
+            dialect_for_path(path_and_query),
+            negotiated_deflate(&extensions),
+        ) {
+            (None, _) => {
+                meter.unmetered("no realtime dialect is known for this path".into());
+                None
+            }
+            (_, Err(e)) => {
+                meter.unmetered(format!("Sec-WebSocket-Extensions: {e}"));
+                None
+            }
+            (Some(dialect), Ok(deflate)) => Some(View {
+                up: WsDecoder::new(Sender::Client, max_message, deflate.map(|d| d.0)),
+                down: WsDecoder::new(Sender::Server, max_message, deflate.map(|d| d.1)),
+                parser: SessionParser::new(dialect),
+            }),
+        };
+        Metering {
+            facts: facts.clone(),
+            meter: Some(meter),
+            session: Some(session),
+            view,
+        }
+    }
+
+    /// One side's upgrade never completed: the session ends here.
+    pub fn not_upgraded(&mut self) {
+        self.end(SessionEnd::NotUpgraded);
+    }
+
+    /// The relay is over: record what is in flight and the session span.
+    pub fn finish(&mut self, end: End) {
+        let end = match end {
+            End::Closed { first } => SessionEnd::Closed(party(first)),
+            End::Failed { side, error } => {
+                tracing::debug!(?side, %error, "websocket session failed");
+                SessionEnd::Failed(party(side))
+            }
+            End::Idle => SessionEnd::Idle,
+            End::Shutdown => SessionEnd::Shutdown,
+        };
+        self.end(end);
+    }
+
+    fn end(&mut self, end: SessionEnd) {
+        if let (Some(meter), Some(session)) = (self.meter.take(), self.session.take()) {
+            let summary = meter.end(end);
+            session.finish(&self.facts, &summary);
+        }
+    }
+}
+
+fn party(side: Side) -> Party {
+    match side {
+        Side::Client => Party::Client,
+        Side::Upstream => Party::Upstream,
+    }
+}
+
+impl Tap for Metering {
+    fn read(&mut self, dir: Dir) {
+        if let Some(m) = &mut self.meter {
+            m.stamp(dir == Dir::Up);
+        }
+    }
+
+    fn relayed(&mut self, dir: Dir, bytes: &[u8]) {
+        let Some(meter) = &mut self.meter else { return };
+        let up = dir == Dir::Up;
+        meter.bytes(up, bytes.len());
+        let Some(view) = &mut self.view else { return };
+        meter.reading(up);
+        let (decoder, parser) = match dir {
+            Dir::Up => (&mut view.up, &mut view.parser),
+            Dir::Down => (&mut view.down, &mut view.parser),
+        };
+        let fed = decoder.feed(bytes, &mut |msg| match msg {
+            WsMessage::Text(json) | WsMessage::Binary(json) => {
+                let apply = &mut |ev: SessionEvent<'_>| apply(meter, ev);
+                let parsed = if up {
+                    parser.client_message(json, apply)
+                } else {
+                    parser.server_message(json, apply)
+                };
+                if parsed.is_err() {
+                    meter.bad_message();
+                }
+            }
+            WsMessage::Close { code, .. } => {
+                let party = if up { Party::Client } else { Party::Upstream };
+                meter.close(party, code);
+            }
+            WsMessage::Skipped { .. } => meter.bad_message(),
+            WsMessage::Ping | WsMessage::Pong => {}
+        });
+        if let Err(e) = fed {
+            let side = if up { "client" } else { "upstream" };
+            meter.unmetered(format!("{side} frames: {e}"));
+            self.view = None;
+        }
+    }
+}
+
+/// Fold one session event into the meter.
+fn apply(meter: &mut SessionMeter, ev: SessionEvent<'_>) {
+    match ev {
+        SessionEvent::ResponseRequested { model } => meter.requested(model),
+        SessionEvent::InputCommitted => meter.input_committed(),
+        SessionEvent::ResponseStarted { id } => meter.started(id),
+        SessionEvent::Output { pieces, .. } => meter.output(pieces),
+        SessionEvent::Model(model) => meter.model(model),
+        SessionEvent::Usage(usage) => meter.usage(usage.to_usage()),
+        SessionEvent::ResponseDone { id, status } => {
+            let done = match status {
+                DoneStatus::Completed => Done::Completed,
+                DoneStatus::Cancelled { .. } => Done::Cancelled,
+                DoneStatus::Failed { kind } => Done::Failed(kind.to_owned()),
+                DoneStatus::Incomplete { reason } => Done::Incomplete(reason.map(str::to_owned)),
+            };
+            meter.done(id, done);
+        }
+        SessionEvent::Error { kind } => meter.error(kind),
+        SessionEvent::Lane(_) | SessionEvent::Closing => {}
+    }
+}

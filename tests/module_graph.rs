@@ -1,0 +1,225 @@
+//! The top-level modules of `src/` depend on each other one way: this test
+//! reads every `crate::…` path in the sources and fails on a cycle between
+//! two or more of them, naming a file that makes each arrow of the cycle.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Top-level module name → its files (`src/foo.rs` and everything under `src/foo/`).
+fn modules(src: &Path) -> BTreeMap<String, Vec<PathBuf>> {
+    let mut out: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+    for entry in fs::read_dir(src).expect("read src/") {
+        let path = entry.expect("dir entry").path();
+        let name = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("")
+            .to_owned();
+        if path.is_dir() {
+            let files = out.entry(name).or_default();
+            collect_rs(&path, files);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            if name == "lib" || name == "main" {
+                continue;
+            }
+            out.entry(name).or_default().push(path);
+        }
+    }
+    out
+}
+
+fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).expect("read module dir") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            collect_rs(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The first identifier of every `crate::` path in `text`, including each
+/// item of a `crate::{a, b::c}` group (at the group's top level only).
+fn crate_paths(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("crate::") {
+        let preceded_by_ident = rest[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$');
+        rest = &rest[i + "crate::".len()..];
+        if preceded_by_ident {
+            continue;
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            out.extend(group_heads(group));
+        } else {
+            out.push(ident(rest).to_owned());
+        }
+    }
+    out
+}
+
+/// Leading identifiers of the comma-separated items of a `{…}` group.
+fn group_heads(group: &str) -> Vec<String> {
+    let mut heads = Vec::new();
+    let mut depth = 0usize;
+    let mut at_item_start = true;
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => at_item_start = true,
+            c if c.is_whitespace() => {}
+            _ if at_item_start && depth == 0 => {
+                heads.push(ident(&group[i..]).to_owned());
+                at_item_start = false;
+            }
+            _ => {}
+        }
+    }
+    heads
+}
+
+fn ident(s: &str) -> &str {
+    let end = s
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(s.len());
+    &s[..end]
+}
+
+/// Edges `from → to` with one file that makes each.
+fn edges(mods: &BTreeMap<String, Vec<PathBuf>>) -> BTreeMap<(String, String), PathBuf> {
+    let mut out = BTreeMap::new();
+    for (name, files) in mods {
+        for file in files {
+            let text = fs::read_to_string(file).expect("read source");
+            for target in crate_paths(&text) {
+                if &target != name && mods.contains_key(&target) {
+                    out.entry((name.clone(), target))
+                        .or_insert_with(|| file.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Strongly connected components with more than one module (Tarjan).
+fn cycles(nodes: &[String], adj: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct Walk<'a> {
+        adj: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        next: usize,
+        found: Vec<Vec<String>>,
+    }
+    impl<'a> Walk<'a> {
+        fn visit(&mut self, v: &'a str) {
+            self.index.insert(v, self.next);
+            self.low.insert(v, self.next);
+            self.next += 1;
+            self.stack.push(v);
+            self.on_stack.insert(v);
+            let adj = self.adj;
+            for w in adj.get(v).into_iter().flatten() {
+                let w = w.as_str();
+                if !self.index.contains_key(w) {
+                    self.visit(w);
+                    let lw = self.low[w];
+                    let lv = self.low.get_mut(v).expect("visited");
+                    *lv = (*lv).min(lw);
+                } else if self.on_stack.contains(w) {
+                    let iw = self.index[w];
+                    let lv = self.low.get_mut(v).expect("visited");
+                    *lv = (*lv).min(iw);
+                }
+            }
+            if self.low[v] == self.index[v] {
+                let mut scc = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack.remove(w);
+                    scc.push(w.to_owned());
+                    if w == v {
+                        break;
+                    }
+                }
+                if scc.len() > 1 {
+                    scc.sort();
+                    self.found.push(scc);
+                }
+            }
+        }
+    }
+    let mut walk = Walk {
+        adj,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        next: 0,
+        found: Vec::new(),
+    };
+    for n in nodes {
+        if !walk.index.contains_key(n.as_str()) {
+            walk.visit(n);
+        }
+    }
+    walk.found
+}
+
+#[test]
+fn top_level_modules_have_no_cycle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mods = modules(&src);
+    assert!(
+        mods.len() > 10,
+        "expected the crate's modules, found {mods:?}"
+    );
+    let edges = edges(&mods);
+    let mut adj: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (from, to) in edges.keys() {
+        adj.entry(from.clone()).or_default().insert(to.clone());
+    }
+    let nodes: Vec<String> = mods.keys().cloned().collect();
+    let found = cycles(&nodes, &adj);
+    let explain: Vec<String> = found
+        .iter()
+        .map(|scc| {
+            let arrows: Vec<String> = edges
+                .iter()
+                .filter(|((f, t), _)| scc.contains(f) && scc.contains(t))
+                .map(|((f, t), file)| format!("  {f} -> {t} ({})", file.display()))
+                .collect();
+            format!("cycle among {scc:?}:\n{}", arrows.join("\n"))
+        })
+        .collect();
+    assert!(found.is_empty(), "{}", explain.join("\n"));
+}
+
+#[test]
+fn the_reader_sees_grouped_and_nested_paths() {
+    let text = "use crate::{config::{self, Cli}, meter};\nlet x = crate::telemetry::X;\n$crate::no";
+    assert_eq!(crate_paths(text), ["config", "meter", "telemetry"]);
+}
+
+#[test]
+fn a_cycle_is_found() {
+    let adj: BTreeMap<String, BTreeSet<String>> = [
+        ("a", vec!["b"]),
+        ("b", vec!["c"]),
+        ("c", vec!["a"]),
+        ("d", vec!["a"]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.into_iter().map(str::to_owned).collect()))
+    .collect();
+    let nodes: Vec<String> = ["a", "b", "c", "d"].map(str::to_owned).to_vec();
+    assert_eq!(cycles(&nodes, &adj), [vec!["a", "b", "c"]]);
+}

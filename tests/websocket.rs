@@ -1,0 +1,845 @@
+//! WebSocket sessions through tokentap: a scripted WebSocket upstream on
+//! 127.0.0.1 (tokio-tungstenite), tokentap in process, and raw clients.
+//! Every frame is compared both ways; close codes, subprotocol, handshake
+//! headers, a non-101 answer, a 5 MB message, 100 sessions at once, the
+//! session cap and shutdown's close 1001 are checked.
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+#![allow(clippy::result_large_err)] // tungstenite's handshake callback type
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::handshake::client::generate_key;
+use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+use tokio_tungstenite::tungstenite::http;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+
+use support::proxy::{InProc, Toml, q};
+use support::{STEP_TIMEOUT, within};
+
+/// What the scripted upstream does with each session.
+#[derive(Clone, Copy)]
+enum Script {
+    /// Echo every data message; answer a close with the same code.
+    Echo,
+    /// Send one text message, then close with 1011.
+    FailMidway,
+}
+
+/// Handshake request headers the upstream saw, one list per session.
+type Seen = Arc<Mutex<Vec<http::HeaderMap>>>;
+
+/// A WebSocket upstream on 127.0.0.1: returns its address and the headers
+/// of each handshake it saw. Answers `chat` as subprotocol when offered.
+async fn ws_upstream(script: Script) -> (String, Seen) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Seen::default();
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let cb = |req: &Request, mut res: Response| {
+                    log.lock().unwrap().push(req.headers().clone());
+                    let offered = req
+                        .headers()
+                        .get("sec-websocket-protocol")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("");
+                    if offered.split(',').any(|p| p.trim() == "chat") {
+                        res.headers_mut()
+                            .insert("sec-websocket-protocol", "chat".parse().unwrap());
+                    }
+                    res.headers_mut()
+                        .insert("x-upstream", "yes".parse().unwrap());
+                    Ok(res)
+                };
+                let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(tcp, cb).await else {
+                    return;
+                };
+                match script {
+                    Script::Echo => {
+                        while let Some(Ok(msg)) = ws.next().await {
+                            // tungstenite answers pings and closes itself.
+                            let data = msg.is_text() || msg.is_binary();
+                            if data && ws.send(msg).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Script::FailMidway => {
+                        let _ = ws.send(Message::text("partial")).await;
+                        let _ = ws
+                            .close(Some(CloseFrame {
+                                code: CloseCode::Error,
+                                reason: "boom".into(),
+                            }))
+                            .await;
+                        while let Some(Ok(_)) = ws.next().await {}
+                    }
+                }
+            });
+        }
+    });
+    (format!("http://{addr}"), seen)
+}
+
+/// One OpenAI route to `upstream`; sessions still open at shutdown get
+/// one second.
+fn toml(upstream: &str) -> Toml {
+    Toml::openai(upstream).set("server", "shutdown_grace", &q("1s"))
+}
+
+type Client = tokio_tungstenite::WebSocketStream<TcpStream>;
+
+/// Open a WebSocket to `path` on `proxy` with extra handshake headers.
+async fn connect(
+    proxy: &InProc,
+    path: &str,
+    extra: &[(&str, &str)],
+) -> Result<(Client, http::Response<Option<Vec<u8>>>), WsError> {
+    let tcp = TcpStream::connect(proxy.addr).await.unwrap();
+    let mut req = http::Request::get(format!("ws://{}{path}", proxy.addr))
+        .header("host", proxy.addr.to_string())
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", generate_key());
+    for (k, v) in extra {
+        req = req.header(*k, *v);
+    }
+    tokio_tungstenite::client_async(req.body(()).unwrap(), tcp).await
+}
+
+#[tokio::test]
+async fn frames_close_codes_and_handshake_headers_pass_unchanged() {
+    let (upstream, seen) = ws_upstream(Script::Echo).await;
+    let proxy = InProc::start(&toml(&upstream)).await;
+    let (mut ws, res) = within(
+        STEP_TIMEOUT,
+        "handshake",
+        connect(
+            &proxy,
+            "/v1/realtime?model=gpt-realtime&key=SECRETKEY",
+            &[
+                ("authorization", "Bearer sk-test"),
+                ("sec-websocket-protocol", "chat, superchat"),
+                ("openai-beta", "realtime=v1"),
+            ],
+        ),
+    )
+    .await
+    .expect("handshake through tokentap");
+    assert_eq!(res.status(), 101);
+    assert_eq!(
+        res.headers().get("sec-websocket-protocol").unwrap(),
+        "chat",
+        "subprotocol negotiated end to end"
+    );
+    assert_eq!(res.headers().get("x-upstream").unwrap(), "yes");
+    {
+        let seen = seen.lock().unwrap();
+        let h = &seen[0];
+        assert_eq!(h.get("authorization").unwrap(), "Bearer sk-test");
+        assert_eq!(h.get("sec-websocket-protocol").unwrap(), "chat, superchat");
+        assert_eq!(h.get("openai-beta").unwrap(), "realtime=v1");
+        assert_eq!(h.get("upgrade").unwrap(), "websocket");
+        assert!(h.get("sec-websocket-key").is_some(), "key forwarded");
+    }
+    let sent = vec![
+        Message::text("{\"type\":\"response.create\"}"),
+        Message::binary(vec![0u8, 1, 2, 255]),
+        Message::text("é ünïcödé"),
+        Message::text(""),
+    ];
+    for m in &sent {
+        ws.send(m.clone()).await.unwrap();
+        let back = within(STEP_TIMEOUT, "echo", ws.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&back, m, "echoed message unchanged");
+    }
+    ws.send(Message::Ping(b"p1".to_vec().into())).await.unwrap();
+    let pong = within(STEP_TIMEOUT, "pong", ws.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        pong,
+        Message::Pong(b"p1".to_vec().into()),
+        "ping answered end to end"
+    );
+    ws.close(Some(CloseFrame {
+        code: CloseCode::Library(4000),
+        reason: "bye now".into(),
+    }))
+    .await
+    .unwrap();
+    let close = within(STEP_TIMEOUT, "close echo", ws.next())
+        .await
+        .unwrap()
+        .unwrap();
+    match close {
+        Message::Close(Some(f)) => {
+            assert_eq!(u16::from(f.code), 4000, "close code relayed both ways");
+            assert_eq!(f.reason.as_str(), "bye now");
+        }
+        other => panic!("expected the upstream's close frame, got {other:?}"),
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_five_megabyte_message_crosses_both_ways() {
+    let (upstream, _) = ws_upstream(Script::Echo).await;
+    let proxy = InProc::start(&toml(&upstream)).await;
+    let (mut ws, _) = connect(&proxy, "/v1/realtime", &[]).await.unwrap();
+    let big: Vec<u8> = (0..5 * 1024 * 1024u32).map(|i| (i * 7) as u8).collect();
+    ws.send(Message::binary(big.clone())).await.unwrap();
+    let back = within(STEP_TIMEOUT, "5 MB echo", ws.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(back == Message::binary(big), "5 MB message unchanged");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn upstream_1011_mid_session_reaches_the_client() {
+    let (upstream, _) = ws_upstream(Script::FailMidway).await;
+    let proxy = InProc::start(&toml(&upstream)).await;
+    let (mut ws, _) = connect(&proxy, "/v1/realtime", &[]).await.unwrap();
+    let first = within(STEP_TIMEOUT, "partial", ws.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first, Message::text("partial"));
+    let close = within(STEP_TIMEOUT, "close", ws.next())
+        .await
+        .unwrap()
+        .unwrap();
+    match close {
+        Message::Close(Some(f)) => assert_eq!(u16::from(f.code), 1011, "1011 relayed"),
+        other => panic!("expected close 1011, got {other:?}"),
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_non_101_answer_reaches_the_client_unchanged() {
+    // A plain HTTP upstream that refuses the upgrade with 401.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let mut buf = vec![0; 4096];
+            let _ = tcp.read(&mut buf).await;
+            let body = r#"{"error":{"message":"bad key","type":"invalid_request_error","code":"invalid_api_key"}}"#;
+            let res = format!(
+                "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = tcp.write_all(res.as_bytes()).await;
+        }
+    });
+    let proxy = InProc::start(&toml(&format!("http://{addr}"))).await;
+    match connect(&proxy, "/v1/realtime", &[]).await {
+        Err(WsError::Http(res)) => {
+            assert_eq!(res.status(), 401, "upstream status relayed");
+            let body = res.body().clone().unwrap_or_default();
+            assert!(
+                String::from_utf8_lossy(&body).contains("invalid_api_key"),
+                "upstream body relayed: {}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+        other => panic!("expected HTTP 401 from the upstream, got {other:?}"),
+    }
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_hundred_sessions_at_once() {
+    let (upstream, _) = ws_upstream(Script::Echo).await;
+    let proxy = Arc::new(InProc::start(&toml(&upstream)).await);
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        let proxy = proxy.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut ws, _) = connect(&proxy, "/v1/realtime", &[]).await.unwrap();
+            for j in 0..5 {
+                let m = Message::text(format!("session {i} message {j}"));
+                ws.send(m.clone()).await.unwrap();
+                assert_eq!(ws.next().await.unwrap().unwrap(), m);
+            }
+            ws.close(None).await.unwrap();
+        }));
+    }
+    for t in tasks {
+        within(Duration::from_secs(30), "session", t).await.unwrap();
+    }
+    let proxy = Arc::into_inner(proxy).unwrap();
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn sessions_over_the_cap_get_503() {
+    let (upstream, _) = ws_upstream(Script::Echo).await;
+    let toml = toml(&upstream).set("websocket", "max_sessions", "1");
+    let proxy = InProc::start(&toml).await;
+    let (mut first, _) = connect(&proxy, "/v1/realtime", &[]).await.unwrap();
+    match connect(&proxy, "/v1/realtime", &[]).await {
+        Err(WsError::Http(res)) => assert_eq!(res.status(), 503, "over the cap"),
+        other => panic!("expected 503, got {other:?}"),
+    }
+    assert_eq!(proxy.running().unwrap().sessions_active(), 1);
+    first.send(Message::text("still works")).await.unwrap();
+    assert_eq!(
+        first.next().await.unwrap().unwrap(),
+        Message::text("still works")
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_sends_going_away_to_the_client() {
+    let (upstream, _) = ws_upstream(Script::Echo).await;
+    let toml = Toml::openai(&upstream).set("server", "shutdown_grace", &q("300ms"));
+    let proxy = InProc::start(&toml).await;
+    let (mut ws, _) = connect(&proxy, "/v1/realtime", &[]).await.unwrap();
+    ws.send(Message::text("hi")).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("hi"));
+    let stopping = tokio::spawn(proxy.shutdown());
+    let close = within(STEP_TIMEOUT, "close 1001", ws.next()).await;
+    match close {
+        Some(Ok(Message::Close(Some(f)))) => {
+            assert_eq!(u16::from(f.code), 1001, "going away on shutdown")
+        }
+        other => panic!("expected close 1001, got {other:?}"),
+    }
+    within(Duration::from_secs(20), "shutdown", stopping)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn idle_sessions_are_closed_when_configured() {
+    let (upstream, _) = ws_upstream(Script::Echo).await;
+    let toml = toml(&upstream).set("websocket", "idle_timeout", &q("200ms"));
+    let proxy = InProc::start(&toml).await;
+    let (mut ws, _) = connect(&proxy, "/v1/realtime", &[]).await.unwrap();
+    let end = within(STEP_TIMEOUT, "idle close", ws.next()).await;
+    assert!(
+        matches!(end, Some(Ok(Message::Close(Some(ref f)))) if u16::from(f.code) == 1001)
+            || matches!(end, None | Some(Err(_))),
+        "idle session ended: {end:?}"
+    );
+    proxy.shutdown().await;
+}
+
+/// A WebSocket upstream that replays a recorded transcript: it sends the
+/// `server` lines in order, and waits for one client message at each
+/// `client` line. Sleeps `ttft` before the first output delta so TTFT is
+/// measurable, and returns when each session's server-side TTFT started.
+async fn replay_upstream(fixture: &'static str, ttft: Duration) -> String {
+    let text = std::fs::read_to_string(format!(
+        "{}/tests/fixtures/realtime/{fixture}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let lines: Vec<(bool, String)> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["dir"] == "client", v["msg"].to_string())
+        })
+        .collect();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let lines = lines.clone();
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                let mut first_delta = true;
+                for (client, msg) in lines {
+                    if client {
+                        if !matches!(ws.next().await, Some(Ok(_))) {
+                            return;
+                        }
+                        continue;
+                    }
+                    if first_delta && msg.contains(".delta\"") {
+                        first_delta = false;
+                        tokio::time::sleep(ttft).await;
+                    }
+                    if ws.send(Message::text(msg)).await.is_err() {
+                        return;
+                    }
+                }
+                while let Some(Ok(_)) = ws.next().await {}
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn a_realtime_response_is_measured_inside_its_session_span() {
+    use support::otlp::Collector;
+    let col = Collector::start().await;
+    let upstream = replay_upstream("openai_text.jsonl", Duration::from_millis(150)).await;
+    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
+    let (mut ws, _) = connect(
+        &proxy,
+        "/v1/realtime?model=gpt-realtime&key=SECRETKEY",
+        &[("authorization", "Bearer sk-secret-handshake")],
+    )
+    .await
+    .unwrap();
+    let text = std::fs::read_to_string(format!(
+        "{}/tests/fixtures/realtime/openai_text.jsonl",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let mut got_done = false;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if v["dir"] == "client" {
+            ws.send(Message::text(v["msg"].to_string())).await.unwrap();
+        } else {
+            let m = within(STEP_TIMEOUT, "server event", ws.next())
+                .await
+                .unwrap()
+                .unwrap();
+            let got: serde_json::Value = serde_json::from_str(m.to_text().unwrap()).unwrap();
+            assert_eq!(got, v["msg"], "server event relayed unchanged");
+            got_done |= got["type"] == "response.done";
+        }
+    }
+    assert!(got_done);
+    ws.close(None).await.unwrap();
+    while let Some(Ok(_)) = ws.next().await {}
+    drop(ws);
+    let session = col
+        .wait_span(STEP_TIMEOUT, "session", |s| s.name.starts_with("websocket"))
+        .await;
+    let response = col
+        .wait_span(STEP_TIMEOUT, "response", |s| {
+            s.parent_span_id == session.span_id && s.name.starts_with("chat")
+        })
+        .await;
+    assert_eq!(response.trace_id, session.trace_id);
+    assert_eq!(
+        response.attr("gen_ai.usage.input_tokens").as_i64(),
+        Some(190)
+    );
+    assert_eq!(
+        response.attr("gen_ai.usage.output_tokens").as_i64(),
+        Some(11)
+    );
+    assert_eq!(response.attr("tokentap.outcome").as_str(), Some("complete"));
+    assert_eq!(
+        response.attr("gen_ai.response.model").as_str(),
+        Some("gpt-realtime-2025-08-28")
+    );
+    assert_eq!(
+        response.attr("gen_ai.response.id").as_str(),
+        Some("resp_Cq1d")
+    );
+    let ttft = response
+        .attr("gen_ai.response.time_to_first_chunk")
+        .as_f64()
+        .unwrap();
+    assert!(
+        (0.15..0.5).contains(&ttft),
+        "TTFT {ttft}s: the upstream waited 150 ms before its first delta"
+    );
+    assert_eq!(session.attr("tokentap.session.responses").as_i64(), Some(1));
+    assert_eq!(
+        session.attr("tokentap.session.output_tokens").as_i64(),
+        Some(11)
+    );
+    assert_eq!(
+        session.attr("tokentap.session.end").as_str(),
+        Some("client_closed")
+    );
+    proxy.shutdown().await;
+    let raw = String::from_utf8_lossy(&col.raw_bytes()).into_owned();
+    for secret in ["SECRETKEY", "sk-secret-handshake"] {
+        assert!(!raw.contains(secret), "{secret} leaked into telemetry");
+    }
+}
+
+/// A frame as raw bytes: `mask` set for client frames, `rsv1` for a
+/// compressed message.
+fn raw_frame(opcode: u8, rsv1: bool, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
+    let mut f = vec![0x80 | if rsv1 { 0x40 } else { 0 } | opcode];
+    let m = if mask.is_some() { 0x80 } else { 0 };
+    match payload.len() {
+        n if n < 126 => f.push(m | n as u8),
+        n if n <= 0xffff => {
+            f.push(m | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(m | 127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    match mask {
+        Some(k) => {
+            f.extend_from_slice(&k);
+            f.extend(payload.iter().enumerate().map(|(i, b)| b ^ k[i % 4]));
+        }
+        None => f.extend_from_slice(payload),
+    }
+    f
+}
+
+/// One message compressed as permessage-deflate sends it (no context
+/// takeover: a fresh compressor per message, the sync-flush tail cut).
+fn deflate(msg: &[u8]) -> Vec<u8> {
+    let mut z = flate2::Compress::new(flate2::Compression::fast(), false);
+    let mut out = Vec::with_capacity(msg.len() + 64);
+    z.compress_vec(msg, &mut out, flate2::FlushCompress::Sync)
+        .unwrap();
+    assert!(out.ends_with(&[0, 0, 0xff, 0xff]));
+    out.truncate(out.len() - 4);
+    out
+}
+
+/// A raw WebSocket upstream: answers the handshake (accepting
+/// permessage-deflate without context takeover when offered), waits for
+/// the client's first bytes, sends `frames`, then records every byte the
+/// client sends until it closes. Returns its URL and those bytes.
+async fn raw_upstream(frames: Vec<Vec<u8>>) -> (String, Arc<Mutex<Vec<u8>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let log = got.clone();
+    tokio::spawn(async move {
+        let (mut tcp, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            tcp.read_exact(&mut byte).await.unwrap();
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).unwrap();
+        let key = head
+            .lines()
+            .find_map(|l| l.strip_prefix("sec-websocket-key: "))
+            .unwrap()
+            .trim();
+        let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+        let ext = if head.contains("permessage-deflate") {
+            "sec-websocket-extensions: permessage-deflate; server_no_context_takeover; client_no_context_takeover\r\n"
+        } else {
+            ""
+        };
+        let res = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {accept}\r\n{ext}\r\n"
+        );
+        tcp.write_all(res.as_bytes()).await.unwrap();
+        let mut buf = vec![0; 65536];
+        let n = tcp.read(&mut buf).await.unwrap();
+        log.lock().unwrap().extend_from_slice(&buf[..n]);
+        for f in frames {
+            tcp.write_all(&f).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => log.lock().unwrap().extend_from_slice(&buf[..n]),
+            }
+        }
+    });
+    (format!("http://{addr}"), got)
+}
+
+/// A raw client: sends the handshake (with `extensions` offered), returns
+/// the socket once the `101` head is read, and that head.
+async fn raw_client(proxy: &InProc, extensions: Option<&str>) -> (TcpStream, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = TcpStream::connect(proxy.addr).await.unwrap();
+    let ext = extensions
+        .map(|e| format!("sec-websocket-extensions: {e}\r\n"))
+        .unwrap_or_default();
+    let req = format!(
+        "GET /v1/realtime?model=gpt-realtime HTTP/1.1\r\nhost: {}\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n{ext}\r\n",
+        proxy.addr
+    );
+    tcp.write_all(req.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        tcp.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    (tcp, String::from_utf8(head).unwrap())
+}
+
+#[tokio::test]
+async fn permessage_deflate_as_browsers_offer_it_is_relayed_and_metered() {
+    use support::otlp::Collector;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let col = Collector::start().await;
+    let events = [
+        r#"{"type":"session.created","session":{"model":"gpt-realtime-2025-08-28"}}"#.to_owned(),
+        r#"{"type":"response.created","response":{"id":"resp_z","status":"in_progress"}}"#.to_owned(),
+        r#"{"type":"response.output_text.delta","response_id":"resp_z","delta":"Hel"}"#.to_owned(),
+        r#"{"type":"response.output_text.delta","response_id":"resp_z","delta":"lo"}"#.to_owned(),
+        r#"{"type":"response.done","response":{"id":"resp_z","status":"completed","usage":{"total_tokens":12,"input_tokens":9,"output_tokens":3,"input_token_details":{"cached_tokens":4}}}}"#.to_owned(),
+    ];
+    let mut frames: Vec<Vec<u8>> = events
+        .iter()
+        .map(|e| raw_frame(1, true, &deflate(e.as_bytes()), None))
+        .collect();
+    frames.push(raw_frame(8, false, &1000u16.to_be_bytes(), None));
+    let sent_down: Vec<u8> = frames.concat();
+    let (upstream, got_up) = raw_upstream(frames).await;
+    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
+    let (mut tcp, head) =
+        raw_client(&proxy, Some("permessage-deflate; client_max_window_bits")).await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("permessage-deflate; server_no_context_takeover"),
+        "extension negotiated end to end: {head}"
+    );
+    let mut sent_up = raw_frame(
+        1,
+        true,
+        &deflate(br#"{"type":"response.create"}"#),
+        Some([1, 2, 3, 4]),
+    );
+    tcp.write_all(&sent_up).await.unwrap();
+    let mut got_down = vec![0; sent_down.len()];
+    within(STEP_TIMEOUT, "server frames", tcp.read_exact(&mut got_down))
+        .await
+        .unwrap();
+    support::assert_bytes_eq("upstream → client bytes", &got_down, &sent_down);
+    let close = raw_frame(8, false, &1000u16.to_be_bytes(), Some([5, 6, 7, 8]));
+    let _ = tcp.write_all(&close).await;
+    sent_up.extend_from_slice(&close);
+    drop(tcp);
+    let response = col
+        .wait_span(STEP_TIMEOUT, "response", |s| s.name.starts_with("chat"))
+        .await;
+    assert_eq!(response.attr("gen_ai.usage.input_tokens").as_i64(), Some(9));
+    assert_eq!(
+        response.attr("gen_ai.usage.output_tokens").as_i64(),
+        Some(3)
+    );
+    assert_eq!(
+        response
+            .attr("gen_ai.usage.cache_read.input_tokens")
+            .as_i64(),
+        Some(4)
+    );
+    assert_eq!(response.attr("tokentap.outcome").as_str(), Some("complete"));
+    proxy.shutdown().await;
+    let up = got_up.lock().unwrap().clone();
+    assert!(
+        sent_up.starts_with(&up) && !up.is_empty(),
+        "client → upstream bytes arrive unchanged"
+    );
+}
+
+#[tokio::test]
+async fn unmasked_client_frames_pass_and_metering_says_why_it_stopped() {
+    use support::otlp::Collector;
+    use tokio::io::AsyncWriteExt;
+    let col = Collector::start().await;
+    let down = vec![raw_frame(1, false, b"{\"type\":\"x\"}", None)];
+    let (upstream, got_up) = raw_upstream(down.clone()).await;
+    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
+    let (mut tcp, head) = raw_client(&proxy, None).await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    // Unmasked (a protocol violation by the client) and then garbage.
+    let mut sent = raw_frame(1, false, br#"{"type":"response.create"}"#, None);
+    sent.extend_from_slice(&[0xff; 40]);
+    tcp.write_all(&sent).await.unwrap();
+    let mut back = vec![0; down[0].len()];
+    use tokio::io::AsyncReadExt;
+    within(STEP_TIMEOUT, "server frame", tcp.read_exact(&mut back))
+        .await
+        .unwrap();
+    assert_eq!(back, down[0], "server frame relayed");
+    tcp.shutdown().await.unwrap();
+    drop(tcp);
+    let session = col
+        .wait_span(STEP_TIMEOUT, "session", |s| s.name.starts_with("websocket"))
+        .await;
+    let why = session
+        .attr("tokentap.session.unmetered")
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(why.contains("client frames"), "{why}");
+    proxy.shutdown().await;
+    let up = got_up.lock().unwrap().clone();
+    support::assert_bytes_eq("client → upstream bytes", &up, &sent);
+}
+
+#[tokio::test]
+async fn a_client_leaving_mid_response_is_client_cancelled() {
+    use support::otlp::Collector;
+    let col = Collector::start().await;
+    // The upstream waits 2 s before its first delta; the client leaves first.
+    let upstream = replay_upstream("openai_text.jsonl", Duration::from_secs(2)).await;
+    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
+    let (mut ws, _) = connect(&proxy, "/v1/realtime?model=gpt-realtime", &[])
+        .await
+        .unwrap();
+    let text = std::fs::read_to_string(format!(
+        "{}/tests/fixtures/realtime/openai_text.jsonl",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if v["dir"] == "client" {
+            ws.send(Message::text(v["msg"].to_string())).await.unwrap();
+        } else {
+            let m = within(STEP_TIMEOUT, "server event", ws.next())
+                .await
+                .unwrap()
+                .unwrap();
+            if m.to_text().unwrap().contains("response.created") {
+                break;
+            }
+        }
+    }
+    drop(ws); // mid-response: no close frame, just gone
+    let response = col
+        .wait_span(STEP_TIMEOUT, "response", |s| s.name.starts_with("chat"))
+        .await;
+    assert_eq!(
+        response.attr("tokentap.outcome").as_str(),
+        Some("client_cancelled")
+    );
+    let session = col
+        .wait_span(STEP_TIMEOUT, "session", |s| s.name.starts_with("websocket"))
+        .await;
+    assert_eq!(session.attr("tokentap.session.responses").as_i64(), Some(1));
+    proxy.shutdown().await;
+}
+
+/// The SDK virtualenv (scripts/setup-test-env.sh), or `$TOKENTAP_PYTHON`.
+fn python() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("TOKENTAP_PYTHON") {
+        return p.into();
+    }
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    assert!(
+        p.exists(),
+        "the Python SDK environment is missing ({} not found): run scripts/setup-test-env.sh",
+        p.display()
+    );
+    p
+}
+
+#[tokio::test]
+async fn the_official_python_realtime_client_works_through_tokentap() {
+    use support::otlp::Collector;
+    let col = Collector::start().await;
+    let upstream = replay_upstream("openai_text.jsonl", Duration::from_millis(100)).await;
+    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/realtime.py");
+    let out = within(
+        Duration::from_secs(60),
+        "python realtime client",
+        tokio::process::Command::new(python())
+            .arg(script)
+            .arg(format!("{}/v1", proxy.url()))
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "realtime.py failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(got["text"], "Mars, the \"red\" planet.");
+    assert_eq!(got["input_tokens"], 190);
+    assert_eq!(got["output_tokens"], 11);
+    let response = col
+        .wait_span(STEP_TIMEOUT, "response", |s| s.name.starts_with("chat"))
+        .await;
+    assert_eq!(
+        response.attr("gen_ai.usage.output_tokens").as_i64(),
+        Some(11),
+        "usage equal to the upstream's"
+    );
+    assert_eq!(response.attr("tokentap.outcome").as_str(), Some("complete"));
+    proxy.shutdown().await;
+    let raw = String::from_utf8_lossy(&col.raw_bytes()).into_owned();
+    assert!(
+        !raw.contains("sk-sdk-secret"),
+        "API key leaked into telemetry"
+    );
+}
+
+#[tokio::test]
+async fn the_official_python_responses_websocket_client_works_through_tokentap() {
+    use support::otlp::Collector;
+    let col = Collector::start().await;
+    let upstream = replay_upstream("responses_ws.jsonl", Duration::from_millis(50)).await;
+    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/responses_ws.py");
+    let out = within(
+        Duration::from_secs(60),
+        "python responses websocket client",
+        tokio::process::Command::new(python())
+            .arg(script)
+            .arg(format!("{}/v1", proxy.url()))
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "responses_ws.py failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(got["output_tokens"], 58, "{got}");
+    let response = col
+        .wait_span(STEP_TIMEOUT, "response", |s| s.name.starts_with("chat"))
+        .await;
+    assert_eq!(
+        response.attr("gen_ai.usage.output_tokens").as_i64(),
+        Some(58)
+    );
+    assert_eq!(
+        response.attr("gen_ai.usage.input_tokens").as_i64(),
+        got["input_tokens"].as_i64()
+    );
+    assert_eq!(
+        response.attr("gen_ai.request.model").as_str(),
+        Some("gpt-5.2")
+    );
+    proxy.shutdown().await;
+}
