@@ -257,11 +257,24 @@ where
                     .await
                     .map_err(|e| e.to_string())
             } else {
+                // With upgrades (WebSocket over TLS, `wss`), as plaintext
+                // HTTP/1 is served: the drain flag asks it to finish.
                 let stream = Screened::new(stream, tracker);
-                watcher
-                    .watch(h1.serve_connection(TokioIo::new(stream), svc))
-                    .await
-                    .map_err(|e| e.to_string())
+                let conn = h1.serve_connection(TokioIo::new(stream), svc);
+                let mut conn = std::pin::pin!(conn.with_upgrades());
+                drop(watcher);
+                let before_drain = tokio::select! {
+                    ended = conn.as_mut() => Some(ended),
+                    _ = draining.wait_for(|d| *d) => None,
+                };
+                let ended = match before_drain {
+                    Some(ended) => ended,
+                    None => {
+                        conn.as_mut().graceful_shutdown();
+                        conn.await
+                    }
+                };
+                ended.map_err(|e| e.to_string())
             };
             if let Err(e) = ended {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
