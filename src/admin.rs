@@ -2,7 +2,9 @@
 //! liveness, readiness, the effective configuration (secrets redacted) and
 //! the live dashboard out. It has its own address (never the proxy's port)
 //! and its own connection limit; metric collection runs here, on a blocking
-//! thread, never on the proxy's request path.
+//! thread, never on the proxy's request path. Optionally served over TLS
+//! (with required client certificates) and behind a bearer token; the
+//! probes can stay open for load balancers.
 
 mod dashboard;
 
@@ -19,9 +21,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::{Config, ServerConfig};
+use crate::config::{AdminConfig, Config, ServerConfig};
 use crate::error::error_response;
 use crate::server;
+use crate::server::tls::Tls;
 use crate::telemetry::Telemetry;
 use crate::telemetry::prometheus::Format;
 
@@ -147,8 +150,15 @@ pub async fn bind(config: &Config) -> Result<Option<TcpListener>, AdminError> {
 }
 
 impl Admin {
-    /// Serve the admin endpoints on `listener` until `shutdown`.
-    pub fn spawn(listener: TcpListener, state: AdminState, proxy: &ServerConfig) -> Admin {
+    /// Serve the admin endpoints on `listener` (over `tls` when set, behind
+    /// `access.token` when set) until `shutdown`.
+    pub fn spawn(
+        listener: TcpListener,
+        state: AdminState,
+        proxy: &ServerConfig,
+        tls: Option<Arc<Tls>>,
+        access: &AdminConfig,
+    ) -> Admin {
         let addr = listener.local_addr().unwrap_or_else(|_| {
             // Unreachable for a bound TCP listener; keep a usable value.
             SocketAddr::from(([127, 0, 0, 1], 0))
@@ -162,8 +172,21 @@ impl Admin {
         };
         let (stop, stopped) = watch::channel(false);
         let state = Arc::new(state);
-        let handler = move |req| handle(state.clone(), req);
-        let task = tokio::spawn(server::serve(listener, cfg, handler, stopped));
+        let guard = Arc::new(Guard {
+            token: access.token.clone(),
+            open_probes: access.open_probes,
+        });
+        let handler = move |req: Request<hyper::body::Incoming>| {
+            let refused = guard.check(&req);
+            let state = state.clone();
+            async move {
+                match refused {
+                    Some(res) => res,
+                    None => handle(state, req).await,
+                }
+            }
+        };
+        let task = tokio::spawn(server::serve(listener, cfg, tls, handler, stopped));
         Admin { addr, stop, task }
     }
 
@@ -172,6 +195,93 @@ impl Admin {
         let _ = self.stop.send(true);
         let _ = self.task.await;
     }
+}
+
+/// Who may use the admin endpoints (client certificates are checked in
+/// the TLS handshake, before this).
+#[derive(Debug)]
+struct Guard {
+    token: Option<String>,
+    open_probes: bool,
+}
+
+/// The cookie the dashboard's login (`/?token=...`) sets, so the page's own
+/// requests carry the token without it showing in later URLs.
+const COOKIE: &str = "tokentap_admin";
+
+impl Guard {
+    /// `None` when `req` may pass; the refusal otherwise.
+    fn check<B>(&self, req: &Request<B>) -> Option<Response<Full<Bytes>>> {
+        let token = self.token.as_deref()?;
+        let path = req.uri().path();
+        if self.open_probes && matches!(path, "/healthz" | "/readyz") {
+            return None;
+        }
+        let bearer = req
+            .headers()
+            .get_all(header::AUTHORIZATION)
+            .iter()
+            .filter_map(|v| {
+                let b = v.as_bytes();
+                b.get(..7)
+                    .filter(|p| p.eq_ignore_ascii_case(b"bearer "))
+                    .map(|_| &b[7..])
+            });
+        let cookie = req
+            .headers()
+            .get_all(header::COOKIE)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|b| *b == b';'))
+            .filter_map(|c| {
+                c.trim_ascii()
+                    .strip_prefix(COOKIE.as_bytes())?
+                    .strip_prefix(b"=")
+            });
+        if bearer
+            .chain(cookie)
+            .any(|t| same(t.trim_ascii(), token.as_bytes()))
+        {
+            return None;
+        }
+        // The dashboard in a browser: `/?token=...` once sets the cookie
+        // and redirects to `/`, so the token leaves the address bar.
+        if path == "/" {
+            let given = req
+                .uri()
+                .query()
+                .into_iter()
+                .flat_map(|q| q.split('&'))
+                .find_map(|kv| kv.strip_prefix("token="));
+            if given.is_some_and(|t| same(t.as_bytes(), token.as_bytes())) {
+                let mut res = respond(StatusCode::SEE_OTHER, TEXT, "");
+                res.headers_mut()
+                    .insert(header::LOCATION, HeaderValue::from_static("/"));
+                if let Ok(v) = HeaderValue::from_str(&format!(
+                    "{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"
+                )) {
+                    res.headers_mut().insert(header::SET_COOKIE, v);
+                }
+                return Some(res);
+            }
+        }
+        let mut res = error_response(
+            StatusCode::UNAUTHORIZED,
+            "the admin listener needs `authorization: Bearer <admin.token>` \
+             (in a browser: open /?token=<admin.token> once)",
+            "unauthorized",
+        );
+        res.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"tokentap admin\""),
+        );
+        Some(res)
+    }
+}
+
+/// Constant-time equality (the comparison must not reveal how much of a
+/// guessed token was right).
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Route one admin request.

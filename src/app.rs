@@ -18,6 +18,7 @@ use crate::meter::drain::Drains;
 use crate::meter::tokenize::Tokenizer;
 use crate::route::Router;
 use crate::server::Shards;
+use crate::server::tls::Tls;
 use crate::telemetry::Telemetry;
 use crate::upstream::{Client, Shard};
 use crate::websocket::Sessions;
@@ -61,6 +62,10 @@ pub struct Running {
     drains: Arc<Drains>,
     sessions: Arc<Sessions>,
     shutdown_grace: std::time::Duration,
+    /// The proxy listener's TLS, reloaded with the configuration.
+    tls: Option<Arc<Tls>>,
+    /// The admin listener's TLS, reloaded with the configuration.
+    admin_tls: Option<Arc<Tls>>,
 }
 
 impl Running {
@@ -150,6 +155,23 @@ impl Running {
         } else {
             current.client.clone()
         };
+        // Certificates are read again on every reload (a rotated file keeps
+        // its path); both listeners' files must load before either changes.
+        let staged = [
+            (&self.tls, config.tls.as_ref()),
+            (&self.admin_tls, config.admin.tls.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(tls, cfg)| Some((tls.as_ref()?, cfg?)))
+        .map(|(tls, cfg)| {
+            Tls::prepare(cfg)
+                .map(|s| (tls, s))
+                .map_err(|e| ReloadError::Tls(format!("{} listener: {e}", tls.listener)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+        for (tls, s) in staged {
+            tls.install(s);
+        }
         self.state.store(Arc::new(State {
             router: Router::new(&config.routes),
             client,
@@ -178,6 +200,10 @@ pub enum ReloadError {
     /// The upstream client could not be rebuilt (e.g. a bad CA file).
     #[error("{0}")]
     Upstream(String),
+    /// A listener's new certificate, key or client CA bundle is unusable;
+    /// the certificates in use keep serving.
+    #[error("{0}")]
+    Tls(String),
 }
 
 impl ReloadError {
@@ -198,7 +224,7 @@ impl ReloadError {
             ReloadError::RestartRequired { key } => {
                 format!("`{key}` cannot change without a restart")
             }
-            ReloadError::Upstream(m) => m.clone(),
+            ReloadError::Upstream(m) | ReloadError::Tls(m) => m.clone(),
         }
     }
 }
@@ -219,6 +245,15 @@ pub fn check(config: &Config) -> anyhow::Result<()> {
 /// Bind the listener and start serving. Must run inside a tokio runtime.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
     let client = Client::new(&config.upstream)?;
+    let tls = config
+        .tls
+        .as_ref()
+        .map(|t| Tls::load("proxy", t))
+        .transpose()?;
+    let admin_tls = match (&config.admin_listen, &config.admin.tls) {
+        (Some(_), Some(t)) => Some(Tls::load("admin", t)?),
+        _ => None,
+    };
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("listen {}: {e}", config.listen))?;
@@ -231,6 +266,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         Some(_) => Telemetry::init_with_prometheus(&config.telemetry)?,
         None => Telemetry::init(&config.telemetry)?,
     });
+    telemetry.observe_certificates(tls.iter().chain(admin_tls.iter()).cloned().collect());
     let readiness = Readiness::new();
     let config_view = ConfigView::new(&config);
     let admin = admin_listener.map(|l| {
@@ -239,7 +275,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
             readiness: readiness.clone(),
             config: config_view.clone(),
         };
-        Admin::spawn(l, state, &config.server)
+        Admin::spawn(l, state, &config.server, admin_tls.clone(), &config.admin)
     });
     let tokenizer = Tokenizer::start(config.meter.tokenizer);
     let server_cfg = config.server.clone();
@@ -278,7 +314,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         let snapshots = snapshots.clone();
         move |req| request::handle(snapshots.load_full(), req, Shard(thread))
     };
-    let server = Shards::start(listener, &server_cfg, handler, stopped)
+    let server = Shards::start(listener, &server_cfg, tls.clone(), handler, stopped)
         .map_err(|e| anyhow::anyhow!("cannot start the serving threads: {e}"))?;
     Ok(Running {
         addr,
@@ -294,5 +330,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         drains,
         sessions,
         shutdown_grace,
+        tls,
+        admin_tls,
     })
 }

@@ -104,6 +104,15 @@ pub struct ProxyArgs {
     /// OTLP transport [config: telemetry.otlp_protocol; default: http/protobuf]
     #[arg(long, value_name = "PROTOCOL", value_parser = otlp_protocol_arg())]
     pub otlp_protocol: Option<OtlpProtocol>,
+
+    /// Serve the proxy over TLS with this PEM certificate chain (needs
+    /// --tls-key) [config: tls.cert]
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// PEM private key for --tls-cert [config: tls.key]
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 impl ProxyArgs {
@@ -119,6 +128,8 @@ impl ProxyArgs {
             log_format: self.log_format,
             otlp_endpoint: self.otlp_endpoint.clone(),
             otlp_protocol: self.otlp_protocol,
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
         }
     }
 }

@@ -44,6 +44,10 @@ pub struct Config {
     /// (`--watch-config`); SIGHUP reloads either way.
     pub watch_config: bool,
     pub server: ServerConfig,
+    /// TLS on the proxy listener (`[tls]`); `None` = plaintext.
+    pub tls: Option<TlsConfig>,
+    /// Protection of the admin listener (`[admin]`).
+    pub admin: AdminConfig,
     pub upstream: UpstreamConfig,
     /// Routes, in match order.
     pub routes: Vec<RouteConfig>,
@@ -86,6 +90,102 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(30),
             threads: 0,
         }
+    }
+}
+
+/// `[tls]` / `[admin.tls]`: TLS on a listener; the files are read at
+/// start-up and again on every reload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// Certificate chain file (PEM), leaf first.
+    pub cert: PathBuf,
+    /// The leaf's private key file (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// `[[tls.sni]]`: further certificates, chosen by the server name (SNI).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sni: Vec<SniCert>,
+    /// CA bundle (PEM) client certificates are verified against (mTLS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ca: Option<PathBuf>,
+    /// `required` (the default with `client_ca`) or `optional`.
+    #[serde(default, skip_serializing_if = "ClientAuth::is_off")]
+    pub client_auth: ClientAuth,
+}
+
+/// One `[[tls.sni]]` entry: the certificate served for `name`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SniCert {
+    /// Server name (one exact DNS name, lowercase).
+    pub name: String,
+    /// Certificate chain file (PEM).
+    pub cert: PathBuf,
+    /// Private key file (PEM).
+    pub key: PathBuf,
+}
+
+/// Client certificates on a TLS listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    /// None asked for (no `client_ca`).
+    #[default]
+    Off,
+    /// Asked for; a client without one is served, one with a bad one is refused.
+    Optional,
+    /// Required: a client without a valid certificate fails the handshake.
+    Required,
+}
+
+impl ClientAuth {
+    fn is_off(&self) -> bool {
+        *self == ClientAuth::Off
+    }
+}
+
+/// `[admin]`: who may use the admin listener (restart-only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Bearer token required on every admin request except open probes (secret).
+    #[serde(
+        serialize_with = "units::secret",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub token: Option<String>,
+    /// File holding the bearer token (a mounted Secret); read at load.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+    /// `/healthz` and `/readyz` answer without the token (not without mTLS).
+    pub open_probes: bool,
+    /// Start with an unprotected admin listener on a non-loopback address.
+    pub allow_unprotected: bool,
+    /// `[admin.tls]`: TLS (and optional mTLS) on the admin listener.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsConfig>,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            token: None,
+            token_file: None,
+            open_probes: true,
+            allow_unprotected: false,
+            tls: None,
+        }
+    }
+}
+
+impl AdminConfig {
+    /// Whether a bearer token or required client certificates guard the admin endpoints.
+    pub fn protected(&self) -> bool {
+        self.token.is_some()
+            || self
+                .tls
+                .as_ref()
+                .is_some_and(|t| t.client_auth == ClientAuth::Required)
     }
 }
 
@@ -298,6 +398,8 @@ pub enum TenantSource {
     Body,
     /// A salted hash prefix of the API key.
     ApiKey,
+    /// The verified client certificate's subject common name (mTLS listeners).
+    ClientCert,
 }
 
 /// `[tenant]`: tenant resolution.
@@ -354,8 +456,20 @@ pub enum LogFormat {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TelemetryConfig {
-    /// OTLP export on/off (on unless disabled or `OTEL_SDK_DISABLED=true`).
-    pub otlp_enabled: bool,
+    /// OTLP export on/off; unset = on exactly when an endpoint is configured
+    /// (validation resolves it, so it is always set after loading).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_enabled: Option<bool>,
+    /// CA bundle (PEM) the collector's certificate is verified against
+    /// (`OTEL_EXPORTER_OTLP_CERTIFICATE`); unset = the webpki roots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_certificate: Option<PathBuf>,
+    /// Client certificate chain (PEM) for mTLS to the collector.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_client_certificate: Option<PathBuf>,
+    /// Client certificate key (PEM); the path only is ever shown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_client_key: Option<PathBuf>,
     /// Collector base endpoint; `None` = SDK default / `OTEL_EXPORTER_OTLP_ENDPOINT`.
     #[serde(
         deserialize_with = "units::endpoint",
@@ -410,7 +524,10 @@ pub struct TelemetryConfig {
 impl Default for TelemetryConfig {
     fn default() -> Self {
         TelemetryConfig {
-            otlp_enabled: true,
+            otlp_enabled: None,
+            otlp_certificate: None,
+            otlp_client_certificate: None,
+            otlp_client_key: None,
             otlp_endpoint: None,
             otlp_protocol: OtlpProtocol::HttpProtobuf,
             otlp_headers: Vec::new(),
@@ -580,6 +697,10 @@ pub struct Overrides {
     pub otlp_endpoint: Option<String>,
     /// `telemetry.otlp_protocol`.
     pub otlp_protocol: Option<OtlpProtocol>,
+    /// `tls.cert` (`--tls-cert`).
+    pub tls_cert: Option<PathBuf>,
+    /// `tls.key` (`--tls-key`).
+    pub tls_key: Option<PathBuf>,
 }
 
 /// The admin listener's address when none is configured (loopback only;

@@ -114,10 +114,16 @@ async fn run(
         .iter()
         .map(|r| format!("{} {} -> {}", r.name, r.prefix, r.upstream))
         .collect();
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let running = tokentap::app::start(config).await?;
     tracing::info!(
         target: tokentap::telemetry::STARTUP_TARGET,
         routes = ?routes,
+        scheme,
         "tokentap listening on {}",
         running.addr
     );

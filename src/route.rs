@@ -134,7 +134,19 @@ pub fn resolve_tenant(
     headers: &HeaderMap,
     body_user: Option<&str>,
 ) -> Option<String> {
+    resolve_tenant_with_cert(cfg, headers, body_user, None)
+}
+
+/// [`resolve_tenant`] with the subject of the connection's verified client
+/// certificate, for the `client_cert` source.
+pub fn resolve_tenant_with_cert(
+    cfg: &TenantConfig,
+    headers: &HeaderMap,
+    body_user: Option<&str>,
+    client_cert: Option<&str>,
+) -> Option<String> {
     cfg.sources.iter().find_map(|source| match source {
+        TenantSource::ClientCert => client_cert.map(str::to_owned),
         TenantSource::Header => headers
             .get(&cfg.header)
             .and_then(|v| v.to_str().ok())

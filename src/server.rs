@@ -1,10 +1,11 @@
-//! The listener: TCP connections in, HTTP/1.1 or h2c requests handed to a
-//! service out. Bounds header size, header count, header read time and
+//! The listener: TCP connections in (plaintext, or TLS with ALPN when a
+//! `tls::Tls` is given), HTTP/1.1, h2c or h2 requests handed to a service out. Bounds header size, header count, header read time and
 //! connection count; refuses ambiguous request framing before the service
 //! sees it (`head_check`); on shutdown stops accepting and lets in-flight
 //! requests finish until the grace period ends.
 
 mod head_check;
+pub mod tls;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -21,6 +22,7 @@ use hyper::server::conn::{http1, http2};
 use hyper::service::{Service, service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
@@ -33,6 +35,7 @@ use head_check::{Limits, Refusal, Tracker, Verdicts};
 /// request framing); an upgrade hands it back.
 pub use head_check::Screened as ClientStream;
 use head_check::Screened;
+use tls::{ClientIdentity, Tls};
 
 /// What the service answers: the handler's body, or a refusal of our own.
 type Served<B> = Response<Either<B, Full<Bytes>>>;
@@ -40,12 +43,13 @@ type Served<B> = Response<Either<B, Full<Bytes>>>;
 /// hyper refuses read buffers below this.
 const MIN_BUF: usize = 8192;
 
-/// Accept connections on `listener` and serve each request with `handle`
-/// on the current runtime until `shutdown` turns true; then drain for at
-/// most `cfg.shutdown_grace`.
+/// Accept connections on `listener` (over TLS when `tls` is set) and serve
+/// each request with `handle` on the current runtime until `shutdown` turns
+/// true; then drain for at most `cfg.shutdown_grace`.
 pub async fn serve<H, F, B>(
     listener: TcpListener,
     cfg: ServerConfig,
+    tls: Option<Arc<Tls>>,
     handle: H,
     mut shutdown: watch::Receiver<bool>,
 ) where
@@ -55,7 +59,7 @@ pub async fn serve<H, F, B>(
     B::Error: Into<BoxError>,
 {
     let permits = Arc::new(Semaphore::new(cfg.max_connections));
-    let mut conns = Conns::new(&cfg, handle);
+    let mut conns = Conns::new(&cfg, tls, handle);
     while let Some((stream, peer, permit)) = accept(&listener, &permits, &mut shutdown).await {
         conns.serve(stream, peer, permit);
     }
@@ -92,8 +96,11 @@ async fn accept(
 struct Conns<H> {
     h1: Arc<http1::Builder>,
     h2: Arc<http2::Builder<TokioExecutor>>,
-    /// How long a new connection may take to show which protocol it speaks.
+    /// How long a new connection may take to show which protocol it speaks
+    /// (or to finish its TLS handshake).
     preface_wait: Duration,
+    /// TLS for every connection; `None` = plaintext.
+    tls: Option<Arc<Tls>>,
     limits: Limits,
     handle: H,
     graceful: GracefulShutdown,
@@ -110,7 +117,7 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    fn new(cfg: &ServerConfig, handle: H) -> Conns<H> {
+    fn new(cfg: &ServerConfig, tls: Option<Arc<Tls>>, handle: H) -> Conns<H> {
         let mut h1 = http1::Builder::new();
         h1.timer(TokioTimer::new())
             .header_read_timeout(cfg.header_read_timeout)
@@ -123,6 +130,7 @@ where
             h1: Arc::new(h1),
             h2: Arc::new(h2),
             preface_wait: cfg.header_read_timeout,
+            tls,
             limits: Limits {
                 max_head_bytes: cfg.max_header_bytes,
                 max_headers: cfg.max_headers,
@@ -139,9 +147,12 @@ where
     fn serve(&mut self, stream: TcpStream, peer: SocketAddr, done: impl Send + 'static) {
         while self.tasks.try_join_next().is_some() {}
         let _ = stream.set_nodelay(true);
+        if let Some(tls) = self.tls.clone() {
+            return self.serve_tls(stream, peer, tls, done);
+        }
         let verdicts = Arc::new(Verdicts::default());
         let tracker = Tracker::new(self.limits, verdicts.clone());
-        let svc = screened(self.handle.clone(), verdicts, self.limits, peer);
+        let svc = screened(self.handle.clone(), verdicts, self.limits, peer, None);
         let (h1, h2, wait) = (self.h1.clone(), self.h2.clone(), self.preface_wait);
         let watcher = self.graceful.watcher();
         let mut draining = self.draining.subscribe();
@@ -178,6 +189,92 @@ where
                     };
                     ended.map_err(|e| e.to_string())
                 }
+            };
+            if let Err(e) = ended {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+            drop(done);
+        });
+    }
+
+    /// Serve `stream` over TLS: the handshake must finish within the header
+    /// read time (a slow handshake is cut like a slow request head), then
+    /// ALPN picks h2 or HTTP/1.1. A client that speaks plaintext HTTP to
+    /// this port gets a short plaintext 400 saying so.
+    fn serve_tls(
+        &mut self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        tls: Arc<Tls>,
+        done: impl Send + 'static,
+    ) {
+        let (h1, h2, wait) = (self.h1.clone(), self.h2.clone(), self.preface_wait);
+        let (handle, limits) = (self.handle.clone(), self.limits);
+        let watcher = self.graceful.watcher();
+        let mut draining = self.draining.subscribe();
+        self.tasks.spawn(async move {
+            let handshake = async {
+                if !starts_tls(&stream).await? {
+                    let mut stream = stream;
+                    let _ = stream.write_all(PLAINTEXT_TO_TLS).await;
+                    let _ = stream.shutdown().await;
+                    return Ok(None);
+                }
+                let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
+                acceptor.accept(stream).await.map(Some)
+            };
+            let shaken = tokio::select! {
+                r = tokio::time::timeout(wait, handshake) => r,
+                _ = draining.wait_for(|d| *d) => return,
+            };
+            let stream = match shaken {
+                Err(_) => {
+                    tracing::debug!(%peer, listener = tls.listener, "TLS handshake timed out");
+                    return;
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, listener = tls.listener, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Ok(Ok(None)) => {
+                    tracing::debug!(%peer, listener = tls.listener, "plaintext sent to the TLS port");
+                    return;
+                }
+                Ok(Ok(Some(s))) => s,
+            };
+            let session = stream.get_ref().1;
+            let speaks_h2 = session.alpn_protocol() == Some(b"h2");
+            let identity = session
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(tls::subject_cn);
+            let verdicts = Arc::new(Verdicts::default());
+            let tracker = Tracker::new(limits, verdicts.clone());
+            let svc = screened(handle, verdicts, limits, peer, identity);
+            let ended = if speaks_h2 {
+                watcher
+                    .watch(h2.serve_connection(TokioIo::new(stream), svc))
+                    .await
+                    .map_err(|e| e.to_string())
+            } else {
+                // With upgrades (WebSocket over TLS, `wss`), as plaintext
+                // HTTP/1 is served: the drain flag asks it to finish.
+                let stream = Screened::new(stream, tracker);
+                let conn = h1.serve_connection(TokioIo::new(stream), svc);
+                let mut conn = std::pin::pin!(conn.with_upgrades());
+                drop(watcher);
+                let before_drain = tokio::select! {
+                    ended = conn.as_mut() => Some(ended),
+                    _ = draining.wait_for(|d| *d) => None,
+                };
+                let ended = match before_drain {
+                    Some(ended) => ended,
+                    None => {
+                        conn.as_mut().graceful_shutdown();
+                        conn.await
+                    }
+                };
+                ended.map_err(|e| e.to_string())
             };
             if let Err(e) = ended {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
@@ -248,6 +345,20 @@ async fn speaks_h2(stream: &TcpStream) -> std::io::Result<bool> {
     }
 }
 
+/// The answer to plaintext HTTP sent to a TLS port.
+const PLAINTEXT_TO_TLS: &[u8] = b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\
+content-type: text/plain; charset=utf-8\r\ncontent-length: 45\r\n\r\n\
+this port speaks TLS: use https:// to reach it";
+
+/// Whether the client's first byte opens a TLS handshake record (0x16);
+/// peeks, so the TLS acceptor reads it itself.
+async fn starts_tls(stream: &TcpStream) -> std::io::Result<bool> {
+    let mut first = [0; 1];
+    let n = stream.peek(&mut first).await?;
+    // End of file: let the handshake see it and fail.
+    Ok(n == 0 || first[0] == 0x16)
+}
+
 /// A connection handed to a serving thread.
 type Handoff = (std::net::TcpStream, SocketAddr, OwnedSemaphorePermit, Open);
 
@@ -290,6 +401,7 @@ impl Shards {
     pub fn start<M, H, F, B>(
         listener: TcpListener,
         cfg: &ServerConfig,
+        tls: Option<Arc<Tls>>,
         make_handler: M,
         shutdown: watch::Receiver<bool>,
     ) -> std::io::Result<Shards>
@@ -320,11 +432,12 @@ impl Shards {
             let (done, served) = oneshot::channel();
             // The thread's id reaches the upstream pool through its handler.
             let (cfg, handle, mut exit) = (cfg.clone(), make_handler(id), exit_rx.clone());
+            let tls = tls.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("tokentap-serve-{id}"))
                 .spawn(move || {
                     runtime.block_on(async move {
-                        let mut conns = Conns::new(&cfg, handle);
+                        let mut conns = Conns::new(&cfg, tls, handle);
                         while let Some((stream, peer, permit, open)) = rx.recv().await {
                             // Registered with this thread's runtime from here on.
                             match TcpStream::from_std(stream) {
@@ -416,12 +529,14 @@ impl Drop for Shards {
 }
 
 /// `handle` behind `screen`: refused requests are answered here and never
-/// reach the handler.
+/// reach the handler. Each request carries the client certificate's
+/// subject (`ClientIdentity`) when the connection has one.
 fn screened<H, F, B>(
     handle: H,
     verdicts: Arc<Verdicts>,
     limits: Limits,
     peer: SocketAddr,
+    identity: Option<Arc<str>>,
 ) -> impl Service<Request<Incoming>, Response = Served<B>, Error = Infallible, Future: Send + 'static>
 + Clone
 where
@@ -430,7 +545,10 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    service_fn(move |req: Request<Incoming>| {
+    service_fn(move |mut req: Request<Incoming>| {
+        if let Some(id) = &identity {
+            req.extensions_mut().insert(ClientIdentity(id.clone()));
+        }
         let admitted = match screen(&req, &verdicts, limits) {
             // Boxed: hyper keeps an allocation the size of the service
             // future for as long as the client connection lives; the

@@ -8,6 +8,7 @@
 pub mod attrs;
 pub mod cardinality;
 mod export;
+mod export_tls;
 mod instruments;
 pub mod live;
 mod log;
@@ -23,9 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderMap;
-use opentelemetry::metrics::{
-    BoundHistogram, Meter, MeterProvider as _, ObservableGauge, UpDownCounter,
-};
+use opentelemetry::metrics::{BoundHistogram, Meter, MeterProvider as _, UpDownCounter};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{
     Span as _, SpanKind, TraceContextExt, Tracer as _, TracerProvider as _,
@@ -84,7 +83,7 @@ struct Inner {
     /// without a reader.
     meter: Option<Meter>,
     /// Observable instruments registered after start-up, kept alive.
-    observed: std::sync::Mutex<Vec<ObservableGauge<u64>>>,
+    observed: std::sync::Mutex<Vec<Box<dyn std::any::Any + Send + Sync>>>,
 }
 
 /// Telemetry could not start (bad exporter settings).
@@ -122,11 +121,27 @@ impl Telemetry {
         let mut traces = SdkTracerProvider::builder();
         let mut meters = SdkMeterProvider::builder();
         let mut readers = 0;
-        if cfg.otlp_enabled {
+        if cfg.otlp_enabled == Some(true) {
             let spans = export::otlp_spans(cfg)?;
             let metrics = export::otlp_metrics(cfg)?;
+            tracing::info!(
+                endpoint = cfg.otlp_endpoint.as_deref().unwrap_or("the OTLP default (localhost)"),
+                protocol = ?cfg.otlp_protocol,
+                "OTLP export on"
+            );
             (traces, meters) = with_exporters(cfg, &drops, traces, meters, spans, metrics);
             readers += 1;
+        }
+        if cfg.otlp_enabled != Some(true) {
+            let why = match cfg.otlp_endpoint {
+                None => "no collector endpoint is configured",
+                Some(_) => "disabled (telemetry.otlp_enabled = false or OTEL_SDK_DISABLED=true)",
+            };
+            tracing::info!(
+                "OTLP export is off: {why}; /metrics and the dashboard work without it; to export, \
+                 set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://localhost:4318), --otlp-endpoint \
+                 or telemetry.otlp_endpoint"
+            );
         }
         // Further metric readers go here, one line each:
         // `(meters, readers) = (meters.with_reader(r), readers + 1);`
@@ -369,7 +384,42 @@ impl Telemetry {
             .with_callback(move |obs| obs.observe(active(), &[]))
             .build();
         if let Ok(mut kept) = self.inner.observed.lock() {
-            kept.push(gauge);
+            kept.push(Box::new(gauge));
+        }
+    }
+
+    /// Report each served certificate's seconds until expiry as
+    /// `tokentap.tls.certificate.expiry` (attributes `tokentap.listener`,
+    /// `tokentap.tls.server_name`) at each collection.
+    pub fn observe_certificates(&self, tls: Vec<Arc<crate::server::tls::Tls>>) {
+        let Some(meter) = &self.inner.meter else {
+            return;
+        };
+        if tls.is_empty() {
+            return;
+        }
+        let gauge = meter
+            .i64_observable_gauge(M_TLS_CERT_EXPIRY)
+            .with_unit("s")
+            .with_description(
+                "Seconds until a served TLS certificate expires (negative once expired).",
+            )
+            .with_callback(move |obs| {
+                for t in &tls {
+                    for cert in t.expiry().iter() {
+                        obs.observe(
+                            cert.seconds_left(),
+                            &[
+                                KeyValue::new("tokentap.listener", t.listener),
+                                KeyValue::new("tokentap.tls.server_name", cert.name.clone()),
+                            ],
+                        );
+                    }
+                }
+            })
+            .build();
+        if let Ok(mut kept) = self.inner.observed.lock() {
+            kept.push(Box::new(gauge));
         }
     }
 
@@ -386,7 +436,7 @@ impl Telemetry {
             .with_callback(move |obs| obs.observe(active(), &[]))
             .build();
         if let Ok(mut kept) = self.inner.observed.lock() {
-            kept.push(gauge);
+            kept.push(Box::new(gauge));
         }
     }
 
@@ -439,7 +489,7 @@ impl Telemetry {
             ),
         ];
         if let Ok(mut kept) = self.inner.observed.lock() {
-            kept.extend(gauges);
+            kept.extend(gauges.map(|g| Box::new(g) as Box<dyn std::any::Any + Send + Sync>));
         }
     }
 

@@ -43,6 +43,9 @@ const RULES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/aler
 
 /// Series Prometheus makes itself; never in tokentap's /metrics.
 const PROMETHEUS_OWN: &[&str] = &["up", "ALERTS", "ALERTS_FOR_STATE"];
+/// Exported only when a listener serves TLS (this test's proxy is
+/// plaintext); `tests/tls.rs` checks the name and its labels in a scrape.
+const TLS_ONLY: &[&str] = &["tokentap_tls_certificate_expiry_seconds"];
 /// Labels Prometheus adds to every scraped series.
 const TARGET_LABELS: &[&str] = &["job", "instance", "__name__"];
 
@@ -348,7 +351,7 @@ fn names(expr: &str) -> Names {
 }
 
 fn is_own(name: &str) -> bool {
-    !name.contains(':') && !PROMETHEUS_OWN.contains(&name)
+    !name.contains(':') && !PROMETHEUS_OWN.contains(&name) && !TLS_ONLY.contains(&name)
 }
 
 /// Problems with one expression, or none.

@@ -24,6 +24,7 @@ use crate::meter::{Arrival, RequestBody, RequestFacts, Unmetered};
 use crate::providers::{self, ContentType, Operation, Parser, ProviderKind, ResponseFormat};
 use crate::rewrite;
 use crate::route::{self, Route};
+use crate::server::tls::ClientIdentity;
 use crate::sniff::{self, Replay, Sniffed};
 use crate::upstream::{self, ResponseBody, Shard, UpstreamBody, sigv4};
 use crate::websocket;
@@ -149,7 +150,20 @@ async fn forward(
         return Ok(websocket_session(state, admitted, req, arrival).await);
     }
     let (parts, body) = req.into_parts();
-    let read = read_request(state, &admitted, &parts.headers, body, arrival).await?;
+    // The verified client certificate's subject, on mTLS connections.
+    let client_cert = parts
+        .extensions
+        .get::<ClientIdentity>()
+        .map(|c| c.0.clone());
+    let read = read_request(
+        state,
+        &admitted,
+        &parts.headers,
+        client_cert.as_deref(),
+        body,
+        arrival,
+    )
+    .await?;
     let client_version = parts.version;
     let (upstream_req, prepared) = prepare(state, &admitted, parts, read)?;
     let res = match state.client.send(upstream_req, shard).await {
@@ -247,6 +261,7 @@ async fn read_request(
     state: &State,
     admitted: &Admitted<'_>,
     headers: &HeaderMap,
+    client_cert: Option<&str>,
     body: Incoming,
     arrival: Arrival,
 ) -> Result<ReadRequest, Failure> {
@@ -269,7 +284,12 @@ async fn read_request(
         return Err(Failure { error, record });
     };
     unread.disarm();
-    let tenant = route::resolve_tenant(&state.config.tenant, headers, sniffed.user.as_deref());
+    let tenant = route::resolve_tenant_with_cert(
+        &state.config.tenant,
+        headers,
+        sniffed.user.as_deref(),
+        client_cert,
+    );
     let request_model = sniffed
         .model
         .clone()

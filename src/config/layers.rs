@@ -160,6 +160,12 @@ pub(super) fn otel_env(env: &[(String, String)]) -> Result<Vec<Layer>, ConfigErr
         ("OTEL_EXPORTER_OTLP_ENDPOINT", "otlp_endpoint"),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "otlp_protocol"),
         ("OTEL_SERVICE_NAME", "service_name"),
+        ("OTEL_EXPORTER_OTLP_CERTIFICATE", "otlp_certificate"),
+        (
+            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+            "otlp_client_certificate",
+        ),
+        ("OTEL_EXPORTER_OTLP_CLIENT_KEY", "otlp_client_key"),
     ];
     for (var, key) in simple {
         if let Some(v) = get(var) {
@@ -230,6 +236,15 @@ pub(super) fn otel_env(env: &[(String, String)]) -> Result<Vec<Layer>, ConfigErr
             .map_or_else(|_| Value::from(v), Value::from);
         put("OTEL_BSP_MAX_QUEUE_SIZE", "span_queue_size", value);
     }
+    // A per-signal endpoint (read by the exporter itself) also turns export on.
+    for var in [
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    ] {
+        if get(var).is_some() {
+            put(var, "otlp_enabled", Value::from(true));
+        }
+    }
     if get("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
         put("OTEL_SDK_DISABLED", "otlp_enabled", Value::from(false));
     }
@@ -293,6 +308,18 @@ pub(super) fn cli(cli: &Overrides) -> Result<Vec<Layer>, ConfigError> {
             "telemetry.otlp_protocol",
             serialized(p),
         ));
+    }
+    for (f, key, v) in [
+        ("tls-cert", "tls.cert", &cli.tls_cert),
+        ("tls-key", "tls.key", &cli.tls_key),
+    ] {
+        if let Some(p) = v {
+            layers.push(Layer::key(
+                flag(f),
+                key,
+                Value::from(p.display().to_string()),
+            ));
+        }
     }
     if let Some(route) = upstream_route(cli)? {
         layers.push(Layer::key(

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::units::{self, REDACTED};
+use super::{AdminConfig, TlsConfig};
 use super::{
     AlertFormat, Config, DisconnectMode, Http2Mode, LiveConfig, MeterConfig, OnClientDisconnect,
     ServerConfig, SloConfig, SniffConfig, TelemetryConfig, TenantConfig, TenantSource,
@@ -30,6 +31,11 @@ pub(super) struct RawConfig {
     pub watch_config: bool,
     /// Listener limits and shutdown.
     pub server: ServerConfig,
+    /// `[tls]`: TLS on the proxy listener.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsConfig>,
+    /// `[admin]`: protection of the admin listener.
+    pub admin: AdminConfig,
     /// The upstream client.
     pub upstream: UpstreamConfig,
     /// Routes, in match order.
@@ -146,6 +152,8 @@ impl Default for RawConfig {
             admin_listen: None,
             watch_config: false,
             server: ServerConfig::default(),
+            tls: None,
+            admin: AdminConfig::default(),
             upstream: UpstreamConfig::default(),
             routes: Vec::new(),
             sniff: SniffConfig::default(),
@@ -167,6 +175,7 @@ impl TenantSource {
             TenantSource::Header => "header",
             TenantSource::Body => "body",
             TenantSource::ApiKey => "api_key",
+            TenantSource::ClientCert => "client_cert",
         }
     }
 }
@@ -184,6 +193,8 @@ impl RawConfig {
             ),
             watch_config: c.watch_config,
             server: c.server.clone(),
+            tls: c.tls.clone(),
+            admin: c.admin.clone(),
             upstream: c.upstream.clone(),
             routes: c
                 .routes

@@ -17,6 +17,7 @@ use super::raw::RawConfig;
 pub const RESTART_ONLY: &[&str] = &[
     "listen",
     "admin_listen",
+    "admin",
     "server",
     "meter.tokenizer",
     "upstream.max_drains",
@@ -52,6 +53,14 @@ fn hidden_change(old: &Config, new: &Config) -> Option<String> {
         if a.webhook_url != b.webhook_url {
             return Some("alerts.webhook_url".into());
         }
+    }
+    // Certificate files are read again on every reload; turning TLS on or
+    // off changes what the socket speaks.
+    if old.tls.is_some() != new.tls.is_some() {
+        return Some("tls".into());
+    }
+    if old.admin != new.admin {
+        return Some("admin".into());
     }
     // Every field, including any a rendering does not show.
     if old.server != new.server {
@@ -123,8 +132,8 @@ mod tests {
             ("", "[meter]\ntokenizer = false", "meter.tokenizer"),
             ("", "[upstream]\nmax_drains = 3", "upstream.max_drains"),
             (
-                "",
-                "[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"",
+                "[telemetry]\notlp_enabled = true",
+                "[telemetry]\notlp_enabled = true\notlp_endpoint = \"http://127.0.0.1:4318\"",
                 "telemetry.otlp_endpoint",
             ),
             (

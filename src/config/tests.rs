@@ -131,8 +131,8 @@ fn config_defaults_with_upstream_flag() {
     assert_eq!(c.tenant.salt, "tokentap");
     let t = &c.telemetry;
     assert!(
-        t.otlp_enabled && t.access_log,
-        "export and access log on by default"
+        t.otlp_enabled != Some(true) && t.access_log,
+        "export off without an endpoint; access log on by default"
     );
     assert_eq!(t.otlp_protocol, OtlpProtocol::HttpProtobuf);
     assert_eq!(t.service_name, "tokentap");
@@ -254,7 +254,10 @@ fn config_otel_env_mapping() {
         Duration::from_millis(2500),
         "milliseconds"
     );
-    assert!(!t.otlp_enabled, "OTEL_SDK_DISABLED=true turns export off");
+    assert!(
+        t.otlp_enabled != Some(true),
+        "OTEL_SDK_DISABLED=true turns export off"
+    );
 }
 
 #[test]
@@ -1048,6 +1051,88 @@ fn on_client_disconnect_errors_name_the_key() {
         .expect_err("zero drains")
         .to_string();
     assert_mentions(&err, &["upstream.max_drains"]);
+}
+
+/// `toml` plus one route, so the configuration is complete.
+fn routed(toml: &str) -> String {
+    format!("{toml}\n[[routes]]\nname = \"r\"\nupstream = \"http://127.0.0.1:1\"\n")
+}
+
+#[test]
+fn otlp_export_follows_the_endpoint_unless_set() {
+    let on =
+        from_toml(&routed("[telemetry]\notlp_endpoint = \"http://c:4318\"")).expect("endpoint");
+    assert!(
+        (on.telemetry.otlp_enabled == Some(true)),
+        "an endpoint turns export on"
+    );
+    let off = from_toml(&routed(
+        "[telemetry]\notlp_endpoint = \"http://c:4318\"\notlp_enabled = false",
+    ))
+    .expect("disabled");
+    assert!(
+        off.telemetry.otlp_enabled != Some(true),
+        "otlp_enabled = false wins"
+    );
+    let default = from_toml(&routed("[telemetry]\notlp_enabled = true")).expect("forced on");
+    assert!(
+        (default.telemetry.otlp_enabled == Some(true)) && default.telemetry.otlp_endpoint.is_none(),
+        "otlp_enabled = true without an endpoint exports to the OTLP default"
+    );
+    let env = [(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT".to_owned(),
+        "http://c:4318/v1/traces".to_owned(),
+    )];
+    let cli = Overrides {
+        upstream: Some("http://127.0.0.1:1".into()),
+        ..Overrides::default()
+    };
+    let c = load_with_env(&cli, &env).expect("per-signal endpoint");
+    assert!(
+        (c.telemetry.otlp_enabled == Some(true)),
+        "a per-signal endpoint turns export on"
+    );
+}
+
+#[test]
+fn unprotected_admin_beyond_loopback_is_refused_with_the_way_out() {
+    let err = from_toml(&routed("admin_listen = \"0.0.0.0:9464\"")).expect_err("must refuse");
+    let msg = err.to_string();
+    assert_eq!(err.key(), Some("admin_listen"), "{msg}");
+    for hint in ["admin.token", "admin.allow_unprotected = true", "127.0.0.1"] {
+        assert!(msg.contains(hint), "the message must mention {hint}: {msg}");
+    }
+    from_toml(&routed(
+        "admin_listen = \"0.0.0.0:9464\"\n[admin]\nallow_unprotected = true",
+    ))
+    .expect("explicitly allowed");
+    let c = from_toml(&routed(
+        "admin_listen = \"0.0.0.0:9464\"\n[admin]\ntoken = \"0123456789abcdef\"",
+    ))
+    .expect("a token protects it");
+    assert!(
+        c.redacted_toml().contains("<redacted>") && !c.redacted_toml().contains("0123456789abcdef")
+    );
+    let short = from_toml(&routed("[admin]\ntoken = \"short\"")).expect_err("short token");
+    assert_eq!(short.key(), Some("admin.token"));
+}
+
+#[test]
+fn tls_keys_need_each_other_and_real_files() {
+    let err = from_toml(&routed("[tls]\ncert = \"/nonexistent/cert.pem\"")).expect_err("no key");
+    assert!(
+        err.key().is_some_and(|k| k.starts_with("tls")) && err.to_string().contains("key"),
+        "names the missing key: {err}"
+    );
+    let err = from_toml(&routed("[tls]\nclient_auth = \"sometimes\"")).expect_err("bad");
+    assert!(err.key().is_some_and(|k| k.starts_with("tls")), "{err}");
+    let dir = std::env::temp_dir();
+    let err = from_toml(&routed(&format!(
+        "[tls]\ncert = {:?}\nkey = \"/nonexistent/key.pem\"",
+        dir.display().to_string()
+    )))
+    .expect_err("a directory is no certificate file");
+    assert_eq!(err.key(), Some("tls.cert"), "{err}");
 }
 
 #[test]

@@ -229,9 +229,10 @@ pub(super) mod tenant_sources {
                 "header" => TenantSource::Header,
                 "body" => TenantSource::Body,
                 "api_key" => TenantSource::ApiKey,
+                "client_cert" => TenantSource::ClientCert,
                 other => {
                     return Err(de::Error::custom(format!(
-                        "unknown tenant source `{other}`; expected `header`, `body` or `api_key`"
+                        "unknown tenant source `{other}`; expected `header`, `body`, `api_key` or `client_cert`"
                     )));
                 }
             };

@@ -5,6 +5,7 @@ mod slo;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
 use figment::error::Kind;
@@ -16,6 +17,7 @@ use super::{
     ADMIN_OFF, Config, ConfigError, DEFAULT_ADMIN_LISTEN, RouteConfig, TelemetryConfig,
     UpstreamConfig, parse,
 };
+use super::{AdminConfig, ClientAuth, TlsConfig};
 use super::{DisconnectMode, OnClientDisconnect};
 use super::{LiveConfig, SloSettings};
 
@@ -216,6 +218,8 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
     cx.max_headers("server.max_headers", s.max_headers)?;
     cx.threads("server.threads", s.threads)?;
     let server = s.clone();
+    let tls = raw.tls.as_ref().map(|t| tls(&cx, "tls", t)).transpose()?;
+    let admin = admin(&cx, &raw.admin, admin_listen)?;
     let upstream = upstream(&cx, &raw.upstream)?;
     let routes = routes(&cx, &raw.routes, upstream.drain_timeout)?;
     let live = live(&cx, &raw.live)?;
@@ -226,6 +230,8 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         admin_listen_default,
         watch_config: raw.watch_config,
         server,
+        tls,
+        admin,
         upstream,
         routes,
         sniff: raw.sniff.clone(),
@@ -234,6 +240,112 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         tenant: raw.tenant.clone(),
         telemetry: telemetry(&cx, &raw.telemetry, live, slo)?,
     })
+}
+
+/// A readable file named at `key`.
+fn file(cx: &Cx, key: &str, p: &Path) -> Result<(), ConfigError> {
+    if p.as_os_str().is_empty() || !p.is_file() {
+        return Err(cx.invalid(key, format!("`{}` is not a readable file", p.display())));
+    }
+    Ok(())
+}
+
+/// `[tls]` / `[admin.tls]`: the files must exist here; their content is
+/// checked when the listener loads them (start-up and every reload).
+fn tls(cx: &Cx, at: &str, t: &TlsConfig) -> Result<TlsConfig, ConfigError> {
+    file(cx, &format!("{at}.cert"), &t.cert)?;
+    file(cx, &format!("{at}.key"), &t.key)?;
+    let mut out = t.clone();
+    for (i, e) in out.sni.iter_mut().enumerate() {
+        let name = e.name.trim().trim_end_matches('.').to_ascii_lowercase();
+        if name.is_empty() || name.contains('*') {
+            return Err(cx.invalid(
+                &format!("{at}.sni.{i}.name"),
+                "must be one exact DNS name (wildcards are not supported)",
+            ));
+        }
+        e.name = name;
+        file(cx, &format!("{at}.sni.{i}.cert"), &e.cert)?;
+        file(cx, &format!("{at}.sni.{i}.key"), &e.key)?;
+    }
+    match (&t.client_ca, t.client_auth) {
+        (Some(ca), auth) => {
+            file(cx, &format!("{at}.client_ca"), ca)?;
+            if auth == ClientAuth::Off {
+                out.client_auth = ClientAuth::Required;
+            }
+        }
+        (None, ClientAuth::Off) => {}
+        (None, _) => {
+            return Err(cx.invalid(
+                &format!("{at}.client_auth"),
+                format!(
+                    "needs {at}.client_ca, the CA bundle client certificates are checked against"
+                ),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// `[admin]`, and the refusal to expose an unprotected admin listener.
+fn admin(cx: &Cx, a: &AdminConfig, listen: Option<SocketAddr>) -> Result<AdminConfig, ConfigError> {
+    let mut out = a.clone();
+    let key = match (&a.token, &a.token_file) {
+        (Some(_), Some(_)) => {
+            return Err(cx.invalid(
+                "admin.token_file",
+                "set admin.token or admin.token_file, not both",
+            ));
+        }
+        (Some(t), None) => {
+            out.token = Some(t.trim().to_owned());
+            "admin.token"
+        }
+        (None, Some(p)) => {
+            file(cx, "admin.token_file", p)?;
+            let text = std::fs::read_to_string(p).map_err(|e| {
+                cx.invalid(
+                    "admin.token_file",
+                    format!("`{}` cannot be read: {e}", p.display()),
+                )
+            })?;
+            out.token = Some(text.trim().to_owned());
+            "admin.token_file"
+        }
+        (None, None) => "admin.token",
+    };
+    if let Some(t) = &out.token {
+        if t.len() < 16 {
+            return Err(cx.invalid(key, "the token must be at least 16 characters long"));
+        }
+        if http::HeaderValue::from_str(t).is_err() {
+            return Err(cx.invalid(key, "the token must be printable ASCII"));
+        }
+    }
+    out.tls = a
+        .tls
+        .as_ref()
+        .map(|t| tls(cx, "admin.tls", t))
+        .transpose()?;
+    if let Some(addr) = listen
+        && !addr.ip().is_loopback()
+        && !out.protected()
+        && !out.allow_unprotected
+    {
+        return Err(cx.invalid(
+            "admin_listen",
+            format!(
+                "{addr} is reachable beyond this machine, and the admin listener \
+                 (/config, /metrics, the dashboard) has no protection; set \
+                 admin.token (or admin.token_file), or admin.tls with client_ca, \
+                 or bind it to 127.0.0.1; to expose it anyway set \
+                 admin.allow_unprotected = true \
+                 (TOKENTAP_ADMIN__ALLOW_UNPROTECTED=true)"
+            ),
+        ));
+    }
+    Ok(out)
 }
 
 fn upstream(cx: &Cx, u: &UpstreamConfig) -> Result<UpstreamConfig, ConfigError> {
@@ -411,7 +523,32 @@ fn telemetry(
             ),
         ));
     }
+    for (key, p) in [
+        ("telemetry.otlp_certificate", &t.otlp_certificate),
+        (
+            "telemetry.otlp_client_certificate",
+            &t.otlp_client_certificate,
+        ),
+        ("telemetry.otlp_client_key", &t.otlp_client_key),
+    ] {
+        if let Some(p) = p {
+            file(cx, key, p)?;
+        }
+    }
+    if t.otlp_client_certificate.is_some() != t.otlp_client_key.is_some() {
+        let missing = if t.otlp_client_key.is_none() {
+            "telemetry.otlp_client_key"
+        } else {
+            "telemetry.otlp_client_certificate"
+        };
+        return Err(cx.invalid(
+            missing,
+            "the OTLP client certificate and key are set together",
+        ));
+    }
     Ok(TelemetryConfig {
+        // No endpoint anywhere: export stays off (see CONFIG.md for why).
+        otlp_enabled: Some(t.otlp_enabled.unwrap_or(t.otlp_endpoint.is_some())),
         live,
         slo,
         ..t.clone()

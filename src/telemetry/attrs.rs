@@ -21,6 +21,8 @@ pub const M_SLO_BREACHED: &str = "tokentap.slo.breached";
 pub const M_SLO_WEBHOOK: &str = "tokentap.slo.webhook.events";
 pub const M_CONFIG_RELOADS: &str = "tokentap.config.reloads";
 pub const M_DRAINS_ACTIVE: &str = "tokentap.drains.active";
+/// Seconds until a served TLS certificate expires (gauge).
+pub const M_TLS_CERT_EXPIRY: &str = "tokentap.tls.certificate.expiry";
 pub const M_WEBSOCKET_SESSIONS_ACTIVE: &str = "tokentap.websocket.sessions.active";
 
 // WebSocket session span attributes (no GenAI convention covers sessions).

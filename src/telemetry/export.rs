@@ -8,9 +8,9 @@
 //! count items in failed exports.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use opentelemetry::Context;
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig, WithTonicConfig};
@@ -24,13 +24,30 @@ use opentelemetry_sdk::trace::{
 };
 
 use super::TelemetryError;
+use super::export_tls::{self, ExportTls, HttpsClient, Signal};
 use crate::config::{OtlpProtocol, TelemetryConfig};
 
-/// Items that never reached the collector, by signal.
+/// Items that never reached the collector, by signal, and what the log
+/// has been told about it.
 #[derive(Debug, Default)]
 pub struct DropCounts {
     spans: AtomicU64,
     data_points: AtomicU64,
+    health: Mutex<Health>,
+}
+
+/// While a collector is unreachable the log gets one WARN at the first
+/// failure, then at most one summary per this interval (never a pair of
+/// lines per export interval).
+pub const FAILURE_SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Export failures as the log has reported them.
+#[derive(Debug, Default)]
+struct Health {
+    /// Exports are failing (since the last success).
+    failing: bool,
+    /// When the last failure line was written, and the drop totals then.
+    reported: Option<(Instant, u64, u64)>,
 }
 
 impl DropCounts {
@@ -42,6 +59,58 @@ impl DropCounts {
     /// Metric data points in failed exports.
     pub fn data_points(&self) -> u64 {
         self.data_points.load(Ordering::Relaxed)
+    }
+
+    /// An export of `signal` failed with `error`: WARN at the first
+    /// failure, then a summary of what was dropped at most once per
+    /// [`FAILURE_SUMMARY_INTERVAL`].
+    fn export_failed(&self, signal: &str, error: &dyn std::fmt::Display) {
+        let Ok(mut h) = self.health.lock() else {
+            return;
+        };
+        let now = Instant::now();
+        let (spans, points) = (self.spans(), self.data_points());
+        match h.reported {
+            Some((at, s0, p0)) if h.failing => {
+                if now.duration_since(at) < FAILURE_SUMMARY_INTERVAL {
+                    return;
+                }
+                tracing::warn!(
+                    signal,
+                    error = %error,
+                    spans_dropped = spans - s0,
+                    data_points_dropped = points - p0,
+                    "OTLP export still failing: {} spans and {} metric data points dropped in the last {}s \
+                     ({spans} and {points} since start-up)",
+                    spans - s0,
+                    points - p0,
+                    now.duration_since(at).as_secs(),
+                );
+            }
+            _ => tracing::warn!(
+                signal,
+                error = %error,
+                "OTLP export failed; telemetry is dropped and counted (tokentap.telemetry.dropped) \
+                 while the collector is unreachable; a summary follows at most once a minute"
+            ),
+        }
+        h.failing = true;
+        h.reported = Some((now, spans, points));
+    }
+
+    /// An export succeeded: after failures, say the collector is back.
+    fn export_ok(&self) {
+        let Ok(mut h) = self.health.lock() else {
+            return;
+        };
+        if h.failing {
+            h.failing = false;
+            tracing::info!(
+                spans_dropped = self.spans(),
+                data_points_dropped = self.data_points(),
+                "OTLP export recovered"
+            );
+        }
     }
 
     fn add_spans(&self, n: u64) {
@@ -111,8 +180,12 @@ impl<E: SpanExporter> SpanExporter for CountingSpanExporter<E> {
         // The batch has left the queue: admit as many new spans.
         self.gate.pending.fetch_sub(n, Ordering::AcqRel);
         let result = self.inner.export(batch).await;
-        if result.is_err() {
-            self.drops.add_spans(n as u64);
+        match &result {
+            Ok(()) => self.drops.export_ok(),
+            Err(e) => {
+                self.drops.add_spans(n as u64);
+                self.drops.export_failed("traces", e);
+            }
         }
         result
     }
@@ -185,8 +258,12 @@ impl<E> CountingMetricExporter<E> {
 impl<E: PushMetricExporter> PushMetricExporter for CountingMetricExporter<E> {
     async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
         let result = self.inner.export(metrics).await;
-        if result.is_err() {
-            self.drops.add_data_points(count_data_points(metrics));
+        match &result {
+            Ok(()) => self.drops.export_ok(),
+            Err(e) => {
+                self.drops.add_data_points(count_data_points(metrics));
+                self.drops.export_failed("metrics", e);
+            }
         }
         result
     }
@@ -230,24 +307,33 @@ pub fn otlp_spans(
     cfg: &TelemetryConfig,
 ) -> Result<opentelemetry_otlp::SpanExporter, TelemetryError> {
     let builder = opentelemetry_otlp::SpanExporter::builder();
+    let tls = ExportTls::for_signal(cfg, Signal::Traces)?;
     let built = match cfg.otlp_protocol {
         OtlpProtocol::HttpProtobuf => {
-            let mut b = builder
+            let endpoint = export_tls::http_endpoint(cfg, Signal::Traces);
+            let b = builder
                 .with_http()
                 .with_protocol(Protocol::HttpBinary)
-                .with_timeout(cfg.otlp_timeout);
-            if let Some(base) = &cfg.otlp_endpoint {
-                b = b.with_endpoint(signal_url(base, "/v1/traces"));
-            }
-            b.with_headers(http_headers(cfg)).build()
+                .with_timeout(cfg.otlp_timeout)
+                .with_headers(http_headers(cfg));
+            let b = match is_https(&endpoint) {
+                true => b.with_http_client(HttpsClient::new(&tls, cfg.otlp_timeout)?),
+                false => b,
+            };
+            b.with_endpoint(endpoint).build()
         }
         OtlpProtocol::Grpc => {
             require_runtime()?;
-            let mut b = builder.with_tonic().with_timeout(cfg.otlp_timeout);
-            if let Some(base) = &cfg.otlp_endpoint {
-                b = b.with_endpoint(base.clone());
-            }
-            b.with_metadata(grpc_metadata(cfg)?).build()
+            let endpoint = export_tls::grpc_endpoint(cfg, Signal::Traces);
+            let b = builder
+                .with_tonic()
+                .with_timeout(cfg.otlp_timeout)
+                .with_metadata(grpc_metadata(cfg)?);
+            let b = match is_https(&endpoint) || tls.is_set() {
+                true => b.with_tls_config(tls.tonic()?),
+                false => b,
+            };
+            b.with_endpoint(endpoint).build()
         }
     };
     built.map_err(|e| TelemetryError(format!("span exporter: {e}")))
@@ -258,32 +344,42 @@ pub fn otlp_metrics(
     cfg: &TelemetryConfig,
 ) -> Result<opentelemetry_otlp::MetricExporter, TelemetryError> {
     let builder = opentelemetry_otlp::MetricExporter::builder();
+    let tls = ExportTls::for_signal(cfg, Signal::Metrics)?;
     let built = match cfg.otlp_protocol {
         OtlpProtocol::HttpProtobuf => {
-            let mut b = builder
+            let endpoint = export_tls::http_endpoint(cfg, Signal::Metrics);
+            let b = builder
                 .with_http()
                 .with_protocol(Protocol::HttpBinary)
-                .with_timeout(cfg.otlp_timeout);
-            if let Some(base) = &cfg.otlp_endpoint {
-                b = b.with_endpoint(signal_url(base, "/v1/metrics"));
-            }
-            b.with_headers(http_headers(cfg)).build()
+                .with_timeout(cfg.otlp_timeout)
+                .with_headers(http_headers(cfg));
+            let b = match is_https(&endpoint) {
+                true => b.with_http_client(HttpsClient::new(&tls, cfg.otlp_timeout)?),
+                false => b,
+            };
+            b.with_endpoint(endpoint).build()
         }
         OtlpProtocol::Grpc => {
             require_runtime()?;
-            let mut b = builder.with_tonic().with_timeout(cfg.otlp_timeout);
-            if let Some(base) = &cfg.otlp_endpoint {
-                b = b.with_endpoint(base.clone());
-            }
-            b.with_metadata(grpc_metadata(cfg)?).build()
+            let endpoint = export_tls::grpc_endpoint(cfg, Signal::Metrics);
+            let b = builder
+                .with_tonic()
+                .with_timeout(cfg.otlp_timeout)
+                .with_metadata(grpc_metadata(cfg)?);
+            let b = match is_https(&endpoint) || tls.is_set() {
+                true => b.with_tls_config(tls.tonic()?),
+                false => b,
+            };
+            b.with_endpoint(endpoint).build()
         }
     };
     built.map_err(|e| TelemetryError(format!("metric exporter: {e}")))
 }
 
-/// `base` + `/v1/<signal>`, as OTLP/HTTP does for `OTEL_EXPORTER_OTLP_ENDPOINT`.
-fn signal_url(base: &str, path: &str) -> String {
-    format!("{}{path}", base.trim_end_matches('/'))
+fn is_https(endpoint: &str) -> bool {
+    endpoint
+        .get(..8)
+        .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
 }
 
 fn http_headers(cfg: &TelemetryConfig) -> HashMap<String, String> {
@@ -317,7 +413,6 @@ fn require_runtime() -> Result<(), TelemetryError> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
     use std::sync::mpsc;
 
     use opentelemetry::trace::{Tracer as _, TracerProvider as _};
@@ -359,18 +454,6 @@ mod tests {
         );
         drop(release);
         let _ = provider.shutdown();
-    }
-
-    #[test]
-    fn signal_url_appends_path_once() {
-        assert_eq!(
-            signal_url("http://c:4318", "/v1/traces"),
-            "http://c:4318/v1/traces"
-        );
-        assert_eq!(
-            signal_url("http://c:4318/", "/v1/metrics"),
-            "http://c:4318/v1/metrics"
-        );
     }
 
     #[test]

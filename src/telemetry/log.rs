@@ -118,6 +118,16 @@ pub fn log_filter(rust_log: Option<&str>) -> (tracing_subscriber::EnvFilter, Opt
         Some(Ok(f)) => (f, None),
         Some(Err(e)) => (EnvFilter::new("info"), Some(e.to_string())),
     };
+    // The OpenTelemetry SDK and exporter log each failed export (a WARN
+    // and an ERROR every interval while a collector is down); tokentap
+    // reports export failures itself, rate-limited (`export.rs`). Their
+    // lines show only when RUST_LOG names them.
+    let filter = match "opentelemetry=off".parse() {
+        Ok(quiet) if !spec.is_some_and(|s| s.contains("opentelemetry")) => {
+            filter.add_directive(quiet)
+        }
+        _ => filter,
+    };
     if spec.is_some_and(|s| s.contains(STARTUP_TARGET)) {
         return (filter, bad);
     }

@@ -28,7 +28,10 @@ const PARENT_SPAN: &str = "00f067aa0ba902b7";
 
 pub(super) fn config() -> TelemetryConfig {
     TelemetryConfig {
-        otlp_enabled: false,
+        otlp_certificate: None,
+        otlp_client_certificate: None,
+        otlp_client_key: None,
+        otlp_enabled: Some(false),
         service_name: "tokentap-test".into(),
         resource_attributes: vec![("deployment.environment.name".into(), "test".into())],
         metrics_export_interval: Duration::from_secs(3600),
@@ -749,7 +752,7 @@ async fn export_reaches(protocol: OtlpProtocol) -> Vec<u8> {
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let mut cfg = config();
-    cfg.otlp_enabled = true;
+    cfg.otlp_enabled = Some(true);
     cfg.otlp_protocol = protocol;
     cfg.otlp_endpoint = Some(format!("http://{addr}"));
     cfg.otlp_headers = vec![("x-collector-token".into(), "t0k".into())];

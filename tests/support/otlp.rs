@@ -118,7 +118,13 @@ impl MetricsService for Grpc {
 impl Collector {
     /// Start a receiver on 127.0.0.1:0 that accepts both protocols.
     pub async fn start() -> Collector {
-        Collector::serve(Store::default()).await
+        Collector::serve(Store::default(), None).await
+    }
+
+    /// Start a receiver that speaks only TLS with `config` (offer ALPN
+    /// `h2` for gRPC clients); `https_endpoint` is its address.
+    pub async fn start_tls(config: Arc<rustls::ServerConfig>) -> Collector {
+        Collector::serve(Store::default(), Some(config)).await
     }
 
     /// Start a receiver on 127.0.0.1:0 that misbehaves as `fault` says.
@@ -130,7 +136,7 @@ impl Collector {
         if fault == Fault::BlackHole {
             return Collector::black_hole(store).await;
         }
-        Collector::serve(store).await
+        Collector::serve(store, None).await
     }
 
     /// Accept connections and keep every socket open, unread.
@@ -171,7 +177,7 @@ impl Collector {
         self.store.attempts.load(Ordering::SeqCst)
     }
 
-    async fn serve(store: Store) -> Collector {
+    async fn serve(store: Store, tls: Option<Arc<rustls::ServerConfig>>) -> Collector {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind OTLP receiver");
@@ -184,11 +190,23 @@ impl Collector {
                     continue;
                 };
                 let s = s.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| route(s.clone(), req));
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
+                    let auto = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    match tls {
+                        None => {
+                            let _ = auto.serve_connection(TokioIo::new(stream), svc).await;
+                        }
+                        Some(config) => {
+                            let acceptor = tokio_rustls::TlsAcceptor::from(config);
+                            // A refused handshake (unknown client CA) is what some tests want.
+                            let Ok(stream) = acceptor.accept(stream).await else {
+                                return;
+                            };
+                            let _ = auto.serve_connection(TokioIo::new(stream), svc).await;
+                        }
+                    }
                 });
             }
         });
@@ -197,6 +215,11 @@ impl Collector {
             store,
             _task: task,
         }
+    }
+
+    /// `https://localhost:PORT`, for a receiver started with `start_tls`.
+    pub fn https_endpoint(&self) -> String {
+        format!("https://localhost:{}", self.addr.port())
     }
 
     /// `http://127.0.0.1:PORT` (the OTLP base endpoint for either protocol).

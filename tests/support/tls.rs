@@ -57,6 +57,32 @@ impl TestCa {
         (vec![cert.der().clone()], PrivateKeyDer::Pkcs8(der))
     }
 
+    /// A client certificate with subject common name `cn`, valid now, or
+    /// expired a year ago when `expired`.
+    pub fn client(
+        &self,
+        cn: &str,
+        expired: bool,
+    ) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        if expired {
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let der = PrivatePkcs8KeyDer::from(key.serialize_der());
+        (vec![cert.der().clone()], PrivateKeyDer::Pkcs8(der))
+    }
+
+    /// The CA certificate, DER.
+    pub fn der(&self) -> CertificateDer<'static> {
+        use rustls::pki_types::pem::PemObject;
+        CertificateDer::from_pem_slice(self.pem.as_bytes()).unwrap()
+    }
+
     /// A rustls server config presenting a leaf for `names`, offering `alpn`.
     pub fn server_config(&self, names: &[&str], alpn: &[&[u8]]) -> Arc<rustls::ServerConfig> {
         let (chain, key) = self.leaf(names);
@@ -173,4 +199,29 @@ impl TlsUpstream {
     pub fn alpn(&self) -> Vec<Option<String>> {
         self.seen.alpn.lock().unwrap().clone()
     }
+}
+
+/// PEM text of a certificate chain.
+pub fn chain_pem(chain: &[CertificateDer<'_>]) -> String {
+    chain
+        .iter()
+        .map(|c| pem_block("CERTIFICATE", c.as_ref()))
+        .collect()
+}
+
+/// PEM text of a PKCS#8 private key.
+pub fn key_pem(key: &PrivateKeyDer<'_>) -> String {
+    pem_block("PRIVATE KEY", key.secret_der())
+}
+
+fn pem_block(label: &str, der: &[u8]) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).unwrap());
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
 }

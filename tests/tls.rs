@@ -1,0 +1,650 @@
+//! TLS on tokentap's listeners, driven by a hyper + tokio-rustls client with
+//! certificates made fresh per test (rcgen):
+//! - `h1_and_h2_over_tls_reach_the_upstream`: a chat completion through the
+//!   TLS proxy listener over HTTP/1.1 and over h2 (ALPN), byte-exact.
+//! - `certificates_reload_live_and_a_bad_one_is_refused`: a reload serves
+//!   the rotated certificate to new connections while an open connection
+//!   keeps working; a broken certificate file is refused and the previous
+//!   certificate keeps serving.
+//! - `mtls_refuses_missing_unknown_and_expired_client_certificates`: with
+//!   required client certificates only a valid one gets through, and its
+//!   subject becomes the tenant (`tenant.sources = ["client_cert"]`).
+//! - `sni_picks_the_certificate_by_server_name`.
+//! - `admin_token_guards_everything_but_the_probes` and
+//!   `admin_mtls_requires_a_client_certificate`.
+//! - `hostile_tls_clients_do_not_stop_the_listener`: a flood of silent and
+//!   half-finished handshakes, garbage before the ClientHello, plaintext
+//!   HTTP, and a client that rejects the server name; the listener cuts
+//!   each at the header read timeout (or at once) and keeps serving.
+//! - `handshake_flood_keeps_memory_bounded_and_logs_no_secret`: the binary
+//!   with mTLS and an admin token takes 800 hostile connections (garbage,
+//!   half handshakes, unknown-CA and expired client certificates, plaintext)
+//!   with flat memory and serves a valid client after; its debug log holds
+//!   neither the admin token nor any key.
+
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use support::proxy::{InProc, Scratch, Toml, q};
+use support::tls::{TestCa, chain_pem, key_pem};
+use support::upstream::{Reply, Upstream};
+use support::{STEP_TIMEOUT, within};
+
+const BODY: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+const REQUEST: &str = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hello"}]}"#;
+
+type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+/// Write a leaf for 127.0.0.1/localhost signed by `ca` as `name`.pem and
+/// `name`.key; returns the leaf certificate.
+fn write_leaf(
+    dir: &Scratch,
+    ca: &TestCa,
+    name: &str,
+    names: &[&str],
+) -> (
+    std::path::PathBuf,
+    std::path::PathBuf,
+    CertificateDer<'static>,
+) {
+    let (chain, key) = ca.leaf(names);
+    let cert = dir.write(&format!("{name}.pem"), &chain_pem(&chain));
+    let key = dir.write(&format!("{name}.key"), &key_pem(&key));
+    (cert, key, chain[0].clone())
+}
+
+fn tls_toml(upstream: &str, cert: &std::path::Path, key: &std::path::Path) -> Toml {
+    Toml::openai(upstream)
+        .set("tls", "cert", &q(&cert.display().to_string()))
+        .set("tls", "key", &q(&key.display().to_string()))
+}
+
+/// A TLS client connection to `addr` trusting `ca`, asking for `alpn`.
+async fn connect(
+    addr: SocketAddr,
+    ca: &TestCa,
+    server_name: &str,
+    alpn: &[u8],
+    identity: Option<Identity>,
+) -> std::io::Result<TlsStream<TcpStream>> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut cfg = match identity {
+        Some((chain, key)) => builder.with_client_auth_cert(chain, key).unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    cfg.alpn_protocols = vec![alpn.to_vec()];
+    let tcp = TcpStream::connect(addr).await?;
+    let name = ServerName::try_from(server_name.to_owned()).unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, tcp)
+        .await
+}
+
+/// A CA certificate to trust, for client tasks (a `TestCa` stays with the test).
+struct TrustOnly(CertificateDer<'static>);
+
+/// [`connect`] to "localhost" with HTTP/1.1, trusting `ca`.
+async fn connect_with(
+    addr: SocketAddr,
+    ca: &TrustOnly,
+    identity: Option<Identity>,
+) -> std::io::Result<TlsStream<TcpStream>> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.0.clone()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut cfg = match identity {
+        Some((chain, key)) => builder.with_client_auth_cert(chain, key).unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = TcpStream::connect(addr).await?;
+    let name = ServerName::try_from("localhost").unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, tcp)
+        .await
+}
+
+/// POST the chat request on `tls` (HTTP/1.1 or h2 by its ALPN); status and body.
+async fn chat(tls: TlsStream<TcpStream>) -> Result<(u16, Bytes), hyper::Error> {
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let req = http::Request::post("https://localhost/v1/chat/completions")
+        .header("content-type", "application/json")
+        .header("host", "localhost")
+        .body(Full::new(Bytes::from_static(REQUEST.as_bytes())))
+        .unwrap();
+    let res = if h2 {
+        let (mut tx, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await?;
+        tokio::spawn(conn);
+        let mut req = req;
+        req.headers_mut().remove("host");
+        tx.send_request(req).await?
+    } else {
+        let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+        tokio::spawn(conn);
+        tx.send_request(req).await?
+    };
+    let status = res.status().as_u16();
+    let body = res.into_body().collect().await?.to_bytes();
+    Ok((status, body))
+}
+
+async fn upstream() -> Upstream {
+    Upstream::fixed(
+        Reply::new(200)
+            .header("content-type", "application/json")
+            .send(BODY),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn h1_and_h2_over_tls_reach_the_upstream() {
+    let (ca, dir, up) = (TestCa::new(), Scratch::new("tls-h1-h2"), upstream().await);
+    let (cert, key, _) = write_leaf(&dir, &ca, "server", &["localhost", "127.0.0.1"]);
+    let proxy = InProc::start(&tls_toml(&up.url(), &cert, &key)).await;
+    for alpn in [&b"http/1.1"[..], b"h2"] {
+        let tls = within(
+            STEP_TIMEOUT,
+            "handshake",
+            connect(proxy.addr, &ca, "localhost", alpn, None),
+        )
+        .await
+        .expect("TLS handshake with the proxy");
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(alpn), "ALPN agreed");
+        let (status, body) = within(STEP_TIMEOUT, "chat over TLS", chat(tls))
+            .await
+            .expect("request over TLS");
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        assert_eq!(&body[..], BODY.as_bytes(), "byte-exact over {alpn:?}");
+    }
+    assert_eq!(
+        up.exchanges().len(),
+        2,
+        "both requests reached the upstream"
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn certificates_reload_live_and_a_bad_one_is_refused() {
+    let (ca, dir, up) = (TestCa::new(), Scratch::new("tls-reload"), upstream().await);
+    let (cert, key, first) = write_leaf(&dir, &ca, "server", &["localhost"]);
+    let toml = tls_toml(&up.url(), &cert, &key);
+    let proxy = InProc::start(&toml).await;
+    let running = proxy.running().unwrap();
+
+    // An HTTP/1.1 connection opened before the rotation, kept alive.
+    let old = connect(proxy.addr, &ca, "localhost", b"http/1.1", None)
+        .await
+        .unwrap();
+    assert_eq!(old.get_ref().1.peer_certificates().unwrap()[0], first);
+    let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(old))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+
+    // Rotate in place, as cert-manager does, and reload.
+    let (_, _, second) = write_leaf(&dir, &ca, "server", &["localhost"]);
+    assert_ne!(first, second);
+    running
+        .reload(tokentap::config::from_toml(&toml.render()))
+        .expect("reload with a rotated certificate");
+    let new = connect(proxy.addr, &ca, "localhost", b"http/1.1", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        new.get_ref().1.peer_certificates().unwrap()[0],
+        second,
+        "new connections get the rotated certificate"
+    );
+    let (status, _) = chat(new).await.unwrap();
+    assert_eq!(status, 200);
+    // The connection from before the reload still serves.
+    let req = http::Request::post("/v1/chat/completions")
+        .header("host", "localhost")
+        .body(Full::new(Bytes::from_static(REQUEST.as_bytes())))
+        .unwrap();
+    let res = tx.send_request(req).await.expect("old connection survives");
+    assert_eq!(res.status(), 200);
+
+    // A broken certificate is refused; the rotated one keeps serving.
+    dir.write(
+        "server.pem",
+        "-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n",
+    );
+    let err = running
+        .reload(tokentap::config::from_toml(&toml.render()))
+        .expect_err("a broken certificate must be refused");
+    assert!(
+        err.to_string().contains("server.pem"),
+        "names the file: {err}"
+    );
+    let after = connect(proxy.addr, &ca, "localhost", b"http/1.1", None)
+        .await
+        .unwrap();
+    assert_eq!(after.get_ref().1.peer_certificates().unwrap()[0], second);
+    // A key that does not match the certificate is refused too.
+    let (chain, _) = ca.leaf(&["localhost"]);
+    dir.write("server.pem", &chain_pem(&chain));
+    let err = running
+        .reload(tokentap::config::from_toml(&toml.render()))
+        .expect_err("a mismatched key must be refused");
+    assert!(
+        err.to_string().contains("server.key"),
+        "names the key file: {err}"
+    );
+    assert!(
+        !err.to_string().contains("PRIVATE KEY"),
+        "no key material: {err}"
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn mtls_refuses_missing_unknown_and_expired_client_certificates() {
+    let (ca, dir, up) = (TestCa::new(), Scratch::new("tls-mtls"), upstream().await);
+    let (cert, key, _) = write_leaf(&dir, &ca, "server", &["localhost"]);
+    let client_ca = dir.write("clients.pem", ca.pem());
+    let toml = tls_toml(&up.url(), &cert, &key)
+        .set("tls", "client_ca", &q(&client_ca.display().to_string()))
+        .set("tenant", "sources", r#"["client_cert", "header"]"#)
+        .top("admin_listen", &q("127.0.0.1:0"));
+    let proxy = InProc::start(&toml).await;
+
+    let stranger = TestCa::new();
+    let refused: [(&str, Option<Identity>); 3] = [
+        ("no client certificate", None),
+        ("an unknown CA", Some(stranger.client("team-x", false))),
+        ("an expired certificate", Some(ca.client("team-old", true))),
+    ];
+    for (what, identity) in refused {
+        // TLS 1.3 finishes the client's side before the server has checked
+        // the certificate: the refusal shows on the first request.
+        let outcome = match connect(proxy.addr, &ca, "localhost", b"http/1.1", identity).await {
+            Err(_) => None,
+            Ok(tls) => within(STEP_TIMEOUT, what, chat(tls)).await.ok(),
+        };
+        assert!(outcome.is_none(), "{what} must be refused, got {outcome:?}");
+    }
+    let tls = connect(
+        proxy.addr,
+        &ca,
+        "localhost",
+        b"h2",
+        Some(ca.client("team-a", false)),
+    )
+    .await
+    .expect("valid client certificate");
+    let (status, body) = chat(tls)
+        .await
+        .expect("request with a valid client certificate");
+    assert_eq!(status, 200);
+    assert_eq!(&body[..], BODY.as_bytes());
+    assert_eq!(up.exchanges().len(), 1, "only the valid client got through");
+
+    let metrics = proxy
+        .running()
+        .unwrap()
+        .telemetry()
+        .scrape(tokentap::telemetry::prometheus::Format::Text)
+        .unwrap();
+    assert!(
+        metrics.contains("tokentap_tenant=\"team-a\""),
+        "the certificate's subject is the tenant:\n{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("tenant"))
+            .take(5)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // The name and labels deploy/prometheus/alerts.yml uses.
+    let expiry = metrics
+        .lines()
+        .find(|l| l.starts_with("tokentap_tls_certificate_expiry_seconds{"))
+        .expect("certificate expiry gauge exported");
+    assert!(
+        expiry.contains("tokentap_listener=\"proxy\"")
+            && expiry.contains("tokentap_tls_server_name=\"default\""),
+        "{expiry}"
+    );
+    let left: f64 = expiry.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(
+        left > 86_400.0,
+        "a fresh certificate has days left: {expiry}"
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn sni_picks_the_certificate_by_server_name() {
+    let (ca, dir, up) = (TestCa::new(), Scratch::new("tls-sni"), upstream().await);
+    let (cert, key, default) = write_leaf(&dir, &ca, "default", &["localhost"]);
+    let (sni_cert, sni_key, other) = write_leaf(&dir, &ca, "other", &["api.example.test"]);
+    let toml = tls_toml(&up.url(), &cert, &key).raw_route(&format!(
+        "[[tls.sni]]\nname = \"api.example.test\"\ncert = {}\nkey = {}\n",
+        q(&sni_cert.display().to_string()),
+        q(&sni_key.display().to_string())
+    ));
+    let proxy = InProc::start(&toml).await;
+    let named = connect(proxy.addr, &ca, "api.example.test", b"http/1.1", None)
+        .await
+        .expect("SNI certificate");
+    assert_eq!(named.get_ref().1.peer_certificates().unwrap()[0], other);
+    let plain = connect(proxy.addr, &ca, "localhost", b"http/1.1", None)
+        .await
+        .expect("default certificate");
+    assert_eq!(plain.get_ref().1.peer_certificates().unwrap()[0], default);
+    proxy.shutdown().await;
+}
+
+async fn admin_get(addr: SocketAddr, path: &str, auth: Option<&str>) -> (u16, String) {
+    let auth = auth.map_or(String::new(), |a| format!("authorization: {a}\r\n"));
+    let req = format!("GET {path} HTTP/1.1\r\nhost: admin\r\n{auth}connection: close\r\n\r\n");
+    let raw = support::client::raw_http1(addr, req.as_bytes(), STEP_TIMEOUT).await;
+    let (status, _, body) = support::client::parse_raw_response(&raw);
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test]
+async fn admin_token_guards_everything_but_the_probes() {
+    let up = upstream().await;
+    let token = "s3cret-admin-token-0123456789";
+    let toml = Toml::openai(&up.url())
+        .top("admin_listen", &q("127.0.0.1:0"))
+        .set("admin", "token", &q(token));
+    let proxy = InProc::start(&toml).await;
+    let admin = proxy.running().unwrap().admin_addr.expect("admin listener");
+    for path in ["/metrics", "/config", "/api/live", "/"] {
+        let (status, body) = admin_get(admin, path, None).await;
+        assert_eq!(status, 401, "{path} without the token: {body}");
+        assert!(!body.contains(token));
+        let (status, _) = admin_get(admin, path, Some("Bearer wrong-token-wrong-token")).await;
+        assert_eq!(status, 401, "{path} with a wrong token");
+        let (status, body) = admin_get(admin, path, Some(&format!("Bearer {token}"))).await;
+        assert_eq!(status, 200, "{path} with the token");
+        assert!(!body.contains(token), "{path} must not show the token");
+    }
+    for path in ["/healthz", "/readyz"] {
+        assert_eq!(
+            admin_get(admin, path, None).await.0,
+            200,
+            "{path} stays open"
+        );
+    }
+    // The browser login sets the cookie and sends the token out of the URL.
+    let raw = support::client::raw_http1(
+        admin,
+        format!("GET /?token={token} HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n").as_bytes(),
+        STEP_TIMEOUT,
+    )
+    .await;
+    let (status, headers, _) = support::client::parse_raw_response(&raw);
+    assert_eq!(status, 303);
+    assert!(
+        headers
+            .iter()
+            .any(|(k, v)| k == "set-cookie" && v.contains("HttpOnly"))
+    );
+    proxy.shutdown().await;
+
+    // Probes can be closed too.
+    let closed = Toml::openai(&up.url())
+        .top("admin_listen", &q("127.0.0.1:0"))
+        .set("admin", "token", &q(token))
+        .set("admin", "open_probes", "false");
+    let proxy = InProc::start(&closed).await;
+    let admin = proxy.running().unwrap().admin_addr.unwrap();
+    assert_eq!(admin_get(admin, "/healthz", None).await.0, 401);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn admin_mtls_requires_a_client_certificate() {
+    let (ca, dir, up) = (TestCa::new(), Scratch::new("tls-admin"), upstream().await);
+    let (cert, key, _) = write_leaf(&dir, &ca, "admin", &["localhost"]);
+    let client_ca = dir.write("clients.pem", ca.pem());
+    let toml = Toml::openai(&up.url())
+        .top("admin_listen", &q("0.0.0.0:0"))
+        .set("admin.tls", "cert", &q(&cert.display().to_string()))
+        .set("admin.tls", "key", &q(&key.display().to_string()))
+        .set(
+            "admin.tls",
+            "client_ca",
+            &q(&client_ca.display().to_string()),
+        );
+    let proxy = InProc::start(&toml).await;
+    let port = proxy.running().unwrap().admin_addr.unwrap().port();
+    let admin = SocketAddr::from(([127, 0, 0, 1], port));
+    let get = |tls: TlsStream<TcpStream>| async move {
+        let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
+        tokio::spawn(conn);
+        let req = http::Request::get("/config")
+            .header("host", "localhost")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let res = tx.send_request(req).await?;
+        Ok::<_, hyper::Error>(res.status().as_u16())
+    };
+    let without = match connect(admin, &ca, "localhost", b"http/1.1", None).await {
+        Err(_) => None,
+        Ok(tls) => get(tls).await.ok(),
+    };
+    assert_eq!(without, None, "no client certificate: refused");
+    let tls = connect(
+        admin,
+        &ca,
+        "localhost",
+        b"http/1.1",
+        Some(ca.client("ops", false)),
+    )
+    .await
+    .expect("admin handshake with a client certificate");
+    assert_eq!(get(tls).await.unwrap(), 200);
+    proxy.shutdown().await;
+}
+
+/// Reads until the peer closes (or `limit`); the bytes read and when it closed.
+async fn until_closed(stream: &mut TcpStream, limit: Duration) -> (Vec<u8>, Option<Instant>) {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (out, Some(Instant::now())),
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+            Err(_) => return (out, None),
+        }
+    }
+}
+
+#[tokio::test]
+async fn hostile_tls_clients_do_not_stop_the_listener() {
+    let (ca, dir, up) = (TestCa::new(), Scratch::new("tls-hostile"), upstream().await);
+    let (cert, key, _) = write_leaf(&dir, &ca, "server", &["localhost"]);
+    let toml = tls_toml(&up.url(), &cert, &key)
+        .set("server", "header_read_timeout", &q("1s"))
+        .set("server", "max_connections", "64");
+    let proxy = InProc::start(&toml).await;
+    let addr = proxy.addr;
+
+    // Plaintext HTTP to the TLS port: a plaintext 400 that says why.
+    let mut plain = TcpStream::connect(addr).await.unwrap();
+    plain
+        .write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (reply, closed) = until_closed(&mut plain, STEP_TIMEOUT).await;
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+    assert!(reply.contains("speaks TLS"), "{reply}");
+    assert!(closed.is_some(), "closed after the 400");
+
+    // Garbage after a handshake record header: refused at once.
+    let mut garbage = TcpStream::connect(addr).await.unwrap();
+    garbage
+        .write_all(b"\x16\x03\x01\x00\x10garbage-garbage!")
+        .await
+        .unwrap();
+    let (_, closed) = until_closed(&mut garbage, STEP_TIMEOUT).await;
+    assert!(closed.is_some(), "garbage ClientHello: connection closed");
+
+    // A flood of connections that never finish their handshake (silent,
+    // or a ClientHello header with nothing after it) is cut at the header
+    // read timeout, and the listener serves valid clients meanwhile.
+    let t0 = Instant::now();
+    let mut flood = Vec::new();
+    for i in 0..48 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        if i % 2 == 0 {
+            s.write_all(b"\x16\x03\x01\x02\x00\x01").await.unwrap();
+        }
+        flood.push(s);
+    }
+    let tls = connect(addr, &ca, "localhost", b"h2", None)
+        .await
+        .expect("a valid client is served during the flood");
+    assert_eq!(chat(tls).await.unwrap().0, 200);
+    for s in &mut flood {
+        let (_, closed) = until_closed(s, Duration::from_secs(5)).await;
+        let at = closed
+            .expect("a stalled handshake is cut")
+            .duration_since(t0);
+        assert!(
+            at >= Duration::from_millis(900) && at < Duration::from_secs(4),
+            "cut at the header read timeout (1 s), not at {at:?}"
+        );
+    }
+
+    // A client that refuses the server's name fails its own handshake;
+    // the listener does not mind.
+    let wrong = connect(addr, &ca, "wrong.example.test", b"http/1.1", None).await;
+    assert!(
+        wrong.is_err(),
+        "the client must refuse a certificate for another name"
+    );
+    let tls = connect(addr, &ca, "localhost", b"http/1.1", None)
+        .await
+        .unwrap();
+    assert_eq!(chat(tls).await.unwrap().0, 200, "still serving");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn handshake_flood_keeps_memory_bounded_and_logs_no_secret() {
+    let (ca, dir, up) = (TestCa::new(), Scratch::new("tls-flood"), upstream().await);
+    let (chain, key) = ca.leaf(&["localhost"]);
+    let key_text = key_pem(&key);
+    let cert = dir.write("server.pem", &chain_pem(&chain));
+    let key_file = dir.write("server.key", &key_text);
+    let client_ca = dir.write("clients.pem", ca.pem());
+    let token = "flood-admin-token-0123456789";
+    let toml = tls_toml(&up.url(), &cert, &key_file)
+        .set("tls", "client_ca", &q(&client_ca.display().to_string()))
+        .set("server", "header_read_timeout", &q("1s"))
+        .top("admin_listen", &q("127.0.0.1:0"))
+        .set("admin", "token", &q(token));
+    let bin = support::proxy::Bin::start(&toml, &[], &[("RUST_LOG", "debug")]).await;
+    let pid = bin.child.id().unwrap();
+    let valid = || ca.client("team-a", false);
+    let tls = connect(bin.addr, &ca, "localhost", b"h2", Some(valid()))
+        .await
+        .unwrap();
+    assert_eq!(chat(tls).await.unwrap().0, 200);
+    let before = support::raw::rss_kib(pid);
+
+    let stranger = TestCa::new();
+    let (unknown, expired) = (stranger.client("x", false), ca.client("old", true));
+    for round in 0..8 {
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..100 {
+            let addr = bin.addr;
+            let copy = |(chain, key): &Identity| (chain.clone(), key.clone_key());
+            let identity = match i % 5 {
+                0 => Some(copy(&unknown)),
+                1 => Some(copy(&expired)),
+                _ => None,
+            };
+            let ca = TrustOnly(ca.der());
+            tasks.spawn(async move {
+                match i % 5 {
+                    0 | 1 => {
+                        if let Ok(tls) = connect_with(addr, &ca, identity).await {
+                            let _ = tokio::time::timeout(Duration::from_secs(3), chat(tls)).await;
+                        }
+                    }
+                    2 => {
+                        let mut s = TcpStream::connect(addr).await.unwrap();
+                        let _ = s.write_all(b"\x16\x03\x01\x02\x00\x01\x00").await;
+                        let _ = until_closed(&mut s, Duration::from_secs(3)).await;
+                    }
+                    3 => {
+                        let mut s = TcpStream::connect(addr).await.unwrap();
+                        let _ = s
+                            .write_all(&[0x16, 0x03, 0x03, 0x00, 0x05, 1, 2, 3, 4, 5])
+                            .await;
+                        let _ = until_closed(&mut s, Duration::from_secs(3)).await;
+                    }
+                    _ => {
+                        let mut s = TcpStream::connect(addr).await.unwrap();
+                        let _ = s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await;
+                        let _ = until_closed(&mut s, Duration::from_secs(3)).await;
+                    }
+                }
+            });
+        }
+        within(
+            Duration::from_secs(30),
+            &format!("flood round {round}"),
+            async { while tasks.join_next().await.is_some() {} },
+        )
+        .await;
+    }
+    let after = support::raw::rss_kib(pid);
+    let tls = connect(bin.addr, &ca, "localhost", b"http/1.1", Some(valid()))
+        .await
+        .expect("a valid client after the flood");
+    assert_eq!(
+        chat(tls).await.unwrap().0,
+        200,
+        "still serving after the flood"
+    );
+    eprintln!("RSS before {before} KiB, after 800 hostile connections {after} KiB");
+    assert!(
+        after < before + 32 * 1024,
+        "memory must stay bounded: {before} KiB -> {after} KiB"
+    );
+    let out = bin.output();
+    assert!(
+        out.contains("TLS handshake failed"),
+        "the failures are logged at debug"
+    );
+    assert!(!out.contains(token), "the admin token must not be logged");
+    for line in key_text.lines().filter(|l| !l.starts_with("-----")) {
+        assert!(!out.contains(line), "key material must not be logged");
+    }
+}
