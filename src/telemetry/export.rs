@@ -28,19 +28,19 @@ use crate::config::{OtlpProtocol, TelemetryConfig};
 
 /// Items that never reached the collector, by signal.
 #[derive(Debug, Default)]
-pub struct DropCounts {
+pub(super) struct DropCounts {
     spans: AtomicU64,
     data_points: AtomicU64,
 }
 
 impl DropCounts {
     /// Spans dropped: batch queue full, or in a failed export.
-    pub fn spans(&self) -> u64 {
+    pub(super) fn spans(&self) -> u64 {
         self.spans.load(Ordering::Relaxed)
     }
 
     /// Metric data points in failed exports.
-    pub fn data_points(&self) -> u64 {
+    pub(super) fn data_points(&self) -> u64 {
         self.data_points.load(Ordering::Relaxed)
     }
 
@@ -64,7 +64,7 @@ struct QueueGate {
 /// queue. A span is admitted only while fewer than `cap` are pending, so the
 /// processor's own queue never overflows and every drop is counted here.
 #[derive(Debug)]
-pub struct GatedSpanProcessor {
+pub(super) struct GatedSpanProcessor {
     inner: BatchSpanProcessor,
     gate: Arc<QueueGate>,
     drops: Arc<DropCounts>,
@@ -132,7 +132,7 @@ impl<E: SpanExporter> SpanExporter for CountingSpanExporter<E> {
 
 /// The span pipeline: `exporter` behind a counted batch processor whose
 /// queue holds at most `telemetry.span_queue_size` spans.
-pub fn span_processor<E>(
+pub(super) fn span_processor<E>(
     exporter: E,
     drops: Arc<DropCounts>,
     cfg: &TelemetryConfig,
@@ -170,14 +170,14 @@ where
 
 /// Counts data points in failed metric exports.
 #[derive(Debug)]
-pub struct CountingMetricExporter<E> {
+pub(super) struct CountingMetricExporter<E> {
     inner: E,
     drops: Arc<DropCounts>,
 }
 
 impl<E> CountingMetricExporter<E> {
     /// Wrap `inner`, counting into `drops`.
-    pub fn new(inner: E, drops: Arc<DropCounts>) -> Self {
+    pub(super) fn new(inner: E, drops: Arc<DropCounts>) -> Self {
         CountingMetricExporter { inner, drops }
     }
 }
@@ -226,7 +226,7 @@ fn count_data_points(metrics: &ResourceMetrics) -> u64 {
 }
 
 /// The OTLP span exporter for `cfg`.
-pub fn otlp_spans(
+pub(super) fn otlp_spans(
     cfg: &TelemetryConfig,
 ) -> Result<opentelemetry_otlp::SpanExporter, TelemetryError> {
     let builder = opentelemetry_otlp::SpanExporter::builder();
@@ -254,7 +254,7 @@ pub fn otlp_spans(
 }
 
 /// The OTLP metric exporter for `cfg`.
-pub fn otlp_metrics(
+pub(super) fn otlp_metrics(
     cfg: &TelemetryConfig,
 ) -> Result<opentelemetry_otlp::MetricExporter, TelemetryError> {
     let builder = opentelemetry_otlp::MetricExporter::builder();

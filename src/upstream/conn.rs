@@ -117,7 +117,7 @@ pub enum SendError {
 pub struct Shard(pub usize);
 
 /// Pool key: where a connection goes, and the serving thread that uses it.
-pub type Key = (Scheme, Authority, Shard);
+pub(super) type Key = (Scheme, Authority, Shard);
 
 /// Idle HTTP/1 connections by destination, newest last. Idle connections
 /// are not polled; one is checked when it is taken (a connection the peer

@@ -23,7 +23,7 @@ const MAX_OPEN: usize = 65_536;
 /// One series' figures in one time bucket. Shared between the aggregator and
 /// published snapshots; the aggregator copies it on write.
 #[derive(Debug, Clone, Default)]
-pub struct Bucket {
+pub(super) struct Bucket {
     /// Absolute bucket number since the aggregator's epoch.
     index: u64,
     requests: u64,

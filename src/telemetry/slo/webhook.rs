@@ -164,7 +164,7 @@ fn count(results: &Counter<u64>, result: &'static str) {
 }
 
 /// `tokentap.slo.webhook.events`, by result.
-pub fn results_counter(meter: &Meter) -> Counter<u64> {
+pub(super) fn results_counter(meter: &Meter) -> Counter<u64> {
     meter
         .u64_counter(M_SLO_WEBHOOK)
         .with_unit("{event}")
@@ -176,7 +176,7 @@ pub fn results_counter(meter: &Meter) -> Counter<u64> {
 
 /// Start the sender task on `rt`; `None` when the client cannot be built
 /// (logged).
-pub fn start(
+pub(super) fn start(
     cfg: &AlertsConfig,
     results: Counter<u64>,
     rt: &tokio::runtime::Handle,
@@ -419,7 +419,7 @@ impl Limiter {
 
 /// The sender task: ends when every `Notifier` is gone (held events are
 /// then dropped).
-pub async fn run(
+pub(super) async fn run(
     hook: Webhook,
     mut rx: mpsc::Receiver<Event>,
     min_interval: Duration,
