@@ -174,7 +174,10 @@ pub enum ReloadError {
         "`{key}` cannot change without a restart (restart-only: {})",
         RESTART_ONLY.join(", ")
     )]
-    RestartRequired { key: String },
+    RestartRequired {
+        /// The config key whose change needs a restart.
+        key: String,
+    },
     /// The upstream client could not be rebuilt (e.g. a bad CA file).
     #[error("{0}")]
     Upstream(String),

@@ -65,6 +65,7 @@ pub struct SimulateArgs {
     /// Listen address
     #[arg(long, default_value = "127.0.0.1:9090")]
     pub listen: SocketAddr,
+    /// Timing and content of the simulated responses.
     #[command(flatten)]
     pub profile: Profile,
 }

@@ -106,9 +106,11 @@ impl SeriesKey {
 /// completion text, no headers.
 #[derive(Debug, Clone)]
 pub struct Sample {
+    /// The series (route, model, tenant) the request belongs to.
     pub key: SeriesKey,
     /// Model the response named (capped).
     pub response_model: Option<Arc<str>>,
+    /// How the request ended.
     pub outcome: Outcome,
     /// HTTP status sent to the client.
     pub status: u16,
@@ -120,7 +122,9 @@ pub struct Sample {
     pub decode_tps: Option<f64>,
     /// Largest gap between content chunks, seconds.
     pub max_stall: Option<f64>,
+    /// Input tokens, when known.
     pub tokens_in: Option<u64>,
+    /// Output tokens, when known.
     pub tokens_out: Option<u64>,
     /// Token counts are estimates.
     pub estimated: bool,
@@ -130,6 +134,7 @@ pub struct Sample {
     pub end: Instant,
     /// Wall-clock end of the request, for display.
     pub end_wall: SystemTime,
+    /// Trace id of the request's span, when it was sampled.
     pub trace_id: Option<TraceId>,
 }
 
