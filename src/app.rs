@@ -68,6 +68,10 @@ impl Running {
     /// finish within the configured grace period, stop the admin listener
     /// (it answers throughout the drain), then flush telemetry.
     pub async fn shutdown(mut self) {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "shutdown grace deadline, not a measurement"
+        )]
         let grace_ends = tokio::time::Instant::now() + self.shutdown_grace;
         self.readiness.set_draining();
         let _ = self.stop.send(true);

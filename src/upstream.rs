@@ -430,6 +430,10 @@ impl Client {
         mut req: Request<UpstreamBody>,
         shard: Shard,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "pool wait (`tokentap.upstream.pool.wait`) is timed where the wait happens, before meter sees the request; handed to meter as `PoolWait`"
+        )]
         let asked = Instant::now();
         let mode = req
             .extensions()

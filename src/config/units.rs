@@ -79,7 +79,9 @@ pub(super) mod opt_positive {
         }
     }
 
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
         positive::deserialize(d).map(Some)
     }
 }
@@ -126,11 +128,16 @@ pub(super) mod pairs {
     use super::*;
     use serde::Serialize;
 
-    pub(crate) fn serialize<S: Serializer>(p: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(
+        p: &[(String, String)],
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         p.iter().cloned().collect::<BTreeMap<_, _>>().serialize(s)
     }
 
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<(String, String)>, D::Error> {
         Ok(BTreeMap::<String, String>::deserialize(d)?
             .into_iter()
             .collect())
@@ -145,14 +152,19 @@ pub(super) mod secret_headers {
     use super::*;
     use serde::Serialize;
 
-    pub(crate) fn serialize<S: Serializer>(p: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(
+        p: &[(String, String)],
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         p.iter()
             .map(|(k, _)| (k.as_str(), REDACTED))
             .collect::<BTreeMap<_, _>>()
             .serialize(s)
     }
 
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<(String, String)>, D::Error> {
         let pairs = pairs::deserialize(d)?;
         for (k, _) in &pairs {
             parse::header_name(k).map_err(de::Error::custom)?;
@@ -192,7 +204,9 @@ pub(super) mod header {
         s.serialize_str(h.as_str())
     }
 
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<http::HeaderName, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<http::HeaderName, D::Error> {
         parse::header_name(&String::deserialize(d)?).map_err(de::Error::custom)
     }
 }
@@ -201,11 +215,16 @@ pub(super) mod header {
 pub(super) mod headers {
     use super::*;
 
-    pub(crate) fn serialize<S: Serializer>(h: &[http::HeaderName], s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(
+        h: &[http::HeaderName],
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         s.collect_seq(h.iter().map(http::HeaderName::as_str))
     }
 
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<http::HeaderName>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<http::HeaderName>, D::Error> {
         names(d)?
             .iter()
             .map(|h| parse::header_name(h).map_err(de::Error::custom))
@@ -222,7 +241,9 @@ pub(super) mod tenant_sources {
         s.collect_seq(v.iter().map(|t| t.as_str()))
     }
 
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<TenantSource>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<TenantSource>, D::Error> {
         let mut sources = Vec::new();
         for name in names(d)? {
             let s = match name.trim() {

@@ -321,6 +321,10 @@ impl Live {
         let (tx, rx) = mpsc::channel(QUEUE);
         let (publish, snapshots) = watch::channel(Arc::new(Snapshot::empty(cfg)));
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "origin of the live-statistics bucket clock; request timings come from meter"
+            )]
             let now = tokio::time::Instant::now().into_std();
             let agg = Aggregator::new(cfg, now, dropped.clone());
             rt.spawn(run(agg, rx, publish));
@@ -418,4 +422,8 @@ fn ser_opt_str<S: Serializer>(v: &Option<Arc<str>>, s: S) -> Result<S::Ok, S::Er
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests build timestamps and deadlines freely"
+)]
 mod tests;

@@ -212,6 +212,10 @@ impl Pool {
     }
 
     /// Keep `h1` for the next request to `key`, if there is room.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "idle-connection expiry bookkeeping, not a measurement"
+    )]
     fn checkin(&self, key: Key, h1: H1) {
         if self.max_per_host == 0 || !h1.reusable() {
             return;

@@ -204,6 +204,10 @@ impl H2Pool {
     /// whatever an earlier connection showed.
     pub(super) async fn acquire(&self, key: &Key, always_h2: bool) -> Result<Step, QueueTimeout> {
         let host = self.host(key);
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "queue timeout deadline, not a measurement"
+        )]
         let deadline = tokio::time::Instant::now() + self.limits.queue_timeout;
         let mut waiting = Waiting {
             host: &host,
@@ -334,7 +338,15 @@ impl Opening {
 
     /// The connection speaks HTTP/2 and its server preface has arrived:
     /// share it, and take its first stream slot.
-    pub(super) fn ready(mut self, sender: http2::SendRequest<UpstreamBody>, peer: Arc<Peer>) -> Lease {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "pool idle bookkeeping, not a measurement"
+    )]
+    pub(super) fn ready(
+        mut self,
+        sender: http2::SendRequest<UpstreamBody>,
+        peer: Arc<Peer>,
+    ) -> Lease {
         self.done = true;
         let mut st = lock(&self.host.state);
         st.opening -= 1;
@@ -401,6 +413,10 @@ impl Lease {
 }
 
 impl Drop for Lease {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "pool idle bookkeeping, not a measurement"
+    )]
     fn drop(&mut self) {
         let mut st = lock(&self.host.state);
         if let Some(e) = st.conns.iter_mut().find(|e| e.id == self.id) {

@@ -192,6 +192,10 @@ fn mask_key() -> [u8; 4] {
 /// Relay between `client` and `upstream` until both sides have closed,
 /// one fails, nothing moves for `idle`, or `stop` turns true. `client_prefix`
 /// and `upstream_prefix` are bytes hyper read past the handshake.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "idle timeout timer of the relay, not a measurement"
+)]
 pub(super) async fn relay<C, U, T>(
     mut client: C,
     client_prefix: Bytes,

@@ -136,7 +136,11 @@ pub(crate) async fn send(client: &HttpClient, req: &Req) -> (http::Response<Inco
 }
 
 /// Read the rest of `resp` chunk by chunk (bounded by `limit`).
-pub(crate) async fn read_all(resp: http::Response<Incoming>, t0: Instant, limit: Duration) -> Streamed {
+pub(crate) async fn read_all(
+    resp: http::Response<Incoming>,
+    t0: Instant,
+    limit: Duration,
+) -> Streamed {
     let head_after = t0.elapsed();
     let (parts, mut body) = resp.into_parts();
     let mut out = Streamed {

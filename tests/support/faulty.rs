@@ -51,7 +51,9 @@ pub(crate) struct RawUpstream {
 }
 
 impl RawUpstream {
-    pub(crate) async fn start(script: impl Fn(usize) -> Vec<Act> + Send + Sync + 'static) -> RawUpstream {
+    pub(crate) async fn start(
+        script: impl Fn(usize) -> Vec<Act> + Send + Sync + 'static,
+    ) -> RawUpstream {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind raw upstream");

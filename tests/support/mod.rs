@@ -2,6 +2,10 @@
 //! receiver, client helpers and proxy launchers. Each test file pulls it in
 //! with `mod support;` and uses the parts it needs.
 #![allow(dead_code, clippy::unwrap_used)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test helpers wait with deadlines and time the proxy"
+)]
 
 pub(crate) mod client;
 pub(crate) mod faulty;

@@ -54,7 +54,13 @@ impl Toml {
     }
 
     /// A route matched by path prefix.
-    pub(crate) fn route(mut self, name: &str, prefix: &str, upstream: &str, provider: &str) -> Toml {
+    pub(crate) fn route(
+        mut self,
+        name: &str,
+        prefix: &str,
+        upstream: &str,
+        provider: &str,
+    ) -> Toml {
         self.routes.push(format!(
             "[[routes]]\nname = {}\nprefix = {}\nupstream = {}\nprovider = {}\n",
             q(name),
@@ -398,7 +404,10 @@ pub(crate) fn listening_addr(line: &str) -> Option<SocketAddr> {
 }
 
 /// Run the binary to completion (bounded) and return (exit status, stderr+stdout).
-pub(crate) async fn run_bin(args: &[&str], env: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
+pub(crate) async fn run_bin(
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (std::process::ExitStatus, String) {
     let mut cmd = bin_command();
     cmd.args(args);
     for (k, v) in env {

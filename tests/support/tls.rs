@@ -47,7 +47,10 @@ impl TestCa {
 
     /// A server certificate for `names` (DNS names or IP literals) signed
     /// by this CA, with its private key.
-    pub(crate) fn leaf(&self, names: &[&str]) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+    pub(crate) fn leaf(
+        &self,
+        names: &[&str],
+    ) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let mut params = CertificateParams::new(names).unwrap();
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
@@ -58,7 +61,11 @@ impl TestCa {
     }
 
     /// A rustls server config presenting a leaf for `names`, offering `alpn`.
-    pub(crate) fn server_config(&self, names: &[&str], alpn: &[&[u8]]) -> Arc<rustls::ServerConfig> {
+    pub(crate) fn server_config(
+        &self,
+        names: &[&str],
+        alpn: &[&[u8]],
+    ) -> Arc<rustls::ServerConfig> {
         let (chain, key) = self.leaf(names);
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut cfg = rustls::ServerConfig::builder_with_provider(provider)

@@ -244,7 +244,9 @@ pub(crate) struct Upstream {
 
 impl Upstream {
     /// Serve every request with the reply `handler` picks for it.
-    pub(crate) async fn start(handler: impl Fn(&Exchange) -> Reply + Send + Sync + 'static) -> Upstream {
+    pub(crate) async fn start(
+        handler: impl Fn(&Exchange) -> Reply + Send + Sync + 'static,
+    ) -> Upstream {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind scripted upstream");

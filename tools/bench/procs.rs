@@ -158,7 +158,11 @@ pub(crate) fn free_port() -> Result<u16, String> {
 }
 
 /// Wait until something accepts on `addr`.
-pub(crate) fn wait_port(addr: SocketAddr, timeout: Duration, proc: &mut Proc) -> Result<(), String> {
+pub(crate) fn wait_port(
+    addr: SocketAddr,
+    timeout: Duration,
+    proc: &mut Proc,
+) -> Result<(), String> {
     let until = Instant::now() + timeout;
     loop {
         if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {

@@ -496,6 +496,10 @@ pub struct Snapshot {
 impl Snapshot {
     /// The snapshot before the first tick.
     pub fn empty(cfg: &LiveConfig) -> Snapshot {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of the live-statistics bucket clock; request timings come from meter"
+        )]
         let clock = Clock::new(cfg, Instant::now());
         Snapshot {
             generated_at_ms: 0,

@@ -429,6 +429,10 @@ impl Limiter {
 
 /// The sender task: ends when every `Notifier` is gone (held events are
 /// then dropped).
+#[allow(
+    clippy::disallowed_methods,
+    reason = "webhook rate limiting per SLO, not a measurement"
+)]
 pub(super) async fn run(
     hook: Webhook,
     mut rx: mpsc::Receiver<Event>,

@@ -124,7 +124,12 @@ impl Shared {
 }
 
 /// Drive `concurrency` connections to `addr` until `shared.stop` is set.
-pub(super) async fn run(addr: SocketAddr, prefix: &'static str, concurrency: usize, shared: Arc<Shared>) {
+pub(super) async fn run(
+    addr: SocketAddr,
+    prefix: &'static str,
+    concurrency: usize,
+    shared: Arc<Shared>,
+) {
     let mut tasks = Vec::with_capacity(concurrency);
     for _ in 0..concurrency {
         let shared = shared.clone();
