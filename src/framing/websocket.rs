@@ -70,7 +70,7 @@ pub enum WsMessage<'a> {
     Close {
         /// Status code, when the frame carries one.
         code: Option<u16>,
-        /// Reason bytes after the code (UTF-8 by the RFC, not checked here).
+        /// Reason bytes after the code, possibly empty.
         reason: &'a [u8],
     },
     /// A ping frame (its payload is not kept).

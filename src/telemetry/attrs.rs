@@ -3,23 +3,23 @@
 //! conventions (Development stability); `tokentap.*` names are our own.
 
 // Metric names.
-/// Histogram: whole request duration as the client sees it (s).
+/// Histogram: request duration, t_end − t_req (s).
 pub const M_OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
 /// Histogram: input and output token counts per request ({token}).
 pub const M_TOKEN_USAGE: &str = "gen_ai.client.token.usage";
-/// Histogram: time from request to the first content chunk (s).
+/// Histogram: time to the first content chunk of a stream (s).
 pub const M_TIME_TO_FIRST_CHUNK: &str = "gen_ai.client.operation.time_to_first_chunk";
-/// Histogram: mean gap between content chunks after the first (s).
+/// Histogram: each gap between consecutive content chunks of a stream (s).
 pub const M_TIME_PER_OUTPUT_CHUNK: &str = "gen_ai.client.operation.time_per_output_chunk";
-/// Histogram: time to first token, GenAI server convention (s).
+/// Histogram: time to the first content chunk, or to the whole body when not streaming (s).
 pub const M_SERVER_TTFT: &str = "gen_ai.server.time_to_first_token";
-/// Histogram: time per output token after the first, GenAI server convention (s).
+/// Histogram: (t_last − t_first) / (n − 1) over a stream's output tokens (s).
 pub const M_SERVER_TPOT: &str = "gen_ai.server.time_per_output_token";
-/// Histogram: request duration, GenAI server convention (s).
+/// Histogram: request duration, t_end − t_req, under the server convention's name (s).
 pub const M_SERVER_REQUEST_DURATION: &str = "gen_ai.server.request.duration";
 /// Histogram: decode rate of streamed output ({token}/s).
 pub const M_DECODE_TPS: &str = "tokentap.decode.tokens_per_second";
-/// Histogram: every gap between consecutive content chunks (s).
+/// Histogram: each gap between consecutive content chunks, with buckets fine enough for 1–50 ms (s).
 pub const M_CHUNK_GAP: &str = "tokentap.chunk.gap";
 /// Histogram: largest gap between content chunks of one stream (s).
 pub const M_MAX_STALL: &str = "tokentap.stream.max_stall";
@@ -73,7 +73,7 @@ pub const M_POOL_STREAMS: &str = "tokentap.upstream.pool.streams";
 pub const M_POOL_QUEUED: &str = "tokentap.upstream.pool.queued";
 
 // Semantic-convention attribute keys.
-/// Operation the endpoint performs (`chat`, `embeddings`, ...).
+/// Operation the endpoint performs (`chat`, `embeddings`, `unknown`, ...).
 pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
 /// Provider that served the request (`openai`, `anthropic`, ...).
 pub const GEN_AI_PROVIDER_NAME: &str = "gen_ai.provider.name";
@@ -101,13 +101,13 @@ pub const GEN_AI_USAGE_CACHE_READ: &str = "gen_ai.usage.cache_read.input_tokens"
 pub const GEN_AI_USAGE_CACHE_CREATION: &str = "gen_ai.usage.cache_creation.input_tokens";
 /// Output tokens spent on reasoning (int).
 pub const GEN_AI_USAGE_REASONING: &str = "gen_ai.usage.reasoning.output_tokens";
-/// Upstream host name the request was sent to.
+/// Host of the route's upstream.
 pub const SERVER_ADDRESS: &str = "server.address";
-/// Upstream port the request was sent to.
+/// Port of the route's upstream.
 pub const SERVER_PORT: &str = "server.port";
 /// HTTP status code of the response.
 pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
-/// Class of error that ended the request, when it failed.
+/// The provider's error kind or the failure class, when the outcome is not `complete`.
 pub const ERROR_TYPE: &str = "error.type";
 
 // tokentap attribute keys.

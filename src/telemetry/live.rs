@@ -134,7 +134,7 @@ pub struct Sample {
     pub end: Instant,
     /// Wall-clock end of the request, for display.
     pub end_wall: SystemTime,
-    /// Trace id of the request's span, when it was sampled.
+    /// Trace id of the request's span; `None` when the span has no valid context.
     pub trace_id: Option<TraceId>,
 }
 

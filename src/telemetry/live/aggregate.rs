@@ -681,7 +681,7 @@ pub struct RecentRequest {
     pub estimated: bool,
     /// Request duration, t_end − t_req (s).
     pub duration_s: f64,
-    /// Trace id of the request's span, when it was sampled.
+    /// Trace id of the request's span; `None` when the span has no valid context.
     #[serde(serialize_with = "ser_trace_id")]
     pub trace_id: Option<TraceId>,
 }
