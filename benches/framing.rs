@@ -4,6 +4,10 @@
 //! streamed JSON array and AWS eventstream over their recorded fixtures;
 //! the WebSocket side view over a generated stream of small server text
 //! frames (plain and permessage-deflate).
+#![allow(
+    missing_docs,
+    reason = "criterion_group! generates a pub fn that cannot carry a doc"
+)]
 
 use std::hint::black_box;
 

@@ -11,6 +11,14 @@
 //! - `metered_telemetry`: full metering recorded by the real telemetry
 //!   (span, per-chunk gap histograms, end-of-request metrics) with
 //!   exporters that discard.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "benches build request facts with a start instant, as meter's callers do"
+)]
+#![allow(
+    missing_docs,
+    reason = "criterion_group! generates a pub fn that cannot carry a doc"
+)]
 
 use std::convert::Infallible;
 use std::hint::black_box;

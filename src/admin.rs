@@ -40,7 +40,9 @@ const TEXT: &str = "text/plain; charset=utf-8";
 /// shows it once.
 #[error("admin listen {addr}")]
 pub struct AdminError {
+    /// Address the admin listener tried to bind.
     pub addr: SocketAddr,
+    /// Why binding it failed.
     #[source]
     pub source: std::io::Error,
 }
@@ -63,6 +65,7 @@ impl Readiness {
         self.0.store(false, Ordering::Release);
     }
 
+    /// Whether `/readyz` answers ready.
     pub fn is_ready(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
@@ -113,6 +116,7 @@ impl ConfigView {
 pub struct AdminState {
     /// Metrics (`/metrics`) and whatever the dashboard reads.
     pub telemetry: Arc<Telemetry>,
+    /// Readiness flag `/readyz` reports.
     pub readiness: Readiness,
     /// `/config`: the active configuration, secrets redacted.
     pub config: ConfigView,

@@ -73,6 +73,10 @@ impl Running {
     /// finish within the configured grace period, stop the admin listener
     /// (it answers throughout the drain), then flush telemetry.
     pub async fn shutdown(mut self) {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "shutdown grace deadline, not a measurement"
+        )]
         let grace_ends = tokio::time::Instant::now() + self.shutdown_grace;
         self.readiness.set_draining();
         let _ = self.stop.send(true);
@@ -196,7 +200,10 @@ pub enum ReloadError {
         "`{key}` cannot change without a restart (restart-only: {})",
         RESTART_ONLY.join(", ")
     )]
-    RestartRequired { key: String },
+    RestartRequired {
+        /// The config key whose change needs a restart.
+        key: String,
+    },
     /// The upstream client could not be rebuilt (e.g. a bad CA file).
     #[error("{0}")]
     Upstream(String),

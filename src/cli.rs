@@ -145,6 +145,7 @@ pub struct DemoCli {
     #[arg(long, value_name = "ADDR|off", value_parser = admin_listen_arg, default_value = "127.0.0.1:9464")]
     pub admin_listen: String,
 
+    /// Options of the `demo` subcommand.
     #[command(flatten)]
     pub args: DemoArgs,
 }

@@ -43,18 +43,25 @@ pub struct Config {
     /// Poll the config file and reload when its content changes
     /// (`--watch-config`); SIGHUP reloads either way.
     pub watch_config: bool,
+    /// Listener settings (`[server]`).
     pub server: ServerConfig,
     /// TLS on the proxy listener (`[tls]`); `None` = plaintext.
     pub tls: Option<TlsConfig>,
     /// Protection of the admin listener (`[admin]`).
     pub admin: AdminConfig,
+    /// Upstream client settings (`[upstream]`).
     pub upstream: UpstreamConfig,
     /// Routes, in match order.
     pub routes: Vec<RouteConfig>,
+    /// Request body sniffing settings (`[sniff]`).
     pub sniff: SniffConfig,
+    /// Response metering settings (`[meter]`).
     pub meter: MeterConfig,
+    /// WebSocket relay settings (`[websocket]`).
     pub websocket: WebsocketConfig,
+    /// Tenant attribution settings (`[tenant]`).
     pub tenant: TenantConfig,
+    /// Export and telemetry settings (`[telemetry]`).
     pub telemetry: TelemetryConfig,
 }
 
@@ -267,6 +274,7 @@ impl Default for UpstreamConfig {
 /// One route: requests matching `prefix` (and `host`, when set) go to `upstream`.
 #[derive(Debug, Clone)]
 pub struct RouteConfig {
+    /// Route name, used as the `tokentap.route` label.
     pub name: String,
     /// Path prefix, e.g. `/openai`; `/` matches everything. Stripped before forwarding.
     pub prefix: String,
@@ -311,7 +319,10 @@ pub enum OnClientDisconnect {
     Cancel,
     /// Keep reading the upstream body in the background, for at most
     /// `timeout` (and `upstream.drain_max_bytes`), to meter the final usage.
-    Drain { timeout: Duration },
+    Drain {
+        /// Longest time to keep reading after the client left.
+        timeout: Duration,
+    },
 }
 
 /// `on_client_disconnect` as written in the config file.
@@ -663,6 +674,7 @@ pub enum AlertFormat {
 pub struct AlertsConfig {
     /// http or https URL the events are POSTed to.
     pub webhook_url: http::Uri,
+    /// Body shape of the webhook events.
     pub format: AlertFormat,
     /// At most one POST per SLO per this interval (zero = no limit).
     pub min_interval: Duration,
@@ -718,19 +730,30 @@ pub const ADMIN_OFF: &str = "off";
 pub enum ConfigError {
     /// The config file could not be read or is not valid TOML.
     #[error("config file {}: {message}", path.display())]
-    File { path: PathBuf, message: String },
+    File {
+        /// The config file's path.
+        path: PathBuf,
+        /// What went wrong reading or parsing it.
+        message: String,
+    },
     /// A key nobody knows (usually a typo).
     #[error("unknown key `{key}` in {origin}; expected one of: {expected}")]
     UnknownKey {
+        /// The unknown key, dotted.
         key: String,
+        /// Where the key came from (file, environment, flag).
         origin: String,
+        /// The keys accepted at that place.
         expected: String,
     },
     /// A value that does not parse or is out of range.
     #[error("invalid `{key}` (from {origin}): {message}")]
     Invalid {
+        /// The key whose value is invalid, dotted.
         key: String,
+        /// Where the value came from (file, environment, flag).
         origin: String,
+        /// Why the value was rejected.
         message: String,
     },
     /// Neither `--upstream` nor `[[routes]]`.
@@ -738,7 +761,10 @@ pub enum ConfigError {
     NoRoutes,
     /// Both `--upstream` and `[[routes]]`.
     #[error("--upstream conflicts with the routes set in {routes_origin}: use one or the other")]
-    UpstreamAndRoutes { routes_origin: String },
+    UpstreamAndRoutes {
+        /// Where the `[[routes]]` were set.
+        routes_origin: String,
+    },
 }
 
 impl ConfigError {

@@ -37,6 +37,10 @@ const TENANTS: [&str; 3] = ["team-search", "team-chat", "team-batch"];
 
 /// Run the demo until Ctrl-C or `--duration`; the proxy listens on `listen`
 /// and the dashboard on `admin` (`None` = off).
+#[allow(
+    clippy::disallowed_methods,
+    reason = "demo `--duration` deadline and settle time, not measurements"
+)]
 pub async fn run(
     args: DemoArgs,
     listen: SocketAddr,

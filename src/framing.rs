@@ -15,17 +15,22 @@ pub mod websocket;
 pub enum Frame<'a> {
     /// A server-sent event. `event` is empty when the stream named none
     /// (the WHATWG default type "message").
-    Sse { event: &'a [u8], data: &'a [u8] },
+    Sse {
+        /// The event type, empty when the stream named none.
+        event: &'a [u8],
+        /// The event's data (its `data:` lines joined).
+        data: &'a [u8],
+    },
     /// One whole JSON document: a non-streaming body, one NDJSON line, or one
     /// element of a streamed JSON array.
     Json(&'a [u8]),
     /// One AWS eventstream message (`application/vnd.amazon.eventstream`).
-    /// `message_type` is the `:message-type` header (`event`, `exception`,
-    /// `error`); `event_type` is `:event-type`, or `:exception-type` /
-    /// `:error-code` for failures; `payload` is the raw message payload.
     AwsEvent {
+        /// The `:message-type` header (`event`, `exception`, `error`).
         message_type: &'a [u8],
+        /// `:event-type`, or `:exception-type` / `:error-code` for failures.
         event_type: &'a [u8],
+        /// The raw message payload.
         payload: &'a [u8],
     },
 }
@@ -35,7 +40,10 @@ pub enum Frame<'a> {
 pub enum FramingError {
     /// A single frame grew past the configured maximum.
     #[error("frame larger than the {limit}-byte limit")]
-    TooLarge { limit: usize },
+    TooLarge {
+        /// The configured maximum frame size (bytes).
+        limit: usize,
+    },
     /// The bytes do not follow the framing's grammar.
     #[error("malformed frame: {0}")]
     Malformed(&'static str),
@@ -76,7 +84,7 @@ pub(crate) mod testing {
     use super::{Decoder, Frame, FramingError};
 
     /// Feed `pieces` in order, then finish; frames rendered by `render`, and the first error.
-    pub fn decode<D: Decoder, T>(
+    pub(crate) fn decode<D: Decoder, T>(
         mut dec: D,
         pieces: &[&[u8]],
         render: fn(Frame<'_>) -> T,
@@ -94,7 +102,7 @@ pub(crate) mod testing {
 
     /// Decode `input` whole, at every two-piece split, and byte by byte;
     /// all must agree. Returns the whole-input result.
-    pub fn decode_all_ways<D: Decoder, T: PartialEq + std::fmt::Debug>(
+    pub(crate) fn decode_all_ways<D: Decoder, T: PartialEq + std::fmt::Debug>(
         make: impl Fn() -> D,
         input: &[u8],
         render: fn(Frame<'_>) -> T,
@@ -119,7 +127,7 @@ pub(crate) mod testing {
 
     /// `decode_all_ways`, asserting the input decodes without error.
     #[track_caller]
-    pub fn frames_ok<D: Decoder, T: PartialEq + std::fmt::Debug>(
+    pub(crate) fn frames_ok<D: Decoder, T: PartialEq + std::fmt::Debug>(
         make: impl Fn() -> D,
         input: &[u8],
         render: fn(Frame<'_>) -> T,
@@ -130,7 +138,7 @@ pub(crate) mod testing {
     }
 
     /// A `Frame::Json` as text (NDJSON lines, JSON array elements).
-    pub fn json(f: Frame<'_>) -> String {
+    pub(crate) fn json(f: Frame<'_>) -> String {
         match f {
             Frame::Json(doc) => text(doc),
             other => panic!("expected a JSON frame, got {other:?}"),
@@ -138,7 +146,7 @@ pub(crate) mod testing {
     }
 
     /// Lossy text of a byte slice, for readable assertions.
-    pub fn text(b: &[u8]) -> String {
+    pub(crate) fn text(b: &[u8]) -> String {
         String::from_utf8_lossy(b).into_owned()
     }
 }

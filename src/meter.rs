@@ -123,15 +123,19 @@ pub struct RequestFacts {
     /// The provider: the route's or the path's at first (`openai` when
     /// neither says), then the one the response head resolved, if any.
     pub provider: ProviderKind,
+    /// Operation the endpoint performs, when recognised.
     pub operation: Option<Operation>,
     /// `model` from the request body.
     pub request_model: Option<String>,
     /// The client asked for a streamed response.
     pub stream: bool,
+    /// Tenant the request is attributed to, when configured and present.
     pub tenant: Option<String>,
     /// Upstream host and port (`server.address`, `server.port`).
     pub server_address: Arc<str>,
+    /// Upstream port (`server.port`).
     pub server_port: u16,
+    /// What the request body sniffer made of the body.
     pub request_body: RequestBody,
     /// Wall-clock time the request head arrived (for span start times).
     pub start_wall: SystemTime,
@@ -171,18 +175,25 @@ pub enum Unmetered {
 /// The finished record of one request. Exactly one per request.
 #[derive(Debug, Clone)]
 pub struct Measurement {
+    /// Facts known when the request was forwarded.
     pub request: RequestFacts,
+    /// How the request ended.
     pub outcome: Outcome,
     /// HTTP status sent to the client (502/504 for proxy-side failures).
     pub status: u16,
     /// `error.type`, when the outcome is not `Complete`.
     pub error_type: Option<String>,
+    /// Model the provider reported in its response.
     pub response_model: Option<String>,
+    /// Response id the provider assigned.
     pub response_id: Option<String>,
+    /// Finish reasons the provider reported, in order.
     pub finish_reasons: Vec<String>,
+    /// Token counts the provider reported.
     pub usage: Usage,
     /// Output tokens used for rates: provider usage, else content pieces.
     pub output_tokens: Option<u64>,
+    /// Where `output_tokens` came from, when known.
     pub token_source: Option<TokenSource>,
     /// Number of frames that carried output content.
     pub content_chunks: u64,

@@ -423,7 +423,9 @@ pub(crate) fn seconds(s: f64) -> Option<Duration> {
 /// Token usage as reported by a provider. Absent fields were not reported.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
+    /// Input (prompt) tokens.
     pub input: Option<u64>,
+    /// Output (completion) tokens.
     pub output: Option<u64>,
     /// Input tokens served from the provider's prompt cache.
     pub cache_read: Option<u64>,
@@ -450,7 +452,10 @@ pub enum Event<'a> {
     /// The frame carried output content (text, tool-call arguments,
     /// reasoning). `pieces` is the number of content pieces in the frame
     /// (usually 1), used to estimate tokens when no usage is reported.
-    Content { pieces: u32 },
+    Content {
+        /// Content pieces in the frame (usually 1).
+        pieces: u32,
+    },
     /// The text of one content piece, as the JSON string literal found on
     /// the wire (quotes and escapes included, borrowed). Only used to count
     /// tokens off the request path when the provider reports no usage;
@@ -467,7 +472,10 @@ pub enum Event<'a> {
     FinishReason(&'a str),
     /// The provider reported an error inside the body, e.g. a mid-stream
     /// error event under HTTP 200. `kind` becomes `error.type`.
-    Error { kind: &'a str },
+    Error {
+        /// The provider's error type, used as `error.type`.
+        kind: &'a str,
+    },
     /// Timings the server reported about its own work; later reports
     /// overwrite earlier ones field by field.
     UpstreamTiming(UpstreamTiming),
@@ -484,8 +492,10 @@ pub struct AdapterError(pub &'static str);
 /// Why a response body could not be metered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
+    /// The framing decoder gave up on the stream.
     #[error(transparent)]
     Framing(#[from] FramingError),
+    /// A frame did not have the shape the provider adapter expects.
     #[error("unexpected payload: {0}")]
     Adapter(#[from] AdapterError),
 }
@@ -542,9 +552,17 @@ pub enum Framing {
     /// A Gemini `application/json` body that may be a streamed array or a
     /// single object (an error, or `generateContent`): the first
     /// non-whitespace byte decides.
-    ArrayOrJson { limit: usize },
+    ArrayOrJson {
+        /// Largest frame accepted (bytes).
+        limit: usize,
+    },
     /// A whole JSON body, collected up to the frame limit.
-    Json { buf: Vec<u8>, limit: usize },
+    Json {
+        /// Body bytes collected so far.
+        buf: Vec<u8>,
+        /// Largest body accepted (bytes).
+        limit: usize,
+    },
 }
 
 /// Framing plus adapter: response body chunks in, events out.

@@ -65,6 +65,7 @@ pub struct SimulateArgs {
     /// Listen address
     #[arg(long, default_value = "127.0.0.1:9090")]
     pub listen: SocketAddr,
+    /// Timing and content of the simulated responses.
     #[command(flatten)]
     pub profile: Profile,
 }
@@ -728,6 +729,10 @@ impl Body for SimBody {
                     script.token_event(*next, &mut out);
                     *next += 1;
                     if script.gap > Duration::ZERO {
+                        #[allow(
+                            clippy::disallowed_methods,
+                            reason = "simulated upstream paces its tokens, not a measurement"
+                        )]
                         let at = tokio::time::Instant::now() + script.gap;
                         if let Some(s) = this.sleep.as_mut() {
                             s.as_mut().reset(at);

@@ -17,7 +17,9 @@ use crate::meter::RequestBody;
 /// What the request body said.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Sniffed {
+    /// What became of the body (sniffed, empty, too large, ...).
     pub body: RequestBody,
+    /// The body's `model` field, when present.
     pub model: Option<String>,
     /// The body's `stream` flag, when present.
     pub stream: Option<bool>,

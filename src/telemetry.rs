@@ -728,4 +728,8 @@ impl RequestTelemetry {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests build timestamps and deadlines freely"
+)]
 mod tests;

@@ -87,7 +87,9 @@ pub struct Client {
 /// hold their stream slot until the body ends or is dropped.
 #[derive(Debug)]
 pub enum ResponseBody {
+    /// An HTTP/1 body that drives its own connection.
     Driven(conn::Driven),
+    /// An HTTP/2 stream body and the pool lease that holds its stream slot.
     Shared(Incoming, h2pool::Lease),
     /// A body on a connection of its own that runs in its own task (the
     /// answer to an upgrade request that was not `101`).
@@ -126,15 +128,29 @@ impl http_body::Body for ResponseBody {
 /// The client could not be built from its configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
+    /// The CA file could not be read.
     #[error("upstream.ca_file {path}: {source}")]
     CaFile {
+        /// Path of the CA file.
         path: String,
+        /// Why reading it failed.
         source: std::io::Error,
     },
+    /// The CA file holds no PEM certificate.
     #[error("upstream.ca_file {path}: no certificate in the file")]
-    NoCertificate { path: String },
+    NoCertificate {
+        /// Path of the CA file.
+        path: String,
+    },
+    /// A certificate in the CA file was rejected.
     #[error("upstream.ca_file {path}: {source}")]
-    BadCertificate { path: String, source: rustls::Error },
+    BadCertificate {
+        /// Path of the CA file.
+        path: String,
+        /// Why rustls rejected it.
+        source: rustls::Error,
+    },
+    /// The TLS client configuration could not be built.
     #[error("TLS setup: {0}")]
     Tls(#[from] rustls::Error),
 }
@@ -414,6 +430,10 @@ impl Client {
         mut req: Request<UpstreamBody>,
         shard: Shard,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "pool wait (`tokentap.upstream.pool.wait`) is timed where the wait happens, before meter sees the request; handed to meter as `PoolWait`"
+        )]
         let asked = Instant::now();
         let mode = req
             .extensions()

@@ -119,12 +119,17 @@ pub fn provider_for_path(path_and_query: &str) -> Option<ProviderKind> {
 
 /// What an upgrade needs from the instance and the route.
 pub struct Handshake<'a> {
+    /// Upstream client that opens the upstream WebSocket connection.
     pub client: &'a Client,
+    /// Telemetry the session and its responses are recorded into.
     pub telemetry: &'a Arc<Telemetry>,
+    /// The instance's sessions: count, cap and shutdown signal.
     pub sessions: &'a Arc<Sessions>,
     /// The configuration the session keeps for its whole life.
     pub config: WebsocketConfig,
+    /// Upstream URI the handshake is forwarded to.
     pub upstream_uri: Uri,
+    /// Request facts shared by the session's measurements.
     pub facts: RequestFacts,
     /// The path and query the client asked for (after the route prefix).
     pub path_and_query: String,

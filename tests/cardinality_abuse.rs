@@ -17,7 +17,10 @@
 //!   `/metrics`, in the OTLP metric points and in `/api/live`; spans keep the
 //!   real model name; the proxy's RSS grows less than 20 MiB after the
 //!   caps have filled.
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests time requests and set deadlines with the wall clock"
+)]
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 mod support;

@@ -15,7 +15,10 @@
 //!   client_cancelled_drained`); the drain is counted while it runs, stops at
 //!   `drain_timeout` (then the upstream is cancelled), and does not hold up
 //!   shutdown past `server.shutdown_grace`.
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests time requests and set deadlines with the wall clock"
+)]
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 mod support;

@@ -1,6 +1,9 @@
 //! The real binary: flags, config errors, graceful SIGTERM drain, and the
 //! logs it writes (which must hold no secrets).
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests time requests and set deadlines with the wall clock"
+)]
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 mod support;

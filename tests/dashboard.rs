@@ -5,7 +5,10 @@
 //! `scripts/setup-browser-test.sh`), which must show both models and save a
 //! screenshot to `target/dashboard.png`. Missing node, chromium or
 //! playwright-core fail the test with the install command; nothing is skipped.
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests time requests and set deadlines with the wall clock"
+)]
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 mod support;

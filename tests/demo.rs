@@ -1,5 +1,9 @@
 //! `tokentap demo` runs for a few seconds and its final table shows
 //! non-zero tokens per second for every simulated model.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests time requests and set deadlines with the wall clock"
+)]
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -29,6 +29,8 @@
 //! write_seed_corpora` rewrites the fixture-derived seeds.
 
 #[path = "../fuzz/src/lib.rs"]
+// The harness is the fuzz crate's public API; included here it is private.
+#[allow(unreachable_pub)]
 mod harness;
 
 use std::path::{Path, PathBuf};

@@ -2,7 +2,10 @@
 //! body for the client and exactly one span with the right outcome.
 //! (Stalls and timeouts: `upstream_stall.rs`; clients that go away:
 //! `client_disconnect.rs`.)
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests time requests and set deadlines with the wall clock"
+)]
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 mod support;

@@ -11,6 +11,10 @@
 //!   upstream's writes block after a few MB of a 64 MB body) and its memory
 //!   stays bounded; when the client resumes, it receives the whole body
 //!   byte-identical.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests time requests and set deadlines with the wall clock"
+)]
 
 mod support;
 

@@ -22,6 +22,8 @@
 //! with the cargo-fuzz targets. Case counts keep this file to a few seconds.
 
 #[path = "../fuzz/src/lib.rs"]
+// The harness is the fuzz crate's public API; included here it is private.
+#[allow(unreachable_pub)]
 #[allow(dead_code)]
 mod harness;
 

@@ -18,7 +18,10 @@
 //! And, for a black-hole collector under thousands of requests: the span
 //! queue is bounded (every span beyond `span_queue_size` plus one export
 //! batch is counted as dropped) and the proxy's RSS stays flat.
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests time requests and set deadlines with the wall clock"
+)]
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 mod support;

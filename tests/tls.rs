@@ -21,7 +21,10 @@
 //!   half handshakes, unknown-CA and expired client certificates, plaintext)
 //!   with flat memory and serves a valid client after; its debug log holds
 //!   neither the admin token nor any key.
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests time requests and set deadlines with the wall clock"
+)]
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 mod support;

@@ -52,7 +52,10 @@
 //!   own `retry_canceled_requests` never sends a request twice: after the
 //!   upstream closes an idle keep-alive connection, the next request goes
 //!   out once, on a new connection.
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests time requests and set deadlines with the wall clock"
+)]
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 mod support;

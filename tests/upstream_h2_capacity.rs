@@ -23,6 +23,10 @@
 //!   connection: the others keep their pace.
 //! - `http2_never_speaks_http1_to_an_h2_capable_upstream`: the route key.
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests time requests and set deadlines with the wall clock"
+)]
 
 mod support;
 

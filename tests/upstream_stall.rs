@@ -16,7 +16,10 @@
 //!   (`server.header_read_timeout`, `upstream.connect_timeout`,
 //!   `upstream.pool_idle_timeout`) do not apply to a response in flight: set
 //!   to 1 s each, a 3 s TTFT and a 2 s stream still complete.
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests time requests and set deadlines with the wall clock"
+)]
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 mod support;

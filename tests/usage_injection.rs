@@ -1,6 +1,10 @@
 //! Opt-in `stream_options.include_usage` injection: the upstream is asked for
 //! usage, the meter gets exact counts, and the client receives exactly the
 //! bytes it would have received without injection.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests time requests and set deadlines with the wall clock"
+)]
 
 mod support;
 

@@ -29,7 +29,7 @@ const WORDS: [&str; 16] = [
 /// An OpenAI chat completion stream of `tokens` content chunks, shaped like
 /// the API's (one role chunk, content chunks, a finish chunk, a usage chunk
 /// for `stream_options.include_usage`, `[DONE]`).
-pub fn openai_stream(tokens: usize) -> Vec<u8> {
+pub(crate) fn openai_stream(tokens: usize) -> Vec<u8> {
     let head = r#"{"id":"chatcmpl-BxY8pQ2mKf3r7VtH1nZcL0aWdE9sJ","object":"chat.completion.chunk","created":1753600000,"model":"gpt-4o-mini-2024-07-18","service_tier":"default","system_fingerprint":"fp_34a54ae93c","choices":["#;
     let mut s = String::new();
     let _ = write!(
@@ -58,7 +58,7 @@ pub fn openai_stream(tokens: usize) -> Vec<u8> {
 
 /// An Anthropic Messages stream of `tokens` text deltas, shaped like the
 /// API's (message_start, content_block_start, ping, deltas, stop events).
-pub fn anthropic_stream(tokens: usize) -> Vec<u8> {
+pub(crate) fn anthropic_stream(tokens: usize) -> Vec<u8> {
     let mut s = String::new();
     s.push_str("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_01XFDUDYJgAACzvnptvVoYEL\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-20250514\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":472,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":2048,\"output_tokens\":2,\"service_tier\":\"standard\"}}}\n\n");
     s.push_str("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n");
@@ -82,7 +82,7 @@ pub fn anthropic_stream(tokens: usize) -> Vec<u8> {
 }
 
 /// Recorded OpenAI streams (tests/fixtures/openai).
-pub const OPENAI_FIXTURES: &[&[u8]] = &[
+pub(crate) const OPENAI_FIXTURES: &[&[u8]] = &[
     include_bytes!("../../tests/fixtures/openai/chat_stream_usage.sse"),
     include_bytes!("../../tests/fixtures/openai/chat_stream.sse"),
     include_bytes!("../../tests/fixtures/openai/chat_stream_tool_calls.sse"),
@@ -90,7 +90,7 @@ pub const OPENAI_FIXTURES: &[&[u8]] = &[
 ];
 
 /// Recorded Anthropic streams (tests/fixtures/anthropic).
-pub const ANTHROPIC_FIXTURES: &[&[u8]] = &[
+pub(crate) const ANTHROPIC_FIXTURES: &[&[u8]] = &[
     include_bytes!("../../tests/fixtures/anthropic/messages_stream.sse"),
     include_bytes!("../../tests/fixtures/anthropic/messages_stream_tool_use.sse"),
     include_bytes!("../../tests/fixtures/anthropic/messages_stream_thinking.sse"),
@@ -98,7 +98,7 @@ pub const ANTHROPIC_FIXTURES: &[&[u8]] = &[
 
 /// The recorded streams of one family concatenated into one body, each
 /// repeated until the body has at least `min_len` bytes.
-pub fn fixture_body(fixtures: &[&[u8]], min_len: usize) -> Vec<u8> {
+pub(crate) fn fixture_body(fixtures: &[&[u8]], min_len: usize) -> Vec<u8> {
     let mut out = Vec::new();
     while out.len() < min_len {
         for f in fixtures {
@@ -110,7 +110,7 @@ pub fn fixture_body(fixtures: &[&[u8]], min_len: usize) -> Vec<u8> {
 
 /// Split after every blank line (`\n\n`): one SSE event per chunk, as a
 /// provider flushes them.
-pub fn per_event(body: &[u8]) -> Vec<&[u8]> {
+pub(crate) fn per_event(body: &[u8]) -> Vec<&[u8]> {
     let mut out = Vec::new();
     let mut start = 0;
     for end in memchr::memmem::find_iter(body, b"\n\n") {
@@ -124,11 +124,11 @@ pub fn per_event(body: &[u8]) -> Vec<&[u8]> {
 }
 
 /// Split into `size`-byte pieces, as a busy connection's reads deliver them.
-pub fn fixed(body: &[u8], size: usize) -> Vec<&[u8]> {
+pub(crate) fn fixed(body: &[u8], size: usize) -> Vec<&[u8]> {
     body.chunks(size).collect()
 }
 
 /// Total bytes of a chunk list.
-pub fn total(chunks: &[&[u8]]) -> u64 {
+pub(crate) fn total(chunks: &[&[u8]]) -> u64 {
     chunks.iter().map(|c| c.len() as u64).sum()
 }

@@ -18,7 +18,7 @@ const CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'un
 connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// `GET /`: the dashboard page.
-pub fn page() -> Response<Full<Bytes>> {
+pub(super) fn page() -> Response<Full<Bytes>> {
     let mut res = respond(StatusCode::OK, HTML, Bytes::from_static(PAGE.as_bytes()));
     let headers = res.headers_mut();
     headers.insert(
@@ -33,7 +33,7 @@ pub fn page() -> Response<Full<Bytes>> {
 }
 
 /// `GET /api/live`: the latest snapshot as JSON.
-pub fn live(state: &AdminState) -> Response<Full<Bytes>> {
+pub(super) fn live(state: &AdminState) -> Response<Full<Bytes>> {
     let snapshot = state.telemetry.live().snapshot();
     match serde_json::to_vec(&*snapshot) {
         Ok(body) => respond(StatusCode::OK, JSON, body),

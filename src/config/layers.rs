@@ -34,7 +34,7 @@ impl Provider for Layer {
 
 impl Layer {
     /// The built-in defaults.
-    pub fn defaults() -> Layer {
+    pub(super) fn defaults() -> Layer {
         let mut data = match Value::serialize(RawConfig::default()) {
             Ok(Value::Dict(_, d)) => d,
             // Serializing a plain struct of strings and numbers cannot fail.

@@ -183,7 +183,7 @@ impl TenantSource {
 impl RawConfig {
     /// The effective config in file form, with secrets (tenant salt, OTLP
     /// header values) replaced by [`REDACTED`].
-    pub fn redacted(c: &Config) -> RawConfig {
+    pub(super) fn redacted(c: &Config) -> RawConfig {
         let (u, t) = (&c.upstream, &c.telemetry);
         RawConfig {
             listen: c.listen.to_string(),

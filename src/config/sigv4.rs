@@ -66,10 +66,15 @@ impl SigV4Settings {
 /// Validated signing settings for one route.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SigV4Config {
+    /// AWS region to sign for (`us-east-1`).
     pub region: String,
+    /// AWS service name to sign for (`bedrock`).
     pub service: String,
+    /// Access key id of the signing credentials.
     pub access_key_id: String,
+    /// Secret access key of the signing credentials (never logged).
     pub secret_access_key: String,
+    /// Session token of temporary credentials, when any.
     pub session_token: Option<String>,
 }
 

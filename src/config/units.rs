@@ -42,11 +42,11 @@ fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 pub(super) mod duration {
     use super::*;
 
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&parse::fmt_duration(*d))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         parse::duration(&text(d)?).map_err(de::Error::custom)
     }
 }
@@ -55,11 +55,11 @@ pub(super) mod duration {
 pub(super) mod positive {
     use super::*;
 
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         duration::serialize(d, s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let d = duration::deserialize(d)?;
         if d.is_zero() {
             return Err(de::Error::custom("must be longer than zero"));
@@ -72,14 +72,16 @@ pub(super) mod positive {
 pub(super) mod opt_positive {
     use super::*;
 
-    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match d {
             Some(d) => duration::serialize(d, s),
             None => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
         positive::deserialize(d).map(Some)
     }
 }
@@ -88,11 +90,11 @@ pub(super) mod opt_positive {
 pub(super) mod size {
     use super::*;
 
-    pub fn serialize<S: Serializer>(n: &usize, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(n: &usize, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&parse::fmt_size(*n))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
         let n = parse::size(&text(d)?).map_err(de::Error::custom)?;
         if n == 0 {
             return Err(de::Error::custom("must be larger than zero"));
@@ -126,11 +128,16 @@ pub(super) mod pairs {
     use super::*;
     use serde::Serialize;
 
-    pub fn serialize<S: Serializer>(p: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(
+        p: &[(String, String)],
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         p.iter().cloned().collect::<BTreeMap<_, _>>().serialize(s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<(String, String)>, D::Error> {
         Ok(BTreeMap::<String, String>::deserialize(d)?
             .into_iter()
             .collect())
@@ -145,14 +152,19 @@ pub(super) mod secret_headers {
     use super::*;
     use serde::Serialize;
 
-    pub fn serialize<S: Serializer>(p: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(
+        p: &[(String, String)],
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         p.iter()
             .map(|(k, _)| (k.as_str(), REDACTED))
             .collect::<BTreeMap<_, _>>()
             .serialize(s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<(String, String)>, D::Error> {
         let pairs = pairs::deserialize(d)?;
         for (k, _) in &pairs {
             parse::header_name(k).map_err(de::Error::custom)?;
@@ -188,11 +200,13 @@ pub(super) fn names<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::E
 pub(super) mod header {
     use super::*;
 
-    pub fn serialize<S: Serializer>(h: &http::HeaderName, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(h: &http::HeaderName, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(h.as_str())
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<http::HeaderName, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<http::HeaderName, D::Error> {
         parse::header_name(&String::deserialize(d)?).map_err(de::Error::custom)
     }
 }
@@ -201,11 +215,16 @@ pub(super) mod header {
 pub(super) mod headers {
     use super::*;
 
-    pub fn serialize<S: Serializer>(h: &[http::HeaderName], s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(
+        h: &[http::HeaderName],
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         s.collect_seq(h.iter().map(http::HeaderName::as_str))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<http::HeaderName>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<http::HeaderName>, D::Error> {
         names(d)?
             .iter()
             .map(|h| parse::header_name(h).map_err(de::Error::custom))
@@ -218,11 +237,13 @@ pub(super) mod tenant_sources {
     use super::*;
     use crate::config::TenantSource;
 
-    pub fn serialize<S: Serializer>(v: &[TenantSource], s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(v: &[TenantSource], s: S) -> Result<S::Ok, S::Error> {
         s.collect_seq(v.iter().map(|t| t.as_str()))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<TenantSource>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<TenantSource>, D::Error> {
         let mut sources = Vec::new();
         for name in names(d)? {
             let s = match name.trim() {

@@ -51,7 +51,7 @@ fn describe(md: &Metadata) -> String {
 }
 
 impl<'a> Cx<'a> {
-    pub fn new(fig: &'a Figment) -> Self {
+    pub(super) fn new(fig: &'a Figment) -> Self {
         Cx {
             fig,
             root: fig.find_value("").ok(),
@@ -60,7 +60,7 @@ impl<'a> Cx<'a> {
 
     /// The source of the value at a dotted path (array elements by index);
     /// the deepest existing ancestor answers for a missing key.
-    pub fn origin(&self, path: &str) -> String {
+    pub(super) fn origin(&self, path: &str) -> String {
         let mut cur = self.root.as_ref();
         let mut tag = cur.map(Value::tag);
         for seg in path.split('.').filter(|s| !s.is_empty()) {
@@ -87,7 +87,7 @@ impl<'a> Cx<'a> {
     }
 
     /// Turns a figment extraction error into one naming key and source.
-    pub fn figment_error(&self, e: figment::Error) -> ConfigError {
+    pub(super) fn figment_error(&self, e: figment::Error) -> ConfigError {
         let Some(e) = e.into_iter().next() else {
             return ConfigError::Invalid {
                 key: String::new(),

@@ -251,15 +251,23 @@ fn take(bytes: &[u8], n: usize) -> Result<(&[u8], &[u8]), FramingError> {
 /// A header value, for [`encode`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeaderValue<'a> {
+    /// `bool`, encoded in the type byte alone.
     Bool(bool),
+    /// Signed 8-bit integer.
     Byte(i8),
+    /// Signed 16-bit integer.
     Short(i16),
+    /// Signed 32-bit integer.
     Integer(i32),
+    /// Signed 64-bit integer.
     Long(i64),
+    /// Length-prefixed raw bytes.
     ByteArray(&'a [u8]),
+    /// Length-prefixed UTF-8 text.
     String(&'a str),
     /// Milliseconds since the Unix epoch.
     Timestamp(i64),
+    /// A 16-byte UUID.
     Uuid([u8; 16]),
 }
 

@@ -67,7 +67,12 @@ pub enum WsMessage<'a> {
     /// A complete binary message (same treatment).
     Binary(&'a [u8]),
     /// A close frame: status code if present, reason bytes.
-    Close { code: Option<u16>, reason: &'a [u8] },
+    Close {
+        /// Status code, when the frame carries one.
+        code: Option<u16>,
+        /// Reason bytes after the code, possibly empty.
+        reason: &'a [u8],
+    },
     /// A ping frame (its payload is not kept).
     Ping,
     /// A pong frame (its payload is not kept).
@@ -76,7 +81,10 @@ pub enum WsMessage<'a> {
     /// not handed out, but its frames are still walked so later messages
     /// decode. `len` = the message's payload bytes on the wire (the
     /// compressed size when compressed).
-    Skipped { len: u64 },
+    Skipped {
+        /// Payload bytes of the skipped message on the wire.
+        len: u64,
+    },
 }
 
 /// The longest frame header: 2 bytes, a 64-bit length, a masking key.

@@ -32,20 +32,29 @@ pub enum DecompressError {
     Unsupported(String),
     /// The bytes are not a valid stream of the declared coding.
     #[error("corrupt {encoding} stream")]
-    Corrupt { encoding: &'static str },
+    Corrupt {
+        /// The coding name (`gzip`, `br`, ...).
+        encoding: &'static str,
+    },
     /// One chunk expanded past [`MAX_OUTPUT_PER_CALL`].
     #[error("{encoding} chunk expands past the {limit}-byte limit")]
     TooLarge {
+        /// The coding name (`gzip`, `br`, ...).
         encoding: &'static str,
+        /// Most output bytes one chunk may expand to.
         limit: usize,
     },
 }
 
 /// An incremental decoder for one response body's `Content-Encoding`.
 pub enum Decompressor {
+    /// `gzip`, possibly several members.
     Gzip(Box<MultiGzDecoder<Sink>>),
+    /// `deflate`, zlib-wrapped or raw.
     Deflate(Box<Deflate>),
+    /// `br` (Brotli).
     Brotli(Box<DecompressorWriter<Sink>>),
+    /// `zstd`.
     Zstd(Box<Zstd>),
 }
 
@@ -60,7 +69,9 @@ pub struct Zstd {
 pub enum Deflate {
     /// Fewer than two bytes seen so far (and the output limit).
     Sniff(Vec<u8>, usize),
+    /// zlib-wrapped deflate, as RFC 9110 says.
     Zlib(ZlibDecoder<Sink>),
+    /// Raw deflate without the zlib wrapper.
     Raw(DeflateDecoder<Sink>),
 }
 

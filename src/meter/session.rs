@@ -31,6 +31,7 @@ pub enum Trigger {
 /// How the upstream said a response ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Done {
+    /// Finished normally.
     Completed,
     /// Cancelled at the client's request.
     Cancelled,
@@ -44,7 +45,9 @@ pub enum Done {
 /// A side of the session (who sent a close frame, who left).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Party {
+    /// The downstream client.
     Client,
+    /// The upstream server.
     Upstream,
 }
 
@@ -85,19 +88,23 @@ pub struct SessionSummary {
     pub duration: Duration,
     /// Responses measured (each also recorded on its own).
     pub responses: u64,
+    /// Input tokens summed over the session's responses.
     pub input_tokens: u64,
+    /// Output tokens summed over the session's responses.
     pub output_tokens: u64,
     /// `error` events and bad messages seen.
     pub errors: u64,
-    /// Close codes each side sent, when seen.
+    /// Close code the client sent, when seen.
     pub close_client: Option<u16>,
+    /// Close code the upstream sent, when seen.
     pub close_upstream: Option<u16>,
     /// `SessionEnd::as_str`.
     pub end: &'static str,
     /// Why the session's messages were not metered, when they were not.
     pub unmetered: Option<String>,
-    /// Bytes relayed each way.
+    /// Bytes relayed from client to upstream.
     pub bytes_up: u64,
+    /// Bytes relayed from upstream to client.
     pub bytes_down: u64,
     /// The last response's model, else the session's.
     pub model: Option<String>,

@@ -152,12 +152,21 @@ pub enum DoneStatus<'a> {
     /// It was cut short by the client or a new turn: Realtime
     /// `status_details.reason` (`turn_detected`, `client_cancelled`),
     /// Gemini `interrupted`.
-    Cancelled { reason: Option<&'a str> },
+    Cancelled {
+        /// Why it was cut short, when the provider said.
+        reason: Option<&'a str>,
+    },
     /// It failed: the error's type, else its code, else `response_failed`.
-    Failed { kind: &'a str },
+    Failed {
+        /// The error's type, else its code, else `response_failed`.
+        kind: &'a str,
+    },
     /// It stopped early: `max_output_tokens`, `content_filter`, a Gemini
     /// `turnCompleteReason`; `None` when the provider gave no status.
-    Incomplete { reason: Option<&'a str> },
+    Incomplete {
+        /// Why it stopped, when the provider said.
+        reason: Option<&'a str>,
+    },
 }
 
 /// What one message of a session meant, as far as metering cares.
@@ -167,7 +176,10 @@ pub enum SessionEvent<'a> {
     /// `clientContent` with `turnComplete`, `realtimeInput.activityEnd`,
     /// `toolResponse`): the TTFT clock starts. `model` is the model the
     /// request names (Responses WebSocket mode carries one per request).
-    ResponseRequested { model: Option<&'a str> },
+    ResponseRequested {
+        /// Model the request names, if any.
+        model: Option<&'a str>,
+    },
     /// User input is complete and the server will answer without being
     /// asked (server VAD: `input_audio_buffer.speech_stopped` /
     /// `.committed`, Gemini `voiceActivity` end, `realtimeInput.text` or
@@ -176,10 +188,18 @@ pub enum SessionEvent<'a> {
     InputCommitted,
     /// A response began (`response.created`; Gemini: the first model
     /// content of a turn), with its id where the dialect has one.
-    ResponseStarted { id: Option<&'a str> },
+    ResponseStarted {
+        /// The response id, where the dialect has one.
+        id: Option<&'a str>,
+    },
     /// One message carrying output of `kind`; `pieces` counts the
     /// non-empty pieces in it. Empty deltas produce nothing.
-    Output { kind: OutputKind, pieces: u32 },
+    Output {
+        /// What kind of output the message carries.
+        kind: OutputKind,
+        /// Non-empty output pieces in the message.
+        pieces: u32,
+    },
     /// The model serving the session or response (`session.created` /
     /// `session.updated`, `response.created`, Gemini `setup.model`).
     Model(&'a str),
@@ -189,13 +209,18 @@ pub enum SessionEvent<'a> {
     Usage(RealtimeUsage),
     /// The response ended.
     ResponseDone {
+        /// The response id, where the dialect has one.
         id: Option<&'a str>,
+        /// How the response ended.
         status: DoneStatus<'a>,
     },
     /// An `error` event not tied to a finished response (`error.type`,
     /// else `error.code`). In Responses WebSocket mode an error while a
     /// request is pending and no response started means that request failed.
-    Error { kind: &'a str },
+    Error {
+        /// The error's type, else its code.
+        kind: &'a str,
+    },
     /// Responses WebSocket mode: the events that follow from the same
     /// message belong to this `stream_id` lane (lanes run concurrently;
     /// requests within a lane are answered in order).

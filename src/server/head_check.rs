@@ -386,6 +386,7 @@ pub struct Screened<T> {
 }
 
 impl<T> Screened<T> {
+    /// Wrap `inner`, reporting its reads to `tracker`.
     pub fn new(inner: T, tracker: Tracker) -> Screened<T> {
         Screened { inner, tracker }
     }

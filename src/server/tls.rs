@@ -33,7 +33,9 @@ const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 pub struct TlsError {
     /// `certificate`, `key` or `client CA bundle`.
     pub what: &'static str,
+    /// The file that failed to load.
     pub path: PathBuf,
+    /// What is wrong with it (never its content).
     pub message: String,
 }
 

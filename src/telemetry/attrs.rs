@@ -3,97 +3,166 @@
 //! conventions (Development stability); `tokentap.*` names are our own.
 
 // Metric names.
+/// Histogram: request duration, t_end − t_req (s).
 pub const M_OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
+/// Histogram: input and output token counts per request ({token}).
 pub const M_TOKEN_USAGE: &str = "gen_ai.client.token.usage";
+/// Histogram: time to the first content chunk of a stream (s).
 pub const M_TIME_TO_FIRST_CHUNK: &str = "gen_ai.client.operation.time_to_first_chunk";
+/// Histogram: each gap between consecutive content chunks of a stream (s).
 pub const M_TIME_PER_OUTPUT_CHUNK: &str = "gen_ai.client.operation.time_per_output_chunk";
+/// Histogram: time to the first content chunk, or to the whole body when not streaming (s).
 pub const M_SERVER_TTFT: &str = "gen_ai.server.time_to_first_token";
+/// Histogram: (t_last − t_first) / (n − 1) over a stream's output tokens (s).
 pub const M_SERVER_TPOT: &str = "gen_ai.server.time_per_output_token";
+/// Histogram: request duration, t_end − t_req, under the server convention's name (s).
 pub const M_SERVER_REQUEST_DURATION: &str = "gen_ai.server.request.duration";
+/// Histogram: decode rate of streamed output ({token}/s).
 pub const M_DECODE_TPS: &str = "tokentap.decode.tokens_per_second";
+/// Histogram: each gap between consecutive content chunks, with buckets fine enough for 1–50 ms (s).
 pub const M_CHUNK_GAP: &str = "tokentap.chunk.gap";
+/// Histogram: largest gap between content chunks of one stream (s).
 pub const M_MAX_STALL: &str = "tokentap.stream.max_stall";
+/// Counter: finished requests, by outcome ({request}).
 pub const M_REQUESTS: &str = "tokentap.requests";
+/// Up-down counter: requests in flight ({request}).
 pub const M_STREAMS_ACTIVE: &str = "tokentap.streams.active";
+/// Observable counter: spans and metric items dropped on full queues ({item}).
 pub const M_TELEMETRY_DROPPED: &str = "tokentap.telemetry.dropped";
+/// Counter: SLO objectives going from met to breached ({breach}).
 pub const M_SLO_BREACHES: &str = "tokentap.slo.breaches";
+/// Observable gauge: 1 while an SLO objective is breached, else 0.
 pub const M_SLO_BREACHED: &str = "tokentap.slo.breached";
+/// Counter: SLO webhook events, by result ({event}).
 pub const M_SLO_WEBHOOK: &str = "tokentap.slo.webhook.events";
+/// Counter: configuration reload attempts, by result ({reload}).
 pub const M_CONFIG_RELOADS: &str = "tokentap.config.reloads";
+/// Gauge: upstream bodies still read after their client left ({drain}).
 pub const M_DRAINS_ACTIVE: &str = "tokentap.drains.active";
 /// Seconds until a served TLS certificate expires (gauge).
 pub const M_TLS_CERT_EXPIRY: &str = "tokentap.tls.certificate.expiry";
+/// Gauge: WebSocket sessions being relayed ({session}).
 pub const M_WEBSOCKET_SESSIONS_ACTIVE: &str = "tokentap.websocket.sessions.active";
 
 // WebSocket session span attributes (no GenAI convention covers sessions).
+/// Session span: responses measured in the session (int).
 pub const SESSION_RESPONSES: &str = "tokentap.session.responses";
+/// Session span: input tokens summed over its responses (int).
 pub const SESSION_INPUT_TOKENS: &str = "tokentap.session.input_tokens";
+/// Session span: output tokens summed over its responses (int).
 pub const SESSION_OUTPUT_TOKENS: &str = "tokentap.session.output_tokens";
+/// Session span: why the session ended (`client_closed`, `idle_timeout`, ...).
 pub const SESSION_END: &str = "tokentap.session.end";
+/// Session span: close code the client sent (int).
 pub const SESSION_CLOSE_CODE_CLIENT: &str = "tokentap.session.close_code.client";
+/// Session span: close code the upstream sent (int).
 pub const SESSION_CLOSE_CODE_UPSTREAM: &str = "tokentap.session.close_code.upstream";
+/// Session span: error events and unreadable or oversized messages (int).
 pub const SESSION_ERRORS: &str = "tokentap.session.errors";
+/// Session span: why the session's messages were not metered.
 pub const SESSION_UNMETERED: &str = "tokentap.session.unmetered";
+/// Session span: bytes relayed from client to upstream (int).
 pub const SESSION_BYTES_UP: &str = "tokentap.session.bytes.client_to_upstream";
+/// Session span: bytes relayed from upstream to client (int).
 pub const SESSION_BYTES_DOWN: &str = "tokentap.session.bytes.upstream_to_client";
+/// Histogram: wait for an upstream connection or HTTP/2 stream slot (s).
 pub const M_POOL_WAIT: &str = "tokentap.upstream.pool.wait";
+/// Gauge: open HTTP/2 upstream connections taking new streams, per host ({connection}).
 pub const M_POOL_CONNECTIONS: &str = "tokentap.upstream.pool.connections";
+/// Gauge: HTTP/2 streams in flight on pooled connections, per host ({stream}).
 pub const M_POOL_STREAMS: &str = "tokentap.upstream.pool.streams";
+/// Gauge: requests waiting for an HTTP/2 connection or stream slot, per host ({request}).
 pub const M_POOL_QUEUED: &str = "tokentap.upstream.pool.queued";
 
 // Semantic-convention attribute keys.
+/// Operation the endpoint performs (`chat`, `embeddings`, `unknown`, ...).
 pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
+/// Provider that served the request (`openai`, `anthropic`, ...).
 pub const GEN_AI_PROVIDER_NAME: &str = "gen_ai.provider.name";
+/// Model named in the request body.
 pub const GEN_AI_REQUEST_MODEL: &str = "gen_ai.request.model";
+/// Whether the client asked for a streamed response (bool).
 pub const GEN_AI_REQUEST_STREAM: &str = "gen_ai.request.stream";
+/// Model the provider reported in its response.
 pub const GEN_AI_RESPONSE_MODEL: &str = "gen_ai.response.model";
+/// Response id the provider assigned.
 pub const GEN_AI_RESPONSE_ID: &str = "gen_ai.response.id";
+/// Finish reasons the provider reported (string[]).
 pub const GEN_AI_RESPONSE_FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+/// Span attribute: time to the first content chunk (s).
 pub const GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: &str = "gen_ai.response.time_to_first_chunk";
+/// Whether a `gen_ai.client.token.usage` point counts input or output tokens.
 pub const GEN_AI_TOKEN_TYPE: &str = "gen_ai.token.type";
+/// Input (prompt) tokens of the request (int).
 pub const GEN_AI_USAGE_INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
+/// Output (completion) tokens of the response (int).
 pub const GEN_AI_USAGE_OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
+/// Input tokens served from the provider's prompt cache (int).
 pub const GEN_AI_USAGE_CACHE_READ: &str = "gen_ai.usage.cache_read.input_tokens";
+/// Input tokens written to the provider's prompt cache (int).
 pub const GEN_AI_USAGE_CACHE_CREATION: &str = "gen_ai.usage.cache_creation.input_tokens";
+/// Output tokens spent on reasoning (int).
 pub const GEN_AI_USAGE_REASONING: &str = "gen_ai.usage.reasoning.output_tokens";
+/// Host of the route's upstream.
 pub const SERVER_ADDRESS: &str = "server.address";
+/// Port of the route's upstream.
 pub const SERVER_PORT: &str = "server.port";
+/// HTTP status code of the response.
 pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
+/// The provider's error kind or the failure class, when the outcome is not `complete`.
 pub const ERROR_TYPE: &str = "error.type";
 
 // tokentap attribute keys.
+/// Name of the configured route that matched.
 pub const ROUTE: &str = "tokentap.route";
+/// Tenant the request was attributed to (capped label).
 pub const TENANT: &str = "tokentap.tenant";
+/// How the request ended (`complete`, `client_cancelled`, ...).
 pub const OUTCOME: &str = "tokentap.outcome";
 /// `tokentap.outcome` of a request that matched no route (answered 404,
 /// never forwarded, so it has no route, provider or measurement).
 pub const OUTCOME_NO_ROUTE: &str = "no_route";
+/// Whether the output count came from chunks, not the provider (bool).
 pub const TOKENS_ESTIMATED: &str = "tokentap.tokens.estimated";
+/// Where the output count came from: `provider` or `chunks`.
 pub const TOKENS_SOURCE: &str = "tokentap.tokens.source";
+/// Span attribute: decode rate of streamed output ({token}/s).
 pub const DECODE_TPS: &str = "tokentap.decode.tokens_per_second";
+/// Span attribute: largest gap between content chunks (s).
 pub const MAX_STALL: &str = "tokentap.max_stall";
+/// Span attribute: time to the first response body byte (s).
 pub const TTFB: &str = "tokentap.ttfb";
 /// Time waited for an upstream connection or HTTP/2 stream slot (s).
 pub const POOL_WAIT: &str = "tokentap.upstream.pool.wait";
 /// The upstream destination a pool gauge describes (`scheme://authority`).
 pub const UPSTREAM_HOST: &str = "tokentap.upstream.host";
+/// What became of the request body (`sniffed`, `empty`, `too_large`, ...).
 pub const REQUEST_BODY: &str = "tokentap.request.body";
+/// Why the response body was not metered: `unknown_format` or `encoding`.
 pub const UNMETERED: &str = "tokentap.unmetered";
+/// Content type or encoding that could not be metered.
 pub const UNMETERED_DETAIL: &str = "tokentap.unmetered.detail";
-/// Server-reported timings (seconds), beside tokentap's own.
+/// Server-reported time to first token (s), beside tokentap's own.
 pub const UPSTREAM_TTFT: &str = "tokentap.upstream.ttft";
+/// Server-reported total duration (s).
 pub const UPSTREAM_DURATION: &str = "tokentap.upstream.duration";
+/// Server-reported prompt evaluation duration (s).
 pub const UPSTREAM_PROMPT_EVAL: &str = "tokentap.upstream.prompt_eval_duration";
+/// Server-reported decode duration (s).
 pub const UPSTREAM_DECODE: &str = "tokentap.upstream.decode_duration";
+/// Server-reported time queued before processing (s).
 pub const UPSTREAM_QUEUE: &str = "tokentap.upstream.queue_duration";
+/// Server-reported model load duration (s).
 pub const UPSTREAM_LOAD: &str = "tokentap.upstream.load_duration";
-/// TTFT the server's own timings do not account for (seconds), and its
-/// share of TTFT (0..1).
+/// TTFT the server's own timings do not account for (s).
 pub const TTFT_NETWORK_AND_QUEUE: &str = "tokentap.ttft.network_and_queue";
+/// Share of TTFT spent in network and queueing (0..1).
 pub const NETWORK_QUEUE_SHARE: &str = "tokentap.network_queue_share";
+/// Which telemetry signal a `tokentap.telemetry.dropped` point counts.
 pub const SIGNAL: &str = "signal";
-/// SLO name and objective (`tokentap.slo.*` metrics).
+/// Name of the SLO a `tokentap.slo.*` point describes.
 pub const SLO_NAME: &str = "tokentap.slo.name";
+/// Objective of the SLO a `tokentap.slo.*` point describes.
 pub const SLO_OBJECTIVE: &str = "tokentap.slo.objective";
 /// Span attribute: names of the SLOs breached for the request's route and
 /// model when it finished.
@@ -104,19 +173,27 @@ pub const SLO_WEBHOOK_RESULT: &str = "tokentap.slo.webhook.result";
 pub const RELOAD_RESULT: &str = "result";
 
 // Fixed values.
+/// `gen_ai.token.type` value for input tokens.
 pub const TOKEN_INPUT: &str = "input";
+/// `gen_ai.token.type` value for output tokens.
 pub const TOKEN_OUTPUT: &str = "output";
 /// `gen_ai.operation.name` when the endpoint was not recognised.
 pub const OPERATION_UNKNOWN: &str = "unknown";
 /// A capped label's value once its cap is reached.
 pub const OTHER: &str = "other";
+/// `signal` value for dropped spans.
 pub const SIGNAL_SPANS: &str = "spans";
+/// `signal` value for dropped metric items.
 pub const SIGNAL_METRICS: &str = "metrics";
 /// `tokentap.slo.breaches` model value for SLOs that name no model.
 pub const SLO_ALL_MODELS: &str = "*";
+/// `tokentap.slo.webhook.result` value: the webhook accepted the event.
 pub const RESULT_SENT: &str = "sent";
+/// `tokentap.slo.webhook.result` value: delivery failed.
 pub const RESULT_FAILED: &str = "failed";
+/// `tokentap.slo.webhook.result` value: dropped because the queue was full.
 pub const RESULT_QUEUE_FULL: &str = "queue_full";
+/// `tokentap.slo.webhook.result` value: replaced by a newer event before it was sent.
 pub const RESULT_SUPERSEDED: &str = "superseded";
 
 /// Span event at the first content chunk.

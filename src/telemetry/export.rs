@@ -30,7 +30,7 @@ use crate::config::{OtlpProtocol, TelemetryConfig};
 /// Items that never reached the collector, by signal, and what the log
 /// has been told about it.
 #[derive(Debug, Default)]
-pub struct DropCounts {
+pub(super) struct DropCounts {
     spans: AtomicU64,
     data_points: AtomicU64,
     health: Mutex<Health>,
@@ -39,7 +39,7 @@ pub struct DropCounts {
 /// While a collector is unreachable the log gets one WARN at the first
 /// failure, then at most one summary per this interval (never a pair of
 /// lines per export interval).
-pub const FAILURE_SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
+pub(crate) const FAILURE_SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Export failures as the log has reported them.
 #[derive(Debug, Default)]
@@ -52,12 +52,12 @@ struct Health {
 
 impl DropCounts {
     /// Spans dropped: batch queue full, or in a failed export.
-    pub fn spans(&self) -> u64 {
+    pub(super) fn spans(&self) -> u64 {
         self.spans.load(Ordering::Relaxed)
     }
 
     /// Metric data points in failed exports.
-    pub fn data_points(&self) -> u64 {
+    pub(super) fn data_points(&self) -> u64 {
         self.data_points.load(Ordering::Relaxed)
     }
 
@@ -68,6 +68,10 @@ impl DropCounts {
         let Ok(mut h) = self.health.lock() else {
             return;
         };
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "rate-limits export failure logs; not a measurement"
+        )]
         let now = Instant::now();
         let (spans, points) = (self.spans(), self.data_points());
         match h.reported {
@@ -133,7 +137,7 @@ struct QueueGate {
 /// queue. A span is admitted only while fewer than `cap` are pending, so the
 /// processor's own queue never overflows and every drop is counted here.
 #[derive(Debug)]
-pub struct GatedSpanProcessor {
+pub(super) struct GatedSpanProcessor {
     inner: BatchSpanProcessor,
     gate: Arc<QueueGate>,
     drops: Arc<DropCounts>,
@@ -205,7 +209,7 @@ impl<E: SpanExporter> SpanExporter for CountingSpanExporter<E> {
 
 /// The span pipeline: `exporter` behind a counted batch processor whose
 /// queue holds at most `telemetry.span_queue_size` spans.
-pub fn span_processor<E>(
+pub(super) fn span_processor<E>(
     exporter: E,
     drops: Arc<DropCounts>,
     cfg: &TelemetryConfig,
@@ -243,14 +247,14 @@ where
 
 /// Counts data points in failed metric exports.
 #[derive(Debug)]
-pub struct CountingMetricExporter<E> {
+pub(super) struct CountingMetricExporter<E> {
     inner: E,
     drops: Arc<DropCounts>,
 }
 
 impl<E> CountingMetricExporter<E> {
     /// Wrap `inner`, counting into `drops`.
-    pub fn new(inner: E, drops: Arc<DropCounts>) -> Self {
+    pub(super) fn new(inner: E, drops: Arc<DropCounts>) -> Self {
         CountingMetricExporter { inner, drops }
     }
 }
@@ -303,7 +307,7 @@ fn count_data_points(metrics: &ResourceMetrics) -> u64 {
 }
 
 /// The OTLP span exporter for `cfg`.
-pub fn otlp_spans(
+pub(super) fn otlp_spans(
     cfg: &TelemetryConfig,
 ) -> Result<opentelemetry_otlp::SpanExporter, TelemetryError> {
     let builder = opentelemetry_otlp::SpanExporter::builder();
@@ -340,7 +344,7 @@ pub fn otlp_spans(
 }
 
 /// The OTLP metric exporter for `cfg`.
-pub fn otlp_metrics(
+pub(super) fn otlp_metrics(
     cfg: &TelemetryConfig,
 ) -> Result<opentelemetry_otlp::MetricExporter, TelemetryError> {
     let builder = opentelemetry_otlp::MetricExporter::builder();

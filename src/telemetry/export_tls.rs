@@ -31,7 +31,7 @@ const MAX_RESPONSE_BYTES: usize = 1 << 20;
 
 /// One signal of OTLP export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Signal {
+pub(crate) enum Signal {
     Traces,
     Metrics,
 }
@@ -46,7 +46,7 @@ impl Signal {
     }
 
     /// The OTLP/HTTP path of this signal.
-    pub fn http_path(self) -> &'static str {
+    pub(crate) fn http_path(self) -> &'static str {
         match self {
             Signal::Traces => "/v1/traces",
             Signal::Metrics => "/v1/metrics",
@@ -61,7 +61,7 @@ fn env(name: &str) -> Option<String> {
 
 /// Certificate files for one signal's export.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ExportTls {
+pub(crate) struct ExportTls {
     /// CA bundle the collector is verified against (beside the webpki roots).
     pub ca: Option<PathBuf>,
     /// Client certificate chain and key (mTLS).
@@ -70,7 +70,10 @@ pub struct ExportTls {
 
 impl ExportTls {
     /// `signal`'s files: its own variables over the general configuration.
-    pub fn for_signal(cfg: &TelemetryConfig, signal: Signal) -> Result<ExportTls, TelemetryError> {
+    pub(crate) fn for_signal(
+        cfg: &TelemetryConfig,
+        signal: Signal,
+    ) -> Result<ExportTls, TelemetryError> {
         let path = |name: &str, general: &Option<PathBuf>| {
             env(&signal.var(name))
                 .map(PathBuf::from)
@@ -94,12 +97,12 @@ impl ExportTls {
     }
 
     /// Whether any TLS material is configured.
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.ca.is_some() || self.identity.is_some()
     }
 
     /// The tonic TLS configuration: webpki roots, the CA bundle, the identity.
-    pub fn tonic(&self) -> Result<ClientTlsConfig, TelemetryError> {
+    pub(crate) fn tonic(&self) -> Result<ClientTlsConfig, TelemetryError> {
         let mut tls = ClientTlsConfig::new().with_webpki_roots();
         if let Some(ca) = &self.ca {
             tls = tls.ca_certificate(Certificate::from_pem(read(ca, "CA certificate")?));
@@ -163,7 +166,7 @@ fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TelemetryError> {
 
 /// `signal`'s collector URL for OTLP/HTTP: its own variable as given, else
 /// the configured base with the signal's path, else the spec's default.
-pub fn http_endpoint(cfg: &TelemetryConfig, signal: Signal) -> String {
+pub(crate) fn http_endpoint(cfg: &TelemetryConfig, signal: Signal) -> String {
     env(&signal.var("ENDPOINT")).unwrap_or_else(|| {
         let base = cfg
             .otlp_endpoint
@@ -174,7 +177,7 @@ pub fn http_endpoint(cfg: &TelemetryConfig, signal: Signal) -> String {
 }
 
 /// `signal`'s collector URL for OTLP/gRPC.
-pub fn grpc_endpoint(cfg: &TelemetryConfig, signal: Signal) -> String {
+pub(crate) fn grpc_endpoint(cfg: &TelemetryConfig, signal: Signal) -> String {
     env(&signal.var("ENDPOINT")).unwrap_or_else(|| {
         cfg.otlp_endpoint
             .clone()
@@ -185,7 +188,7 @@ pub fn grpc_endpoint(cfg: &TelemetryConfig, signal: Signal) -> String {
 /// An OTLP/HTTP client over hyper + rustls. The exporter calls it from its
 /// own threads; each request runs on the tokio runtime it was built on.
 #[derive(Debug, Clone)]
-pub struct HttpsClient {
+pub(crate) struct HttpsClient {
     client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
     runtime: tokio::runtime::Handle,
     timeout: Duration,
@@ -193,7 +196,7 @@ pub struct HttpsClient {
 
 impl HttpsClient {
     /// A client trusting `tls`; must be built inside a tokio runtime.
-    pub fn new(tls: &ExportTls, timeout: Duration) -> Result<HttpsClient, TelemetryError> {
+    pub(crate) fn new(tls: &ExportTls, timeout: Duration) -> Result<HttpsClient, TelemetryError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             TelemetryError("OTLP/HTTP over TLS must be set up inside a tokio runtime".into())
         })?;

@@ -17,46 +17,46 @@ use super::export::DropCounts;
 /// `gen_ai.client.operation.duration`, `gen_ai.server.request.duration`,
 /// `gen_ai.client.operation.time_to_first_chunk` and
 /// `gen_ai.client.operation.time_per_output_chunk`.
-pub const DURATION_BUCKETS: [f64; 14] = [
+pub(super) const DURATION_BUCKETS: [f64; 14] = [
     0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
 ];
 /// `gen_ai.client.token.usage`.
-pub const TOKEN_BUCKETS: [f64; 14] = [
+pub(super) const TOKEN_BUCKETS: [f64; 14] = [
     1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
     16777216.0, 67108864.0,
 ];
 /// `gen_ai.server.time_to_first_token`.
-pub const TTFT_BUCKETS: [f64; 16] = [
+pub(super) const TTFT_BUCKETS: [f64; 16] = [
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
 ];
 /// `gen_ai.server.time_per_output_token`.
-pub const TPOT_BUCKETS: [f64; 13] = [
+pub(super) const TPOT_BUCKETS: [f64; 13] = [
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
 ];
 /// `tokentap.decode.tokens_per_second`.
-pub const TPS_BUCKETS: [f64; 16] = [
+pub(super) const TPS_BUCKETS: [f64; 16] = [
     1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0, 500.0,
     1000.0,
 ];
 /// `tokentap.chunk.gap`: fine below 50 ms, where inter-token gaps live.
-pub const GAP_BUCKETS: [f64; 20] = [
+pub(super) const GAP_BUCKETS: [f64; 20] = [
     0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1,
     0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 /// `tokentap.upstream.pool.wait`: fine at the low end, where a healthy
 /// pool's wait (a connection opening, or none) lives.
-pub const POOL_WAIT_BUCKETS: [f64; 14] = [
+pub(super) const POOL_WAIT_BUCKETS: [f64; 14] = [
     0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 /// `tokentap.stream.max_stall`.
-pub const STALL_BUCKETS: [f64; 14] = [
+pub(super) const STALL_BUCKETS: [f64; 14] = [
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
 ];
 
 /// The boundaries of `tokentap.chunk.gap` and
 /// `gen_ai.client.operation.time_per_output_chunk` together (sorted
 /// union): each cell between two of them lies inside one bucket of each.
-pub const GAP_CELL_BOUNDS: [f64; 31] = [
+pub(super) const GAP_CELL_BOUNDS: [f64; 31] = [
     0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.08,
     0.1, 0.16, 0.25, 0.32, 0.5, 0.64, 1.0, 1.28, 2.5, 2.56, 5.0, 5.12, 10.0, 10.24, 20.48, 40.96,
     81.92,
@@ -70,7 +70,7 @@ const GAP_CELLS: usize = GAP_CELL_BOUNDS.len() + 1;
 /// its own gives: the same count, bucket counts, min and max, and the same
 /// sum up to float rounding.
 #[derive(Debug, Clone, Default)]
-pub struct GapTally {
+pub(super) struct GapTally {
     counts: [u32; GAP_CELLS],
     sums: [u64; GAP_CELLS],
     /// Smallest and largest gap (ns), once `any` gap was added.
@@ -81,7 +81,7 @@ pub struct GapTally {
 
 impl GapTally {
     /// Fold one gap in.
-    pub fn add(&mut self, gap: Duration) {
+    pub(super) fn add(&mut self, gap: Duration) {
         let cell = cell_of(gap);
         let ns = nanos(gap);
         if self.any {
@@ -99,7 +99,7 @@ impl GapTally {
     /// the cell's other gaps for each of them (a mean of values inside a
     /// cell stays inside it, so every value lands in its own bucket).
     /// At most one `record` per gap folded in.
-    pub fn replay(&self, mut record: impl FnMut(f64)) {
+    pub(super) fn replay(&self, mut record: impl FnMut(f64)) {
         let secs = |ns: u64| Duration::from_nanos(ns).as_secs_f64();
         let (min_cell, max_cell) = (
             cell_of(Duration::from_nanos(self.min)),
@@ -140,7 +140,7 @@ fn cell_of(gap: Duration) -> usize {
 }
 
 /// Every instrument, built once.
-pub struct Instruments {
+pub(super) struct Instruments {
     pub operation_duration: Histogram<f64>,
     pub token_usage: Histogram<u64>,
     pub time_to_first_chunk: Histogram<f64>,
@@ -167,7 +167,7 @@ const MAX_FINISH_SETS: usize = 4096;
 
 /// What one finished request records (seconds, tokens/s, tokens).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct FinishRecord {
+pub(super) struct FinishRecord {
     pub duration: f64,
     pub ttft: Option<f64>,
     /// TTFT of a streamed request.
@@ -270,7 +270,7 @@ fn seconds(meter: &Meter, name: &'static str, desc: &'static str, b: &[f64]) -> 
 impl Instruments {
     /// Create every instrument on `meter`; `drops`, when given, feeds the
     /// dropped-telemetry counter.
-    pub fn new(meter: &Meter, drops: Option<Arc<DropCounts>>) -> Instruments {
+    pub(super) fn new(meter: &Meter, drops: Option<Arc<DropCounts>>) -> Instruments {
         Instruments {
             operation_duration: seconds(
                 meter,
@@ -361,7 +361,7 @@ impl Instruments {
     /// Record one finished request under `attrs`: through instruments bound
     /// to `attrs` (one hash of the set per request instead of one per
     /// record; one read lock, where the SDK takes one per record anyway).
-    pub fn record_finish(&self, attrs: &[KeyValue], r: &FinishRecord) {
+    pub(super) fn record_finish(&self, attrs: &[KeyValue], r: &FinishRecord) {
         match self.finish_bound(attrs) {
             Some(bound) => bound.record(self, attrs, r),
             None => self.record_unbound(attrs, r),

@@ -106,9 +106,11 @@ impl SeriesKey {
 /// completion text, no headers.
 #[derive(Debug, Clone)]
 pub struct Sample {
+    /// The series (route, model, tenant) the request belongs to.
     pub key: SeriesKey,
     /// Model the response named (capped).
     pub response_model: Option<Arc<str>>,
+    /// How the request ended.
     pub outcome: Outcome,
     /// HTTP status sent to the client.
     pub status: u16,
@@ -120,7 +122,9 @@ pub struct Sample {
     pub decode_tps: Option<f64>,
     /// Largest gap between content chunks, seconds.
     pub max_stall: Option<f64>,
+    /// Input tokens, when known.
     pub tokens_in: Option<u64>,
+    /// Output tokens, when known.
     pub tokens_out: Option<u64>,
     /// Token counts are estimates.
     pub estimated: bool,
@@ -130,6 +134,7 @@ pub struct Sample {
     pub end: Instant,
     /// Wall-clock end of the request, for display.
     pub end_wall: SystemTime,
+    /// Trace id of the request's span; `None` when the span has no valid context.
     pub trace_id: Option<TraceId>,
 }
 
@@ -316,6 +321,10 @@ impl Live {
         let (tx, rx) = mpsc::channel(QUEUE);
         let (publish, snapshots) = watch::channel(Arc::new(Snapshot::empty(cfg)));
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "origin of the live-statistics bucket clock; request timings come from meter"
+            )]
             let now = tokio::time::Instant::now().into_std();
             let agg = Aggregator::new(cfg, now, dropped.clone());
             rt.spawn(run(agg, rx, publish));
@@ -413,4 +422,8 @@ fn ser_opt_str<S: Serializer>(v: &Option<Arc<str>>, s: S) -> Result<S::Ok, S::Er
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests build timestamps and deadlines freely"
+)]
 mod tests;

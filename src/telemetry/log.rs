@@ -10,7 +10,7 @@ use crate::config::LogFormat;
 use crate::meter::Measurement;
 
 /// One structured line per request. Never headers or bodies.
-pub fn access_log(m: &Measurement, span: &opentelemetry_sdk::trace::Span) {
+pub(super) fn access_log(m: &Measurement, span: &opentelemetry_sdk::trace::Span) {
     let sc = span.span_context();
     tracing::info!(
         target: "tokentap::access",

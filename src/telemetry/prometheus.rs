@@ -72,6 +72,7 @@ impl Format {
 pub struct PullReader(Arc<ManualReader>);
 
 impl PullReader {
+    /// A cumulative reader, not yet registered with a provider.
     pub fn new() -> PullReader {
         PullReader(Arc::new(
             ManualReader::builder()

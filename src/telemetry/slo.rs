@@ -246,4 +246,8 @@ async fn run(mut eval: Evaluator, mut rx: watch::Receiver<Arc<Snapshot>>, out: O
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests build timestamps and deadlines freely"
+)]
 mod tests;

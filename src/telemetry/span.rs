@@ -13,7 +13,7 @@ use crate::meter::{Measurement, Outcome, RequestFacts, Unmetered};
 /// Attributes known when the span starts (visible to samplers). The
 /// provider is not among them: the response head may still name it, so it
 /// is set when the span ends.
-pub fn span_start_attributes(facts: &RequestFacts, op: &'static str) -> Vec<KeyValue> {
+pub(super) fn span_start_attributes(facts: &RequestFacts, op: &'static str) -> Vec<KeyValue> {
     let mut a = Vec::with_capacity(10);
     a.push(KeyValue::new(GEN_AI_OPERATION_NAME, op));
     if let Some(model) = &facts.request_model {
@@ -32,7 +32,7 @@ pub fn span_start_attributes(facts: &RequestFacts, op: &'static str) -> Vec<KeyV
 
 /// Read-only view of the client's headers that exposes only the W3C trace
 /// context: nothing else in the request head reaches telemetry.
-pub struct TraceHeaders<'a>(pub &'a HeaderMap);
+pub(super) struct TraceHeaders<'a>(pub &'a HeaderMap);
 
 const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
 
@@ -53,7 +53,7 @@ impl Extractor for TraceHeaders<'_> {
 }
 
 /// Writes the propagated trace headers into the upstream request's head.
-pub struct HeaderInjector<'a>(pub &'a mut HeaderMap);
+pub(super) struct HeaderInjector<'a>(pub &'a mut HeaderMap);
 
 impl Injector for HeaderInjector<'_> {
     fn set(&mut self, key: &str, value: String) {
@@ -78,11 +78,11 @@ impl Injector for HeaderInjector<'_> {
 }
 
 /// `error.type` when the request did not complete.
-pub fn error_type(m: &Measurement) -> Option<&str> {
+pub(super) fn error_type(m: &Measurement) -> Option<&str> {
     (m.outcome != Outcome::Complete).then(|| m.error_type.as_deref().unwrap_or(m.outcome.as_str()))
 }
 
-pub fn end_span(mut span: opentelemetry_sdk::trace::Span, m: &Measurement) {
+pub(super) fn end_span(mut span: opentelemetry_sdk::trace::Span, m: &Measurement) {
     let start = m.request.start_wall;
     span.set_attributes(span_finish_attributes(m));
     if let Some(ttft) = m.time_to_first_token {
@@ -191,7 +191,7 @@ fn upstream_timing_attributes(m: &Measurement, a: &mut Vec<KeyValue>) {
 
 /// max(0, TTFT − the server's TTFT-equivalent), and that as a share of
 /// TTFT; `None` when either side is unknown. See docs/METRICS.md.
-pub fn network_and_queue(m: &Measurement) -> Option<(std::time::Duration, Option<f64>)> {
+pub(super) fn network_and_queue(m: &Measurement) -> Option<(std::time::Duration, Option<f64>)> {
     let ttft = m.time_to_first_token?;
     let server = m.upstream_timing.first_token_equivalent(m.request.stream)?;
     let gap = ttft.saturating_sub(server);

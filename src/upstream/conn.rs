@@ -117,7 +117,7 @@ pub enum SendError {
 pub struct Shard(pub usize);
 
 /// Pool key: where a connection goes, and the serving thread that uses it.
-pub type Key = (Scheme, Authority, Shard);
+pub(super) type Key = (Scheme, Authority, Shard);
 
 /// Idle HTTP/1 connections by destination, newest last. Idle connections
 /// are not polled; one is checked when it is taken (a connection the peer
@@ -212,6 +212,10 @@ impl Pool {
     }
 
     /// Keep `h1` for the next request to `key`, if there is room.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "idle-connection expiry bookkeeping, not a measurement"
+    )]
     fn checkin(&self, key: Key, h1: H1) {
         if self.max_per_host == 0 || !h1.reusable() {
             return;

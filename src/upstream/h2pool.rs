@@ -21,7 +21,7 @@ use super::tap::Peer;
 
 /// The pool's limits (from `[upstream]`).
 #[derive(Debug, Clone)]
-pub struct Limits {
+pub(super) struct Limits {
     /// Connections per host (and serving thread).
     pub max_connections: usize,
     /// Our own cap on streams per connection, below the peer's.
@@ -38,7 +38,7 @@ const FIRST_GUESS: u32 = 100;
 
 /// HTTP/2 connections by destination (and serving thread).
 #[derive(Debug)]
-pub struct H2Pool {
+pub(super) struct H2Pool {
     hosts: Mutex<HashMap<Key, Arc<Host>>>,
     limits: Limits,
 }
@@ -54,7 +54,7 @@ enum Proto {
 
 /// One destination's connections and waiters.
 #[derive(Debug)]
-pub struct Host {
+pub(super) struct Host {
     state: Mutex<HostState>,
     /// Woken (all) when a connection opens, fails, or its peer changes its
     /// settings or goes away; (one) when a stream slot frees.
@@ -106,7 +106,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// What a request should do next.
 #[derive(Debug)]
-pub enum Step {
+pub(super) enum Step {
     /// Send on this stream slot.
     Go(Lease),
     /// Open a connection (and report it through [`Opening`]).
@@ -117,7 +117,7 @@ pub enum Step {
 
 /// No stream slot came free within the queue timeout.
 #[derive(Debug)]
-pub struct QueueTimeout;
+pub(super) struct QueueTimeout;
 
 /// Counts a waiting request in its host's `promised` or `queued` until it
 /// stops waiting (also when the request is dropped meanwhile).
@@ -150,7 +150,7 @@ impl Drop for Waiting<'_> {
 impl H2Pool {
     /// An empty pool and a task that closes idle extra connections (it
     /// ends with the pool). Must run inside the tokio runtime.
-    pub fn new(limits: Limits) -> Arc<H2Pool> {
+    pub(super) fn new(limits: Limits) -> Arc<H2Pool> {
         let period = (limits.idle_timeout / 2).max(Duration::from_millis(50));
         let pool = Arc::new(H2Pool {
             hosts: Mutex::new(HashMap::new()),
@@ -184,14 +184,14 @@ impl H2Pool {
 
     /// A place for a connection already being opened outside the pool's
     /// say-so (the HTTP/1 path found HTTP/2): counted, whatever the cap.
-    pub fn adopt(&self, key: &Key) -> Opening {
+    pub(super) fn adopt(&self, key: &Key) -> Opening {
         let host = self.host(key);
         lock(&host.state).opening += 1;
         Opening { host, done: false }
     }
 
     /// Whether `key` is known to speak HTTP/2 (or not yet known at all).
-    pub fn may_be_h2(&self, key: &Key) -> bool {
+    pub(super) fn may_be_h2(&self, key: &Key) -> bool {
         match lock(&self.hosts).get(key) {
             Some(host) => lock(&host.state).proto != Proto::H1,
             None => true,
@@ -202,8 +202,12 @@ impl H2Pool {
     /// for a connection being opened, or (past the connection cap) for a
     /// slot, at most the queue timeout. `always_h2`: the route wants HTTP/2
     /// whatever an earlier connection showed.
-    pub async fn acquire(&self, key: &Key, always_h2: bool) -> Result<Step, QueueTimeout> {
+    pub(super) async fn acquire(&self, key: &Key, always_h2: bool) -> Result<Step, QueueTimeout> {
         let host = self.host(key);
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "queue timeout deadline, not a measurement"
+        )]
         let deadline = tokio::time::Instant::now() + self.limits.queue_timeout;
         let mut waiting = Waiting {
             host: &host,
@@ -291,7 +295,7 @@ impl H2Pool {
 
     /// Figures per destination (summed over serving threads): `(scheme://authority,
     /// connections, streams in flight, queued requests)`.
-    pub fn figures(&self) -> Vec<(String, u64, u64, u64)> {
+    pub(super) fn figures(&self) -> Vec<(String, u64, u64, u64)> {
         let mut out: HashMap<String, (u64, u64, u64)> = HashMap::new();
         let hosts: Vec<(Key, Arc<Host>)> = lock(&self.hosts)
             .iter()
@@ -316,14 +320,14 @@ impl H2Pool {
 /// A connection being opened on the pool's say-so. Reports how it went;
 /// dropped unreported (the open failed), it frees its place.
 #[derive(Debug)]
-pub struct Opening {
+pub(super) struct Opening {
     host: Arc<Host>,
     done: bool,
 }
 
 impl Opening {
     /// The connection turned out to speak HTTP/1.1.
-    pub fn http1(mut self) {
+    pub(super) fn http1(mut self) {
         self.done = true;
         let mut st = lock(&self.host.state);
         st.opening -= 1;
@@ -334,7 +338,15 @@ impl Opening {
 
     /// The connection speaks HTTP/2 and its server preface has arrived:
     /// share it, and take its first stream slot.
-    pub fn ready(mut self, sender: http2::SendRequest<UpstreamBody>, peer: Arc<Peer>) -> Lease {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "pool idle bookkeeping, not a measurement"
+    )]
+    pub(super) fn ready(
+        mut self,
+        sender: http2::SendRequest<UpstreamBody>,
+        peer: Arc<Peer>,
+    ) -> Lease {
         self.done = true;
         let mut st = lock(&self.host.state);
         st.opening -= 1;
@@ -359,7 +371,7 @@ impl Opening {
     }
 
     /// The notifier the connection's [`Peer`] wakes the host's waiters by.
-    pub fn changed(&self) -> Arc<Notify> {
+    pub(super) fn changed(&self) -> Arc<Notify> {
         self.host.changed.clone()
     }
 }
@@ -401,6 +413,10 @@ impl Lease {
 }
 
 impl Drop for Lease {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "pool idle bookkeeping, not a measurement"
+    )]
     fn drop(&mut self) {
         let mut st = lock(&self.host.state);
         if let Some(e) = st.conns.iter_mut().find(|e| e.id == self.id) {
@@ -415,7 +431,7 @@ impl Drop for Lease {
 }
 
 /// Run `fut` (a connection task) to its end, logging how it ended.
-pub fn spawn_connection<F, E>(fut: F)
+pub(super) fn spawn_connection<F, E>(fut: F)
 where
     F: Future<Output = Result<(), E>> + Send + 'static,
     E: std::fmt::Display,

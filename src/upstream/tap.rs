@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 
 /// What the peer has told us about the connection so far.
 #[derive(Debug)]
-pub struct Peer {
+pub(super) struct Peer {
     /// SETTINGS_MAX_CONCURRENT_STREAMS; `u32::MAX` when the peer sets none
     /// (RFC 9113 §6.5.2: no limit).
     limit: AtomicU32,
@@ -34,7 +34,7 @@ pub struct Peer {
 impl Peer {
     /// A peer that has said nothing yet; `changed` is notified (all
     /// waiters) whenever it says something the pool cares about.
-    pub fn new(changed: std::sync::Arc<Notify>) -> Peer {
+    pub(super) fn new(changed: std::sync::Arc<Notify>) -> Peer {
         Peer {
             limit: AtomicU32::new(u32::MAX),
             settled: AtomicBool::new(false),
@@ -45,18 +45,18 @@ impl Peer {
     }
 
     /// The peer's current stream limit.
-    pub fn limit(&self) -> u32 {
+    pub(super) fn limit(&self) -> u32 {
         self.limit.load(Ordering::Acquire)
     }
 
     /// The server preface has arrived, so `limit` is the peer's.
-    pub fn settled(&self) -> bool {
+    pub(super) fn settled(&self) -> bool {
         self.settled.load(Ordering::Acquire)
     }
 
     /// Wait until the server preface has arrived (cancel-safe; bound it
     /// with a timeout).
-    pub async fn wait_settled(&self) {
+    pub(super) async fn wait_settled(&self) {
         loop {
             let mut notified = std::pin::pin!(self.preface.notified());
             notified.as_mut().enable();
@@ -69,12 +69,12 @@ impl Peer {
 
     /// The peer sent GOAWAY (or the pool retired the connection): no new
     /// streams go on it.
-    pub fn gone_away(&self) -> bool {
+    pub(super) fn gone_away(&self) -> bool {
         self.goaway.load(Ordering::Acquire)
     }
 
     /// Take no new streams on this connection, as after a GOAWAY.
-    pub fn retire(&self) {
+    pub(super) fn retire(&self) {
         self.goaway.store(true, Ordering::Release);
     }
 }
@@ -107,7 +107,7 @@ enum State {
 /// An incremental HTTP/2 frame-header parser for the server-to-client
 /// direction (the server sends no connection preface string).
 #[derive(Debug)]
-pub struct Frames {
+pub(super) struct Frames {
     state: State,
 }
 
@@ -124,7 +124,7 @@ impl Default for Frames {
 
 impl Frames {
     /// Feed the next bytes the connection read; updates `peer`.
-    pub fn feed(&mut self, mut bytes: &[u8], peer: &Peer) {
+    pub(super) fn feed(&mut self, mut bytes: &[u8], peer: &Peer) {
         while !bytes.is_empty() {
             match &mut self.state {
                 State::Header { buf, have } => {
@@ -202,16 +202,16 @@ impl Frames {
 }
 
 /// Any byte stream an upstream connection runs over.
-pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+pub(super) trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
 
 impl<S: AsyncRead + AsyncWrite + Send + Unpin> Stream for S {}
 
 /// The transport an HTTP/2 upstream connection runs over, watched.
-pub type Watched = hyper_util::rt::TokioIo<Tap<Box<dyn Stream>>>;
+pub(super) type Watched = hyper_util::rt::TokioIo<Tap<Box<dyn Stream>>>;
 
 /// Take a connected transport apart to its decrypted byte stream and watch
 /// what it reads for `peer`.
-pub fn watch(io: super::conn::Io, peer: std::sync::Arc<Peer>) -> Watched {
+pub(super) fn watch(io: super::conn::Io, peer: std::sync::Arc<Peer>) -> Watched {
     let inner: Box<dyn Stream> = match io {
         hyper_rustls::MaybeHttpsStream::Http(tcp) => Box::new(tcp.into_inner()),
         hyper_rustls::MaybeHttpsStream::Https(tls) => Box::new(tls.into_inner()),
@@ -221,7 +221,7 @@ pub fn watch(io: super::conn::Io, peer: std::sync::Arc<Peer>) -> Watched {
 
 /// A transport whose reads are shown to a [`Frames`] parser.
 #[derive(Debug)]
-pub struct Tap<S> {
+pub(super) struct Tap<S> {
     inner: S,
     frames: Frames,
     peer: std::sync::Arc<Peer>,
@@ -229,7 +229,7 @@ pub struct Tap<S> {
 
 impl<S> Tap<S> {
     /// Watch what `inner` reads on behalf of `peer`.
-    pub fn new(inner: S, peer: std::sync::Arc<Peer>) -> Tap<S> {
+    pub(super) fn new(inner: S, peer: std::sync::Arc<Peer>) -> Tap<S> {
         Tap {
             inner,
             frames: Frames::default(),

@@ -15,7 +15,7 @@ enum State {
 
 /// Follows frame headers in one direction of a WebSocket.
 #[derive(Debug, Clone)]
-pub struct Boundary {
+pub(super) struct Boundary {
     state: State,
     head: [u8; 14],
 }
@@ -31,12 +31,12 @@ impl Default for Boundary {
 
 impl Boundary {
     /// Whether the bytes fed so far end exactly at the end of a frame.
-    pub fn at_boundary(&self) -> bool {
+    pub(super) fn at_boundary(&self) -> bool {
         self.state == State::Header { have: 0, need: 2 }
     }
 
     /// Follow `bytes`, the next bytes relayed in this direction.
-    pub fn feed(&mut self, mut bytes: &[u8]) {
+    pub(super) fn feed(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() {
             match self.state {
                 State::Payload(left) => {
@@ -94,7 +94,7 @@ impl Boundary {
 /// A close frame with status 1001 (going away), as tokentap sends it to
 /// both sides on shutdown; `mask` is set for frames towards the upstream
 /// (a client's frames are masked, RFC 6455 §5.3).
-pub fn going_away(mask: Option<[u8; 4]>) -> Vec<u8> {
+pub(super) fn going_away(mask: Option<[u8; 4]>) -> Vec<u8> {
     let payload = 1001u16.to_be_bytes();
     match mask {
         None => vec![0x88, 0x02, payload[0], payload[1]],

@@ -15,7 +15,7 @@ use crate::telemetry::SessionTelemetry;
 use super::relay::{Dir, End, Side, Tap};
 
 /// Metering for one session.
-pub struct Metering {
+pub(super) struct Metering {
     facts: RequestFacts,
     meter: Option<SessionMeter>,
     session: Option<SessionTelemetry>,
@@ -35,7 +35,7 @@ impl Metering {
     /// describe; `extensions` are the upstream's `Sec-WebSocket-Extensions`
     /// answer (permessage-deflate parameters); messages larger than
     /// `max_message` pass unread.
-    pub fn new(
+    pub(super) fn new(
         facts: &RequestFacts,
         path_and_query: &str,
         extensions: &[String],
@@ -73,12 +73,12 @@ impl Metering {
     }
 
     /// One side's upgrade never completed: the session ends here.
-    pub fn not_upgraded(&mut self) {
+    pub(super) fn not_upgraded(&mut self) {
         self.end(SessionEnd::NotUpgraded);
     }
 
     /// The relay is over: record what is in flight and the session span.
-    pub fn finish(&mut self, end: End) {
+    pub(super) fn finish(&mut self, end: End) {
         let end = match end {
             End::Closed { first } => SessionEnd::Closed(party(first)),
             End::Failed { side, error } => {

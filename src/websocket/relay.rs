@@ -24,7 +24,7 @@ pub const BUFFER_BYTES: usize = 16 * 1024;
 
 /// A direction of the relay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dir {
+pub(super) enum Dir {
     /// Client to upstream.
     Up,
     /// Upstream to client.
@@ -33,14 +33,14 @@ pub enum Dir {
 
 /// A side of the session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
+pub(super) enum Side {
     Client,
     Upstream,
 }
 
 /// Sees the relayed bytes (metering). Called on the relay's task: keep it
 /// cheap and never block.
-pub trait Tap {
+pub(super) trait Tap {
     /// A read in `dir` just returned bytes (before they are written on).
     fn read(&mut self, dir: Dir);
     /// `bytes` were written on in `dir` (in order, each byte once).
@@ -49,7 +49,7 @@ pub trait Tap {
 
 /// How a session's relay ended.
 #[derive(Debug)]
-pub enum End {
+pub(super) enum End {
     /// Both sides closed their streams; `first` closed first.
     Closed { first: Side },
     /// Reading from or writing to `side` failed (reset, broken pipe).
@@ -192,7 +192,11 @@ fn mask_key() -> [u8; 4] {
 /// Relay between `client` and `upstream` until both sides have closed,
 /// one fails, nothing moves for `idle`, or `stop` turns true. `client_prefix`
 /// and `upstream_prefix` are bytes hyper read past the handshake.
-pub async fn relay<C, U, T>(
+#[allow(
+    clippy::disallowed_methods,
+    reason = "idle timeout timer of the relay, not a measurement"
+)]
+pub(super) async fn relay<C, U, T>(
     mut client: C,
     client_prefix: Bytes,
     mut upstream: U,

@@ -14,10 +14,10 @@ use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+pub(crate) type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 /// An HTTP/1.1 client with no connection reuse surprises (pool kept small).
-pub fn http1() -> HttpClient {
+pub(crate) fn http1() -> HttpClient {
     Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(0)
         .build_http()
@@ -25,12 +25,12 @@ pub fn http1() -> HttpClient {
 
 /// An HTTP/1.1 client that keeps connections open between requests (for
 /// load: thousands of requests without thousands of sockets).
-pub fn pooled() -> HttpClient {
+pub(crate) fn pooled() -> HttpClient {
     Client::builder(TokioExecutor::new()).build_http()
 }
 
 /// An h2c (HTTP/2 prior knowledge) client.
-pub fn h2c() -> HttpClient {
+pub(crate) fn h2c() -> HttpClient {
     Client::builder(TokioExecutor::new())
         .http2_only(true)
         .build_http()
@@ -38,7 +38,7 @@ pub fn h2c() -> HttpClient {
 
 /// A request to send.
 #[derive(Debug, Clone)]
-pub struct Req {
+pub(crate) struct Req {
     pub method: Method,
     pub url: String,
     pub headers: Vec<(String, String)>,
@@ -47,7 +47,7 @@ pub struct Req {
 
 impl Req {
     /// `POST {base}{path}` with a JSON body.
-    pub fn post_json(base: SocketAddr, path: &str, body: impl Into<Bytes>) -> Req {
+    pub(crate) fn post_json(base: SocketAddr, path: &str, body: impl Into<Bytes>) -> Req {
         Req {
             method: Method::POST,
             url: format!("http://{base}{path}"),
@@ -57,7 +57,7 @@ impl Req {
     }
 
     /// `GET {base}{path}` with no body.
-    pub fn get(base: SocketAddr, path: &str) -> Req {
+    pub(crate) fn get(base: SocketAddr, path: &str) -> Req {
         Req {
             method: Method::GET,
             url: format!("http://{base}{path}"),
@@ -66,7 +66,7 @@ impl Req {
         }
     }
 
-    pub fn header(mut self, k: &str, v: &str) -> Req {
+    pub(crate) fn header(mut self, k: &str, v: &str) -> Req {
         self.headers.push((k.to_owned(), v.to_owned()));
         self
     }
@@ -84,7 +84,7 @@ impl Req {
 
 /// A response read to its end, with the time each chunk arrived.
 #[derive(Debug)]
-pub struct Streamed {
+pub(crate) struct Streamed {
     pub status: StatusCode,
     pub headers: HeaderMap,
     /// Time from sending the request to the response head.
@@ -99,12 +99,12 @@ pub struct Streamed {
 
 impl Streamed {
     /// The body as UTF-8 text (lossy).
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
     /// Time the first chunk containing `needle` arrived.
-    pub fn first_containing(&self, needle: &str) -> Option<Duration> {
+    pub(crate) fn first_containing(&self, needle: &str) -> Option<Duration> {
         let mut seen = Vec::new();
         for (t, c) in &self.chunks {
             seen.extend_from_slice(c);
@@ -116,14 +116,14 @@ impl Streamed {
     }
 
     /// Body parsed as JSON.
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("response body is not JSON ({e}): {:?}", self.text()))
     }
 }
 
 /// Send `req`, returning the response head and the time it was sent.
-pub async fn send(client: &HttpClient, req: &Req) -> (http::Response<Incoming>, Instant) {
+pub(crate) async fn send(client: &HttpClient, req: &Req) -> (http::Response<Incoming>, Instant) {
     let t0 = Instant::now();
     let resp = super::within(
         super::STEP_TIMEOUT,
@@ -136,7 +136,11 @@ pub async fn send(client: &HttpClient, req: &Req) -> (http::Response<Incoming>, 
 }
 
 /// Read the rest of `resp` chunk by chunk (bounded by `limit`).
-pub async fn read_all(resp: http::Response<Incoming>, t0: Instant, limit: Duration) -> Streamed {
+pub(crate) async fn read_all(
+    resp: http::Response<Incoming>,
+    t0: Instant,
+    limit: Duration,
+) -> Streamed {
     let head_after = t0.elapsed();
     let (parts, mut body) = resp.into_parts();
     let mut out = Streamed {
@@ -172,7 +176,7 @@ pub async fn read_all(resp: http::Response<Incoming>, t0: Instant, limit: Durati
 
 /// One request per index in `range`, `concurrency` at a time over pooled
 /// connections; `make(i)` builds request `i`. Every response must be 200.
-pub async fn load(
+pub(crate) async fn load(
     range: std::ops::Range<usize>,
     concurrency: usize,
     make: impl Fn(usize) -> Req + Send + Sync + 'static,
@@ -203,13 +207,13 @@ pub async fn load(
 }
 
 /// Send `req` and read the whole response.
-pub async fn fetch(client: &HttpClient, req: &Req) -> Streamed {
+pub(crate) async fn fetch(client: &HttpClient, req: &Req) -> Streamed {
     let (resp, t0) = send(client, req).await;
     read_all(resp, t0, super::STEP_TIMEOUT).await
 }
 
 /// Read from `body` until the collected text contains `needle`; returns what was read.
-pub async fn read_until(body: &mut Incoming, needle: &str) -> Vec<u8> {
+pub(crate) async fn read_until(body: &mut Incoming, needle: &str) -> Vec<u8> {
     let mut got = Vec::new();
     let fut = async {
         while let Some(frame) = body.frame().await {
@@ -237,7 +241,7 @@ pub async fn read_until(body: &mut Incoming, needle: &str) -> Vec<u8> {
 
 /// A raw HTTP/1.1 exchange: write `request` bytes as they are, read until the
 /// server closes (or `limit`), return everything read.
-pub async fn raw_http1(addr: SocketAddr, request: &[u8], limit: Duration) -> Vec<u8> {
+pub(crate) async fn raw_http1(addr: SocketAddr, request: &[u8], limit: Duration) -> Vec<u8> {
     let mut s = TcpStream::connect(addr).await.expect("connect to proxy");
     s.write_all(request).await.expect("write raw request");
     let mut out = Vec::new();
@@ -246,7 +250,7 @@ pub async fn raw_http1(addr: SocketAddr, request: &[u8], limit: Duration) -> Vec
 }
 
 /// Split a raw HTTP/1.1 response into (status, headers as lowercase-name pairs, rest).
-pub fn parse_raw_response(raw: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
+pub(crate) fn parse_raw_response(raw: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let end = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -273,7 +277,7 @@ pub fn parse_raw_response(raw: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
 
 /// Headers that are end-to-end (everything but hop-by-hop and the ones a
 /// proxy legitimately sets), as sorted lowercase pairs, for comparison.
-pub fn end_to_end(headers: &HeaderMap) -> Vec<(String, String)> {
+pub(crate) fn end_to_end(headers: &HeaderMap) -> Vec<(String, String)> {
     const HOP: &[&str] = &[
         "connection",
         "keep-alive",

@@ -21,7 +21,7 @@ use super::upstream::Reply;
 
 /// One thing a raw upstream does on a connection.
 #[derive(Debug, Clone)]
-pub enum Act {
+pub(crate) enum Act {
     /// Read one whole HTTP/1.1 request (head and body) and record it.
     ReadRequest,
     /// Write these bytes as they are.
@@ -44,14 +44,16 @@ struct RawShared {
 /// A raw TCP upstream on 127.0.0.1: each connection runs the acts the
 /// script returns for its index (0-based). After the last act the
 /// connection is held open until the peer closes it.
-pub struct RawUpstream {
+pub(crate) struct RawUpstream {
     pub addr: SocketAddr,
     shared: Arc<RawShared>,
     _task: super::Background,
 }
 
 impl RawUpstream {
-    pub async fn start(script: impl Fn(usize) -> Vec<Act> + Send + Sync + 'static) -> RawUpstream {
+    pub(crate) async fn start(
+        script: impl Fn(usize) -> Vec<Act> + Send + Sync + 'static,
+    ) -> RawUpstream {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind raw upstream");
@@ -83,22 +85,22 @@ impl RawUpstream {
     }
 
     /// `http://127.0.0.1:PORT`
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// TCP connections accepted so far.
-    pub fn connections(&self) -> usize {
+    pub(crate) fn connections(&self) -> usize {
         self.shared.connections.load(Ordering::SeqCst)
     }
 
     /// Connections this upstream closed or reset itself so far.
-    pub fn closed(&self) -> usize {
+    pub(crate) fn closed(&self) -> usize {
         self.shared.closed.load(Ordering::SeqCst)
     }
 
     /// Every whole request read so far, as raw bytes.
-    pub fn requests(&self) -> Vec<Bytes> {
+    pub(crate) fn requests(&self) -> Vec<Bytes> {
         self.shared.requests.lock().unwrap().clone()
     }
 }
@@ -183,14 +185,14 @@ async fn read_request<S: AsyncRead + Unpin>(s: &mut S, buf: &mut BytesMut) -> Op
 }
 
 /// A complete HTTP/1.1 response head, `Transfer-Encoding: chunked`.
-pub fn chunked_head(status: u16, content_type: &str) -> Bytes {
+pub(crate) fn chunked_head(status: u16, content_type: &str) -> Bytes {
     Bytes::from(format!(
         "HTTP/1.1 {status} OK\r\ncontent-type: {content_type}\r\ntransfer-encoding: chunked\r\n\r\n"
     ))
 }
 
 /// One HTTP/1.1 chunk carrying `data`.
-pub fn chunk(data: &[u8]) -> Bytes {
+pub(crate) fn chunk(data: &[u8]) -> Bytes {
     let mut v = format!("{:x}\r\n", data.len()).into_bytes();
     v.extend_from_slice(data);
     v.extend_from_slice(b"\r\n");
@@ -200,7 +202,7 @@ pub fn chunk(data: &[u8]) -> Bytes {
 /// Serve HTTP/1.1 on `io`, answering every request with `reply` (its
 /// status, headers and the body its `Send` steps add up to) and counting
 /// requests in `requests`.
-pub async fn serve_h1<IO>(io: IO, reply: Reply, requests: Arc<AtomicUsize>)
+pub(crate) async fn serve_h1<IO>(io: IO, reply: Reply, requests: Arc<AtomicUsize>)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -228,7 +230,7 @@ where
 
 /// One thing a scripted HTTP/2 stream does.
 #[derive(Debug, Clone)]
-pub enum H2Act {
+pub(crate) enum H2Act {
     /// Send the response head.
     Head(u16, Vec<(String, String)>),
     /// Send a DATA frame (not ending the stream).
@@ -245,7 +247,7 @@ pub enum H2Act {
 
 /// Serve HTTP/2 on `io` with the `h2` crate: every request stream runs
 /// `acts`; `requests` counts the streams opened.
-pub async fn serve_h2<IO>(io: IO, acts: Vec<H2Act>, requests: Arc<AtomicUsize>)
+pub(crate) async fn serve_h2<IO>(io: IO, acts: Vec<H2Act>, requests: Arc<AtomicUsize>)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {

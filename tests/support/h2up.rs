@@ -16,7 +16,7 @@ use super::tls::{TestCa, TlsUpstream};
 
 /// How one stream is answered.
 #[derive(Debug, Clone)]
-pub enum Plan {
+pub(crate) enum Plan {
     /// An OpenAI-style SSE stream: one content chunk at once, then `more`
     /// chunks `gap` apart, then `[DONE]`.
     Sse { more: usize, gap: Duration },
@@ -31,7 +31,7 @@ pub enum Plan {
 
 /// Counters the server keeps.
 #[derive(Debug, Default)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub connections: AtomicUsize,
     pub streams: AtomicUsize,
     pub refused: AtomicUsize,
@@ -40,7 +40,7 @@ pub struct Seen {
 }
 
 /// The running server.
-pub struct H2Up {
+pub(crate) struct H2Up {
     pub tls: TlsUpstream,
     pub seen: Arc<Seen>,
 }
@@ -48,7 +48,7 @@ pub struct H2Up {
 impl H2Up {
     /// Serve h2 over TLS for `localhost`, at most `max_streams` streams per
     /// connection; `plan(connection, stream)` (both from 0) picks each answer.
-    pub async fn start(
+    pub(crate) async fn start(
         ca: &TestCa,
         max_streams: u32,
         plan: impl Fn(usize, usize) -> Plan + Send + Sync + 'static,
@@ -95,25 +95,25 @@ impl H2Up {
     }
 
     /// The upstream URL (`https://localhost:PORT`).
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.tls.url("localhost")
     }
 
-    pub fn connections(&self) -> usize {
+    pub(crate) fn connections(&self) -> usize {
         self.seen.connections.load(Ordering::SeqCst)
     }
 
-    pub fn streams(&self) -> usize {
+    pub(crate) fn streams(&self) -> usize {
         self.seen.streams.load(Ordering::SeqCst)
     }
 
-    pub fn max_open_per_conn(&self) -> usize {
+    pub(crate) fn max_open_per_conn(&self) -> usize {
         self.seen.max_open_per_conn.load(Ordering::SeqCst)
     }
 }
 
 /// One SSE content chunk in the OpenAI chat format.
-pub fn sse_chunk(i: usize) -> Bytes {
+pub(crate) fn sse_chunk(i: usize) -> Bytes {
     Bytes::from(format!(
         "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"t{i} \"}},\"finish_reason\":null}}]}}\n\n"
     ))

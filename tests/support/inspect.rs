@@ -9,7 +9,7 @@ use super::client::{self, HttpClient, Req};
 use super::proxy::{Bin, listening_addr};
 
 /// The `admin listening on ADDR` address the binary printed (waits for it).
-pub async fn admin_addr(bin: &Bin) -> SocketAddr {
+pub(crate) async fn admin_addr(bin: &Bin) -> SocketAddr {
     let find = async {
         loop {
             let out = bin.output();
@@ -28,7 +28,7 @@ pub async fn admin_addr(bin: &Bin) -> SocketAddr {
 
 /// One sample line of a Prometheus text scrape.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
+pub(crate) struct Sample {
     /// Name as written (with `_total`, `_bucket`, … suffixes).
     pub name: String,
     pub labels: BTreeMap<String, String>,
@@ -37,14 +37,14 @@ pub struct Sample {
 
 /// A parsed Prometheus text scrape.
 #[derive(Debug, Clone)]
-pub struct Scrape {
+pub(crate) struct Scrape {
     pub text: String,
     pub samples: Vec<Sample>,
 }
 
 impl Scrape {
     /// Parse the text format (comments skipped).
-    pub fn parse(text: &str) -> Scrape {
+    pub(crate) fn parse(text: &str) -> Scrape {
         let samples = text
             .lines()
             .filter(|l| !l.is_empty() && !l.starts_with('#'))
@@ -57,12 +57,12 @@ impl Scrape {
     }
 
     /// Samples named exactly `name`.
-    pub fn named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Sample> + 'a {
+    pub(crate) fn named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Sample> + 'a {
         self.samples.iter().filter(move |s| s.name == name)
     }
 
     /// Value of `name` with label `key` = `value` (summed over other labels).
-    pub fn value(&self, name: &str, key: &str, value: &str) -> Option<f64> {
+    pub(crate) fn value(&self, name: &str, key: &str, value: &str) -> Option<f64> {
         let hits: Vec<f64> = self
             .named(name)
             .filter(|s| s.labels.get(key).map(String::as_str) == Some(value))
@@ -74,7 +74,7 @@ impl Scrape {
     /// Distinct label sets (without `le`) per metric family: a histogram's
     /// `_bucket`, `_sum` and `_count` lines and a counter's `_total` line all
     /// count under the family name. `target_info` is left out.
-    pub fn series_per_family(&self) -> BTreeMap<String, BTreeSet<Vec<(String, String)>>> {
+    pub(crate) fn series_per_family(&self) -> BTreeMap<String, BTreeSet<Vec<(String, String)>>> {
         let mut out: BTreeMap<String, BTreeSet<Vec<(String, String)>>> = BTreeMap::new();
         for s in &self.samples {
             if s.name == "target_info" {
@@ -96,7 +96,7 @@ impl Scrape {
     }
 
     /// Distinct values of label `key` across the samples of `family`.
-    pub fn label_values(&self, family: &str, key: &str) -> BTreeSet<String> {
+    pub(crate) fn label_values(&self, family: &str, key: &str) -> BTreeSet<String> {
         self.series_per_family()
             .get(family)
             .map(|sets| {
@@ -167,7 +167,7 @@ fn parse_labels(s: &str) -> Option<BTreeMap<String, String>> {
 }
 
 /// `GET /metrics` on the admin listener, parsed.
-pub async fn scrape(c: &HttpClient, admin: SocketAddr) -> Scrape {
+pub(crate) async fn scrape(c: &HttpClient, admin: SocketAddr) -> Scrape {
     let mut req = Req::post_json(admin, "/metrics", Vec::new());
     req.method = http::Method::GET;
     req.headers.clear();
@@ -177,7 +177,7 @@ pub async fn scrape(c: &HttpClient, admin: SocketAddr) -> Scrape {
 }
 
 /// `GET /api/live` on the admin listener, as JSON.
-pub async fn live(c: &HttpClient, admin: SocketAddr) -> serde_json::Value {
+pub(crate) async fn live(c: &HttpClient, admin: SocketAddr) -> serde_json::Value {
     let mut req = Req::post_json(admin, "/api/live", Vec::new());
     req.method = http::Method::GET;
     req.headers.clear();
@@ -187,7 +187,7 @@ pub async fn live(c: &HttpClient, admin: SocketAddr) -> serde_json::Value {
 }
 
 /// Resident set size of process `pid` in KiB (`VmRSS` in `/proc/PID/status`).
-pub fn rss_kib(pid: u32) -> u64 {
+pub(crate) fn rss_kib(pid: u32) -> u64 {
     let path = format!("/proc/{pid}/status");
     let status = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
     status

@@ -2,27 +2,31 @@
 //! receiver, client helpers and proxy launchers. Each test file pulls it in
 //! with `mod support;` and uses the parts it needs.
 #![allow(dead_code, clippy::unwrap_used)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test helpers wait with deadlines and time the proxy"
+)]
 
-pub mod client;
-pub mod faulty;
-pub mod h2up;
-pub mod inspect;
-pub mod otlp;
-pub mod proxy;
-pub mod raw;
-pub mod rig;
-pub mod script;
-pub mod tls;
-pub mod upstream;
+pub(crate) mod client;
+pub(crate) mod faulty;
+pub(crate) mod h2up;
+pub(crate) mod inspect;
+pub(crate) mod otlp;
+pub(crate) mod proxy;
+pub(crate) mod raw;
+pub(crate) mod rig;
+pub(crate) mod script;
+pub(crate) mod tls;
+pub(crate) mod upstream;
 
 use std::future::Future;
 use std::time::Duration;
 
 /// Every await in these tests is bounded by this unless it says otherwise.
-pub const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Await `fut` for at most `limit`, panicking with `what` when it does not finish.
-pub async fn within<F: Future>(limit: Duration, what: &str, fut: F) -> F::Output {
+pub(crate) async fn within<F: Future>(limit: Duration, what: &str, fut: F) -> F::Output {
     match tokio::time::timeout(limit, fut).await {
         Ok(v) => v,
         Err(_) => panic!("timed out after {limit:?} waiting for {what}"),
@@ -30,7 +34,7 @@ pub async fn within<F: Future>(limit: Duration, what: &str, fut: F) -> F::Output
 }
 
 /// Short, stable fingerprint of a byte string for assertion messages.
-pub fn fingerprint(bytes: &[u8]) -> String {
+pub(crate) fn fingerprint(bytes: &[u8]) -> String {
     // FNV-1a 64: enough to tell bodies apart in a message; equality is
     // asserted on the full bytes.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -43,7 +47,7 @@ pub fn fingerprint(bytes: &[u8]) -> String {
 
 /// Assert two byte strings are equal, with a readable diff position.
 #[track_caller]
-pub fn assert_bytes_eq(what: &str, got: &[u8], want: &[u8]) {
+pub(crate) fn assert_bytes_eq(what: &str, got: &[u8], want: &[u8]) {
     if got == want {
         return;
     }
@@ -63,41 +67,41 @@ pub fn assert_bytes_eq(what: &str, got: &[u8], want: &[u8]) {
 }
 
 /// The contract's attribute and metric names, in one place.
-pub mod names {
-    pub const OP_DURATION: &str = "gen_ai.client.operation.duration";
-    pub const TOKEN_USAGE: &str = "gen_ai.client.token.usage";
-    pub const SERVER_TTFT: &str = "gen_ai.server.time_to_first_token";
-    pub const SERVER_TPOT: &str = "gen_ai.server.time_per_output_token";
-    pub const DECODE_TPS_METRIC: &str = "tokentap.decode.tokens_per_second";
-    pub const CHUNK_GAP: &str = "tokentap.chunk.gap";
-    pub const REQUESTS: &str = "tokentap.requests";
+pub(crate) mod names {
+    pub(crate) const OP_DURATION: &str = "gen_ai.client.operation.duration";
+    pub(crate) const TOKEN_USAGE: &str = "gen_ai.client.token.usage";
+    pub(crate) const SERVER_TTFT: &str = "gen_ai.server.time_to_first_token";
+    pub(crate) const SERVER_TPOT: &str = "gen_ai.server.time_per_output_token";
+    pub(crate) const DECODE_TPS_METRIC: &str = "tokentap.decode.tokens_per_second";
+    pub(crate) const CHUNK_GAP: &str = "tokentap.chunk.gap";
+    pub(crate) const REQUESTS: &str = "tokentap.requests";
 
-    pub const OPERATION: &str = "gen_ai.operation.name";
-    pub const PROVIDER: &str = "gen_ai.provider.name";
-    pub const REQUEST_MODEL: &str = "gen_ai.request.model";
-    pub const RESPONSE_MODEL: &str = "gen_ai.response.model";
-    pub const REQUEST_STREAM: &str = "gen_ai.request.stream";
-    pub const TOKEN_TYPE: &str = "gen_ai.token.type";
-    pub const INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
-    pub const OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
-    pub const TTFC: &str = "gen_ai.response.time_to_first_chunk";
-    pub const SERVER_ADDRESS: &str = "server.address";
-    pub const SERVER_PORT: &str = "server.port";
-    pub const ERROR_TYPE: &str = "error.type";
-    pub const ROUTE: &str = "tokentap.route";
-    pub const TENANT: &str = "tokentap.tenant";
-    pub const OUTCOME: &str = "tokentap.outcome";
-    pub const ESTIMATED: &str = "tokentap.tokens.estimated";
-    pub const DECODE_TPS: &str = "tokentap.decode.tokens_per_second";
+    pub(crate) const OPERATION: &str = "gen_ai.operation.name";
+    pub(crate) const PROVIDER: &str = "gen_ai.provider.name";
+    pub(crate) const REQUEST_MODEL: &str = "gen_ai.request.model";
+    pub(crate) const RESPONSE_MODEL: &str = "gen_ai.response.model";
+    pub(crate) const REQUEST_STREAM: &str = "gen_ai.request.stream";
+    pub(crate) const TOKEN_TYPE: &str = "gen_ai.token.type";
+    pub(crate) const INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
+    pub(crate) const OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
+    pub(crate) const TTFC: &str = "gen_ai.response.time_to_first_chunk";
+    pub(crate) const SERVER_ADDRESS: &str = "server.address";
+    pub(crate) const SERVER_PORT: &str = "server.port";
+    pub(crate) const ERROR_TYPE: &str = "error.type";
+    pub(crate) const ROUTE: &str = "tokentap.route";
+    pub(crate) const TENANT: &str = "tokentap.tenant";
+    pub(crate) const OUTCOME: &str = "tokentap.outcome";
+    pub(crate) const ESTIMATED: &str = "tokentap.tokens.estimated";
+    pub(crate) const DECODE_TPS: &str = "tokentap.decode.tokens_per_second";
 }
 
 /// A spawned task that is aborted when dropped: a test server stops with
 /// its handle (aborting an accept loop also drops the connection tasks it
 /// owns in a `JoinSet`).
-pub struct Background(tokio::task::JoinHandle<()>);
+pub(crate) struct Background(tokio::task::JoinHandle<()>);
 
 impl Background {
-    pub fn spawn(task: impl Future<Output = ()> + Send + 'static) -> Background {
+    pub(crate) fn spawn(task: impl Future<Output = ()> + Send + 'static) -> Background {
         Background(tokio::spawn(task))
     }
 }

@@ -35,7 +35,7 @@ type RespBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// Which transport delivered an export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
+pub(crate) enum Protocol {
     Grpc,
     HttpProtobuf,
 }
@@ -55,7 +55,7 @@ struct Store {
 
 /// How a receiver started with `Collector::start_faulty` misbehaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// Answer every export with this HTTP status (HTTP/protobuf); over
     /// gRPC, 503 and 429 become `UNAVAILABLE`, anything else `INTERNAL`.
     /// Nothing is stored.
@@ -68,7 +68,7 @@ pub enum Fault {
 }
 
 /// A running OTLP receiver.
-pub struct Collector {
+pub(crate) struct Collector {
     pub addr: SocketAddr,
     store: Arc<Store>,
     _task: super::Background,
@@ -117,18 +117,18 @@ impl MetricsService for Grpc {
 
 impl Collector {
     /// Start a receiver on 127.0.0.1:0 that accepts both protocols.
-    pub async fn start() -> Collector {
+    pub(crate) async fn start() -> Collector {
         Collector::serve(Store::default(), None).await
     }
 
     /// Start a receiver that speaks only TLS with `config` (offer ALPN
     /// `h2` for gRPC clients); `https_endpoint` is its address.
-    pub async fn start_tls(config: Arc<rustls::ServerConfig>) -> Collector {
+    pub(crate) async fn start_tls(config: Arc<rustls::ServerConfig>) -> Collector {
         Collector::serve(Store::default(), Some(config)).await
     }
 
     /// Start a receiver on 127.0.0.1:0 that misbehaves as `fault` says.
-    pub async fn start_faulty(fault: Fault) -> Collector {
+    pub(crate) async fn start_faulty(fault: Fault) -> Collector {
         let store = Store {
             fault: Some(fault),
             ..Store::default()
@@ -165,7 +165,7 @@ impl Collector {
     }
 
     /// An address nothing listens on: connections to it are refused.
-    pub fn refused_endpoint() -> String {
+    pub(crate) fn refused_endpoint() -> String {
         let dead = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("bind a port to free it");
@@ -173,7 +173,7 @@ impl Collector {
     }
 
     /// Export requests received so far (for a black hole: connections).
-    pub fn attempts(&self) -> usize {
+    pub(crate) fn attempts(&self) -> usize {
         self.store.attempts.load(Ordering::SeqCst)
     }
 
@@ -218,17 +218,17 @@ impl Collector {
     }
 
     /// `https://localhost:PORT`, for a receiver started with `start_tls`.
-    pub fn https_endpoint(&self) -> String {
+    pub(crate) fn https_endpoint(&self) -> String {
         format!("https://localhost:{}", self.addr.port())
     }
 
     /// `http://127.0.0.1:PORT` (the OTLP base endpoint for either protocol).
-    pub fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// Every span received so far, flattened.
-    pub fn spans(&self) -> Vec<SpanRec> {
+    pub(crate) fn spans(&self) -> Vec<SpanRec> {
         let traces = self.store.traces.lock().unwrap();
         let mut out = Vec::new();
         for (proto, req) in traces.iter() {
@@ -275,7 +275,7 @@ impl Collector {
     }
 
     /// Every metric data point received so far, flattened, in arrival order.
-    pub fn metric_points(&self) -> Vec<MetricPoint> {
+    pub(crate) fn metric_points(&self) -> Vec<MetricPoint> {
         let metrics = self.store.metrics.lock().unwrap();
         let mut out = Vec::new();
         for (batch, (proto, req)) in metrics.iter().enumerate() {
@@ -340,7 +340,7 @@ impl Collector {
 
     /// Points of metric `name` from the most recent export that carried it
     /// (metrics are cumulative, so the latest export is the current total).
-    pub fn latest(&self, name: &str) -> Vec<MetricPoint> {
+    pub(crate) fn latest(&self, name: &str) -> Vec<MetricPoint> {
         let all: Vec<_> = self
             .metric_points()
             .into_iter()
@@ -353,7 +353,7 @@ impl Collector {
     }
 
     /// Names of every metric received so far.
-    pub fn metric_names(&self) -> Vec<String> {
+    pub(crate) fn metric_names(&self) -> Vec<String> {
         let mut v: Vec<_> = self.metric_points().into_iter().map(|p| p.name).collect();
         v.sort();
         v.dedup();
@@ -361,7 +361,7 @@ impl Collector {
     }
 
     /// Protocols that delivered anything so far.
-    pub fn protocols_seen(&self) -> Vec<Protocol> {
+    pub(crate) fn protocols_seen(&self) -> Vec<Protocol> {
         let mut v: Vec<Protocol> = self
             .store
             .traces
@@ -376,13 +376,13 @@ impl Collector {
     }
 
     /// Raw protobuf bytes of everything received (for secret scans).
-    pub fn raw_bytes(&self) -> Vec<u8> {
+    pub(crate) fn raw_bytes(&self) -> Vec<u8> {
         self.store.raw.lock().unwrap().clone()
     }
 
     /// Wait (up to `limit`) for a span matching `pred`; panics with the
     /// names of the spans seen when none arrives.
-    pub async fn wait_span(
+    pub(crate) async fn wait_span(
         &self,
         limit: Duration,
         what: &str,
@@ -406,7 +406,7 @@ impl Collector {
     }
 
     /// Wait for the span named `name`.
-    pub async fn wait_span_named(&self, name: &str) -> SpanRec {
+    pub(crate) async fn wait_span_named(&self, name: &str) -> SpanRec {
         self.wait_span(super::STEP_TIMEOUT, &format!("named {name:?}"), |s| {
             s.name == name
         })
@@ -415,7 +415,7 @@ impl Collector {
 
     /// Wait (up to `limit`) until the latest export of metric `name` has a
     /// point matching `pred`; panics listing the metric names seen.
-    pub async fn wait_point(
+    pub(crate) async fn wait_point(
         &self,
         limit: Duration,
         name: &str,
@@ -581,7 +581,7 @@ fn number(v: &Option<number_data_point::Value>) -> f64 {
 
 /// An attribute value.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Val {
+pub(crate) enum Val {
     Str(String),
     Bool(bool),
     Int(i64),
@@ -591,7 +591,7 @@ pub enum Val {
 }
 
 impl Val {
-    pub fn as_str(&self) -> Option<&str> {
+    pub(crate) fn as_str(&self) -> Option<&str> {
         match self {
             Val::Str(s) => Some(s),
             _ => None,
@@ -599,7 +599,7 @@ impl Val {
     }
 
     /// Numeric value (ints widen to f64).
-    pub fn as_f64(&self) -> Option<f64> {
+    pub(crate) fn as_f64(&self) -> Option<f64> {
         match self {
             Val::Int(i) => Some(*i as f64),
             Val::Double(d) => Some(*d),
@@ -607,14 +607,14 @@ impl Val {
         }
     }
 
-    pub fn as_i64(&self) -> Option<i64> {
+    pub(crate) fn as_i64(&self) -> Option<i64> {
         match self {
             Val::Int(i) => Some(*i),
             _ => None,
         }
     }
 
-    pub fn as_bool(&self) -> Option<bool> {
+    pub(crate) fn as_bool(&self) -> Option<bool> {
         match self {
             Val::Bool(b) => Some(*b),
             _ => None,
@@ -622,7 +622,7 @@ impl Val {
     }
 
     /// Every string inside this value (for secret scans).
-    pub fn strings(&self) -> Vec<String> {
+    pub(crate) fn strings(&self) -> Vec<String> {
         match self {
             Val::Str(s) | Val::Other(s) => vec![s.clone()],
             Val::Array(a) => a.iter().flat_map(Val::strings).collect(),
@@ -660,7 +660,7 @@ fn val(v: &Option<AnyValue>) -> Val {
 }
 
 /// Attributes as an ordered map.
-pub type Attrs = BTreeMap<String, Val>;
+pub(crate) type Attrs = BTreeMap<String, Val>;
 
 fn attrs(kvs: &[KeyValue]) -> Attrs {
     kvs.iter()
@@ -670,7 +670,7 @@ fn attrs(kvs: &[KeyValue]) -> Attrs {
 
 /// A span event.
 #[derive(Debug, Clone)]
-pub struct EventRec {
+pub(crate) struct EventRec {
     pub name: String,
     pub time_ns: u64,
     pub attrs: Attrs,
@@ -678,7 +678,7 @@ pub struct EventRec {
 
 /// One exported span, flattened.
 #[derive(Debug, Clone)]
-pub struct SpanRec {
+pub(crate) struct SpanRec {
     pub protocol: Protocol,
     pub name: String,
     /// Lowercase hex.
@@ -701,7 +701,7 @@ pub struct SpanRec {
 impl SpanRec {
     /// The attribute `key`, panicking with the span's attributes when absent.
     #[track_caller]
-    pub fn attr(&self, key: &str) -> &Val {
+    pub(crate) fn attr(&self, key: &str) -> &Val {
         self.attrs.get(key).unwrap_or_else(|| {
             panic!(
                 "span {:?}: expected attribute {key:?}; attributes: {:#?}",
@@ -712,7 +712,7 @@ impl SpanRec {
 
     /// String attribute `key` (panics when absent or not a string).
     #[track_caller]
-    pub fn str(&self, key: &str) -> &str {
+    pub(crate) fn str(&self, key: &str) -> &str {
         let v = self.attr(key);
         v.as_str().unwrap_or_else(|| {
             panic!(
@@ -724,7 +724,7 @@ impl SpanRec {
 
     /// Numeric attribute `key` (panics when absent or not a number).
     #[track_caller]
-    pub fn num(&self, key: &str) -> f64 {
+    pub(crate) fn num(&self, key: &str) -> f64 {
         let v = self.attr(key);
         v.as_f64().unwrap_or_else(|| {
             panic!(
@@ -736,7 +736,7 @@ impl SpanRec {
 
     /// Assert `tokentap.outcome` and `error.type`.
     #[track_caller]
-    pub fn assert_outcome(&self, outcome: &str, error_type: &str) {
+    pub(crate) fn assert_outcome(&self, outcome: &str, error_type: &str) {
         assert_eq!(
             self.str(super::names::OUTCOME),
             outcome,
@@ -753,7 +753,7 @@ impl SpanRec {
     }
 
     /// Every string in the span: name, attributes, events, status, resource.
-    pub fn all_strings(&self) -> Vec<String> {
+    pub(crate) fn all_strings(&self) -> Vec<String> {
         let mut v = vec![self.name.clone(), self.status_message.clone()];
         for (k, x) in self.attrs.iter().chain(self.resource.iter()) {
             v.push(k.clone());
@@ -772,7 +772,7 @@ impl SpanRec {
 
 /// A histogram data point.
 #[derive(Debug, Clone)]
-pub struct Hist {
+pub(crate) struct Hist {
     pub count: u64,
     pub sum: f64,
     pub min: Option<f64>,
@@ -783,7 +783,7 @@ pub struct Hist {
 
 /// A metric point's value.
 #[derive(Debug, Clone)]
-pub enum PointValue {
+pub(crate) enum PointValue {
     Sum(f64),
     Gauge(f64),
     Histogram(Hist),
@@ -792,7 +792,7 @@ pub enum PointValue {
 
 /// One exported metric data point, flattened.
 #[derive(Debug, Clone)]
-pub struct MetricPoint {
+pub(crate) struct MetricPoint {
     pub protocol: Protocol,
     /// Index of the export request that carried it.
     pub batch: usize,
@@ -806,13 +806,13 @@ pub struct MetricPoint {
 
 impl MetricPoint {
     /// String attribute `key`, if present.
-    pub fn attr_str(&self, key: &str) -> Option<&str> {
+    pub(crate) fn attr_str(&self, key: &str) -> Option<&str> {
         self.attrs.get(key).and_then(Val::as_str)
     }
 
     /// The histogram value, panicking when the point is not a histogram.
     #[track_caller]
-    pub fn hist(&self) -> &Hist {
+    pub(crate) fn hist(&self) -> &Hist {
         match &self.value {
             PointValue::Histogram(h) => h,
             other => panic!(
@@ -824,7 +824,7 @@ impl MetricPoint {
 
     /// Sum or gauge value, panicking otherwise.
     #[track_caller]
-    pub fn number(&self) -> f64 {
+    pub(crate) fn number(&self) -> f64 {
         match &self.value {
             PointValue::Sum(v) | PointValue::Gauge(v) => *v,
             other => panic!(
@@ -835,7 +835,7 @@ impl MetricPoint {
     }
 
     /// Every string in the point (name, attributes, resource).
-    pub fn all_strings(&self) -> Vec<String> {
+    pub(crate) fn all_strings(&self) -> Vec<String> {
         let mut v = vec![
             self.name.clone(),
             self.unit.clone(),

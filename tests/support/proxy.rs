@@ -14,34 +14,34 @@ use tokio::process::{Child, Command};
 
 /// Builds a tokentap TOML config.
 #[derive(Debug, Clone, Default)]
-pub struct Toml {
+pub(crate) struct Toml {
     top: Vec<String>,
     routes: Vec<String>,
     sections: Vec<(String, Vec<String>)>,
 }
 
 /// TOML string literal.
-pub fn q(s: &str) -> String {
+pub(crate) fn q(s: &str) -> String {
     toml::Value::String(s.to_owned()).to_string()
 }
 
 impl Toml {
     /// Listen on 127.0.0.1:0, OTLP export off.
-    pub fn new() -> Toml {
+    pub(crate) fn new() -> Toml {
         Toml::default()
             .top("listen", &q("127.0.0.1:0"))
             .set("telemetry", "otlp_enabled", "false")
     }
 
     /// A top-level key (`value` is TOML).
-    pub fn top(mut self, key: &str, value: &str) -> Toml {
+    pub(crate) fn top(mut self, key: &str, value: &str) -> Toml {
         self.top.retain(|l| !l.starts_with(&format!("{key} =")));
         self.top.push(format!("{key} = {value}"));
         self
     }
 
     /// `[section] key = value` (`value` is TOML); replaces an earlier value.
-    pub fn set(mut self, section: &str, key: &str, value: &str) -> Toml {
+    pub(crate) fn set(mut self, section: &str, key: &str, value: &str) -> Toml {
         let line = format!("{key} = {value}");
         let prefix = format!("{key} =");
         if let Some((_, lines)) = self.sections.iter_mut().find(|(s, _)| s == section) {
@@ -54,7 +54,13 @@ impl Toml {
     }
 
     /// A route matched by path prefix.
-    pub fn route(mut self, name: &str, prefix: &str, upstream: &str, provider: &str) -> Toml {
+    pub(crate) fn route(
+        mut self,
+        name: &str,
+        prefix: &str,
+        upstream: &str,
+        provider: &str,
+    ) -> Toml {
         self.routes.push(format!(
             "[[routes]]\nname = {}\nprefix = {}\nupstream = {}\nprovider = {}\n",
             q(name),
@@ -66,7 +72,7 @@ impl Toml {
     }
 
     /// A route with extra TOML lines (e.g. `inject_usage = true`).
-    pub fn route_with(
+    pub(crate) fn route_with(
         mut self,
         name: &str,
         prefix: &str,
@@ -83,13 +89,13 @@ impl Toml {
     }
 
     /// A route given as raw TOML (`[[routes]]` and its keys).
-    pub fn raw_route(mut self, text: &str) -> Toml {
+    pub(crate) fn raw_route(mut self, text: &str) -> Toml {
         self.routes.push(text.to_owned());
         self
     }
 
     /// A route matched by path prefix and `Host`.
-    pub fn route_host(
+    pub(crate) fn route_host(
         mut self,
         name: &str,
         prefix: &str,
@@ -109,18 +115,18 @@ impl Toml {
     }
 
     /// One OpenAI route `/` → `upstream`.
-    pub fn openai(upstream: &str) -> Toml {
+    pub(crate) fn openai(upstream: &str) -> Toml {
         Toml::new().route("openai", "/", upstream, "openai")
     }
 
     /// One Anthropic route `/` → `upstream`.
-    pub fn anthropic(upstream: &str) -> Toml {
+    pub(crate) fn anthropic(upstream: &str) -> Toml {
         Toml::new().route("anthropic", "/", upstream, "anthropic")
     }
 
     /// Export OTLP to `endpoint` over `protocol` (`grpc` | `http/protobuf`),
     /// metrics every 200 ms.
-    pub fn otlp(self, endpoint: &str, protocol: &str) -> Toml {
+    pub(crate) fn otlp(self, endpoint: &str, protocol: &str) -> Toml {
         self.set("telemetry", "otlp_enabled", "true")
             .set("telemetry", "otlp_endpoint", &q(endpoint))
             .set("telemetry", "otlp_protocol", &q(protocol))
@@ -129,7 +135,7 @@ impl Toml {
     }
 
     /// The TOML text.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut s = String::new();
         for l in &self.top {
             s.push_str(l);
@@ -153,14 +159,14 @@ impl Toml {
 }
 
 /// tokentap running inside the test process.
-pub struct InProc {
+pub(crate) struct InProc {
     pub addr: SocketAddr,
     running: Option<tokentap::app::Running>,
 }
 
 impl InProc {
     /// Parse `toml` and start the proxy; panics with the config error.
-    pub async fn start(toml: &Toml) -> InProc {
+    pub(crate) async fn start(toml: &Toml) -> InProc {
         let text = toml.render();
         let config = tokentap::config::from_toml(&text)
             .unwrap_or_else(|e| panic!("test config rejected: {e}\n--- config ---\n{text}"));
@@ -178,22 +184,22 @@ impl InProc {
     }
 
     /// `http://ADDR`
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// The running instance, until `stop`.
-    pub fn running(&self) -> Option<&tokentap::app::Running> {
+    pub(crate) fn running(&self) -> Option<&tokentap::app::Running> {
         self.running.as_ref()
     }
 
     /// Graceful shutdown (flushes telemetry), bounded.
-    pub async fn shutdown(mut self) {
+    pub(crate) async fn shutdown(mut self) {
         self.stop().await;
     }
 
     /// Graceful shutdown in place (flushes telemetry); a second call does nothing.
-    pub async fn stop(&mut self) {
+    pub(crate) async fn stop(&mut self) {
         if let Some(r) = self.running.take() {
             super::within(Duration::from_secs(20), "Running::shutdown", r.shutdown()).await;
         }
@@ -203,10 +209,10 @@ impl InProc {
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// A scratch directory removed on drop.
-pub struct Scratch(pub PathBuf);
+pub(crate) struct Scratch(pub PathBuf);
 
 impl Scratch {
-    pub fn new(tag: &str) -> Scratch {
+    pub(crate) fn new(tag: &str) -> Scratch {
         let n = SEQ.fetch_add(1, Ordering::SeqCst);
         let dir =
             std::env::temp_dir().join(format!("tokentap-test-{tag}-{}-{n}", std::process::id()));
@@ -215,7 +221,7 @@ impl Scratch {
     }
 
     /// Write `name` with `text`, returning its path.
-    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+    pub(crate) fn write(&self, name: &str, text: &str) -> PathBuf {
         let p = self.0.join(name);
         std::fs::write(&p, text).expect("write scratch file");
         p
@@ -229,13 +235,13 @@ impl Drop for Scratch {
 }
 
 /// Path of the tokentap binary cargo built for these tests.
-pub fn bin_path() -> &'static str {
+pub(crate) fn bin_path() -> &'static str {
     env!("CARGO_BIN_EXE_tokentap")
 }
 
 /// A command for the tokentap binary with a clean environment: no `OTEL_*`
 /// or `TOKENTAP_*` variables leak in from the caller.
-pub fn bin_command() -> Command {
+pub(crate) fn bin_command() -> Command {
     let mut c = Command::new(bin_path());
     for (k, _) in std::env::vars() {
         if k.starts_with("OTEL_") || k.starts_with("TOKENTAP_") || k == "RUST_LOG" {
@@ -252,7 +258,7 @@ pub fn bin_command() -> Command {
 }
 
 /// The tokentap binary running as a child process.
-pub struct Bin {
+pub(crate) struct Bin {
     pub addr: SocketAddr,
     pub child: Child,
     /// Everything the process wrote to stderr and stdout so far.
@@ -263,7 +269,7 @@ pub struct Bin {
 impl Bin {
     /// Run the binary with `--config` pointing at `toml`, plus `args`, and
     /// wait for its `listening on` line.
-    pub async fn start(toml: &Toml, args: &[&str], env: &[(&str, &str)]) -> Bin {
+    pub(crate) async fn start(toml: &Toml, args: &[&str], env: &[(&str, &str)]) -> Bin {
         let scratch = Scratch::new("bin");
         let path = scratch.write("tokentap.toml", &toml.render());
         let mut cmd = bin_command();
@@ -275,7 +281,7 @@ impl Bin {
     }
 
     /// Run the binary with exactly these arguments.
-    pub async fn start_args(args: &[&str], env: &[(&str, &str)]) -> Bin {
+    pub(crate) async fn start_args(args: &[&str], env: &[(&str, &str)]) -> Bin {
         let mut cmd = bin_command();
         cmd.args(args);
         for (k, v) in env {
@@ -338,17 +344,17 @@ impl Bin {
     }
 
     /// The process's output so far.
-    pub fn output(&self) -> String {
+    pub(crate) fn output(&self) -> String {
         self.output.lock().unwrap().clone()
     }
 
     /// `http://ADDR`
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// Send SIGTERM to this child (by its own pid).
-    pub fn sigterm(&self) {
+    pub(crate) fn sigterm(&self) {
         let pid = self.child.id().expect("child still running");
         let st = std::process::Command::new("kill")
             .arg("-TERM")
@@ -359,7 +365,7 @@ impl Bin {
     }
 
     /// Wait (bounded) for the process to exit.
-    pub async fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+    pub(crate) async fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
         match tokio::time::timeout(limit, self.child.wait()).await {
             Ok(s) => s.expect("wait for tokentap"),
             Err(_) => panic!(
@@ -370,7 +376,7 @@ impl Bin {
     }
 
     /// SIGTERM and wait for exit (flushes telemetry).
-    pub async fn stop(mut self) -> String {
+    pub(crate) async fn stop(mut self) -> String {
         if matches!(self.child.try_wait(), Ok(None)) {
             self.sigterm();
             let _ = tokio::time::timeout(Duration::from_secs(15), self.child.wait()).await;
@@ -382,7 +388,7 @@ impl Bin {
 }
 
 /// The address in a `listening on <addr>` line, in any log format.
-pub fn listening_addr(line: &str) -> Option<SocketAddr> {
+pub(crate) fn listening_addr(line: &str) -> Option<SocketAddr> {
     let at = line.find("listening on")?;
     let rest = &line[at..];
     let start = rest.find("127.0.0.1:").or_else(|| rest.find("[::1]:"))?;
@@ -398,7 +404,10 @@ pub fn listening_addr(line: &str) -> Option<SocketAddr> {
 }
 
 /// Run the binary to completion (bounded) and return (exit status, stderr+stdout).
-pub async fn run_bin(args: &[&str], env: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
+pub(crate) async fn run_bin(
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (std::process::ExitStatus, String) {
     let mut cmd = bin_command();
     cmd.args(args);
     for (k, v) in env {
@@ -419,26 +428,26 @@ pub async fn run_bin(args: &[&str], env: &[(&str, &str)]) -> (std::process::Exit
 impl Toml {
     /// Raw TOML appended after the routes (e.g. `[[slo]]` entries or an
     /// `[alerts]` table).
-    pub fn raw(self, text: &str) -> Toml {
+    pub(crate) fn raw(self, text: &str) -> Toml {
         self.raw_route(text)
     }
 }
 
 impl Bin {
     /// The config file `Bin::start` wrote (the one `--config` names).
-    pub fn config_path(&self) -> PathBuf {
+    pub(crate) fn config_path(&self) -> PathBuf {
         self._scratch.0.join("tokentap.toml")
     }
 
     /// Replace the config file with `toml`, atomically (write, then rename),
     /// as a config-management tool would.
-    pub fn rewrite_config(&self, toml: &Toml) {
+    pub(crate) fn rewrite_config(&self, toml: &Toml) {
         let next = self._scratch.write("tokentap.toml.next", &toml.render());
         std::fs::rename(&next, self.config_path()).expect("replace the config file");
     }
 
     /// Send `signal` (`HUP`, `TERM`, …) to this child, by its own pid.
-    pub fn signal(&self, signal: &str) {
+    pub(crate) fn signal(&self, signal: &str) {
         let pid = self.child.id().expect("child still running");
         let st = std::process::Command::new("kill")
             .arg(format!("-{signal}"))
@@ -449,13 +458,13 @@ impl Bin {
     }
 
     /// Send SIGHUP (reload the configuration).
-    pub fn sighup(&self) {
+    pub(crate) fn sighup(&self) {
         self.signal("HUP");
     }
 
     /// Wait (bounded by `STEP_TIMEOUT`) until the output holds `needle` at
     /// least `times` times; returns the output.
-    pub async fn wait_output(&self, needle: &str, times: usize) -> String {
+    pub(crate) async fn wait_output(&self, needle: &str, times: usize) -> String {
         let wait = async {
             loop {
                 let out = self.output();
@@ -476,7 +485,7 @@ impl Bin {
     }
 
     /// The admin listener's address, from its `admin listening on` line.
-    pub async fn admin_addr(&self) -> SocketAddr {
+    pub(crate) async fn admin_addr(&self) -> SocketAddr {
         let out = self.wait_output("admin listening on", 1).await;
         out.lines()
             .filter(|l| l.contains("admin listening on"))

@@ -14,7 +14,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 /// What a raw exchange got back.
 #[derive(Debug)]
-pub struct RawReply {
+pub(crate) struct RawReply {
     /// Every byte read.
     pub bytes: Vec<u8>,
     /// The server closed the connection (EOF or reset) within the limit.
@@ -23,7 +23,7 @@ pub struct RawReply {
 
 impl RawReply {
     /// The status code of the first response (0 when there is none).
-    pub fn status(&self) -> u16 {
+    pub(crate) fn status(&self) -> u16 {
         let line = self.bytes.split(|b| *b == b'\n').next().unwrap_or_default();
         String::from_utf8_lossy(line)
             .split(' ')
@@ -33,13 +33,13 @@ impl RawReply {
     }
 
     /// Everything read, as text (lossy).
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.bytes).into_owned()
     }
 }
 
 /// Write `request` as it is, then read until the server closes or `limit`.
-pub async fn exchange(addr: SocketAddr, request: &[u8], limit: Duration) -> RawReply {
+pub(crate) async fn exchange(addr: SocketAddr, request: &[u8], limit: Duration) -> RawReply {
     let mut s = TcpStream::connect(addr).await.expect("connect to proxy");
     // The server may close before reading everything; that is an answer too.
     let _ = s.write_all(request).await;
@@ -47,7 +47,7 @@ pub async fn exchange(addr: SocketAddr, request: &[u8], limit: Duration) -> RawR
 }
 
 /// Read from `s` until EOF, a reset, or `limit`.
-pub async fn read_until_closed(s: &mut TcpStream, limit: Duration) -> RawReply {
+pub(crate) async fn read_until_closed(s: &mut TcpStream, limit: Duration) -> RawReply {
     let mut bytes = Vec::new();
     let mut buf = [0u8; 8192];
     let read = async {
@@ -63,14 +63,14 @@ pub async fn read_until_closed(s: &mut TcpStream, limit: Duration) -> RawReply {
 }
 
 /// A listener that accepts and counts connections and answers nothing.
-pub struct Canary {
+pub(crate) struct Canary {
     pub addr: SocketAddr,
     connections: Arc<AtomicUsize>,
     _task: super::Background,
 }
 
 impl Canary {
-    pub async fn start() -> Canary {
+    pub(crate) async fn start() -> Canary {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind canary");
         let addr = listener.local_addr().expect("canary addr");
         let connections = Arc::new(AtomicUsize::new(0));
@@ -90,18 +90,18 @@ impl Canary {
     }
 
     /// Connections accepted so far.
-    pub fn connections(&self) -> usize {
+    pub(crate) fn connections(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
     }
 }
 
 /// Bytes per firehose event.
-pub const EVENT_BYTES: usize = 1024;
+pub(crate) const EVENT_BYTES: usize = 1024;
 
 /// Event `i` of the firehose body: one OpenAI-shaped SSE chunk padded to
 /// exactly [`EVENT_BYTES`], carrying its own index so a reordered or
 /// dropped event cannot compare equal.
-pub fn firehose_event(i: u64) -> Vec<u8> {
+pub(crate) fn firehose_event(i: u64) -> Vec<u8> {
     let head = format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{i:010} ");
     let tail = "\"}}]}\n\n";
     let pad = EVENT_BYTES - head.len() - tail.len();
@@ -116,7 +116,7 @@ pub fn firehose_event(i: u64) -> Vec<u8> {
 /// (SSE, with a Content-Length) written as fast as the socket takes them,
 /// and counts the body bytes the kernel accepted. Its socket send buffer
 /// is kept small so that the count is close to what the peer took.
-pub struct Firehose {
+pub(crate) struct Firehose {
     pub addr: SocketAddr,
     pub total: u64,
     written: Arc<AtomicU64>,
@@ -125,7 +125,7 @@ pub struct Firehose {
 }
 
 impl Firehose {
-    pub async fn start(events: u64) -> Firehose {
+    pub(crate) async fn start(events: u64) -> Firehose {
         let socket = TcpSocket::new_v4().expect("firehose socket");
         // Accepted sockets inherit the listener's buffer sizes.
         socket.set_send_buffer_size(64 * 1024).expect("SO_SNDBUF");
@@ -156,17 +156,17 @@ impl Firehose {
     }
 
     /// `http://127.0.0.1:PORT`
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// Body bytes the kernel has accepted so far (all responses together).
-    pub fn written(&self) -> u64 {
+    pub(crate) fn written(&self) -> u64 {
         self.written.load(Ordering::SeqCst)
     }
 
     /// Requests whose head arrived.
-    pub fn requests(&self) -> usize {
+    pub(crate) fn requests(&self) -> usize {
         self.requests.load(Ordering::SeqCst)
     }
 }
@@ -226,7 +226,7 @@ async fn serve_firehose(
 }
 
 /// Resident set size of process `pid` in KiB (`VmRSS` in /proc/PID/status).
-pub fn rss_kib(pid: u32) -> u64 {
+pub(crate) fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_else(|e| panic!("read /proc/{pid}/status: {e}"));
     status

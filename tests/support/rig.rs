@@ -7,7 +7,7 @@ use super::proxy::{InProc, Toml};
 use super::upstream::{Exchange, Reply, Upstream};
 
 /// Everything one test needs.
-pub struct Rig {
+pub(crate) struct Rig {
     pub up: Upstream,
     pub col: Collector,
     pub proxy: InProc,
@@ -17,7 +17,7 @@ pub struct Rig {
 impl Rig {
     /// Upstream serving `handler`, proxy configured by `config` (given a
     /// base with OTLP/gRPC export to the rig's receiver and the upstream URL).
-    pub async fn start(
+    pub(crate) async fn start(
         handler: impl Fn(&Exchange) -> Reply + Send + Sync + 'static,
         config: impl FnOnce(Toml, &str) -> Toml,
     ) -> Rig {
@@ -25,7 +25,7 @@ impl Rig {
     }
 
     /// Same as `start`, with the OTLP protocol named.
-    pub async fn start_with(
+    pub(crate) async fn start_with(
         handler: impl Fn(&Exchange) -> Reply + Send + Sync + 'static,
         protocol: &str,
         config: impl FnOnce(Toml, &str) -> Toml,
@@ -43,7 +43,7 @@ impl Rig {
     }
 
     /// One OpenAI route `/` to a fixed reply.
-    pub async fn openai(reply: Reply) -> Rig {
+    pub(crate) async fn openai(reply: Reply) -> Rig {
         Rig::start(
             move |_| reply.clone(),
             |t, up| t.route("openai", "/", up, "openai"),
@@ -53,7 +53,7 @@ impl Rig {
 
     /// One OpenAI route `/` to a fixed reply, with extra route lines
     /// (`route_extra`, TOML) and `[section] key = value` settings (value is TOML).
-    pub async fn openai_with(
+    pub(crate) async fn openai_with(
         reply: Reply,
         route_extra: &str,
         settings: &[(&str, &str, &str)],
@@ -77,7 +77,7 @@ impl Rig {
     }
 
     /// One Anthropic route `/` to a fixed reply.
-    pub async fn anthropic(reply: Reply) -> Rig {
+    pub(crate) async fn anthropic(reply: Reply) -> Rig {
         Rig::start(
             move |_| reply.clone(),
             |t, up| t.route("anthropic", "/", up, "anthropic"),
@@ -88,7 +88,7 @@ impl Rig {
     /// Shut the proxy down (which flushes telemetry), then return the one
     /// span named `name`, failing when there is none or more than one:
     /// every request yields exactly one measurement.
-    pub async fn finish(&mut self, name: &str) -> SpanRec {
+    pub(crate) async fn finish(&mut self, name: &str) -> SpanRec {
         self.proxy.stop().await;
         let span = self.col.wait_span_named(name).await;
         let n = self.col.spans().iter().filter(|s| s.name == name).count();
@@ -101,7 +101,7 @@ impl Rig {
 
     /// After `finish`: the `tokentap.streams.active` up-down counter is back
     /// to zero (no request leaked its recorder).
-    pub fn assert_no_active_streams(&self) {
+    pub(crate) fn assert_no_active_streams(&self) {
         let pts = self.col.latest("tokentap.streams.active");
         assert!(!pts.is_empty(), "tokentap.streams.active was exported");
         let total: f64 = pts.iter().map(|p| p.number()).sum();
@@ -112,7 +112,7 @@ impl Rig {
     }
 
     /// A JSON POST to the proxy.
-    pub fn post(&self, path: &str, body: Vec<u8>) -> Req {
+    pub(crate) fn post(&self, path: &str, body: Vec<u8>) -> Req {
         Req::post_json(self.proxy.addr, path, body)
     }
 }

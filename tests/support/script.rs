@@ -8,12 +8,12 @@ use serde_json::json;
 use super::upstream::{Reply, Step};
 
 /// Model the scripts answer with by default (`gen_ai.response.model`).
-pub const OPENAI_RESPONSE_MODEL: &str = "gpt-4o-mini-2024-07-18";
-pub const ANTHROPIC_RESPONSE_MODEL: &str = "claude-3-5-haiku-20241022";
+pub(crate) const OPENAI_RESPONSE_MODEL: &str = "gpt-4o-mini-2024-07-18";
+pub(crate) const ANTHROPIC_RESPONSE_MODEL: &str = "claude-3-5-haiku-20241022";
 
 /// What a scripted stream says and when.
 #[derive(Debug, Clone)]
-pub struct StreamSpec {
+pub(crate) struct StreamSpec {
     pub tokens: Vec<String>,
     /// Delay between the response head (plus any preamble events) and the
     /// first content chunk.
@@ -28,7 +28,7 @@ pub struct StreamSpec {
 impl StreamSpec {
     /// `n` tokens `tok0 `, `tok1 `, … with the given timing, usage
     /// `(17, n)` and the OpenAI default model.
-    pub fn tokens(n: usize, ttft: Duration, gap: Duration) -> StreamSpec {
+    pub(crate) fn tokens(n: usize, ttft: Duration, gap: Duration) -> StreamSpec {
         StreamSpec {
             tokens: (0..n).map(|i| format!("tok{i} ")).collect(),
             ttft,
@@ -39,7 +39,7 @@ impl StreamSpec {
     }
 
     /// These exact text pieces, no delays.
-    pub fn text(pieces: &[&str]) -> StreamSpec {
+    pub(crate) fn text(pieces: &[&str]) -> StreamSpec {
         StreamSpec {
             tokens: pieces.iter().map(|s| (*s).to_owned()).collect(),
             ttft: Duration::ZERO,
@@ -49,23 +49,23 @@ impl StreamSpec {
         }
     }
 
-    pub fn without_usage(mut self) -> StreamSpec {
+    pub(crate) fn without_usage(mut self) -> StreamSpec {
         self.usage = None;
         self
     }
 
-    pub fn with_usage(mut self, input: u64, output: u64) -> StreamSpec {
+    pub(crate) fn with_usage(mut self, input: u64, output: u64) -> StreamSpec {
         self.usage = Some((input, output));
         self
     }
 
-    pub fn model(mut self, model: &str) -> StreamSpec {
+    pub(crate) fn model(mut self, model: &str) -> StreamSpec {
         self.model = model.to_owned();
         self
     }
 
     /// The full text the stream carries.
-    pub fn joined(&self) -> String {
+    pub(crate) fn joined(&self) -> String {
         self.tokens.concat()
     }
 }
@@ -139,14 +139,14 @@ fn openai_steps(spec: &StreamSpec, cut: Option<usize>) -> Vec<Step> {
 }
 
 /// A complete OpenAI chat-completions stream.
-pub fn openai_chat_sse(spec: &StreamSpec) -> Reply {
+pub(crate) fn openai_chat_sse(spec: &StreamSpec) -> Reply {
     let mut r = sse_reply();
     r.steps = openai_steps(spec, None);
     r
 }
 
 /// An OpenAI stream that sends `after` tokens, then breaks the connection.
-pub fn openai_abort_after(spec: &StreamSpec, after: usize) -> Reply {
+pub(crate) fn openai_abort_after(spec: &StreamSpec, after: usize) -> Reply {
     let mut r = sse_reply();
     r.steps = openai_steps(spec, Some(after));
     r.steps.push(Step::Sleep(Duration::from_millis(20)));
@@ -155,7 +155,7 @@ pub fn openai_abort_after(spec: &StreamSpec, after: usize) -> Reply {
 }
 
 /// An OpenAI stream that sends `after` tokens, then goes silent for ever.
-pub fn openai_hang_after(spec: &StreamSpec, after: usize) -> Reply {
+pub(crate) fn openai_hang_after(spec: &StreamSpec, after: usize) -> Reply {
     let mut r = sse_reply();
     r.steps = openai_steps(spec, Some(after));
     r.steps.push(Step::Hang);
@@ -164,7 +164,7 @@ pub fn openai_hang_after(spec: &StreamSpec, after: usize) -> Reply {
 
 /// An OpenAI stream that sends `after` tokens, then an error object in the
 /// stream (as OpenAI does under HTTP 200), then ends.
-pub fn openai_midstream_error(spec: &StreamSpec, after: usize) -> Reply {
+pub(crate) fn openai_midstream_error(spec: &StreamSpec, after: usize) -> Reply {
     let mut r = sse_reply();
     r.steps = openai_steps(spec, Some(after));
     let err = json!({"error": {"message": "The server had an error while processing your request.",
@@ -175,7 +175,7 @@ pub fn openai_midstream_error(spec: &StreamSpec, after: usize) -> Reply {
 
 /// An OpenAI stream whose chunk after `after` tokens is not valid JSON; the
 /// stream then finishes normally.
-pub fn openai_malformed_after(spec: &StreamSpec, after: usize) -> Reply {
+pub(crate) fn openai_malformed_after(spec: &StreamSpec, after: usize) -> Reply {
     let mut r = sse_reply();
     r.steps = openai_steps(spec, Some(after));
     r.steps.push(Step::Send(
@@ -240,14 +240,14 @@ fn anthropic_reply() -> Reply {
 }
 
 /// A complete Anthropic messages stream.
-pub fn anthropic_sse(spec: &StreamSpec) -> Reply {
+pub(crate) fn anthropic_sse(spec: &StreamSpec) -> Reply {
     let mut r = anthropic_reply();
     r.steps = anthropic_steps(spec, None);
     r
 }
 
 /// An Anthropic stream that sends `after` deltas, then an `error` event.
-pub fn anthropic_midstream_error(spec: &StreamSpec, after: usize) -> Reply {
+pub(crate) fn anthropic_midstream_error(spec: &StreamSpec, after: usize) -> Reply {
     let mut r = anthropic_reply();
     r.steps = anthropic_steps(spec, Some(after));
     let e =
@@ -257,7 +257,7 @@ pub fn anthropic_midstream_error(spec: &StreamSpec, after: usize) -> Reply {
 }
 
 /// A JSON reply with an explicit `content-length`, as providers send.
-pub fn json_reply(status: u16, body: serde_json::Value) -> Reply {
+pub(crate) fn json_reply(status: u16, body: serde_json::Value) -> Reply {
     let body = body.to_string();
     Reply::new(status)
         .header("content-type", "application/json")
@@ -266,7 +266,7 @@ pub fn json_reply(status: u16, body: serde_json::Value) -> Reply {
 }
 
 /// A non-streaming OpenAI chat completion.
-pub fn openai_chat_json(model: &str, text: &str, usage: (u64, u64)) -> Reply {
+pub(crate) fn openai_chat_json(model: &str, text: &str, usage: (u64, u64)) -> Reply {
     let body = json!({
         "id": "chatcmpl-scripted-json", "object": "chat.completion", "created": 1_700_000_000,
         "model": model, "system_fingerprint": "fp_scripted",
@@ -278,7 +278,7 @@ pub fn openai_chat_json(model: &str, text: &str, usage: (u64, u64)) -> Reply {
 }
 
 /// A non-streaming Anthropic message.
-pub fn anthropic_json(model: &str, text: &str, usage: (u64, u64)) -> Reply {
+pub(crate) fn anthropic_json(model: &str, text: &str, usage: (u64, u64)) -> Reply {
     let body = json!({
         "id": "msg_scripted_json", "type": "message", "role": "assistant", "model": model,
         "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": null,
@@ -288,7 +288,7 @@ pub fn anthropic_json(model: &str, text: &str, usage: (u64, u64)) -> Reply {
 }
 
 /// An OpenAI-shaped error response (e.g. 429 rate limit, 500 server error).
-pub fn openai_error(status: u16, kind: &str, code: &str, message: &str) -> Reply {
+pub(crate) fn openai_error(status: u16, kind: &str, code: &str, message: &str) -> Reply {
     let body = json!({"error": {"message": message, "type": kind, "param": null, "code": code}});
     let mut r = json_reply(status, body).header("x-request-id", "req_scripted_error");
     if status == 429 {
@@ -300,13 +300,13 @@ pub fn openai_error(status: u16, kind: &str, code: &str, message: &str) -> Reply
 }
 
 /// An Anthropic-shaped error response.
-pub fn anthropic_error(status: u16, kind: &str, message: &str) -> Reply {
+pub(crate) fn anthropic_error(status: u16, kind: &str, message: &str) -> Reply {
     let body = json!({"type": "error", "error": {"type": kind, "message": message}});
     json_reply(status, body)
 }
 
 /// A chat-completions request body.
-pub fn openai_request(model: &str, stream: bool, user: Option<&str>) -> Vec<u8> {
+pub(crate) fn openai_request(model: &str, stream: bool, user: Option<&str>) -> Vec<u8> {
     let mut v = json!({
         "model": model,
         "messages": [{"role": "user", "content": "Say something scripted."}],
@@ -322,7 +322,7 @@ pub fn openai_request(model: &str, stream: bool, user: Option<&str>) -> Vec<u8> 
 }
 
 /// An Anthropic messages request body.
-pub fn anthropic_request(model: &str, stream: bool, user: Option<&str>) -> Vec<u8> {
+pub(crate) fn anthropic_request(model: &str, stream: bool, user: Option<&str>) -> Vec<u8> {
     let mut v = json!({
         "model": model,
         "max_tokens": 256,
@@ -338,7 +338,7 @@ pub fn anthropic_request(model: &str, stream: bool, user: Option<&str>) -> Vec<u
 }
 
 /// Gzip `data` (for compressed-passthrough tests).
-pub fn gzip(data: &[u8]) -> Vec<u8> {
+pub(crate) fn gzip(data: &[u8]) -> Vec<u8> {
     use std::io::Write;
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     enc.write_all(data).unwrap();
@@ -348,7 +348,7 @@ pub fn gzip(data: &[u8]) -> Vec<u8> {
 /// An OpenAI Responses API stream: `response.created` at once, text deltas
 /// (first after `ttft`), then `response.completed` with usage — or
 /// `response.failed` when `fail` is set.
-pub fn openai_responses_sse(spec: &StreamSpec, fail: bool) -> Reply {
+pub(crate) fn openai_responses_sse(spec: &StreamSpec, fail: bool) -> Reply {
     let m = &spec.model;
     let created = json!({"type": "response.created", "sequence_number": 0, "response": {
         "id": "resp_scripted", "object": "response", "status": "in_progress", "model": m,
@@ -374,7 +374,7 @@ pub fn openai_responses_sse(spec: &StreamSpec, fail: bool) -> Reply {
 }
 
 /// An OpenAI legacy completions stream with a usage chunk and `[DONE]`.
-pub fn openai_completions_sse(spec: &StreamSpec) -> Reply {
+pub(crate) fn openai_completions_sse(spec: &StreamSpec) -> Reply {
     let m = &spec.model;
     let mut r = sse_reply();
     for (i, t) in spec.tokens.iter().enumerate() {
@@ -393,7 +393,7 @@ pub fn openai_completions_sse(spec: &StreamSpec) -> Reply {
 }
 
 /// An OpenAI embeddings response.
-pub fn openai_embeddings_json(model: &str, input_tokens: u64) -> Reply {
+pub(crate) fn openai_embeddings_json(model: &str, input_tokens: u64) -> Reply {
     json_reply(
         200,
         json!({"object": "list", "model": model,

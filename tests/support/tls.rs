@@ -19,13 +19,13 @@ use tokio_rustls::LazyConfigAcceptor;
 use tokio_rustls::server::TlsStream;
 
 /// A self-signed CA that exists only for one test.
-pub struct TestCa {
+pub(crate) struct TestCa {
     issuer: Issuer<'static, KeyPair>,
     pem: String,
 }
 
 impl TestCa {
-    pub fn new() -> TestCa {
+    pub(crate) fn new() -> TestCa {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params
@@ -41,13 +41,16 @@ impl TestCa {
     }
 
     /// The CA certificate, PEM (what `upstream.ca_file` points at).
-    pub fn pem(&self) -> &str {
+    pub(crate) fn pem(&self) -> &str {
         &self.pem
     }
 
     /// A server certificate for `names` (DNS names or IP literals) signed
     /// by this CA, with its private key.
-    pub fn leaf(&self, names: &[&str]) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+    pub(crate) fn leaf(
+        &self,
+        names: &[&str],
+    ) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let mut params = CertificateParams::new(names).unwrap();
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
@@ -59,7 +62,7 @@ impl TestCa {
 
     /// A client certificate with subject common name `cn`, valid now, or
     /// expired a year ago when `expired`.
-    pub fn client(
+    pub(crate) fn client(
         &self,
         cn: &str,
         expired: bool,
@@ -78,13 +81,17 @@ impl TestCa {
     }
 
     /// The CA certificate, DER.
-    pub fn der(&self) -> CertificateDer<'static> {
+    pub(crate) fn der(&self) -> CertificateDer<'static> {
         use rustls::pki_types::pem::PemObject;
         CertificateDer::from_pem_slice(self.pem.as_bytes()).unwrap()
     }
 
     /// A rustls server config presenting a leaf for `names`, offering `alpn`.
-    pub fn server_config(&self, names: &[&str], alpn: &[&[u8]]) -> Arc<rustls::ServerConfig> {
+    pub(crate) fn server_config(
+        &self,
+        names: &[&str],
+        alpn: &[&[u8]],
+    ) -> Arc<rustls::ServerConfig> {
         let (chain, key) = self.leaf(names);
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
@@ -109,7 +116,7 @@ struct Seen {
 /// A TLS listener on 127.0.0.1 serving each handshaken stream with a
 /// test-supplied server. Every TCP connection is counted; the first
 /// `drop_first` are reset (SO_LINGER 0) before any TLS byte is read.
-pub struct TlsUpstream {
+pub(crate) struct TlsUpstream {
     pub addr: SocketAddr,
     seen: Arc<Seen>,
     _task: super::Background,
@@ -117,7 +124,7 @@ pub struct TlsUpstream {
 
 impl TlsUpstream {
     /// Listen on 127.0.0.1:0 with `config`; `serve` runs per handshake.
-    pub async fn start<F, Fut>(
+    pub(crate) async fn start<F, Fut>(
         config: Arc<rustls::ServerConfig>,
         drop_first: usize,
         serve: F,
@@ -176,33 +183,33 @@ impl TlsUpstream {
     }
 
     /// `https://HOST:PORT`
-    pub fn url(&self, host: &str) -> String {
+    pub(crate) fn url(&self, host: &str) -> String {
         format!("https://{host}:{}", self.addr.port())
     }
 
     /// TCP connections accepted so far.
-    pub fn accepted(&self) -> usize {
+    pub(crate) fn accepted(&self) -> usize {
         self.seen.accepted.load(Ordering::SeqCst)
     }
 
     /// TLS handshakes completed so far.
-    pub fn handshakes(&self) -> usize {
+    pub(crate) fn handshakes(&self) -> usize {
         self.seen.handshakes.load(Ordering::SeqCst)
     }
 
     /// The SNI of every ClientHello received (`None`: the client sent none).
-    pub fn sni(&self) -> Vec<Option<String>> {
+    pub(crate) fn sni(&self) -> Vec<Option<String>> {
         self.seen.sni.lock().unwrap().clone()
     }
 
     /// The ALPN protocol agreed on each completed handshake.
-    pub fn alpn(&self) -> Vec<Option<String>> {
+    pub(crate) fn alpn(&self) -> Vec<Option<String>> {
         self.seen.alpn.lock().unwrap().clone()
     }
 }
 
 /// PEM text of a certificate chain.
-pub fn chain_pem(chain: &[CertificateDer<'_>]) -> String {
+pub(crate) fn chain_pem(chain: &[CertificateDer<'_>]) -> String {
     chain
         .iter()
         .map(|c| pem_block("CERTIFICATE", c.as_ref()))
@@ -210,7 +217,7 @@ pub fn chain_pem(chain: &[CertificateDer<'_>]) -> String {
 }
 
 /// PEM text of a PKCS#8 private key.
-pub fn key_pem(key: &PrivateKeyDer<'_>) -> String {
+pub(crate) fn key_pem(key: &PrivateKeyDer<'_>) -> String {
     pem_block("PRIVATE KEY", key.secret_der())
 }
 

@@ -24,7 +24,7 @@ use tokio::sync::{Notify, watch};
 
 /// One step of a scripted response body.
 #[derive(Debug, Clone)]
-pub enum Step {
+pub(crate) enum Step {
     /// Hand these bytes to hyper as one data frame.
     Send(Bytes),
     /// Wait before the next step.
@@ -38,7 +38,7 @@ pub enum Step {
 
 /// A scripted response.
 #[derive(Debug, Clone)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     /// Wait this long before sending the response head.
@@ -48,7 +48,7 @@ pub struct Reply {
 
 impl Reply {
     /// A reply with `status` and no headers or body.
-    pub fn new(status: u16) -> Reply {
+    pub(crate) fn new(status: u16) -> Reply {
         Reply {
             status,
             headers: Vec::new(),
@@ -58,36 +58,36 @@ impl Reply {
     }
 
     /// Add a response header.
-    pub fn header(mut self, name: &str, value: &str) -> Reply {
+    pub(crate) fn header(mut self, name: &str, value: &str) -> Reply {
         self.headers.push((name.to_owned(), value.to_owned()));
         self
     }
 
     /// Append a step.
-    pub fn step(mut self, step: Step) -> Reply {
+    pub(crate) fn step(mut self, step: Step) -> Reply {
         self.steps.push(step);
         self
     }
 
     /// Append a `Send` step.
-    pub fn send(self, bytes: impl Into<Bytes>) -> Reply {
+    pub(crate) fn send(self, bytes: impl Into<Bytes>) -> Reply {
         self.step(Step::Send(bytes.into()))
     }
 
     /// Append a `Sleep` step.
-    pub fn sleep(self, d: Duration) -> Reply {
+    pub(crate) fn sleep(self, d: Duration) -> Reply {
         self.step(Step::Sleep(d))
     }
 
     /// Delay the response head.
-    pub fn head_delay(mut self, d: Duration) -> Reply {
+    pub(crate) fn head_delay(mut self, d: Duration) -> Reply {
         self.head_delay = d;
         self
     }
 
     /// All body bytes the script sends, concatenated (what a client should receive
     /// when the script runs to completion).
-    pub fn body_bytes(&self) -> Vec<u8> {
+    pub(crate) fn body_bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();
         for s in &self.steps {
             if let Step::Send(b) = s {
@@ -99,7 +99,7 @@ impl Reply {
 
     /// Split every `Send` into pieces of at most `piece` bytes with `delay`
     /// between them: a slow trickle that cuts frames at arbitrary offsets.
-    pub fn trickle(mut self, piece: usize, delay: Duration) -> Reply {
+    pub(crate) fn trickle(mut self, piece: usize, delay: Duration) -> Reply {
         let mut steps = Vec::new();
         for s in self.steps {
             match s {
@@ -124,7 +124,7 @@ impl Reply {
 
 /// How a scripted response body ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyEnd {
+pub(crate) enum BodyEnd {
     /// Every step ran and the body finished.
     Completed,
     /// The script's `Abort` step broke the body off.
@@ -136,7 +136,7 @@ pub enum BodyEnd {
 
 /// One request the upstream received and what it answered.
 #[derive(Debug)]
-pub struct Exchange {
+pub(crate) struct Exchange {
     pub method: Method,
     /// Path and query as received.
     pub path_and_query: String,
@@ -167,23 +167,23 @@ impl Conn {
 
 impl Exchange {
     /// The bytes handed to hyper for the response body so far.
-    pub fn sent(&self) -> Vec<u8> {
+    pub(crate) fn sent(&self) -> Vec<u8> {
         self.sent.lock().unwrap().clone()
     }
 
     /// How the response body ended, if it has.
-    pub fn end(&self) -> Option<BodyEnd> {
+    pub(crate) fn end(&self) -> Option<BodyEnd> {
         self.end.borrow().map(|(e, _)| e)
     }
 
     /// Wait up to `limit` for the response body to end; `None` if it did not.
-    pub async fn wait_end(&self, limit: Duration) -> Option<(BodyEnd, Instant)> {
+    pub(crate) async fn wait_end(&self, limit: Duration) -> Option<(BodyEnd, Instant)> {
         wait_set(&self.end, limit).await
     }
 
     /// When the upstream saw this request's TCP connection close (the peer
     /// closed it or broke it), if it has.
-    pub fn conn_closed(&self) -> Option<Instant> {
+    pub(crate) fn conn_closed(&self) -> Option<Instant> {
         *self.conn.closed.borrow()
     }
 
@@ -191,12 +191,12 @@ impl Exchange {
     /// time the upstream saw it close, `None` if it stayed open. This is
     /// what a cancelled HTTP/1.1 upstream request looks like from the
     /// provider's side, also before any response head was sent.
-    pub async fn wait_conn_closed(&self, limit: Duration) -> Option<Instant> {
+    pub(crate) async fn wait_conn_closed(&self, limit: Duration) -> Option<Instant> {
         wait_set(&self.conn.closed, limit).await
     }
 
     /// A request header as a string, if present and visible ASCII.
-    pub fn header(&self, name: &str) -> Option<String> {
+    pub(crate) fn header(&self, name: &str) -> Option<String> {
         self.headers
             .get(name)
             .and_then(|v| v.to_str().ok())
@@ -204,7 +204,7 @@ impl Exchange {
     }
 
     /// The request body parsed as JSON (Null when it is not JSON).
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
     }
 }
@@ -236,7 +236,7 @@ struct Shared {
 }
 
 /// A running scripted upstream on 127.0.0.1.
-pub struct Upstream {
+pub(crate) struct Upstream {
     pub addr: SocketAddr,
     shared: Arc<Shared>,
     _task: super::Background,
@@ -244,7 +244,9 @@ pub struct Upstream {
 
 impl Upstream {
     /// Serve every request with the reply `handler` picks for it.
-    pub async fn start(handler: impl Fn(&Exchange) -> Reply + Send + Sync + 'static) -> Upstream {
+    pub(crate) async fn start(
+        handler: impl Fn(&Exchange) -> Reply + Send + Sync + 'static,
+    ) -> Upstream {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind scripted upstream");
@@ -284,29 +286,29 @@ impl Upstream {
     }
 
     /// Serve every request with the same reply.
-    pub async fn fixed(reply: Reply) -> Upstream {
+    pub(crate) async fn fixed(reply: Reply) -> Upstream {
         Upstream::start(move |_| reply.clone()).await
     }
 
     /// `http://127.0.0.1:PORT`
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// Every request received so far.
-    pub fn exchanges(&self) -> Vec<Arc<Exchange>> {
+    pub(crate) fn exchanges(&self) -> Vec<Arc<Exchange>> {
         self.shared.exchanges.lock().unwrap().clone()
     }
 
     /// TCP connections accepted so far.
-    pub fn connections(&self) -> usize {
+    pub(crate) fn connections(&self) -> usize {
         self.shared
             .connections
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Wait (bounded) until the `n`th request (1-based) has arrived and return it.
-    pub async fn nth(&self, n: usize) -> Arc<Exchange> {
+    pub(crate) async fn nth(&self, n: usize) -> Arc<Exchange> {
         let fut = async {
             loop {
                 let notified = self.shared.arrived.notified();
@@ -327,7 +329,7 @@ impl Upstream {
     }
 
     /// The single request received; panics when there were none or several.
-    pub async fn only(&self) -> Arc<Exchange> {
+    pub(crate) async fn only(&self) -> Arc<Exchange> {
         let e = self.nth(1).await;
         let n = self.exchanges().len();
         assert_eq!(
@@ -388,7 +390,7 @@ async fn handle(
 }
 
 /// The response body that runs a script.
-pub struct ScriptBody {
+pub(crate) struct ScriptBody {
     steps: VecDeque<Step>,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     exchange: Arc<Exchange>,
@@ -419,7 +421,7 @@ impl Drop for ScriptBody {
 
 /// Error a scripted `Abort` raises.
 #[derive(Debug)]
-pub struct ScriptedAbort;
+pub(crate) struct ScriptedAbort;
 
 impl std::fmt::Display for ScriptedAbort {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -8,7 +8,7 @@ const BUCKETS: usize = (SUB + (64 - SUB_BITS as u64) * SUB) as usize;
 
 /// Counts of nanosecond samples.
 #[derive(Clone)]
-pub struct Hist {
+pub(crate) struct Hist {
     counts: Vec<u64>,
     n: u64,
     max: u64,
@@ -58,7 +58,7 @@ fn value(i: usize) -> u64 {
 
 impl Hist {
     /// Add one sample (nanoseconds).
-    pub fn record(&mut self, ns: u64) {
+    pub(crate) fn record(&mut self, ns: u64) {
         self.counts[index(ns)] += 1;
         self.n += 1;
         self.max = self.max.max(ns);
@@ -66,7 +66,7 @@ impl Hist {
     }
 
     /// The `q` quantile (0..=1) in nanoseconds; `None` without samples.
-    pub fn quantile(&self, q: f64) -> Option<u64> {
+    pub(crate) fn quantile(&self, q: f64) -> Option<u64> {
         if self.n == 0 {
             return None;
         }
@@ -82,7 +82,7 @@ impl Hist {
     }
 
     /// Largest sample in nanoseconds.
-    pub fn max(&self) -> Option<u64> {
+    pub(crate) fn max(&self) -> Option<u64> {
         (self.n > 0).then_some(self.max)
     }
 }

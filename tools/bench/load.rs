@@ -28,7 +28,7 @@ use crate::hist::Hist;
 /// Which API shape the request uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Api {
+pub(crate) enum Api {
     /// OpenAI `/v1/chat/completions`.
     Chat,
     /// Anthropic `/v1/messages`.
@@ -37,7 +37,7 @@ pub enum Api {
 
 impl Api {
     /// The request path below a route prefix.
-    pub fn path(self) -> &'static str {
+    pub(crate) fn path(self) -> &'static str {
         match self {
             Api::Chat => "/v1/chat/completions",
             Api::Messages => "/v1/messages",
@@ -45,7 +45,7 @@ impl Api {
     }
 
     /// The request body.
-    pub fn body(self, stream: bool, max_tokens: Option<u32>) -> Bytes {
+    pub(crate) fn body(self, stream: bool, max_tokens: Option<u32>) -> Bytes {
         let max = max_tokens.map_or(String::new(), |n| format!(r#","max_tokens":{n}"#));
         let prompt = r#""messages":[{"role":"user","content":"Write a short story about a reverse proxy that counts tokens."}]"#;
         let s = match (self, stream) {
@@ -63,7 +63,7 @@ impl Api {
 
 /// What to send, to whom, how hard and for how long.
 #[derive(Debug, Clone)]
-pub struct Spec {
+pub(crate) struct Spec {
     pub addr: SocketAddr,
     pub path: String,
     pub body: Bytes,
@@ -77,7 +77,7 @@ pub struct Spec {
 
 /// One run's client-side figures. Times are milliseconds.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     pub concurrency: usize,
     pub duration_s: f64,
     pub requests: u64,
@@ -165,7 +165,7 @@ impl Window {
 
 /// Run `spec`; `on_window` is told the window's start and end as soon as
 /// they are known (the suite reads process CPU time at those instants).
-pub async fn run(spec: Spec, on_window: impl FnOnce(Instant, Instant)) -> Report {
+pub(crate) async fn run(spec: Spec, on_window: impl FnOnce(Instant, Instant)) -> Report {
     let start = Instant::now() + spec.warmup;
     let window = Window {
         start,
@@ -209,10 +209,10 @@ pub async fn run(spec: Spec, on_window: impl FnOnce(Instant, Instant)) -> Report
     }
 }
 
-pub type Sender = http1::SendRequest<Full<Bytes>>;
+pub(crate) type Sender = http1::SendRequest<Full<Bytes>>;
 
 /// Open a keep-alive HTTP/1.1 connection.
-pub async fn connect(addr: SocketAddr) -> Result<Sender, String> {
+pub(crate) async fn connect(addr: SocketAddr) -> Result<Sender, String> {
     let tcp = tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(addr))
         .await
         .map_err(|_| "connect timed out".to_owned())?
@@ -341,7 +341,7 @@ async fn exchange(
 /// Follows a streamed body: when content first appears, the gaps between
 /// chunks after that, and whether it ended with the end-of-stream marker.
 #[derive(Default)]
-pub struct StreamWatch {
+pub(crate) struct StreamWatch {
     pub first_content: Option<Instant>,
     last_chunk: Option<Instant>,
     tail: Vec<u8>,
@@ -352,7 +352,7 @@ const TAIL: usize = 32;
 impl StreamWatch {
     /// A chunk arrived at `now`; returns the previous chunk's time once
     /// content has started (so the caller can record the gap).
-    pub fn on_chunk(&mut self, data: &[u8], now: Instant) -> Option<Instant> {
+    pub(crate) fn on_chunk(&mut self, data: &[u8], now: Instant) -> Option<Instant> {
         if self.first_content.is_none() {
             let found = if self.tail.is_empty() {
                 has_content(data)
@@ -384,7 +384,7 @@ impl StreamWatch {
     }
 
     /// The stream ended with `[DONE]` (OpenAI) or `message_stop` (Anthropic).
-    pub fn complete(&self) -> bool {
+    pub(crate) fn complete(&self) -> bool {
         let t = &self.tail[..];
         t.ends_with(b"data: [DONE]\n\n") || t.ends_with(b"{\"type\":\"message_stop\"}\n\n")
     }
@@ -392,7 +392,7 @@ impl StreamWatch {
 
 /// Whether a piece of an SSE body carries output text: a non-empty
 /// `"content":"…"` (OpenAI) or `"text":"…"` (Anthropic, completions).
-pub fn has_content(buf: &[u8]) -> bool {
+pub(crate) fn has_content(buf: &[u8]) -> bool {
     [&b"\"content\":\""[..], b"\"text\":\""].iter().any(|pat| {
         memmem::find_iter(buf, pat).any(|i| buf.get(i + pat.len()).is_some_and(|&c| c != b'"'))
     })
@@ -401,7 +401,7 @@ pub fn has_content(buf: &[u8]) -> bool {
 /// Hold `n` slow streams open at once until `stop` turns true; returns how
 /// many reached their first content chunk and how many failed. `ready` counts
 /// streams that are open and streaming.
-pub async fn hold(
+pub(crate) async fn hold(
     spec: Spec,
     ready: Arc<AtomicUsize>,
     stop: watch::Receiver<bool>,

@@ -5,6 +5,10 @@
 //! upstream with random faults and checks every byte and every measurement.
 //! Results are JSON lines and Markdown reports (see docs/BENCHMARKS.md and
 //! docs/RELIABILITY.md).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the bench driver measures wall time of whole runs itself"
+)]
 
 use std::net::SocketAddr;
 use std::process::ExitCode;

@@ -9,14 +9,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A process the suite started; stopped (by PID) when dropped.
-pub struct Proc {
+pub(crate) struct Proc {
     pub name: String,
     child: Child,
 }
 
 impl Proc {
     /// Start `cmd` with its output appended to `log`.
-    pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Proc, String> {
+    pub(crate) fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Proc, String> {
         let out = fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
         cmd.stdin(Stdio::null()).stdout(out).stderr(err);
@@ -29,25 +29,25 @@ impl Proc {
         })
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// The process and its direct children (nginx workers).
-    pub fn pids(&self) -> Vec<u32> {
+    pub(crate) fn pids(&self) -> Vec<u32> {
         let mut pids = vec![self.pid()];
         pids.extend(children(self.pid()));
         pids
     }
 
     /// Still running?
-    pub fn alive(&mut self) -> bool {
+    pub(crate) fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 
     /// SIGTERM by PID and wait up to `grace` for a clean exit; returns the
     /// exit status, or `None` when it had to be killed (or is gone already).
-    pub fn terminate(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
+    pub(crate) fn terminate(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
         if let Ok(Some(status)) = self.child.try_wait() {
             return Some(status);
         }
@@ -67,7 +67,7 @@ impl Proc {
     }
 
     /// SIGTERM by PID, then SIGKILL after `grace`.
-    pub fn stop(&mut self, grace: Duration) {
+    pub(crate) fn stop(&mut self, grace: Duration) {
         if !self.alive() {
             return;
         }
@@ -113,7 +113,7 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
 }
 
 /// Clock ticks per second for `/proc/PID/stat` times.
-pub fn clk_tck() -> f64 {
+pub(crate) fn clk_tck() -> f64 {
     Command::new("getconf")
         .arg("CLK_TCK")
         .output()
@@ -123,7 +123,7 @@ pub fn clk_tck() -> f64 {
 }
 
 /// User + system CPU time of `pids`, in clock ticks.
-pub fn cpu_ticks(pids: &[u32]) -> u64 {
+pub(crate) fn cpu_ticks(pids: &[u32]) -> u64 {
     pids.iter()
         .filter_map(|&p| {
             let f = stat_fields(p)?;
@@ -134,7 +134,7 @@ pub fn cpu_ticks(pids: &[u32]) -> u64 {
 }
 
 /// Sum of a `/proc/PID/status` field (`VmRSS`, `VmHWM`) over `pids`, in KiB.
-pub fn status_kib(pids: &[u32], field: &str) -> u64 {
+pub(crate) fn status_kib(pids: &[u32], field: &str) -> u64 {
     pids.iter()
         .filter_map(|&p| {
             let s = fs::read_to_string(format!("/proc/{p}/status")).ok()?;
@@ -145,20 +145,24 @@ pub fn status_kib(pids: &[u32], field: &str) -> u64 {
 }
 
 /// Reset the peak-RSS mark (`VmHWM`) of `pids` (Linux ≥ 4.0; needs to own them).
-pub fn reset_peak(pids: &[u32]) {
+pub(crate) fn reset_peak(pids: &[u32]) {
     for p in pids {
         let _ = fs::write(format!("/proc/{p}/clear_refs"), "5");
     }
 }
 
 /// A free port on 127.0.0.1 (released again, so there is a small race).
-pub fn free_port() -> Result<u16, String> {
+pub(crate) fn free_port() -> Result<u16, String> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     Ok(l.local_addr().map_err(|e| e.to_string())?.port())
 }
 
 /// Wait until something accepts on `addr`.
-pub fn wait_port(addr: SocketAddr, timeout: Duration, proc: &mut Proc) -> Result<(), String> {
+pub(crate) fn wait_port(
+    addr: SocketAddr,
+    timeout: Duration,
+    proc: &mut Proc,
+) -> Result<(), String> {
     let until = Instant::now() + timeout;
     loop {
         if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {

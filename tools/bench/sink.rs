@@ -18,21 +18,21 @@ use tokio::net::TcpListener;
 
 /// What the sink received.
 #[derive(Debug, Default)]
-pub struct Counts {
+pub(crate) struct Counts {
     pub requests: AtomicU64,
     pub bytes: AtomicU64,
 }
 
 /// Called with each export's path and body.
-pub type Hook = Arc<dyn Fn(&str, &[u8]) + Send + Sync>;
+pub(crate) type Hook = Arc<dyn Fn(&str, &[u8]) + Send + Sync>;
 
 /// Bind `addr` and serve in the background; returns the bound address.
-pub async fn start(addr: SocketAddr) -> std::io::Result<(SocketAddr, Arc<Counts>)> {
+pub(crate) async fn start(addr: SocketAddr) -> std::io::Result<(SocketAddr, Arc<Counts>)> {
     start_with(addr, Arc::new(|_: &str, _: &[u8]| {})).await
 }
 
 /// Like `start`, and hand every export to `hook` before answering it.
-pub async fn start_with(
+pub(crate) async fn start_with(
     addr: SocketAddr,
     hook: Hook,
 ) -> std::io::Result<(SocketAddr, Arc<Counts>)> {

@@ -32,7 +32,7 @@ use spans::Spans;
 
 /// `tokentap-bench soak` flags.
 #[derive(Debug, Clone, clap::Args)]
-pub struct SoakArgs {
+pub(crate) struct SoakArgs {
     /// How long to drive load (e.g. 30m, 2m, 20s)
     #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
     pub duration: Duration,
@@ -79,7 +79,7 @@ struct Rss {
     drained: u64,
 }
 
-pub async fn run(args: SoakArgs) -> Result<(), String> {
+pub(crate) async fn run(args: SoakArgs) -> Result<(), String> {
     let tokentap = targets::tokentap_bin(args.bin_dir.as_deref())?;
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -24,7 +24,7 @@ use crate::targets::{self, Binaries, Class, Kind, Target, Upstreams};
 
 /// `tokentap-bench suite` flags.
 #[derive(Debug, Clone, clap::Args)]
-pub struct SuiteArgs {
+pub(crate) struct SuiteArgs {
     /// CI smoke: 1 round of 1 s runs, fewer workloads, 200 held streams
     #[arg(long)]
     pub quick: bool,
@@ -57,7 +57,7 @@ pub struct SuiteArgs {
 
 /// One load pattern.
 #[derive(Debug, Clone, Copy)]
-pub struct Workload {
+pub(crate) struct Workload {
     pub name: &'static str,
     pub class: Class,
     pub api: Api,
@@ -84,7 +84,7 @@ const fn w(
 }
 
 /// Every workload, in run order.
-pub const WORKLOADS: [Workload; 7] = [
+pub(crate) const WORKLOADS: [Workload; 7] = [
     w("nonstream_c16", Class::Fast, false, 16, None),
     w("nonstream_c64", Class::Fast, false, 64, None),
     w("stream_c64", Class::Fast, true, 64, None),
@@ -102,7 +102,7 @@ const QUICK_WORKLOADS: [&str; 4] = ["nonstream_c16", "stream_c64", "stream_c1", 
 
 /// One run's record (a line of runs.jsonl).
 #[derive(Debug, Clone, Serialize)]
-pub struct Run {
+pub(crate) struct Run {
     pub round: usize,
     pub workload: &'static str,
     pub target: &'static str,
@@ -117,7 +117,7 @@ pub struct Run {
 
 /// The memory scenario's record.
 #[derive(Debug, Clone, Serialize)]
-pub struct Memory {
+pub(crate) struct Memory {
     pub target: &'static str,
     pub streams: usize,
     pub established: usize,
@@ -142,7 +142,7 @@ struct Plan {
     dir: PathBuf,
 }
 
-pub async fn run(args: SuiteArgs) -> Result<(), String> {
+pub(crate) async fn run(args: SuiteArgs) -> Result<(), String> {
     let bins = Binaries::find(targets::tokentap_bin(args.bin_dir.as_deref())?);
     let mut plan = plan(&args, &bins)?;
     std::fs::create_dir_all(&plan.dir).map_err(|e| format!("{}: {e}", plan.dir.display()))?;

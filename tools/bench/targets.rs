@@ -13,7 +13,7 @@ use crate::procs::{Proc, free_port, wait_port};
 
 /// The simulated upstreams, by route prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Class {
+pub(crate) enum Class {
     /// No TTFT, tokens as fast as possible.
     Fast,
     /// No TTFT, 100 tokens/s (10 ms per token).
@@ -22,10 +22,10 @@ pub enum Class {
     Slow,
 }
 
-pub const CLASSES: [Class; 3] = [Class::Fast, Class::Paced, Class::Slow];
+pub(crate) const CLASSES: [Class; 3] = [Class::Fast, Class::Paced, Class::Slow];
 
 impl Class {
-    pub fn prefix(self) -> &'static str {
+    pub(crate) fn prefix(self) -> &'static str {
         match self {
             Class::Fast => "/fast",
             Class::Paced => "/paced",
@@ -58,14 +58,14 @@ impl Class {
 }
 
 /// The simulators, one per class.
-pub struct Upstreams {
+pub(crate) struct Upstreams {
     /// Held so that dropping `Upstreams` stops them.
     _procs: Vec<Proc>,
     pub ports: [u16; 3],
 }
 
 impl Upstreams {
-    pub fn start(tokentap: &Path, dir: &Path) -> Result<Upstreams, String> {
+    pub(crate) fn start(tokentap: &Path, dir: &Path) -> Result<Upstreams, String> {
         let mut procs = Vec::new();
         let mut ports = [0; 3];
         for (i, class) in CLASSES.iter().enumerate() {
@@ -85,18 +85,18 @@ impl Upstreams {
         })
     }
 
-    pub fn port(&self, class: Class) -> u16 {
+    pub(crate) fn port(&self, class: Class) -> u16 {
         self.ports[CLASSES.iter().position(|c| *c == class).unwrap_or(0)]
     }
 }
 
-pub fn addr(port: u16) -> SocketAddr {
+pub(crate) fn addr(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
 /// Which system a run goes through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Direct,
     Nginx,
     Envoy,
@@ -107,7 +107,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Direct => "direct",
             Kind::Nginx => "nginx",
@@ -117,7 +117,7 @@ impl Kind {
         }
     }
 
-    pub fn parse(s: &str) -> Option<Kind> {
+    pub(crate) fn parse(s: &str) -> Option<Kind> {
         [
             Kind::Direct,
             Kind::Nginx,
@@ -131,7 +131,7 @@ impl Kind {
 }
 
 /// A running target: where to send each class's requests.
-pub struct Target {
+pub(crate) struct Target {
     pub kind: Kind,
     pub proc: Option<Proc>,
     port: Option<u16>,
@@ -140,7 +140,7 @@ pub struct Target {
 
 impl Target {
     /// The address serving `class`.
-    pub fn addr(&self, class: Class) -> SocketAddr {
+    pub(crate) fn addr(&self, class: Class) -> SocketAddr {
         match self.port {
             Some(p) => addr(p),
             None => addr(self.sim_ports[CLASSES.iter().position(|c| *c == class).unwrap_or(0)]),
@@ -148,20 +148,20 @@ impl Target {
     }
 
     /// PIDs whose CPU and memory count as the proxy's (none for direct).
-    pub fn pids(&self) -> Vec<u32> {
+    pub(crate) fn pids(&self) -> Vec<u32> {
         self.proc.as_ref().map_or_else(Vec::new, Proc::pids)
     }
 }
 
 /// Where the external proxies' binaries are, when installed.
-pub struct Binaries {
+pub(crate) struct Binaries {
     pub tokentap: PathBuf,
     pub nginx: Option<PathBuf>,
     pub envoy: Option<PathBuf>,
 }
 
 impl Binaries {
-    pub fn find(tokentap: PathBuf) -> Binaries {
+    pub(crate) fn find(tokentap: PathBuf) -> Binaries {
         let nginx = std::env::var_os("NGINX_BIN")
             .map(PathBuf::from)
             .or_else(|| which("nginx"))
@@ -187,7 +187,7 @@ impl Binaries {
 }
 
 /// The `tokentap` binary in `bin_dir` (default: beside this binary).
-pub fn tokentap_bin(bin_dir: Option<&Path>) -> Result<PathBuf, String> {
+pub(crate) fn tokentap_bin(bin_dir: Option<&Path>) -> Result<PathBuf, String> {
     let dir = bin_dir.map_or_else(
         || {
             std::env::current_exe()
@@ -206,7 +206,7 @@ pub fn tokentap_bin(bin_dir: Option<&Path>) -> Result<PathBuf, String> {
 
 /// `tokentap --config CONF`, with no `OTEL_*` or `TOKENTAP_*` variable
 /// from this environment (they would change the configuration under test).
-pub fn tokentap_command(bin: &Path, conf: &Path) -> Command {
+pub(crate) fn tokentap_command(bin: &Path, conf: &Path) -> Command {
     let mut cmd = Command::new(bin);
     cmd.arg("--config").arg(conf);
     for (k, _) in std::env::vars_os() {
@@ -228,7 +228,7 @@ fn which(name: &str) -> Option<PathBuf> {
 }
 
 /// Start `kind` in front of `ups`, with scratch files under `dir`.
-pub fn start(
+pub(crate) fn start(
     kind: Kind,
     bins: &Binaries,
     ups: &Upstreams,

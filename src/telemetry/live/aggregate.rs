@@ -23,7 +23,7 @@ const MAX_OPEN: usize = 65_536;
 /// One series' figures in one time bucket. Shared between the aggregator and
 /// published snapshots; the aggregator copies it on write.
 #[derive(Debug, Clone, Default)]
-pub struct Bucket {
+pub(super) struct Bucket {
     /// Absolute bucket number since the aggregator's epoch.
     index: u64,
     requests: u64,
@@ -396,12 +396,15 @@ pub struct WindowStats {
     pub series: usize,
     /// Time the window actually covers (shorter than asked right after start).
     pub span: Duration,
+    /// Requests that finished in the window.
     pub requests: u64,
     /// Outcomes `upstream_error`, `upstream_timeout` and `malformed`.
     pub errors: u64,
     /// Outcome `client_cancelled` (not errors).
     pub cancelled: u64,
+    /// Input tokens summed over the window.
     pub tokens_in: u64,
+    /// Output tokens summed over the window.
     pub tokens_out: u64,
     /// Time to first token, seconds.
     pub ttft: Distribution,
@@ -493,6 +496,10 @@ pub struct Snapshot {
 impl Snapshot {
     /// The snapshot before the first tick.
     pub fn empty(cfg: &LiveConfig) -> Snapshot {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "origin of the live-statistics bucket clock; request timings come from meter"
+        )]
         let clock = Clock::new(cfg, Instant::now());
         Snapshot {
             generated_at_ms: 0,
@@ -539,6 +546,7 @@ impl Snapshot {
 /// One dashboard row: a series over the last `stats_window_s`.
 #[derive(Debug, Clone, Serialize)]
 pub struct SeriesSummary {
+    /// The series this row describes (flattened into the row).
     #[serde(flatten)]
     pub key: SeriesKey,
     /// Requests in flight now.
@@ -547,13 +555,21 @@ pub struct SeriesSummary {
     pub rps: f64,
     /// errors / requests (`null` without requests).
     pub error_ratio: Option<f64>,
+    /// Requests that finished in the last `stats_window_s`.
     pub requests: u64,
+    /// Of those, the ones that ended in an error outcome.
     pub errors: u64,
+    /// Of those, the ones the client cancelled.
     pub cancelled: u64,
+    /// Median time to first token (s).
     pub ttft_p50_s: Option<f64>,
+    /// 95th percentile time to first token (s).
     pub ttft_p95_s: Option<f64>,
+    /// Median decode rate (tokens/s).
     pub tps_p50: Option<f64>,
+    /// 5th percentile decode rate, the slow tail (tokens/s).
     pub tps_p5: Option<f64>,
+    /// Largest stall between content chunks (s).
     pub max_stall_s: Option<f64>,
     /// Totals over the whole window.
     pub window: WindowTotals,
@@ -562,9 +578,13 @@ pub struct SeriesSummary {
 /// Counts over the whole rolling window.
 #[derive(Debug, Clone, Serialize)]
 pub struct WindowTotals {
+    /// Requests over the whole window.
     pub requests: u64,
+    /// Error outcomes over the whole window.
     pub errors: u64,
+    /// Input tokens over the whole window.
     pub tokens_in: u64,
+    /// Output tokens over the whole window.
     pub tokens_out: u64,
 }
 
@@ -598,8 +618,10 @@ impl SeriesSummary {
 /// One model's figures per bucket, oldest first.
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelTimeline {
+    /// Requested model (capped); `null` when requests named none.
     #[serde(serialize_with = "ser_opt_str")]
     pub model: Option<Arc<str>>,
+    /// The model's buckets, oldest first.
     pub points: Vec<TimelinePoint>,
 }
 
@@ -608,10 +630,15 @@ pub struct ModelTimeline {
 pub struct TimelinePoint {
     /// Bucket start, Unix milliseconds.
     pub t_ms: u64,
+    /// Requests per second in the bucket.
     pub rps: f64,
+    /// Median time to first token in the bucket (s).
     pub ttft_p50_s: Option<f64>,
+    /// Median decode rate in the bucket (tokens/s).
     pub tps_p50: Option<f64>,
+    /// Requests that finished in the bucket.
     pub requests: u64,
+    /// Of those, the ones that ended in an error outcome.
     pub errors: u64,
 }
 
@@ -620,27 +647,41 @@ pub struct TimelinePoint {
 pub struct RecentRequest {
     /// End of the request, Unix milliseconds.
     pub at_ms: u64,
+    /// Configured route name.
     #[serde(serialize_with = "ser_str")]
     pub route: Arc<str>,
+    /// Requested model (capped), when the request named one.
     #[serde(serialize_with = "ser_opt_str")]
     pub model: Option<Arc<str>>,
+    /// Model the response named (capped), when it named one.
     #[serde(serialize_with = "ser_opt_str")]
     pub response_model: Option<Arc<str>>,
+    /// Tenant (capped), when one was resolved.
     #[serde(serialize_with = "ser_opt_str")]
     pub tenant: Option<Arc<str>>,
     /// `complete`, `client_cancelled`, `upstream_error`, `upstream_timeout`
     /// or `malformed`.
     pub outcome: &'static str,
+    /// HTTP status sent to the client.
     pub status: u16,
+    /// `error.type` (capped), when the outcome is not `complete`.
     #[serde(serialize_with = "ser_opt_str")]
     pub error_type: Option<Arc<str>>,
+    /// Time to first token (s).
     pub ttft_s: Option<f64>,
+    /// Decode rate (tokens/s).
     pub tps: Option<f64>,
+    /// Largest gap between content chunks (s).
     pub max_stall_s: Option<f64>,
+    /// Input tokens, when known.
     pub tokens_in: Option<u64>,
+    /// Output tokens, when known.
     pub tokens_out: Option<u64>,
+    /// Token counts are estimates, not provider-reported.
     pub estimated: bool,
+    /// Request duration, t_end − t_req (s).
     pub duration_s: f64,
+    /// Trace id of the request's span; `None` when the span has no valid context.
     #[serde(serialize_with = "ser_trace_id")]
     pub trace_id: Option<TraceId>,
 }

@@ -11,7 +11,7 @@ const GAMMA: f64 = 1.1;
 /// Lower edge of bin 0; smaller values (and zero) land in bin 0.
 const MIN: f64 = 1e-3;
 /// Bins from `MIN` to 1e6 (9 decades); larger values land in the last bin.
-pub const BINS: usize = 218;
+pub(super) const BINS: usize = 218;
 
 /// Largest relative error of a reported quantile (half a bin, geometric).
 pub const RELATIVE_ERROR: f64 = 0.049;

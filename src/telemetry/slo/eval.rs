@@ -59,11 +59,14 @@ impl Objective {
 /// A breach starts or ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
+    /// The objective went from met to breached.
     Breach,
+    /// The objective went from breached to met.
     Recovery,
 }
 
 impl Change {
+    /// `breach` or `recovery`, as webhooks and logs spell it.
     pub fn as_str(self) -> &'static str {
         match self {
             Change::Breach => "breach",
@@ -75,8 +78,11 @@ impl Change {
 /// One objective of one group changing state.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transition {
+    /// Whether the objective became breached or met.
     pub change: Change,
+    /// Name of the SLO.
     pub slo: Arc<str>,
+    /// The objective that changed state.
     pub objective: Objective,
     /// The SLO's route; `None` = every route.
     pub route: Option<Arc<str>>,
@@ -89,6 +95,7 @@ pub struct Transition {
     pub threshold: f64,
     /// `decode_tps_drop` only: the p50 over the baseline window.
     pub baseline: Option<f64>,
+    /// Window the observed value covers.
     pub window: Duration,
     /// `decode_tps_drop` only.
     pub baseline_window: Option<Duration>,
@@ -99,7 +106,9 @@ pub struct Transition {
 /// A compiled `[[slo]]`.
 #[derive(Debug, Clone)]
 pub struct Rule {
+    /// Name of the SLO.
     pub name: Arc<str>,
+    /// The route the SLO applies to; `None` = every route.
     pub route: Option<Arc<str>>,
     /// Model glob.
     model: Option<String>,
@@ -111,6 +120,7 @@ pub struct Rule {
 }
 
 impl Rule {
+    /// Compile a validated `[[slo]]` entry.
     pub fn new(c: &SloConfig) -> Rule {
         let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
         let checks = [
@@ -189,6 +199,7 @@ pub struct Evaluator {
 }
 
 impl Evaluator {
+    /// An evaluator for `slos`, with nothing breached yet.
     pub fn new(slos: &[SloConfig]) -> Evaluator {
         Evaluator {
             rules: slos.iter().map(Rule::new).collect(),
@@ -196,6 +207,7 @@ impl Evaluator {
         }
     }
 
+    /// The compiled rules, in config order.
     pub fn rules(&self) -> &[Rule] {
         &self.rules
     }
@@ -276,6 +288,7 @@ impl Evaluator {
 /// A breached SLO group as requests are matched against it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mark {
+    /// Name of the breached SLO.
     pub slo: Arc<str>,
     /// `None` = every route.
     pub route: Option<Arc<str>>,
@@ -284,6 +297,7 @@ pub struct Mark {
 }
 
 impl Mark {
+    /// Whether a request on `route` for `model` falls in this group.
     pub fn matches(&self, route: &str, model: Option<&str>) -> bool {
         self.route.as_deref().is_none_or(|r| r == route)
             && self.model.as_deref().is_none_or(|m| Some(m) == model)

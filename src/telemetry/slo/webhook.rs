@@ -32,20 +32,26 @@ const MAX_DELAY: Duration = Duration::from_secs(60);
 pub struct Event {
     /// `breach` or `recovery`.
     pub event: &'static str,
+    /// Name of the SLO.
     pub slo: String,
+    /// The objective that changed state (`ttft_p95`, ...).
     pub objective: &'static str,
     /// The SLO's route; `null` = every route.
     pub route: Option<String>,
     /// The concrete model; `null` = the SLO names no model (whole selection).
     pub model: Option<String>,
+    /// Observed value over the window, in `unit`.
     pub observed: f64,
+    /// The objective's limit, in `unit`.
     pub threshold: f64,
     /// `decode_tps_drop` only: p50 over the baseline window.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub baseline: Option<f64>,
     /// `s`, `tokens/s` or `ratio`.
     pub unit: &'static str,
+    /// Window the observed value covers (s).
     pub window_s: f64,
+    /// `decode_tps_drop` only: the baseline window (s).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub baseline_window_s: Option<f64>,
     /// RFC 3339, UTC.
@@ -164,7 +170,7 @@ fn count(results: &Counter<u64>, result: &'static str) {
 }
 
 /// `tokentap.slo.webhook.events`, by result.
-pub fn results_counter(meter: &Meter) -> Counter<u64> {
+pub(super) fn results_counter(meter: &Meter) -> Counter<u64> {
     meter
         .u64_counter(M_SLO_WEBHOOK)
         .with_unit("{event}")
@@ -176,7 +182,7 @@ pub fn results_counter(meter: &Meter) -> Counter<u64> {
 
 /// Start the sender task on `rt`; `None` when the client cannot be built
 /// (logged).
-pub fn start(
+pub(super) fn start(
     cfg: &AlertsConfig,
     results: Counter<u64>,
     rt: &tokio::runtime::Handle,
@@ -197,7 +203,9 @@ pub fn start(
 /// of `min(cap, base · 2ⁿ)`.
 #[derive(Debug, Clone, Copy)]
 pub struct Backoff {
+    /// Longest wait before the first retry.
     pub base: Duration,
+    /// Longest wait before any retry.
     pub cap: Duration,
 }
 
@@ -211,6 +219,7 @@ impl Default for Backoff {
 }
 
 impl Backoff {
+    /// Jittered wait before retry `retry`, as described on the type.
     pub fn delay(&self, retry: u32) -> Duration {
         let full = self.base.saturating_mul(1 << retry.min(16)).min(self.cap);
         let half = full / 2;
@@ -363,6 +372,7 @@ pub enum Offer {
 }
 
 impl Limiter {
+    /// A limiter letting one event per SLO through every `min_interval`.
     pub fn new(min_interval: Duration) -> Limiter {
         Limiter {
             min_interval,
@@ -419,7 +429,11 @@ impl Limiter {
 
 /// The sender task: ends when every `Notifier` is gone (held events are
 /// then dropped).
-pub async fn run(
+#[allow(
+    clippy::disallowed_methods,
+    reason = "webhook rate limiting per SLO, not a measurement"
+)]
+pub(super) async fn run(
     hook: Webhook,
     mut rx: mpsc::Receiver<Event>,
     min_interval: Duration,

@@ -20,11 +20,11 @@ use super::upstream::SEQ_HEADER;
 use crate::load::{self, Api, Sender};
 
 /// Longest a request may take before the client gives up on it.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// What the client saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Seen {
+pub(super) enum Seen {
     /// Status and every body byte as the upstream sent them.
     Complete,
     /// The client left as scripted; the bytes before were right.
@@ -46,7 +46,7 @@ pub enum Seen {
 }
 
 impl Seen {
-    pub fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Seen::Complete => "complete",
             Seen::Cancelled => "cancelled",
@@ -60,7 +60,7 @@ impl Seen {
     }
 
     /// A result the script allows.
-    pub fn ok(self) -> bool {
+    pub(super) fn ok(self) -> bool {
         matches!(
             self,
             Seen::Complete | Seen::Cancelled | Seen::Aborted | Seen::ProxyError
@@ -70,7 +70,7 @@ impl Seen {
 
 /// One request as the client saw it.
 #[derive(Debug, Clone, Copy)]
-pub struct Record {
+pub(super) struct Record {
     pub seq: u64,
     pub kind: Kind,
     pub seen: Seen,
@@ -78,7 +78,7 @@ pub struct Record {
 
 /// State shared by the connections and the reporter.
 #[derive(Default)]
-pub struct Shared {
+pub(super) struct Shared {
     pub seed: u64,
     /// High half of every trace id, so tokentap's spans map back to requests.
     pub nonce: u64,
@@ -95,7 +95,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(seed: u64, nonce: u64) -> Arc<Shared> {
+    pub(super) fn new(seed: u64, nonce: u64) -> Arc<Shared> {
         Arc::new(Shared {
             seed,
             nonce,
@@ -112,7 +112,7 @@ impl Shared {
     }
 
     /// Records so far, counted by kind and result.
-    pub fn counts(&self) -> BTreeMap<(Kind, Seen), u64> {
+    pub(super) fn counts(&self) -> BTreeMap<(Kind, Seen), u64> {
         let mut out = BTreeMap::new();
         if let Ok(r) = self.records.lock() {
             for rec in r.iter() {
@@ -124,7 +124,12 @@ impl Shared {
 }
 
 /// Drive `concurrency` connections to `addr` until `shared.stop` is set.
-pub async fn run(addr: SocketAddr, prefix: &'static str, concurrency: usize, shared: Arc<Shared>) {
+pub(super) async fn run(
+    addr: SocketAddr,
+    prefix: &'static str,
+    concurrency: usize,
+    shared: Arc<Shared>,
+) {
     let mut tasks = Vec::with_capacity(concurrency);
     for _ in 0..concurrency {
         let shared = shared.clone();

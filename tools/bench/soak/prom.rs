@@ -13,7 +13,7 @@ use crate::load;
 
 /// One scrape's figures.
 #[derive(Debug, Default, Clone)]
-pub struct Scrape {
+pub(super) struct Scrape {
     /// (outcome, error.type or "") → count.
     pub requests: BTreeMap<(String, String), u64>,
     pub dropped_spans: u64,
@@ -22,13 +22,13 @@ pub struct Scrape {
 }
 
 impl Scrape {
-    pub fn total(&self) -> u64 {
+    pub(super) fn total(&self) -> u64 {
         self.requests.values().sum()
     }
 }
 
 /// GET `/metrics` from the admin listener at `addr`.
-pub async fn scrape(addr: SocketAddr) -> Result<Scrape, String> {
+pub(super) async fn scrape(addr: SocketAddr) -> Result<Scrape, String> {
     let mut sender = load::connect(addr).await?;
     let req = Request::get("/metrics")
         .header(header::HOST, addr.to_string())

@@ -13,11 +13,11 @@ use bytes::Bytes;
 use crate::load::Api;
 
 /// tokentap's `upstream.idle_timeout` in the soak's configuration.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
+pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// What happens to one request. Weights are percentages of all requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Kind {
+pub(super) enum Kind {
     /// A normal stream (OpenAI with usage, or Anthropic).
     Stream,
     /// A normal non-streaming JSON answer.
@@ -57,7 +57,7 @@ const WEIGHTS: [(Kind, u32); 11] = [
 ];
 
 impl Kind {
-    pub fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Kind::Stream => "stream",
             Kind::Whole => "whole",
@@ -74,7 +74,7 @@ impl Kind {
     }
 
     /// The `tokentap.outcome` the request must be measured with.
-    pub fn outcome(self) -> &'static str {
+    pub(super) fn outcome(self) -> &'static str {
         match self {
             Kind::Stream | Kind::Whole | Kind::SlowTtft => "complete",
             Kind::Malformed => "malformed",
@@ -89,7 +89,7 @@ impl Kind {
 
 /// How the upstream ends the response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
+pub(super) enum End {
     /// The body ends normally.
     Eos,
     /// The connection is dropped after the last piece.
@@ -102,7 +102,7 @@ pub enum End {
 
 /// What the client does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Client {
+pub(super) enum Client {
     /// Read the whole response.
     Read,
     /// Drop the response once this many body bytes have arrived.
@@ -113,7 +113,7 @@ pub enum Client {
 
 /// One request's whole exchange.
 #[derive(Debug, Clone)]
-pub struct Exchange {
+pub(super) struct Exchange {
     pub seq: u64,
     pub kind: Kind,
     pub api: Api,
@@ -133,7 +133,7 @@ pub struct Exchange {
 
 impl Exchange {
     /// The body bytes the upstream sends, in order.
-    pub fn body(&self) -> Vec<u8> {
+    pub(super) fn body(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.pieces.iter().map(|p| p.1.len()).sum());
         for (_, p) in &self.pieces {
             out.extend_from_slice(p);
@@ -167,7 +167,7 @@ const OPENAI_MODEL: &str = "gpt-4o-mini-2024-07-18";
 const ANTHROPIC_MODEL: &str = "claude-sonnet-4-20250514";
 
 /// The exchange for request `seq` of the run seeded with `seed`.
-pub fn exchange(seed: u64, seq: u64) -> Exchange {
+pub(super) fn exchange(seed: u64, seq: u64) -> Exchange {
     let mut rng = fastrand::Rng::with_seed(seed ^ seq.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let kind = pick_kind(&mut rng);
     let api = if rng.bool() { Api::Chat } else { Api::Messages };

@@ -10,14 +10,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One exported span's verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Measured {
+pub(super) struct Measured {
     pub outcome: String,
     pub error_type: Option<String>,
 }
 
 /// Everything the receiver got.
 #[derive(Debug, Default)]
-pub struct Spans {
+pub(super) struct Spans {
     nonce: u64,
     pub by_seq: Mutex<HashMap<u64, Vec<Measured>>>,
     pub total: AtomicU64,
@@ -29,7 +29,7 @@ pub struct Spans {
 }
 
 impl Spans {
-    pub fn new(nonce: u64) -> Spans {
+    pub(super) fn new(nonce: u64) -> Spans {
         Spans {
             nonce,
             ..Spans::default()
@@ -37,7 +37,7 @@ impl Spans {
     }
 
     /// Take one export request (`path` is the HTTP path).
-    pub fn on_export(&self, path: &str, body: &[u8]) {
+    pub(super) fn on_export(&self, path: &str, body: &[u8]) {
         if path.ends_with("/v1/metrics") {
             self.metric_exports.fetch_add(1, Ordering::Relaxed);
             return;

@@ -25,18 +25,18 @@ use tokio::time::Sleep;
 use super::script::{End, Exchange, exchange};
 
 /// The request header naming the exchange.
-pub const SEQ_HEADER: &str = "x-soak-seq";
+pub(super) const SEQ_HEADER: &str = "x-soak-seq";
 
 /// What the upstream saw.
 #[derive(Debug, Default)]
-pub struct Served {
+pub(super) struct Served {
     pub requests: AtomicU64,
     /// Requests without a usable `x-soak-seq` (answered 400).
     pub unknown: AtomicU64,
 }
 
 /// Serve the exchanges of the run seeded with `seed` on 127.0.0.1.
-pub async fn start(seed: u64) -> std::io::Result<(SocketAddr, Arc<Served>)> {
+pub(super) async fn start(seed: u64) -> std::io::Result<(SocketAddr, Arc<Served>)> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let served = Arc::new(Served::default());
@@ -102,7 +102,7 @@ async fn answer(
 }
 
 /// A scripted body: pieces after their delays, then the scripted end.
-pub struct Scripted {
+pub(super) struct Scripted {
     pieces: std::vec::IntoIter<(Duration, Bytes)>,
     next: Option<Bytes>,
     end: End,
