@@ -92,13 +92,22 @@ fn ident(s: &str) -> &str {
     &s[..end]
 }
 
+/// `text` with every `//` comment (doc comments included) cut off: a path
+/// named in prose is not a dependency.
+fn without_comments(text: &str) -> String {
+    text.lines()
+        .map(|l| l.find("//").map_or(l, |i| &l[..i]))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Edges `from → to` with one file that makes each.
 fn edges(mods: &BTreeMap<String, Vec<PathBuf>>) -> BTreeMap<(String, String), PathBuf> {
     let mut out = BTreeMap::new();
     for (name, files) in mods {
         for file in files {
             let text = fs::read_to_string(file).expect("read source");
-            for target in crate_paths(&text) {
+            for target in crate_paths(&without_comments(&text)) {
                 if &target != name && mods.contains_key(&target) {
                     out.entry((name.clone(), target))
                         .or_insert_with(|| file.clone());
@@ -207,6 +216,8 @@ fn top_level_modules_have_no_cycle() {
 fn the_reader_sees_grouped_and_nested_paths() {
     let text = "use crate::{config::{self, Cli}, meter};\nlet x = crate::telemetry::X;\n$crate::no";
     assert_eq!(crate_paths(text), ["config", "meter", "telemetry"]);
+    let prose = "/// see `crate::cli`\nuse crate::meter; // not crate::app";
+    assert_eq!(crate_paths(&without_comments(prose)), ["meter"]);
 }
 
 #[test]

@@ -651,3 +651,86 @@ async fn handshake_flood_keeps_memory_bounded_and_logs_no_secret() {
         assert!(!out.contains(line), "key material must not be logged");
     }
 }
+
+/// A plain WebSocket upstream on 127.0.0.1 that echoes data messages.
+async fn ws_echo_upstream() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                use futures_util::{SinkExt, StreamExt};
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                while let Some(Ok(msg)) = ws.next().await {
+                    let data = msg.is_text() || msg.is_binary();
+                    if data && ws.send(msg).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn websocket_over_tls_is_relayed_unchanged() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::handshake::client::generate_key;
+
+    let (ca, dir) = (TestCa::new(), Scratch::new("tls-wss"));
+    let (cert, key, _) = write_leaf(&dir, &ca, "server", &["localhost", "127.0.0.1"]);
+    let up = ws_echo_upstream().await;
+    let toml = tls_toml(&up, &cert, &key).set("server", "shutdown_grace", &q("1s"));
+    let proxy = InProc::start(&toml).await;
+    let tls = within(
+        STEP_TIMEOUT,
+        "TLS handshake",
+        connect(proxy.addr, &ca, "localhost", b"http/1.1", None),
+    )
+    .await
+    .expect("TLS handshake with the proxy");
+    let host = format!("localhost:{}", proxy.addr.port());
+    let req = http::Request::get(format!("wss://{host}/v1/realtime?model=gpt-realtime"))
+        .header("host", &host)
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", generate_key())
+        .body(())
+        .unwrap();
+    let (mut ws, res) = within(
+        STEP_TIMEOUT,
+        "WebSocket handshake over TLS",
+        tokio_tungstenite::client_async(req, tls),
+    )
+    .await
+    .expect("the upgrade over TLS succeeds");
+    assert_eq!(
+        res.status(),
+        101,
+        "the upstream's 101 reaches the wss client"
+    );
+    for msg in [
+        Message::text("hello over wss"),
+        Message::binary(vec![0u8, 1, 2, 255]),
+    ] {
+        ws.send(msg.clone()).await.unwrap();
+        let back = within(STEP_TIMEOUT, "the echo", ws.next())
+            .await
+            .expect("an answer")
+            .expect("a message");
+        assert_eq!(back, msg, "relayed unchanged both ways over TLS");
+    }
+    // The close handshake completes through the proxy too.
+    ws.close(None).await.unwrap();
+    within(STEP_TIMEOUT, "the close handshake", async {
+        while let Some(Ok(_)) = ws.next().await {}
+    })
+    .await;
+    drop(ws);
+    proxy.shutdown().await;
+}
