@@ -170,24 +170,8 @@ where
                     .await
                     .map_err(|e| e.to_string()),
                 Ok(Ok(false)) => {
-                    // With upgrades (WebSocket), which hyper-util's graceful
-                    // watcher cannot hold: the drain flag asks it to finish.
-                    let stream = Screened::new(stream, tracker);
-                    let conn = h1.serve_connection(TokioIo::new(stream), svc);
-                    let mut conn = std::pin::pin!(conn.with_upgrades());
                     drop(watcher);
-                    let before_drain = tokio::select! {
-                        ended = conn.as_mut() => Some(ended),
-                        _ = draining.wait_for(|d| *d) => None,
-                    };
-                    let ended = match before_drain {
-                        Some(ended) => ended,
-                        None => {
-                            conn.as_mut().graceful_shutdown();
-                            conn.await
-                        }
-                    };
-                    ended.map_err(|e| e.to_string())
+                    serve_h1(&h1, Screened::new(stream, tracker), svc, draining).await
                 }
             };
             if let Err(e) = ended {
@@ -257,24 +241,9 @@ where
                     .await
                     .map_err(|e| e.to_string())
             } else {
-                // With upgrades (WebSocket over TLS, `wss`), as plaintext
-                // HTTP/1 is served: the drain flag asks it to finish.
-                let stream = Screened::new(stream, tracker);
-                let conn = h1.serve_connection(TokioIo::new(stream), svc);
-                let mut conn = std::pin::pin!(conn.with_upgrades());
+                // WebSocket over TLS (`wss`) too, as plaintext HTTP/1 is served.
                 drop(watcher);
-                let before_drain = tokio::select! {
-                    ended = conn.as_mut() => Some(ended),
-                    _ = draining.wait_for(|d| *d) => None,
-                };
-                let ended = match before_drain {
-                    Some(ended) => ended,
-                    None => {
-                        conn.as_mut().graceful_shutdown();
-                        conn.await
-                    }
-                };
-                ended.map_err(|e| e.to_string())
+                serve_h1(&h1, Screened::new(stream, tracker), svc, draining).await
             };
             if let Err(e) = ended {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
@@ -526,6 +495,38 @@ impl Drop for Shards {
         }
         let _ = self.exit.send(true);
     }
+}
+
+/// Serve HTTP/1 on `stream` with upgrades (WebSocket), which hyper-util's
+/// graceful watcher cannot hold: the drain flag asks the connection to
+/// finish its request instead.
+async fn serve_h1<S, Svc, B>(
+    h1: &http1::Builder,
+    stream: S,
+    svc: Svc,
+    mut draining: watch::Receiver<bool>,
+) -> Result<(), String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    Svc: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>,
+    Svc::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let conn = h1.serve_connection(TokioIo::new(stream), svc);
+    let mut conn = std::pin::pin!(conn.with_upgrades());
+    let before_drain = tokio::select! {
+        ended = conn.as_mut() => Some(ended),
+        _ = draining.wait_for(|d| *d) => None,
+    };
+    let ended = match before_drain {
+        Some(ended) => ended,
+        None => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    ended.map_err(|e| e.to_string())
 }
 
 /// `handle` behind `screen`: refused requests are answered here and never
