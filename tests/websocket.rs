@@ -2,7 +2,10 @@
 //! 127.0.0.1 (tokio-tungstenite), tokentap in process, and raw clients.
 //! Every frame is compared both ways; close codes, subprotocol, handshake
 //! headers, a non-101 answer, a 5 MB message, 100 sessions at once, the
-//! session cap and shutdown's close 1001 are checked.
+//! session cap and shutdown's close 1001 are checked; so are hostile inputs
+//! (a message over `max_message_bytes`, a handshake head that never ends, a
+//! reserved opcode from the upstream) and the session count on `/readyz`
+//! and `/api/live`.
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 #![allow(clippy::result_large_err)] // tungstenite's handshake callback type
 

@@ -40,8 +40,7 @@ pub(super) fn page() -> Response<Full<Bytes>> {
 struct LiveJson<'a> {
     #[serde(flatten)]
     snapshot: &'a Snapshot,
-    /// WebSocket sessions relayed now (sessions are not requests: the
-    /// snapshot's figures do not count them).
+    /// WebSocket sessions relayed now, read when the JSON is served.
     websocket_sessions: usize,
 }
 
