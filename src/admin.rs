@@ -27,6 +27,7 @@ use crate::server;
 use crate::server::tls::Tls;
 use crate::telemetry::Telemetry;
 use crate::telemetry::prometheus::Format;
+use crate::websocket::Sessions;
 
 /// Admin connections served at once (scrapers, probes, a few browsers).
 const MAX_CONNECTIONS: usize = 64;
@@ -120,6 +121,8 @@ pub struct AdminState {
     pub readiness: Readiness,
     /// `/config`: the active configuration, secrets redacted.
     pub config: ConfigView,
+    /// WebSocket sessions relayed now (`/readyz`, the dashboard).
+    pub sessions: Arc<Sessions>,
 }
 
 /// A running admin listener.
@@ -305,7 +308,11 @@ pub async fn handle<B>(state: Arc<AdminState>, req: Request<B>) -> Response<Full
     match path {
         "/metrics" => metrics(&state, req.headers()).await,
         "/healthz" => respond(StatusCode::OK, TEXT, "ok\n"),
-        "/readyz" if state.readiness.is_ready() => respond(StatusCode::OK, TEXT, "ready\n"),
+        "/readyz" if state.readiness.is_ready() => {
+            // The first line stays `ready` for probes that match the body.
+            let body = format!("ready\nwebsocket_sessions: {}\n", state.sessions.active());
+            respond(StatusCode::OK, TEXT, body)
+        }
         "/readyz" => respond(StatusCode::SERVICE_UNAVAILABLE, TEXT, "draining\n"),
         "/config" => respond(
             StatusCode::OK,
@@ -394,6 +401,7 @@ mod tests {
             telemetry: Arc::new(telemetry),
             readiness: Readiness::new(),
             config: ConfigView::new(&config),
+            sessions: Sessions::new(),
         })
     }
 
@@ -416,7 +424,10 @@ mod tests {
             get(&s, Method::GET, "/healthz").await,
             (StatusCode::OK, "ok\n".into())
         );
-        assert_eq!(get(&s, Method::GET, "/readyz").await.0, StatusCode::OK);
+        assert_eq!(
+            get(&s, Method::GET, "/readyz").await,
+            (StatusCode::OK, "ready\nwebsocket_sessions: 0\n".into())
+        );
         s.readiness.set_draining();
         assert_eq!(
             get(&s, Method::GET, "/readyz").await,

@@ -276,11 +276,13 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     telemetry.observe_certificates(tls.iter().chain(admin_tls.iter()).cloned().collect());
     let readiness = Readiness::new();
     let config_view = ConfigView::new(&config);
+    let sessions = Sessions::new();
     let admin = admin_listener.map(|l| {
         let state = AdminState {
             telemetry: telemetry.clone(),
             readiness: readiness.clone(),
             config: config_view.clone(),
+            sessions: sessions.clone(),
         };
         Admin::spawn(l, state, &config.server, admin_tls.clone(), &config.admin)
     });
@@ -289,7 +291,6 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let drains = Drains::new(config.upstream.max_drains);
     let observed = drains.clone();
     telemetry.observe_drains(move || observed.active() as u64);
-    let sessions = Sessions::new();
     let observed = sessions.clone();
     telemetry.observe_sessions(move || observed.active() as u64);
     let shutdown_grace = config.server.shutdown_grace;

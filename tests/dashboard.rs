@@ -129,6 +129,7 @@ async fn dashboard_shows_requests_in_a_real_browser() {
     }
 
     let snap = wait_for_requests(admin, sent.len()).await;
+    assert_eq!(snap["websocket_sessions"], 0, "no WebSocket session open");
     for model in [FAST, SLOW] {
         let row = snap["series"]
             .as_array()

@@ -2,7 +2,10 @@
 //! 127.0.0.1 (tokio-tungstenite), tokentap in process, and raw clients.
 //! Every frame is compared both ways; close codes, subprotocol, handshake
 //! headers, a non-101 answer, a 5 MB message, 100 sessions at once, the
-//! session cap and shutdown's close 1001 are checked.
+//! session cap and shutdown's close 1001 are checked; so are hostile inputs
+//! (a message over `max_message_bytes`, a handshake head that never ends, a
+//! reserved opcode from the upstream) and the session count on `/readyz`
+//! and `/api/live`.
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 #![allow(clippy::result_large_err)] // tungstenite's handshake callback type
 
@@ -841,5 +844,186 @@ async fn the_official_python_responses_websocket_client_works_through_tokentap()
         response.attr("gen_ai.request.model").as_str(),
         Some("gpt-5.2")
     );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_message_over_max_message_bytes_passes_unread_and_is_counted() {
+    use support::otlp::Collector;
+    let col = Collector::start().await;
+    let (upstream, _) = ws_upstream(Script::Echo).await;
+    let toml = toml(&upstream)
+        .set("websocket", "max_message_bytes", &q("1KiB"))
+        .otlp(&col.endpoint(), "grpc");
+    let proxy = InProc::start(&toml).await;
+    let (mut ws, _) = connect(&proxy, "/v1/realtime?model=gpt-realtime", &[])
+        .await
+        .unwrap();
+    // Valid JSON, so only its size keeps metering from reading it.
+    let small = Message::text(r#"{"type":"session.update"}"#);
+    let big = Message::text(format!(
+        r#"{{"type":"session.update","pad":"{}"}}"#,
+        "x".repeat(4096)
+    ));
+    for m in [&small, &big, &small] {
+        ws.send(m.clone()).await.unwrap();
+        let back = within(STEP_TIMEOUT, "echo", ws.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(&back == m, "message relayed unchanged both ways");
+    }
+    ws.close(None).await.unwrap();
+    let _ = within(STEP_TIMEOUT, "close echo", ws.next()).await;
+    drop(ws);
+    let session = col
+        .wait_span(STEP_TIMEOUT, "session", |s| s.name.starts_with("websocket"))
+        .await;
+    assert_eq!(
+        session.attr("tokentap.session.errors").as_i64(),
+        Some(2),
+        "the oversized message is skipped once each way, the small ones are read"
+    );
+    assert!(
+        !session.attrs.contains_key("tokentap.session.unmetered"),
+        "a skipped message does not stop metering"
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_slow_handshake_is_cut_after_header_read_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (upstream, _) = ws_upstream(Script::Echo).await;
+    let toml = toml(&upstream).set("server", "header_read_timeout", &q("300ms"));
+    let proxy = InProc::start(&toml).await;
+    let mut tcp = TcpStream::connect(proxy.addr).await.unwrap();
+    // Half an Upgrade request head, never finished.
+    tcp.write_all(
+        b"GET /v1/realtime HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\n",
+    )
+    .await
+    .unwrap();
+    let mut rest = Vec::new();
+    let read = within(
+        STEP_TIMEOUT,
+        "the proxy to close a slow handshake",
+        tcp.read_to_end(&mut rest),
+    )
+    .await;
+    // Closed (EOF or reset); whatever was said before is no 101.
+    let said = String::from_utf8_lossy(&rest);
+    assert!(
+        read.is_err() || !said.starts_with("HTTP/1.1 101"),
+        "no session from half a head: {said}"
+    );
+    let (mut ws, _) = connect(&proxy, "/v1/realtime", &[]).await.unwrap();
+    ws.send(Message::text("after")).await.unwrap();
+    let back = within(STEP_TIMEOUT, "echo", ws.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(back, Message::text("after"), "a normal session still works");
+    ws.close(None).await.unwrap();
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_reserved_opcode_from_the_upstream_passes_and_metering_says_why() {
+    use support::otlp::Collector;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let col = Collector::start().await;
+    // Opcode 3 is reserved (RFC 6455 §5.2).
+    let down = vec![raw_frame(3, false, b"not a known frame", None)];
+    let (upstream, got_up) = raw_upstream(down.clone()).await;
+    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
+    let (mut tcp, head) = raw_client(&proxy, None).await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    let sent = raw_frame(
+        1,
+        false,
+        br#"{"type":"response.create"}"#,
+        Some([9, 8, 7, 6]),
+    );
+    tcp.write_all(&sent).await.unwrap();
+    let mut back = vec![0; down[0].len()];
+    within(STEP_TIMEOUT, "reserved frame", tcp.read_exact(&mut back))
+        .await
+        .unwrap();
+    support::assert_bytes_eq("upstream → client bytes", &back, &down[0]);
+    tcp.shutdown().await.unwrap();
+    drop(tcp);
+    let session = col
+        .wait_span(STEP_TIMEOUT, "session", |s| s.name.starts_with("websocket"))
+        .await;
+    let why = session
+        .attr("tokentap.session.unmetered")
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        why.contains("upstream frames") && why.contains("reserved opcode"),
+        "{why}"
+    );
+    proxy.shutdown().await;
+    let up = got_up.lock().unwrap().clone();
+    support::assert_bytes_eq("client → upstream bytes", &up, &sent);
+}
+
+/// The body of `GET path` on the admin listener at `addr`.
+async fn admin_body(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
+    tcp.write_all(req.as_bytes()).await.unwrap();
+    let mut res = Vec::new();
+    within(STEP_TIMEOUT, path, tcp.read_to_end(&mut res))
+        .await
+        .unwrap();
+    let res = String::from_utf8(res).unwrap();
+    assert!(res.starts_with("HTTP/1.1 200"), "{path}: {res}");
+    res.split_once("\r\n\r\n").unwrap().1.to_owned()
+}
+
+#[tokio::test]
+async fn readyz_and_api_live_count_open_sessions() {
+    let (upstream, _) = ws_upstream(Script::Echo).await;
+    let toml = toml(&upstream).top("admin_listen", &q("127.0.0.1:0"));
+    let proxy = InProc::start(&toml).await;
+    let admin = proxy.running().unwrap().admin_addr.unwrap();
+    let live = |body: String| -> serde_json::Value { serde_json::from_str(&body).unwrap() };
+    assert_eq!(
+        admin_body(admin, "/readyz").await,
+        "ready\nwebsocket_sessions: 0\n"
+    );
+    let (mut ws, _) = connect(&proxy, "/v1/realtime", &[]).await.unwrap();
+    ws.send(Message::text("hi")).await.unwrap();
+    within(STEP_TIMEOUT, "echo", ws.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        admin_body(admin, "/readyz").await,
+        "ready\nwebsocket_sessions: 1\n",
+        "first line unchanged, the open session counted"
+    );
+    assert_eq!(
+        live(admin_body(admin, "/api/live").await)["websocket_sessions"],
+        1
+    );
+    ws.close(None).await.unwrap();
+    let _ = within(STEP_TIMEOUT, "close echo", ws.next()).await;
+    drop(ws);
+    let closed = async {
+        while live(admin_body(admin, "/api/live").await)["websocket_sessions"] != 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    within(
+        STEP_TIMEOUT,
+        "the closed session to leave the count",
+        closed,
+    )
+    .await;
     proxy.shutdown().await;
 }

@@ -1,14 +1,17 @@
 //! The live dashboard: `GET /` gives one self-contained HTML page embedded in
 //! the binary (no CDN, no external fonts: it works offline); `GET /api/live`
 //! gives the latest live-statistics `Snapshot` as JSON, which the page polls
-//! every second. See docs/METRICS.md for the JSON.
+//! every second, with the WebSocket sessions relayed now added. See
+//! docs/METRICS.md for the JSON.
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
+use serde::Serialize;
 
 use super::{AdminState, respond};
 use crate::error::error_response;
+use crate::telemetry::live::Snapshot;
 
 const PAGE: &str = include_str!("dashboard.html");
 const HTML: &str = "text/html; charset=utf-8";
@@ -32,10 +35,23 @@ pub(super) fn page() -> Response<Full<Bytes>> {
     res
 }
 
+/// `/api/live`'s JSON: the snapshot's fields and the session count.
+#[derive(Serialize)]
+struct LiveJson<'a> {
+    #[serde(flatten)]
+    snapshot: &'a Snapshot,
+    /// WebSocket sessions relayed now, read when the JSON is served.
+    websocket_sessions: usize,
+}
+
 /// `GET /api/live`: the latest snapshot as JSON.
 pub(super) fn live(state: &AdminState) -> Response<Full<Bytes>> {
     let snapshot = state.telemetry.live().snapshot();
-    match serde_json::to_vec(&*snapshot) {
+    let json = LiveJson {
+        snapshot: &snapshot,
+        websocket_sessions: state.sessions.active(),
+    };
+    match serde_json::to_vec(&json) {
         Ok(body) => respond(StatusCode::OK, JSON, body),
         Err(e) => error_response(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -117,6 +117,9 @@ async function run(context, origin) {
 
   // The JSON the page reads agrees.
   const snap = await page.evaluate(async () => (await fetch("api/live", { cache: "no-store" })).json());
+  const meta = await page.$eval("#meta", e => e.textContent);
+  check(snap.websocket_sessions === 0 && meta.includes("websocket sessions 0"),
+    `no WebSocket session open: api/live says ${snap.websocket_sessions}, page says ${JSON.stringify(meta)}`);
   for (const model of models) {
     const series = snap.series.filter(s => s.model === model);
     check(series.length > 0, `api/live has no series for ${model}`);
