@@ -758,16 +758,13 @@ fn python() -> std::path::PathBuf {
     p
 }
 
-#[tokio::test]
-async fn the_official_python_realtime_client_works_through_tokentap() {
-    use support::otlp::Collector;
-    let col = Collector::start().await;
-    let upstream = replay_upstream("openai_text.jsonl", Duration::from_millis(100)).await;
-    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/realtime.py");
+/// Run `tests/sdk/NAME` with the SDK environment against `proxy`'s `/v1`;
+/// the JSON it prints. Fails the test when the script fails.
+async fn run_sdk_script(name: &str, proxy: &InProc) -> serde_json::Value {
+    let script = format!("{}/tests/sdk/{name}", env!("CARGO_MANIFEST_DIR"));
     let out = within(
         Duration::from_secs(60),
-        "python realtime client",
+        name,
         tokio::process::Command::new(python())
             .arg(script)
             .arg(format!("{}/v1", proxy.url()))
@@ -779,10 +776,19 @@ async fn the_official_python_realtime_client_works_through_tokentap() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "realtime.py failed: {}\n{stdout}",
+        "{name} failed: {}\n{stdout}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let got: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
+#[tokio::test]
+async fn the_official_python_realtime_client_works_through_tokentap() {
+    use support::otlp::Collector;
+    let col = Collector::start().await;
+    let upstream = replay_upstream("openai_text.jsonl", Duration::from_millis(100)).await;
+    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
+    let got = run_sdk_script("realtime.py", &proxy).await;
     assert_eq!(got["text"], "Mars, the \"red\" planet.");
     assert_eq!(got["input_tokens"], 190);
     assert_eq!(got["output_tokens"], 11);
@@ -809,25 +815,7 @@ async fn the_official_python_responses_websocket_client_works_through_tokentap()
     let col = Collector::start().await;
     let upstream = replay_upstream("responses_ws.jsonl", Duration::from_millis(50)).await;
     let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/responses_ws.py");
-    let out = within(
-        Duration::from_secs(60),
-        "python responses websocket client",
-        tokio::process::Command::new(python())
-            .arg(script)
-            .arg(format!("{}/v1", proxy.url()))
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "responses_ws.py failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let got = run_sdk_script("responses_ws.py", &proxy).await;
     assert_eq!(got["output_tokens"], 58, "{got}");
     let response = col
         .wait_span(STEP_TIMEOUT, "response", |s| s.name.starts_with("chat"))

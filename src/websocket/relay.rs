@@ -236,8 +236,8 @@ where
             }
         }
         let mut read = false;
-        let a = poll_half(&mut up, cx, &mut client, &mut upstream, tap, &mut read);
-        let b = poll_half(&mut down, cx, &mut upstream, &mut client, tap, &mut read);
+        let a = up.poll_copy(cx, &mut client, &mut upstream, tap, &mut read);
+        let b = down.poll_copy(cx, &mut upstream, &mut client, tap, &mut read);
         for (half, side) in [(&up, Side::Client), (&down, Side::Upstream)] {
             if half.eof && first.is_none() {
                 first = Some(side);
@@ -267,24 +267,6 @@ where
             first: first.unwrap_or(Side::Client),
         },
     }
-}
-
-fn poll_half<R, W>(
-    half: &mut Half,
-    cx: &mut Context<'_>,
-    r: &mut R,
-    w: &mut W,
-    tap: &mut dyn Tap,
-    read: &mut bool,
-) -> Poll<Result<(), (Side, io::Error)>>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    if half.done {
-        return Poll::Ready(Ok(()));
-    }
-    half.poll_copy(cx, r, w, tap, read)
 }
 
 #[cfg(test)]
