@@ -13,6 +13,8 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/retry.sh
+. "$root/scripts/lib/retry.sh"
 cd "$root"
 REPLICAS=3
 REQUESTS="${SCALEOUT_REQUESTS:-300}"
@@ -24,8 +26,8 @@ command -v prometheus >/dev/null || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         echo "scaleout: installing ${need[*]} (Debian packages)"
-        apt-get update -qq >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+        retry apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive retry apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
     else
         echo "scaleout: needs ${need[*]} (apt-get install ${need[*]})" >&2; exit 1
     fi

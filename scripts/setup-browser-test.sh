@@ -7,6 +7,8 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/retry.sh
+. "$root/scripts/lib/retry.sh"
 
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
@@ -20,15 +22,15 @@ if [ "${#missing[@]}" -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo=sudo
     echo "setup-browser-test: apt-get install ${missing[*]}" >&2
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+    retry $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive retry $sudo apt-get install -y -qq "${missing[@]}"
 fi
 
 cd "$root/tests/browser"
 stamp="node_modules/.package-lock.sha"
 want="$(sha256sum package-lock.json | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
-    npm ci --no-audit --no-fund --loglevel=error
+    npm_ci .
     echo "$want" >"$stamp"
 fi
 

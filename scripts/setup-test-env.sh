@@ -6,6 +6,8 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/retry.sh
+. "$root/scripts/lib/retry.sh"
 venv="$root/.venv"
 req="$root/tests/sdk/requirements.txt"
 python="${PYTHON:-python3}"
@@ -26,8 +28,8 @@ fi
 stamp="$venv/.requirements.sha"
 want="$(sha256sum "$req" | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req"
+    retry "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
+    retry "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req"
     echo "$want" >"$stamp"
 fi
 
@@ -42,7 +44,7 @@ for extra in "$root/deploy/ci/requirements.txt" "$root/examples/requirements.txt
     want="$(sha256sum "$extra" | cut -d' ' -f1)"
     if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
         echo "setup-test-env: installing ${extra#"$root"/}" >&2
-        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$extra"
+        retry "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$extra"
         echo "$want" >"$stamp"
     fi
 done

@@ -11,13 +11,15 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/retry.sh
+. "$root/scripts/lib/retry.sh"
 cd "$root"
 
 if ! command -v promtool >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         echo "test-alerts: installing promtool (Debian package prometheus)"
-        apt-get update -qq >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+        retry apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive retry apt-get install -y -qq --no-install-recommends prometheus >/dev/null
     else
         echo "test-alerts: promtool missing (apt-get install prometheus)" >&2
         exit 1

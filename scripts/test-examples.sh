@@ -7,13 +7,15 @@ set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+# shellcheck source=lib/retry.sh
+. "$root/scripts/lib/retry.sh"
 # The caller's telemetry settings must not leak into the examples.
 while IFS='=' read -r name _; do
     case "$name" in OTEL_*|TOKENTAP_CONFIG) unset "$name" ;; esac
 done < <(env)
 
 if [ -d examples/node ] && [ ! -d examples/node/node_modules/openai ]; then
-    npm ci --prefix examples/node --no-audit --no-fund --loglevel=error || exit 1
+    npm_ci examples/node || exit 1
 fi
 
 passed=0 failed=0 failures=()

@@ -18,6 +18,8 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+# shellcheck source=lib/retry.sh
+. "$root/scripts/lib/retry.sh"
 venv="$root/.venv"
 py="$venv/bin/python"
 # Kubernetes versions checked: the oldest with both features these manifests
@@ -33,8 +35,8 @@ run() {
 
 if ! command -v promtool >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "validate-deploy: installing promtool (Debian package prometheus)"
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    retry apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive retry apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 missing=()
 [ -x "$py" ] || missing+=(".venv (scripts/setup-test-env.sh)")
@@ -102,7 +104,7 @@ for v in "${k8s_versions[@]}"; do
         if echo "$out" | grep "Couldn.t find schema" | grep -v -E "kind (ServiceMonitor|PodMonitor) "; then exit 1; fi
         exit $rc' "$venv/bin/kubernetes-validate" "$v" "${k8s_files[@]}"
 done
-run "npm ci (deploy/ci/crd)" npm ci --prefix deploy/ci/crd --no-audit --no-fund --loglevel=error
+run "npm ci (deploy/ci/crd)" npm_ci deploy/ci/crd
 run "CRD schema: ServiceMonitor, PodMonitor" node deploy/ci/crd/validate-crds.mjs "${k8s_files[@]}"
 run "validate.py kubernetes" "$py" deploy/ci/validate.py kubernetes
 
