@@ -118,6 +118,7 @@ fn measurement(request: RequestFacts) -> Measurement {
         max_gap: Some(Duration::from_millis(80)),
         response_bytes: 2048,
         unmetered: None,
+        malformed_events: 0,
         upstream_timing: Default::default(),
         pool_wait: None,
     }
