@@ -1009,6 +1009,21 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn every_fixture_ends_with_its_terminal_event() {
+        // A recorded body that parses ends the way its protocol says a
+        // finished response ends; one that does not is either an error
+        // body (an error event decides its outcome) or a wrong fixture.
+        let mut missing = Vec::new();
+        for f in FIXTURES {
+            let (s, _, r) = f.run();
+            if r.is_ok() && s.done == 0 && s.errors.is_empty() {
+                missing.push(f.name);
+            }
+        }
+        assert!(missing.is_empty(), "no terminal event in {missing:?}");
+    }
+
+    #[test]
     fn every_fixture_parses_without_knowing_the_operation() {
         for f in FIXTURES
             .iter()
