@@ -2,7 +2,9 @@
 //! real OTLP receiver: a malformed event is counted and skipped (later
 //! content and usage still count), and a stream that ends cleanly without
 //! its protocol's terminal event is `incomplete`, never `complete`. The
-//! client gets the upstream's bytes unchanged in every case.
+//! client gets the upstream's bytes unchanged in every case. The shipped
+//! alert rules and Grafana error ratios count the same outcomes as errors
+//! as `Outcome::is_error`.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
@@ -275,4 +277,43 @@ async fn an_empty_streamed_200_is_incomplete() {
     )
     .await;
     span.assert_outcome("incomplete", "missing_terminal_event");
+}
+
+/// Every `tokentap_outcome=~"…"` error selector in `text` (JSON-escaped
+/// quotes included), as sets of outcomes.
+fn error_selectors(text: &str) -> Vec<std::collections::BTreeSet<String>> {
+    let text = text.replace("\\\"", "\"");
+    text.match_indices("tokentap_outcome=~\"")
+        .filter_map(|(at, m)| {
+            let rest = &text[at + m.len()..];
+            let end = rest.find('"')?;
+            Some(rest[..end].split('|').map(str::to_owned).collect())
+        })
+        .collect()
+}
+
+#[test]
+fn shipped_error_ratios_count_the_same_outcomes_as_is_error() {
+    use tokentap::meter::Outcome;
+    let errors: std::collections::BTreeSet<String> = Outcome::ALL
+        .iter()
+        .filter(|o| o.is_error())
+        .map(|o| o.as_str().to_owned())
+        .collect();
+    assert!(errors.contains("incomplete"), "incomplete is an error");
+    let root = env!("CARGO_MANIFEST_DIR");
+    for file in [
+        "deploy/prometheus/alerts.yml",
+        "deploy/grafana/tokentap.json",
+    ] {
+        let text = std::fs::read_to_string(format!("{root}/{file}")).unwrap();
+        let selectors = error_selectors(&text);
+        assert!(!selectors.is_empty(), "{file}: has error selectors");
+        for s in selectors {
+            assert_eq!(
+                s, errors,
+                "{file}: an error selector differs from Outcome::is_error"
+            );
+        }
+    }
 }
