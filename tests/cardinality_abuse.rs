@@ -203,6 +203,7 @@ fn measurement(request: RequestFacts) -> Measurement {
         max_gap: Some(Duration::from_millis(10)),
         response_bytes: 300,
         unmetered: None,
+        malformed_events: 0,
         upstream_timing: Default::default(),
         pool_wait: None,
     }

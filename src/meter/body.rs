@@ -21,6 +21,9 @@ use crate::rewrite::UsageStripper;
 
 use crate::error::BoxError;
 
+/// `error.type` of a stream that ended without its terminal event.
+pub const MISSING_TERMINAL: &str = "missing_terminal_event";
+
 /// How the response ended, as seen by the meter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum End {
@@ -43,7 +46,13 @@ pub struct Meter {
     decompressor: Option<Decompressor>,
     scratch: Vec<u8>,
     unmetered: Option<Unmetered>,
+    /// The framing broke beyond resynchronising: metering stopped.
     malformed: bool,
+    /// The body is parsed (a parser was set up from the head).
+    metered: bool,
+    /// Events skipped because they could not be read (read from the
+    /// parser after every chunk, so it survives the parser).
+    malformed_events: u64,
     status: u16,
     time_to_headers: Option<Duration>,
     pool_wait: Option<Duration>,
@@ -82,6 +91,8 @@ struct Tally {
     texted: u64,
     /// Set while feeding one chunk when any of its frames carried content.
     chunk_has_content: bool,
+    /// The protocol's terminal event arrived (`Event::Done`).
+    done: bool,
 }
 
 impl Tally {
@@ -117,7 +128,7 @@ impl Tally {
                     self.texted += 1;
                 }
             }
-            Event::Done => {}
+            Event::Done => self.done = true,
         }
     }
 }
@@ -144,6 +155,8 @@ impl Meter {
             scratch: Vec::new(),
             unmetered: None,
             malformed: false,
+            metered: false,
+            malformed_events: 0,
             status: 0,
             time_to_headers: None,
             pool_wait: None,
@@ -188,6 +201,7 @@ impl Meter {
         if let Ok(p) = &parser {
             self.set_provider(p.provider());
         }
+        self.metered = parser.is_ok();
         match parser {
             Ok(p) => self.parser = Some(p),
             Err(why) => self.unmetered = Some(why),
@@ -238,7 +252,9 @@ impl Meter {
                 &self.scratch
             }
         };
-        if parser.feed(view, &mut |ev| tally.apply(ev)).is_err() {
+        let fed = parser.feed(view, &mut |ev| tally.apply(ev));
+        self.malformed_events = parser.malformed_events();
+        if fed.is_err() {
             self.malformed = true;
             self.parser = None;
         }
@@ -290,12 +306,19 @@ impl Meter {
             if parser.finish(&mut |ev| tally.apply(ev)).is_err() {
                 self.malformed = true;
             }
+            self.malformed_events = parser.malformed_events();
             if self.tally.chunk_has_content {
                 self.content_at(Instant::now());
             }
         }
     }
 
+    /// How a body that ended cleanly went. In order: an error status or an
+    /// error inside the body is `upstream_error`; framing that broke beyond
+    /// resynchronising is `malformed`; a body without its terminal event is
+    /// `malformed` when events were skipped (the terminal may have been
+    /// one of them) and otherwise `incomplete` for a 2xx stream; the rest
+    /// is `complete` (with `malformed_events` telling what was skipped).
     fn eos_outcome(&mut self) -> (Outcome, Option<String>) {
         if self.status >= 400 || self.tally.error.is_some() {
             let kind = self
@@ -306,6 +329,14 @@ impl Meter {
             (Outcome::UpstreamError, Some(kind))
         } else if self.malformed {
             (Outcome::Malformed, Some("malformed_body".to_owned()))
+        } else if self.metered && self.unmetered.is_none() && !self.tally.done {
+            if self.malformed_events > 0 {
+                (Outcome::Malformed, Some("malformed_events".to_owned()))
+            } else if self.facts.stream && (200..300).contains(&self.status) {
+                (Outcome::Incomplete, Some(MISSING_TERMINAL.to_owned()))
+            } else {
+                (Outcome::Complete, None)
+            }
         } else {
             (Outcome::Complete, None)
         }
@@ -391,6 +422,7 @@ impl Meter {
             max_gap: self.max_gap,
             response_bytes: self.bytes,
             unmetered: self.unmetered.take(),
+            malformed_events: self.malformed_events,
             upstream_timing: tally.upstream_timing,
             pool_wait: self.pool_wait,
         };
@@ -1069,28 +1101,126 @@ mod tests {
         assert!(body.frame().await.is_none(), "the end");
         drop(body);
         assert_eq!(drains.active(), 0, "nothing left to drain");
+        assert_eq!(
+            sink.only().outcome,
+            Outcome::Incomplete,
+            "an empty 200 stream has no terminal event"
+        );
+    }
+
+    /// Send `chunks` through a metered SSE body; the bytes the client got.
+    async fn stream_through(
+        sink_body: MeteredBody<Channel<Bytes, BoxError>>,
+        mut tx: http_body_util::channel::Sender<Bytes, BoxError>,
+        chunks: Vec<Bytes>,
+    ) -> Bytes {
+        let producer = tokio::spawn(async move {
+            for c in chunks {
+                tx.send_data(c).await.expect("send");
+            }
+        });
+        let got = sink_body.collect().await.expect("body").to_bytes();
+        producer.await.expect("producer");
+        got
+    }
+
+    #[tokio::test]
+    async fn a_malformed_event_is_skipped_and_metering_goes_on() {
+        let (sink, tx, body) = metered(true, "text/event-stream", None);
+        let sent = vec![
+            chunk("a"),
+            Bytes::from_static(b"data: {not json\n\n"),
+            chunk("b"),
+            Bytes::from_static(USAGE.as_bytes()),
+        ];
+        let expected: Vec<u8> = sent.iter().flat_map(|b| b.to_vec()).collect();
+        let got = stream_through(body, tx, sent).await;
+        assert_eq!(got.as_ref(), expected.as_slice(), "bytes unchanged");
+        let m = sink.only();
+        assert_eq!(
+            (m.outcome, m.error_type.as_deref()),
+            (Outcome::Complete, None),
+            "the terminal event arrived: complete, with the count"
+        );
+        assert_eq!(m.malformed_events, 1, "the bad event is counted");
+        assert_eq!(m.content_chunks, 2, "content after the bad event counts");
+        assert_eq!(
+            m.output_tokens,
+            Some(42),
+            "usage after the bad event counts"
+        );
+    }
+
+    #[tokio::test]
+    async fn malformed_events_without_a_terminal_event_are_malformed() {
+        let (sink, tx, body) = metered(true, "text/event-stream", None);
+        let sent = vec![chunk("a"), Bytes::from_static(b"data: {not json\n\n")];
+        stream_through(body, tx, sent).await;
+        let m = sink.only();
+        assert_eq!(
+            (m.outcome, m.error_type.as_deref()),
+            (Outcome::Malformed, Some("malformed_events")),
+            "the terminal event may have been the bad one"
+        );
+        assert_eq!(m.malformed_events, 1);
+        assert_eq!(m.content_chunks, 1);
+    }
+
+    #[tokio::test]
+    async fn a_stream_without_its_terminal_event_is_incomplete() {
+        let (sink, tx, body) = metered(true, "text/event-stream", None);
+        let sent = vec![chunk("a"), chunk("b")];
+        stream_through(body, tx, sent).await;
+        let m = sink.only();
+        assert_eq!(
+            (m.outcome, m.error_type.as_deref()),
+            (Outcome::Incomplete, Some(MISSING_TERMINAL))
+        );
+        assert!(m.outcome.is_error(), "incomplete counts as an error");
+        assert_eq!(m.content_chunks, 2, "what arrived is still metered");
+        assert_eq!(m.malformed_events, 0);
+    }
+
+    #[tokio::test]
+    async fn an_empty_whole_body_is_not_held_to_the_stream_rule() {
+        let (sink, tx, body) = metered(false, "application/json", None);
+        stream_through(body, tx, vec![]).await;
         assert_eq!(sink.only().outcome, Outcome::Complete);
     }
 
     #[tokio::test]
-    async fn malformed_frame_stops_metering_but_not_forwarding() {
-        let (sink, mut tx, body) = metered(true, "text/event-stream", None);
-        let producer = tokio::spawn(async move {
-            tx.send_data(chunk("a")).await.expect("send");
-            tx.send_data(Bytes::from_static(b"data: {not json\n\n"))
-                .await
-                .expect("send");
-            tx.send_data(chunk("b")).await.expect("send");
-        });
-        let got = body.collect().await.expect("body").to_bytes();
-        producer.await.expect("producer");
-        assert!(
-            got.ends_with(&chunk("b")),
-            "bytes after the bad frame still reach the client"
-        );
+    async fn an_oversized_frame_still_ends_metering() {
+        let sink = Sink::default();
+        let mut meter = Meter::new(facts(true), Box::new(sink.clone()));
+        let parser = Parser::new(
+            ProviderKind::Openai,
+            Some(Operation::ChatCompletions),
+            "text/event-stream",
+            256,
+        )
+        .ok_or(Unmetered::UnknownFormat(String::new()));
+        meter.on_head(200, true, parser, None);
+        let (tx, rx) = Channel::new(8);
+        let body = MeteredBody::new(rx, meter, None, None);
+        let big = Bytes::from(format!("data: {}\n\n", "x".repeat(400)));
+        let sent = vec![
+            chunk("a"),
+            big,
+            chunk("b"),
+            Bytes::from_static(b"data: [DONE]\n\n"),
+        ];
+        let expected: Vec<u8> = sent.iter().flat_map(|b| b.to_vec()).collect();
+        let got = stream_through(body, tx, sent).await;
+        assert_eq!(got.as_ref(), expected.as_slice(), "bytes unchanged");
         let m = sink.only();
-        assert_eq!(m.outcome, Outcome::Malformed);
-        assert_eq!(m.content_chunks, 1, "metering stopped at the bad frame");
+        assert_eq!(
+            (m.outcome, m.error_type.as_deref()),
+            (Outcome::Malformed, Some("malformed_body"))
+        );
+        assert_eq!(
+            m.content_chunks, 1,
+            "metering stopped at the oversized frame"
+        );
     }
 
     #[tokio::test]

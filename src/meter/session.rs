@@ -387,6 +387,7 @@ impl SessionMeter {
             max_gap: r.max_gap,
             response_bytes: 0,
             unmetered: None,
+            malformed_events: 0,
             upstream_timing: UpstreamTiming::default(),
             request: r.facts,
         };

@@ -625,7 +625,7 @@ mod tests {
             "claude-sonnet-4-20250514",
             "msg_01EcyWo6m4hyW8KHs2y2pei5",
             &["end_turn"],
-            0,
+            1, // a whole body that parsed is its own terminal event
         );
         s.usage = usage(21, 10, 0, 0);
         expect("anthropic/message.json", s);
@@ -635,6 +635,7 @@ mod tests {
     fn error_body() {
         let s = Summary {
             errors: vec!["invalid_request_error".into()],
+            done: 1,
             ..Summary::default()
         };
         expect("anthropic/error.json", s);

@@ -121,10 +121,12 @@ impl BedrockAdapter {
                 if let Some(r) = ev.stop_reason.as_ref().filter(|r| !r.as_str().is_empty()) {
                     out(Event::FinishReason(r.as_str()));
                 }
+                // ConverseStream's terminal event (`metadata` with the
+                // usage may still follow).
+                out(Event::Done);
             }
             b"metadata" => {
                 emit_usage_and_latency(ev.usage.as_ref(), ev.metrics.as_ref(), out);
-                out(Event::Done);
             }
             _ => {} // messageStart, contentBlockStart (a tool's name), contentBlockStop
         }
@@ -150,11 +152,17 @@ impl BedrockAdapter {
                 Frame::Sse { event: b"", data }
             };
             self.openai.on_frame(frame, out)?;
-        } else {
-            doc.emit_family(out);
+        } else if doc.emit_family(out) && !whole {
+            // A model family's stop reason ends its stream.
+            out(Event::Done);
         }
         if let Some(m) = &doc.invocation_metrics {
             m.emit(out);
+            if !whole {
+                // Bedrock adds its metrics to the last chunk of every
+                // family's stream.
+                out(Event::Done);
+            }
         }
         Ok(())
     }
@@ -350,7 +358,8 @@ struct ModelJson<'a> {
 
 impl ModelJson<'_> {
     /// Events of the families tokentap reads itself (not Anthropic/OpenAI).
-    fn emit_family(&self, out: &mut dyn FnMut(Event<'_>)) {
+    /// Emit a model family's events; whether it gave a stop reason.
+    fn emit_family(&self, out: &mut dyn FnMut(Event<'_>)) -> bool {
         let titan_results = self
             .results
             .as_ref()
@@ -408,6 +417,7 @@ impl ModelJson<'_> {
         if let Some(r) = reason {
             out(Event::FinishReason(r.as_str()));
         }
+        reason.is_some()
     }
 
     fn emit_family_usage(&self, out: &mut dyn FnMut(Event<'_>)) {

@@ -129,6 +129,11 @@ impl GeminiAdapter {
             for reason in &candidates.finish {
                 out(Event::FinishReason(reason.as_str()));
             }
+            // A stream ends with the chunk that gives a finish reason
+            // (usage rides on the same chunk).
+            if !candidates.finish.is_empty() {
+                out(Event::Done);
+            }
         }
         Ok(())
     }

@@ -88,7 +88,8 @@ impl OllamaAdapter {
         if let Some(reason) = doc.done_reason.as_ref().filter(|r| !r.as_str().is_empty()) {
             out(Event::FinishReason(reason.as_str()));
         }
-        if doc.done == Some(true) {
+        // An embeddings answer is one whole object without `done`.
+        if doc.done == Some(true) || embeddings {
             out(Event::Done);
         }
         Ok(())

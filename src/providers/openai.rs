@@ -153,6 +153,12 @@ impl OpenaiAdapter {
             for reason in &choices.finish {
                 out(Event::FinishReason(reason.as_str()));
             }
+            // In a stream, a finish reason ends generation as `[DONE]` ends
+            // the stream: either is the terminal event (some compatible
+            // servers send no `[DONE]`).
+            if !whole && !choices.finish.is_empty() {
+                out(Event::Done);
+            }
         }
         if is_response_body {
             emit_finish(doc.status.as_ref(), doc.incomplete_details.as_ref(), out);
@@ -187,6 +193,7 @@ impl OpenaiAdapter {
         }
         if let Some(reason) = c.finish_reason {
             out(Event::FinishReason(reason));
+            out(Event::Done);
         }
     }
 
@@ -863,6 +870,7 @@ mod tests {
             &["stop"],
         );
         s.usage = usage(1536, 210, 1024, 192);
+        s.done = 1; // a whole body that parsed is its own terminal event
         expect("openai/chat.json", s);
     }
 
@@ -893,6 +901,7 @@ mod tests {
         let id = "resp_6887a1f3c2e08191b5a7d4e2f90c13ab0d9e4f6a7b8c9d01";
         let mut s = summary(1, "o4-mini-2025-04-16", id, &["completed"]);
         s.usage = usage(37, 150, 0, 128);
+        s.done = 1;
         expect("openai/responses.json", s);
     }
 
@@ -912,6 +921,7 @@ mod tests {
             output: Some(0),
             ..Usage::default()
         };
+        s.done = 1;
         expect("openai/embeddings.json", s);
     }
 

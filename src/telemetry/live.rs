@@ -21,8 +21,9 @@
 //!   stall). Memory is bounded by config, not traffic: at most
 //!   `max_series × buckets × ~2 KiB` plus `live.recent` recent requests.
 //!   A series with nothing in its window and nothing in flight is removed.
-//! * Errors are outcomes `upstream_error`, `upstream_timeout` and `malformed`; client
-//!   cancellations are counted apart and are not errors.
+//! * Errors are outcomes `upstream_error`, `upstream_timeout`, `malformed` and
+//!   `incomplete` (`Outcome::is_error`); client cancellations are counted
+//!   apart and are not errors.
 //!
 //! # Reading windows (slowdown detector)
 //!

@@ -131,7 +131,7 @@ fn span_finish_attributes(m: &Measurement) -> Vec<KeyValue> {
         m.usage.cache_read.map(|v| int(v).into()),
     );
     opt(
-        GEN_AI_USAGE_CACHE_CREATION,
+        GEN_AI_USAGE_CACHE_WRITE,
         m.usage.cache_creation.map(|v| int(v).into()),
     );
     opt(
@@ -147,6 +147,10 @@ fn span_finish_attributes(m: &Measurement) -> Vec<KeyValue> {
     opt(HTTP_RESPONSE_STATUS_CODE, Some(i64::from(m.status).into()));
     opt(ERROR_TYPE, error_type(m).map(|e| e.to_owned().into()));
     opt(OUTCOME, Some(m.outcome.as_str().into()));
+    opt(
+        MALFORMED_EVENTS,
+        (m.malformed_events > 0).then(|| int(m.malformed_events).into()),
+    );
     opt(TOKENS_ESTIMATED, Some(m.estimated().into()));
     opt(TOKENS_SOURCE, m.token_source.map(|s| s.as_str().into()));
     opt(DECODE_TPS, m.decode_tokens_per_second().map(Value::from));

@@ -118,6 +118,7 @@ fn measurement(request: RequestFacts) -> Measurement {
         max_gap: Some(Duration::from_millis(80)),
         response_bytes: 2048,
         unmetered: None,
+        malformed_events: 0,
         upstream_timing: Default::default(),
         pool_wait: None,
     }
@@ -341,7 +342,7 @@ fn span_attributes_follow_conventions_and_keep_real_tenant() {
     );
     assert_eq!(attr(a, ERROR_TYPE), None, "no error.type on success");
     assert_eq!(
-        attr(a, GEN_AI_USAGE_CACHE_CREATION),
+        attr(a, GEN_AI_USAGE_CACHE_WRITE),
         None,
         "unreported usage is absent"
     );

@@ -398,7 +398,8 @@ pub struct WindowStats {
     pub span: Duration,
     /// Requests that finished in the window.
     pub requests: u64,
-    /// Outcomes `upstream_error`, `upstream_timeout` and `malformed`.
+    /// Outcomes `upstream_error`, `upstream_timeout`, `malformed` and
+    /// `incomplete`.
     pub errors: u64,
     /// Outcome `client_cancelled` (not errors).
     pub cancelled: u64,
@@ -659,8 +660,8 @@ pub struct RecentRequest {
     /// Tenant (capped), when one was resolved.
     #[serde(serialize_with = "ser_opt_str")]
     pub tenant: Option<Arc<str>>,
-    /// `complete`, `client_cancelled`, `upstream_error`, `upstream_timeout`
-    /// or `malformed`.
+    /// `complete`, `client_cancelled`, `upstream_error`, `upstream_timeout`,
+    /// `malformed` or `incomplete`.
     pub outcome: &'static str,
     /// HTTP status sent to the client.
     pub status: u16,

@@ -435,3 +435,22 @@ fn without_a_runtime_everything_counts_as_dropped() {
     assert_eq!(live.dropped(), 2, "begin and finish dropped");
     assert!(live.snapshot().series.is_empty());
 }
+
+#[test]
+fn incomplete_streams_are_errors_in_the_live_windows() {
+    let mut r = Rig::new(cfg());
+    for i in 0..4u32 {
+        let mut s = sample(key("r", "m", None), r.at(S * i));
+        if i == 0 {
+            s.outcome = Outcome::Incomplete;
+        }
+        r.agg.record(s);
+    }
+    let snap = r.snap(S * 4);
+    let w = snap.window(&SeriesFilter::any(), S * 30);
+    assert_eq!(
+        (w.requests, w.errors),
+        (4, 1),
+        "a stream without its terminal event counts as an error"
+    );
+}
