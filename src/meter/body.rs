@@ -15,8 +15,8 @@ use tokio::time::Sleep;
 use super::decompress::Decompressor;
 use super::drain::{DrainEnd, DrainLimits, Drains};
 use super::tokenize::{self, Plan};
-use super::{Measurement, Outcome, Recorder, RequestFacts, TokenSource, Unmetered};
-use crate::providers::{Event, Parser, ProviderKind, UpstreamTiming, Usage};
+use super::{Measurement, Outcome, Reasoning, Recorder, RequestFacts, TokenSource, Unmetered};
+use crate::providers::{ContentKind, Event, Parser, ProviderKind, UpstreamTiming, Usage};
 use crate::rewrite::UsageStripper;
 
 use crate::error::BoxError;
@@ -50,6 +50,9 @@ pub struct Meter {
     first_byte: Option<Instant>,
     first_token: Option<Instant>,
     last_token: Option<Instant>,
+    /// First chunk with visible output / with reasoning.
+    first_visible: Option<Instant>,
+    first_reasoning: Option<Instant>,
     max_gap: Option<Duration>,
     bytes: u64,
     tally: Tally,
@@ -80,17 +83,27 @@ struct Tally {
     text: Option<Vec<u8>>,
     /// Content pieces whose text was collected.
     texted: u64,
-    /// Set while feeding one chunk when any of its frames carried content.
-    chunk_has_content: bool,
+    /// Set while feeding one chunk when any of its frames carried
+    /// visible output / reasoning.
+    chunk_visible: bool,
+    chunk_reasoning: bool,
+    /// Pieces of frames that carried reasoning (a `Mixed` frame counts one).
+    reasoning_pieces: u64,
 }
 
 impl Tally {
     fn apply(&mut self, event: Event<'_>) {
         match event {
-            Event::Content { pieces } => {
+            Event::Content { pieces, kind } => {
                 self.content_chunks += 1;
                 self.pieces += u64::from(pieces.max(1));
-                self.chunk_has_content = true;
+                self.chunk_visible |= kind.is_visible();
+                self.chunk_reasoning |= kind.is_reasoning();
+                self.reasoning_pieces += match kind {
+                    ContentKind::Visible => 0,
+                    ContentKind::Reasoning => u64::from(pieces.max(1)),
+                    ContentKind::Mixed => 1,
+                };
             }
             Event::Usage(u) => self.usage.merge(u),
             Event::Model(m) => set_if_changed(&mut self.model, m),
@@ -122,6 +135,14 @@ impl Tally {
     }
 }
 
+impl Tally {
+    /// A new chunk: no output seen in it yet.
+    fn start_chunk(&mut self) {
+        self.chunk_visible = false;
+        self.chunk_reasoning = false;
+    }
+}
+
 /// Providers repeat the model and id in every chunk: allocate only on change.
 fn set_if_changed(slot: &mut Option<String>, value: &str) {
     if slot.as_deref() != Some(value) {
@@ -150,6 +171,8 @@ impl Meter {
             first_byte: None,
             first_token: None,
             last_token: None,
+            first_visible: None,
+            first_reasoning: None,
             max_gap: None,
             bytes: 0,
             tally: Tally::default(),
@@ -226,7 +249,7 @@ impl Meter {
             return;
         };
         let tally = &mut self.tally;
-        tally.chunk_has_content = false;
+        tally.start_chunk();
         let view: &[u8] = match self.decompressor.as_mut() {
             None => data,
             Some(d) => {
@@ -242,12 +265,21 @@ impl Meter {
             self.malformed = true;
             self.parser = None;
         }
-        if self.tally.chunk_has_content {
-            self.content_at(now);
-        }
+        self.content_at(now);
     }
 
+    /// Fold the chunk just fed in at `now`, if any frame of it was output.
     fn content_at(&mut self, now: Instant) {
+        let (visible, reasoning) = (self.tally.chunk_visible, self.tally.chunk_reasoning);
+        if !visible && !reasoning {
+            return;
+        }
+        if visible {
+            self.first_visible.get_or_insert(now);
+        }
+        if reasoning {
+            self.first_reasoning.get_or_insert(now);
+        }
         if let Some(prev) = self.last_token {
             let gap = now - prev;
             self.max_gap = Some(self.max_gap.map_or(gap, |m| m.max(gap)));
@@ -286,11 +318,11 @@ impl Meter {
     fn flush_parser(&mut self) {
         if let Some(mut parser) = self.parser.take() {
             let tally = &mut self.tally;
-            tally.chunk_has_content = false;
+            tally.start_chunk();
             if parser.finish(&mut |ev| tally.apply(ev)).is_err() {
                 self.malformed = true;
             }
-            if self.tally.chunk_has_content {
+            if tally.chunk_visible || tally.chunk_reasoning {
                 self.content_at(Instant::now());
             }
         }
@@ -366,10 +398,23 @@ impl Meter {
         };
         let mut time_to_first_token = since(self.first_token);
         let mut time_to_last_token = since(self.last_token);
+        let mut reasoning = Reasoning {
+            time_to_first_visible: since(self.first_visible),
+            time_to_first_reasoning: since(self.first_reasoning),
+            ..Reasoning::default()
+        };
+        (reasoning.tokens, reasoning.source) = match (tally.usage.reasoning, tally.reasoning_pieces) {
+            (Some(n), _) => (Some(n), Some(TokenSource::Provider)),
+            (None, 0) => (None, None),
+            (None, pieces) => (Some(pieces), Some(TokenSource::Chunks)),
+        };
         if !self.facts.stream && outcome == Outcome::Complete {
-            // A whole body: its first token is the complete body.
+            // A whole body: its first token is the complete body, and no
+            // thinking time can be seen inside it.
             time_to_first_token = Some(duration);
             time_to_last_token = Some(duration);
+            reasoning.time_to_first_visible = Some(duration);
+            reasoning.time_to_first_reasoning = None;
         }
         let m = Measurement {
             request: self.facts.clone(),
@@ -387,6 +432,7 @@ impl Meter {
             time_to_first_byte: since(self.first_byte),
             time_to_first_token,
             time_to_last_token,
+            reasoning,
             duration,
             max_gap: self.max_gap,
             response_bytes: self.bytes,

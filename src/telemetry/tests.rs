@@ -20,7 +20,7 @@ use opentelemetry::propagation::Extractor as _;
 use super::span::TraceHeaders;
 use super::*;
 use crate::config::{LogFormat, OtlpProtocol, TelemetryConfig};
-use crate::meter::{Measurement, Outcome, RequestBody, RequestFacts, TokenSource};
+use crate::meter::{Measurement, Outcome, Reasoning, RequestBody, RequestFacts, TokenSource};
 use crate::providers::{Operation, ProviderKind, Usage};
 
 const PARENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -114,6 +114,12 @@ fn measurement(request: RequestFacts) -> Measurement {
         time_to_first_byte: Some(Duration::from_millis(150)),
         time_to_first_token: Some(Duration::from_millis(200)),
         time_to_last_token: Some(Duration::from_millis(700)),
+        reasoning: Reasoning {
+            time_to_first_visible: Some(Duration::from_millis(450)),
+            time_to_first_reasoning: Some(Duration::from_millis(200)),
+            tokens: Some(2),
+            source: Some(TokenSource::Provider),
+        },
         duration: Duration::from_millis(750),
         max_gap: Some(Duration::from_millis(80)),
         response_bytes: 2048,
