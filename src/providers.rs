@@ -739,6 +739,8 @@ fn drive(
 
 #[cfg(test)]
 mod fixture_tests;
+#[cfg(test)]
+mod reasoning_tests;
 
 #[cfg(test)]
 pub(crate) mod tests {

@@ -403,7 +403,8 @@ impl Meter {
             time_to_first_reasoning: since(self.first_reasoning),
             ..Reasoning::default()
         };
-        (reasoning.tokens, reasoning.source) = match (tally.usage.reasoning, tally.reasoning_pieces) {
+        (reasoning.tokens, reasoning.source) = match (tally.usage.reasoning, tally.reasoning_pieces)
+        {
             (Some(n), _) => (Some(n), Some(TokenSource::Provider)),
             (None, 0) => (None, None),
             (None, pieces) => (Some(pieces), Some(TokenSource::Chunks)),
@@ -907,6 +908,80 @@ mod tests {
         );
         assert!(m.max_gap.expect("max gap") >= Duration::from_millis(20));
         assert_eq!(m.response_bytes, expected.len() as u64);
+    }
+
+    fn delta(field: &str, text: &str) -> Bytes {
+        Bytes::from(format!(
+            "data: {{\"id\":\"c\",\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"{field}\":\"{text}\"}}}}]}}\n\n"
+        ))
+    }
+
+    #[tokio::test]
+    async fn reasoning_then_text_keeps_both_clocks() {
+        let (sink, mut tx, body) = metered(true, "text/event-stream", None);
+        let producer = tokio::spawn(async move {
+            // A role-only frame at once: it starts no clock.
+            tx.send_data(delta("content", "")).await.expect("send");
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            tx.send_data(delta("reasoning_content", "Hmm"))
+                .await
+                .expect("send");
+            tx.send_data(delta("reasoning_content", " so"))
+                .await
+                .expect("send");
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            tx.send_data(delta("content", "Hi")).await.expect("send");
+        });
+        body.collect().await.expect("body");
+        producer.await.expect("producer");
+        let m = sink.only();
+        let ttft = m.time_to_first_token.expect("ttft");
+        assert!(
+            ttft >= Duration::from_millis(40),
+            "ttft {ttft:?}: the role-only frame started no clock"
+        );
+        assert_eq!(
+            m.reasoning.time_to_first_reasoning,
+            Some(ttft),
+            "the first output was reasoning"
+        );
+        let visible = m.reasoning.time_to_first_visible.expect("visible ttft");
+        assert!(
+            visible >= ttft + Duration::from_millis(60),
+            "visible {visible:?} after 60 ms of thinking (ttft {ttft:?})"
+        );
+        assert_eq!(m.reasoning.thinking_time(), Some(visible - ttft));
+        assert_eq!(m.reasoning.tokens, Some(2), "two reasoning deltas");
+        assert_eq!(m.reasoning.source, Some(TokenSource::Chunks));
+        assert!(m.reasoning.estimated());
+        assert_eq!(m.content_chunks, 3);
+    }
+
+    #[tokio::test]
+    async fn provider_reasoning_count_wins_and_text_only_has_no_thinking_time() {
+        let (sink, mut tx, body) = metered(true, "text/event-stream", None);
+        let usage = "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":9,\"completion_tokens_details\":{\"reasoning_tokens\":0}}}\n\n";
+        let producer = tokio::spawn(async move {
+            tx.send_data(chunk("Hi")).await.expect("send");
+            tx.send_data(Bytes::from_static(usage.as_bytes()))
+                .await
+                .expect("send");
+        });
+        body.collect().await.expect("body");
+        producer.await.expect("producer");
+        let m = sink.only();
+        assert_eq!(
+            m.reasoning.time_to_first_visible, m.time_to_first_token,
+            "text only: visible TTFT is TTFT"
+        );
+        assert_eq!(m.reasoning.time_to_first_reasoning, None);
+        assert_eq!(
+            m.reasoning.thinking_time(),
+            None,
+            "no reasoning, no thinking time"
+        );
+        assert_eq!(m.reasoning.tokens, Some(0), "the provider's count");
+        assert_eq!(m.reasoning.source, Some(TokenSource::Provider));
     }
 
     #[tokio::test]

@@ -144,8 +144,8 @@ impl DeltaMessage<'_> {
         fn object(raw: Option<&RawValue>) -> Option<&RawValue> {
             raw.filter(|r| r.get().starts_with('{'))
         }
-        let part = object(self.content)
-            .and_then(|r| serde_json::from_str::<Part<'_>>(r.get()).ok());
+        let part =
+            object(self.content).and_then(|r| serde_json::from_str::<Part<'_>>(r.get()).ok());
         let (text, thinking) = part.map_or((false, false), |p| {
             (non_empty(p.text), non_empty(p.thinking))
         });

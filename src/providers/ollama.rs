@@ -59,7 +59,8 @@ impl OllamaAdapter {
                 self.model_seen = true;
             }
         }
-        let (msg_visible, msg_thinking) = doc.message.as_ref().map_or((false, false), Message::kinds);
+        let (msg_visible, msg_thinking) =
+            doc.message.as_ref().map_or((false, false), Message::kinds);
         let kind = ContentKind::of(
             msg_visible || non_empty(doc.response),
             msg_thinking || non_empty(doc.thinking),

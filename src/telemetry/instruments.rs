@@ -268,10 +268,7 @@ impl FinishBound {
         }
         if let Some((n, estimated)) = r.reasoning_tokens {
             self.reasoning_tokens[usize::from(estimated)]
-                .get_or_init(|| {
-                    ins.reasoning_tokens
-                        .bind(&with_estimated(attrs, estimated))
-                })
+                .get_or_init(|| ins.reasoning_tokens.bind(&with_estimated(attrs, estimated)))
                 .record(n);
         }
     }

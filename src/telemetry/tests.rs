@@ -301,7 +301,7 @@ fn span_attributes_follow_conventions_and_keep_real_tenant() {
     );
     let s = &h.finished_spans()[0];
     let a = &s.attributes;
-    let expect: [(&str, Value); 21] = [
+    let expect: [(&str, Value); 25] = [
         (GEN_AI_OPERATION_NAME, "chat".into()),
         (GEN_AI_PROVIDER_NAME, "openai".into()),
         (GEN_AI_REQUEST_MODEL, "gpt-4o".into()),
@@ -323,6 +323,10 @@ fn span_attributes_follow_conventions_and_keep_real_tenant() {
         (TOKENS_SOURCE, "provider".into()),
         (TTFB, 0.15.into()),
         (REQUEST_BODY, "sniffed".into()),
+        (TIME_TO_FIRST_VISIBLE, 0.45.into()),
+        (TIME_TO_FIRST_REASONING, 0.2.into()),
+        (REASONING_DURATION, 0.25.into()),
+        (REASONING_ESTIMATED, false.into()),
     ];
     for (key, want) in expect {
         assert_eq!(attr(a, key), Some(&want), "span attribute {key}");
