@@ -186,6 +186,40 @@ pub enum Unmetered {
     Encoding(String),
 }
 
+/// What a response's reasoning added up to: when visible output and
+/// reasoning first arrived, and the reasoning token count. See
+/// docs/METRICS.md ("Reasoning-aware latency").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reasoning {
+    /// First frame with visible output (text, audio, refusal, tool-call
+    /// delta), relative to t_req. For a whole body: the complete body.
+    pub time_to_first_visible: Option<Duration>,
+    /// First frame with reasoning output, relative to t_req (streams only).
+    pub time_to_first_reasoning: Option<Duration>,
+    /// Reasoning tokens: the provider's count, else the reasoning frames
+    /// counted (estimated); `None` when there was neither.
+    pub tokens: Option<u64>,
+    /// Where `tokens` came from.
+    pub source: Option<TokenSource>,
+}
+
+impl Reasoning {
+    /// Thinking time: first visible output − first reasoning output, when
+    /// the response reasoned before it showed anything.
+    pub fn thinking_time(&self) -> Option<Duration> {
+        let first = self.time_to_first_reasoning?;
+        self.time_to_first_visible?.checked_sub(first)
+    }
+
+    /// Whether `tokens` is an estimate (counted from reasoning frames).
+    pub fn estimated(&self) -> bool {
+        matches!(
+            self.source,
+            Some(TokenSource::Chunks | TokenSource::Tokenizer)
+        )
+    }
+}
+
 /// The finished record of one request. Exactly one per request.
 #[derive(Debug, Clone)]
 pub struct Measurement {
@@ -219,6 +253,8 @@ pub struct Measurement {
     pub time_to_first_token: Option<Duration>,
     /// Last content frame, relative to t_req.
     pub time_to_last_token: Option<Duration>,
+    /// Visible-output and reasoning clocks, reasoning tokens.
+    pub reasoning: Reasoning,
     /// Body finished or aborted, relative to t_req.
     pub duration: Duration,
     /// Largest gap between consecutive content frames.

@@ -451,10 +451,13 @@ impl Usage {
 pub enum Event<'a> {
     /// The frame carried output content (text, tool-call arguments,
     /// reasoning). `pieces` is the number of content pieces in the frame
-    /// (usually 1), used to estimate tokens when no usage is reported.
+    /// (usually 1), used to estimate tokens when no usage is reported;
+    /// `kind` says whether the content was reasoning, visible, or both.
     Content {
         /// Content pieces in the frame (usually 1).
         pieces: u32,
+        /// Reasoning, visible output, or both.
+        kind: ContentKind,
     },
     /// The text of one content piece, as the JSON string literal found on
     /// the wire (quotes and escapes included, borrowed). Only used to count
@@ -482,6 +485,44 @@ pub enum Event<'a> {
     /// The provider's explicit end-of-stream marker (`[DONE]`, `message_stop`,
     /// `response.completed`).
     Done,
+}
+
+/// What kind of output a content frame carried: the model's reasoning
+/// (thinking, reasoning summaries, `reasoning_content`) or what the caller
+/// sees (text, audio, refusals, tool calls). The meter keeps a clock for
+/// each (DESIGN.md: TTFT, time to first visible output, thinking time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContentKind {
+    /// Text, audio, refusals or tool-call deltas.
+    Visible,
+    /// Reasoning the provider streams apart from the answer.
+    Reasoning,
+    /// Both in one frame (e.g. a Gemini chunk with a thought part and a
+    /// text part, or several choices).
+    Mixed,
+}
+
+impl ContentKind {
+    /// The kind of a frame that carried `visible` and/or `reasoning`
+    /// content; `None` when it carried neither (no clock starts).
+    pub fn of(visible: bool, reasoning: bool) -> Option<ContentKind> {
+        match (visible, reasoning) {
+            (true, false) => Some(ContentKind::Visible),
+            (false, true) => Some(ContentKind::Reasoning),
+            (true, true) => Some(ContentKind::Mixed),
+            (false, false) => None,
+        }
+    }
+
+    /// The frame carried visible output.
+    pub fn is_visible(self) -> bool {
+        self != ContentKind::Reasoning
+    }
+
+    /// The frame carried reasoning.
+    pub fn is_reasoning(self) -> bool {
+        self != ContentKind::Visible
+    }
 }
 
 /// A frame the adapter could not make sense of.
@@ -720,6 +761,8 @@ fn drive(
 
 #[cfg(test)]
 mod fixture_tests;
+#[cfg(test)]
+mod reasoning_tests;
 
 #[cfg(test)]
 pub(crate) mod tests {
@@ -753,7 +796,7 @@ pub(crate) mod tests {
     impl Summary {
         pub(crate) fn record(&mut self, event: Event<'_>) {
             match event {
-                Event::Content { pieces } => {
+                Event::Content { pieces, .. } => {
                     self.content_frames += 1;
                     self.pieces += pieces;
                 }
@@ -802,6 +845,28 @@ pub(crate) mod tests {
         }
         summary.malformed = parser.malformed_events();
         (summary, log, result)
+    }
+
+    /// The kind of every `Content` event, in order, from parsing `pieces`.
+    pub(crate) fn kinds(
+        kind: ProviderKind,
+        operation: Option<Operation>,
+        content_type: &str,
+        pieces: &[&[u8]],
+    ) -> Vec<ContentKind> {
+        let mut parser =
+            Parser::new(kind, operation, content_type, 1 << 20).expect("a metered content type");
+        let mut kinds = Vec::new();
+        let mut on = |e: Event<'_>| {
+            if let Event::Content { kind, .. } = e {
+                kinds.push(kind);
+            }
+        };
+        for piece in pieces {
+            parser.feed(piece, &mut on).expect("parses");
+        }
+        parser.finish(&mut on).expect("finishes");
+        kinds
     }
 
     /// A fixture and the route it came from.

@@ -199,6 +199,7 @@ fn measurement(request: RequestFacts) -> Measurement {
         time_to_first_byte: Some(Duration::from_millis(15)),
         time_to_first_token: Some(Duration::from_millis(20)),
         time_to_last_token: Some(Duration::from_millis(40)),
+        reasoning: Default::default(),
         duration: Duration::from_millis(45),
         max_gap: Some(Duration::from_millis(10)),
         response_bytes: 300,

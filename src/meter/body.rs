@@ -15,8 +15,8 @@ use tokio::time::Sleep;
 use super::decompress::Decompressor;
 use super::drain::{DrainEnd, DrainLimits, Drains};
 use super::tokenize::{self, Plan};
-use super::{Measurement, Outcome, Recorder, RequestFacts, TokenSource, Unmetered};
-use crate::providers::{Event, Parser, ProviderKind, UpstreamTiming, Usage};
+use super::{Measurement, Outcome, Reasoning, Recorder, RequestFacts, TokenSource, Unmetered};
+use crate::providers::{ContentKind, Event, Parser, ProviderKind, UpstreamTiming, Usage};
 use crate::rewrite::UsageStripper;
 
 use crate::error::BoxError;
@@ -59,6 +59,9 @@ pub struct Meter {
     first_byte: Option<Instant>,
     first_token: Option<Instant>,
     last_token: Option<Instant>,
+    /// First chunk with visible output / with reasoning.
+    first_visible: Option<Instant>,
+    first_reasoning: Option<Instant>,
     max_gap: Option<Duration>,
     bytes: u64,
     tally: Tally,
@@ -89,19 +92,29 @@ struct Tally {
     text: Option<Vec<u8>>,
     /// Content pieces whose text was collected.
     texted: u64,
-    /// Set while feeding one chunk when any of its frames carried content.
-    chunk_has_content: bool,
     /// The protocol's terminal event arrived (`Event::Done`).
     done: bool,
+    /// Set while feeding one chunk when any of its frames carried
+    /// visible output / reasoning.
+    chunk_visible: bool,
+    chunk_reasoning: bool,
+    /// Pieces of frames that carried reasoning (a `Mixed` frame counts one).
+    reasoning_pieces: u64,
 }
 
 impl Tally {
     fn apply(&mut self, event: Event<'_>) {
         match event {
-            Event::Content { pieces } => {
+            Event::Content { pieces, kind } => {
                 self.content_chunks += 1;
                 self.pieces += u64::from(pieces.max(1));
-                self.chunk_has_content = true;
+                self.chunk_visible |= kind.is_visible();
+                self.chunk_reasoning |= kind.is_reasoning();
+                self.reasoning_pieces += match kind {
+                    ContentKind::Visible => 0,
+                    ContentKind::Reasoning => u64::from(pieces.max(1)),
+                    ContentKind::Mixed => 1,
+                };
             }
             Event::Usage(u) => self.usage.merge(u),
             Event::Model(m) => set_if_changed(&mut self.model, m),
@@ -130,6 +143,14 @@ impl Tally {
             }
             Event::Done => self.done = true,
         }
+    }
+}
+
+impl Tally {
+    /// A new chunk: no output seen in it yet.
+    fn start_chunk(&mut self) {
+        self.chunk_visible = false;
+        self.chunk_reasoning = false;
     }
 }
 
@@ -163,6 +184,8 @@ impl Meter {
             first_byte: None,
             first_token: None,
             last_token: None,
+            first_visible: None,
+            first_reasoning: None,
             max_gap: None,
             bytes: 0,
             tally: Tally::default(),
@@ -240,7 +263,7 @@ impl Meter {
             return;
         };
         let tally = &mut self.tally;
-        tally.chunk_has_content = false;
+        tally.start_chunk();
         let view: &[u8] = match self.decompressor.as_mut() {
             None => data,
             Some(d) => {
@@ -258,12 +281,21 @@ impl Meter {
             self.malformed = true;
             self.parser = None;
         }
-        if self.tally.chunk_has_content {
-            self.content_at(now);
-        }
+        self.content_at(now);
     }
 
+    /// Fold the chunk just fed in at `now`, if any frame of it was output.
     fn content_at(&mut self, now: Instant) {
+        let (visible, reasoning) = (self.tally.chunk_visible, self.tally.chunk_reasoning);
+        if !visible && !reasoning {
+            return;
+        }
+        if visible {
+            self.first_visible.get_or_insert(now);
+        }
+        if reasoning {
+            self.first_reasoning.get_or_insert(now);
+        }
         if let Some(prev) = self.last_token {
             let gap = now - prev;
             self.max_gap = Some(self.max_gap.map_or(gap, |m| m.max(gap)));
@@ -302,12 +334,12 @@ impl Meter {
     fn flush_parser(&mut self) {
         if let Some(mut parser) = self.parser.take() {
             let tally = &mut self.tally;
-            tally.chunk_has_content = false;
+            tally.start_chunk();
             if parser.finish(&mut |ev| tally.apply(ev)).is_err() {
                 self.malformed = true;
             }
             self.malformed_events = parser.malformed_events();
-            if self.tally.chunk_has_content {
+            if self.tally.chunk_visible || self.tally.chunk_reasoning {
                 self.content_at(Instant::now());
             }
         }
@@ -397,10 +429,24 @@ impl Meter {
         };
         let mut time_to_first_token = since(self.first_token);
         let mut time_to_last_token = since(self.last_token);
+        let mut reasoning = Reasoning {
+            time_to_first_visible: since(self.first_visible),
+            time_to_first_reasoning: since(self.first_reasoning),
+            ..Reasoning::default()
+        };
+        (reasoning.tokens, reasoning.source) = match (tally.usage.reasoning, tally.reasoning_pieces)
+        {
+            (Some(n), _) => (Some(n), Some(TokenSource::Provider)),
+            (None, 0) => (None, None),
+            (None, pieces) => (Some(pieces), Some(TokenSource::Chunks)),
+        };
         if !self.facts.stream && outcome == Outcome::Complete {
-            // A whole body: its first token is the complete body.
+            // A whole body: its first token is the complete body, and no
+            // thinking time can be seen inside it.
             time_to_first_token = Some(duration);
             time_to_last_token = Some(duration);
+            reasoning.time_to_first_visible = Some(duration);
+            reasoning.time_to_first_reasoning = None;
         }
         let m = Measurement {
             request: self.facts.clone(),
@@ -418,6 +464,7 @@ impl Meter {
             time_to_first_byte: since(self.first_byte),
             time_to_first_token,
             time_to_last_token,
+            reasoning,
             duration,
             max_gap: self.max_gap,
             response_bytes: self.bytes,
@@ -893,6 +940,80 @@ mod tests {
         );
         assert!(m.max_gap.expect("max gap") >= Duration::from_millis(20));
         assert_eq!(m.response_bytes, expected.len() as u64);
+    }
+
+    fn delta(field: &str, text: &str) -> Bytes {
+        Bytes::from(format!(
+            "data: {{\"id\":\"c\",\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"{field}\":\"{text}\"}}}}]}}\n\n"
+        ))
+    }
+
+    #[tokio::test]
+    async fn reasoning_then_text_keeps_both_clocks() {
+        let (sink, mut tx, body) = metered(true, "text/event-stream", None);
+        let producer = tokio::spawn(async move {
+            // A role-only frame at once: it starts no clock.
+            tx.send_data(delta("content", "")).await.expect("send");
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            tx.send_data(delta("reasoning_content", "Hmm"))
+                .await
+                .expect("send");
+            tx.send_data(delta("reasoning_content", " so"))
+                .await
+                .expect("send");
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            tx.send_data(delta("content", "Hi")).await.expect("send");
+        });
+        body.collect().await.expect("body");
+        producer.await.expect("producer");
+        let m = sink.only();
+        let ttft = m.time_to_first_token.expect("ttft");
+        assert!(
+            ttft >= Duration::from_millis(40),
+            "ttft {ttft:?}: the role-only frame started no clock"
+        );
+        assert_eq!(
+            m.reasoning.time_to_first_reasoning,
+            Some(ttft),
+            "the first output was reasoning"
+        );
+        let visible = m.reasoning.time_to_first_visible.expect("visible ttft");
+        assert!(
+            visible >= ttft + Duration::from_millis(60),
+            "visible {visible:?} after 60 ms of thinking (ttft {ttft:?})"
+        );
+        assert_eq!(m.reasoning.thinking_time(), Some(visible - ttft));
+        assert_eq!(m.reasoning.tokens, Some(2), "two reasoning deltas");
+        assert_eq!(m.reasoning.source, Some(TokenSource::Chunks));
+        assert!(m.reasoning.estimated());
+        assert_eq!(m.content_chunks, 3);
+    }
+
+    #[tokio::test]
+    async fn provider_reasoning_count_wins_and_text_only_has_no_thinking_time() {
+        let (sink, mut tx, body) = metered(true, "text/event-stream", None);
+        let usage = "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":9,\"completion_tokens_details\":{\"reasoning_tokens\":0}}}\n\n";
+        let producer = tokio::spawn(async move {
+            tx.send_data(chunk("Hi")).await.expect("send");
+            tx.send_data(Bytes::from_static(usage.as_bytes()))
+                .await
+                .expect("send");
+        });
+        body.collect().await.expect("body");
+        producer.await.expect("producer");
+        let m = sink.only();
+        assert_eq!(
+            m.reasoning.time_to_first_visible, m.time_to_first_token,
+            "text only: visible TTFT is TTFT"
+        );
+        assert_eq!(m.reasoning.time_to_first_reasoning, None);
+        assert_eq!(
+            m.reasoning.thinking_time(),
+            None,
+            "no reasoning, no thinking time"
+        );
+        assert_eq!(m.reasoning.tokens, Some(0), "the provider's count");
+        assert_eq!(m.reasoning.source, Some(TokenSource::Provider));
     }
 
     #[tokio::test]

@@ -22,7 +22,7 @@ use super::anthropic::AnthropicAdapter;
 use super::openai::OpenaiAdapter;
 use super::spec::{FrameAdapter, ProviderSpec, Wire, whole_json};
 use super::wire::{AnyContent, HasContent, Str, non_empty};
-use super::{AdapterError, Event, UpstreamTiming, Usage, millis};
+use super::{AdapterError, ContentKind, Event, UpstreamTiming, Usage, millis};
 use super::{Operation, ProviderKind, percent_decode};
 use crate::framing::Frame;
 
@@ -114,8 +114,10 @@ impl BedrockAdapter {
         let ev: ConverseEvent<'_> = serde_json::from_slice(payload)
             .map_err(|_| AdapterError("malformed Bedrock ConverseStream event"))?;
         match event_type {
-            b"contentBlockDelta" if ev.delta.as_ref().is_some_and(HasContent::has_content) => {
-                out(Event::Content { pieces: 1 });
+            b"contentBlockDelta" => {
+                if let Some(kind) = ev.delta.as_ref().and_then(Delta::kind) {
+                    out(Event::Content { pieces: 1, kind });
+                }
             }
             b"messageStop" => {
                 if let Some(r) = ev.stop_reason.as_ref().filter(|r| !r.as_str().is_empty()) {
@@ -211,14 +213,16 @@ struct Delta<'a> {
     reasoning_content: Option<ReasoningDelta<'a>>,
 }
 
-impl HasContent for Delta<'_> {
-    fn has_content(&self) -> bool {
-        non_empty(self.text)
-            || self.tool_use.as_ref().is_some_and(|t| non_empty(t.input))
-            || self
-                .reasoning_content
+impl Delta<'_> {
+    /// Text or tool input is visible; reasoning text (or its redacted
+    /// form) is reasoning; `None` for a signature-only or empty delta.
+    fn kind(&self) -> Option<ContentKind> {
+        ContentKind::of(
+            non_empty(self.text) || self.tool_use.as_ref().is_some_and(|t| non_empty(t.input)),
+            self.reasoning_content
                 .as_ref()
-                .is_some_and(|r| non_empty(r.text) || non_empty(r.redacted_content))
+                .is_some_and(|r| non_empty(r.text) || non_empty(r.redacted_content)),
+        )
     }
 }
 
@@ -374,18 +378,23 @@ impl ModelJson<'_> {
             || self.generations.as_ref().is_some_and(|g| g.0)
             || non_empty(self.text)
             || self
-                .content_block_delta
-                .as_ref()
-                .and_then(|e| e.delta.as_ref())
-                .is_some_and(HasContent::has_content)
-            || self
                 .output
                 .as_ref()
                 .and_then(|o| o.message.as_ref())
                 .and_then(|m| m.content.as_ref())
                 .is_some_and(|c| c.0);
-        if content {
-            out(Event::Content { pieces: 1 });
+        // Nova's streamed chunks carry ConverseStream deltas, reasoning included.
+        let nova = self
+            .content_block_delta
+            .as_ref()
+            .and_then(|e| e.delta.as_ref())
+            .and_then(Delta::kind);
+        let kind = ContentKind::of(
+            content || nova.is_some_and(ContentKind::is_visible),
+            nova.is_some_and(ContentKind::is_reasoning),
+        );
+        if let Some(kind) = kind {
+            out(Event::Content { pieces: 1, kind });
         }
         self.emit_family_usage(out);
         let nova_stop = self

@@ -136,8 +136,9 @@ fn span_finish_attributes(m: &Measurement) -> Vec<KeyValue> {
     );
     opt(
         GEN_AI_USAGE_REASONING,
-        m.usage.reasoning.map(|v| int(v).into()),
+        m.reasoning.tokens.map(|v| int(v).into()),
     );
+    reasoning_attributes(m, &mut opt);
     opt(
         GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
         m.time_to_first_token
@@ -166,6 +167,20 @@ fn span_finish_attributes(m: &Measurement) -> Vec<KeyValue> {
     opt(UNMETERED_DETAIL, detail.map(Value::from));
     upstream_timing_attributes(m, &mut a);
     a
+}
+
+/// Visible TTFT, time to first reasoning, thinking time, and whether the
+/// reasoning count is estimated (docs/METRICS.md).
+fn reasoning_attributes(m: &Measurement, opt: &mut impl FnMut(&'static str, Option<Value>)) {
+    let r = &m.reasoning;
+    let secs = |d: std::time::Duration| Value::from(d.as_secs_f64());
+    opt(TIME_TO_FIRST_VISIBLE, r.time_to_first_visible.map(secs));
+    opt(TIME_TO_FIRST_REASONING, r.time_to_first_reasoning.map(secs));
+    opt(REASONING_DURATION, r.thinking_time().map(secs));
+    opt(
+        REASONING_ESTIMATED,
+        r.tokens.map(|_| Value::from(r.estimated())),
+    );
 }
 
 /// `tokentap.upstream.*`: what the server says it spent, and the part of
