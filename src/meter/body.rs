@@ -47,6 +47,7 @@ pub struct Meter {
     status: u16,
     time_to_headers: Option<Duration>,
     pool_wait: Option<Duration>,
+    request_overhead: Option<Duration>,
     first_byte: Option<Instant>,
     first_token: Option<Instant>,
     last_token: Option<Instant>,
@@ -147,6 +148,7 @@ impl Meter {
             status: 0,
             time_to_headers: None,
             pool_wait: None,
+            request_overhead: None,
             first_byte: None,
             first_token: None,
             last_token: None,
@@ -171,6 +173,20 @@ impl Meter {
     /// The request waited `wait` for an upstream connection or stream slot.
     pub fn on_pool_wait(&mut self, wait: Duration) {
         self.pool_wait = Some(wait);
+    }
+
+    /// The request is handed to the upstream client now: what tokentap
+    /// spent on it since t_req is its request overhead.
+    pub fn on_send(&mut self) {
+        self.request_overhead = Some(self.facts.start.elapsed());
+    }
+
+    /// A response frame whose first bytes were read at `read` (the instant
+    /// `on_data` returned) is handed to the client connection now.
+    pub fn on_forwarded(&mut self, read: Instant) {
+        if let Some(r) = self.recorder.as_mut() {
+            r.chunk_overhead(read.elapsed());
+        }
     }
 
     /// The response head arrived. `parser` is `Err(reason)` when the body
@@ -217,9 +233,15 @@ impl Meter {
         self.unmetered = Some(why);
     }
 
-    /// One body chunk on its way to the client.
-    pub fn on_data(&mut self, data: &[u8]) {
+    /// One body chunk on its way to the client; returns the clock reading
+    /// taken for it (when its bytes were read).
+    pub fn on_data(&mut self, data: &[u8]) -> Instant {
         let now = Instant::now();
+        self.read_chunk(now, data);
+        now
+    }
+
+    fn read_chunk(&mut self, now: Instant, data: &[u8]) {
         self.bytes += data.len() as u64;
         self.first_byte.get_or_insert(now);
         let Some(parser) = self.parser.as_mut() else {
@@ -393,6 +415,7 @@ impl Meter {
             unmetered: self.unmetered.take(),
             upstream_timing: tally.upstream_timing,
             pool_wait: self.pool_wait,
+            request_overhead: self.request_overhead,
         };
         let needs_counting = m.usage.output.is_none() || m.usage.input.is_none();
         match (self.plan.take(), text) {
@@ -430,7 +453,16 @@ pub struct MeteredBody<B> {
     timer: Option<Pin<Box<Sleep>>>,
     /// What comes after the data frame being returned now.
     held: Option<Held>,
+    /// Data frames handed to the client so far (picks the sampled ones).
+    frames: u32,
+    /// When the first bytes of the frame being joined were read.
+    first_read: Option<Instant>,
 }
+
+/// One client frame in this many has its proxy overhead measured (the
+/// first always): a second clock reading and a histogram record on every
+/// frame would double the wrapper's own cost.
+pub const OVERHEAD_SAMPLE: u32 = 16;
 
 /// Hands a body whose client left, its meter and the total deadline to a drain.
 type DrainHook<B> = Box<dyn FnOnce(B, Meter, Option<tokio::time::Instant>) + Send>;
@@ -543,6 +575,8 @@ where
             idle,
             deadline,
             timer: None,
+            frames: 0,
+            first_read: None,
         };
         body.arm();
         body
@@ -573,23 +607,42 @@ where
     }
 
     /// Meter one upstream data frame; the bytes the client gets for it
-    /// (after usage stripping, which may hold part of it back).
+    /// (after usage stripping, which may hold part of it back). When
+    /// `ended`, the caller finishes the meter once the frame is handed over.
     fn take_in(&mut self, data: Bytes, ended: bool) -> Option<Bytes> {
-        self.meter.on_data(&data);
+        let read = self.meter.on_data(&data);
         if self.idle.is_some() {
             self.arm();
         }
+        let out = match self.stripper.as_mut() {
+            None => data,
+            Some(stripper) => {
+                let mut out = stripper.push(&data);
+                if ended {
+                    out = [out, stripper.finish()].concat().into();
+                }
+                out
+            }
+        };
+        if out.is_empty() {
+            return None;
+        }
+        self.first_read.get_or_insert(read);
+        Some(out)
+    }
+
+    /// A data frame goes to the client now: sample its proxy overhead, and
+    /// finish the meter when it was the body's last.
+    fn hand_over(&mut self, ended: bool) {
+        if let Some(read) = self.first_read.take()
+            && self.frames % OVERHEAD_SAMPLE == 0
+        {
+            self.meter.on_forwarded(read);
+        }
+        self.frames = self.frames.wrapping_add(1);
         if ended {
             self.meter.finish(End::Eos);
         }
-        let Some(stripper) = self.stripper.as_mut() else {
-            return Some(data);
-        };
-        let mut out = stripper.push(&data);
-        if ended {
-            out = [out, stripper.finish()].concat().into();
-        }
-        (!out.is_empty()).then_some(out)
     }
 
     fn arm(&mut self) {
@@ -655,6 +708,7 @@ where
         // Everything the upstream has already delivered goes out as one frame
         // (one write to the client); nothing waits for more.
         let mut out = Joined::default();
+        let mut ended_here = false;
         loop {
             let Some(inner) = this.inner.as_mut() else {
                 return Poll::Ready(None);
@@ -684,6 +738,7 @@ where
                             out.push(piece);
                         }
                         if ended || out.len() >= MAX_JOINED {
+                            ended_here = ended;
                             break;
                         }
                         continue;
@@ -714,6 +769,7 @@ where
             this.held = Some(held);
             break;
         }
+        this.hand_over(ended_here);
         Poll::Ready(Some(Ok(Frame::data(out.into_bytes()))))
     }
 
