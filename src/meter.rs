@@ -343,3 +343,26 @@ pub trait Recorder: Send + 'static {
     /// The request is over.
     fn finish(self: Box<Self>, measurement: Measurement);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::PromptSize;
+
+    #[test]
+    fn prompt_size_classes_have_inclusive_upper_bounds_of_binary_thousands() {
+        for (input, want) in [
+            (None, "unknown"),
+            (Some(0), "le_1k"),
+            (Some(1024), "le_1k"),
+            (Some(1025), "le_8k"),
+            (Some(8192), "le_8k"),
+            (Some(8193), "le_32k"),
+            (Some(32_768), "le_32k"),
+            (Some(32_769), "le_128k"),
+            (Some(131_072), "le_128k"),
+            (Some(131_073), "gt_128k"),
+        ] {
+            assert_eq!(PromptSize::of(input).as_str(), want, "{input:?} tokens");
+        }
+    }
+}

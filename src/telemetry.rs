@@ -340,6 +340,7 @@ impl Telemetry {
             _active: active,
             live,
             _in_flight: in_flight,
+            in_flight_at_start: concurrency,
             frame_overhead: None,
         }
     }
@@ -657,6 +658,8 @@ pub struct RequestTelemetry {
     live: LiveRequest,
     /// Holds the request in `tokentap.requests.in_flight`.
     _in_flight: InFlightGuard,
+    /// The count it found when it started, itself included.
+    in_flight_at_start: u64,
     /// `tokentap.proxy.overhead` for response frames, bound at the first
     /// sampled frame.
     frame_overhead: Option<BoundHistogram<f64>>,
@@ -745,13 +748,14 @@ impl RequestTelemetry {
     fn record_live(&self, m: &Measurement) {
         let inner = &self.inner;
         let response_model = m.response_model.as_deref();
-        let sample = Sample::new(
+        let mut sample = Sample::new(
             self.live.key().clone(),
             m,
             response_model.map(|v| inner.response_models.admit(v)),
             error_type(m).map(|e| inner.error_types.admit(e)),
             self.span.span_context().trace_id(),
         );
+        sample.in_flight = Some(self.in_flight_at_start);
         inner.live.finish(sample);
     }
 

@@ -803,11 +803,15 @@ mod tests {
     struct Sink {
         done: Arc<Mutex<Vec<Measurement>>>,
         gaps: Arc<Mutex<Vec<Duration>>>,
+        overheads: Arc<Mutex<Vec<Duration>>>,
     }
 
     impl Recorder for Sink {
         fn chunk_gap(&mut self, gap: Duration) {
             self.gaps.lock().expect("lock").push(gap);
+        }
+        fn chunk_overhead(&mut self, overhead: Duration) {
+            self.overheads.lock().expect("lock").push(overhead);
         }
         fn finish(self: Box<Self>, m: Measurement) {
             self.done.lock().expect("lock").push(m);
@@ -1147,6 +1151,63 @@ mod tests {
         let m = sink.only();
         assert_eq!(m.outcome, Outcome::Malformed);
         assert_eq!(m.content_chunks, 1, "metering stopped at the bad frame");
+    }
+
+    #[tokio::test]
+    async fn one_frame_in_overhead_sample_is_timed_and_the_wait_for_upstream_is_not() {
+        let (sink, mut tx, mut body) = metered(true, "text/event-stream", None);
+        let frames = 2 * OVERHEAD_SAMPLE + 1;
+        for i in 0..frames {
+            tx.send_data(chunk(&i.to_string())).await.expect("send");
+            let f = body.frame().await.expect("a frame").expect("data");
+            assert!(f.is_data(), "frame {i} is data");
+            // The upstream's pause is before the read, not overhead.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        drop(tx);
+        assert!(body.frame().await.is_none(), "body ends");
+        let overheads = sink.overheads.lock().expect("lock").clone();
+        assert_eq!(
+            overheads.len(),
+            3,
+            "frames 0, {OVERHEAD_SAMPLE} and {} of {frames} are sampled: {overheads:?}",
+            2 * OVERHEAD_SAMPLE
+        );
+        assert!(
+            overheads.iter().all(|d| *d < Duration::from_millis(500)),
+            "overhead is the wrapper's own time: {overheads:?}"
+        );
+        assert_eq!(sink.only().content_chunks, u64::from(frames));
+    }
+
+    #[tokio::test]
+    async fn the_last_frame_is_timed_before_the_measurement_is_recorded() {
+        let sink = Sink::default();
+        let mut meter = Meter::new(facts(false), Box::new(sink.clone()));
+        let parser = Parser::new(
+            ProviderKind::Openai,
+            Some(Operation::ChatCompletions),
+            "application/json",
+            1 << 20,
+        )
+        .ok_or(Unmetered::UnknownFormat("json".into()));
+        meter.on_send();
+        meter.on_head(200, false, parser, None);
+        let json = br#"{"id":"x","model":"m-2","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+        let whole = http_body_util::Full::new(Bytes::from_static(json));
+        let body = MeteredBody::new(whole, meter, None, None);
+        let got = body.collect().await.expect("body").to_bytes();
+        assert_eq!(got.as_ref(), json.as_slice(), "bytes unchanged");
+        assert_eq!(
+            sink.overheads.lock().expect("lock").len(),
+            1,
+            "a one-frame body has its frame timed, though it ends the body"
+        );
+        let m = sink.only();
+        let sent = m
+            .request_overhead
+            .expect("request overhead once on_send ran");
+        assert!(sent <= m.duration, "{sent:?} within {:?}", m.duration);
     }
 
     #[tokio::test]
