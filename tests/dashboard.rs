@@ -247,7 +247,11 @@ fn reasoning_sse(model: &str) -> support::upstream::Reply {
             .send(chunk(&format!(r#"{{"content":"tok{i} "}}"#)))
             .sleep(Duration::from_millis(5));
     }
-    r.send("data: [DONE]\n\n")
+    // DeepSeek ends with a usage chunk (reasoning tokens inside the output).
+    r.send(format!(
+        "data: {{\"id\":\"c\",\"model\":\"{model}\",\"choices\":[],\"usage\":{{\"prompt_tokens\":40,\"completion_tokens\":11,\"completion_tokens_details\":{{\"reasoning_tokens\":3}}}}}}\n\n"
+    ))
+    .send("data: [DONE]\n\n")
 }
 
 /// The reasoning table: a reasoning model shows its visible TTFT after its
