@@ -724,6 +724,9 @@ impl RequestTelemetry {
             output_tokens: m.output_tokens.or(m.usage.output),
         };
         ins.record_finish(&attrs, &record);
+        if !m.modalities.is_empty() {
+            ins.record_modalities(&attrs, &m.modalities);
+        }
     }
 }
 

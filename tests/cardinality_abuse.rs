@@ -205,6 +205,7 @@ fn measurement(request: RequestFacts) -> Measurement {
         unmetered: None,
         upstream_timing: Default::default(),
         pool_wait: None,
+        modalities: Default::default(),
     }
 }
 

@@ -393,6 +393,7 @@ impl Meter {
             unmetered: self.unmetered.take(),
             upstream_timing: tally.upstream_timing,
             pool_wait: self.pool_wait,
+            modalities: super::ModalityTokens::default(),
         };
         let needs_counting = m.usage.output.is_none() || m.usage.input.is_none();
         match (self.plan.take(), text) {

@@ -120,6 +120,7 @@ fn measurement(request: RequestFacts) -> Measurement {
         unmetered: None,
         upstream_timing: Default::default(),
         pool_wait: None,
+        modalities: Default::default(),
     }
 }
 
