@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use crate::load::{self, Api, Report, Spec};
 use crate::procs;
 use crate::targets::{self, Binaries, Class, Kind, Target, Upstreams};
+use crate::ws::{self, WS_WORKLOADS, WsReport, WsWorkload};
 
 /// `tokentap-bench suite` flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -115,6 +116,20 @@ pub(crate) struct Run {
     pub peak_rss_mib: Option<f64>,
 }
 
+/// One WebSocket relay run's record (a line of runs.jsonl).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct WsRun {
+    pub round: usize,
+    pub workload: &'static str,
+    pub target: &'static str,
+    #[serde(flatten)]
+    pub load: WsReport,
+    /// Proxy CPU (user + system) inside the measurement window.
+    pub cpu_ms: Option<f64>,
+    /// Proxy CPU per relayed message (either direction), in microseconds.
+    pub cpu_per_msg_us: Option<f64>,
+}
+
 /// The memory scenario's record.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Memory {
@@ -138,6 +153,7 @@ struct Plan {
     warmup: Duration,
     kinds: Vec<Kind>,
     workloads: Vec<Workload>,
+    ws_workloads: Vec<WsWorkload>,
     memory_streams: usize,
     dir: PathBuf,
 }
@@ -166,6 +182,7 @@ pub(crate) async fn run(args: SuiteArgs) -> Result<(), String> {
     let tck = procs::clk_tck();
 
     let mut runs = Vec::new();
+    let mut ws_runs = Vec::new();
     let mut jsonl = String::new();
     for round in 1..=plan.rounds {
         for wl in &plan.workloads {
@@ -188,6 +205,26 @@ pub(crate) async fn run(args: SuiteArgs) -> Result<(), String> {
                 );
                 let _ = writeln!(jsonl, "{}", serde_json::to_string(&r).unwrap_or_default());
                 runs.push(r);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        for wl in &plan.ws_workloads {
+            // Envoy's generated config routes no WebSocket upgrades.
+            for target in running.iter().filter(|t| t.kind != Kind::Envoy) {
+                let r = ws_run(round, wl, target, &plan, tck).await;
+                eprintln!(
+                    "round {round} {:<22} {:<18} {:>9.0} msg/s {:>7.1} MB/s  latency p50 {:>7.3} ms  p99 {:>8.3} ms  cpu/msg {:>6} us  errors {}",
+                    wl.name,
+                    target.kind.name(),
+                    r.load.msgs_per_s,
+                    r.load.mb_per_s,
+                    r.load.latency_p50_ms.unwrap_or(f64::NAN),
+                    r.load.latency_p99_ms.unwrap_or(f64::NAN),
+                    r.cpu_per_msg_us.map_or("-".into(), |c| format!("{c:.2}")),
+                    r.load.errors,
+                );
+                let _ = writeln!(jsonl, "{}", serde_json::to_string(&r).unwrap_or_default());
+                ws_runs.push(r);
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
@@ -225,12 +262,14 @@ pub(crate) async fn run(args: SuiteArgs) -> Result<(), String> {
         sink.requests.load(Ordering::Relaxed),
         sink.bytes.load(Ordering::Relaxed) as f64 / 1048576.0
     );
-    let report = report(&plan, &runs, &memory, &identity, &sink_note);
+    let mut report = report(&plan, &runs, &memory, &identity, &sink_note);
+    report.push_str(&ws_report(&plan, &ws_runs));
     write(&plan.dir.join("runs.jsonl"), &jsonl)?;
     write(&plan.dir.join("report.md"), &report)?;
     println!("{report}");
     let errors: u64 = runs.iter().map(|r| r.load.errors).sum();
-    let empty = runs.iter().any(|r| r.load.requests == 0);
+    let empty =
+        runs.iter().any(|r| r.load.requests == 0) || ws_runs.iter().any(|r| r.load.messages == 0);
     let not_identical = identity.values().flatten().any(|(_, same)| !same);
     if empty || not_identical {
         return Err(format!(
@@ -278,6 +317,15 @@ fn plan(args: &SuiteArgs, bins: &Binaries) -> Result<Plan, String> {
             .map(|t| Kind::parse(t).ok_or(format!("unknown target `{t}`")))
             .collect::<Result<_, _>>()?
     };
+    let ws_workloads: Vec<WsWorkload> = if args.workloads.is_empty() {
+        WS_WORKLOADS.to_vec()
+    } else {
+        WS_WORKLOADS
+            .iter()
+            .filter(|w| args.workloads.iter().any(|n| n == w.name))
+            .copied()
+            .collect()
+    };
     let workloads = if args.workloads.is_empty() {
         WORKLOADS
             .iter()
@@ -287,6 +335,7 @@ fn plan(args: &SuiteArgs, bins: &Binaries) -> Result<Plan, String> {
     } else {
         args.workloads
             .iter()
+            .filter(|n| !ws_workloads.iter().any(|w| w.name == n.as_str()))
             .map(|n| {
                 WORKLOADS
                     .iter()
@@ -308,6 +357,7 @@ fn plan(args: &SuiteArgs, bins: &Binaries) -> Result<Plan, String> {
         warmup: secs(args.warmup, 1.0, 0.3),
         kinds,
         workloads,
+        ws_workloads,
         memory_streams: args.memory_streams.unwrap_or(if q { 200 } else { 9900 }),
         dir: args
             .out
@@ -358,6 +408,110 @@ async fn one_run(round: usize, wl: &Workload, target: &Target, plan: &Plan, tck:
         peak_rss_mib: peak,
         load: report,
     }
+}
+
+/// One WebSocket workload through `target`, with the proxy's CPU time
+/// read at the window's edges.
+async fn ws_run(round: usize, wl: &WsWorkload, target: &Target, plan: &Plan, tck: f64) -> WsRun {
+    let pids = target.pids();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let cpu_pids = pids.clone();
+    let cpu = tokio::spawn(async move {
+        let (start, end): (Instant, Instant) = rx.await.ok()?;
+        tokio::time::sleep_until(start).await;
+        let a = procs::cpu_ticks(&cpu_pids);
+        tokio::time::sleep_until(end).await;
+        let b = procs::cpu_ticks(&cpu_pids);
+        Some(b.saturating_sub(a))
+    });
+    let report = ws::run(target.ws_addr(), *wl, plan.warmup, plan.duration, |s, e| {
+        let _ = tx.send((s, e));
+    })
+    .await;
+    let ticks = cpu.await.ok().flatten();
+    let cpu_ms = ticks
+        .filter(|_| !pids.is_empty())
+        .map(|t| t as f64 * 1000.0 / tck);
+    WsRun {
+        round,
+        workload: wl.name,
+        target: target.kind.name(),
+        cpu_per_msg_us: cpu_ms
+            .filter(|_| report.messages > 0)
+            .map(|c| c * 1000.0 / report.messages as f64),
+        cpu_ms,
+        load: report,
+    }
+}
+
+/// The WebSocket relay section of the report.
+fn ws_report(plan: &Plan, runs: &[WsRun]) -> String {
+    let mut s = String::new();
+    if runs.is_empty() {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "\n### WebSocket relay (medians of {} interleaved round(s), {:.0} s each)\n",
+        plan.rounds,
+        plan.duration.as_secs_f64()
+    );
+    let _ = writeln!(
+        s,
+        "| workload | target | msg/s | MB/s | latency p50 ms | latency p99 ms | proxy CPU/msg µs | CPU/msg vs nginx | errors |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+    let own = |wl: &str, t: &str, f: &dyn Fn(&WsRun) -> Option<f64>| {
+        stat(
+            runs.iter()
+                .filter(|r| r.workload == wl && r.target == t)
+                .filter_map(f)
+                .collect(),
+        )
+    };
+    // Per round, the ratio of this target's CPU/msg to nginx's.
+    let vs_nginx = |wl: &str, t: &str| {
+        stat(
+            runs.iter()
+                .filter(|r| r.workload == wl && r.target == t)
+                .filter_map(|r| {
+                    let n = runs
+                        .iter()
+                        .find(|n| n.workload == wl && n.target == "nginx" && n.round == r.round)?;
+                    Some(r.cpu_per_msg_us? / n.cpu_per_msg_us.filter(|c| *c > 0.0)?)
+                })
+                .collect(),
+        )
+    };
+    for wl in &plan.ws_workloads {
+        for k in &plan.kinds {
+            let t = k.name();
+            if !runs.iter().any(|r| r.workload == wl.name && r.target == t) {
+                continue;
+            }
+            let errors: u64 = runs
+                .iter()
+                .filter(|r| r.workload == wl.name && r.target == t)
+                .map(|r| r.load.errors)
+                .sum();
+            let _ = writeln!(
+                s,
+                "| {} | {t} | {} | {} | {} | {} | {} | {} | {errors} |",
+                wl.name,
+                fmt(own(wl.name, t, &|r| Some(r.load.msgs_per_s)), 0, ""),
+                fmt(own(wl.name, t, &|r| Some(r.load.mb_per_s)), 1, ""),
+                fmt(own(wl.name, t, &|r| r.load.latency_p50_ms), 3, ""),
+                fmt(own(wl.name, t, &|r| r.load.latency_p99_ms), 3, ""),
+                fmt(own(wl.name, t, &|r| r.cpu_per_msg_us), 2, ""),
+                if t == "nginx" || t == "direct" {
+                    "–".into()
+                } else {
+                    fmt(vs_nginx(wl.name, t), 2, "×")
+                },
+            );
+        }
+    }
+    s
 }
 
 /// Hold many slow streams through a fresh `kind`; RSS per stream.
