@@ -342,7 +342,7 @@ fn nginx_conf(port: u16, ups: &Upstreams, dir: &Path) -> String {
     // and a 16 KiB tunnel buffer like tokentap's relay (default: one page).
     let _ = writeln!(
         s,
-        "    location /ws/ {{ proxy_pass http://127.0.0.1:{p}; proxy_http_version 1.1; proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection \"upgrade\"; proxy_buffer_size 16k; proxy_read_timeout 3600s; }}",
+        "    location /ws/ {{ proxy_pass http://127.0.0.1:{p}; proxy_http_version 1.1; proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection \"upgrade\"; proxy_buffer_size 16k; proxy_buffers 8 16k; proxy_busy_buffers_size 32k; proxy_read_timeout 3600s; }}",
         p = ups.ws_port
     );
     s.push_str("  }\n}\n");
