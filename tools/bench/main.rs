@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use clap::Parser as _;
 
+mod h2;
 mod hist;
 mod load;
 mod procs;

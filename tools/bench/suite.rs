@@ -18,6 +18,7 @@ use serde::Serialize;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::h2;
 use crate::load::{self, Api, Report, Spec};
 use crate::procs;
 use crate::targets::{self, Binaries, Class, Kind, Target, Upstreams};
@@ -48,6 +49,10 @@ pub(crate) struct SuiteArgs {
     /// Concurrent slow streams in the memory scenario (default 9900, quick 200; 0 = skip)
     #[arg(long)]
     pub memory_streams: Option<usize>,
+    /// Concurrent streams in the HTTP/2 upstream scenario (default 500,
+    /// quick 0 = skip); the upstream allows 100 per connection
+    #[arg(long)]
+    pub h2_streams: Option<usize>,
     /// Directory for results (a timestamped folder is made inside)
     #[arg(long, default_value = "target/bench-results")]
     pub out: PathBuf,
@@ -154,6 +159,7 @@ struct Plan {
     kinds: Vec<Kind>,
     workloads: Vec<Workload>,
     ws_workloads: Vec<WsWorkload>,
+    h2_streams: usize,
     memory_streams: usize,
     dir: PathBuf,
 }
@@ -232,6 +238,18 @@ pub(crate) async fn run(args: SuiteArgs) -> Result<(), String> {
     // Fresh processes for the memory scenario, so earlier runs' allocator
     // state does not count as per-stream memory.
     drop(running);
+    let mut h2_runs = Vec::new();
+    if plan.h2_streams > 0 && plan.kinds.contains(&Kind::Tokentap) {
+        match h2_scenario(&plan, &bins).await {
+            Ok(r) => {
+                for run in &r {
+                    let _ = writeln!(jsonl, "{}", serde_json::to_string(run).unwrap_or_default());
+                }
+                h2_runs = r;
+            }
+            Err(e) => eprintln!("HTTP/2 upstream scenario: {e}"),
+        }
+    }
     let mut memory = Vec::new();
     if plan.memory_streams > 0 {
         for kind in &plan.kinds {
@@ -264,6 +282,7 @@ pub(crate) async fn run(args: SuiteArgs) -> Result<(), String> {
     );
     let mut report = report(&plan, &runs, &memory, &identity, &sink_note);
     report.push_str(&ws_report(&plan, &ws_runs));
+    report.push_str(&h2_report(&plan, &h2_runs));
     write(&plan.dir.join("runs.jsonl"), &jsonl)?;
     write(&plan.dir.join("report.md"), &report)?;
     println!("{report}");
@@ -358,6 +377,7 @@ fn plan(args: &SuiteArgs, bins: &Binaries) -> Result<Plan, String> {
         kinds,
         workloads,
         ws_workloads,
+        h2_streams: args.h2_streams.unwrap_or(if q { 0 } else { 500 }),
         memory_streams: args.memory_streams.unwrap_or(if q { 200 } else { 9900 }),
         dir: args
             .out
@@ -510,6 +530,143 @@ fn ws_report(plan: &Plan, runs: &[WsRun]) -> String {
                 },
             );
         }
+    }
+    s
+}
+
+/// One HTTP/2 scenario run's record (a line of runs.jsonl).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct H2Run {
+    pub round: usize,
+    pub scenario: &'static str,
+    pub target: &'static str,
+    #[serde(flatten)]
+    pub load: h2::H2Report,
+    /// Connections the upstream accepted during the run.
+    pub upstream_connections: usize,
+    /// The most streams one upstream connection had open at once (so far).
+    pub max_streams_per_connection: usize,
+    /// Requests tokentap recorded a pool wait for, their mean wait and the
+    /// upper bound of the bucket holding the 99th percentile.
+    pub pool_waits: Option<f64>,
+    pub pool_wait_mean_ms: Option<f64>,
+    pub pool_wait_p99_le_ms: Option<f64>,
+}
+
+/// 500 streaming clients against an h2c upstream allowing 100 streams per
+/// connection: directly (a connection each) and through tokentap
+/// (`http2 = "always"`), in interleaved rounds.
+async fn h2_scenario(plan: &Plan, bins: &Binaries) -> Result<Vec<H2Run>, String> {
+    const MAX_STREAMS: u32 = 100;
+    let (up, seen) = h2::start_upstream(MAX_STREAMS).await?;
+    let dir = plan.dir.join("h2");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let (port, admin) = (procs::free_port()?, procs::free_port()?);
+    let conf = dir.join("tokentap.toml");
+    write(
+        &conf,
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\n[server]\nmax_connections = 20000\n\n[telemetry]\naccess_log = false\notlp_enabled = false\n\n[[routes]]\nname = \"h2\"\nprefix = \"/h2\"\nupstream = \"http://{up}\"\nhttp2 = \"always\"\n"
+        ),
+    )?;
+    let mut proc = procs::Proc::spawn(
+        "tokentap (h2 upstream)",
+        targets::tokentap_command(&bins.tokentap, &conf),
+        &dir.join("out.log"),
+    )?;
+    procs::wait_port(targets::addr(port), Duration::from_secs(20), &mut proc)?;
+    let admin = targets::addr(admin);
+    let mut out = Vec::new();
+    for round in 1..=plan.rounds {
+        for (via, name) in [(h2::Via::Direct, "direct"), (h2::Via::Proxy, "tokentap")] {
+            let addr = if via == h2::Via::Direct {
+                up
+            } else {
+                targets::addr(port)
+            };
+            let before = match via {
+                h2::Via::Proxy => Some(h2::PoolWait::parse(&h2::scrape(admin).await?)),
+                h2::Via::Direct => None,
+            };
+            let conns = seen.connections.load(Ordering::Relaxed);
+            let load = h2::run(addr, via, plan.h2_streams, plan.warmup, plan.duration).await;
+            let upstream_connections = seen.connections.load(Ordering::Relaxed) - conns;
+            let waits = match before {
+                Some(b) => Some(h2::PoolWait::parse(&h2::scrape(admin).await?).since(&b)),
+                None => None,
+            };
+            let r = H2Run {
+                round,
+                scenario: "h2_c500_max100",
+                target: name,
+                load,
+                upstream_connections,
+                max_streams_per_connection: seen.max_open_per_conn.load(Ordering::Relaxed),
+                pool_waits: waits.map(|w| w.0),
+                pool_wait_mean_ms: waits.and_then(|w| w.1),
+                pool_wait_p99_le_ms: waits.and_then(|w| w.2),
+            };
+            eprintln!(
+                "round {round} h2 c{} {:<9} {:>7} req  ttft p50 {:>8.3} ms  p99 {:>8.3} ms  max {:>8.3} ms  upstream conns {}  pool wait mean {} ms  errors {}",
+                plan.h2_streams,
+                name,
+                r.load.requests,
+                r.load.ttft_p50_ms.unwrap_or(f64::NAN),
+                r.load.ttft_p99_ms.unwrap_or(f64::NAN),
+                r.load.ttft_max_ms.unwrap_or(f64::NAN),
+                r.upstream_connections,
+                r.pool_wait_mean_ms
+                    .map_or("-".into(), |m| format!("{m:.3}")),
+                r.load.errors,
+            );
+            out.push(r);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    proc.stop(Duration::from_secs(5));
+    Ok(out)
+}
+
+/// The HTTP/2 upstream scenario's section of the report.
+fn h2_report(plan: &Plan, runs: &[H2Run]) -> String {
+    let mut s = String::new();
+    if runs.is_empty() {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "\n### HTTP/2 upstream: {} concurrent streams, 100 per upstream connection (medians of {} round(s), {:.0} s each)\n",
+        plan.h2_streams,
+        plan.rounds,
+        plan.duration.as_secs_f64()
+    );
+    let _ = writeln!(
+        s,
+        "| target | requests | TTFT p50 ms | TTFT p99 ms | TTFT max ms | total p50 ms | total p99 ms | upstream connections opened | max streams on one connection | pool wait mean ms | pool wait p99 ≤ ms | errors |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for t in ["direct", "tokentap"] {
+        let mine: Vec<&H2Run> = runs.iter().filter(|r| r.target == t).collect();
+        let own =
+            |f: &dyn Fn(&H2Run) -> Option<f64>| stat(mine.iter().filter_map(|r| f(r)).collect());
+        let errors: u64 = mine.iter().map(|r| r.load.errors).sum();
+        let _ = writeln!(
+            s,
+            "| {t} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {errors} |",
+            fmt(own(&|r| Some(r.load.requests as f64)), 0, ""),
+            fmt(own(&|r| r.load.ttft_p50_ms), 3, ""),
+            fmt(own(&|r| r.load.ttft_p99_ms), 3, ""),
+            fmt(own(&|r| r.load.ttft_max_ms), 3, ""),
+            fmt(own(&|r| r.load.total_p50_ms), 1, ""),
+            fmt(own(&|r| r.load.total_p99_ms), 1, ""),
+            fmt(own(&|r| Some(r.upstream_connections as f64)), 0, ""),
+            mine.iter()
+                .map(|r| r.max_streams_per_connection)
+                .max()
+                .map_or("–".into(), |m| m.to_string()),
+            fmt(own(&|r| r.pool_wait_mean_ms), 3, ""),
+            fmt(own(&|r| r.pool_wait_p99_le_ms), 1, ""),
+        );
     }
     s
 }
