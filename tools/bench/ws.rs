@@ -547,7 +547,7 @@ mod tests {
         // RFC 6455 §1.3.
         assert_eq!(
             accept_key("dGhlIHNhbXBsZSBub25jZQ=="),
-            "s3pPLMBiTxaQ9kYGzzhxK+xOo4s="
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
         );
     }
 }
