@@ -39,6 +39,19 @@ pub(crate) struct Seen {
     pub streams: AtomicUsize,
     /// The most streams open at once on one connection.
     pub max_open_per_conn: AtomicUsize,
+    /// Connections open now.
+    pub open: AtomicUsize,
+    /// The most connections open at once.
+    pub peak_open: AtomicUsize,
+}
+
+impl Seen {
+    /// Start a run: the maxima restart from what is open now.
+    pub(crate) fn reset_peaks(&self) {
+        self.max_open_per_conn.store(0, Ordering::Relaxed);
+        self.peak_open
+            .store(self.open.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
 }
 
 /// Serve h2c on a fresh 127.0.0.1 port, at most `max_streams` streams per
@@ -61,6 +74,13 @@ pub(crate) async fn start_upstream(max_streams: u32) -> Result<(SocketAddr, Arc<
 
 async fn connection(tcp: TcpStream, max_streams: u32, seen: Arc<Seen>) {
     seen.connections.fetch_add(1, Ordering::Relaxed);
+    let now = seen.open.fetch_add(1, Ordering::Relaxed) + 1;
+    seen.peak_open.fetch_max(now, Ordering::Relaxed);
+    serve_connection(tcp, max_streams, &seen).await;
+    seen.open.fetch_sub(1, Ordering::Relaxed);
+}
+
+async fn serve_connection(tcp: TcpStream, max_streams: u32, seen: &Seen) {
     let Ok(mut conn) = h2::server::Builder::new()
         .max_concurrent_streams(max_streams)
         .handshake::<_, Bytes>(tcp)
@@ -156,13 +176,15 @@ pub(crate) async fn run(
     let start = Instant::now() + warmup;
     let end = start + duration;
     let totals = Arc::new(Mutex::new(Totals::default()));
+    // At most 64 connections being opened at once (the accept queue).
+    let ramp = Arc::new(tokio::sync::Semaphore::new(64));
     let mut tasks = Vec::with_capacity(streams);
     for _ in 0..streams {
-        let totals = totals.clone();
+        let (totals, ramp) = (totals.clone(), ramp.clone());
         tasks.push(tokio::spawn(async move {
             let r = match via {
-                Via::Direct => client_h2(addr, start, end, &totals).await,
-                Via::Proxy => client_h1(addr, start, end, &totals).await,
+                Via::Direct => client_h2(addr, start, end, &totals, &ramp).await,
+                Via::Proxy => client_h1(addr, start, end, &totals, &ramp).await,
             };
             if let Err(e) = r {
                 if let Ok(mut t) = totals.lock() {
@@ -237,7 +259,9 @@ async fn client_h2(
     start: Instant,
     end: Instant,
     totals: &Mutex<Totals>,
+    ramp: &tokio::sync::Semaphore,
 ) -> Result<(), String> {
+    let permit = ramp.acquire().await.map_err(|e| e.to_string())?;
     let tcp = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
@@ -246,6 +270,7 @@ async fn client_h2(
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
             .await
             .map_err(|e| format!("h2 handshake: {e}"))?;
+    drop(permit);
     tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -268,8 +293,11 @@ async fn client_h1(
     start: Instant,
     end: Instant,
     totals: &Mutex<Totals>,
+    ramp: &tokio::sync::Semaphore,
 ) -> Result<(), String> {
+    let permit = ramp.acquire().await.map_err(|e| e.to_string())?;
     let mut sender = crate::load::connect(addr).await?;
+    drop(permit);
     while Instant::now() < end {
         let sent = Instant::now();
         let mut req = request(PATH.to_owned())?;

@@ -544,6 +544,8 @@ pub(crate) struct H2Run {
     pub load: h2::H2Report,
     /// Connections the upstream accepted during the run.
     pub upstream_connections: usize,
+    /// The most upstream connections open at once during the run.
+    pub upstream_connections_peak: usize,
     /// The most streams one upstream connection had open at once (so far).
     pub max_streams_per_connection: usize,
     /// Requests tokentap recorded a pool wait for, their mean wait and the
@@ -589,6 +591,7 @@ async fn h2_scenario(plan: &Plan, bins: &Binaries) -> Result<Vec<H2Run>, String>
                 h2::Via::Direct => None,
             };
             let conns = seen.connections.load(Ordering::Relaxed);
+            seen.reset_peaks();
             let load = h2::run(addr, via, plan.h2_streams, plan.warmup, plan.duration).await;
             let upstream_connections = seen.connections.load(Ordering::Relaxed) - conns;
             let waits = match before {
@@ -601,13 +604,14 @@ async fn h2_scenario(plan: &Plan, bins: &Binaries) -> Result<Vec<H2Run>, String>
                 target: name,
                 load,
                 upstream_connections,
+                upstream_connections_peak: seen.peak_open.load(Ordering::Relaxed),
                 max_streams_per_connection: seen.max_open_per_conn.load(Ordering::Relaxed),
                 pool_waits: waits.map(|w| w.0),
                 pool_wait_mean_ms: waits.and_then(|w| w.1),
                 pool_wait_p99_le_ms: waits.and_then(|w| w.2),
             };
             eprintln!(
-                "round {round} h2 c{} {:<9} {:>7} req  ttft p50 {:>8.3} ms  p99 {:>8.3} ms  max {:>8.3} ms  upstream conns {}  pool wait mean {} ms  errors {}",
+                "round {round} h2 c{} {:<9} {:>7} req  ttft p50 {:>8.3} ms  p99 {:>8.3} ms  max {:>8.3} ms  upstream conns {} (peak open {})  pool wait mean {} ms  errors {}",
                 plan.h2_streams,
                 name,
                 r.load.requests,
@@ -615,6 +619,7 @@ async fn h2_scenario(plan: &Plan, bins: &Binaries) -> Result<Vec<H2Run>, String>
                 r.load.ttft_p99_ms.unwrap_or(f64::NAN),
                 r.load.ttft_max_ms.unwrap_or(f64::NAN),
                 r.upstream_connections,
+                r.upstream_connections_peak,
                 r.pool_wait_mean_ms
                     .map_or("-".into(), |m| format!("{m:.3}")),
                 r.load.errors,
@@ -642,9 +647,9 @@ fn h2_report(plan: &Plan, runs: &[H2Run]) -> String {
     );
     let _ = writeln!(
         s,
-        "| target | requests | TTFT p50 ms | TTFT p99 ms | TTFT max ms | total p50 ms | total p99 ms | upstream connections opened | max streams on one connection | pool wait mean ms | pool wait p99 ≤ ms | errors |"
+        "| target | requests | TTFT p50 ms | TTFT p99 ms | TTFT max ms | total p50 ms | total p99 ms | upstream connections opened in the run | upstream connections open (peak) | max streams on one connection | pool wait mean ms | pool wait p99 ≤ ms | errors |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for t in ["direct", "tokentap"] {
         let mine: Vec<&H2Run> = runs.iter().filter(|r| r.target == t).collect();
         let own =
@@ -652,7 +657,7 @@ fn h2_report(plan: &Plan, runs: &[H2Run]) -> String {
         let errors: u64 = mine.iter().map(|r| r.load.errors).sum();
         let _ = writeln!(
             s,
-            "| {t} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {errors} |",
+            "| {t} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {errors} |",
             fmt(own(&|r| Some(r.load.requests as f64)), 0, ""),
             fmt(own(&|r| r.load.ttft_p50_ms), 3, ""),
             fmt(own(&|r| r.load.ttft_p99_ms), 3, ""),
@@ -660,11 +665,12 @@ fn h2_report(plan: &Plan, runs: &[H2Run]) -> String {
             fmt(own(&|r| r.load.total_p50_ms), 1, ""),
             fmt(own(&|r| r.load.total_p99_ms), 1, ""),
             fmt(own(&|r| Some(r.upstream_connections as f64)), 0, ""),
+            fmt(own(&|r| Some(r.upstream_connections_peak as f64)), 0, ""),
             mine.iter()
                 .map(|r| r.max_streams_per_connection)
                 .max()
                 .map_or("–".into(), |m| m.to_string()),
-            fmt(own(&|r| r.pool_wait_mean_ms), 3, ""),
+            fmt(own(&|r| r.pool_wait_mean_ms), 4, ""),
             fmt(own(&|r| r.pool_wait_p99_le_ms), 1, ""),
         );
     }
