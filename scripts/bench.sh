@@ -7,9 +7,12 @@
 #                                    when missing (apt-get / pip)
 #   scripts/bench.sh --quick         CI smoke: debug build, 1 round of 1 s,
 #                                    installs nothing, < 60 s once built
+#                                    (HTTP and WebSocket workloads; the
+#                                    HTTP/2 upstream scenario only in full runs)
 #
 # Other flags go to `tokentap-bench suite` (--rounds, --duration, --targets,
-# --workloads, --memory-streams, --out; see `tokentap-bench suite --help`).
+# --workloads, --memory-streams, --h2-streams, --out; see
+# `tokentap-bench suite --help`).
 # Wrapper flags: --release / --debug pick the build profile, --no-install
 # skips installing nginx and Envoy.
 #

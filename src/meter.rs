@@ -279,6 +279,77 @@ pub struct Measurement {
     /// sniff limit, tenant, rewriting, signing), not counting `pool_wait`;
     /// `None` when the request never reached the upstream client.
     pub request_overhead: Option<Duration>,
+    /// Input and output tokens by modality (text, audio), where the
+    /// provider reports them (realtime sessions); all `None` otherwise.
+    pub modalities: ModalityTokens,
+}
+
+/// Token counts split by modality, as realtime APIs report them (OpenAI
+/// Realtime `input_token_details` / `output_token_details`, Gemini Live
+/// `*TokensDetails`). Each is a part of the matching `Usage` total; a
+/// field is `None` when the provider did not report it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ModalityTokens {
+    /// Text input tokens (cached ones included).
+    pub input_text: Option<u64>,
+    /// Audio input tokens (cached ones included).
+    pub input_audio: Option<u64>,
+    /// Text input tokens served from cache.
+    pub cached_text: Option<u64>,
+    /// Audio input tokens served from cache.
+    pub cached_audio: Option<u64>,
+    /// Text output tokens.
+    pub output_text: Option<u64>,
+    /// Audio output tokens.
+    pub output_audio: Option<u64>,
+}
+
+impl ModalityTokens {
+    /// Overwrite every field `newer` reports; keep the rest.
+    pub fn merge(&mut self, newer: ModalityTokens) {
+        for (mine, theirs) in self.fields_mut().into_iter().zip(newer.fields()) {
+            if theirs.is_some() {
+                *mine = theirs;
+            }
+        }
+    }
+
+    /// Add `other`'s counts (a session's totals): a field stays `None`
+    /// until some response reports it.
+    pub fn add(&mut self, other: &ModalityTokens) {
+        for (mine, theirs) in self.fields_mut().into_iter().zip(other.fields()) {
+            if let Some(n) = theirs {
+                *mine = Some(mine.unwrap_or(0).saturating_add(n));
+            }
+        }
+    }
+
+    /// No split was reported.
+    pub fn is_empty(&self) -> bool {
+        self.fields().iter().all(Option::is_none)
+    }
+
+    fn fields(&self) -> [Option<u64>; 6] {
+        [
+            self.input_text,
+            self.input_audio,
+            self.cached_text,
+            self.cached_audio,
+            self.output_text,
+            self.output_audio,
+        ]
+    }
+
+    fn fields_mut(&mut self) -> [&mut Option<u64>; 6] {
+        [
+            &mut self.input_text,
+            &mut self.input_audio,
+            &mut self.cached_text,
+            &mut self.cached_audio,
+            &mut self.output_text,
+            &mut self.output_audio,
+        ]
+    }
 }
 
 impl Measurement {

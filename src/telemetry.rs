@@ -811,6 +811,9 @@ impl RequestTelemetry {
             overhead: &overhead,
         };
         ins.record_finish(&sets, &record);
+        if !m.modalities.is_empty() {
+            ins.record_modalities(&attrs, &m.modalities);
+        }
     }
 }
 

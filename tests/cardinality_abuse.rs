@@ -208,6 +208,7 @@ fn measurement(request: RequestFacts) -> Measurement {
         upstream_timing: Default::default(),
         pool_wait: None,
         request_overhead: None,
+        modalities: Default::default(),
     }
 }
 

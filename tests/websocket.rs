@@ -486,6 +486,129 @@ async fn a_realtime_response_is_measured_inside_its_session_span() {
     }
 }
 
+/// Play the client side of a recorded transcript against `proxy`: send
+/// each `client` line, read each `server` line and check it arrived
+/// unchanged; then close.
+async fn play_fixture(proxy: &InProc, fixture: &str, path: &str) {
+    let (mut ws, _) = connect(proxy, path, &[]).await.unwrap();
+    let text = std::fs::read_to_string(format!(
+        "{}/tests/fixtures/realtime/{fixture}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if v["dir"] == "client" {
+            ws.send(Message::text(v["msg"].to_string())).await.unwrap();
+        } else {
+            let m = within(STEP_TIMEOUT, "server event", ws.next())
+                .await
+                .unwrap()
+                .unwrap();
+            let got: serde_json::Value = serde_json::from_str(m.to_text().unwrap()).unwrap();
+            assert_eq!(got, v["msg"], "server event relayed unchanged");
+        }
+    }
+    ws.close(None).await.unwrap();
+    while let Some(Ok(_)) = ws.next().await {}
+}
+
+#[tokio::test]
+async fn realtime_text_and_audio_tokens_are_split_on_spans_and_metrics() {
+    use support::otlp::{Collector, PointValue};
+    let col = Collector::start().await;
+    let upstream = replay_upstream("openai_audio_vad.jsonl", Duration::from_millis(20)).await;
+    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
+    play_fixture(
+        &proxy,
+        "openai_audio_vad.jsonl",
+        "/v1/realtime?model=gpt-realtime-mini",
+    )
+    .await;
+    let session = col
+        .wait_span(STEP_TIMEOUT, "session", |s| s.name.starts_with("websocket"))
+        .await;
+    let response = col
+        .wait_span(STEP_TIMEOUT, "response", |s| {
+            s.parent_span_id == session.span_id && s.name.starts_with("chat")
+        })
+        .await;
+    // The fixture's response.done: input 318 (text 251, audio 67; cached
+    // 192, all text), output 94 (text 21, audio 73).
+    for (key, want) in [
+        ("gen_ai.usage.input_tokens", 318),
+        ("gen_ai.usage.output_tokens", 94),
+        ("gen_ai.usage.cache_read.input_tokens", 192),
+        ("gen_ai.usage.text.input_tokens", 251),
+        ("gen_ai.usage.audio.input_tokens", 67),
+        ("tokentap.usage.cache_read.text.input_tokens", 192),
+        ("tokentap.usage.cache_read.audio.input_tokens", 0),
+        ("gen_ai.usage.text.output_tokens", 21),
+        ("gen_ai.usage.audio.output_tokens", 73),
+    ] {
+        assert_eq!(
+            response.attr(key).as_i64(),
+            Some(want),
+            "response span {key}"
+        );
+    }
+    for (key, want) in [
+        ("tokentap.session.input_tokens", 318),
+        ("tokentap.session.output_tokens", 94),
+        ("tokentap.session.cache_read.input_tokens", 192),
+        ("tokentap.session.text.input_tokens", 251),
+        ("tokentap.session.audio.input_tokens", 67),
+        ("tokentap.session.cache_read.text.input_tokens", 192),
+        ("tokentap.session.cache_read.audio.input_tokens", 0),
+        ("tokentap.session.text.output_tokens", 21),
+        ("tokentap.session.audio.output_tokens", 73),
+    ] {
+        assert_eq!(session.attr(key).as_i64(), Some(want), "session span {key}");
+    }
+    // Metrics: disjoint points whose input sum is the input total.
+    let name = "tokentap.token.modality.usage";
+    col.wait_point(STEP_TIMEOUT, name, |p| {
+        p.attrs
+            .get("gen_ai.token.modality")
+            .and_then(|v| v.as_str())
+            == Some("audio")
+            && p.attrs.get("gen_ai.token.type").and_then(|v| v.as_str()) == Some("output")
+    })
+    .await;
+    let mut seen = std::collections::BTreeMap::new();
+    for p in col.latest(name) {
+        let key = [
+            "gen_ai.token.type",
+            "gen_ai.token.modality",
+            "gen_ai.token.cache",
+        ]
+        .map(|k| {
+            p.attrs
+                .get(k)
+                .and_then(|v| v.as_str())
+                .unwrap_or("-")
+                .to_owned()
+        });
+        let PointValue::Sum(v) = p.value else {
+            panic!("{name} is a counter: {p:?}")
+        };
+        *seen.entry(key.join("/")).or_insert(0.0) += v;
+    }
+    let want: std::collections::BTreeMap<String, f64> = [
+        ("input/audio/none", 67.0),
+        ("input/audio/read", 0.0),
+        ("input/text/none", 59.0),
+        ("input/text/read", 192.0),
+        ("output/audio/-", 73.0),
+        ("output/text/-", 21.0),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(seen, want, "{name} points by type/modality/cache");
+    proxy.shutdown().await;
+}
+
 /// A frame as raw bytes: `mask` set for client frames, `rsv1` for a
 /// compressed message.
 fn raw_frame(opcode: u8, rsv1: bool, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {

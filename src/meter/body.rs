@@ -495,6 +495,7 @@ impl Meter {
             upstream_timing: tally.upstream_timing,
             pool_wait: self.pool_wait,
             request_overhead: self.request_overhead,
+            modalities: super::ModalityTokens::default(),
         };
         let needs_counting = m.usage.output.is_none() || m.usage.input.is_none();
         match (self.plan.take(), text) {

@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use super::{Measurement, Outcome, Reasoning, Recorder, RequestFacts, TokenSource};
+use super::{Measurement, ModalityTokens, Outcome, Reasoning, Recorder, RequestFacts, TokenSource};
 use crate::providers::{UpstreamTiming, Usage};
 
 /// Starts one response's recorder (its span is the session span's child).
@@ -92,6 +92,10 @@ pub struct SessionSummary {
     pub input_tokens: u64,
     /// Output tokens summed over the session's responses.
     pub output_tokens: u64,
+    /// Cached input tokens summed over the responses that reported them.
+    pub cached_input_tokens: Option<u64>,
+    /// The text/audio split summed over the responses that reported it.
+    pub modalities: ModalityTokens,
     /// `error` events and bad messages seen.
     pub errors: u64,
     /// Close code the client sent, when seen.
@@ -121,6 +125,7 @@ struct Response {
     pieces: u64,
     max_gap: Option<Duration>,
     usage: Usage,
+    modalities: ModalityTokens,
     finish_reason: Option<String>,
 }
 
@@ -245,10 +250,12 @@ impl SessionMeter {
         }
     }
 
-    /// Usage reported for the response in flight.
-    pub fn usage(&mut self, usage: Usage) {
+    /// Usage reported for the response in flight, with its text/audio
+    /// split (`split`, empty when not reported).
+    pub fn usage(&mut self, usage: Usage, split: ModalityTokens) {
         if let Some(r) = &mut self.current {
             r.usage.merge(usage);
+            r.modalities.merge(split);
         }
     }
 
@@ -346,6 +353,7 @@ impl SessionMeter {
             pieces: 0,
             max_gap: None,
             usage: Usage::default(),
+            modalities: ModalityTokens::default(),
             finish_reason: None,
         });
     }
@@ -362,6 +370,11 @@ impl SessionMeter {
         self.summary.responses += 1;
         self.summary.input_tokens += r.usage.input.unwrap_or(0);
         self.summary.output_tokens += output_tokens.unwrap_or(0);
+        if let Some(n) = r.usage.cache_read {
+            let total = self.summary.cached_input_tokens.get_or_insert(0);
+            *total = total.saturating_add(n);
+        }
+        self.summary.modalities.add(&r.modalities);
         let end = match outcome {
             Outcome::Complete => r.last.unwrap_or(self.last_read),
             _ => Instant::now(),
@@ -382,6 +395,7 @@ impl SessionMeter {
             pool_wait: None,
             // Nothing is forwarded per response: the relay's cost is the session's.
             request_overhead: None,
+            modalities: r.modalities,
             time_to_first_byte: since(r.first),
             time_to_first_token: since(r.first),
             time_to_last_token: since(r.last),
@@ -457,11 +471,29 @@ mod tests {
         m.output(1);
         m.output(1);
         m.output(1);
-        m.usage(Usage {
-            input: Some(10),
-            output: Some(7),
-            ..Usage::default()
-        });
+        m.usage(
+            Usage {
+                input: Some(10),
+                output: Some(7),
+                cache_read: Some(4),
+                ..Usage::default()
+            },
+            ModalityTokens {
+                input_text: Some(6),
+                input_audio: Some(4),
+                cached_text: Some(4),
+                output_audio: Some(7),
+                ..ModalityTokens::default()
+            },
+        );
+        // A later report overwrites only what it carries.
+        m.usage(
+            Usage::default(),
+            ModalityTokens {
+                output_text: Some(0),
+                ..ModalityTokens::default()
+            },
+        );
         m.done(Some("resp_1"), Done::Completed);
         m.done(None, Done::Completed); // nothing in flight: ignored
         m.input_committed();
@@ -488,6 +520,18 @@ mod tests {
         assert_eq!(summary.responses, 2);
         assert_eq!(summary.input_tokens, 10);
         assert_eq!(summary.output_tokens, 8);
+        let split = ModalityTokens {
+            input_text: Some(6),
+            input_audio: Some(4),
+            cached_text: Some(4),
+            cached_audio: None,
+            output_text: Some(0),
+            output_audio: Some(7),
+        };
+        assert_eq!(seen[0].modalities, split, "the response's own split");
+        assert!(seen[1].modalities.is_empty(), "no usage, no split");
+        assert_eq!(summary.modalities, split, "session sums what was reported");
+        assert_eq!(summary.cached_input_tokens, Some(4));
         assert_eq!(summary.close_client, Some(1000));
         assert_eq!(summary.end, "client_closed");
     }

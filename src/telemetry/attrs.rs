@@ -49,6 +49,9 @@ pub const M_DRAINS_ACTIVE: &str = "tokentap.drains.active";
 pub const M_TLS_CERT_EXPIRY: &str = "tokentap.tls.certificate.expiry";
 /// Gauge: WebSocket sessions being relayed ({session}).
 pub const M_WEBSOCKET_SESSIONS_ACTIVE: &str = "tokentap.websocket.sessions.active";
+/// Counter: tokens by `gen_ai.token.type`, `gen_ai.token.modality` and
+/// (input) `gen_ai.token.cache`, where the provider splits them ({token}).
+pub const M_MODALITY_TOKENS: &str = "tokentap.token.modality.usage";
 
 // WebSocket session span attributes (no GenAI convention covers sessions).
 /// Session span: responses measured in the session (int).
@@ -57,6 +60,20 @@ pub const SESSION_RESPONSES: &str = "tokentap.session.responses";
 pub const SESSION_INPUT_TOKENS: &str = "tokentap.session.input_tokens";
 /// Session span: output tokens summed over its responses (int).
 pub const SESSION_OUTPUT_TOKENS: &str = "tokentap.session.output_tokens";
+/// Session span: cached input tokens summed over its responses (int).
+pub const SESSION_CACHE_READ: &str = "tokentap.session.cache_read.input_tokens";
+/// Session span: text input tokens summed over its responses (int).
+pub const SESSION_TEXT_INPUT: &str = "tokentap.session.text.input_tokens";
+/// Session span: audio input tokens summed over its responses (int).
+pub const SESSION_AUDIO_INPUT: &str = "tokentap.session.audio.input_tokens";
+/// Session span: cached text input tokens summed over its responses (int).
+pub const SESSION_CACHE_READ_TEXT: &str = "tokentap.session.cache_read.text.input_tokens";
+/// Session span: cached audio input tokens summed over its responses (int).
+pub const SESSION_CACHE_READ_AUDIO: &str = "tokentap.session.cache_read.audio.input_tokens";
+/// Session span: text output tokens summed over its responses (int).
+pub const SESSION_TEXT_OUTPUT: &str = "tokentap.session.text.output_tokens";
+/// Session span: audio output tokens summed over its responses (int).
+pub const SESSION_AUDIO_OUTPUT: &str = "tokentap.session.audio.output_tokens";
 /// Session span: why the session ended (`client_closed`, `idle_timeout`, ...).
 pub const SESSION_END: &str = "tokentap.session.end";
 /// Session span: close code the client sent (int).
@@ -111,6 +128,22 @@ pub const GEN_AI_USAGE_CACHE_READ: &str = "gen_ai.usage.cache_read.input_tokens"
 pub const GEN_AI_USAGE_CACHE_WRITE: &str = "gen_ai.usage.cache_write.input_tokens";
 /// Output tokens spent on reasoning (int).
 pub const GEN_AI_USAGE_REASONING: &str = "gen_ai.usage.reasoning.output_tokens";
+/// Text-modality input tokens, part of `gen_ai.usage.input_tokens` (int).
+pub const GEN_AI_USAGE_TEXT_INPUT: &str = "gen_ai.usage.text.input_tokens";
+/// Audio-modality input tokens, part of `gen_ai.usage.input_tokens` (int).
+pub const GEN_AI_USAGE_AUDIO_INPUT: &str = "gen_ai.usage.audio.input_tokens";
+/// Text-modality output tokens, part of `gen_ai.usage.output_tokens` (int).
+pub const GEN_AI_USAGE_TEXT_OUTPUT: &str = "gen_ai.usage.text.output_tokens";
+/// Audio-modality output tokens, part of `gen_ai.usage.output_tokens` (int).
+pub const GEN_AI_USAGE_AUDIO_OUTPUT: &str = "gen_ai.usage.audio.output_tokens";
+/// Cached text input tokens (no GenAI name splits the cache by modality) (int).
+pub const USAGE_CACHE_READ_TEXT: &str = "tokentap.usage.cache_read.text.input_tokens";
+/// Cached audio input tokens (int).
+pub const USAGE_CACHE_READ_AUDIO: &str = "tokentap.usage.cache_read.audio.input_tokens";
+/// Modality of the tokens a `tokentap.token.modality.usage` point counts.
+pub const GEN_AI_TOKEN_MODALITY: &str = "gen_ai.token.modality";
+/// Cache status of the input tokens a `tokentap.token.modality.usage` point counts.
+pub const GEN_AI_TOKEN_CACHE: &str = "gen_ai.token.cache";
 /// Host of the route's upstream.
 pub const SERVER_ADDRESS: &str = "server.address";
 /// Port of the route's upstream.
@@ -195,6 +228,14 @@ pub const RELOAD_RESULT: &str = "result";
 pub const TOKEN_INPUT: &str = "input";
 /// `gen_ai.token.type` value for output tokens.
 pub const TOKEN_OUTPUT: &str = "output";
+/// `gen_ai.token.modality` value for text tokens.
+pub const MODALITY_TEXT: &str = "text";
+/// `gen_ai.token.modality` value for audio tokens.
+pub const MODALITY_AUDIO: &str = "audio";
+/// `gen_ai.token.cache` value for input tokens served from cache.
+pub const CACHE_READ: &str = "read";
+/// `gen_ai.token.cache` value for input tokens not served from cache.
+pub const CACHE_NONE: &str = "none";
 /// `gen_ai.operation.name` when the endpoint was not recognised.
 pub const OPERATION_UNKNOWN: &str = "unknown";
 /// A capped label's value once its cap is reached.

@@ -13,6 +13,7 @@ use opentelemetry::metrics::{
 
 use super::attrs::*;
 use super::export::DropCounts;
+use crate::meter::ModalityTokens;
 
 /// `gen_ai.client.operation.duration`, `gen_ai.server.request.duration`,
 /// `gen_ai.client.operation.time_to_first_chunk` and
@@ -171,6 +172,8 @@ pub(super) struct Instruments {
     pub tokens: Counter<u64>,
     pub proxy_overhead: Histogram<f64>,
     pub requests: Counter<u64>,
+    /// `tokentap.token.modality.usage`.
+    pub modality_tokens: Counter<u64>,
     pub streams_active: UpDownCounter<i64>,
     pub config_reloads: Counter<u64>,
     /// Kept so the callback lives as long as the instruments.
@@ -490,6 +493,11 @@ impl Instruments {
                 .with_unit("{request}")
                 .with_description("Finished requests, by outcome.")
                 .build(),
+            modality_tokens: meter
+                .u64_counter(M_MODALITY_TOKENS)
+                .with_unit("{token}")
+                .with_description("Tokens by type, modality and (input) cache status, where the provider splits them.")
+                .build(),
             streams_active: meter
                 .i64_up_down_counter(M_STREAMS_ACTIVE)
                 .with_unit("{request}")
@@ -579,6 +587,45 @@ impl Instruments {
         if let Some((n, estimated)) = r.reasoning_tokens {
             self.reasoning_tokens
                 .record(n, &with_estimated(attrs, estimated));
+        }
+    }
+}
+
+impl Instruments {
+    /// Add a response's text/audio split to `tokentap.token.modality.usage`
+    /// under `attrs`. Input splits into cached and uncached parts when the
+    /// cached part's split is known, so that the points never overlap.
+    /// Only responses that report a split (realtime sessions) get here, so
+    /// the unbound adds cost nothing on the HTTP path.
+    pub(super) fn record_modalities(&self, attrs: &[KeyValue], m: &ModalityTokens) {
+        let input = [
+            (MODALITY_TEXT, m.input_text, m.cached_text),
+            (MODALITY_AUDIO, m.input_audio, m.cached_audio),
+        ];
+        for (modality, total, cached) in input {
+            let Some(total) = total else { continue };
+            let mut a = with_token_type(attrs, TOKEN_INPUT);
+            a.push(KeyValue::new(GEN_AI_TOKEN_MODALITY, modality));
+            match cached {
+                Some(cached) => {
+                    let mut read = a.clone();
+                    read.push(KeyValue::new(GEN_AI_TOKEN_CACHE, CACHE_READ));
+                    self.modality_tokens.add(cached.min(total), &read);
+                    a.push(KeyValue::new(GEN_AI_TOKEN_CACHE, CACHE_NONE));
+                    self.modality_tokens.add(total.saturating_sub(cached), &a);
+                }
+                None => self.modality_tokens.add(total, &a),
+            }
+        }
+        for (modality, n) in [
+            (MODALITY_TEXT, m.output_text),
+            (MODALITY_AUDIO, m.output_audio),
+        ] {
+            if let Some(n) = n {
+                let mut a = with_token_type(attrs, TOKEN_OUTPUT);
+                a.push(KeyValue::new(GEN_AI_TOKEN_MODALITY, modality));
+                self.modality_tokens.add(n, &a);
+            }
         }
     }
 }

@@ -86,6 +86,20 @@ impl SessionTelemetry {
             KeyValue::new(SESSION_BYTES_DOWN, int(s.bytes_down)),
             KeyValue::new(HTTP_RESPONSE_STATUS_CODE, 101),
         ];
+        let split = &s.modalities;
+        for (key, v) in [
+            (SESSION_CACHE_READ, s.cached_input_tokens),
+            (SESSION_TEXT_INPUT, split.input_text),
+            (SESSION_AUDIO_INPUT, split.input_audio),
+            (SESSION_CACHE_READ_TEXT, split.cached_text),
+            (SESSION_CACHE_READ_AUDIO, split.cached_audio),
+            (SESSION_TEXT_OUTPUT, split.output_text),
+            (SESSION_AUDIO_OUTPUT, split.output_audio),
+        ] {
+            if let Some(v) = v {
+                a.push(KeyValue::new(key, int(v)));
+            }
+        }
         if let Some(c) = s.close_client {
             a.push(KeyValue::new(SESSION_CLOSE_CODE_CLIENT, i64::from(c)));
         }

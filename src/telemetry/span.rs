@@ -139,6 +139,17 @@ fn span_finish_attributes(m: &Measurement) -> Vec<KeyValue> {
         m.reasoning.tokens.map(|v| int(v).into()),
     );
     reasoning_attributes(m, &mut opt);
+    let split = &m.modalities;
+    for (key, v) in [
+        (GEN_AI_USAGE_TEXT_INPUT, split.input_text),
+        (GEN_AI_USAGE_AUDIO_INPUT, split.input_audio),
+        (USAGE_CACHE_READ_TEXT, split.cached_text),
+        (USAGE_CACHE_READ_AUDIO, split.cached_audio),
+        (GEN_AI_USAGE_TEXT_OUTPUT, split.output_text),
+        (GEN_AI_USAGE_AUDIO_OUTPUT, split.output_audio),
+    ] {
+        opt(key, v.map(|v| int(v).into()));
+    }
     opt(
         GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
         m.time_to_first_token

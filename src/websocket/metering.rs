@@ -7,9 +7,11 @@
 //! which is then marked unmetered with the reason.
 
 use crate::framing::websocket::{Sender, WsDecoder, WsMessage, negotiated_deflate};
-use crate::meter::RequestFacts;
 use crate::meter::session::{Done, Party, SessionEnd, SessionMeter, StartRecorder};
-use crate::providers::realtime::{DoneStatus, SessionEvent, SessionParser, dialect_for_path};
+use crate::meter::{ModalityTokens, RequestFacts};
+use crate::providers::realtime::{
+    DoneStatus, RealtimeUsage, SessionEvent, SessionParser, dialect_for_path,
+};
 use crate::telemetry::SessionTelemetry;
 
 use super::relay::{Dir, End, Side, Tap};
@@ -158,7 +160,7 @@ fn apply(meter: &mut SessionMeter, ev: SessionEvent<'_>) {
         SessionEvent::ResponseStarted { id } => meter.started(id),
         SessionEvent::Output { pieces, .. } => meter.output(pieces),
         SessionEvent::Model(model) => meter.model(model),
-        SessionEvent::Usage(usage) => meter.usage(usage.to_usage()),
+        SessionEvent::Usage(usage) => meter.usage(usage.to_usage(), split(&usage)),
         SessionEvent::ResponseDone { id, status } => {
             let done = match status {
                 DoneStatus::Completed => Done::Completed,
@@ -170,5 +172,18 @@ fn apply(meter: &mut SessionMeter, ev: SessionEvent<'_>) {
         }
         SessionEvent::Error { kind } => meter.error(kind),
         SessionEvent::Lane(_) | SessionEvent::Closing => {}
+    }
+}
+
+/// The text/audio split of a realtime usage report. Lives here, not in
+/// `providers`, because `meter` already depends on `providers`.
+fn split(u: &RealtimeUsage) -> ModalityTokens {
+    ModalityTokens {
+        input_text: u.input_text,
+        input_audio: u.input_audio,
+        cached_text: u.cached_input_text,
+        cached_audio: u.cached_input_audio,
+        output_text: u.output_text,
+        output_audio: u.output_audio,
     }
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use clap::Parser as _;
 
+mod h2;
 mod hist;
 mod load;
 mod procs;
@@ -23,6 +24,7 @@ mod sink;
 mod soak;
 mod suite;
 mod targets;
+mod ws;
 
 #[derive(Debug, clap::Parser)]
 #[command(name = "tokentap-bench", about = "End-to-end benchmark for tokentap")]
@@ -37,6 +39,12 @@ enum Cli {
     /// Serve a discarding OTLP/HTTP collector until Ctrl-C
     Sink {
         #[arg(long, default_value = "127.0.0.1:4318")]
+        listen: SocketAddr,
+    },
+    /// Serve the scripted WebSocket upstream of the relay benchmark until
+    /// stopped (realtime-style text deltas; binary messages echoed)
+    WsUpstream {
+        #[arg(long, default_value = "127.0.0.1:8765")]
         listen: SocketAddr,
     },
 }
@@ -118,6 +126,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             );
             Ok(())
         }
+        Cli::WsUpstream { listen } => ws::serve_upstream(listen).await,
         Cli::Sink { listen } => {
             let (addr, counts) = sink::start(listen).await.map_err(|e| e.to_string())?;
             eprintln!("OTLP sink on http://{addr}");

@@ -18,9 +18,11 @@ use serde::Serialize;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::h2;
 use crate::load::{self, Api, Report, Spec};
 use crate::procs;
 use crate::targets::{self, Binaries, Class, Kind, Target, Upstreams};
+use crate::ws::{self, WS_WORKLOADS, WsReport, WsWorkload};
 
 /// `tokentap-bench suite` flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -47,6 +49,10 @@ pub(crate) struct SuiteArgs {
     /// Concurrent slow streams in the memory scenario (default 9900, quick 200; 0 = skip)
     #[arg(long)]
     pub memory_streams: Option<usize>,
+    /// Concurrent streams in the HTTP/2 upstream scenario (default 500,
+    /// quick 0 = skip); the upstream allows 100 per connection
+    #[arg(long)]
+    pub h2_streams: Option<usize>,
     /// Directory for results (a timestamped folder is made inside)
     #[arg(long, default_value = "target/bench-results")]
     pub out: PathBuf,
@@ -115,6 +121,20 @@ pub(crate) struct Run {
     pub peak_rss_mib: Option<f64>,
 }
 
+/// One WebSocket relay run's record (a line of runs.jsonl).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct WsRun {
+    pub round: usize,
+    pub workload: &'static str,
+    pub target: &'static str,
+    #[serde(flatten)]
+    pub load: WsReport,
+    /// Proxy CPU (user + system) inside the measurement window.
+    pub cpu_ms: Option<f64>,
+    /// Proxy CPU per relayed message (either direction), in microseconds.
+    pub cpu_per_msg_us: Option<f64>,
+}
+
 /// The memory scenario's record.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Memory {
@@ -138,6 +158,8 @@ struct Plan {
     warmup: Duration,
     kinds: Vec<Kind>,
     workloads: Vec<Workload>,
+    ws_workloads: Vec<WsWorkload>,
+    h2_streams: usize,
     memory_streams: usize,
     dir: PathBuf,
 }
@@ -166,6 +188,7 @@ pub(crate) async fn run(args: SuiteArgs) -> Result<(), String> {
     let tck = procs::clk_tck();
 
     let mut runs = Vec::new();
+    let mut ws_runs = Vec::new();
     let mut jsonl = String::new();
     for round in 1..=plan.rounds {
         for wl in &plan.workloads {
@@ -191,10 +214,42 @@ pub(crate) async fn run(args: SuiteArgs) -> Result<(), String> {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
+        for wl in &plan.ws_workloads {
+            // Envoy's generated config routes no WebSocket upgrades.
+            for target in running.iter().filter(|t| t.kind != Kind::Envoy) {
+                let r = ws_run(round, wl, target, &plan, tck).await;
+                eprintln!(
+                    "round {round} {:<22} {:<18} {:>9.0} msg/s {:>7.1} MB/s  latency p50 {:>7.3} ms  p99 {:>8.3} ms  cpu/msg {:>6} us  errors {}",
+                    wl.name,
+                    target.kind.name(),
+                    r.load.msgs_per_s,
+                    r.load.mb_per_s,
+                    r.load.latency_p50_ms.unwrap_or(f64::NAN),
+                    r.load.latency_p99_ms.unwrap_or(f64::NAN),
+                    r.cpu_per_msg_us.map_or("-".into(), |c| format!("{c:.2}")),
+                    r.load.errors,
+                );
+                let _ = writeln!(jsonl, "{}", serde_json::to_string(&r).unwrap_or_default());
+                ws_runs.push(r);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
     }
     // Fresh processes for the memory scenario, so earlier runs' allocator
     // state does not count as per-stream memory.
     drop(running);
+    let mut h2_runs = Vec::new();
+    if plan.h2_streams > 0 && plan.kinds.contains(&Kind::Tokentap) {
+        match h2_scenario(&plan, &bins).await {
+            Ok(r) => {
+                for run in &r {
+                    let _ = writeln!(jsonl, "{}", serde_json::to_string(run).unwrap_or_default());
+                }
+                h2_runs = r;
+            }
+            Err(e) => eprintln!("HTTP/2 upstream scenario: {e}"),
+        }
+    }
     let mut memory = Vec::new();
     if plan.memory_streams > 0 {
         for kind in &plan.kinds {
@@ -225,12 +280,15 @@ pub(crate) async fn run(args: SuiteArgs) -> Result<(), String> {
         sink.requests.load(Ordering::Relaxed),
         sink.bytes.load(Ordering::Relaxed) as f64 / 1048576.0
     );
-    let report = report(&plan, &runs, &memory, &identity, &sink_note);
+    let mut report = report(&plan, &runs, &memory, &identity, &sink_note);
+    report.push_str(&ws_report(&plan, &ws_runs));
+    report.push_str(&h2_report(&plan, &h2_runs));
     write(&plan.dir.join("runs.jsonl"), &jsonl)?;
     write(&plan.dir.join("report.md"), &report)?;
     println!("{report}");
     let errors: u64 = runs.iter().map(|r| r.load.errors).sum();
-    let empty = runs.iter().any(|r| r.load.requests == 0);
+    let empty =
+        runs.iter().any(|r| r.load.requests == 0) || ws_runs.iter().any(|r| r.load.messages == 0);
     let not_identical = identity.values().flatten().any(|(_, same)| !same);
     if empty || not_identical {
         return Err(format!(
@@ -278,6 +336,15 @@ fn plan(args: &SuiteArgs, bins: &Binaries) -> Result<Plan, String> {
             .map(|t| Kind::parse(t).ok_or(format!("unknown target `{t}`")))
             .collect::<Result<_, _>>()?
     };
+    let ws_workloads: Vec<WsWorkload> = if args.workloads.is_empty() {
+        WS_WORKLOADS.to_vec()
+    } else {
+        WS_WORKLOADS
+            .iter()
+            .filter(|w| args.workloads.iter().any(|n| n == w.name))
+            .copied()
+            .collect()
+    };
     let workloads = if args.workloads.is_empty() {
         WORKLOADS
             .iter()
@@ -287,6 +354,7 @@ fn plan(args: &SuiteArgs, bins: &Binaries) -> Result<Plan, String> {
     } else {
         args.workloads
             .iter()
+            .filter(|n| !ws_workloads.iter().any(|w| w.name == n.as_str()))
             .map(|n| {
                 WORKLOADS
                     .iter()
@@ -308,6 +376,8 @@ fn plan(args: &SuiteArgs, bins: &Binaries) -> Result<Plan, String> {
         warmup: secs(args.warmup, 1.0, 0.3),
         kinds,
         workloads,
+        ws_workloads,
+        h2_streams: args.h2_streams.unwrap_or(if q { 0 } else { 500 }),
         memory_streams: args.memory_streams.unwrap_or(if q { 200 } else { 9900 }),
         dir: args
             .out
@@ -358,6 +428,253 @@ async fn one_run(round: usize, wl: &Workload, target: &Target, plan: &Plan, tck:
         peak_rss_mib: peak,
         load: report,
     }
+}
+
+/// One WebSocket workload through `target`, with the proxy's CPU time
+/// read at the window's edges.
+async fn ws_run(round: usize, wl: &WsWorkload, target: &Target, plan: &Plan, tck: f64) -> WsRun {
+    let pids = target.pids();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let cpu_pids = pids.clone();
+    let cpu = tokio::spawn(async move {
+        let (start, end): (Instant, Instant) = rx.await.ok()?;
+        tokio::time::sleep_until(start).await;
+        let a = procs::cpu_ticks(&cpu_pids);
+        tokio::time::sleep_until(end).await;
+        let b = procs::cpu_ticks(&cpu_pids);
+        Some(b.saturating_sub(a))
+    });
+    let report = ws::run(target.ws_addr(), *wl, plan.warmup, plan.duration, |s, e| {
+        let _ = tx.send((s, e));
+    })
+    .await;
+    let ticks = cpu.await.ok().flatten();
+    let cpu_ms = ticks
+        .filter(|_| !pids.is_empty())
+        .map(|t| t as f64 * 1000.0 / tck);
+    WsRun {
+        round,
+        workload: wl.name,
+        target: target.kind.name(),
+        cpu_per_msg_us: cpu_ms
+            .filter(|_| report.messages > 0)
+            .map(|c| c * 1000.0 / report.messages as f64),
+        cpu_ms,
+        load: report,
+    }
+}
+
+/// The WebSocket relay section of the report.
+fn ws_report(plan: &Plan, runs: &[WsRun]) -> String {
+    let mut s = String::new();
+    if runs.is_empty() {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "\n### WebSocket relay (medians of {} interleaved round(s), {:.0} s each)\n",
+        plan.rounds,
+        plan.duration.as_secs_f64()
+    );
+    let _ = writeln!(
+        s,
+        "| workload | target | msg/s | MB/s | latency p50 ms | latency p99 ms | proxy CPU/msg µs | CPU/msg vs nginx | errors |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+    let own = |wl: &str, t: &str, f: &dyn Fn(&WsRun) -> Option<f64>| {
+        stat(
+            runs.iter()
+                .filter(|r| r.workload == wl && r.target == t)
+                .filter_map(f)
+                .collect(),
+        )
+    };
+    // Per round, the ratio of this target's CPU/msg to nginx's.
+    let vs_nginx = |wl: &str, t: &str| {
+        stat(
+            runs.iter()
+                .filter(|r| r.workload == wl && r.target == t)
+                .filter_map(|r| {
+                    let n = runs
+                        .iter()
+                        .find(|n| n.workload == wl && n.target == "nginx" && n.round == r.round)?;
+                    Some(r.cpu_per_msg_us? / n.cpu_per_msg_us.filter(|c| *c > 0.0)?)
+                })
+                .collect(),
+        )
+    };
+    for wl in &plan.ws_workloads {
+        for k in &plan.kinds {
+            let t = k.name();
+            if !runs.iter().any(|r| r.workload == wl.name && r.target == t) {
+                continue;
+            }
+            let errors: u64 = runs
+                .iter()
+                .filter(|r| r.workload == wl.name && r.target == t)
+                .map(|r| r.load.errors)
+                .sum();
+            let _ = writeln!(
+                s,
+                "| {} | {t} | {} | {} | {} | {} | {} | {} | {errors} |",
+                wl.name,
+                fmt(own(wl.name, t, &|r| Some(r.load.msgs_per_s)), 0, ""),
+                fmt(own(wl.name, t, &|r| Some(r.load.mb_per_s)), 1, ""),
+                fmt(own(wl.name, t, &|r| r.load.latency_p50_ms), 3, ""),
+                fmt(own(wl.name, t, &|r| r.load.latency_p99_ms), 3, ""),
+                fmt(own(wl.name, t, &|r| r.cpu_per_msg_us), 2, ""),
+                if t == "nginx" || t == "direct" {
+                    "–".into()
+                } else {
+                    fmt(vs_nginx(wl.name, t), 2, "×")
+                },
+            );
+        }
+    }
+    s
+}
+
+/// One HTTP/2 scenario run's record (a line of runs.jsonl).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct H2Run {
+    pub round: usize,
+    pub scenario: &'static str,
+    pub target: &'static str,
+    #[serde(flatten)]
+    pub load: h2::H2Report,
+    /// Connections the upstream accepted during the run.
+    pub upstream_connections: usize,
+    /// The most upstream connections open at once during the run.
+    pub upstream_connections_peak: usize,
+    /// The most streams one upstream connection had open at once (so far).
+    pub max_streams_per_connection: usize,
+    /// Requests tokentap recorded a pool wait for, their mean wait and the
+    /// upper bound of the bucket holding the 99th percentile.
+    pub pool_waits: Option<f64>,
+    pub pool_wait_mean_ms: Option<f64>,
+    pub pool_wait_p99_le_ms: Option<f64>,
+}
+
+/// 500 streaming clients against an h2c upstream allowing 100 streams per
+/// connection: directly (a connection each) and through tokentap
+/// (`http2 = "always"`), in interleaved rounds.
+async fn h2_scenario(plan: &Plan, bins: &Binaries) -> Result<Vec<H2Run>, String> {
+    const MAX_STREAMS: u32 = 100;
+    let (up, seen) = h2::start_upstream(MAX_STREAMS).await?;
+    let dir = plan.dir.join("h2");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let (port, admin) = (procs::free_port()?, procs::free_port()?);
+    let conf = dir.join("tokentap.toml");
+    write(
+        &conf,
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\n[server]\nmax_connections = 20000\n\n[telemetry]\naccess_log = false\notlp_enabled = false\n\n[[routes]]\nname = \"h2\"\nprefix = \"/h2\"\nupstream = \"http://{up}\"\nhttp2 = \"always\"\n"
+        ),
+    )?;
+    let mut proc = procs::Proc::spawn(
+        "tokentap (h2 upstream)",
+        targets::tokentap_command(&bins.tokentap, &conf),
+        &dir.join("out.log"),
+    )?;
+    procs::wait_port(targets::addr(port), Duration::from_secs(20), &mut proc)?;
+    let admin = targets::addr(admin);
+    let mut out = Vec::new();
+    for round in 1..=plan.rounds {
+        for (via, name) in [(h2::Via::Direct, "direct"), (h2::Via::Proxy, "tokentap")] {
+            let addr = if via == h2::Via::Direct {
+                up
+            } else {
+                targets::addr(port)
+            };
+            let before = match via {
+                h2::Via::Proxy => Some(h2::PoolWait::parse(&h2::scrape(admin).await?)),
+                h2::Via::Direct => None,
+            };
+            let conns = seen.connections.load(Ordering::Relaxed);
+            seen.reset_peaks();
+            let load = h2::run(addr, via, plan.h2_streams, plan.warmup, plan.duration).await;
+            let upstream_connections = seen.connections.load(Ordering::Relaxed) - conns;
+            let waits = match before {
+                Some(b) => Some(h2::PoolWait::parse(&h2::scrape(admin).await?).since(&b)),
+                None => None,
+            };
+            let r = H2Run {
+                round,
+                scenario: "h2_c500_max100",
+                target: name,
+                load,
+                upstream_connections,
+                upstream_connections_peak: seen.peak_open.load(Ordering::Relaxed),
+                max_streams_per_connection: seen.max_open_per_conn.load(Ordering::Relaxed),
+                pool_waits: waits.map(|w| w.0),
+                pool_wait_mean_ms: waits.and_then(|w| w.1),
+                pool_wait_p99_le_ms: waits.and_then(|w| w.2),
+            };
+            eprintln!(
+                "round {round} h2 c{} {:<9} {:>7} req  ttft p50 {:>8.3} ms  p99 {:>8.3} ms  max {:>8.3} ms  upstream conns {} (peak open {})  pool wait mean {} ms  errors {}",
+                plan.h2_streams,
+                name,
+                r.load.requests,
+                r.load.ttft_p50_ms.unwrap_or(f64::NAN),
+                r.load.ttft_p99_ms.unwrap_or(f64::NAN),
+                r.load.ttft_max_ms.unwrap_or(f64::NAN),
+                r.upstream_connections,
+                r.upstream_connections_peak,
+                r.pool_wait_mean_ms
+                    .map_or("-".into(), |m| format!("{m:.3}")),
+                r.load.errors,
+            );
+            out.push(r);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    proc.stop(Duration::from_secs(5));
+    Ok(out)
+}
+
+/// The HTTP/2 upstream scenario's section of the report.
+fn h2_report(plan: &Plan, runs: &[H2Run]) -> String {
+    let mut s = String::new();
+    if runs.is_empty() {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "\n### HTTP/2 upstream: {} concurrent streams, 100 per upstream connection (medians of {} round(s), {:.0} s each)\n",
+        plan.h2_streams,
+        plan.rounds,
+        plan.duration.as_secs_f64()
+    );
+    let _ = writeln!(
+        s,
+        "| target | requests | TTFT p50 ms | TTFT p99 ms | TTFT max ms | total p50 ms | total p99 ms | upstream connections opened in the run | upstream connections open (peak) | max streams on one connection | pool wait mean ms | pool wait p99 ≤ ms | errors |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for t in ["direct", "tokentap"] {
+        let mine: Vec<&H2Run> = runs.iter().filter(|r| r.target == t).collect();
+        let own =
+            |f: &dyn Fn(&H2Run) -> Option<f64>| stat(mine.iter().filter_map(|r| f(r)).collect());
+        let errors: u64 = mine.iter().map(|r| r.load.errors).sum();
+        let _ = writeln!(
+            s,
+            "| {t} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {errors} |",
+            fmt(own(&|r| Some(r.load.requests as f64)), 0, ""),
+            fmt(own(&|r| r.load.ttft_p50_ms), 3, ""),
+            fmt(own(&|r| r.load.ttft_p99_ms), 3, ""),
+            fmt(own(&|r| r.load.ttft_max_ms), 3, ""),
+            fmt(own(&|r| r.load.total_p50_ms), 1, ""),
+            fmt(own(&|r| r.load.total_p99_ms), 1, ""),
+            fmt(own(&|r| Some(r.upstream_connections as f64)), 0, ""),
+            fmt(own(&|r| Some(r.upstream_connections_peak as f64)), 0, ""),
+            mine.iter()
+                .map(|r| r.max_streams_per_connection)
+                .max()
+                .map_or("–".into(), |m| m.to_string()),
+            fmt(own(&|r| r.pool_wait_mean_ms), 4, ""),
+            fmt(own(&|r| r.pool_wait_p99_le_ms), 1, ""),
+        );
+    }
+    s
 }
 
 /// Hold many slow streams through a fresh `kind`; RSS per stream.

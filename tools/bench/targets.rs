@@ -57,11 +57,13 @@ impl Class {
     }
 }
 
-/// The simulators, one per class.
+/// The simulators, one per class, and the scripted WebSocket upstream.
 pub(crate) struct Upstreams {
     /// Held so that dropping `Upstreams` stops them.
     _procs: Vec<Proc>,
     pub ports: [u16; 3],
+    /// `tokentap-bench ws-upstream` (see `ws.rs`), routed as `/ws/`.
+    pub ws_port: u16,
 }
 
 impl Upstreams {
@@ -79,9 +81,16 @@ impl Upstreams {
             procs.push(p);
             ports[i] = port;
         }
+        let ws_port = free_port()?;
+        let mut cmd = Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
+        cmd.args(["ws-upstream", "--listen", &format!("127.0.0.1:{ws_port}")]);
+        let mut p = Proc::spawn("WebSocket upstream", cmd, &dir.join("ws-upstream.log"))?;
+        wait_port(addr(ws_port), Duration::from_secs(10), &mut p)?;
+        procs.push(p);
         Ok(Upstreams {
             _procs: procs,
             ports,
+            ws_port,
         })
     }
 
@@ -136,9 +145,15 @@ pub(crate) struct Target {
     pub proc: Option<Proc>,
     port: Option<u16>,
     sim_ports: [u16; 3],
+    ws_port: u16,
 }
 
 impl Target {
+    /// The address serving WebSocket sessions (`/ws/…`).
+    pub(crate) fn ws_addr(&self) -> SocketAddr {
+        addr(self.port.unwrap_or(self.ws_port))
+    }
+
     /// The address serving `class`.
     pub(crate) fn addr(&self, class: Class) -> SocketAddr {
         match self.port {
@@ -236,12 +251,14 @@ pub(crate) fn start(
     otlp: SocketAddr,
 ) -> Result<Target, String> {
     let sim_ports = ups.ports;
+    let ws_port = ups.ws_port;
     if kind == Kind::Direct {
         return Ok(Target {
             kind,
             proc: None,
             port: None,
             sim_ports,
+            ws_port,
         });
     }
     let port = free_port()?;
@@ -289,6 +306,7 @@ pub(crate) fn start(
         proc: Some(proc),
         port: Some(port),
         sim_ports,
+        ws_port,
     })
 }
 
@@ -320,6 +338,13 @@ fn nginx_conf(port: u16, ups: &Upstreams, dir: &Path) -> String {
             n = class.name()
         );
     }
+    // WebSocket: the upgrade headers passed on (nginx's documented way),
+    // and a 16 KiB tunnel buffer like tokentap's relay (default: one page).
+    let _ = writeln!(
+        s,
+        "    location /ws/ {{ proxy_pass http://127.0.0.1:{p}; proxy_http_version 1.1; proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection \"upgrade\"; proxy_buffer_size 16k; proxy_buffers 8 16k; proxy_busy_buffers_size 32k; proxy_read_timeout 3600s; }}",
+        p = ups.ws_port
+    );
     s.push_str("  }\n}\n");
     s
 }
@@ -394,5 +419,10 @@ fn tokentap_conf(port: u16, ups: &Upstreams, otlp: Option<SocketAddr>) -> String
             p = ups.port(class)
         );
     }
+    let _ = write!(
+        s,
+        "\n[[routes]]\nname = \"ws\"\nprefix = \"/ws\"\nupstream = \"http://127.0.0.1:{}\"\n",
+        ups.ws_port
+    );
     s
 }
