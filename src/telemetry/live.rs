@@ -17,9 +17,10 @@
 //!   `live.max_series` series are kept; samples of further series are folded
 //!   into one `other`/`other`/`other` series ([`Snapshot::overflowed`]).
 //! * Each series keeps `live.window / live.bucket` time buckets (counts,
-//!   errors, tokens, log-scale histograms of TTFT and decode tokens/s, max
-//!   stall). Memory is bounded by config, not traffic: at most
-//!   `max_series × buckets × ~2 KiB` plus `live.recent` recent requests.
+//!   errors, tokens, log-scale histograms of TTFT, decode tokens/s, visible
+//!   TTFT and thinking time, max stall). Memory is bounded by config, not
+//!   traffic: at most `max_series × buckets × ~4 KiB` plus `live.recent`
+//!   recent requests.
 //!   A series with nothing in its window and nothing in flight is removed.
 //! * Errors are outcomes `upstream_error`, `upstream_timeout`, `malformed` and
 //!   `incomplete` (`Outcome::is_error`); client cancellations are counted
