@@ -248,6 +248,7 @@ fn cuts() -> Vec<Cut> {
 async fn a_stream_without_its_terminal_event_is_incomplete() {
     for cut in cuts() {
         let n = cut.frames.len();
+        eprintln!("cut: {} {} ({n} frames)", cut.provider, cut.path);
         assert!(n > 0, "{}: frames left to send", cut.path);
         let span = run(
             cut.provider,
