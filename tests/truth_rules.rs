@@ -230,7 +230,10 @@ fn cuts() -> Vec<Cut> {
         Cut {
             provider: "openai",
             path: "/v1/responses",
-            body: r#"{"model":"o4-mini","stream":true,"input":"hi"}"#,
+            // A model without an offline tokenizer: a stream without usage
+            // would otherwise wait for the tokenizer (slow to load on a
+            // busy machine), which this test is not about.
+            body: r#"{"model":"scripted-model","stream":true,"input":"hi"}"#,
             content_type: "text/event-stream",
             frames: responses,
         },
