@@ -30,7 +30,7 @@ pub enum Outcome {
     /// a connect timeout (the client got a 504 or a cut stream).
     UpstreamTimeout,
     /// The body could not be parsed: the framing broke beyond resynchronising
-    /// (oversized frame, broken eventstream prelude, bad JSON array grammar),
+    /// (oversized frame, broken eventstream prelude, JSON array cut short),
     /// a whole JSON body was not valid, or a stream had malformed events and
     /// no terminal event (the terminal may have been among them).
     Malformed,

@@ -678,6 +678,7 @@ impl Parser {
     pub fn malformed_events(&self) -> u64 {
         let skipped = match &self.framing {
             Framing::EventStream(dec) => dec.skipped(),
+            Framing::JsonArray(dec) => dec.skipped(),
             _ => 0,
         };
         self.bad_frames + skipped

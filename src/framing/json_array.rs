@@ -13,7 +13,14 @@
 //! once. Strings are skipped with `memchr2`. An element wholly inside one
 //! chunk is borrowed from it; otherwise it is gathered in a reused buffer.
 //! Elements must be objects or arrays: scalar elements carry nothing a
-//! provider sends and are rejected as malformed.
+//! provider sends.
+//!
+//! Bytes that break the grammar inside the array (a scalar element, a
+//! missing or doubled comma, stray bytes after an element) are skipped up
+//! to the next top-level `,` or `]` and counted (`skipped`): the next
+//! element is read as usual. Only a body that is not an array, data after
+//! the closing `]`, an oversized element and a body cut short end the
+//! stream.
 
 use memchr::memchr2;
 
@@ -34,6 +41,10 @@ enum State {
     AfterElement,
     /// After the closing `]`: only whitespace may follow.
     Closed,
+    /// Skipping bytes that break the grammar, up to the next top-level
+    /// `,` or `]` (`depth`, `in_string` and `escape` track the skipped
+    /// bytes' own nesting).
+    Skip,
 }
 
 /// Incremental streamed-JSON-array decoder with a cap on element size.
@@ -51,6 +62,8 @@ pub struct JsonArrayDecoder {
     buf: Vec<u8>,
     /// Set once the decoder failed; every later call returns it.
     failed: Option<FramingError>,
+    /// Stretches of bytes skipped because they broke the grammar.
+    skipped: u64,
 }
 
 impl JsonArrayDecoder {
@@ -64,7 +77,14 @@ impl JsonArrayDecoder {
             escape: false,
             buf: Vec::new(),
             failed: None,
+            skipped: 0,
         }
+    }
+
+    /// Stretches of bytes skipped so far because they broke the array's
+    /// grammar (each up to the next top-level `,` or `]`).
+    pub fn skipped(&self) -> u64 {
+        self.skipped
     }
 
     /// Feed one chunk; `on` is called for every element completed by it.
@@ -93,7 +113,7 @@ impl JsonArrayDecoder {
         let result = match self.state {
             State::Start | State::Closed => Ok(()),
             State::Element => Err(FramingError::Malformed("JSON array element not terminated")),
-            State::Open | State::Comma | State::AfterElement => {
+            State::Open | State::Comma | State::AfterElement | State::Skip => {
                 Err(FramingError::Malformed("JSON array not terminated"))
             }
         };
@@ -133,6 +153,13 @@ impl JsonArrayDecoder {
                 pos = end;
                 continue;
             }
+            if self.state == State::Skip {
+                let Some(end) = self.skip(chunk, pos) else {
+                    return Ok(());
+                };
+                pos = end;
+                continue;
+            }
             let Some(&byte) = chunk.get(pos) else {
                 return Ok(());
             };
@@ -151,21 +178,20 @@ impl JsonArrayDecoder {
                     self.depth = 1;
                     State::Element
                 }
-                (State::Open | State::Comma, _) => {
-                    return Err(FramingError::Malformed(
-                        "expected an object or array element",
-                    ));
-                }
                 (State::AfterElement, b',') => State::Comma,
-                (State::AfterElement, _) => {
-                    return Err(FramingError::Malformed(
-                        "expected ',' or ']' after an array element",
-                    ));
+                (State::Open | State::Comma | State::AfterElement, _) => {
+                    // Not an element where one belongs: skip to the next
+                    // top-level `,` or `]`, starting with this byte.
+                    self.skipped += 1;
+                    self.depth = 0;
+                    self.in_string = false;
+                    self.escape = false;
+                    State::Skip.after_skipped(self, byte)
                 }
                 (State::Closed, _) => {
                     return Err(FramingError::Malformed("data after the closing ']'"));
                 }
-                (State::Element, _) => State::Element, // handled above
+                (State::Element | State::Skip, _) => self.state, // handled above
             };
         }
     }
@@ -204,6 +230,19 @@ impl JsonArrayDecoder {
         None
     }
 
+    /// Continue skipping from `pos`; the index just past the top-level `,`
+    /// or `]` that ends the skip, when it is inside `chunk`.
+    fn skip(&mut self, chunk: &[u8], mut pos: usize) -> Option<usize> {
+        while let Some(&byte) = chunk.get(pos) {
+            pos += 1;
+            self.state = State::Skip.after_skipped(self, byte);
+            if self.state != State::Skip {
+                return Some(pos);
+            }
+        }
+        None
+    }
+
     /// The current element ends at `end` in `chunk`: emit it.
     fn element(
         &mut self,
@@ -234,6 +273,32 @@ impl JsonArrayDecoder {
             return Err(FramingError::TooLarge { limit: self.max });
         }
         Ok(())
+    }
+}
+
+impl State {
+    /// The state after one skipped `byte`: still `Skip`, or `Comma` /
+    /// `Closed` at a top-level `,` / `]` outside a string.
+    fn after_skipped(self, dec: &mut JsonArrayDecoder, byte: u8) -> State {
+        if dec.escape {
+            dec.escape = false;
+        } else if dec.in_string {
+            match byte {
+                b'\\' => dec.escape = true,
+                b'"' => dec.in_string = false,
+                _ => {}
+            }
+        } else {
+            match byte {
+                b'"' => dec.in_string = true,
+                b'{' | b'[' => dec.depth += 1,
+                b'}' | b']' if dec.depth > 0 => dec.depth -= 1,
+                b',' if dec.depth == 0 => return State::Comma,
+                b']' => return State::Closed,
+                _ => {}
+            }
+        }
+        self
     }
 }
 
@@ -356,24 +421,6 @@ mod tests {
         let cases: &[(&[u8], &[&str], &str)] = &[
             (b"{\"a\":1}", &[], "expected '[' to open the array"),
             (b"x[{}]", &[], "expected '[' to open the array"),
-            (
-                b"[{\"a\":1} x]",
-                &["{\"a\":1}"],
-                "expected ',' or ']' after an array element",
-            ),
-            (
-                b"[{\"a\":1}{\"b\":2}]",
-                &["{\"a\":1}"],
-                "expected ',' or ']' after an array element",
-            ),
-            (
-                b"[{\"a\":1},]",
-                &["{\"a\":1}"],
-                "expected an object or array element",
-            ),
-            (b"[,{}]", &[], "expected an object or array element"),
-            (b"[1,2]", &[], "expected an object or array element"),
-            (b"[\"s\"]", &[], "expected an object or array element"),
             (b"[{}] x", &["{}"], "data after the closing ']'"),
             (b"[{}]]", &["{}"], "data after the closing ']'"),
             (b"[{}][{}]", &["{}"], "data after the closing ']'"),
@@ -386,12 +433,63 @@ mod tests {
             (b"[{\"a\":1}", &["{\"a\":1}"], "JSON array not terminated"),
             (b"[{\"a\":1},", &["{\"a\":1}"], "JSON array not terminated"),
             (b"[", &[], "JSON array not terminated"),
+            (b"[1, \"a]", &[], "JSON array not terminated"),
         ];
         for (input, expected, why) in cases {
             let (f, e) = error(input);
             assert_eq!(
                 (f, e),
                 (strs(expected), FramingError::Malformed(why)),
+                "input {:?}",
+                String::from_utf8_lossy(input)
+            );
+        }
+    }
+
+    /// Frames and skipped stretches, fed whole, at every two-piece split
+    /// and byte by byte (all must agree); the decode must succeed.
+    fn skipping(input: &[u8]) -> (Frames, u64) {
+        let run = |pieces: &[&[u8]]| {
+            let mut dec = JsonArrayDecoder::new(1 << 16);
+            let mut frames = Vec::new();
+            for piece in pieces {
+                dec.feed(piece, &mut |f| frames.push(testing::json(f)))
+                    .expect("no framing error");
+            }
+            dec.finish(&mut |f| frames.push(testing::json(f)))
+                .expect("no framing error at the end");
+            (frames, dec.skipped())
+        };
+        let whole = run(&[input]);
+        for at in 0..=input.len() {
+            let (a, b) = input.split_at(at);
+            assert_eq!(run(&[a, b]), whole, "split at {at}");
+        }
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(run(&bytes), whole, "byte by byte");
+        whole
+    }
+
+    #[test]
+    fn grammar_breaks_inside_the_array_are_skipped_to_the_next_element() {
+        let cases: &[(&[u8], &[&str], u64)] = &[
+            (b"[{\"a\":1} x, {\"b\":2}]", &["{\"a\":1}", "{\"b\":2}"], 1),
+            (
+                b"[{\"a\":1}{\"x\":[1,2]},{\"b\":2}]",
+                &["{\"a\":1}", "{\"b\":2}"],
+                1,
+            ),
+            (b"[{\"a\":1},]", &["{\"a\":1}"], 1),
+            (b"[,{}]", &["{}"], 1),
+            (b"[1,2]", &[], 2),
+            (b"[\"s,]\\\"\", {\"b\":2}]", &["{\"b\":2}"], 1),
+            (b"[null, {\"b\":2}\n]", &["{\"b\":2}"], 1),
+            (b"[{\"a\":1},{\"b\":2}]", &["{\"a\":1}", "{\"b\":2}"], 0),
+        ];
+        for (input, expected, skipped) in cases {
+            assert_eq!(
+                skipping(input),
+                (strs(expected), *skipped),
                 "input {:?}",
                 String::from_utf8_lossy(input)
             );
