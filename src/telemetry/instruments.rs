@@ -12,6 +12,7 @@ use opentelemetry::metrics::{
 };
 
 use super::attrs::*;
+use super::exemplars::{self, SeriesExemplars, TraceMark};
 use super::export::DropCounts;
 
 /// `gen_ai.client.operation.duration`, `gen_ai.server.request.duration`,
@@ -159,6 +160,8 @@ pub(super) struct Instruments {
     _dropped: Option<ObservableCounter<u64>>,
     /// End-of-request instruments bound per attribute set.
     finish_sets: RwLock<HashMap<Vec<KeyValue>, Arc<FinishBound>>>,
+    /// Attribute sets that keep exemplars (the first ones bound); 0 = none.
+    exemplar_sets: usize,
 }
 
 /// Distinct end-of-request attribute sets kept bound; past this, requests
@@ -180,6 +183,33 @@ pub(super) struct FinishRecord {
     pub pool_wait: Option<f64>,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
+    /// The request's sampled trace, for exemplars.
+    pub trace: Option<TraceMark>,
+}
+
+/// The histograms that keep exemplars, one measure each of
+/// `SeriesExemplars`: the instruments recording the same value with the
+/// same bounds, and those bounds.
+const EXEMPLAR_MEASURES: [(&[&str], &[f64]); 4] = [
+    (
+        &[M_OPERATION_DURATION, M_SERVER_REQUEST_DURATION],
+        &DURATION_BUCKETS,
+    ),
+    (&[M_SERVER_TTFT], &TTFT_BUCKETS),
+    (&[M_DECODE_TPS], &TPS_BUCKETS),
+    (&[M_MAX_STALL], &STALL_BUCKETS),
+];
+
+impl FinishRecord {
+    /// This record's value for each of `EXEMPLAR_MEASURES`.
+    fn exemplar_values(&self) -> [Option<f64>; 4] {
+        [
+            Some(self.duration),
+            self.ttft,
+            self.decode_tps,
+            self.max_stall,
+        ]
+    }
 }
 
 /// The end-of-request instruments bound to one attribute set, each bound
@@ -199,6 +229,9 @@ struct FinishBound {
     pool_wait: OnceLock<BoundHistogram<f64>>,
     input_tokens: OnceLock<BoundHistogram<u64>>,
     output_tokens: OnceLock<BoundHistogram<u64>>,
+    /// Latest trace per bucket of `EXEMPLAR_MEASURES`; `None` past the
+    /// sets that keep exemplars.
+    exemplars: Option<SeriesExemplars<4>>,
 }
 
 impl FinishBound {
@@ -242,6 +275,14 @@ impl FinishBound {
                     .record(v);
             }
         }
+        // After the histograms, so a scrape that sees an exemplar counts it.
+        if let (Some(ex), Some(mark)) = (&self.exemplars, r.trace) {
+            for (i, v) in r.exemplar_values().into_iter().enumerate() {
+                if let Some(v) = v {
+                    ex.offer(i, EXEMPLAR_MEASURES[i].1, v, mark);
+                }
+            }
+        }
     }
 }
 
@@ -269,8 +310,13 @@ fn seconds(meter: &Meter, name: &'static str, desc: &'static str, b: &[f64]) -> 
 
 impl Instruments {
     /// Create every instrument on `meter`; `drops`, when given, feeds the
-    /// dropped-telemetry counter.
-    pub(super) fn new(meter: &Meter, drops: Option<Arc<DropCounts>>) -> Instruments {
+    /// dropped-telemetry counter; the first `exemplar_sets` attribute sets
+    /// recorded keep exemplars.
+    pub(super) fn new(
+        meter: &Meter,
+        drops: Option<Arc<DropCounts>>,
+        exemplar_sets: usize,
+    ) -> Instruments {
         Instruments {
             operation_duration: seconds(
                 meter,
@@ -355,7 +401,32 @@ impl Instruments {
                 .build(),
             _dropped: drops.map(|d| dropped_counter(meter, d)),
             finish_sets: RwLock::default(),
+            exemplar_sets,
         }
+    }
+
+    /// Every exemplar kept so far, by series (only histograms with one).
+    pub(super) fn exemplars(&self) -> exemplars::Snapshot {
+        let mut snap = exemplars::Snapshot::default();
+        if self.exemplar_sets == 0 {
+            return snap;
+        }
+        let Ok(sets) = self.finish_sets.read() else {
+            return snap;
+        };
+        for (attrs, bound) in sets.iter() {
+            let Some(ex) = &bound.exemplars else {
+                continue;
+            };
+            for (i, (names, _)) in EXEMPLAR_MEASURES.iter().enumerate() {
+                if let Some(buckets) = ex.read(i) {
+                    for name in *names {
+                        snap.insert(attrs, name, buckets.clone());
+                    }
+                }
+            }
+        }
+        snap
     }
 
     /// Record one finished request under `attrs`: through instruments bound
@@ -379,7 +450,10 @@ impl Instruments {
         if sets.len() >= MAX_FINISH_SETS {
             return None;
         }
-        let bound = Arc::new(FinishBound::default());
+        let bound = Arc::new(FinishBound {
+            exemplars: (sets.len() < self.exemplar_sets).then(SeriesExemplars::default),
+            ..FinishBound::default()
+        });
         sets.insert(attrs.to_vec(), bound.clone());
         Some(bound)
     }
