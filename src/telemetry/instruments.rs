@@ -507,6 +507,56 @@ mod tests {
     use super::*;
 
     #[test]
+    fn exemplars_are_kept_for_the_first_sets_only_within_a_fixed_budget() {
+        use opentelemetry::metrics::MeterProvider as _;
+        let provider = opentelemetry_sdk::metrics::SdkMeterProvider::builder().build();
+        let ins = Instruments::new(&provider.meter("t"), None, 2);
+        let mark = TraceMark {
+            trace_id: 7,
+            time: std::time::SystemTime::UNIX_EPOCH,
+        };
+        let r = FinishRecord {
+            duration: 1.0,
+            ttft: Some(0.2),
+            decode_tps: Some(30.0),
+            max_stall: Some(0.05),
+            trace: Some(mark),
+            ..FinishRecord::default()
+        };
+        let sets: Vec<[KeyValue; 1]> = (0..3).map(|i| [KeyValue::new("s", i)]).collect();
+        for attrs in &sets {
+            ins.record_finish(attrs, &r);
+        }
+        let snap = ins.exemplars();
+        for (i, attrs) in sets.iter().enumerate() {
+            let got = snap.get(M_SERVER_TTFT, attrs);
+            assert_eq!(got.is_some(), i < 2, "set {i} of a budget of 2: {got:?}");
+        }
+        let both = snap.get(M_SERVER_REQUEST_DURATION, &sets[0]);
+        assert_eq!(
+            both,
+            snap.get(M_OPERATION_DURATION, &sets[0]),
+            "both duration histograms share one measure"
+        );
+        // The most one set can hold: every bucket of every measure.
+        let slots: usize = EXEMPLAR_MEASURES.iter().map(|(_, b)| b.len() + 1).sum();
+        let full = SeriesExemplars::<4>::default();
+        for (i, (_, bounds)) in EXEMPLAR_MEASURES.iter().enumerate() {
+            for b in bounds.iter().chain([&f64::MAX]) {
+                full.offer(i, bounds, *b, mark);
+            }
+        }
+        assert_eq!(full.read(1).map(|b| b.iter().flatten().count()), Some(17));
+        assert_eq!(full.slot_bytes(), slots * 40);
+        assert!(
+            full.slot_bytes() <= 2600,
+            "{} bytes per series",
+            full.slot_bytes()
+        );
+        let _ = provider.shutdown();
+    }
+
+    #[test]
     fn gap_cells_are_the_union_of_both_histograms_boundaries() {
         let mut union: Vec<f64> = GAP_BUCKETS
             .iter()
