@@ -173,6 +173,8 @@ impl<const N: usize> SeriesExemplars<N> {
 #[derive(Debug, Default)]
 pub(crate) struct Snapshot {
     series: HashMap<Vec<KeyValue>, Vec<(&'static str, Buckets)>>,
+    /// Instruments with any exemplar, so the others skip the lookup.
+    instruments: Vec<&'static str>,
 }
 
 /// One histogram's kept exemplars, per bucket (`+Inf` last).
@@ -190,17 +192,29 @@ impl Snapshot {
             .entry(sorted(attrs))
             .or_default()
             .push((instrument, buckets));
+        if !self.instruments.contains(&instrument) {
+            self.instruments.push(instrument);
+        }
     }
 
     /// `instrument`'s exemplars on the series `attrs` (any order).
     pub(crate) fn get(&self, instrument: &str, attrs: &[KeyValue]) -> Option<&[Option<Kept>]> {
+        if !self.has(instrument) {
+            return None;
+        }
         let per = self.series.get(&sorted(attrs))?;
         per.iter()
             .find(|(name, _)| *name == instrument)
             .map(|(_, b)| b.as_slice())
     }
 
+    /// Whether `instrument` has any exemplar.
+    pub(crate) fn has(&self, instrument: &str) -> bool {
+        self.instruments.contains(&instrument)
+    }
+
     /// Whether no exemplar was kept.
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.series.is_empty()
     }

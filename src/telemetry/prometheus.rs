@@ -309,7 +309,7 @@ impl Found<'_> {
         &'k self,
         attrs: impl Iterator<Item = &'k KeyValue>,
     ) -> Option<&'k [Option<Kept>]> {
-        if self.kept.is_empty() {
+        if !self.kept.has(self.instrument) {
             return None;
         }
         let attrs: Vec<KeyValue> = attrs.cloned().collect();
