@@ -43,7 +43,7 @@ impl Case<'_> {
         let mut tally = 0u64;
         let mut on = |ev: Event<'_>| {
             tally += match ev {
-                Event::Content { pieces } => u64::from(pieces),
+                Event::Content { pieces, .. } => u64::from(pieces),
                 _ => 1,
             }
         };

@@ -21,6 +21,7 @@ pub mod framing;
 )]
 pub mod meter;
 pub mod providers;
+pub mod read_tap;
 pub mod reload;
 pub mod rewrite;
 pub mod route;

@@ -29,26 +29,39 @@ pub enum Outcome {
     /// `upstream.idle_timeout`, the request past `upstream.total_timeout`, or
     /// a connect timeout (the client got a 504 or a cut stream).
     UpstreamTimeout,
-    /// The body could not be parsed (bad framing, oversized frame, bad JSON).
+    /// The body could not be parsed: the framing broke beyond resynchronising
+    /// (oversized frame, broken eventstream prelude, bad JSON array grammar),
+    /// a whole JSON body was not valid, or a stream had malformed events and
+    /// no terminal event (the terminal may have been among them).
     Malformed,
+    /// A streamed body ended cleanly (no break, no error) without its
+    /// protocol's terminal event (`[DONE]`, `message_stop`, `finishReason`,
+    /// `messageStop`, `response.completed`, `done: true`, …), including a
+    /// 200 whose streamed body was empty.
+    Incomplete,
 }
 
 impl Outcome {
     /// Every outcome, in the order the docs list them.
-    pub const ALL: [Outcome; 5] = [
+    pub const ALL: [Outcome; 6] = [
         Outcome::Complete,
         Outcome::ClientCancelled,
         Outcome::UpstreamError,
         Outcome::UpstreamTimeout,
         Outcome::Malformed,
+        Outcome::Incomplete,
     ];
 
-    /// Counted as an error: the upstream failed, timed out or sent a body
-    /// that could not be parsed (client cancellations are not errors).
+    /// Counted as an error: the upstream failed, timed out, sent a body
+    /// that could not be parsed, or ended a stream without its terminal
+    /// event (client cancellations are not errors).
     pub fn is_error(self) -> bool {
         matches!(
             self,
-            Outcome::UpstreamError | Outcome::UpstreamTimeout | Outcome::Malformed
+            Outcome::UpstreamError
+                | Outcome::UpstreamTimeout
+                | Outcome::Malformed
+                | Outcome::Incomplete
         )
     }
 
@@ -60,6 +73,7 @@ impl Outcome {
             Outcome::UpstreamError => "upstream_error",
             Outcome::UpstreamTimeout => "upstream_timeout",
             Outcome::Malformed => "malformed",
+            Outcome::Incomplete => "incomplete",
         }
     }
 }
@@ -172,6 +186,40 @@ pub enum Unmetered {
     Encoding(String),
 }
 
+/// What a response's reasoning added up to: when visible output and
+/// reasoning first arrived, and the reasoning token count. See
+/// docs/METRICS.md ("Reasoning-aware latency").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reasoning {
+    /// First frame with visible output (text, audio, refusal, tool-call
+    /// delta), relative to t_req. For a whole body: the complete body.
+    pub time_to_first_visible: Option<Duration>,
+    /// First frame with reasoning output, relative to t_req (streams only).
+    pub time_to_first_reasoning: Option<Duration>,
+    /// Reasoning tokens: the provider's count, else the reasoning frames
+    /// counted (estimated); `None` when there was neither.
+    pub tokens: Option<u64>,
+    /// Where `tokens` came from.
+    pub source: Option<TokenSource>,
+}
+
+impl Reasoning {
+    /// Thinking time: first visible output − first reasoning output, when
+    /// the response reasoned before it showed anything.
+    pub fn thinking_time(&self) -> Option<Duration> {
+        let first = self.time_to_first_reasoning?;
+        self.time_to_first_visible?.checked_sub(first)
+    }
+
+    /// Whether `tokens` is an estimate (counted from reasoning frames).
+    pub fn estimated(&self) -> bool {
+        matches!(
+            self.source,
+            Some(TokenSource::Chunks | TokenSource::Tokenizer)
+        )
+    }
+}
+
 /// The finished record of one request. Exactly one per request.
 #[derive(Debug, Clone)]
 pub struct Measurement {
@@ -205,6 +253,8 @@ pub struct Measurement {
     pub time_to_first_token: Option<Duration>,
     /// Last content frame, relative to t_req.
     pub time_to_last_token: Option<Duration>,
+    /// Visible-output and reasoning clocks, reasoning tokens.
+    pub reasoning: Reasoning,
     /// Body finished or aborted, relative to t_req.
     pub duration: Duration,
     /// Largest gap between consecutive content frames.
@@ -213,6 +263,10 @@ pub struct Measurement {
     pub response_bytes: u64,
     /// Why the body was not metered, if it was not.
     pub unmetered: Option<Unmetered>,
+    /// Events (frames) that could not be read and were skipped while
+    /// metering went on: bad JSON in one event, an eventstream message
+    /// with a bad CRC (`tokentap.malformed_events`).
+    pub malformed_events: u64,
     /// Timings the upstream reported about its own work
     /// (`Event::UpstreamTiming`, merged field by field).
     pub upstream_timing: UpstreamTiming,

@@ -451,10 +451,13 @@ impl Usage {
 pub enum Event<'a> {
     /// The frame carried output content (text, tool-call arguments,
     /// reasoning). `pieces` is the number of content pieces in the frame
-    /// (usually 1), used to estimate tokens when no usage is reported.
+    /// (usually 1), used to estimate tokens when no usage is reported;
+    /// `kind` says whether the content was reasoning, visible, or both.
     Content {
         /// Content pieces in the frame (usually 1).
         pieces: u32,
+        /// Reasoning, visible output, or both.
+        kind: ContentKind,
     },
     /// The text of one content piece, as the JSON string literal found on
     /// the wire (quotes and escapes included, borrowed). Only used to count
@@ -482,6 +485,44 @@ pub enum Event<'a> {
     /// The provider's explicit end-of-stream marker (`[DONE]`, `message_stop`,
     /// `response.completed`).
     Done,
+}
+
+/// What kind of output a content frame carried: the model's reasoning
+/// (thinking, reasoning summaries, `reasoning_content`) or what the caller
+/// sees (text, audio, refusals, tool calls). The meter keeps a clock for
+/// each (DESIGN.md: TTFT, time to first visible output, thinking time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContentKind {
+    /// Text, audio, refusals or tool-call deltas.
+    Visible,
+    /// Reasoning the provider streams apart from the answer.
+    Reasoning,
+    /// Both in one frame (e.g. a Gemini chunk with a thought part and a
+    /// text part, or several choices).
+    Mixed,
+}
+
+impl ContentKind {
+    /// The kind of a frame that carried `visible` and/or `reasoning`
+    /// content; `None` when it carried neither (no clock starts).
+    pub fn of(visible: bool, reasoning: bool) -> Option<ContentKind> {
+        match (visible, reasoning) {
+            (true, false) => Some(ContentKind::Visible),
+            (false, true) => Some(ContentKind::Reasoning),
+            (true, true) => Some(ContentKind::Mixed),
+            (false, false) => None,
+        }
+    }
+
+    /// The frame carried visible output.
+    pub fn is_visible(self) -> bool {
+        self != ContentKind::Reasoning
+    }
+
+    /// The frame carried reasoning.
+    pub fn is_reasoning(self) -> bool {
+        self != ContentKind::Visible
+    }
 }
 
 /// A frame the adapter could not make sense of.
@@ -566,11 +607,20 @@ pub enum Framing {
 }
 
 /// Framing plus adapter: response body chunks in, events out.
+///
+/// A frame the adapter cannot read (bad JSON in one event) and a message
+/// the framing can skip (an eventstream message with a bad CRC) are
+/// counted in `malformed_events` and skipped: metering goes on with the
+/// next frame. Only a framing error it cannot resynchronise after (an
+/// oversized frame, a broken eventstream prelude, a broken JSON array),
+/// or a whole JSON body that does not parse, ends the parse.
 #[derive(Debug)]
 pub struct Parser {
     framing: Framing,
     adapter: Adapter,
     provider: ProviderKind,
+    /// Frames the adapter could not read.
+    bad_frames: u64,
 }
 
 impl Parser {
@@ -613,6 +663,7 @@ impl Parser {
             framing,
             adapter,
             provider: kind,
+            bad_frames: 0,
         })
     }
 
@@ -622,7 +673,18 @@ impl Parser {
         self.provider
     }
 
-    /// Feed one chunk of the (decompressed) response body.
+    /// Events skipped so far because they could not be read: frames the
+    /// adapter rejected plus messages the framing skipped.
+    pub fn malformed_events(&self) -> u64 {
+        let skipped = match &self.framing {
+            Framing::EventStream(dec) => dec.skipped(),
+            _ => 0,
+        };
+        self.bad_frames + skipped
+    }
+
+    /// Feed one chunk of the (decompressed) response body. An error means
+    /// the framing cannot go on; a bad frame is only counted.
     pub fn feed(&mut self, chunk: &[u8], out: &mut dyn FnMut(Event<'_>)) -> Result<(), ParseError> {
         let mut chunk = chunk;
         if let Framing::ArrayOrJson { limit } = self.framing {
@@ -639,12 +701,12 @@ impl Parser {
                 }
             };
         }
-        let adapter = &mut self.adapter;
+        let (adapter, bad) = (&mut self.adapter, &mut self.bad_frames);
         match &mut self.framing {
-            Framing::Sse(dec) => drive(adapter, out, |on| dec.feed(chunk, on)),
-            Framing::Ndjson(dec) => drive(adapter, out, |on| dec.feed(chunk, on)),
-            Framing::JsonArray(dec) => drive(adapter, out, |on| dec.feed(chunk, on)),
-            Framing::EventStream(dec) => drive(adapter, out, |on| dec.feed(chunk, on)),
+            Framing::Sse(dec) => drive(adapter, bad, out, |on| dec.feed(chunk, on)),
+            Framing::Ndjson(dec) => drive(adapter, bad, out, |on| dec.feed(chunk, on)),
+            Framing::JsonArray(dec) => drive(adapter, bad, out, |on| dec.feed(chunk, on)),
+            Framing::EventStream(dec) => drive(adapter, bad, out, |on| dec.feed(chunk, on)),
             Framing::ArrayOrJson { .. } => Ok(()),
             Framing::Json { buf, limit } => {
                 if buf.len() + chunk.len() > *limit {
@@ -656,14 +718,16 @@ impl Parser {
         }
     }
 
-    /// The body ended: flush what the framing still holds.
+    /// The body ended: flush what the framing still holds. A whole JSON
+    /// body that parsed is its own terminal event (`Event::Done`); one that
+    /// did not is an error, as there is no later frame to go on with.
     pub fn finish(&mut self, out: &mut dyn FnMut(Event<'_>)) -> Result<(), ParseError> {
-        let adapter = &mut self.adapter;
+        let (adapter, bad) = (&mut self.adapter, &mut self.bad_frames);
         match &mut self.framing {
-            Framing::Sse(dec) => drive(adapter, out, |on| dec.finish(on)),
-            Framing::Ndjson(dec) => drive(adapter, out, |on| dec.finish(on)),
-            Framing::JsonArray(dec) => drive(adapter, out, |on| dec.finish(on)),
-            Framing::EventStream(dec) => drive(adapter, out, |on| dec.finish(on)),
+            Framing::Sse(dec) => drive(adapter, bad, out, |on| dec.finish(on)),
+            Framing::Ndjson(dec) => drive(adapter, bad, out, |on| dec.finish(on)),
+            Framing::JsonArray(dec) => drive(adapter, bad, out, |on| dec.finish(on)),
+            Framing::EventStream(dec) => drive(adapter, bad, out, |on| dec.finish(on)),
             Framing::ArrayOrJson { .. } => Ok(()),
             Framing::Json { buf, .. } => {
                 let body = std::mem::take(buf);
@@ -671,33 +735,34 @@ impl Parser {
                     return Ok(());
                 }
                 adapter.on_frame(Frame::Json(&body), out)?;
+                out(Event::Done);
                 Ok(())
             }
         }
     }
 }
 
-/// Run a decoder step, handing each frame to the adapter; the first
-/// adapter error stops the adapter (the decoder still consumes the chunk)
-/// and is returned after a framing error, if any.
+/// Run a decoder step, handing each frame to the adapter; a frame the
+/// adapter rejects is counted in `bad` and skipped (the adapter goes on
+/// with the next one). Only the framing's own error is returned.
 fn drive(
     adapter: &mut Adapter,
+    bad: &mut u64,
     out: &mut dyn FnMut(Event<'_>),
     step: impl FnOnce(&mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError>,
 ) -> Result<(), ParseError> {
-    let mut failed = None;
     step(&mut |frame| {
-        if failed.is_none() {
-            if let Err(e) = adapter.on_frame(frame, out) {
-                failed = Some(e);
-            }
+        if adapter.on_frame(frame, out).is_err() {
+            *bad += 1;
         }
     })?;
-    failed.map_or(Ok(()), |e| Err(e.into()))
+    Ok(())
 }
 
 #[cfg(test)]
 mod fixture_tests;
+#[cfg(test)]
+mod reasoning_tests;
 
 #[cfg(test)]
 pub(crate) mod tests {
@@ -716,17 +781,22 @@ pub(crate) mod tests {
         pub response_id: Option<String>,
         pub finish: Vec<String>,
         pub errors: Vec<String>,
+        /// 1 once a terminal event (`Event::Done`) was seen: the meter
+        /// asks only whether (OpenAI sends one at `finish_reason` and one
+        /// at `[DONE]`).
         pub done: u32,
         /// Server timings merged field by field.
         pub timing: UpstreamTiming,
         /// Text pieces, decoded from their JSON string literals.
         pub texts: Vec<String>,
+        /// Events skipped as malformed (`Parser::malformed_events`).
+        pub malformed: u64,
     }
 
     impl Summary {
         pub(crate) fn record(&mut self, event: Event<'_>) {
             match event {
-                Event::Content { pieces } => {
+                Event::Content { pieces, .. } => {
                     self.content_frames += 1;
                     self.pieces += pieces;
                 }
@@ -739,7 +809,7 @@ pub(crate) mod tests {
                 Event::Text(literal) => self.texts.push(
                     serde_json::from_str(literal).expect("Text carries a JSON string literal"),
                 ),
-                Event::Done => self.done += 1,
+                Event::Done => self.done = 1,
             }
         }
     }
@@ -773,7 +843,30 @@ pub(crate) mod tests {
         if result.is_ok() {
             result = parser.finish(&mut on);
         }
+        summary.malformed = parser.malformed_events();
         (summary, log, result)
+    }
+
+    /// The kind of every `Content` event, in order, from parsing `pieces`.
+    pub(crate) fn kinds(
+        kind: ProviderKind,
+        operation: Option<Operation>,
+        content_type: &str,
+        pieces: &[&[u8]],
+    ) -> Vec<ContentKind> {
+        let mut parser =
+            Parser::new(kind, operation, content_type, 1 << 20).expect("a metered content type");
+        let mut kinds = Vec::new();
+        let mut on = |e: Event<'_>| {
+            if let Event::Content { kind, .. } = e {
+                kinds.push(kind);
+            }
+        };
+        for piece in pieces {
+            parser.feed(piece, &mut on).expect("parses");
+        }
+        parser.finish(&mut on).expect("finishes");
+        kinds
     }
 
     /// A fixture and the route it came from.
@@ -981,6 +1074,21 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn every_fixture_ends_with_its_terminal_event() {
+        // A recorded body that parses ends the way its protocol says a
+        // finished response ends; one that does not is either an error
+        // body (an error event decides its outcome) or a wrong fixture.
+        let mut missing = Vec::new();
+        for f in FIXTURES {
+            let (s, _, r) = f.run();
+            if r.is_ok() && s.done == 0 && s.errors.is_empty() {
+                missing.push(f.name);
+            }
+        }
+        assert!(missing.is_empty(), "no terminal event in {missing:?}");
+    }
+
+    #[test]
     fn every_fixture_parses_without_knowing_the_operation() {
         for f in FIXTURES
             .iter()
@@ -1010,17 +1118,96 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn malformed_data_frame_is_an_adapter_error() {
-        let (_, _, result) = run(
+    fn a_malformed_event_is_counted_and_skipped() {
+        let (summary, _, result) = run(
             ProviderKind::Openai,
             Some(Operation::ChatCompletions),
             "text/event-stream",
-            &[b"data: {\"choices\": [\n\n"],
+            &[
+                b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
+                b"data: {\"choices\": [\n\n",
+                b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}}]}\n\n",
+                b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n",
+                b"data: [DONE]\n\n",
+            ],
+        );
+        assert_eq!(result, Ok(()), "a bad event is no parse error");
+        assert_eq!(summary.malformed, 1, "the bad event is counted");
+        assert_eq!(summary.content_frames, 2, "content after it still counts");
+        assert_eq!(summary.usage.output, Some(2), "usage after it still counts");
+        assert_eq!(summary.done, 1, "and so does the terminal event");
+    }
+
+    #[test]
+    fn a_malformed_ndjson_line_is_skipped() {
+        let (summary, _, result) = run(
+            ProviderKind::Ollama,
+            Some(Operation::OllamaChat),
+            "application/x-ndjson",
+            &[
+                b"{\"model\":\"m\",\"message\":{\"content\":\"a\"},\"done\":false}\n",
+                b"{\"model\":\"m\",\"message\":{\"con\n",
+                b"{\"model\":\"m\",\"message\":{\"content\":\"\"},\"done\":true,\"eval_count\":5}\n",
+            ],
+        );
+        assert_eq!(result, Ok(()));
+        assert_eq!(summary.malformed, 1);
+        assert_eq!(summary.content_frames, 1);
+        assert_eq!(summary.usage.output, Some(5), "usage on the line after");
+        assert_eq!(summary.done, 1);
+    }
+
+    #[test]
+    fn a_malformed_json_array_element_is_skipped() {
+        let body = b"[{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"a\"}]}}]},\n{\"candidates\": nope},\n{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"b\"}]},\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"candidatesTokenCount\":4}}]";
+        let (summary, _, result) = run(
+            ProviderKind::Gemini,
+            Some(Operation::StreamGenerateContent),
+            "application/json",
+            &[body],
+        );
+        assert_eq!(result, Ok(()));
+        assert_eq!(summary.malformed, 1);
+        assert_eq!(summary.content_frames, 2);
+        assert_eq!(summary.usage.output, Some(4));
+        assert_eq!(summary.done, 1, "finishReason ends a Gemini stream");
+    }
+
+    #[test]
+    fn a_malformed_whole_body_is_a_parse_error() {
+        let (summary, _, result) = run(
+            ProviderKind::Openai,
+            Some(Operation::ChatCompletions),
+            "application/json",
+            &[b"{\"choices\": ["],
         );
         assert!(
             matches!(result, Err(ParseError::Adapter(_))),
-            "got {result:?}"
+            "one document, nothing to go on with: {result:?}"
         );
+        assert_eq!(
+            summary.done, 0,
+            "a body that did not parse did not end well"
+        );
+    }
+
+    #[test]
+    fn a_whole_body_that_parses_is_its_own_terminal_event() {
+        let (summary, _, result) = run(
+            ProviderKind::Anthropic,
+            Some(Operation::Messages),
+            "application/json",
+            &[b"{\"type\":\"message\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}],\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}"],
+        );
+        assert_eq!(result, Ok(()));
+        assert_eq!(summary.done, 1);
+        let (empty, _, _) = run(
+            ProviderKind::Openai,
+            Some(Operation::ChatCompletions),
+            "application/json",
+            &[b""],
+        );
+        assert_eq!(empty.done, 0, "an empty body has no terminal event");
     }
 
     #[test]

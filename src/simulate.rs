@@ -801,6 +801,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn every_simulated_stream_ends_with_its_terminal_event() {
+        use crate::providers::{Operation, ProviderKind, tests::run};
+        for (api, kind, op) in [
+            (Api::Chat, ProviderKind::Openai, Operation::ChatCompletions),
+            (
+                Api::Completions,
+                ProviderKind::Openai,
+                Operation::Completions,
+            ),
+            (Api::Messages, ProviderKind::Anthropic, Operation::Messages),
+        ] {
+            for usage in [false, true] {
+                let text = drain(SimBody::stream(script(api, 3, usage))).await;
+                let (s, _, r) = run(kind, Some(op), "text/event-stream", &[text.as_bytes()]);
+                assert_eq!(r, Ok(()), "{op:?}: {text}");
+                assert_eq!(
+                    (s.done, s.malformed),
+                    (1, 0),
+                    "{op:?} ends properly: {text}"
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
     async fn anthropic_stream_and_whole_bodies_are_valid_json() {
         let text = drain(SimBody::stream(script(Api::Messages, 2, false))).await;
         assert!(text.starts_with("event: message_start\n"));

@@ -733,6 +733,9 @@ impl RequestTelemetry {
             pool_wait: m.pool_wait.map(|d| d.as_secs_f64()),
             input_tokens: m.usage.input,
             output_tokens: m.output_tokens.or(m.usage.output),
+            visible_ttft: m.reasoning.time_to_first_visible.map(|d| d.as_secs_f64()),
+            reasoning_duration: m.reasoning.thinking_time().map(|d| d.as_secs_f64()),
+            reasoning_tokens: m.reasoning.tokens.map(|n| (n, m.reasoning.estimated())),
             trace: exemplars::TraceMark::new(
                 self.span.span_context(),
                 m.request.start_wall + m.duration,

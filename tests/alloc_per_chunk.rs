@@ -33,7 +33,7 @@ fn count(kind: ProviderKind, op: Operation, chunks: &[&[u8]]) -> (u64, u64) {
         Parser::new(kind, Some(op), "text/event-stream", 4 << 20).expect("a metered content type");
     let mut content = 0u64;
     let mut on = |ev: Event<'_>| {
-        if let Event::Content { pieces } = ev {
+        if let Event::Content { pieces, .. } = ev {
             content += u64::from(pieces);
         }
     };
@@ -43,7 +43,7 @@ fn count(kind: ProviderKind, op: Operation, chunks: &[&[u8]]) -> (u64, u64) {
     let mut counted = 0u64;
     let n = allocations(|| {
         let mut on = |ev: Event<'_>| {
-            if let Event::Content { pieces } = ev {
+            if let Event::Content { pieces, .. } = ev {
                 counted += u64::from(pieces);
             }
         };

@@ -199,10 +199,12 @@ fn measurement(request: RequestFacts) -> Measurement {
         time_to_first_byte: Some(Duration::from_millis(15)),
         time_to_first_token: Some(Duration::from_millis(20)),
         time_to_last_token: Some(Duration::from_millis(40)),
+        reasoning: Default::default(),
         duration: Duration::from_millis(45),
         max_gap: Some(Duration::from_millis(10)),
         response_bytes: 300,
         unmetered: None,
+        malformed_events: 0,
         upstream_timing: Default::default(),
         pool_wait: None,
     }

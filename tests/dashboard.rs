@@ -170,12 +170,23 @@ async fn dashboard_shows_requests_in_a_real_browser() {
 }
 
 async fn run_browser(url: &str, chromium: &Path, screenshot: &Path) {
+    run_browser_with(url, chromium, screenshot, &[FAST, SLOW], &[]).await;
+}
+
+async fn run_browser_with(
+    url: &str,
+    chromium: &Path,
+    screenshot: &Path,
+    models: &[&str],
+    reasoners: &[&str],
+) {
     let script = root().join("tests/browser/dashboard.test.mjs");
     let child = tokio::process::Command::new("node")
         .arg(&script)
         .current_dir(root())
         .env("TOKENTAP_DASHBOARD_URL", url)
-        .env("TOKENTAP_EXPECT_MODELS", format!("{FAST},{SLOW}"))
+        .env("TOKENTAP_EXPECT_MODELS", models.join(","))
+        .env("TOKENTAP_EXPECT_REASONING", reasoners.join(","))
         .env("TOKENTAP_SCREENSHOT", screenshot)
         .env("CHROMIUM", chromium)
         .stdin(Stdio::null())
@@ -201,4 +212,121 @@ async fn run_browser(url: &str, chromium: &Path, screenshot: &Path) {
         out.status
     );
     print!("{stdout}");
+}
+
+/// A model that reasons: `reasoning_content` deltas for ~300 ms, then text.
+const REASONER: &str = "deepseek-reasoner";
+
+fn reasoning_sse(model: &str) -> support::upstream::Reply {
+    let chunk = |delta: &str| {
+        format!(
+            "data: {{\"id\":\"c\",\"model\":\"{model}\",\"choices\":[{{\"index\":0,\"delta\":{delta}}}]}}\n\n"
+        )
+    };
+    let mut r = support::upstream::Reply::new(200)
+        .header("content-type", "text/event-stream")
+        .send(chunk(r#"{"role":"assistant","content":""}"#))
+        .sleep(Duration::from_millis(50));
+    for i in 0..3 {
+        r = r
+            .send(chunk(&format!(r#"{{"reasoning_content":"step {i}"}}"#)))
+            .sleep(Duration::from_millis(100));
+    }
+    for i in 0..8 {
+        r = r
+            .send(chunk(&format!(r#"{{"content":"tok{i} "}}"#)))
+            .sleep(Duration::from_millis(5));
+    }
+    r.send("data: [DONE]\n\n")
+}
+
+/// The reasoning table: a reasoning model shows its visible TTFT after its
+/// TTFT and a thinking time; a plain model gets no reasoning row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_shows_visible_ttft_for_reasoning_models() {
+    let chromium = require_tools();
+    let up = Upstream::start(|ex| {
+        let model = ex.json()["model"].as_str().unwrap_or("unknown").to_owned();
+        if model == REASONER {
+            reasoning_sse(&model)
+        } else {
+            let spec = StreamSpec::tokens(16, Duration::from_millis(40), Duration::from_millis(5));
+            script::openai_chat_sse(&spec.model(&model))
+        }
+    })
+    .await;
+    let toml = Toml::openai(&up.url()).top("admin_listen", &q("127.0.0.1:0"));
+    let config = tokentap::config::from_toml(&toml.render()).expect("test config");
+    let running = within(STEP_TIMEOUT, "app::start", tokentap::app::start(config))
+        .await
+        .expect("app::start");
+    let admin = running.admin_addr.expect("admin listener bound");
+    let http = client::http1();
+    let sent = [REASONER, FAST, REASONER];
+    for model in sent {
+        let req = Req::post_json(
+            running.addr,
+            CHAT,
+            script::openai_request(model, true, None),
+        );
+        let res = client::fetch(&http, &req).await;
+        assert_eq!(res.status, 200, "{model} through the proxy: {}", res.text());
+    }
+    let snap = wait_for_requests(admin, sent.len()).await;
+    let row = |m: &str| {
+        snap["series"]
+            .as_array()
+            .and_then(|s| s.iter().find(|r| r["model"] == m))
+            .cloned()
+            .unwrap_or_else(|| panic!("no series row for {m}: {snap}"))
+    };
+    let (r, f) = (row(REASONER), row(FAST));
+    assert_eq!(r["reasoning_requests"], 2, "both reasoner requests: {r}");
+    let (ttft, visible, thinking) = (
+        r["ttft_p50_s"].as_f64().unwrap_or(0.0),
+        r["visible_ttft_p50_s"].as_f64().unwrap_or(0.0),
+        r["thinking_p50_s"].as_f64().unwrap_or(0.0),
+    );
+    assert!(
+        (0.04..0.35).contains(&ttft),
+        "TTFT p50 {ttft} s: the first reasoning delta (scripted 0.05 s)"
+    );
+    assert!(
+        (0.33..0.65).contains(&visible),
+        "visible TTFT p50 {visible} s (scripted 0.35 s)"
+    );
+    assert!(
+        (0.28..0.6).contains(&thinking),
+        "thinking p50 {thinking} s (scripted 0.3 s)"
+    );
+    assert_eq!(f["reasoning_requests"], 0, "{f}");
+    assert!(f["thinking_p50_s"].is_null(), "no thinking time: {f}");
+    assert_eq!(
+        f["visible_ttft_p50_s"], f["ttft_p50_s"],
+        "without reasoning, visible TTFT is TTFT: {f}"
+    );
+    let recent = snap["recent"].as_array().expect("recent");
+    assert!(
+        recent
+            .iter()
+            .any(|x| x["model"] == REASONER && x["thinking_s"].as_f64().is_some()),
+        "a recent reasoner request carries its thinking time: {snap}"
+    );
+
+    let screenshot = root().join("target/dashboard-reasoning.png");
+    let _ = std::fs::remove_file(&screenshot);
+    run_browser_with(
+        &format!("http://{admin}/"),
+        &chromium,
+        &screenshot,
+        &[REASONER, FAST],
+        &[REASONER],
+    )
+    .await;
+    assert!(
+        std::fs::read(&screenshot).is_ok_and(|png| png.starts_with(b"\x89PNG")),
+        "screenshot saved at {}",
+        screenshot.display()
+    );
+    running.shutdown().await;
 }

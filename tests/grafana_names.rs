@@ -545,6 +545,14 @@ async fn dashboard_and_rules_name_only_exported_metrics() {
         Some("m-midstream") => script::openai_midstream_error(&quick, 3),
         Some("m-cancel") => script::openai_hang_after(&endless, 3),
         Some("m-json") => script::openai_chat_json("m-json", "hello there", (7, 2)),
+        // Reasoning deltas, then text: the reasoning histograms exist.
+        Some("m-reason") => Reply::new(200)
+            .header("content-type", "text/event-stream")
+            .send(
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n",
+            )
+            .sleep(Duration::from_millis(5))
+            .send("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"),
         _ => script::openai_chat_sse(&quick),
     })
     .await;
@@ -597,6 +605,7 @@ async fn dashboard_and_rules_name_only_exported_metrics() {
         ("m-json", false, Some("team-b"), 200),
         ("m-error", true, Some("team-a"), 500),
         ("m-midstream", true, Some("team-b"), 200),
+        ("m-reason", true, Some("team-a"), 200),
     ] {
         let got = client::fetch(&c, &send(model, stream, tenant)).await;
         assert_eq!(got.status, status, "{model}: {}", got.text());

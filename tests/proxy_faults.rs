@@ -154,7 +154,7 @@ async fn anthropic_error_event_under_200_is_upstream_error() {
 }
 
 #[tokio::test]
-async fn malformed_chunk_is_malformed_and_still_passes_through() {
+async fn malformed_chunk_is_counted_skipped_and_still_passes_through() {
     let spec = StreamSpec::tokens(5, Duration::ZERO, Duration::from_millis(5));
     let reply = script::openai_malformed_after(&spec, 2);
     let want = reply.body_bytes();
@@ -171,7 +171,14 @@ async fn malformed_chunk_is_malformed_and_still_passes_through() {
     );
     assert_bytes_eq("malformed stream still byte-exact", &got.body, &want);
     let span = rig.finish("chat m-bad").await;
-    assert_outcome(&span, "malformed");
+    // `[DONE]` follows the bad chunk: the stream ended properly, and the
+    // bad chunk is counted, not the end of metering.
+    assert_outcome(&span, "complete");
+    assert_eq!(
+        span.attr("tokentap.malformed_events").as_i64(),
+        Some(1),
+        "the bad chunk is counted on the span"
+    );
 }
 
 #[tokio::test]

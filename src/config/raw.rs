@@ -194,7 +194,16 @@ impl RawConfig {
             watch_config: c.watch_config,
             server: c.server.clone(),
             tls: c.tls.clone(),
-            admin: c.admin.clone(),
+            admin: super::AdminConfig {
+                // A token read from `token_file` shows as that file only:
+                // both keys together would not load back.
+                token: c
+                    .admin
+                    .token
+                    .clone()
+                    .filter(|_| c.admin.token_file.is_none()),
+                ..c.admin.clone()
+            },
             upstream: c.upstream.clone(),
             routes: c
                 .routes

@@ -1113,8 +1113,37 @@ fn unprotected_admin_beyond_loopback_is_refused_with_the_way_out() {
     assert!(
         c.redacted_toml().contains("<redacted>") && !c.redacted_toml().contains("0123456789abcdef")
     );
+    let pasted = from_toml(&c.redacted_toml()).expect_err("the placeholder is no token");
+    assert_eq!(pasted.key(), Some("admin.token"));
+    assert!(
+        pasted.to_string().contains("put the real token back"),
+        "{pasted}"
+    );
     let short = from_toml(&routed("[admin]\ntoken = \"short\"")).expect_err("short token");
     assert_eq!(short.key(), Some("admin.token"));
+}
+
+#[test]
+fn admin_token_file_round_trips_through_the_shown_config() {
+    let path = std::env::temp_dir().join(format!("tokentap-admin-token-{}", std::process::id()));
+    std::fs::write(&path, "0123456789abcdef0123\n").expect("write token file");
+    let c = from_toml(&routed(&format!(
+        "[admin]\ntoken_file = {:?}",
+        path.display().to_string()
+    )))
+    .expect("token from a file");
+    assert_eq!(c.admin.token.as_deref(), Some("0123456789abcdef0123"));
+    let shown = c.redacted_toml();
+    assert!(
+        !shown.contains("0123456789abcdef"),
+        "token leaked:\n{shown}"
+    );
+    let back = from_toml(&shown).unwrap_or_else(|e| panic!("shown config must load: {e}\n{shown}"));
+    assert_eq!(
+        back.admin.token, c.admin.token,
+        "read again from the same file"
+    );
+    let _ = std::fs::remove_file(&path);
 }
 
 #[test]

@@ -316,6 +316,13 @@ fn admin(cx: &Cx, a: &AdminConfig, listen: Option<SocketAddr>) -> Result<AdminCo
         (None, None) => "admin.token",
     };
     if let Some(t) = &out.token {
+        if t == super::units::REDACTED {
+            return Err(cx.invalid(
+                key,
+                "`<redacted>` is the placeholder /config shows in place of the token; \
+                 put the real token back (or use admin.token_file)",
+            ));
+        }
         if t.len() < 16 {
             return Err(cx.invalid(key, "the token must be at least 16 characters long"));
         }

@@ -9,6 +9,12 @@
 //! kept. All slicing is checked: hostile bytes give `Malformed`, never a
 //! panic.
 //!
+//! A message whose prelude is sound but whose message CRC or headers are
+//! not is skipped and counted (`skipped`): its length is known, so the next
+//! message starts right after it. A bad prelude (CRC, lengths) or an
+//! oversized message ends the stream, since nothing says where the next
+//! message starts.
+//!
 //! A message wholly inside the current chunk is borrowed from it. Otherwise
 //! its bytes are gathered in a reused buffer, reserved once for the declared
 //! length after the prelude passed its CRC and the size cap.
@@ -33,6 +39,8 @@ pub struct EventStreamDecoder {
     total: usize,
     /// Set once the decoder failed; every later call returns it.
     failed: Option<FramingError>,
+    /// Messages skipped because their CRC or headers were bad.
+    skipped: u64,
 }
 
 impl EventStreamDecoder {
@@ -44,7 +52,14 @@ impl EventStreamDecoder {
             buf: Vec::new(),
             total: 0,
             failed: None,
+            skipped: 0,
         }
+    }
+
+    /// Messages skipped so far: a sound prelude, but a bad message CRC or
+    /// bad headers.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
     }
 
     /// Feed one chunk; `on` is called for every message completed by it.
@@ -93,7 +108,7 @@ impl EventStreamDecoder {
             let Some((message, after)) = rest.split_at_checked(total) else {
                 break;
             };
-            emit(message, on)?;
+            self.skipped += u64::from(emit(message, on).is_err());
             rest = after;
         }
         if !rest.is_empty() {
@@ -122,9 +137,8 @@ impl EventStreamDecoder {
         let (head, tail) = rest.split_at(rest.len().min(self.total - self.buf.len()));
         self.buf.extend_from_slice(head);
         if self.buf.len() == self.total {
-            let result = emit(&self.buf, on);
+            self.skipped += u64::from(emit(&self.buf, on).is_err());
             self.buf.clear();
-            result?;
         }
         Ok(tail)
     }
@@ -155,7 +169,8 @@ fn check_prelude(prelude: &[u8; PRELUDE_LEN], max: usize) -> Result<usize, Frami
     Ok(total)
 }
 
-/// Check a complete message's CRC, parse its headers, and emit it.
+/// Check a complete message's CRC, parse its headers, and emit it. An
+/// error here concerns this message only (its length was already checked).
 fn emit(message: &[u8], on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError> {
     const SHORT: FramingError =
         FramingError::Malformed("eventstream message shorter than its prelude says");
@@ -548,11 +563,51 @@ mod tests {
         assert_eq!(n, 1);
     }
 
+    /// How many messages a decode skipped, fed whole, at every two-piece
+    /// split and byte by byte (all must agree).
+    fn skipped_all_ways(input: &[u8]) -> u64 {
+        let count = |pieces: &[&[u8]]| {
+            let mut dec = EventStreamDecoder::new(1024);
+            for piece in pieces {
+                if dec.feed(piece, &mut |_| {}).is_err() {
+                    break;
+                }
+            }
+            dec.skipped()
+        };
+        let whole = count(&[input]);
+        for at in 0..=input.len() {
+            let (a, b) = input.split_at(at);
+            assert_eq!(count(&[a, b]), whole, "split at {at}");
+        }
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(count(&bytes), whole, "byte by byte");
+        whole
+    }
+
     #[test]
-    fn bad_crcs_are_malformed() {
+    fn a_bad_prelude_crc_ends_the_stream() {
         let good = event("messageStart", "{}");
         let mut bad_prelude = good.clone();
         bad_prelude[9] ^= 1;
+        let mut input = good.clone();
+        input.extend(bad_prelude);
+        input.extend(&good);
+        let (f, r) = decode_all_ways(&input, 1024);
+        assert_eq!(
+            (f, r),
+            (
+                vec![frame("event", "messageStart", "{}")],
+                malformed("eventstream prelude CRC mismatch")
+            ),
+            "frames before the bad prelude survive; none after (no length to trust)"
+        );
+    }
+
+    #[test]
+    fn a_bad_message_crc_skips_only_that_message() {
+        let good = event("messageStart", "{}");
+        let after = event("messageStop", "{}");
         let mut bad_message = good.clone();
         let last = bad_message.len() - 6;
         bad_message[last] ^= 0x20;
@@ -560,21 +615,25 @@ mod tests {
         if let Some(b) = bad_trailer.last_mut() {
             *b ^= 1;
         }
-        for (bad, why) in [
-            (bad_prelude, "eventstream prelude CRC mismatch"),
-            (bad_message, "eventstream message CRC mismatch"),
-            (bad_trailer, "eventstream message CRC mismatch"),
-        ] {
+        for bad in [bad_message, bad_trailer] {
             let mut input = good.clone();
             input.extend(bad);
-            input.extend(&good);
+            input.extend(&after);
             let (f, r) = decode_all_ways(&input, 1024);
             assert_eq!(
                 (f, r),
-                (vec![frame("event", "messageStart", "{}")], malformed(why)),
-                "frames before the bad message survive; none after"
+                (
+                    vec![
+                        frame("event", "messageStart", "{}"),
+                        frame("event", "messageStop", "{}")
+                    ],
+                    Ok(())
+                ),
+                "the message after the bad one is decoded"
             );
+            assert_eq!(skipped_all_ways(&input), 1, "the bad message is counted");
         }
+        assert_eq!(skipped_all_ways(&good), 0);
     }
 
     #[test]
@@ -646,8 +705,15 @@ mod tests {
             let mut body = headers.to_vec();
             body.extend_from_slice(b"payload");
             let total = u32::try_from(16 + body.len()).expect("short");
-            let (f, r) = decode_all_ways(&raw(total, headers_len, &body), 1024);
-            assert_eq!((f, r), (vec![], malformed(why)), "headers {headers:?}");
+            let mut input = raw(total, headers_len, &body);
+            input.extend(event("messageStop", "{}"));
+            let (f, r) = decode_all_ways(&input, 1024);
+            assert_eq!(
+                (f, r),
+                (vec![frame("event", "messageStop", "{}")], Ok(())),
+                "headers {headers:?} ({why}): that message is skipped, the next one read"
+            );
+            assert_eq!(skipped_all_ways(&input), 1, "headers {headers:?}");
         }
     }
 

@@ -15,11 +15,14 @@ use tokio::time::Sleep;
 use super::decompress::Decompressor;
 use super::drain::{DrainEnd, DrainLimits, Drains};
 use super::tokenize::{self, Plan};
-use super::{Measurement, Outcome, Recorder, RequestFacts, TokenSource, Unmetered};
-use crate::providers::{Event, Parser, ProviderKind, UpstreamTiming, Usage};
+use super::{Measurement, Outcome, Reasoning, Recorder, RequestFacts, TokenSource, Unmetered};
+use crate::providers::{ContentKind, Event, Parser, ProviderKind, UpstreamTiming, Usage};
 use crate::rewrite::UsageStripper;
 
 use crate::error::BoxError;
+
+/// `error.type` of a stream that ended without its terminal event.
+pub const MISSING_TERMINAL: &str = "missing_terminal_event";
 
 /// How the response ended, as seen by the meter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,13 +46,22 @@ pub struct Meter {
     decompressor: Option<Decompressor>,
     scratch: Vec<u8>,
     unmetered: Option<Unmetered>,
+    /// The framing broke beyond resynchronising: metering stopped.
     malformed: bool,
+    /// The body is parsed (a parser was set up from the head).
+    metered: bool,
+    /// Events skipped because they could not be read (read from the
+    /// parser after every chunk, so it survives the parser).
+    malformed_events: u64,
     status: u16,
     time_to_headers: Option<Duration>,
     pool_wait: Option<Duration>,
     first_byte: Option<Instant>,
     first_token: Option<Instant>,
     last_token: Option<Instant>,
+    /// First chunk with visible output / with reasoning.
+    first_visible: Option<Instant>,
+    first_reasoning: Option<Instant>,
     max_gap: Option<Duration>,
     bytes: u64,
     tally: Tally,
@@ -80,17 +92,29 @@ struct Tally {
     text: Option<Vec<u8>>,
     /// Content pieces whose text was collected.
     texted: u64,
-    /// Set while feeding one chunk when any of its frames carried content.
-    chunk_has_content: bool,
+    /// The protocol's terminal event arrived (`Event::Done`).
+    done: bool,
+    /// Set while feeding one chunk when any of its frames carried
+    /// visible output / reasoning.
+    chunk_visible: bool,
+    chunk_reasoning: bool,
+    /// Pieces of frames that carried reasoning (a `Mixed` frame counts one).
+    reasoning_pieces: u64,
 }
 
 impl Tally {
     fn apply(&mut self, event: Event<'_>) {
         match event {
-            Event::Content { pieces } => {
+            Event::Content { pieces, kind } => {
                 self.content_chunks += 1;
                 self.pieces += u64::from(pieces.max(1));
-                self.chunk_has_content = true;
+                self.chunk_visible |= kind.is_visible();
+                self.chunk_reasoning |= kind.is_reasoning();
+                self.reasoning_pieces += match kind {
+                    ContentKind::Visible => 0,
+                    ContentKind::Reasoning => u64::from(pieces.max(1)),
+                    ContentKind::Mixed => 1,
+                };
             }
             Event::Usage(u) => self.usage.merge(u),
             Event::Model(m) => set_if_changed(&mut self.model, m),
@@ -117,8 +141,16 @@ impl Tally {
                     self.texted += 1;
                 }
             }
-            Event::Done => {}
+            Event::Done => self.done = true,
         }
+    }
+}
+
+impl Tally {
+    /// A new chunk: no output seen in it yet.
+    fn start_chunk(&mut self) {
+        self.chunk_visible = false;
+        self.chunk_reasoning = false;
     }
 }
 
@@ -144,12 +176,16 @@ impl Meter {
             scratch: Vec::new(),
             unmetered: None,
             malformed: false,
+            metered: false,
+            malformed_events: 0,
             status: 0,
             time_to_headers: None,
             pool_wait: None,
             first_byte: None,
             first_token: None,
             last_token: None,
+            first_visible: None,
+            first_reasoning: None,
             max_gap: None,
             bytes: 0,
             tally: Tally::default(),
@@ -188,6 +224,7 @@ impl Meter {
         if let Ok(p) = &parser {
             self.set_provider(p.provider());
         }
+        self.metered = parser.is_ok();
         match parser {
             Ok(p) => self.parser = Some(p),
             Err(why) => self.unmetered = Some(why),
@@ -226,7 +263,7 @@ impl Meter {
             return;
         };
         let tally = &mut self.tally;
-        tally.chunk_has_content = false;
+        tally.start_chunk();
         let view: &[u8] = match self.decompressor.as_mut() {
             None => data,
             Some(d) => {
@@ -238,16 +275,27 @@ impl Meter {
                 &self.scratch
             }
         };
-        if parser.feed(view, &mut |ev| tally.apply(ev)).is_err() {
+        let fed = parser.feed(view, &mut |ev| tally.apply(ev));
+        self.malformed_events = parser.malformed_events();
+        if fed.is_err() {
             self.malformed = true;
             self.parser = None;
         }
-        if self.tally.chunk_has_content {
-            self.content_at(now);
-        }
+        self.content_at(now);
     }
 
+    /// Fold the chunk just fed in at `now`, if any frame of it was output.
     fn content_at(&mut self, now: Instant) {
+        let (visible, reasoning) = (self.tally.chunk_visible, self.tally.chunk_reasoning);
+        if !visible && !reasoning {
+            return;
+        }
+        if visible {
+            self.first_visible.get_or_insert(now);
+        }
+        if reasoning {
+            self.first_reasoning.get_or_insert(now);
+        }
         if let Some(prev) = self.last_token {
             let gap = now - prev;
             self.max_gap = Some(self.max_gap.map_or(gap, |m| m.max(gap)));
@@ -286,16 +334,23 @@ impl Meter {
     fn flush_parser(&mut self) {
         if let Some(mut parser) = self.parser.take() {
             let tally = &mut self.tally;
-            tally.chunk_has_content = false;
+            tally.start_chunk();
             if parser.finish(&mut |ev| tally.apply(ev)).is_err() {
                 self.malformed = true;
             }
-            if self.tally.chunk_has_content {
+            self.malformed_events = parser.malformed_events();
+            if self.tally.chunk_visible || self.tally.chunk_reasoning {
                 self.content_at(Instant::now());
             }
         }
     }
 
+    /// How a body that ended cleanly went. In order: an error status or an
+    /// error inside the body is `upstream_error`; framing that broke beyond
+    /// resynchronising is `malformed`; a body without its terminal event is
+    /// `malformed` when events were skipped (the terminal may have been
+    /// one of them) and otherwise `incomplete` for a 2xx stream; the rest
+    /// is `complete` (with `malformed_events` telling what was skipped).
     fn eos_outcome(&mut self) -> (Outcome, Option<String>) {
         if self.status >= 400 || self.tally.error.is_some() {
             let kind = self
@@ -306,6 +361,14 @@ impl Meter {
             (Outcome::UpstreamError, Some(kind))
         } else if self.malformed {
             (Outcome::Malformed, Some("malformed_body".to_owned()))
+        } else if self.metered && self.unmetered.is_none() && !self.tally.done {
+            if self.malformed_events > 0 {
+                (Outcome::Malformed, Some("malformed_events".to_owned()))
+            } else if self.facts.stream && (200..300).contains(&self.status) {
+                (Outcome::Incomplete, Some(MISSING_TERMINAL.to_owned()))
+            } else {
+                (Outcome::Complete, None)
+            }
         } else {
             (Outcome::Complete, None)
         }
@@ -366,10 +429,24 @@ impl Meter {
         };
         let mut time_to_first_token = since(self.first_token);
         let mut time_to_last_token = since(self.last_token);
+        let mut reasoning = Reasoning {
+            time_to_first_visible: since(self.first_visible),
+            time_to_first_reasoning: since(self.first_reasoning),
+            ..Reasoning::default()
+        };
+        (reasoning.tokens, reasoning.source) = match (tally.usage.reasoning, tally.reasoning_pieces)
+        {
+            (Some(n), _) => (Some(n), Some(TokenSource::Provider)),
+            (None, 0) => (None, None),
+            (None, pieces) => (Some(pieces), Some(TokenSource::Chunks)),
+        };
         if !self.facts.stream && outcome == Outcome::Complete {
-            // A whole body: its first token is the complete body.
+            // A whole body: its first token is the complete body, and no
+            // thinking time can be seen inside it.
             time_to_first_token = Some(duration);
             time_to_last_token = Some(duration);
+            reasoning.time_to_first_visible = Some(duration);
+            reasoning.time_to_first_reasoning = None;
         }
         let m = Measurement {
             request: self.facts.clone(),
@@ -387,10 +464,12 @@ impl Meter {
             time_to_first_byte: since(self.first_byte),
             time_to_first_token,
             time_to_last_token,
+            reasoning,
             duration,
             max_gap: self.max_gap,
             response_bytes: self.bytes,
             unmetered: self.unmetered.take(),
+            malformed_events: self.malformed_events,
             upstream_timing: tally.upstream_timing,
             pool_wait: self.pool_wait,
         };
@@ -863,6 +942,80 @@ mod tests {
         assert_eq!(m.response_bytes, expected.len() as u64);
     }
 
+    fn delta(field: &str, text: &str) -> Bytes {
+        Bytes::from(format!(
+            "data: {{\"id\":\"c\",\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"{field}\":\"{text}\"}}}}]}}\n\n"
+        ))
+    }
+
+    #[tokio::test]
+    async fn reasoning_then_text_keeps_both_clocks() {
+        let (sink, mut tx, body) = metered(true, "text/event-stream", None);
+        let producer = tokio::spawn(async move {
+            // A role-only frame at once: it starts no clock.
+            tx.send_data(delta("content", "")).await.expect("send");
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            tx.send_data(delta("reasoning_content", "Hmm"))
+                .await
+                .expect("send");
+            tx.send_data(delta("reasoning_content", " so"))
+                .await
+                .expect("send");
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            tx.send_data(delta("content", "Hi")).await.expect("send");
+        });
+        body.collect().await.expect("body");
+        producer.await.expect("producer");
+        let m = sink.only();
+        let ttft = m.time_to_first_token.expect("ttft");
+        assert!(
+            ttft >= Duration::from_millis(40),
+            "ttft {ttft:?}: the role-only frame started no clock"
+        );
+        assert_eq!(
+            m.reasoning.time_to_first_reasoning,
+            Some(ttft),
+            "the first output was reasoning"
+        );
+        let visible = m.reasoning.time_to_first_visible.expect("visible ttft");
+        assert!(
+            visible >= ttft + Duration::from_millis(60),
+            "visible {visible:?} after 60 ms of thinking (ttft {ttft:?})"
+        );
+        assert_eq!(m.reasoning.thinking_time(), Some(visible - ttft));
+        assert_eq!(m.reasoning.tokens, Some(2), "two reasoning deltas");
+        assert_eq!(m.reasoning.source, Some(TokenSource::Chunks));
+        assert!(m.reasoning.estimated());
+        assert_eq!(m.content_chunks, 3);
+    }
+
+    #[tokio::test]
+    async fn provider_reasoning_count_wins_and_text_only_has_no_thinking_time() {
+        let (sink, mut tx, body) = metered(true, "text/event-stream", None);
+        let usage = "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":9,\"completion_tokens_details\":{\"reasoning_tokens\":0}}}\n\n";
+        let producer = tokio::spawn(async move {
+            tx.send_data(chunk("Hi")).await.expect("send");
+            tx.send_data(Bytes::from_static(usage.as_bytes()))
+                .await
+                .expect("send");
+        });
+        body.collect().await.expect("body");
+        producer.await.expect("producer");
+        let m = sink.only();
+        assert_eq!(
+            m.reasoning.time_to_first_visible, m.time_to_first_token,
+            "text only: visible TTFT is TTFT"
+        );
+        assert_eq!(m.reasoning.time_to_first_reasoning, None);
+        assert_eq!(
+            m.reasoning.thinking_time(),
+            None,
+            "no reasoning, no thinking time"
+        );
+        assert_eq!(m.reasoning.tokens, Some(0), "the provider's count");
+        assert_eq!(m.reasoning.source, Some(TokenSource::Provider));
+    }
+
     #[tokio::test]
     async fn frames_ready_together_leave_as_one_and_are_each_metered() {
         let (sink, mut tx, mut body) = metered(true, "text/event-stream", None);
@@ -1069,28 +1222,126 @@ mod tests {
         assert!(body.frame().await.is_none(), "the end");
         drop(body);
         assert_eq!(drains.active(), 0, "nothing left to drain");
+        assert_eq!(
+            sink.only().outcome,
+            Outcome::Incomplete,
+            "an empty 200 stream has no terminal event"
+        );
+    }
+
+    /// Send `chunks` through a metered SSE body; the bytes the client got.
+    async fn stream_through(
+        sink_body: MeteredBody<Channel<Bytes, BoxError>>,
+        mut tx: http_body_util::channel::Sender<Bytes, BoxError>,
+        chunks: Vec<Bytes>,
+    ) -> Bytes {
+        let producer = tokio::spawn(async move {
+            for c in chunks {
+                tx.send_data(c).await.expect("send");
+            }
+        });
+        let got = sink_body.collect().await.expect("body").to_bytes();
+        producer.await.expect("producer");
+        got
+    }
+
+    #[tokio::test]
+    async fn a_malformed_event_is_skipped_and_metering_goes_on() {
+        let (sink, tx, body) = metered(true, "text/event-stream", None);
+        let sent = vec![
+            chunk("a"),
+            Bytes::from_static(b"data: {not json\n\n"),
+            chunk("b"),
+            Bytes::from_static(USAGE.as_bytes()),
+        ];
+        let expected: Vec<u8> = sent.iter().flat_map(|b| b.to_vec()).collect();
+        let got = stream_through(body, tx, sent).await;
+        assert_eq!(got.as_ref(), expected.as_slice(), "bytes unchanged");
+        let m = sink.only();
+        assert_eq!(
+            (m.outcome, m.error_type.as_deref()),
+            (Outcome::Complete, None),
+            "the terminal event arrived: complete, with the count"
+        );
+        assert_eq!(m.malformed_events, 1, "the bad event is counted");
+        assert_eq!(m.content_chunks, 2, "content after the bad event counts");
+        assert_eq!(
+            m.output_tokens,
+            Some(42),
+            "usage after the bad event counts"
+        );
+    }
+
+    #[tokio::test]
+    async fn malformed_events_without_a_terminal_event_are_malformed() {
+        let (sink, tx, body) = metered(true, "text/event-stream", None);
+        let sent = vec![chunk("a"), Bytes::from_static(b"data: {not json\n\n")];
+        stream_through(body, tx, sent).await;
+        let m = sink.only();
+        assert_eq!(
+            (m.outcome, m.error_type.as_deref()),
+            (Outcome::Malformed, Some("malformed_events")),
+            "the terminal event may have been the bad one"
+        );
+        assert_eq!(m.malformed_events, 1);
+        assert_eq!(m.content_chunks, 1);
+    }
+
+    #[tokio::test]
+    async fn a_stream_without_its_terminal_event_is_incomplete() {
+        let (sink, tx, body) = metered(true, "text/event-stream", None);
+        let sent = vec![chunk("a"), chunk("b")];
+        stream_through(body, tx, sent).await;
+        let m = sink.only();
+        assert_eq!(
+            (m.outcome, m.error_type.as_deref()),
+            (Outcome::Incomplete, Some(MISSING_TERMINAL))
+        );
+        assert!(m.outcome.is_error(), "incomplete counts as an error");
+        assert_eq!(m.content_chunks, 2, "what arrived is still metered");
+        assert_eq!(m.malformed_events, 0);
+    }
+
+    #[tokio::test]
+    async fn an_empty_whole_body_is_not_held_to_the_stream_rule() {
+        let (sink, tx, body) = metered(false, "application/json", None);
+        stream_through(body, tx, vec![]).await;
         assert_eq!(sink.only().outcome, Outcome::Complete);
     }
 
     #[tokio::test]
-    async fn malformed_frame_stops_metering_but_not_forwarding() {
-        let (sink, mut tx, body) = metered(true, "text/event-stream", None);
-        let producer = tokio::spawn(async move {
-            tx.send_data(chunk("a")).await.expect("send");
-            tx.send_data(Bytes::from_static(b"data: {not json\n\n"))
-                .await
-                .expect("send");
-            tx.send_data(chunk("b")).await.expect("send");
-        });
-        let got = body.collect().await.expect("body").to_bytes();
-        producer.await.expect("producer");
-        assert!(
-            got.ends_with(&chunk("b")),
-            "bytes after the bad frame still reach the client"
-        );
+    async fn an_oversized_frame_still_ends_metering() {
+        let sink = Sink::default();
+        let mut meter = Meter::new(facts(true), Box::new(sink.clone()));
+        let parser = Parser::new(
+            ProviderKind::Openai,
+            Some(Operation::ChatCompletions),
+            "text/event-stream",
+            256,
+        )
+        .ok_or(Unmetered::UnknownFormat(String::new()));
+        meter.on_head(200, true, parser, None);
+        let (tx, rx) = Channel::new(8);
+        let body = MeteredBody::new(rx, meter, None, None);
+        let big = Bytes::from(format!("data: {}\n\n", "x".repeat(400)));
+        let sent = vec![
+            chunk("a"),
+            big,
+            chunk("b"),
+            Bytes::from_static(b"data: [DONE]\n\n"),
+        ];
+        let expected: Vec<u8> = sent.iter().flat_map(|b| b.to_vec()).collect();
+        let got = stream_through(body, tx, sent).await;
+        assert_eq!(got.as_ref(), expected.as_slice(), "bytes unchanged");
         let m = sink.only();
-        assert_eq!(m.outcome, Outcome::Malformed);
-        assert_eq!(m.content_chunks, 1, "metering stopped at the bad frame");
+        assert_eq!(
+            (m.outcome, m.error_type.as_deref()),
+            (Outcome::Malformed, Some("malformed_body"))
+        );
+        assert_eq!(
+            m.content_chunks, 1,
+            "metering stopped at the oversized frame"
+        );
     }
 
     #[tokio::test]

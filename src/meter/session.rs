@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use super::{Measurement, Outcome, Recorder, RequestFacts, TokenSource};
+use super::{Measurement, Outcome, Reasoning, Recorder, RequestFacts, TokenSource};
 use crate::providers::{UpstreamTiming, Usage};
 
 /// Starts one response's recorder (its span is the session span's child).
@@ -383,10 +383,18 @@ impl SessionMeter {
             time_to_first_byte: since(r.first),
             time_to_first_token: since(r.first),
             time_to_last_token: since(r.last),
+            // Realtime output (audio, transcripts, text) is all visible.
+            reasoning: Reasoning {
+                time_to_first_visible: since(r.first),
+                tokens: r.usage.reasoning,
+                source: r.usage.reasoning.map(|_| TokenSource::Provider),
+                ..Reasoning::default()
+            },
             duration: end.saturating_duration_since(r.facts.start),
             max_gap: r.max_gap,
             response_bytes: 0,
             unmetered: None,
+            malformed_events: 0,
             upstream_timing: UpstreamTiming::default(),
             request: r.facts,
         };

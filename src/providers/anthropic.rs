@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 use super::scan::{Scan, Seen};
 use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
 use super::wire::{AnyContent, HasContent, Str, non_empty, non_empty_raw};
-use super::{AdapterError, Event, Usage};
+use super::{AdapterError, ContentKind, Event, Usage};
 use super::{Operation, ProviderKind};
 use crate::framing::Frame;
 
@@ -86,19 +86,17 @@ impl AnthropicAdapter {
                 }
             }
             Some("content_block_start") => {
-                if doc
-                    .content_block
-                    .as_ref()
-                    .is_some_and(Block::starts_with_content)
-                {
-                    out(Event::Content { pieces: 1 });
+                if let Some(kind) = doc.content_block.as_ref().and_then(Block::start_kind) {
+                    out(Event::Content { pieces: 1, kind });
                 }
             }
             Some("content_block_delta") => {
-                if let Some(delta) = doc.delta.as_ref().filter(|d| d.has_content()) {
-                    out(Event::Content { pieces: 1 });
-                    if let Some(text) = delta.text() {
-                        out(Event::Text(text.get()));
+                if let Some(delta) = &doc.delta {
+                    if let Some(kind) = delta.kind() {
+                        out(Event::Content { pieces: 1, kind });
+                        if let Some(text) = delta.text() {
+                            out(Event::Text(text.get()));
+                        }
                     }
                 }
             }
@@ -138,7 +136,10 @@ impl AnthropicAdapter {
             out(Event::ResponseId(id.as_str()));
         }
         if m.content.is_some_and(|c| c.0) {
-            out(Event::Content { pieces: 1 });
+            out(Event::Content {
+                pieces: 1,
+                kind: ContentKind::Visible,
+            });
         }
         if let Some(usage) = m.usage {
             out(Event::Usage(self.usage(usage)));
@@ -249,8 +250,16 @@ struct Block<'a> {
 impl Block<'_> {
     /// A block start counts only when it already carries text; a tool
     /// call's start (name only) does not, its arguments follow as deltas.
+    /// `thinking` and `redacted_thinking` (`data`) are reasoning.
+    fn start_kind(&self) -> Option<ContentKind> {
+        ContentKind::of(
+            non_empty(self.text),
+            non_empty(self.thinking) || non_empty(self.data),
+        )
+    }
+
     fn starts_with_content(&self) -> bool {
-        non_empty(self.text) || non_empty(self.thinking) || non_empty(self.data)
+        self.start_kind().is_some()
     }
 }
 
@@ -287,19 +296,23 @@ impl<'a> Delta<'a> {
             .find(|raw| non_empty(Some(raw)) && raw.get().starts_with('"'))
     }
 
-    /// Text, tool arguments or thinking; a `signature_delta` is not output.
-    fn has_content(&self) -> bool {
-        non_empty(self.text) || non_empty(self.partial_json) || non_empty(self.thinking)
+    /// Text or tool arguments are visible, thinking is reasoning; a
+    /// `signature_delta` is not output.
+    fn kind(&self) -> Option<ContentKind> {
+        ContentKind::of(
+            non_empty(self.text) || non_empty(self.partial_json),
+            non_empty(self.thinking),
+        )
     }
 }
 
 /// A frequent stream event, borrowed from the payload.
 enum StreamEvent<'a> {
-    /// A `content_block_delta`: whether it carries content, and its text
-    /// as a JSON string literal (what `Delta::has_content` and
-    /// `Delta::text` say).
+    /// A `content_block_delta`: the kind of content it carries, and its
+    /// text as a JSON string literal (what `Delta::kind` and `Delta::text`
+    /// say).
     Delta {
-        content: bool,
+        kind: Option<ContentKind>,
         text: Option<&'a str>,
     },
     /// `ping`, `content_block_stop`: nothing to meter.
@@ -338,8 +351,9 @@ impl<'a> StreamEvent<'a> {
         match kind? {
             "content_block_delta" => {
                 let texts: [Option<&str>; 3] = delta.unwrap_or_default();
+                let has = |t: Option<&str>| t.is_some_and(non_empty_raw);
                 Some(StreamEvent::Delta {
-                    content: texts.into_iter().flatten().any(non_empty_raw),
+                    kind: ContentKind::of(has(texts[0]) || has(texts[1]), has(texts[2])),
                     text: texts
                         .into_iter()
                         .flatten()
@@ -355,9 +369,9 @@ impl<'a> StreamEvent<'a> {
     /// The events the serde path gives for the same payload.
     fn emit(&self, out: &mut dyn FnMut(Event<'_>)) {
         match *self {
-            StreamEvent::Delta { content, text } => {
-                if content {
-                    out(Event::Content { pieces: 1 });
+            StreamEvent::Delta { kind, text } => {
+                if let Some(kind) = kind {
+                    out(Event::Content { pieces: 1, kind });
                     if let Some(text) = text {
                         out(Event::Text(text));
                     }
@@ -625,7 +639,7 @@ mod tests {
             "claude-sonnet-4-20250514",
             "msg_01EcyWo6m4hyW8KHs2y2pei5",
             &["end_turn"],
-            0,
+            1, // a whole body that parsed is its own terminal event
         );
         s.usage = usage(21, 10, 0, 0);
         expect("anthropic/message.json", s);
@@ -635,6 +649,7 @@ mod tests {
     fn error_body() {
         let s = Summary {
             errors: vec!["invalid_request_error".into()],
+            done: 1,
             ..Summary::default()
         };
         expect("anthropic/error.json", s);

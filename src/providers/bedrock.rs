@@ -22,7 +22,7 @@ use super::anthropic::AnthropicAdapter;
 use super::openai::OpenaiAdapter;
 use super::spec::{FrameAdapter, ProviderSpec, Wire, whole_json};
 use super::wire::{AnyContent, HasContent, Str, non_empty};
-use super::{AdapterError, Event, UpstreamTiming, Usage, millis};
+use super::{AdapterError, ContentKind, Event, UpstreamTiming, Usage, millis};
 use super::{Operation, ProviderKind, percent_decode};
 use crate::framing::Frame;
 
@@ -114,17 +114,21 @@ impl BedrockAdapter {
         let ev: ConverseEvent<'_> = serde_json::from_slice(payload)
             .map_err(|_| AdapterError("malformed Bedrock ConverseStream event"))?;
         match event_type {
-            b"contentBlockDelta" if ev.delta.as_ref().is_some_and(HasContent::has_content) => {
-                out(Event::Content { pieces: 1 });
+            b"contentBlockDelta" => {
+                if let Some(kind) = ev.delta.as_ref().and_then(Delta::kind) {
+                    out(Event::Content { pieces: 1, kind });
+                }
             }
             b"messageStop" => {
                 if let Some(r) = ev.stop_reason.as_ref().filter(|r| !r.as_str().is_empty()) {
                     out(Event::FinishReason(r.as_str()));
                 }
+                // ConverseStream's terminal event (`metadata` with the
+                // usage may still follow).
+                out(Event::Done);
             }
             b"metadata" => {
                 emit_usage_and_latency(ev.usage.as_ref(), ev.metrics.as_ref(), out);
-                out(Event::Done);
             }
             _ => {} // messageStart, contentBlockStart (a tool's name), contentBlockStop
         }
@@ -150,11 +154,17 @@ impl BedrockAdapter {
                 Frame::Sse { event: b"", data }
             };
             self.openai.on_frame(frame, out)?;
-        } else {
-            doc.emit_family(out);
+        } else if doc.emit_family(out) && !whole {
+            // A model family's stop reason ends its stream.
+            out(Event::Done);
         }
         if let Some(m) = &doc.invocation_metrics {
             m.emit(out);
+            if !whole {
+                // Bedrock adds its metrics to the last chunk of every
+                // family's stream.
+                out(Event::Done);
+            }
         }
         Ok(())
     }
@@ -203,14 +213,16 @@ struct Delta<'a> {
     reasoning_content: Option<ReasoningDelta<'a>>,
 }
 
-impl HasContent for Delta<'_> {
-    fn has_content(&self) -> bool {
-        non_empty(self.text)
-            || self.tool_use.as_ref().is_some_and(|t| non_empty(t.input))
-            || self
-                .reasoning_content
+impl Delta<'_> {
+    /// Text or tool input is visible; reasoning text (or its redacted
+    /// form) is reasoning; `None` for a signature-only or empty delta.
+    fn kind(&self) -> Option<ContentKind> {
+        ContentKind::of(
+            non_empty(self.text) || self.tool_use.as_ref().is_some_and(|t| non_empty(t.input)),
+            self.reasoning_content
                 .as_ref()
-                .is_some_and(|r| non_empty(r.text) || non_empty(r.redacted_content))
+                .is_some_and(|r| non_empty(r.text) || non_empty(r.redacted_content)),
+        )
     }
 }
 
@@ -350,7 +362,8 @@ struct ModelJson<'a> {
 
 impl ModelJson<'_> {
     /// Events of the families tokentap reads itself (not Anthropic/OpenAI).
-    fn emit_family(&self, out: &mut dyn FnMut(Event<'_>)) {
+    /// Emit a model family's events; whether it gave a stop reason.
+    fn emit_family(&self, out: &mut dyn FnMut(Event<'_>)) -> bool {
         let titan_results = self
             .results
             .as_ref()
@@ -365,18 +378,23 @@ impl ModelJson<'_> {
             || self.generations.as_ref().is_some_and(|g| g.0)
             || non_empty(self.text)
             || self
-                .content_block_delta
-                .as_ref()
-                .and_then(|e| e.delta.as_ref())
-                .is_some_and(HasContent::has_content)
-            || self
                 .output
                 .as_ref()
                 .and_then(|o| o.message.as_ref())
                 .and_then(|m| m.content.as_ref())
                 .is_some_and(|c| c.0);
-        if content {
-            out(Event::Content { pieces: 1 });
+        // Nova's streamed chunks carry ConverseStream deltas, reasoning included.
+        let nova = self
+            .content_block_delta
+            .as_ref()
+            .and_then(|e| e.delta.as_ref())
+            .and_then(Delta::kind);
+        let kind = ContentKind::of(
+            content || nova.is_some_and(ContentKind::is_visible),
+            nova.is_some_and(ContentKind::is_reasoning),
+        );
+        if let Some(kind) = kind {
+            out(Event::Content { pieces: 1, kind });
         }
         self.emit_family_usage(out);
         let nova_stop = self
@@ -408,6 +426,7 @@ impl ModelJson<'_> {
         if let Some(r) = reason {
             out(Event::FinishReason(r.as_str()));
         }
+        reason.is_some()
     }
 
     fn emit_family_usage(&self, out: &mut dyn FnMut(Event<'_>)) {

@@ -12,7 +12,7 @@ use super::spec::{
     FrameAdapter, ProviderSpec, Wire, body_says, never_response, no_model, whole_json,
 };
 use super::wire::{AnyContent, HasContent, Str, non_empty};
-use super::{AdapterError, Event, Usage};
+use super::{AdapterError, ContentKind, Event, Usage};
 use super::{Operation, ProviderKind};
 use crate::framing::Frame;
 
@@ -55,8 +55,8 @@ impl CohereAdapter {
         let delta_message = doc.delta.as_ref().and_then(|d| d.message.as_ref());
         match doc.kind.as_ref().map(Str::as_str) {
             Some("content-delta" | "tool-plan-delta" | "tool-call-delta" | "tool-call-start") => {
-                if delta_message.is_some_and(DeltaMessage::has_content) {
-                    out(Event::Content { pieces: 1 });
+                if let Some(kind) = delta_message.and_then(DeltaMessage::kind) {
+                    out(Event::Content { pieces: 1, kind });
                 }
             }
             Some("message-end") => {
@@ -70,7 +70,10 @@ impl CohereAdapter {
             None => {
                 // A whole chat response.
                 if doc.message.as_ref().is_some_and(WholeMessage::has_content) {
-                    out(Event::Content { pieces: 1 });
+                    out(Event::Content {
+                        pieces: 1,
+                        kind: ContentKind::Visible,
+                    });
                 }
                 emit_end(doc.usage.as_ref(), doc.finish_reason.as_ref(), out);
             }
@@ -136,18 +139,21 @@ struct DeltaMessage<'a> {
 }
 
 impl DeltaMessage<'_> {
-    fn has_content(&self) -> bool {
+    /// Text, a tool plan or tool call are visible; `thinking` is reasoning.
+    fn kind(&self) -> Option<ContentKind> {
         fn object(raw: Option<&RawValue>) -> Option<&RawValue> {
             raw.filter(|r| r.get().starts_with('{'))
         }
-        let part = object(self.content)
-            .and_then(|r| serde_json::from_str::<Part<'_>>(r.get()).ok())
-            .is_some_and(|p| p.has_content());
+        let part =
+            object(self.content).and_then(|r| serde_json::from_str::<Part<'_>>(r.get()).ok());
+        let (text, thinking) = part.map_or((false, false), |p| {
+            (non_empty(p.text), non_empty(p.thinking))
+        });
         let tool = object(self.tool_calls)
             .and_then(|r| serde_json::from_str::<ToolCall<'_>>(r.get()).ok())
             .and_then(|t| t.function)
             .is_some_and(|f| non_empty(f.name) || non_empty(f.arguments));
-        part || non_empty(self.tool_plan) || tool
+        ContentKind::of(text || non_empty(self.tool_plan) || tool, thinking)
     }
 }
 

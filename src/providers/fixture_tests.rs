@@ -651,15 +651,41 @@ fn truncated_or_corrupt_eventstream_is_malformed() {
         &[&body[..body.len() - 5]],
     );
     assert!(matches!(r, Err(ParseError::Framing(_))), "truncated: {r:?}");
+    let (whole, _, _) = super::tests::run(
+        ProviderKind::Bedrock,
+        Some(Operation::ConverseStream),
+        "application/vnd.amazon.eventstream",
+        &[body],
+    );
+    // Byte 40 is inside the first message (past its 12-byte prelude): its
+    // CRC fails, its length is known, the rest of the stream is read.
     let mut corrupt = body.to_vec();
     corrupt[40] ^= 0xff;
-    let (_, _, r) = super::tests::run(
+    let (s, _, r) = super::tests::run(
         ProviderKind::Bedrock,
         Some(Operation::ConverseStream),
         "application/vnd.amazon.eventstream",
         &[&corrupt],
     );
-    assert!(r.is_err(), "bad CRC: {r:?}");
+    assert_eq!(r, Ok(()), "a bad message CRC is skipped, not fatal");
+    assert_eq!(s.malformed, 1, "and counted");
+    assert_eq!(
+        (s.usage, s.done, s.content_frames),
+        (whole.usage, 1, whole.content_frames),
+        "everything after the bad message is still metered"
+    );
+    let mut bad_prelude = body.to_vec();
+    bad_prelude[9] ^= 0xff;
+    let (_, _, r) = super::tests::run(
+        ProviderKind::Bedrock,
+        Some(Operation::ConverseStream),
+        "application/vnd.amazon.eventstream",
+        &[&bad_prelude],
+    );
+    assert!(
+        matches!(r, Err(ParseError::Framing(_))),
+        "a bad prelude CRC leaves no length to trust: {r:?}"
+    );
 }
 
 #[test]

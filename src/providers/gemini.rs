@@ -16,8 +16,8 @@ use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::spec::{FrameAdapter, JsonBody, ProviderSpec, Wire, never_response};
-use super::wire::{AnyContent, HasContent, Str, non_empty};
-use super::{AdapterError, Event, Operation, Usage};
+use super::wire::{AnyKind, HasKind, Str, non_empty};
+use super::{AdapterError, ContentKind, Event, Operation, Usage};
 use super::{ProviderKind, percent_decode};
 use crate::framing::Frame;
 
@@ -109,10 +109,14 @@ impl GeminiAdapter {
             });
         }
         if let Some(candidates) = &doc.candidates {
-            if candidates.pieces > 0 {
+            if let (true, Some(kind)) = (
+                candidates.pieces > 0,
+                ContentKind::of(candidates.visible, candidates.reasoning),
+            ) {
                 let whole = self.operation == Some(Operation::GenerateContent);
                 out(Event::Content {
                     pieces: if whole { 1 } else { candidates.pieces },
+                    kind,
                 });
             }
         }
@@ -128,6 +132,11 @@ impl GeminiAdapter {
         if let Some(candidates) = &doc.candidates {
             for reason in &candidates.finish {
                 out(Event::FinishReason(reason.as_str()));
+            }
+            // A stream ends with the chunk that gives a finish reason
+            // (usage rides on the same chunk).
+            if !candidates.finish.is_empty() {
+                out(Event::Done);
             }
         }
         Ok(())
@@ -216,6 +225,9 @@ impl WireUsage {
 #[derive(Default)]
 struct Candidates<'a> {
     pieces: u32,
+    /// Some candidate carried a visible part, or a thought (`thought: true`).
+    visible: bool,
+    reasoning: bool,
     finish: Vec<Str<'a>>,
 }
 
@@ -230,13 +242,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for Candidates<'a> {
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Candidates<'a>, A::Error> {
                 let mut all = Candidates::default();
                 while let Some(c) = seq.next_element::<Candidate<'a>>()? {
-                    let content = c
-                        .content
-                        .as_ref()
-                        .and_then(|c| c.parts.as_ref())
-                        .is_some_and(|p| p.0);
-                    if content {
+                    let parts = c.content.as_ref().and_then(|c| c.parts.as_ref());
+                    if let Some(kind) = parts.and_then(AnyKind::kind) {
                         all.pieces = all.pieces.saturating_add(1);
+                        all.visible |= kind.is_visible();
+                        all.reasoning |= kind.is_reasoning();
                     }
                     if let Some(reason) = c.finish_reason {
                         if all.finish.len() < MAX_FINISH_REASONS {
@@ -263,12 +273,13 @@ struct Candidate<'a> {
 #[derive(Deserialize)]
 struct Content<'a> {
     #[serde(borrow)]
-    parts: Option<AnyContent<Part<'a>>>,
+    parts: Option<AnyKind<Part<'a>>>,
 }
 
 /// One part: text (including thought summaries), a function call,
 /// generated code or inline data are output; a bare thought signature or a
-/// code execution result (the tool's output, not the model's) is not.
+/// code execution result (the tool's output, not the model's) is not. Text
+/// in a part marked `thought: true` is reasoning.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Part<'a> {
@@ -280,14 +291,17 @@ struct Part<'a> {
     executable_code: Option<&'a RawValue>,
     #[serde(borrow)]
     inline_data: Option<&'a RawValue>,
+    thought: Option<bool>,
 }
 
-impl HasContent for Part<'_> {
-    fn has_content(&self) -> bool {
-        non_empty(self.text)
+impl HasKind for Part<'_> {
+    fn kinds(&self) -> (bool, bool) {
+        let thought = self.thought == Some(true) && non_empty(self.text);
+        let visible = (non_empty(self.text) && !thought)
             || non_empty(self.function_call)
             || non_empty(self.executable_code)
-            || non_empty(self.inline_data)
+            || non_empty(self.inline_data);
+        (visible, thought)
     }
 }
 

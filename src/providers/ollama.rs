@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 use super::ProviderKind;
 use super::spec::{FrameAdapter, JsonBody, ProviderSpec, Wire, no_model};
 use super::wire::{Str, non_empty};
-use super::{AdapterError, Event, Operation, UpstreamTiming, Usage};
+use super::{AdapterError, ContentKind, Event, Operation, UpstreamTiming, Usage};
 use crate::framing::Frame;
 
 /// Adapter state for one Ollama response.
@@ -59,11 +59,14 @@ impl OllamaAdapter {
                 self.model_seen = true;
             }
         }
-        let content = doc.message.as_ref().is_some_and(Message::has_content)
-            || non_empty(doc.response)
-            || non_empty(doc.thinking);
-        if content {
-            out(Event::Content { pieces: 1 });
+        let (msg_visible, msg_thinking) =
+            doc.message.as_ref().map_or((false, false), Message::kinds);
+        let kind = ContentKind::of(
+            msg_visible || non_empty(doc.response),
+            msg_thinking || non_empty(doc.thinking),
+        );
+        if let Some(kind) = kind {
+            out(Event::Content { pieces: 1, kind });
         }
         let embeddings = self.operation.is_some_and(Operation::is_embeddings)
             || doc.embeddings.is_some()
@@ -88,7 +91,8 @@ impl OllamaAdapter {
         if let Some(reason) = doc.done_reason.as_ref().filter(|r| !r.as_str().is_empty()) {
             out(Event::FinishReason(reason.as_str()));
         }
-        if doc.done == Some(true) {
+        // An embeddings answer is one whole object without `done`.
+        if doc.done == Some(true) || embeddings {
             out(Event::Done);
         }
         Ok(())
@@ -138,8 +142,12 @@ struct Message<'a> {
 }
 
 impl Message<'_> {
-    fn has_content(&self) -> bool {
-        non_empty(self.content) || non_empty(self.thinking) || non_empty(self.tool_calls)
+    /// `(visible, thinking)`: text or tool calls, and `thinking`.
+    fn kinds(&self) -> (bool, bool) {
+        (
+            non_empty(self.content) || non_empty(self.tool_calls),
+            non_empty(self.thinking),
+        )
     }
 }
 

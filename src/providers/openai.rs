@@ -19,7 +19,7 @@ use super::ProviderKind;
 use super::scan::{Scan, Seen};
 use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
 use super::wire::{AnyContent, HasContent, Str, non_empty, non_empty_raw};
-use super::{AdapterError, Event, Operation, UpstreamTiming, Usage, millis, seconds};
+use super::{AdapterError, ContentKind, Event, Operation, UpstreamTiming, Usage, millis, seconds};
 use crate::framing::Frame;
 
 /// Finish reasons kept per frame; more choices than this are not reported.
@@ -116,9 +116,12 @@ impl OpenaiAdapter {
             out,
         );
         if let Some(choices) = &doc.choices {
-            if choices.pieces > 0 {
+            if let (true, Some(kind)) = (
+                choices.pieces > 0,
+                ContentKind::of(choices.visible, choices.reasoning),
+            ) {
                 let pieces = if whole { 1 } else { choices.pieces };
-                out(Event::Content { pieces });
+                out(Event::Content { pieces, kind });
                 if let Some(text) = choices.text {
                     out(Event::Text(text.get()));
                 }
@@ -129,7 +132,10 @@ impl OpenaiAdapter {
             .as_ref()
             .is_some_and(|o| o.as_str() == "response");
         if is_response_body && non_empty(doc.output) {
-            out(Event::Content { pieces: 1 });
+            out(Event::Content {
+                pieces: 1,
+                kind: ContentKind::Visible,
+            });
         }
         // Groq reports streamed usage inside `x_groq`.
         let wire_usage = doc
@@ -152,6 +158,12 @@ impl OpenaiAdapter {
         if let Some(choices) = &doc.choices {
             for reason in &choices.finish {
                 out(Event::FinishReason(reason.as_str()));
+            }
+            // In a stream, a finish reason ends generation as `[DONE]` ends
+            // the stream: either is the terminal event (some compatible
+            // servers send no `[DONE]`).
+            if !whole && !choices.finish.is_empty() {
+                out(Event::Done);
             }
         }
         if is_response_body {
@@ -179,21 +191,28 @@ impl OpenaiAdapter {
     /// The events `on_json` gives for the same chunk, in the same order.
     fn on_chat_chunk(&mut self, c: &ChatChunk<'_>, out: &mut dyn FnMut(Event<'_>)) {
         self.identify(c.model, c.id, out);
-        if c.content {
-            out(Event::Content { pieces: 1 });
+        if let Some(kind) = c.kind {
+            out(Event::Content { pieces: 1, kind });
             if let Some(text) = c.text {
                 out(Event::Text(text));
             }
         }
         if let Some(reason) = c.finish_reason {
             out(Event::FinishReason(reason));
+            out(Event::Done);
         }
     }
 
     /// One Responses API streaming event (`type: "response.*"`).
     fn on_response_event(&mut self, kind: &str, doc: &Doc<'_>, out: &mut dyn FnMut(Event<'_>)) {
         if kind.ends_with(".delta") && non_empty(doc.delta) {
-            out(Event::Content { pieces: 1 });
+            // `response.reasoning_text.delta`, `response.reasoning_summary_text.delta`.
+            let kind = if kind.starts_with("response.reasoning") {
+                ContentKind::Reasoning
+            } else {
+                ContentKind::Visible
+            };
+            out(Event::Content { pieces: 1, kind });
             if let Some(delta) = doc.delta.filter(|d| d.get().starts_with('"')) {
                 out(Event::Text(delta.get()));
             }
@@ -466,6 +485,9 @@ impl WireUsage {
 #[derive(Default)]
 struct Choices<'a> {
     pieces: u32,
+    /// Some choice carried visible output, or reasoning.
+    visible: bool,
+    reasoning: bool,
     finish: Vec<Str<'a>>,
     /// The first content piece's text, as its JSON string literal.
     text: Option<&'a RawValue>,
@@ -482,7 +504,10 @@ impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Choices<'a>, A::Error> {
                 let mut choices = Choices::default();
                 while let Some(choice) = seq.next_element::<Choice<'a>>()? {
-                    if choice.has_content() {
+                    let (visible, reasoning) = choice.kinds();
+                    if visible || reasoning {
+                        choices.visible |= visible;
+                        choices.reasoning |= reasoning;
                         choices.pieces = choices.pieces.saturating_add(1);
                         if choices.text.is_none() {
                             choices.text = choice.text();
@@ -523,10 +548,12 @@ impl<'a> Choice<'a> {
             .filter(|t| t.get().starts_with('"'))
     }
 
-    fn has_content(&self) -> bool {
-        self.delta.as_ref().is_some_and(Message::has_content)
-            || self.message.as_ref().is_some_and(Message::has_content)
-            || non_empty(self.text)
+    /// `(visible, reasoning)` output in this choice.
+    fn kinds(&self) -> (bool, bool) {
+        let none = (false, false);
+        let d = self.delta.as_ref().map_or(none, Message::kinds);
+        let m = self.message.as_ref().map_or(none, Message::kinds);
+        (d.0 || m.0 || non_empty(self.text), d.1 || m.1)
     }
 }
 
@@ -541,6 +568,9 @@ struct Message<'a> {
     reasoning_content: Option<&'a RawValue>,
     #[serde(borrow)]
     reasoning: Option<&'a RawValue>,
+    /// Audio output (`data`, `transcript`).
+    #[serde(borrow)]
+    audio: Option<Audio<'a>>,
     #[serde(borrow)]
     tool_calls: Option<AnyContent<ToolCall<'a>>>,
     /// The deprecated single `function_call`.
@@ -562,17 +592,32 @@ impl<'a> Message<'a> {
         .find(|raw| non_empty(Some(raw)))
     }
 
-    fn has_content(&self) -> bool {
-        non_empty(self.content)
+    /// `(visible, reasoning)`: text, refusal, audio or tool calls, and
+    /// `reasoning_content` / `reasoning` (DeepSeek, vLLM, OpenRouter, Groq).
+    fn kinds(&self) -> (bool, bool) {
+        let visible = non_empty(self.content)
             || non_empty(self.refusal)
-            || non_empty(self.reasoning_content)
-            || non_empty(self.reasoning)
+            || self
+                .audio
+                .as_ref()
+                .is_some_and(|a| non_empty(a.data) || non_empty(a.transcript))
             || self.tool_calls.as_ref().is_some_and(|t| t.0)
             || self
                 .function_call
                 .as_ref()
-                .is_some_and(HasContent::has_content)
+                .is_some_and(HasContent::has_content);
+        let reasoning = non_empty(self.reasoning_content) || non_empty(self.reasoning);
+        (visible, reasoning)
     }
+}
+
+/// A chat `delta.audio` / `message.audio`.
+#[derive(Deserialize)]
+struct Audio<'a> {
+    #[serde(borrow)]
+    data: Option<&'a RawValue>,
+    #[serde(borrow)]
+    transcript: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -607,8 +652,8 @@ impl HasContent for Function<'_> {
 struct ChatChunk<'a> {
     id: Option<&'a str>,
     model: Option<&'a str>,
-    /// The choice carries content (what `Message::has_content` says).
-    content: bool,
+    /// The kind of content the choice carries (what `Message::kinds` says).
+    kind: Option<ContentKind>,
     /// Its text, as a JSON string literal (what `Choice::text` gives).
     text: Option<&'a str>,
     finish_reason: Option<&'a str>,
@@ -694,8 +739,12 @@ impl<'a> ChatChunk<'a> {
                 "reasoning_content" => 1,
                 "reasoning" => 2,
                 "refusal" => 3,
-                "tool_calls" | "function_call" => {
-                    seen.first(if key == "tool_calls" { 4 } else { 5 })?;
+                "tool_calls" | "function_call" | "audio" => {
+                    seen.first(match key {
+                        "tool_calls" => 4,
+                        "function_call" => 5,
+                        _ => 6,
+                    })?;
                     return s.null()?.then_some(());
                 }
                 _ => return s.skip(4),
@@ -705,7 +754,11 @@ impl<'a> ChatChunk<'a> {
             Some(())
         })?;
         let text = texts.into_iter().flatten().find(|raw| non_empty_raw(raw));
-        self.content = text.is_some();
+        let has = |t: Option<&str>| t.is_some_and(non_empty_raw);
+        self.kind = ContentKind::of(
+            has(texts[0]) || has(texts[3]),
+            has(texts[1]) || has(texts[2]),
+        );
         self.text = text.filter(|t| t.starts_with('"'));
         Some(())
     }
@@ -863,6 +916,7 @@ mod tests {
             &["stop"],
         );
         s.usage = usage(1536, 210, 1024, 192);
+        s.done = 1; // a whole body that parsed is its own terminal event
         expect("openai/chat.json", s);
     }
 
@@ -893,6 +947,7 @@ mod tests {
         let id = "resp_6887a1f3c2e08191b5a7d4e2f90c13ab0d9e4f6a7b8c9d01";
         let mut s = summary(1, "o4-mini-2025-04-16", id, &["completed"]);
         s.usage = usage(37, 150, 0, 128);
+        s.done = 1;
         expect("openai/responses.json", s);
     }
 
@@ -912,6 +967,7 @@ mod tests {
             output: Some(0),
             ..Usage::default()
         };
+        s.done = 1;
         expect("openai/embeddings.json", s);
     }
 

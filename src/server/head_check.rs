@@ -11,14 +11,12 @@
 //! bodies are skipped by their length or chunk sizes); the service asks
 //! [`Verdicts::next`] before it forwards anything.
 
-use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::task::{Context, Poll};
 
 use http::StatusCode;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::read_tap::{Observe, ReadTap};
 
 /// Why a request was refused before anything was forwarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -378,69 +376,13 @@ fn decimal(v: &[u8]) -> Result<u64, Refusal> {
         .ok_or(Refusal::BadContentLength)
 }
 
-/// A client socket whose reads also feed a [`Tracker`].
-#[derive(Debug)]
-pub struct Screened<T> {
-    inner: T,
-    tracker: Tracker,
-}
+/// A client socket whose reads go through a [`Tracker`] on their way to
+/// hyper.
+pub type Screened<T> = ReadTap<T, Tracker>;
 
-impl<T> Screened<T> {
-    /// Wrap `inner`, reporting its reads to `tracker`.
-    pub fn new(inner: T, tracker: Tracker) -> Screened<T> {
-        Screened { inner, tracker }
-    }
-
-    /// The socket, once HTTP is over on it (an upgrade): its bytes are no
-    /// longer request heads to screen.
-    pub fn into_inner(self) -> T {
-        self.inner
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Screened<T> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let res = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = res {
-            this.tracker.feed(&buf.filled()[before..]);
-        }
-        res
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Screened<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+impl Observe for Tracker {
+    fn observe(&mut self, bytes: &[u8]) {
+        self.feed(bytes);
     }
 }
 

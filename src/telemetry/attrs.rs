@@ -23,6 +23,12 @@ pub const M_DECODE_TPS: &str = "tokentap.decode.tokens_per_second";
 pub const M_CHUNK_GAP: &str = "tokentap.chunk.gap";
 /// Histogram: largest gap between content chunks of one stream (s).
 pub const M_MAX_STALL: &str = "tokentap.stream.max_stall";
+/// Histogram: time to the first visible output (text, audio, tool call; not reasoning) (s).
+pub const M_TIME_TO_FIRST_VISIBLE: &str = "tokentap.time_to_first_visible_token";
+/// Histogram: thinking time, first reasoning output to first visible output (s).
+pub const M_REASONING_DURATION: &str = "tokentap.reasoning.duration";
+/// Histogram: reasoning tokens per response ({token}).
+pub const M_REASONING_TOKENS: &str = "tokentap.reasoning.tokens";
 /// Counter: finished requests, by outcome ({request}).
 pub const M_REQUESTS: &str = "tokentap.requests";
 /// Up-down counter: requests in flight ({request}).
@@ -99,8 +105,10 @@ pub const GEN_AI_USAGE_INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
 pub const GEN_AI_USAGE_OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
 /// Input tokens served from the provider's prompt cache (int).
 pub const GEN_AI_USAGE_CACHE_READ: &str = "gen_ai.usage.cache_read.input_tokens";
-/// Input tokens written to the provider's prompt cache (int).
-pub const GEN_AI_USAGE_CACHE_CREATION: &str = "gen_ai.usage.cache_creation.input_tokens";
+/// Input tokens written to the provider's prompt cache (int). Named
+/// `cache_creation` up to semantic-conventions v1.41.0; renamed in
+/// semantic-conventions-genai (PR #440).
+pub const GEN_AI_USAGE_CACHE_WRITE: &str = "gen_ai.usage.cache_write.input_tokens";
 /// Output tokens spent on reasoning (int).
 pub const GEN_AI_USAGE_REASONING: &str = "gen_ai.usage.reasoning.output_tokens";
 /// Host of the route's upstream.
@@ -130,6 +138,16 @@ pub const TOKENS_SOURCE: &str = "tokentap.tokens.source";
 pub const DECODE_TPS: &str = "tokentap.decode.tokens_per_second";
 /// Span attribute: largest gap between content chunks (s).
 pub const MAX_STALL: &str = "tokentap.max_stall";
+/// Span attribute: events skipped because they could not be read (int).
+pub const MALFORMED_EVENTS: &str = "tokentap.malformed_events";
+/// Span attribute: time to the first visible output (s).
+pub const TIME_TO_FIRST_VISIBLE: &str = "tokentap.time_to_first_visible_token";
+/// Span attribute: time to the first reasoning output (s).
+pub const TIME_TO_FIRST_REASONING: &str = "tokentap.time_to_first_reasoning_token";
+/// Span attribute: thinking time, first reasoning to first visible output (s).
+pub const REASONING_DURATION: &str = "tokentap.reasoning.duration";
+/// Whether the reasoning token count was counted from reasoning chunks (bool).
+pub const REASONING_ESTIMATED: &str = "tokentap.reasoning.tokens.estimated";
 /// Span attribute: time to the first response body byte (s).
 pub const TTFB: &str = "tokentap.ttfb";
 /// Time waited for an upstream connection or HTTP/2 stream slot (s).

@@ -150,6 +150,9 @@ pub(super) struct Instruments {
     pub server_tpot: Histogram<f64>,
     pub server_request_duration: Histogram<f64>,
     pub decode_tps: Histogram<f64>,
+    pub time_to_first_visible: Histogram<f64>,
+    pub reasoning_duration: Histogram<f64>,
+    pub reasoning_tokens: Histogram<u64>,
     pub chunk_gap: Histogram<f64>,
     pub max_stall: Histogram<f64>,
     pub pool_wait: Histogram<f64>,
@@ -183,6 +186,12 @@ pub(super) struct FinishRecord {
     pub pool_wait: Option<f64>,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
+    /// Time to the first visible output.
+    pub visible_ttft: Option<f64>,
+    /// Thinking time (first reasoning to first visible output).
+    pub reasoning_duration: Option<f64>,
+    /// Reasoning tokens, and whether they were counted from chunks.
+    pub reasoning_tokens: Option<(u64, bool)>,
     /// The request's sampled trace, for exemplars.
     pub trace: Option<TraceMark>,
 }
@@ -229,6 +238,11 @@ struct FinishBound {
     pool_wait: OnceLock<BoundHistogram<f64>>,
     input_tokens: OnceLock<BoundHistogram<u64>>,
     output_tokens: OnceLock<BoundHistogram<u64>>,
+    visible_ttft: OnceLock<BoundHistogram<f64>>,
+    reasoning_duration: OnceLock<BoundHistogram<f64>>,
+    /// Exact and estimated reasoning counts (`tokentap.tokens.estimated`
+    /// describes the reasoning count on this instrument).
+    reasoning_tokens: [OnceLock<BoundHistogram<u64>>; 2],
     /// Latest trace per bucket of `EXEMPLAR_MEASURES`; `None` past the
     /// sets that keep exemplars.
     exemplars: Option<SeriesExemplars<4>>,
@@ -257,6 +271,16 @@ impl FinishBound {
             (&self.decode_tps, &ins.decode_tps, r.decode_tps),
             (&self.max_stall, &ins.max_stall, r.max_stall),
             (&self.pool_wait, &ins.pool_wait, r.pool_wait),
+            (
+                &self.visible_ttft,
+                &ins.time_to_first_visible,
+                r.visible_ttft,
+            ),
+            (
+                &self.reasoning_duration,
+                &ins.reasoning_duration,
+                r.reasoning_duration,
+            ),
         ];
         for (cell, h, v) in seconds {
             if let Some(v) = v {
@@ -275,6 +299,11 @@ impl FinishBound {
                     .record(v);
             }
         }
+        if let Some((n, estimated)) = r.reasoning_tokens {
+            self.reasoning_tokens[usize::from(estimated)]
+                .get_or_init(|| ins.reasoning_tokens.bind(&with_estimated(attrs, estimated)))
+                .record(n);
+        }
         // After the histograms, so a scrape that sees an exemplar counts it.
         if let (Some(ex), Some(mark)) = (&self.exemplars, r.trace) {
             for (i, v) in r.exemplar_values().into_iter().enumerate() {
@@ -284,6 +313,17 @@ impl FinishBound {
             }
         }
     }
+}
+
+/// `attrs` with `tokentap.tokens.estimated` set to `estimated`.
+fn with_estimated(attrs: &[KeyValue], estimated: bool) -> Vec<KeyValue> {
+    let mut a: Vec<KeyValue> = attrs
+        .iter()
+        .filter(|kv| kv.key.as_str() != TOKENS_ESTIMATED)
+        .cloned()
+        .collect();
+    a.push(KeyValue::new(TOKENS_ESTIMATED, estimated));
+    a
 }
 
 fn with_token_type(attrs: &[KeyValue], kind: &'static str) -> Vec<KeyValue> {
@@ -365,6 +405,24 @@ impl Instruments {
                 .with_unit("{token}/s")
                 .with_description("Decode rate: (output tokens - 1) / (last token - first token).")
                 .with_boundaries(TPS_BUCKETS.to_vec())
+                .build(),
+            time_to_first_visible: seconds(
+                meter,
+                M_TIME_TO_FIRST_VISIBLE,
+                "Time to the first visible output (text, audio, tool call), reasoning excluded.",
+                &TTFT_BUCKETS,
+            ),
+            reasoning_duration: seconds(
+                meter,
+                M_REASONING_DURATION,
+                "Thinking time: first reasoning output to first visible output.",
+                &DURATION_BUCKETS,
+            ),
+            reasoning_tokens: meter
+                .u64_histogram(M_REASONING_TOKENS)
+                .with_unit("{token}")
+                .with_description("Reasoning tokens per response.")
+                .with_boundaries(TOKEN_BUCKETS.to_vec())
                 .build(),
             chunk_gap: seconds(
                 meter,
@@ -470,6 +528,8 @@ impl Instruments {
             (&self.decode_tps, r.decode_tps),
             (&self.max_stall, r.max_stall),
             (&self.pool_wait, r.pool_wait),
+            (&self.time_to_first_visible, r.visible_ttft),
+            (&self.reasoning_duration, r.reasoning_duration),
         ];
         for (h, v) in pairs {
             if let Some(v) = v {
@@ -483,6 +543,10 @@ impl Instruments {
             if let Some(n) = count {
                 self.token_usage.record(n, &with_token_type(attrs, kind));
             }
+        }
+        if let Some((n, estimated)) = r.reasoning_tokens {
+            self.reasoning_tokens
+                .record(n, &with_estimated(attrs, estimated));
         }
     }
 }

@@ -21,8 +21,9 @@
 //!   stall). Memory is bounded by config, not traffic: at most
 //!   `max_series × buckets × ~2 KiB` plus `live.recent` recent requests.
 //!   A series with nothing in its window and nothing in flight is removed.
-//! * Errors are outcomes `upstream_error`, `upstream_timeout` and `malformed`; client
-//!   cancellations are counted apart and are not errors.
+//! * Errors are outcomes `upstream_error`, `upstream_timeout`, `malformed` and
+//!   `incomplete` (`Outcome::is_error`); client cancellations are counted
+//!   apart and are not errors.
 //!
 //! # Reading windows (slowdown detector)
 //!
@@ -118,6 +119,10 @@ pub struct Sample {
     pub error_type: Option<Arc<str>>,
     /// Time to first token, seconds.
     pub ttft: Option<f64>,
+    /// Time to the first visible output (reasoning excluded), seconds.
+    pub visible_ttft: Option<f64>,
+    /// Thinking time (first reasoning to first visible output), seconds.
+    pub thinking: Option<f64>,
     /// Decode tokens per second.
     pub decode_tps: Option<f64>,
     /// Largest gap between content chunks, seconds.
@@ -155,6 +160,8 @@ impl Sample {
             status: m.status,
             error_type,
             ttft: m.time_to_first_token.map(secs),
+            visible_ttft: m.reasoning.time_to_first_visible.map(secs),
+            thinking: m.reasoning.thinking_time().map(secs),
             decode_tps: m.decode_tokens_per_second(),
             max_stall: m.max_gap.filter(|_| m.request.stream).map(secs),
             tokens_in: m.usage.input,

@@ -131,13 +131,14 @@ fn span_finish_attributes(m: &Measurement) -> Vec<KeyValue> {
         m.usage.cache_read.map(|v| int(v).into()),
     );
     opt(
-        GEN_AI_USAGE_CACHE_CREATION,
+        GEN_AI_USAGE_CACHE_WRITE,
         m.usage.cache_creation.map(|v| int(v).into()),
     );
     opt(
         GEN_AI_USAGE_REASONING,
-        m.usage.reasoning.map(|v| int(v).into()),
+        m.reasoning.tokens.map(|v| int(v).into()),
     );
+    reasoning_attributes(m, &mut opt);
     opt(
         GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
         m.time_to_first_token
@@ -147,6 +148,10 @@ fn span_finish_attributes(m: &Measurement) -> Vec<KeyValue> {
     opt(HTTP_RESPONSE_STATUS_CODE, Some(i64::from(m.status).into()));
     opt(ERROR_TYPE, error_type(m).map(|e| e.to_owned().into()));
     opt(OUTCOME, Some(m.outcome.as_str().into()));
+    opt(
+        MALFORMED_EVENTS,
+        (m.malformed_events > 0).then(|| int(m.malformed_events).into()),
+    );
     opt(TOKENS_ESTIMATED, Some(m.estimated().into()));
     opt(TOKENS_SOURCE, m.token_source.map(|s| s.as_str().into()));
     opt(DECODE_TPS, m.decode_tokens_per_second().map(Value::from));
@@ -162,6 +167,20 @@ fn span_finish_attributes(m: &Measurement) -> Vec<KeyValue> {
     opt(UNMETERED_DETAIL, detail.map(Value::from));
     upstream_timing_attributes(m, &mut a);
     a
+}
+
+/// Visible TTFT, time to first reasoning, thinking time, and whether the
+/// reasoning count is estimated (docs/METRICS.md).
+fn reasoning_attributes(m: &Measurement, opt: &mut impl FnMut(&'static str, Option<Value>)) {
+    let r = &m.reasoning;
+    let secs = |d: std::time::Duration| Value::from(d.as_secs_f64());
+    opt(TIME_TO_FIRST_VISIBLE, r.time_to_first_visible.map(secs));
+    opt(TIME_TO_FIRST_REASONING, r.time_to_first_reasoning.map(secs));
+    opt(REASONING_DURATION, r.thinking_time().map(secs));
+    opt(
+        REASONING_ESTIMATED,
+        r.tokens.map(|_| Value::from(r.estimated())),
+    );
 }
 
 /// `tokentap.upstream.*`: what the server says it spent, and the part of

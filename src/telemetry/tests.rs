@@ -20,7 +20,7 @@ use opentelemetry::propagation::Extractor as _;
 use super::span::TraceHeaders;
 use super::*;
 use crate::config::{LogFormat, OtlpProtocol, TelemetryConfig};
-use crate::meter::{Measurement, Outcome, RequestBody, RequestFacts, TokenSource};
+use crate::meter::{Measurement, Outcome, Reasoning, RequestBody, RequestFacts, TokenSource};
 use crate::providers::{Operation, ProviderKind, Usage};
 
 const PARENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -114,10 +114,17 @@ fn measurement(request: RequestFacts) -> Measurement {
         time_to_first_byte: Some(Duration::from_millis(150)),
         time_to_first_token: Some(Duration::from_millis(200)),
         time_to_last_token: Some(Duration::from_millis(700)),
+        reasoning: Reasoning {
+            time_to_first_visible: Some(Duration::from_millis(450)),
+            time_to_first_reasoning: Some(Duration::from_millis(200)),
+            tokens: Some(2),
+            source: Some(TokenSource::Provider),
+        },
         duration: Duration::from_millis(750),
         max_gap: Some(Duration::from_millis(80)),
         response_bytes: 2048,
         unmetered: None,
+        malformed_events: 0,
         upstream_timing: Default::default(),
         pool_wait: None,
     }
@@ -295,7 +302,7 @@ fn span_attributes_follow_conventions_and_keep_real_tenant() {
     );
     let s = &h.finished_spans()[0];
     let a = &s.attributes;
-    let expect: [(&str, Value); 21] = [
+    let expect: [(&str, Value); 25] = [
         (GEN_AI_OPERATION_NAME, "chat".into()),
         (GEN_AI_PROVIDER_NAME, "openai".into()),
         (GEN_AI_REQUEST_MODEL, "gpt-4o".into()),
@@ -317,6 +324,10 @@ fn span_attributes_follow_conventions_and_keep_real_tenant() {
         (TOKENS_SOURCE, "provider".into()),
         (TTFB, 0.15.into()),
         (REQUEST_BODY, "sniffed".into()),
+        (TIME_TO_FIRST_VISIBLE, 0.45.into()),
+        (TIME_TO_FIRST_REASONING, 0.2.into()),
+        (REASONING_DURATION, 0.25.into()),
+        (REASONING_ESTIMATED, false.into()),
     ];
     for (key, want) in expect {
         assert_eq!(attr(a, key), Some(&want), "span attribute {key}");
@@ -341,7 +352,7 @@ fn span_attributes_follow_conventions_and_keep_real_tenant() {
     );
     assert_eq!(attr(a, ERROR_TYPE), None, "no error.type on success");
     assert_eq!(
-        attr(a, GEN_AI_USAGE_CACHE_CREATION),
+        attr(a, GEN_AI_USAGE_CACHE_WRITE),
         None,
         "unreported usage is absent"
     );

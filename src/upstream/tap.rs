@@ -6,13 +6,12 @@
 //! Only frame headers are parsed (nine bytes per frame); DATA payloads are
 //! skipped by length, so the cost is a few comparisons per read.
 
-use std::io;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Notify;
+
+use crate::read_tap::{Observe, ReadTap};
 
 /// What the peer has told us about the connection so far.
 #[derive(Debug)]
@@ -216,71 +215,32 @@ pub(super) fn watch(io: super::conn::Io, peer: std::sync::Arc<Peer>) -> Watched 
         hyper_rustls::MaybeHttpsStream::Http(tcp) => Box::new(tcp.into_inner()),
         hyper_rustls::MaybeHttpsStream::Https(tls) => Box::new(tls.into_inner()),
     };
-    hyper_util::rt::TokioIo::new(Tap::new(inner, peer))
+    hyper_util::rt::TokioIo::new(ReadTap::new(inner, Watch::new(peer)))
 }
 
 /// A transport whose reads are shown to a [`Frames`] parser.
+pub(super) type Tap<S> = ReadTap<S, Watch>;
+
+/// The frame parser and the peer it reports to.
 #[derive(Debug)]
-pub(super) struct Tap<S> {
-    inner: S,
+pub(super) struct Watch {
     frames: Frames,
     peer: std::sync::Arc<Peer>,
 }
 
-impl<S> Tap<S> {
-    /// Watch what `inner` reads on behalf of `peer`.
-    pub(super) fn new(inner: S, peer: std::sync::Arc<Peer>) -> Tap<S> {
-        Tap {
-            inner,
+impl Watch {
+    /// Watch a connection's reads on behalf of `peer`.
+    pub(super) fn new(peer: std::sync::Arc<Peer>) -> Watch {
+        Watch {
             frames: Frames::default(),
             peer,
         }
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Tap<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let res = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = res {
-            this.frames.feed(&buf.filled()[before..], &this.peer);
-        }
-        res
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Tap<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+impl Observe for Watch {
+    fn observe(&mut self, bytes: &[u8]) {
+        self.frames.feed(bytes, &self.peer);
     }
 }
 

@@ -13,6 +13,9 @@
 //   TOKENTAP_SCREENSHOT     where to save the PNG (default target/dashboard.png)
 //   CHROMIUM                browser binary (default /usr/bin/chromium)
 //   TOKENTAP_WAIT_MS        how long to wait for the models (default 20000)
+//   TOKENTAP_EXPECT_REASONING  comma-separated models whose responses reasoned:
+//                           the reasoning table must show their visible TTFT
+//                           after their TTFT, and a thinking time (optional)
 
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -24,6 +27,7 @@ const models = (process.env.TOKENTAP_EXPECT_MODELS ?? "").split(",").map(s => s.
 const screenshot = resolve(process.env.TOKENTAP_SCREENSHOT ?? "target/dashboard.png");
 const executablePath = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const waitMs = Number(process.env.TOKENTAP_WAIT_MS ?? 20000);
+const reasoners = (process.env.TOKENTAP_EXPECT_REASONING ?? "").split(",").map(s => s.trim()).filter(Boolean);
 
 function fail(message) {
   console.error(`dashboard test FAILED: ${message}`);
@@ -136,6 +140,32 @@ async function run(context, origin) {
       new Set(els.map(e => e.getAttribute("stroke") ?? e.getAttribute("fill"))).size);
     check(strokes >= models.length, `#${id} drew ${strokes} series, expected ${models.length}`);
   }
+  // Reasoning table: visible TTFT beside TTFT for the models that reasoned.
+  const reasoningRows = await page.$$eval("#reasoning-body tr[data-model]", trs => trs.map(tr => ({
+    model: tr.dataset.model,
+    cells: [...tr.querySelectorAll("td")].map(td => td.textContent.trim()),
+  })));
+  const rHeader = await page.$$eval("#reasoning thead th", ths => ths.map(th => th.textContent.trim()));
+  const rCol = name => {
+    const i = rHeader.indexOf(name);
+    check(i >= 0, `reasoning table has no "${name}" column: ${JSON.stringify(rHeader)}`);
+    return i;
+  };
+  const ms = text => text.endsWith(" ms") ? number(text) / 1000 : number(text);
+  for (const model of reasoners) {
+    const row = reasoningRows.find(r => r.model === model);
+    check(row, `no reasoning row for ${model}; rows: ${JSON.stringify(reasoningRows)}`);
+    const [ttft, visible, thinking] = ["TTFT p50", "Visible TTFT p50", "Thinking p50"].map(n => ms(row.cells[rCol(n)]));
+    check(ttft > 0 && visible > ttft && thinking > 0,
+      `${model}: reasoning row should show TTFT < visible TTFT and a thinking time: ${JSON.stringify(row.cells)}`);
+    const s = snap.series.find(x => x.model === model);
+    check(s && s.reasoning_requests > 0 && s.visible_ttft_p50_s > s.ttft_p50_s && s.thinking_p50_s > 0,
+      `api/live reasoning figures for ${model}: ${JSON.stringify(s)}`);
+  }
+  for (const model of models.filter(m => !reasoners.includes(m))) {
+    check(!reasoningRows.some(r => r.model === model), `${model} never reasoned but has a reasoning row`);
+  }
+
   const status = await page.textContent("#status");
   check(/live/.test(status ?? ""), `status should say live, says ${JSON.stringify(status)}`);
 

@@ -34,6 +34,9 @@ pub(super) struct Bucket {
     ttft: LogHist,
     tps: LogHist,
     max_stall: Option<f64>,
+    /// Visible TTFT of every request; thinking time of those that reasoned.
+    visible_ttft: LogHist,
+    thinking: LogHist,
 }
 
 impl Bucket {
@@ -51,6 +54,12 @@ impl Bucket {
         }
         if let Some(v) = s.max_stall {
             self.max_stall = Some(self.max_stall.map_or(v, |m| m.max(v)));
+        }
+        if let Some(v) = s.visible_ttft {
+            self.visible_ttft.record(v);
+        }
+        if let Some(v) = s.thinking {
+            self.thinking.record(v);
         }
     }
 }
@@ -398,7 +407,8 @@ pub struct WindowStats {
     pub span: Duration,
     /// Requests that finished in the window.
     pub requests: u64,
-    /// Outcomes `upstream_error`, `upstream_timeout` and `malformed`.
+    /// Outcomes `upstream_error`, `upstream_timeout`, `malformed` and
+    /// `incomplete`.
     pub errors: u64,
     /// Outcome `client_cancelled` (not errors).
     pub cancelled: u64,
@@ -412,6 +422,10 @@ pub struct WindowStats {
     pub decode_tps: Distribution,
     /// Largest stall, seconds.
     pub max_stall: Option<f64>,
+    /// Time to the first visible output (reasoning excluded), seconds.
+    pub visible_ttft: Distribution,
+    /// Thinking time of the requests that reasoned, seconds.
+    pub thinking: Distribution,
 }
 
 impl WindowStats {
@@ -423,6 +437,8 @@ impl WindowStats {
         self.tokens_out += b.tokens_out;
         self.ttft.merge(&b.ttft);
         self.decode_tps.merge(&b.tps);
+        self.visible_ttft.merge(&b.visible_ttft);
+        self.thinking.merge(&b.thinking);
         if let Some(v) = b.max_stall {
             self.max_stall = Some(self.max_stall.map_or(v, |m| m.max(v)));
         }
@@ -571,6 +587,14 @@ pub struct SeriesSummary {
     pub tps_p5: Option<f64>,
     /// Largest stall between content chunks (s).
     pub max_stall_s: Option<f64>,
+    /// Median time to the first visible output, reasoning excluded (s).
+    pub visible_ttft_p50_s: Option<f64>,
+    /// 95th percentile time to the first visible output (s).
+    pub visible_ttft_p95_s: Option<f64>,
+    /// Median thinking time of the requests that reasoned (s).
+    pub thinking_p50_s: Option<f64>,
+    /// Requests that reasoned before their first visible output.
+    pub reasoning_requests: u64,
     /// Totals over the whole window.
     pub window: WindowTotals,
 }
@@ -605,6 +629,10 @@ impl SeriesSummary {
             tps_p50: s.decode_tps.quantile(0.5),
             tps_p5: s.decode_tps.quantile(0.05),
             max_stall_s: s.max_stall,
+            visible_ttft_p50_s: s.visible_ttft.quantile(0.5),
+            visible_ttft_p95_s: s.visible_ttft.quantile(0.95),
+            thinking_p50_s: s.thinking.quantile(0.5),
+            reasoning_requests: s.thinking.count(),
             window: WindowTotals {
                 requests: all.requests,
                 errors: all.errors,
@@ -659,8 +687,8 @@ pub struct RecentRequest {
     /// Tenant (capped), when one was resolved.
     #[serde(serialize_with = "ser_opt_str")]
     pub tenant: Option<Arc<str>>,
-    /// `complete`, `client_cancelled`, `upstream_error`, `upstream_timeout`
-    /// or `malformed`.
+    /// `complete`, `client_cancelled`, `upstream_error`, `upstream_timeout`,
+    /// `malformed` or `incomplete`.
     pub outcome: &'static str,
     /// HTTP status sent to the client.
     pub status: u16,
@@ -669,6 +697,10 @@ pub struct RecentRequest {
     pub error_type: Option<Arc<str>>,
     /// Time to first token (s).
     pub ttft_s: Option<f64>,
+    /// Time to the first visible output, reasoning excluded (s).
+    pub visible_ttft_s: Option<f64>,
+    /// Thinking time, when the response reasoned (s).
+    pub thinking_s: Option<f64>,
     /// Decode rate (tokens/s).
     pub tps: Option<f64>,
     /// Largest gap between content chunks (s).
@@ -698,6 +730,8 @@ impl From<&Sample> for RecentRequest {
             status: s.status,
             error_type: s.error_type.clone(),
             ttft_s: s.ttft,
+            visible_ttft_s: s.visible_ttft,
+            thinking_s: s.thinking,
             tps: s.decode_tps,
             max_stall_s: s.max_stall,
             tokens_in: s.tokens_in,

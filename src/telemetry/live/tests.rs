@@ -35,6 +35,8 @@ fn sample(key: SeriesKey, end: Instant) -> Sample {
         status: 200,
         error_type: None,
         ttft: Some(0.2),
+        visible_ttft: None,
+        thinking: None,
         decode_tps: Some(50.0),
         max_stall: Some(0.1),
         tokens_in: Some(10),
@@ -434,4 +436,51 @@ fn without_a_runtime_everything_counts_as_dropped() {
     live.finish(sample(req.key().clone(), Instant::now()));
     assert_eq!(live.dropped(), 2, "begin and finish dropped");
     assert!(live.snapshot().series.is_empty());
+}
+
+#[test]
+fn incomplete_streams_are_errors_in_the_live_windows() {
+    let mut r = Rig::new(cfg());
+    for i in 0..4u32 {
+        let mut s = sample(key("r", "m", None), r.at(S * i));
+        if i == 0 {
+            s.outcome = Outcome::Incomplete;
+        }
+        r.agg.record(s);
+    }
+    let snap = r.snap(S * 4);
+    let w = snap.window(&SeriesFilter::any(), S * 30);
+    assert_eq!(
+        (w.requests, w.errors),
+        (4, 1),
+        "a stream without its terminal event counts as an error"
+    );
+}
+
+#[test]
+fn visible_ttft_and_thinking_time_per_series() {
+    let mut r = Rig::new(cfg());
+    let k = key("deepseek", "deepseek-reasoner", None);
+    // 10 plain requests (visible TTFT = TTFT = 0.2 s), 10 that reasoned for
+    // 0.3 s after a 0.1 s TTFT (visible TTFT 0.4 s).
+    for i in 0..20u32 {
+        let mut s = sample(k.clone(), r.at(S * (i + 1)));
+        if i % 2 == 0 {
+            s.visible_ttft = Some(0.2);
+        } else {
+            s.ttft = Some(0.1);
+            s.visible_ttft = Some(0.4);
+            s.thinking = Some(0.3);
+        }
+        r.agg.record(s);
+    }
+    let snap = r.snap(S * 21);
+    let row = &snap.series[0];
+    assert_eq!(row.reasoning_requests, 10, "requests that reasoned");
+    assert_close(row.thinking_p50_s, 0.3, "thinking p50");
+    assert_close(row.visible_ttft_p95_s, 0.4, "visible TTFT p95");
+    assert_close(row.ttft_p95_s, 0.2, "TTFT p95 (reasoning counts as output)");
+    let recent = &snap.recent[0];
+    assert_eq!(recent.thinking_s, Some(0.3), "newest request reasoned");
+    assert_eq!(recent.visible_ttft_s, Some(0.4));
 }

@@ -76,8 +76,9 @@ impl Kind {
     /// The `tokentap.outcome` the request must be measured with.
     pub(super) fn outcome(self) -> &'static str {
         match self {
-            Kind::Stream | Kind::Whole | Kind::SlowTtft => "complete",
-            Kind::Malformed => "malformed",
+            // The bad event is counted and skipped; the stream still ends
+            // with its terminal event, so it is complete.
+            Kind::Stream | Kind::Whole | Kind::SlowTtft | Kind::Malformed => "complete",
             Kind::Status | Kind::ErrorEvent | Kind::Reset | Kind::ResetBeforeHead => {
                 "upstream_error"
             }
