@@ -517,6 +517,9 @@ pub struct TelemetryConfig {
     /// overflow series (`otel.metric.overflow = true`).
     #[serde(deserialize_with = "units::at_least_one")]
     pub max_series: usize,
+    /// Add `tokentap.prompt.size_class` (input tokens: ≤1Ki, ≤8Ki, ≤32Ki,
+    /// ≤128Ki, more) to the TTFT and prefill histograms; off saves series.
+    pub prompt_size_class: bool,
     /// Headers redacted everywhere in addition to the built-in list.
     #[serde(with = "units::headers")]
     pub redact_headers: Vec<http::HeaderName>,
@@ -550,6 +553,7 @@ impl Default for TelemetryConfig {
             max_models: 100,
             max_tenants: 100,
             max_series: 2000,
+            prompt_size_class: true,
             redact_headers: Vec::new(),
             access_log: true,
             log_format: LogFormat::Text,

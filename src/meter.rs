@@ -274,6 +274,11 @@ pub struct Measurement {
     /// the request could be sent (part of proxy overhead, not provider
     /// latency); `None` when the request never asked for one.
     pub pool_wait: Option<Duration>,
+    /// Proxy overhead before the request left: t_req to the request being
+    /// handed to the upstream client (routing, reading the body up to the
+    /// sniff limit, tenant, rewriting, signing), not counting `pool_wait`;
+    /// `None` when the request never reached the upstream client.
+    pub request_overhead: Option<Duration>,
 }
 
 impl Measurement {
@@ -304,6 +309,11 @@ impl Measurement {
         (input > 0 && secs > 0.0).then(|| input as f64 / secs)
     }
 
+    /// The prompt-size class of the request's input tokens.
+    pub fn prompt_size_class(&self) -> PromptSize {
+        PromptSize::of(self.usage.input)
+    }
+
     /// Whether token counts are estimates rather than provider-reported.
     pub fn estimated(&self) -> bool {
         matches!(
@@ -323,6 +333,50 @@ impl Measurement {
     }
 }
 
+/// A bounded class of prompt length (input tokens), for reading TTFT
+/// and prefill rate by prompt size: 1k = 1,024 tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PromptSize {
+    /// Input tokens not known.
+    Unknown,
+    /// At most 1,024 input tokens.
+    UpTo1k,
+    /// 1,025 to 8,192.
+    UpTo8k,
+    /// 8,193 to 32,768.
+    UpTo32k,
+    /// 32,769 to 131,072.
+    UpTo128k,
+    /// More than 131,072.
+    Over128k,
+}
+
+impl PromptSize {
+    /// The class of `input` tokens.
+    pub fn of(input: Option<u64>) -> PromptSize {
+        match input {
+            None => PromptSize::Unknown,
+            Some(0..=1024) => PromptSize::UpTo1k,
+            Some(1025..=8192) => PromptSize::UpTo8k,
+            Some(8193..=32_768) => PromptSize::UpTo32k,
+            Some(32_769..=131_072) => PromptSize::UpTo128k,
+            Some(_) => PromptSize::Over128k,
+        }
+    }
+
+    /// The `tokentap.prompt.size_class` attribute value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PromptSize::Unknown => "unknown",
+            PromptSize::UpTo1k => "le_1k",
+            PromptSize::UpTo8k => "le_8k",
+            PromptSize::UpTo32k => "le_32k",
+            PromptSize::UpTo128k => "le_128k",
+            PromptSize::Over128k => "gt_128k",
+        }
+    }
+}
+
 /// Where a request's measurement goes. Implemented by telemetry; the meter
 /// calls `provider` at most once from the response head, `chunk_gap` per
 /// content frame and `finish` exactly once.
@@ -335,6 +389,34 @@ pub trait Recorder: Send + 'static {
     fn provider(&mut self, provider: ProviderKind) {
         let _ = provider;
     }
+    /// Proxy overhead of one sampled response frame: from the read of its
+    /// first upstream bytes to its hand-over to the client connection.
+    fn chunk_overhead(&mut self, overhead: Duration) {
+        let _ = overhead;
+    }
     /// The request is over.
     fn finish(self: Box<Self>, measurement: Measurement);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PromptSize;
+
+    #[test]
+    fn prompt_size_classes_have_inclusive_upper_bounds_of_binary_thousands() {
+        for (input, want) in [
+            (None, "unknown"),
+            (Some(0), "le_1k"),
+            (Some(1024), "le_1k"),
+            (Some(1025), "le_8k"),
+            (Some(8192), "le_8k"),
+            (Some(8193), "le_32k"),
+            (Some(32_768), "le_32k"),
+            (Some(32_769), "le_128k"),
+            (Some(131_072), "le_128k"),
+            (Some(131_073), "gt_128k"),
+        ] {
+            assert_eq!(PromptSize::of(input).as_str(), want, "{input:?} tokens");
+        }
+    }
 }

@@ -10,6 +10,7 @@ pub mod cardinality;
 mod exemplars;
 mod export;
 mod export_tls;
+mod in_flight;
 mod instruments;
 pub mod live;
 mod log;
@@ -40,7 +41,8 @@ use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanExporter, Trace
 use self::attrs::*;
 use self::cardinality::CardinalityGuard;
 use self::export::DropCounts;
-use self::instruments::{FinishRecord, GapTally, Instruments};
+use self::in_flight::{InFlight, InFlightGuard};
+use self::instruments::{FinishAttrs, FinishRecord, GapTally, Instruments};
 use self::live::{Live, LiveRequest, Sample, SeriesKey};
 use self::log::access_log;
 use self::prometheus::PullReader;
@@ -85,6 +87,10 @@ struct Inner {
     meter: Option<Meter>,
     /// Observable instruments registered after start-up, kept alive.
     observed: std::sync::Mutex<Vec<Box<dyn std::any::Any + Send + Sync>>>,
+    /// Requests in flight per route and model.
+    in_flight: Arc<InFlight>,
+    /// `telemetry.prompt_size_class`.
+    prompt_size_class: bool,
 }
 
 /// Telemetry could not start (bad exporter settings).
@@ -224,9 +230,39 @@ impl Telemetry {
             pull,
             meter: late_meter,
             observed: std::sync::Mutex::new(Vec::new()),
+            in_flight: Arc::default(),
+            prompt_size_class: cfg.prompt_size_class,
         };
-        Telemetry {
+        let telemetry = Telemetry {
             inner: Arc::new(inner),
+        };
+        telemetry.observe_in_flight();
+        telemetry
+    }
+
+    /// Report `tokentap.requests.in_flight` per route and model at each
+    /// collection.
+    fn observe_in_flight(&self) {
+        let Some(meter) = &self.inner.meter else {
+            return;
+        };
+        let in_flight = self.inner.in_flight.clone();
+        let gauge = meter
+            .u64_observable_gauge(M_IN_FLIGHT)
+            .with_unit("{request}")
+            .with_description("Requests in flight, per route and model.")
+            .with_callback(move |obs| {
+                for (route, model, n) in in_flight.snapshot() {
+                    let mut attrs = vec![KeyValue::new(ROUTE, route)];
+                    if let Some(model) = model {
+                        attrs.push(KeyValue::new(GEN_AI_REQUEST_MODEL, model));
+                    }
+                    obs.observe(n, &attrs);
+                }
+            })
+            .build();
+        if let Ok(mut kept) = self.inner.observed.lock() {
+            kept.push(Box::new(gauge));
         }
     }
 
@@ -262,6 +298,7 @@ impl Telemetry {
             attrs.push(KeyValue::new(TENANT, tenant.clone()));
         }
         attrs.push(KeyValue::new(GEN_AI_REQUEST_STREAM, facts.stream));
+        let (in_flight, concurrency) = inner.in_flight.enter(&facts.route, model.as_ref());
         let live = inner.live.begin(SeriesKey {
             route: facts.route.clone(),
             model,
@@ -287,12 +324,17 @@ impl Telemetry {
             Some(model) => format!("{op} {model}"),
             None => op.to_owned(),
         };
+        let mut start = span_start_attributes(facts, op);
+        start.push(KeyValue::new(
+            IN_FLIGHT,
+            i64::try_from(concurrency).unwrap_or(i64::MAX),
+        ));
         let span = inner
             .tracer
             .span_builder(name)
             .with_kind(SpanKind::Client)
             .with_start_time(facts.start_wall)
-            .with_attributes(span_start_attributes(facts, op))
+            .with_attributes(start)
             .start_with_context(&inner.tracer, parent);
 
         RequestTelemetry {
@@ -302,6 +344,9 @@ impl Telemetry {
             gaps,
             _active: active,
             live,
+            _in_flight: in_flight,
+            in_flight_at_start: concurrency,
+            frame_overhead: None,
         }
     }
 
@@ -622,6 +667,13 @@ pub struct RequestTelemetry {
     _active: ActiveRequest,
     /// Series and in-flight token for the live statistics.
     live: LiveRequest,
+    /// Holds the request in `tokentap.requests.in_flight`.
+    _in_flight: InFlightGuard,
+    /// The count it found when it started, itself included.
+    in_flight_at_start: u64,
+    /// `tokentap.proxy.overhead` for response frames, bound at the first
+    /// sampled frame.
+    frame_overhead: Option<BoundHistogram<f64>>,
 }
 
 impl std::fmt::Debug for RequestTelemetry {
@@ -649,6 +701,18 @@ impl Recorder for RequestTelemetry {
         if let Some(g) = &mut self.gaps {
             g.tally.add(gap);
         }
+    }
+
+    fn chunk_overhead(&mut self, overhead: Duration) {
+        let (inner, attrs) = (&self.inner, &self.attrs);
+        self.frame_overhead
+            .get_or_insert_with(|| {
+                inner
+                    .instruments
+                    .proxy_overhead
+                    .bind(&overhead_attrs(attrs, STAGE_RESPONSE_FRAME))
+            })
+            .record(overhead.as_secs_f64());
     }
 
     fn provider(&mut self, provider: ProviderKind) {
@@ -695,13 +759,14 @@ impl RequestTelemetry {
     fn record_live(&self, m: &Measurement) {
         let inner = &self.inner;
         let response_model = m.response_model.as_deref();
-        let sample = Sample::new(
+        let mut sample = Sample::new(
             self.live.key().clone(),
             m,
             response_model.map(|v| inner.response_models.admit(v)),
             error_type(m).map(|e| inner.error_types.admit(e)),
             self.span.span_context().trace_id(),
         );
+        sample.in_flight = Some(self.in_flight_at_start);
         inner.live.finish(sample);
     }
 
@@ -736,13 +801,45 @@ impl RequestTelemetry {
             visible_ttft: m.reasoning.time_to_first_visible.map(|d| d.as_secs_f64()),
             reasoning_duration: m.reasoning.thinking_time().map(|d| d.as_secs_f64()),
             reasoning_tokens: m.reasoning.tokens.map(|n| (n, m.reasoning.estimated())),
+            prefill_tps: m.prefill_tokens_per_second(),
+            request_overhead: m.request_overhead.map(|d| d.as_secs_f64()),
+            cache_read_tokens: m.usage.cache_read,
+            cache_write_tokens: m.usage.cache_creation,
             trace: exemplars::TraceMark::new(
                 self.span.span_context(),
                 m.request.start_wall + m.duration,
             ),
         };
-        ins.record_finish(&attrs, &record);
+        let mut sized = Vec::new();
+        if inner.prompt_size_class {
+            sized.reserve_exact(attrs.len() + 1);
+            sized.extend_from_slice(&attrs);
+            sized.push(KeyValue::new(
+                PROMPT_SIZE_CLASS,
+                m.prompt_size_class().as_str(),
+            ));
+        }
+        let overhead = overhead_attrs(&self.attrs, STAGE_REQUEST);
+        let sets = FinishAttrs {
+            all: &attrs,
+            sized: if sized.is_empty() { &attrs } else { &sized },
+            overhead: &overhead,
+        };
+        ins.record_finish(&sets, &record);
     }
+}
+
+/// `tokentap.proxy.overhead` attributes: the route (from the request's
+/// attributes) and the stage. Overhead is the proxy's, so no model.
+fn overhead_attrs(attrs: &[KeyValue], stage: &'static str) -> [KeyValue; 2] {
+    let route = attrs
+        .iter()
+        .find(|kv| kv.key.as_str() == ROUTE)
+        .map_or_else(|| opentelemetry::Value::from(OTHER), |kv| kv.value.clone());
+    [
+        KeyValue::new(ROUTE, route),
+        KeyValue::new(PROXY_STAGE, stage),
+    ]
 }
 
 #[cfg(test)]

@@ -144,6 +144,16 @@ async fn dashboard_shows_requests_in_a_real_browser() {
         assert!(row["tps_p50"].as_f64().unwrap_or(0.0) > 0.0, "{row}");
         assert_eq!(row["in_flight"], 0, "nothing left in flight: {row}");
     }
+    for r in snap["recent"].as_array().cloned().unwrap_or_default() {
+        assert!(
+            r["in_flight"].as_u64().unwrap_or(0) >= 1,
+            "each recent request says how many were in flight when it started: {r}"
+        );
+        assert!(
+            r["prefill_tps"].as_f64().unwrap_or(0.0) > 0.0,
+            "input tokens are reported, so prefill is known: {r}"
+        );
+    }
     let ttft = |m: &str| -> f64 {
         snap["series"]
             .as_array()

@@ -165,7 +165,8 @@ async fn forward(
     )
     .await?;
     let client_version = parts.version;
-    let (upstream_req, prepared) = prepare(state, &admitted, parts, read)?;
+    let (upstream_req, mut prepared) = prepare(state, &admitted, parts, read)?;
+    prepared.meter.on_send();
     let res = match state.client.send(upstream_req, shard).await {
         Ok(res) => res,
         Err(e) => {

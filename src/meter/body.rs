@@ -56,6 +56,7 @@ pub struct Meter {
     status: u16,
     time_to_headers: Option<Duration>,
     pool_wait: Option<Duration>,
+    request_overhead: Option<Duration>,
     first_byte: Option<Instant>,
     first_token: Option<Instant>,
     last_token: Option<Instant>,
@@ -181,6 +182,7 @@ impl Meter {
             status: 0,
             time_to_headers: None,
             pool_wait: None,
+            request_overhead: None,
             first_byte: None,
             first_token: None,
             last_token: None,
@@ -207,6 +209,20 @@ impl Meter {
     /// The request waited `wait` for an upstream connection or stream slot.
     pub fn on_pool_wait(&mut self, wait: Duration) {
         self.pool_wait = Some(wait);
+    }
+
+    /// The request is handed to the upstream client now: what tokentap
+    /// spent on it since t_req is its request overhead.
+    pub fn on_send(&mut self) {
+        self.request_overhead = Some(self.facts.start.elapsed());
+    }
+
+    /// A response frame whose first bytes were read at `read` (the instant
+    /// `on_data` returned) is handed to the client connection now.
+    pub fn on_forwarded(&mut self, read: Instant) {
+        if let Some(r) = self.recorder.as_mut() {
+            r.chunk_overhead(read.elapsed());
+        }
     }
 
     /// The response head arrived. `parser` is `Err(reason)` when the body
@@ -254,9 +270,15 @@ impl Meter {
         self.unmetered = Some(why);
     }
 
-    /// One body chunk on its way to the client.
-    pub fn on_data(&mut self, data: &[u8]) {
+    /// One body chunk on its way to the client; returns the clock reading
+    /// taken for it (when its bytes were read).
+    pub fn on_data(&mut self, data: &[u8]) -> Instant {
         let now = Instant::now();
+        self.read_chunk(now, data);
+        now
+    }
+
+    fn read_chunk(&mut self, now: Instant, data: &[u8]) {
         self.bytes += data.len() as u64;
         self.first_byte.get_or_insert(now);
         let Some(parser) = self.parser.as_mut() else {
@@ -472,6 +494,7 @@ impl Meter {
             malformed_events: self.malformed_events,
             upstream_timing: tally.upstream_timing,
             pool_wait: self.pool_wait,
+            request_overhead: self.request_overhead,
         };
         let needs_counting = m.usage.output.is_none() || m.usage.input.is_none();
         match (self.plan.take(), text) {
@@ -509,7 +532,16 @@ pub struct MeteredBody<B> {
     timer: Option<Pin<Box<Sleep>>>,
     /// What comes after the data frame being returned now.
     held: Option<Held>,
+    /// Data frames handed to the client so far (picks the sampled ones).
+    frames: u32,
+    /// When the first bytes of the frame being joined were read.
+    first_read: Option<Instant>,
 }
+
+/// One client frame in this many has its proxy overhead measured (the
+/// first always): a second clock reading and a histogram record on every
+/// frame would double the wrapper's own cost.
+pub const OVERHEAD_SAMPLE: u32 = 16;
 
 /// Hands a body whose client left, its meter and the total deadline to a drain.
 type DrainHook<B> = Box<dyn FnOnce(B, Meter, Option<tokio::time::Instant>) + Send>;
@@ -622,6 +654,8 @@ where
             idle,
             deadline,
             timer: None,
+            frames: 0,
+            first_read: None,
         };
         body.arm();
         body
@@ -652,23 +686,42 @@ where
     }
 
     /// Meter one upstream data frame; the bytes the client gets for it
-    /// (after usage stripping, which may hold part of it back).
+    /// (after usage stripping, which may hold part of it back). When
+    /// `ended`, the caller finishes the meter once the frame is handed over.
     fn take_in(&mut self, data: Bytes, ended: bool) -> Option<Bytes> {
-        self.meter.on_data(&data);
+        let read = self.meter.on_data(&data);
         if self.idle.is_some() {
             self.arm();
         }
+        let out = match self.stripper.as_mut() {
+            None => data,
+            Some(stripper) => {
+                let mut out = stripper.push(&data);
+                if ended {
+                    out = [out, stripper.finish()].concat().into();
+                }
+                out
+            }
+        };
+        if out.is_empty() {
+            return None;
+        }
+        self.first_read.get_or_insert(read);
+        Some(out)
+    }
+
+    /// A data frame goes to the client now: sample its proxy overhead, and
+    /// finish the meter when it was the body's last.
+    fn hand_over(&mut self, ended: bool) {
+        if let Some(read) = self.first_read.take()
+            && self.frames % OVERHEAD_SAMPLE == 0
+        {
+            self.meter.on_forwarded(read);
+        }
+        self.frames = self.frames.wrapping_add(1);
         if ended {
             self.meter.finish(End::Eos);
         }
-        let Some(stripper) = self.stripper.as_mut() else {
-            return Some(data);
-        };
-        let mut out = stripper.push(&data);
-        if ended {
-            out = [out, stripper.finish()].concat().into();
-        }
-        (!out.is_empty()).then_some(out)
     }
 
     fn arm(&mut self) {
@@ -734,6 +787,7 @@ where
         // Everything the upstream has already delivered goes out as one frame
         // (one write to the client); nothing waits for more.
         let mut out = Joined::default();
+        let mut ended_here = false;
         loop {
             let Some(inner) = this.inner.as_mut() else {
                 return Poll::Ready(None);
@@ -763,6 +817,7 @@ where
                             out.push(piece);
                         }
                         if ended || out.len() >= MAX_JOINED {
+                            ended_here = ended;
                             break;
                         }
                         continue;
@@ -793,6 +848,7 @@ where
             this.held = Some(held);
             break;
         }
+        this.hand_over(ended_here);
         Poll::Ready(Some(Ok(Frame::data(out.into_bytes()))))
     }
 
@@ -826,11 +882,15 @@ mod tests {
     struct Sink {
         done: Arc<Mutex<Vec<Measurement>>>,
         gaps: Arc<Mutex<Vec<Duration>>>,
+        overheads: Arc<Mutex<Vec<Duration>>>,
     }
 
     impl Recorder for Sink {
         fn chunk_gap(&mut self, gap: Duration) {
             self.gaps.lock().expect("lock").push(gap);
+        }
+        fn chunk_overhead(&mut self, overhead: Duration) {
+            self.overheads.lock().expect("lock").push(overhead);
         }
         fn finish(self: Box<Self>, m: Measurement) {
             self.done.lock().expect("lock").push(m);
@@ -1342,6 +1402,63 @@ mod tests {
             m.content_chunks, 1,
             "metering stopped at the oversized frame"
         );
+    }
+
+    #[tokio::test]
+    async fn one_frame_in_overhead_sample_is_timed_and_the_wait_for_upstream_is_not() {
+        let (sink, mut tx, mut body) = metered(true, "text/event-stream", None);
+        let frames = 2 * OVERHEAD_SAMPLE + 1;
+        for i in 0..frames {
+            tx.send_data(chunk(&i.to_string())).await.expect("send");
+            let f = body.frame().await.expect("a frame").expect("data");
+            assert!(f.is_data(), "frame {i} is data");
+            // The upstream's pause is before the read, not overhead.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        drop(tx);
+        assert!(body.frame().await.is_none(), "body ends");
+        let overheads = sink.overheads.lock().expect("lock").clone();
+        assert_eq!(
+            overheads.len(),
+            3,
+            "frames 0, {OVERHEAD_SAMPLE} and {} of {frames} are sampled: {overheads:?}",
+            2 * OVERHEAD_SAMPLE
+        );
+        assert!(
+            overheads.iter().all(|d| *d < Duration::from_millis(500)),
+            "overhead is the wrapper's own time: {overheads:?}"
+        );
+        assert_eq!(sink.only().content_chunks, u64::from(frames));
+    }
+
+    #[tokio::test]
+    async fn the_last_frame_is_timed_before_the_measurement_is_recorded() {
+        let sink = Sink::default();
+        let mut meter = Meter::new(facts(false), Box::new(sink.clone()));
+        let parser = Parser::new(
+            ProviderKind::Openai,
+            Some(Operation::ChatCompletions),
+            "application/json",
+            1 << 20,
+        )
+        .ok_or(Unmetered::UnknownFormat("json".into()));
+        meter.on_send();
+        meter.on_head(200, false, parser, None);
+        let json = br#"{"id":"x","model":"m-2","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+        let whole = http_body_util::Full::new(Bytes::from_static(json));
+        let body = MeteredBody::new(whole, meter, None, None);
+        let got = body.collect().await.expect("body").to_bytes();
+        assert_eq!(got.as_ref(), json.as_slice(), "bytes unchanged");
+        assert_eq!(
+            sink.overheads.lock().expect("lock").len(),
+            1,
+            "a one-frame body has its frame timed, though it ends the body"
+        );
+        let m = sink.only();
+        let sent = m
+            .request_overhead
+            .expect("request overhead once on_send ran");
+        assert!(sent <= m.duration, "{sent:?} within {:?}", m.duration);
     }
 
     #[tokio::test]

@@ -380,6 +380,8 @@ impl SessionMeter {
             time_to_headers: None,
             // A session's responses never wait for an upstream connection.
             pool_wait: None,
+            // Nothing is forwarded per response: the relay's cost is the session's.
+            request_overhead: None,
             time_to_first_byte: since(r.first),
             time_to_first_token: since(r.first),
             time_to_last_token: since(r.last),

@@ -218,3 +218,34 @@ pub const RESULT_SUPERSEDED: &str = "superseded";
 pub const EVENT_FIRST_TOKEN: &str = "first_token";
 /// Instrumentation scope name for the tracer and meter.
 pub const SCOPE: &str = "tokentap";
+
+// Prefill vs decode, served throughput, proxy overhead (issue 14).
+/// Histogram: prefill rate, input tokens / TTFT ({token}/s).
+pub const M_PREFILL_TPS: &str = "tokentap.prefill.tokens_per_second";
+/// Counter: tokens served, by `gen_ai.token.type` ({token}).
+pub const M_TOKENS: &str = "tokentap.tokens";
+/// Gauge: requests in flight per route and model ({request}).
+pub const M_IN_FLIGHT: &str = "tokentap.requests.in_flight";
+/// Histogram: time tokentap itself adds, by `tokentap.proxy.stage` (s).
+pub const M_PROXY_OVERHEAD: &str = "tokentap.proxy.overhead";
+/// Prompt-size class of the input tokens (`le_1k` … `gt_128k`, `unknown`).
+pub const PROMPT_SIZE_CLASS: &str = "tokentap.prompt.size_class";
+/// Span: prefill rate, input tokens / TTFT (double, {token}/s).
+pub const PREFILL_TPS: &str = "tokentap.prefill.tokens_per_second";
+/// Span: requests in flight to the same route and model when this one
+/// started, itself included (int).
+pub const IN_FLIGHT: &str = "tokentap.requests.in_flight";
+/// Span: proxy overhead before the request left, pool wait excluded (s).
+pub const OVERHEAD_REQUEST: &str = "tokentap.proxy.overhead.request";
+/// `tokentap.proxy.overhead` stage: `request` or `response_frame`.
+pub const PROXY_STAGE: &str = "tokentap.proxy.stage";
+/// `tokentap.proxy.stage` value: t_req to the request handed upstream.
+pub const STAGE_REQUEST: &str = "request";
+/// `tokentap.proxy.stage` value: upstream bytes read to handed to the client.
+pub const STAGE_RESPONSE_FRAME: &str = "response_frame";
+/// `gen_ai.token.type` value for input tokens read from the prompt cache.
+pub const TOKEN_CACHE_READ: &str = "cache_read";
+/// `gen_ai.token.type` value for input tokens written to the prompt cache.
+pub const TOKEN_CACHE_WRITE: &str = "cache_write";
+/// `gen_ai.token.type` value for output tokens spent on reasoning.
+pub const TOKEN_REASONING: &str = "reasoning";

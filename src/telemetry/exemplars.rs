@@ -188,10 +188,22 @@ impl Snapshot {
         instrument: &'static str,
         buckets: Buckets,
     ) {
-        self.series
-            .entry(sorted(attrs))
-            .or_default()
-            .push((instrument, buckets));
+        let per = self.series.entry(sorted(attrs)).or_default();
+        // Several bound sets can share one series (they differ in an
+        // attribute this instrument lacks): keep the latest per bucket.
+        match per
+            .iter_mut()
+            .find(|(name, b)| *name == instrument && b.len() == buckets.len())
+        {
+            Some((_, have)) => {
+                for (h, n) in have.iter_mut().zip(buckets) {
+                    if n.is_some_and(|n| h.is_none_or(|h| n.time > h.time)) {
+                        *h = n;
+                    }
+                }
+            }
+            None => per.push((instrument, buckets)),
+        }
         if !self.instruments.contains(&instrument) {
             self.instruments.push(instrument);
         }

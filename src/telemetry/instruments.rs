@@ -49,6 +49,18 @@ pub(super) const GAP_BUCKETS: [f64; 20] = [
 pub(super) const POOL_WAIT_BUCKETS: [f64; 14] = [
     0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
+/// `tokentap.prefill.tokens_per_second`: prompt processing runs from
+/// hundreds to hundreds of thousands of tokens a second.
+pub(super) const PREFILL_BUCKETS: [f64; 15] = [
+    10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 25000.0, 50000.0,
+    100000.0, 250000.0, 500000.0,
+];
+/// `tokentap.proxy.overhead`: tens of microseconds when healthy, so fine
+/// at the low end; the top buckets catch a proxy that is the problem.
+pub(super) const OVERHEAD_BUCKETS: [f64; 16] = [
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5, 1.0,
+];
 /// `tokentap.stream.max_stall`.
 pub(super) const STALL_BUCKETS: [f64; 14] = [
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
@@ -156,6 +168,9 @@ pub(super) struct Instruments {
     pub chunk_gap: Histogram<f64>,
     pub max_stall: Histogram<f64>,
     pub pool_wait: Histogram<f64>,
+    pub prefill_tps: Histogram<f64>,
+    pub tokens: Counter<u64>,
+    pub proxy_overhead: Histogram<f64>,
     pub requests: Counter<u64>,
     pub streams_active: UpDownCounter<i64>,
     pub config_reloads: Counter<u64>,
@@ -192,6 +207,12 @@ pub(super) struct FinishRecord {
     pub reasoning_duration: Option<f64>,
     /// Reasoning tokens, and whether they were counted from chunks.
     pub reasoning_tokens: Option<(u64, bool)>,
+    /// Input tokens / TTFT.
+    pub prefill_tps: Option<f64>,
+    /// t_req to the request handed upstream, pool wait excluded.
+    pub request_overhead: Option<f64>,
+    pub cache_read_tokens: Option<u64>,
+    pub cache_write_tokens: Option<u64>,
     /// The request's sampled trace, for exemplars.
     pub trace: Option<TraceMark>,
 }
@@ -221,6 +242,30 @@ impl FinishRecord {
     }
 }
 
+impl FinishRecord {
+    /// Tokens served, per `gen_ai.token.type`, for `tokentap.tokens`.
+    fn served(&self) -> [(&'static str, Option<u64>); 5] {
+        [
+            (TOKEN_INPUT, self.input_tokens),
+            (TOKEN_OUTPUT, self.output_tokens),
+            (TOKEN_CACHE_READ, self.cache_read_tokens),
+            (TOKEN_CACHE_WRITE, self.cache_write_tokens),
+            (TOKEN_REASONING, self.reasoning_tokens.map(|(n, _)| n)),
+        ]
+    }
+}
+
+/// The attribute sets one finished request records under.
+pub(super) struct FinishAttrs<'a> {
+    /// Every end-of-request attribute.
+    pub all: &'a [KeyValue],
+    /// `all` plus `tokentap.prompt.size_class` when that is on (else
+    /// `all`): TTFT and prefill histograms.
+    pub sized: &'a [KeyValue],
+    /// Route and `tokentap.proxy.stage = request`: proxy overhead.
+    pub overhead: &'a [KeyValue],
+}
+
 /// The end-of-request instruments bound to one attribute set, each bound
 /// the first time it records (a bound instrument exports a data point even
 /// before it records, and e.g. a non-streamed request must add none to
@@ -243,13 +288,54 @@ struct FinishBound {
     /// Exact and estimated reasoning counts (`tokentap.tokens.estimated`
     /// describes the reasoning count on this instrument).
     reasoning_tokens: [OnceLock<BoundHistogram<u64>>; 2],
+    prefill_tps: OnceLock<BoundHistogram<f64>>,
+    request_overhead: OnceLock<BoundHistogram<f64>>,
+    /// `tokentap.tokens`, in `FinishRecord::served` order.
+    served: [OnceLock<BoundCounter<u64>>; 5],
     /// Latest trace per bucket of `EXEMPLAR_MEASURES`; `None` past the
     /// sets that keep exemplars.
     exemplars: Option<SeriesExemplars<4>>,
 }
 
 impl FinishBound {
-    fn record(&self, ins: &Instruments, attrs: &[KeyValue], r: &FinishRecord) {
+    fn record(&self, ins: &Instruments, a: &FinishAttrs<'_>, r: &FinishRecord) {
+        self.record_common(ins, a.all, r);
+        let sized = [
+            (&self.server_ttft, &ins.server_ttft, r.ttft),
+            (
+                &self.time_to_first_chunk,
+                &ins.time_to_first_chunk,
+                r.first_chunk,
+            ),
+            (&self.prefill_tps, &ins.prefill_tps, r.prefill_tps),
+        ];
+        for (cell, h, v) in sized {
+            if let Some(v) = v {
+                cell.get_or_init(|| h.bind(a.sized)).record(v);
+            }
+        }
+        if let Some(v) = r.request_overhead {
+            self.request_overhead
+                .get_or_init(|| ins.proxy_overhead.bind(a.overhead))
+                .record(v);
+        }
+        for (cell, (kind, n)) in self.served.iter().zip(r.served()) {
+            if let Some(n) = n.filter(|&n| n > 0) {
+                cell.get_or_init(|| ins.tokens.bind(&with_token_type(a.all, kind)))
+                    .add(n);
+            }
+        }
+        // After the histograms, so a scrape that sees an exemplar counts it.
+        if let (Some(ex), Some(mark)) = (&self.exemplars, r.trace) {
+            for (i, v) in r.exemplar_values().into_iter().enumerate() {
+                if let Some(v) = v {
+                    ex.offer(i, EXEMPLAR_MEASURES[i].1, v, mark);
+                }
+            }
+        }
+    }
+
+    fn record_common(&self, ins: &Instruments, attrs: &[KeyValue], r: &FinishRecord) {
         let seconds = [
             (
                 &self.operation_duration,
@@ -260,12 +346,6 @@ impl FinishBound {
                 &self.server_request_duration,
                 &ins.server_request_duration,
                 Some(r.duration),
-            ),
-            (&self.server_ttft, &ins.server_ttft, r.ttft),
-            (
-                &self.time_to_first_chunk,
-                &ins.time_to_first_chunk,
-                r.first_chunk,
             ),
             (&self.server_tpot, &ins.server_tpot, r.tpot),
             (&self.decode_tps, &ins.decode_tps, r.decode_tps),
@@ -303,14 +383,6 @@ impl FinishBound {
             self.reasoning_tokens[usize::from(estimated)]
                 .get_or_init(|| ins.reasoning_tokens.bind(&with_estimated(attrs, estimated)))
                 .record(n);
-        }
-        // After the histograms, so a scrape that sees an exemplar counts it.
-        if let (Some(ex), Some(mark)) = (&self.exemplars, r.trace) {
-            for (i, v) in r.exemplar_values().into_iter().enumerate() {
-                if let Some(v) = v {
-                    ex.offer(i, EXEMPLAR_MEASURES[i].1, v, mark);
-                }
-            }
         }
     }
 }
@@ -442,6 +514,23 @@ impl Instruments {
                 "Time a request waited for an upstream connection or HTTP/2 stream slot.",
                 &POOL_WAIT_BUCKETS,
             ),
+            prefill_tps: meter
+                .f64_histogram(M_PREFILL_TPS)
+                .with_unit("{token}/s")
+                .with_description("Prefill rate: input tokens / time to first token.")
+                .with_boundaries(PREFILL_BUCKETS.to_vec())
+                .build(),
+            tokens: meter
+                .u64_counter(M_TOKENS)
+                .with_unit("{token}")
+                .with_description("Tokens served, by token type; rate() is tokens per second.")
+                .build(),
+            proxy_overhead: seconds(
+                meter,
+                M_PROXY_OVERHEAD,
+                "Time tokentap itself adds: before the request leaves, and per response frame.",
+                &OVERHEAD_BUCKETS,
+            ),
             requests: meter
                 .u64_counter(M_REQUESTS)
                 .with_unit("{request}")
@@ -476,10 +565,18 @@ impl Instruments {
             let Some(ex) = &bound.exemplars else {
                 continue;
             };
+            // Bound per TTFT set (with the prompt-size class); the other
+            // histograms' series lack that attribute.
+            let all: Vec<KeyValue> = attrs
+                .iter()
+                .filter(|kv| kv.key.as_str() != PROMPT_SIZE_CLASS)
+                .cloned()
+                .collect();
             for (i, (names, _)) in EXEMPLAR_MEASURES.iter().enumerate() {
                 if let Some(buckets) = ex.read(i) {
                     for name in *names {
-                        snap.insert(attrs, name, buckets.clone());
+                        let series = if *name == M_SERVER_TTFT { attrs } else { &all };
+                        snap.insert(series, name, buckets.clone());
                     }
                 }
             }
@@ -490,10 +587,11 @@ impl Instruments {
     /// Record one finished request under `attrs`: through instruments bound
     /// to `attrs` (one hash of the set per request instead of one per
     /// record; one read lock, where the SDK takes one per record anyway).
-    pub(super) fn record_finish(&self, attrs: &[KeyValue], r: &FinishRecord) {
-        match self.finish_bound(attrs) {
-            Some(bound) => bound.record(self, attrs, r),
-            None => self.record_unbound(attrs, r),
+    pub(super) fn record_finish(&self, a: &FinishAttrs<'_>, r: &FinishRecord) {
+        // Keyed by the widest set: it tells every narrower one apart.
+        match self.finish_bound(a.sized) {
+            Some(bound) => bound.record(self, a, r),
+            None => self.record_unbound(a, r),
         }
     }
 
@@ -517,13 +615,29 @@ impl Instruments {
     }
 
     /// The same records, each hashing `attrs`.
-    fn record_unbound(&self, attrs: &[KeyValue], r: &FinishRecord) {
+    fn record_unbound(&self, a: &FinishAttrs<'_>, r: &FinishRecord) {
+        let attrs = a.all;
         self.operation_duration.record(r.duration, attrs);
         self.server_request_duration.record(r.duration, attrs);
         self.requests.add(1, attrs);
-        let pairs = [
+        for (h, v) in [
             (&self.server_ttft, r.ttft),
             (&self.time_to_first_chunk, r.first_chunk),
+            (&self.prefill_tps, r.prefill_tps),
+        ] {
+            if let Some(v) = v {
+                h.record(v, a.sized);
+            }
+        }
+        if let Some(v) = r.request_overhead {
+            self.proxy_overhead.record(v, a.overhead);
+        }
+        for (kind, n) in r.served() {
+            if let Some(n) = n.filter(|&n| n > 0) {
+                self.tokens.add(n, &with_token_type(attrs, kind));
+            }
+        }
+        let pairs = [
             (&self.server_tpot, r.tpot),
             (&self.decode_tps, r.decode_tps),
             (&self.max_stall, r.max_stall),
@@ -589,7 +703,12 @@ mod tests {
         };
         let sets: Vec<[KeyValue; 1]> = (0..3).map(|i| [KeyValue::new("s", i)]).collect();
         for attrs in &sets {
-            ins.record_finish(attrs, &r);
+            let a = FinishAttrs {
+                all: attrs,
+                sized: attrs,
+                overhead: attrs,
+            };
+            ins.record_finish(&a, &r);
         }
         let snap = ins.exemplars();
         for (i, attrs) in sets.iter().enumerate() {

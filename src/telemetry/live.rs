@@ -141,6 +141,11 @@ pub struct Sample {
     pub end_wall: SystemTime,
     /// Trace id of the request's span; `None` when the span has no valid context.
     pub trace_id: Option<TraceId>,
+    /// Prefill rate, input tokens / TTFT ({token}/s).
+    pub prefill_tps: Option<f64>,
+    /// Requests in flight to the same route and model when this one
+    /// started, itself included.
+    pub in_flight: Option<u64>,
 }
 
 impl Sample {
@@ -171,6 +176,8 @@ impl Sample {
             end: m.request.start + m.duration,
             end_wall: m.request.start_wall + m.duration,
             trace_id: (trace_id != TraceId::INVALID).then_some(trace_id),
+            prefill_tps: m.prefill_tokens_per_second(),
+            in_flight: None,
         }
     }
 

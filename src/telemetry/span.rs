@@ -14,7 +14,7 @@ use crate::meter::{Measurement, Outcome, RequestFacts, Unmetered};
 /// provider is not among them: the response head may still name it, so it
 /// is set when the span ends.
 pub(super) fn span_start_attributes(facts: &RequestFacts, op: &'static str) -> Vec<KeyValue> {
-    let mut a = Vec::with_capacity(10);
+    let mut a = Vec::with_capacity(11);
     a.push(KeyValue::new(GEN_AI_OPERATION_NAME, op));
     if let Some(model) = &facts.request_model {
         a.push(KeyValue::new(GEN_AI_REQUEST_MODEL, model.clone()));
@@ -158,6 +158,11 @@ fn span_finish_attributes(m: &Measurement) -> Vec<KeyValue> {
     opt(MAX_STALL, m.max_gap.map(|d| d.as_secs_f64().into()));
     opt(TTFB, m.time_to_first_byte.map(|d| d.as_secs_f64().into()));
     opt(POOL_WAIT, m.pool_wait.map(|d| d.as_secs_f64().into()));
+    opt(PREFILL_TPS, m.prefill_tokens_per_second().map(Value::from));
+    opt(
+        OVERHEAD_REQUEST,
+        m.request_overhead.map(|d| d.as_secs_f64().into()),
+    );
     let (reason, detail) = match &m.unmetered {
         Some(Unmetered::UnknownFormat(d)) => (Some("unknown_format"), Some(d.clone())),
         Some(Unmetered::Encoding(d)) => (Some("encoding"), Some(d.clone())),

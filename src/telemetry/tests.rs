@@ -127,6 +127,7 @@ fn measurement(request: RequestFacts) -> Measurement {
         malformed_events: 0,
         upstream_timing: Default::default(),
         pool_wait: None,
+        request_overhead: None,
     }
 }
 

@@ -165,6 +165,25 @@ async function run(context, origin) {
   for (const model of models.filter(m => !reasoners.includes(m))) {
     check(!reasoningRows.some(r => r.model === model), `${model} never reasoned but has a reasoning row`);
   }
+  // Prefill vs decode, served throughput and load, per model.
+  const measureHeader = await page.$$eval("#permodel thead th", ths => ths.map(th => th.textContent.trim()));
+  const measureRows = await page.$$eval("#permodel-body tr[data-model]", trs => trs.map(tr => ({
+    model: tr.dataset.model,
+    cells: [...tr.querySelectorAll("td")].map(td => td.textContent.trim()),
+  })));
+  for (const model of models) {
+    const row = measureRows.find(r => r.model === model);
+    check(row, `no prefill/decode row for ${model}; rows: ${JSON.stringify(measureRows)}`);
+    for (const name of ["TTFT p50", "Prefill tok/s p50", "Decode tok/s p50", "Tokens served/s"]) {
+      const i = measureHeader.indexOf(name);
+      check(i >= 0, `per-model table has no "${name}" column: ${JSON.stringify(measureHeader)}`);
+      check(number(row.cells[i]) > 0, `${model}: "${name}" should be non-zero, shows ${JSON.stringify(row.cells[i])}`);
+    }
+  }
+  const loadDots = await page.$$eval("#chart-load circle", els => new Set(els.map(e => e.getAttribute("fill"))).size);
+  check(loadDots >= models.length, `#chart-load drew ${loadDots} models' points, expected ${models.length}`);
+  check(snap.recent.every(r => r.in_flight >= 1 && r.prefill_tps > 0),
+    `recent requests carry in_flight >= 1 and prefill_tps > 0: ${JSON.stringify(snap.recent.map(r => [r.in_flight, r.prefill_tps]))}`);
 
   const status = await page.textContent("#status");
   check(/live/.test(status ?? ""), `status should say live, says ${JSON.stringify(status)}`);

@@ -716,6 +716,11 @@ pub struct RecentRequest {
     /// Trace id of the request's span; `None` when the span has no valid context.
     #[serde(serialize_with = "ser_trace_id")]
     pub trace_id: Option<TraceId>,
+    /// Prefill rate, input tokens / TTFT ({token}/s).
+    pub prefill_tps: Option<f64>,
+    /// Requests in flight to the same route and model when it started,
+    /// itself included.
+    pub in_flight: Option<u64>,
 }
 
 impl From<&Sample> for RecentRequest {
@@ -739,6 +744,8 @@ impl From<&Sample> for RecentRequest {
             estimated: s.estimated,
             duration_s: s.duration,
             trace_id: s.trace_id,
+            prefill_tps: s.prefill_tps,
+            in_flight: s.in_flight,
         }
     }
 }
