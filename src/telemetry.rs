@@ -7,6 +7,7 @@
 
 pub mod attrs;
 pub mod cardinality;
+mod exemplars;
 mod export;
 mod export_tls;
 mod in_flight;
@@ -205,7 +206,11 @@ impl Telemetry {
         let meter = meter_provider.meter_with_scope(scope);
         let late_meter = has_reader.then(|| meter.clone());
         // An observable instrument with no reader only logs an SDK error.
-        let instruments = Instruments::new(&meter, has_reader.then(|| drops.clone()));
+        // Exemplars only serve the pull reader's OpenMetrics scrape; series
+        // past `max_series` fold into the SDK's overflow series anyway.
+        let exemplar_sets = if pull.is_some() { cfg.max_series } else { 0 };
+        let instruments =
+            Instruments::new(&meter, has_reader.then(|| drops.clone()), exemplar_sets);
         let live = Live::start(&cfg.live);
         let slo = slo::Slo::start(&cfg.slo, &meter, has_reader, &live);
         let inner = Inner {
@@ -387,10 +392,16 @@ impl Telemetry {
         let pull = self.inner.pull.as_ref().ok_or_else(|| {
             TelemetryError("no Prometheus reader (built without init_with_prometheus)".into())
         })?;
+        // Exemplars first: each was kept after its request was counted, so
+        // the collection below counts every one.
+        let kept = match format {
+            prometheus::Format::OpenMetrics => self.inner.instruments.exemplars(),
+            prometheus::Format::Text => exemplars::Snapshot::default(),
+        };
         let metrics = pull
             .collect()
             .map_err(|e| TelemetryError(format!("metric collection failed: {e}")))?;
-        Ok(prometheus::encode(&metrics, format))
+        Ok(prometheus::encode_with(&metrics, format, &kept))
     }
 
     /// Count and log one request that matched no route (answered 404):
@@ -794,6 +805,10 @@ impl RequestTelemetry {
             request_overhead: m.request_overhead.map(|d| d.as_secs_f64()),
             cache_read_tokens: m.usage.cache_read,
             cache_write_tokens: m.usage.cache_creation,
+            trace: exemplars::TraceMark::new(
+                self.span.span_context(),
+                m.request.start_wall + m.duration,
+            ),
         };
         let mut sized = Vec::new();
         if inner.prompt_size_class {

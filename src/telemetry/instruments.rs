@@ -12,6 +12,7 @@ use opentelemetry::metrics::{
 };
 
 use super::attrs::*;
+use super::exemplars::{self, SeriesExemplars, TraceMark};
 use super::export::DropCounts;
 use crate::meter::ModalityTokens;
 
@@ -180,6 +181,8 @@ pub(super) struct Instruments {
     _dropped: Option<ObservableCounter<u64>>,
     /// End-of-request instruments bound per attribute set.
     finish_sets: RwLock<HashMap<Vec<KeyValue>, Arc<FinishBound>>>,
+    /// Attribute sets that keep exemplars (the first ones bound); 0 = none.
+    exemplar_sets: usize,
 }
 
 /// Distinct end-of-request attribute sets kept bound; past this, requests
@@ -213,6 +216,33 @@ pub(super) struct FinishRecord {
     pub request_overhead: Option<f64>,
     pub cache_read_tokens: Option<u64>,
     pub cache_write_tokens: Option<u64>,
+    /// The request's sampled trace, for exemplars.
+    pub trace: Option<TraceMark>,
+}
+
+/// The histograms that keep exemplars, one measure each of
+/// `SeriesExemplars`: the instruments recording the same value with the
+/// same bounds, and those bounds.
+const EXEMPLAR_MEASURES: [(&[&str], &[f64]); 4] = [
+    (
+        &[M_OPERATION_DURATION, M_SERVER_REQUEST_DURATION],
+        &DURATION_BUCKETS,
+    ),
+    (&[M_SERVER_TTFT], &TTFT_BUCKETS),
+    (&[M_DECODE_TPS], &TPS_BUCKETS),
+    (&[M_MAX_STALL], &STALL_BUCKETS),
+];
+
+impl FinishRecord {
+    /// This record's value for each of `EXEMPLAR_MEASURES`.
+    fn exemplar_values(&self) -> [Option<f64>; 4] {
+        [
+            Some(self.duration),
+            self.ttft,
+            self.decode_tps,
+            self.max_stall,
+        ]
+    }
 }
 
 impl FinishRecord {
@@ -265,6 +295,9 @@ struct FinishBound {
     request_overhead: OnceLock<BoundHistogram<f64>>,
     /// `tokentap.tokens`, in `FinishRecord::served` order.
     served: [OnceLock<BoundCounter<u64>>; 5],
+    /// Latest trace per bucket of `EXEMPLAR_MEASURES`; `None` past the
+    /// sets that keep exemplars.
+    exemplars: Option<SeriesExemplars<4>>,
 }
 
 impl FinishBound {
@@ -293,6 +326,14 @@ impl FinishBound {
             if let Some(n) = n.filter(|&n| n > 0) {
                 cell.get_or_init(|| ins.tokens.bind(&with_token_type(a.all, kind)))
                     .add(n);
+            }
+        }
+        // After the histograms, so a scrape that sees an exemplar counts it.
+        if let (Some(ex), Some(mark)) = (&self.exemplars, r.trace) {
+            for (i, v) in r.exemplar_values().into_iter().enumerate() {
+                if let Some(v) = v {
+                    ex.offer(i, EXEMPLAR_MEASURES[i].1, v, mark);
+                }
             }
         }
     }
@@ -384,8 +425,13 @@ fn seconds(meter: &Meter, name: &'static str, desc: &'static str, b: &[f64]) -> 
 
 impl Instruments {
     /// Create every instrument on `meter`; `drops`, when given, feeds the
-    /// dropped-telemetry counter.
-    pub(super) fn new(meter: &Meter, drops: Option<Arc<DropCounts>>) -> Instruments {
+    /// dropped-telemetry counter; the first `exemplar_sets` attribute sets
+    /// recorded keep exemplars.
+    pub(super) fn new(
+        meter: &Meter,
+        drops: Option<Arc<DropCounts>>,
+        exemplar_sets: usize,
+    ) -> Instruments {
         Instruments {
             operation_duration: seconds(
                 meter,
@@ -510,7 +556,40 @@ impl Instruments {
                 .build(),
             _dropped: drops.map(|d| dropped_counter(meter, d)),
             finish_sets: RwLock::default(),
+            exemplar_sets,
         }
+    }
+
+    /// Every exemplar kept so far, by series (only histograms with one).
+    pub(super) fn exemplars(&self) -> exemplars::Snapshot {
+        let mut snap = exemplars::Snapshot::default();
+        if self.exemplar_sets == 0 {
+            return snap;
+        }
+        let Ok(sets) = self.finish_sets.read() else {
+            return snap;
+        };
+        for (attrs, bound) in sets.iter() {
+            let Some(ex) = &bound.exemplars else {
+                continue;
+            };
+            // Bound per TTFT set (with the prompt-size class); the other
+            // histograms' series lack that attribute.
+            let all: Vec<KeyValue> = attrs
+                .iter()
+                .filter(|kv| kv.key.as_str() != PROMPT_SIZE_CLASS)
+                .cloned()
+                .collect();
+            for (i, (names, _)) in EXEMPLAR_MEASURES.iter().enumerate() {
+                if let Some(buckets) = ex.read(i) {
+                    for name in *names {
+                        let series = if *name == M_SERVER_TTFT { attrs } else { &all };
+                        snap.insert(series, name, buckets.clone());
+                    }
+                }
+            }
+        }
+        snap
     }
 
     /// Record one finished request under `attrs`: through instruments bound
@@ -535,7 +614,10 @@ impl Instruments {
         if sets.len() >= MAX_FINISH_SETS {
             return None;
         }
-        let bound = Arc::new(FinishBound::default());
+        let bound = Arc::new(FinishBound {
+            exemplars: (sets.len() < self.exemplar_sets).then(SeriesExemplars::default),
+            ..FinishBound::default()
+        });
         sets.insert(attrs.to_vec(), bound.clone());
         Some(bound)
     }
@@ -648,6 +730,61 @@ fn dropped_counter(meter: &Meter, drops: Arc<DropCounts>) -> ObservableCounter<u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exemplars_are_kept_for_the_first_sets_only_within_a_fixed_budget() {
+        use opentelemetry::metrics::MeterProvider as _;
+        let provider = opentelemetry_sdk::metrics::SdkMeterProvider::builder().build();
+        let ins = Instruments::new(&provider.meter("t"), None, 2);
+        let mark = TraceMark {
+            trace_id: 7,
+            time: std::time::SystemTime::UNIX_EPOCH,
+        };
+        let r = FinishRecord {
+            duration: 1.0,
+            ttft: Some(0.2),
+            decode_tps: Some(30.0),
+            max_stall: Some(0.05),
+            trace: Some(mark),
+            ..FinishRecord::default()
+        };
+        let sets: Vec<[KeyValue; 1]> = (0..3).map(|i| [KeyValue::new("s", i)]).collect();
+        for attrs in &sets {
+            let a = FinishAttrs {
+                all: attrs,
+                sized: attrs,
+                overhead: attrs,
+            };
+            ins.record_finish(&a, &r);
+        }
+        let snap = ins.exemplars();
+        for (i, attrs) in sets.iter().enumerate() {
+            let got = snap.get(M_SERVER_TTFT, attrs);
+            assert_eq!(got.is_some(), i < 2, "set {i} of a budget of 2: {got:?}");
+        }
+        let both = snap.get(M_SERVER_REQUEST_DURATION, &sets[0]);
+        assert_eq!(
+            both,
+            snap.get(M_OPERATION_DURATION, &sets[0]),
+            "both duration histograms share one measure"
+        );
+        // The most one set can hold: every bucket of every measure.
+        let slots: usize = EXEMPLAR_MEASURES.iter().map(|(_, b)| b.len() + 1).sum();
+        let full = SeriesExemplars::<4>::default();
+        for (i, (_, bounds)) in EXEMPLAR_MEASURES.iter().enumerate() {
+            for b in bounds.iter().chain([&f64::MAX]) {
+                full.offer(i, bounds, *b, mark);
+            }
+        }
+        assert_eq!(full.read(1).map(|b| b.iter().flatten().count()), Some(17));
+        assert_eq!(full.slot_bytes(), slots * 40);
+        assert!(
+            full.slot_bytes() <= 2600,
+            "{} bytes per series",
+            full.slot_bytes()
+        );
+        let _ = provider.shutdown();
+    }
 
     #[test]
     fn gap_cells_are_the_union_of_both_histograms_boundaries() {

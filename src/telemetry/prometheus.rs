@@ -22,6 +22,8 @@ use opentelemetry_sdk::metrics::data::{
 use opentelemetry_sdk::metrics::reader::MetricReader;
 use opentelemetry_sdk::metrics::{InstrumentKind, ManualReader, Pipeline, Temporality};
 
+use super::exemplars::{Kept, Snapshot};
+
 /// Which exposition format to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -120,9 +122,15 @@ impl MetricReader for PullReader {
 
 /// Render `rm` in `format`.
 pub fn encode(rm: &ResourceMetrics, format: Format) -> String {
+    encode_with(rm, format, &Snapshot::default())
+}
+
+/// Render `rm` in `format`, histogram buckets carrying the exemplars in
+/// `kept` where the SDK gave none (OpenMetrics only).
+pub(crate) fn encode_with(rm: &ResourceMetrics, format: Format, kept: &Snapshot) -> String {
     let mut out = String::with_capacity(16 * 1024);
     write_target_info(&mut out, rm.resource(), format);
-    for family in families(rm) {
+    for family in families(rm, kept) {
         write_family(&mut out, &family, format);
     }
     if format == Format::OpenMetrics {
@@ -235,12 +243,17 @@ impl Num for f64 {
 /// Every metric in `rm` as families sorted by name. Metrics from different
 /// scopes that map to one name share a family; one whose type conflicts
 /// with the family's is dropped (the spec's rule), with a warning.
-pub(crate) fn families(rm: &ResourceMetrics) -> Vec<Family> {
+/// Histograms take tokentap's own exemplars from `kept`.
+pub(crate) fn families(rm: &ResourceMetrics, kept: &Snapshot) -> Vec<Family> {
     let mut by_name: BTreeMap<String, Family> = BTreeMap::new();
     for scope in rm.scope_metrics() {
         let scope_labels = scope_labels(scope);
         for metric in scope.metrics() {
-            let Some((kind, series)) = convert(metric.data(), &scope_labels) else {
+            let found = Found {
+                kept,
+                instrument: metric.name(),
+            };
+            let Some((kind, series)) = convert(metric.data(), &scope_labels, &found) else {
                 continue;
             };
             let unit = unit(metric.unit());
@@ -284,17 +297,42 @@ fn scope_labels(scope: &ScopeMetrics) -> Vec<(String, String)> {
     labels
 }
 
-fn convert(data: &AggregatedMetrics, scope: &[(String, String)]) -> Option<(Kind, Vec<Series>)> {
+/// Where one instrument's kept exemplars are looked up.
+struct Found<'a> {
+    kept: &'a Snapshot,
+    instrument: &'a str,
+}
+
+impl Found<'_> {
+    /// The kept exemplars of the series with `attrs`, per bucket.
+    fn buckets<'k>(
+        &'k self,
+        attrs: impl Iterator<Item = &'k KeyValue>,
+    ) -> Option<&'k [Option<Kept>]> {
+        if !self.kept.has(self.instrument) {
+            return None;
+        }
+        let attrs: Vec<KeyValue> = attrs.cloned().collect();
+        self.kept.get(self.instrument, &attrs)
+    }
+}
+
+fn convert(
+    data: &AggregatedMetrics,
+    scope: &[(String, String)],
+    found: &Found<'_>,
+) -> Option<(Kind, Vec<Series>)> {
     match data {
-        AggregatedMetrics::F64(d) => convert_data(d, scope),
-        AggregatedMetrics::U64(d) => convert_data(d, scope),
-        AggregatedMetrics::I64(d) => convert_data(d, scope),
+        AggregatedMetrics::F64(d) => convert_data(d, scope, found),
+        AggregatedMetrics::U64(d) => convert_data(d, scope, found),
+        AggregatedMetrics::I64(d) => convert_data(d, scope, found),
     }
 }
 
 fn convert_data<T: Num>(
     data: &MetricData<T>,
     scope: &[(String, String)],
+    found: &Found<'_>,
 ) -> Option<(Kind, Vec<Series>)> {
     match data {
         MetricData::Gauge(g) => {
@@ -326,7 +364,7 @@ fn convert_data<T: Num>(
         MetricData::Histogram(h) if h.temporality() == Temporality::Cumulative => {
             let series = h.data_points().map(|p| Series {
                 labels: labels(p.attributes(), scope),
-                point: Point::Histogram(histogram(p)),
+                point: Point::Histogram(histogram(p, found.buckets(p.attributes()))),
             });
             Some((Kind::Histogram, series.collect()))
         }
@@ -335,20 +373,26 @@ fn convert_data<T: Num>(
     }
 }
 
-fn histogram<T: Num>(p: &data::HistogramDataPoint<T>) -> Hist {
+/// A histogram data point; each bucket carries its own exemplar (the SDK's
+/// latest in it, else tokentap's from `kept`), never one from another
+/// bucket, which would repeat one trace on many lines.
+fn histogram<T: Num>(p: &data::HistogramDataPoint<T>, kept: Option<&[Option<Kept>]>) -> Hist {
     let bounds: Vec<f64> = p.bounds().collect();
     let mut exemplars: Vec<Option<Exemplar>> = vec![None; bounds.len() + 1];
     for e in p.exemplars() {
         let v = e.value.float();
-        let i = bounds.iter().position(|b| v <= *b).unwrap_or(bounds.len());
-        if exemplars[i].as_ref().is_none_or(|cur| v > cur.value) {
-            exemplars[i] = Some(exemplar(e));
+        let i = bounds.partition_point(|b| *b < v);
+        let new = exemplar(e);
+        if exemplars[i].as_ref().is_none_or(|cur| new.time > cur.time) {
+            exemplars[i] = Some(new);
         }
     }
-    // A bucket without its own exemplar shows the highest from below.
-    for i in 1..exemplars.len() {
-        if exemplars[i].is_none() {
-            exemplars[i] = exemplars[i - 1].clone();
+    // Kept buckets line up with these only for the same bounds.
+    if let Some(kept) = kept.filter(|k| k.len() == exemplars.len()) {
+        for (slot, k) in exemplars.iter_mut().zip(kept) {
+            if slot.is_none() {
+                *slot = k.as_ref().map(kept_exemplar);
+            }
         }
     }
     let mut cumulative = 0u64;
@@ -391,16 +435,28 @@ fn exemplar<T: Num>(e: &data::Exemplar<T>) -> Exemplar {
     if chars(&labels) + chars(&filtered) <= EXEMPLAR_LABEL_CHARS {
         labels.extend(filtered);
     }
-    let time = e
-        .time()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .ok()
-        .map(|d| d.as_millis() as f64 / 1000.0);
     Exemplar {
         labels,
         value: e.value.float(),
-        time,
+        time: unix_seconds(e.time()),
     }
+}
+
+/// An exemplar tokentap kept itself: the trace id only (the span id adds
+/// nothing a trace lookup needs).
+fn kept_exemplar(k: &Kept) -> Exemplar {
+    Exemplar {
+        labels: vec![("trace_id".to_owned(), hex(&k.trace_id))],
+        value: k.value,
+        time: unix_seconds(k.time),
+    }
+}
+
+/// Seconds since the Unix epoch, to the millisecond.
+fn unix_seconds(t: SystemTime) -> Option<f64> {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_millis() as f64 / 1000.0)
 }
 
 fn hex(bytes: &[u8]) -> String {

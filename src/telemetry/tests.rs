@@ -836,3 +836,97 @@ fn drains_active_is_observed_at_each_collection() {
     active.store(0, Ordering::Relaxed);
     assert_eq!(value(&h.collect()), 0, "read again at the next collection");
 }
+
+/// Every OpenMetrics sample line that carries an exemplar, split at ` # `.
+fn exemplar_lines(om: &str) -> Vec<(&str, &str)> {
+    om.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once(" # "))
+        .collect()
+}
+
+#[test]
+fn exemplars_carry_the_span_trace_id_on_their_own_buckets() {
+    let t = Telemetry::init_with_prometheus(&config()).expect("init with a pull reader");
+    let f = facts(Some("gpt-4o"), None, true);
+    run(&t, f, &traceparent_headers(), &[3, 80]);
+    let om = t
+        .scrape(prometheus::Format::OpenMetrics)
+        .expect("OpenMetrics scrape");
+    let lines = exemplar_lines(&om);
+    // The measurement: duration 0.75 s, TTFT 0.2 s, decode (11 − 1) /
+    // 0.5 s = 20 tokens/s (on a bound: its own bucket), stall 80 ms; it
+    // ended at start_wall + 0.75 s.
+    let want = [
+        ("gen_ai_client_operation_duration_seconds", "1.28", "0.75"),
+        ("gen_ai_server_request_duration_seconds", "1.28", "0.75"),
+        ("gen_ai_server_time_to_first_token_seconds", "0.25", "0.2"),
+        ("tokentap_decode_tokens_per_second", "20.0", "20.0"),
+        ("tokentap_stream_max_stall_seconds", "0.1", "0.08"),
+    ];
+    for (family, le, value) in want {
+        let bucket = format!("{family}_bucket{{");
+        let on: Vec<_> = lines
+            .iter()
+            .filter(|(s, _)| s.starts_with(&bucket))
+            .collect();
+        assert_eq!(
+            on.len(),
+            1,
+            "one exemplar on {family}, on its own bucket:\n{om}"
+        );
+        let (sample, exemplar) = on[0];
+        assert!(
+            sample.contains(&format!("le=\"{le}\"}} 1")),
+            "{family}'s exemplar sits on le={le}: {sample}"
+        );
+        assert_eq!(
+            *exemplar,
+            format!("{{trace_id=\"{PARENT_TRACE}\"}} {value} 1700000000.750"),
+            "{family}"
+        );
+    }
+    assert_eq!(
+        lines.len(),
+        want.len(),
+        "exemplars only on the histograms above:\n{om}"
+    );
+    let text = t.scrape(prometheus::Format::Text).expect("text scrape");
+    assert!(
+        !text.contains("trace_id") && exemplar_lines(&text).is_empty(),
+        "the text format carries no exemplars:\n{text}"
+    );
+    t.shutdown();
+}
+
+#[test]
+fn unsampled_traces_and_push_only_telemetry_keep_no_exemplars() {
+    let t = Telemetry::init_with_prometheus(&config()).expect("init with a pull reader");
+    let mut headers = HeaderMap::new();
+    let unsampled = format!("00-{PARENT_TRACE}-{PARENT_SPAN}-00");
+    headers.insert("traceparent", unsampled.parse().expect("hv"));
+    run(&t, facts(Some("gpt-4o"), None, true), &headers, &[3]);
+    let om = t.scrape(prometheus::Format::OpenMetrics).expect("scrape");
+    assert!(
+        om.contains("gen_ai_server_time_to_first_token_seconds_count"),
+        "the request was counted:\n{om}"
+    );
+    assert!(
+        exemplar_lines(&om).is_empty(),
+        "an unsampled trace is never exported, so no exemplar points at it:\n{om}"
+    );
+    t.shutdown();
+
+    let h = harness(config());
+    run(
+        &h.telemetry,
+        facts(Some("gpt-4o"), None, true),
+        &traceparent_headers(),
+        &[3],
+    );
+    assert!(
+        h.telemetry.inner.instruments.exemplars().is_empty(),
+        "without /metrics nothing is kept"
+    );
+    h.telemetry.shutdown();
+}

@@ -7,6 +7,7 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 
 use super::*;
 use crate::telemetry::attrs::*;
+use crate::telemetry::exemplars::{Kept, Snapshot};
 
 /// A provider whose only reader is a `PullReader`, with a fixed resource.
 fn provider() -> (SdkMeterProvider, PullReader) {
@@ -365,6 +366,98 @@ fn sdk_collects_no_exemplars_yet() {
         !om.lines().any(|l| l.starts_with('h') && l.contains(" # ")),
         "{om}"
     );
+    let _ = provider.shutdown();
+}
+
+/// A provider-recorded histogram `h` with TTFT-like bounds and one value.
+fn recorded(value: f64, attrs: &[KeyValue]) -> (SdkMeterProvider, PullReader) {
+    let (provider, reader) = provider();
+    let h = provider
+        .meter("m")
+        .f64_histogram("h")
+        .with_unit("s")
+        .with_boundaries(vec![0.1, 0.5, 1.0])
+        .build();
+    h.record(value, attrs);
+    (provider, reader)
+}
+
+fn kept(trace: u8, value: f64, ms: u64) -> Option<Kept> {
+    Some(Kept {
+        trace_id: [trace; 16],
+        value,
+        time: SystemTime::UNIX_EPOCH + Duration::from_millis(ms),
+    })
+}
+
+#[test]
+fn kept_exemplars_follow_openmetrics_syntax_on_bucket_lines_only() {
+    let attrs = [KeyValue::new("b", "2"), KeyValue::new("a", "1")];
+    let (provider, reader) = recorded(0.3, &attrs);
+    let mut snap = Snapshot::default();
+    let buckets = vec![None, kept(0xab, 0.3, 1_700_000_000_250), None, None];
+    // The snapshot's attribute order need not be the SDK's.
+    snap.insert(&[attrs[1].clone(), attrs[0].clone()], "h", buckets);
+    let rm = reader.collect().expect("collect");
+    let om = encode_with(&rm, Format::OpenMetrics, &snap);
+    let trace = "ab".repeat(16);
+    assert_has_line(
+        &om,
+        &format!(
+            "h_seconds_bucket{{a=\"1\",b=\"2\",otel_scope_name=\"m\",le=\"0.5\"}} 1 # {{trace_id=\"{trace}\"}} 0.3 1700000000.250"
+        ),
+    );
+    let with: Vec<&str> = om.lines().filter(|l| l.contains(" # ")).collect();
+    assert_eq!(with.len(), 1, "one exemplar, on its own bucket only:\n{om}");
+    for line in with {
+        let (sample, ex) = line.split_once(" # ").expect("split");
+        let name = &sample[..sample.find('{').expect("labels")];
+        assert!(
+            name.ends_with("_bucket"),
+            "exemplar on a non-bucket line: {line}"
+        );
+        let (labels, rest) = ex
+            .strip_prefix('{')
+            .and_then(|e| e.split_once("} "))
+            .expect("`{labels} value timestamp`");
+        let chars: usize = labels
+            .split(',')
+            .map(|kv| kv.replace(['=', '"'], "").chars().count())
+            .sum();
+        assert!(chars <= 128, "label set of {chars} chars: {labels}");
+        let parts: Vec<f64> = rest
+            .split(' ')
+            .map(|n| n.parse().expect("a number"))
+            .collect();
+        assert_eq!(parts.len(), 2, "value and timestamp: {rest}");
+    }
+    let text = encode_with(&rm, Format::Text, &snap);
+    assert!(
+        !text.contains(" # ") && !text.contains("trace_id"),
+        "{text}"
+    );
+    let _ = provider.shutdown();
+}
+
+#[test]
+fn kept_exemplars_need_the_same_series_and_bucket_layout() {
+    let attrs = [KeyValue::new("a", "1")];
+    let (provider, reader) = recorded(0.3, &attrs);
+    let rm = reader.collect().expect("collect");
+    let mut other_series = Snapshot::default();
+    other_series.insert(
+        &[KeyValue::new("a", "2")],
+        "h",
+        vec![None, kept(1, 0.3, 0), None, None],
+    );
+    let mut other_bounds = Snapshot::default();
+    other_bounds.insert(&attrs, "h", vec![None, kept(1, 0.3, 0), None]);
+    let mut other_name = Snapshot::default();
+    other_name.insert(&attrs, "g", vec![None, kept(1, 0.3, 0), None, None]);
+    for snap in [other_series, other_bounds, other_name] {
+        let om = encode_with(&rm, Format::OpenMetrics, &snap);
+        assert!(!om.contains("trace_id"), "{snap:?}:\n{om}");
+    }
     let _ = provider.shutdown();
 }
 
