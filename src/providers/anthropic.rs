@@ -16,8 +16,8 @@ use serde_json::value::RawValue;
 
 use super::scan::{Scan, Seen};
 use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
-use super::wire::{AnyContent, HasContent, Str, non_empty, non_empty_raw};
-use super::{AdapterError, Event, Usage};
+use super::wire::{AnyContent, HasContent, Str, non_empty, non_empty_raw, service_tier};
+use super::{AdapterError, Event, ServiceTier, Usage};
 use super::{Operation, ProviderKind};
 use crate::framing::Frame;
 
@@ -28,6 +28,8 @@ pub struct AnthropicAdapter {
     uncached_input: Option<u64>,
     cache_read: Option<u64>,
     cache_creation: Option<u64>,
+    cache_write_5m: Option<u64>,
+    cache_write_1h: Option<u64>,
     /// Take the serde path only (tests that compare it with the scan).
     no_scan: bool,
 }
@@ -158,6 +160,10 @@ impl AnthropicAdapter {
         keep(&mut self.uncached_input, u.input_tokens);
         keep(&mut self.cache_read, u.cache_read_input_tokens);
         keep(&mut self.cache_creation, u.cache_creation_input_tokens);
+        if let Some(split) = &u.cache_creation {
+            keep(&mut self.cache_write_5m, split.ephemeral_5m_input_tokens);
+            keep(&mut self.cache_write_1h, split.ephemeral_1h_input_tokens);
+        }
         let cached = self
             .cache_read
             .unwrap_or(0)
@@ -168,6 +174,10 @@ impl AnthropicAdapter {
             cache_read: self.cache_read,
             cache_creation: self.cache_creation,
             reasoning: None,
+            cache_write_5m: self.cache_write_5m,
+            cache_write_1h: self.cache_write_1h,
+            service_tier: u.service_tier,
+            ..Usage::default()
         }
     }
 }
@@ -398,6 +408,17 @@ struct WireUsage {
     output_tokens: Option<u64>,
     cache_read_input_tokens: Option<u64>,
     cache_creation_input_tokens: Option<u64>,
+    /// The write split by lifetime (5-minute and 1-hour rates differ).
+    cache_creation: Option<CacheCreation>,
+    /// `standard`, `priority` or `batch`.
+    #[serde(default, deserialize_with = "service_tier")]
+    service_tier: Option<ServiceTier>,
+}
+
+#[derive(Deserialize)]
+struct CacheCreation {
+    ephemeral_5m_input_tokens: Option<u64>,
+    ephemeral_1h_input_tokens: Option<u64>,
 }
 
 impl FrameAdapter for AnthropicAdapter {
@@ -540,6 +561,7 @@ mod tests {
             cache_read: Some(cache_read),
             cache_creation: Some(cache_creation),
             reasoning: None,
+            ..Usage::default()
         }
     }
 
@@ -753,6 +775,7 @@ mod tests {
             cache_read: Some(100),
             cache_creation: None,
             reasoning: None,
+            ..Usage::default()
         };
         assert_eq!(
             (s.usage, s.finish, s.done),

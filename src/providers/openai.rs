@@ -18,8 +18,11 @@ use serde_json::value::RawValue;
 use super::ProviderKind;
 use super::scan::{Scan, Seen};
 use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
-use super::wire::{AnyContent, HasContent, Str, non_empty, non_empty_raw};
-use super::{AdapterError, Event, Operation, UpstreamTiming, Usage, millis, seconds};
+use super::wire::{AnyContent, HasContent, Str, non_empty, non_empty_raw, reported_cost};
+use super::{
+    AdapterError, Event, Operation, ReportedCost, ServiceTier, UpstreamTiming, Usage, millis,
+    seconds,
+};
 use crate::framing::Frame;
 
 /// Finish reasons kept per frame; more choices than this are not reported.
@@ -140,6 +143,7 @@ impl OpenaiAdapter {
             let embeddings = self.operation == Some(Operation::Embeddings)
                 || doc.object.as_ref().is_some_and(|o| o.as_str() == "list");
             let mut usage = usage.to_usage();
+            usage.service_tier = tier(doc.service_tier.as_ref());
             if embeddings && usage.output.is_none() {
                 // Embeddings produce no output tokens; say so exactly.
                 usage.output = Some(0);
@@ -207,7 +211,9 @@ impl OpenaiAdapter {
             out,
         );
         if let Some(usage) = &response.usage {
-            out(Event::Usage(usage.to_usage()));
+            let mut usage = usage.to_usage();
+            usage.service_tier = tier(response.service_tier.as_ref());
+            out(Event::Usage(usage));
         }
         match kind {
             "response.completed" | "response.incomplete" => {
@@ -351,6 +357,9 @@ struct Doc<'a> {
     timings: Option<LlamaTimings>,
     /// LM Studio's REST API (`/api/v0`).
     stats: Option<LmStudioStats>,
+    /// The tier the request was served at (chat bodies and chunks).
+    #[serde(borrow)]
+    service_tier: Option<Str<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -405,6 +414,8 @@ struct ResponseBody<'a> {
     incomplete_details: Option<Incomplete<'a>>,
     #[serde(borrow)]
     error: Option<&'a RawValue>,
+    #[serde(borrow)]
+    service_tier: Option<Str<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -426,6 +437,9 @@ struct WireUsage {
     output_tokens_details: Option<Details>,
     /// DeepSeek: the cached part of `prompt_tokens`.
     prompt_cache_hit_tokens: Option<u64>,
+    /// OpenRouter: what the request cost, in USD (credits).
+    #[serde(default, deserialize_with = "reported_cost")]
+    cost: Option<ReportedCost>,
     // Groq: server-side phases, in seconds.
     queue_time: Option<f64>,
     prompt_time: Option<f64>,
@@ -437,6 +451,7 @@ struct WireUsage {
 struct Details {
     cached_tokens: Option<u64>,
     reasoning_tokens: Option<u64>,
+    audio_tokens: Option<u64>,
 }
 
 impl WireUsage {
@@ -457,8 +472,17 @@ impl WireUsage {
                 .or(self.prompt_cache_hit_tokens),
             cache_creation: None,
             reasoning: output_details.and_then(|d| d.reasoning_tokens),
+            input_audio: input_details.and_then(|d| d.audio_tokens),
+            output_audio: output_details.and_then(|d| d.audio_tokens),
+            cost: self.cost,
+            ..Usage::default()
         }
     }
+}
+
+/// A `service_tier` value, when it is one that changes the price.
+fn tier(value: Option<&Str<'_>>) -> Option<ServiceTier> {
+    value.and_then(|v| ServiceTier::parse(v.as_str()))
 }
 
 /// `choices`, folded while parsing: how many carry content, and the
@@ -760,6 +784,7 @@ mod tests {
             cache_read: Some(cached),
             cache_creation: None,
             reasoning: Some(reasoning),
+            ..Usage::default()
         }
     }
 

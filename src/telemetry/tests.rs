@@ -106,6 +106,7 @@ fn measurement(request: RequestFacts) -> Measurement {
             cache_read: Some(4),
             cache_creation: None,
             reasoning: Some(2),
+            ..Usage::default()
         },
         output_tokens: Some(11),
         token_source: Some(TokenSource::Provider),
