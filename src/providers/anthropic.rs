@@ -554,6 +554,8 @@ mod tests {
         }
     }
 
+    /// Usage as the recorded fixtures report it: every write for 5
+    /// minutes, at the standard tier.
     fn usage(uncached: u64, output: u64, cache_read: u64, cache_creation: u64) -> Usage {
         Usage {
             input: Some(uncached + cache_read + cache_creation),
@@ -561,6 +563,9 @@ mod tests {
             cache_read: Some(cache_read),
             cache_creation: Some(cache_creation),
             reasoning: None,
+            cache_write_5m: Some(cache_creation),
+            cache_write_1h: Some(0),
+            service_tier: Some(ServiceTier::Default),
             ..Usage::default()
         }
     }

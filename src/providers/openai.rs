@@ -823,7 +823,12 @@ mod tests {
             "chatcmpl-BxY8pQ2mKf3r7VtH1nZcL0aWdE9sJ",
             &["stop"],
         );
-        s.usage = usage(19, 9, 0, 0);
+        s.usage = Usage {
+            input_audio: Some(0),
+            output_audio: Some(0),
+            service_tier: Some(ServiceTier::Default),
+            ..usage(19, 9, 0, 0)
+        };
         s.done = 1;
         expect("openai/chat_stream_usage.sse", s);
     }
@@ -850,7 +855,12 @@ mod tests {
             "chatcmpl-BxYB7nR2dQw0pLk4Hs9Jt1Ve6Yc3M",
             &["tool_calls"],
         );
-        s.usage = usage(85, 18, 0, 0);
+        s.usage = Usage {
+            input_audio: Some(0),
+            output_audio: Some(0),
+            service_tier: Some(ServiceTier::Default),
+            ..usage(85, 18, 0, 0)
+        };
         s.done = 1;
         expect("openai/chat_stream_tool_calls.sse", s);
     }
@@ -887,7 +897,12 @@ mod tests {
             "chatcmpl-BxYFa2Ts8Lk5Wq0Rn3Ve7Hc1Mz9Pj",
             &["stop"],
         );
-        s.usage = usage(1536, 210, 1024, 192);
+        s.usage = Usage {
+            input_audio: Some(0),
+            output_audio: Some(0),
+            service_tier: Some(ServiceTier::Default),
+            ..usage(1536, 210, 1024, 192)
+        };
         expect("openai/chat.json", s);
     }
 
@@ -908,7 +923,10 @@ mod tests {
         // 3 reasoning-summary deltas and 4 output-text deltas.
         let id = "resp_6887a1f3c2e08191b5a7d4e2f90c13ab0d9e4f6a7b8c9d01";
         let mut s = summary(7, "o4-mini-2025-04-16", id, &["completed"]);
-        s.usage = usage(37, 150, 0, 128);
+        s.usage = Usage {
+            service_tier: Some(ServiceTier::Default),
+            ..usage(37, 150, 0, 128)
+        };
         s.done = 1;
         expect("openai/responses_stream.sse", s);
     }
@@ -917,7 +935,10 @@ mod tests {
     fn responses_whole_body() {
         let id = "resp_6887a1f3c2e08191b5a7d4e2f90c13ab0d9e4f6a7b8c9d01";
         let mut s = summary(1, "o4-mini-2025-04-16", id, &["completed"]);
-        s.usage = usage(37, 150, 0, 128);
+        s.usage = Usage {
+            service_tier: Some(ServiceTier::Default),
+            ..usage(37, 150, 0, 128)
+        };
         expect("openai/responses.json", s);
     }
 

@@ -1697,6 +1697,7 @@ mod tests {
                 cache_read: Some(4),
                 cache_creation: None,
                 reasoning: Some(2),
+                output_audio: Some(3),
                 ..Usage::default()
             }
         );
