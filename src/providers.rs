@@ -17,6 +17,9 @@ pub mod spec;
 pub mod tgi;
 mod wire;
 
+/// `service_tier` as a lenient serde field (the request sniffer reads it too).
+pub(crate) use wire::service_tier as deserialize_service_tier;
+
 pub use spec::{ContentType, FrameAdapter, JsonBody, ProviderSpec, ResponseFormat, Wire};
 
 use std::borrow::Cow;

@@ -80,13 +80,14 @@ impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
     }
 }
 
-/// A `service_tier` string as the tier it names (`None` for `null` and for
-/// values that do not change the price).
+/// A `service_tier` string as the tier it names (`None` for `null`, for
+/// values that do not change the price, and for anything not a string:
+/// never an error, so a request body or payload stays readable).
 pub(crate) fn service_tier<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<ServiceTier>, D::Error> {
     struct V;
-    impl Visitor<'_> for V {
+    impl<'de> Visitor<'de> for V {
         type Value = Option<ServiceTier>;
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.write_str("a service tier string")
@@ -95,6 +96,32 @@ pub(crate) fn service_tier<'de, D: Deserializer<'de>>(
             Ok(ServiceTier::parse(v))
         }
         fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut m: A,
+        ) -> Result<Self::Value, A::Error> {
+            while m
+                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                .is_some()
+            {}
+            Ok(None)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+            while s.next_element::<serde::de::IgnoredAny>()?.is_some() {}
             Ok(None)
         }
     }

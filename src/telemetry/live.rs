@@ -136,6 +136,10 @@ pub struct Sample {
     pub end_wall: SystemTime,
     /// Trace id of the request's span; `None` when the span has no valid context.
     pub trace_id: Option<TraceId>,
+    /// The request's cost in USD, when priced (docs/COST.md).
+    pub cost_usd: Option<f64>,
+    /// Tokens were used but the model has no price.
+    pub unpriced: bool,
 }
 
 impl Sample {
@@ -164,6 +168,8 @@ impl Sample {
             end: m.request.start + m.duration,
             end_wall: m.request.start_wall + m.duration,
             trace_id: (trace_id != TraceId::INVALID).then_some(trace_id),
+            cost_usd: None,
+            unpriced: false,
         }
     }
 

@@ -44,6 +44,8 @@ fn sample(key: SeriesKey, end: Instant) -> Sample {
         end,
         end_wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
         trace_id: None,
+        cost_usd: None,
+        unpriced: false,
     }
 }
 

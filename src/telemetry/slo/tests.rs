@@ -85,6 +85,8 @@ impl Rig {
             end: self.t0 + at,
             end_wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000) + at,
             trace_id: None,
+            cost_usd: None,
+            unpriced: false,
         });
     }
 
@@ -340,6 +342,8 @@ fn slo_other_objectives() {
         end: r.t0 + 5 * S,
         end_wall: SystemTime::UNIX_EPOCH,
         trace_id: None,
+        cost_usd: None,
+        unpriced: false,
     };
     r.agg.record(s.clone());
     s.end = r.t0 + 5 * S + Duration::from_millis(10);
