@@ -257,10 +257,19 @@ impl PriceBook {
             return Priced::Nothing;
         }
         let at = When::of(r.at);
-        let found = names.into_iter().flatten().find_map(|name| {
-            let lower = lowercase(name);
-            self.quote(r.route, r.provider, &lower, at, tier)
-        });
+        // An override for either name beats the table for either name (an
+        // override on the requested alias wins over the dated model the
+        // response names).
+        let found = names
+            .into_iter()
+            .flatten()
+            .find_map(|name| self.quote_override(r.route, r.provider, &lowercase(name), at, tier))
+            .or_else(|| {
+                names
+                    .into_iter()
+                    .flatten()
+                    .find_map(|name| self.quote_table(r.provider, &lowercase(name), at, tier))
+            });
         match found {
             Some((entry, rates)) => {
                 let bill = rates.cost(&counts);
@@ -285,11 +294,44 @@ impl PriceBook {
         at: When,
         tier: Option<ServiceTier>,
     ) -> Option<(Entry<'_>, Rates)> {
-        let cx = context(tier);
-        let table = |model: &str| {
-            let id = table_provider(provider)?;
-            self.table.lookup(id, model, at, &cx)
-        };
+        self.quote_override(route, provider, model, at, tier)
+            .or_else(|| self.quote_table(provider, model, at, tier))
+    }
+
+    /// The table's entry and rates for `model` (lowercased).
+    fn quote_table(
+        &self,
+        provider: ProviderKind,
+        model: &str,
+        at: When,
+        tier: Option<ServiceTier>,
+    ) -> Option<(Entry<'_>, Rates)> {
+        self.resolve_table(provider, model, at, tier)
+            .map(|r| (Entry::Table(r), r.rates))
+    }
+
+    fn resolve_table(
+        &self,
+        provider: ProviderKind,
+        model: &str,
+        at: When,
+        tier: Option<ServiceTier>,
+    ) -> Option<Resolved<'_>> {
+        let id = table_provider(provider)?;
+        self.table.lookup(id, model, at, &context(tier))
+    }
+
+    /// The first override covering `model` (lowercased): the route's, the
+    /// config's, then the `--prices` file's.
+    fn quote_override(
+        &self,
+        route: &str,
+        provider: ProviderKind,
+        model: &str,
+        at: When,
+        tier: Option<ServiceTier>,
+    ) -> Option<(Entry<'_>, Rates)> {
+        let table = |model: &str| self.resolve_table(provider, model, at, tier);
         let lists = [
             (
                 List::Route,
@@ -332,7 +374,7 @@ impl PriceBook {
                 }
             }
         }
-        table(model).map(|r| (Entry::Table(r), r.rates))
+        None
     }
 
     /// A human-readable account of the price `model` gets from `provider`
