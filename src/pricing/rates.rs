@@ -223,6 +223,21 @@ impl Rates {
 
     /// The cost of `counts` at these rates, per unit and in total (USD).
     pub fn cost(&self, counts: &Counts) -> Bill {
+        // Cached audio belongs to both cache reads and audio input; with
+        // both priced and it not, it would leave input twice. Bill it as a
+        // cache read (genai-prices refuses such a price set outright).
+        let mut this = *self;
+        if let (None, Some(read), Some(_)) = (
+            this.get(Unit::CacheAudioRead),
+            this.get(Unit::CacheRead),
+            this.get(Unit::InputAudio),
+        ) {
+            this.set(Unit::CacheAudioRead, read);
+        }
+        this.cost_as_is(counts)
+    }
+
+    fn cost_as_is(&self, counts: &Counts) -> Bill {
         let mut leaf = [0u64; UNITS];
         let mut bill = Bill::default();
         let input = counts.get(Unit::Input);
@@ -329,6 +344,25 @@ mod tests {
         // 500k output (reasoning among them) at 8.
         assert!((bill.total - (1.2 + 0.2 + 4.0)).abs() < 1e-9, "{bill:?}");
         assert_eq!(bill.tokens[Unit::Input as usize], 600_000);
+    }
+
+    #[test]
+    fn cached_audio_leaves_input_once() {
+        let r = rates(&[
+            (Unit::Input, 1.0),
+            (Unit::CacheRead, 0.5),
+            (Unit::InputAudio, 10.0),
+        ]);
+        let c = counts(&[
+            (Unit::Input, 1_000_000),
+            (Unit::CacheRead, 300_000),
+            (Unit::InputAudio, 400_000),
+            (Unit::CacheAudioRead, 100_000),
+        ]);
+        // 300k cached (100k of them audio) at 0.5, 300k uncached audio at
+        // 10, 400k uncached text at 1: every token once.
+        let bill = r.cost(&c);
+        assert!((bill.total - (0.15 + 3.0 + 0.4)).abs() < 1e-9, "{bill:?}");
     }
 
     #[test]
