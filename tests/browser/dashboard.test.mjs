@@ -136,6 +136,24 @@ async function run(context, origin) {
       new Set(els.map(e => e.getAttribute("stroke") ?? e.getAttribute("fill"))).size);
     check(strokes >= models.length, `#${id} drew ${strokes} series, expected ${models.length}`);
   }
+  // Cost: a spend row with tokens per dollar for every (priced) model, a
+  // tenant row, and the totals agree with api/live.
+  const costRows = await page.$$eval("#cost-models-body tr[data-model]", trs => trs.map(tr => ({
+    model: tr.dataset.model,
+    cells: [...tr.querySelectorAll("td")].map(td => td.textContent.trim()),
+  })));
+  for (const model of models) {
+    const row = costRows.find(r => r.model === model);
+    check(row, `no cost row for ${model}; rows: ${JSON.stringify(costRows)}`);
+    check(row.cells[1].startsWith("$") && number(row.cells[1]) > 0, `${model}: spend ${JSON.stringify(row.cells[1])}`);
+    check(number(row.cells[3]) > 0 && number(row.cells[4]) > number(row.cells[3]),
+      `${model}: output and total tokens per dollar ${JSON.stringify(row.cells)}`);
+  }
+  const tenantsShown = await page.$$eval("#cost-tenants-body tr[data-tenant]", trs => trs.length);
+  check(tenantsShown > 0, "no tenant spend row");
+  const spend = snap.series.reduce((a, s) => a + s.window.cost.usd, 0);
+  check(spend > 0, `api/live spend should be positive: ${spend}`);
+
   const status = await page.textContent("#status");
   check(/live/.test(status ?? ""), `status should say live, says ${JSON.stringify(status)}`);
 
