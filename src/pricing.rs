@@ -168,6 +168,10 @@ pub struct Cost<'b> {
 
 /// What pricing made of a request.
 #[derive(Debug, Clone, Copy)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "returned once per request and matched at once; boxing would add the allocation pricing avoids"
+)]
 pub enum Priced<'b> {
     /// It has a cost.
     Cost(Cost<'b>),

@@ -132,9 +132,15 @@ impl Clause {
                 out.push(s);
                 false
             }
-            Clause::Or(cs) => cs
-                .iter()
-                .fold(false, |other, c| c.exact_names(out) || other),
+            Clause::Or(cs) => {
+                // Every branch, not the first that accepts more: all exact
+                // names must reach the index.
+                let mut other = false;
+                for c in cs.iter() {
+                    other |= c.exact_names(out);
+                }
+                other
+            }
             _ => true,
         }
     }

@@ -415,7 +415,7 @@ fn overrides_win_in_order_route_config_file() {
     assert!(text.contains("table entry: openai/gpt-4o"), "{text}");
     assert!(text.contains("scaled by 0.5"), "{text}");
     let bad = std::fs::write(&file, "[[prices]]\nmodel = \"x\"\nimput = 1\n")
-        .and_then(|_| Ok(PriceBook::new(&[], Some(&file), std::iter::empty())));
+        .map(|_| PriceBook::new(&[], Some(&file), std::iter::empty()));
     let err = bad
         .expect("written")
         .expect_err("an unknown key is refused");
