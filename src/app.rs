@@ -272,10 +272,29 @@ pub fn price_book(config: &Config) -> Result<PriceBook, PriceError> {
     )
 }
 
+/// What `tokentap price` asks (its flags, as plain values).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PriceQuery<'a> {
+    /// Provider config name.
+    pub provider: &'a str,
+    /// Model name.
+    pub model: &'a str,
+    /// `--at`: a day or an RFC 3339 time; now when `None`.
+    pub at: Option<&'a str>,
+    /// `--service-tier`.
+    pub service_tier: Option<&'a str>,
+    /// `--route`: whose overrides apply (needs `config`).
+    pub route: Option<&'a str>,
+    /// `--config`.
+    pub config: Option<&'a std::path::Path>,
+    /// `--prices`.
+    pub prices: Option<&'a std::path::Path>,
+}
+
 /// `tokentap price`: the account `PriceBook::explain` gives for the
 /// provider and model in `args`, under the overrides of `--config` and
 /// `--prices` when given.
-pub fn price_report(args: &crate::cli::PriceArgs) -> anyhow::Result<String> {
+pub fn price_report(args: &PriceQuery<'_>) -> anyhow::Result<String> {
     let provider = ProviderKind::ALL
         .into_iter()
         .find(|k| k.config_name() == args.provider)
@@ -287,7 +306,7 @@ pub fn price_report(args: &crate::cli::PriceArgs) -> anyhow::Result<String> {
                 names.join(", ")
             )
         })?;
-    let at = match args.at.as_deref() {
+    let at = match args.at {
         None => When::of(std::time::SystemTime::now()),
         Some(s) => match Day::parse(s) {
             Some(day) => When::midnight(day),
@@ -296,32 +315,32 @@ pub fn price_report(args: &crate::cli::PriceArgs) -> anyhow::Result<String> {
             })?),
         },
     };
-    let tier = match args.service_tier.as_deref() {
+    let tier = match args.service_tier {
         None => None,
         Some(s) => Some(ServiceTier::parse(s).ok_or_else(|| {
             anyhow::anyhow!("--service-tier `{s}`: expected default, flex, priority or batch")
         })?),
     };
-    let book = match &args.config {
+    let book = match args.config {
         Some(path) => {
             let flags = crate::config::Overrides {
-                config: Some(path.clone()),
-                prices: args.prices.clone(),
+                config: Some(path.to_owned()),
+                prices: args.prices.map(ToOwned::to_owned),
                 ..Default::default()
             };
             let config = crate::config::load(&flags)?;
-            if let Some(route) = &args.route {
-                if !config.routes.iter().any(|r| &r.name == route) {
+            if let Some(route) = args.route {
+                if !config.routes.iter().any(|r| r.name == route) {
                     anyhow::bail!("--route `{route}` is not a route of {}", path.display());
                 }
             }
             price_book(&config)?
         }
         None if args.route.is_some() => anyhow::bail!("--route needs --config"),
-        None => PriceBook::new(&[], args.prices.as_deref(), std::iter::empty())?,
+        None => PriceBook::new(&[], args.prices, std::iter::empty())?,
     };
-    let route = args.route.as_deref().unwrap_or("");
-    Ok(book.explain(route, provider, &args.model, at, tier))
+    let route = args.route.unwrap_or("");
+    Ok(book.explain(route, provider, args.model, at, tier))
 }
 
 /// Bind the listener and start serving. Must run inside a tokio runtime.

@@ -77,7 +77,16 @@ fn check(flags: &Overrides) -> ExitCode {
 /// `tokentap price`: the price a model gets and why, on stdout; a bad
 /// argument or override on stderr with exit code 2.
 fn price(args: &PriceArgs) -> ExitCode {
-    match tokentap::app::price_report(args) {
+    let query = tokentap::app::PriceQuery {
+        provider: &args.provider,
+        model: &args.model,
+        at: args.at.as_deref(),
+        service_tier: args.service_tier.as_deref(),
+        route: args.route.as_deref(),
+        config: args.config.as_deref(),
+        prices: args.prices.as_deref(),
+    };
+    match tokentap::app::price_report(&query) {
         Ok(text) => {
             print!("{text}");
             ExitCode::SUCCESS
