@@ -165,6 +165,7 @@ fn facts(provider: ProviderKind, operation: Operation) -> RequestFacts {
         server_address: Arc::from("127.0.0.1"),
         server_port: 9090,
         request_body: RequestBody::Sniffed,
+        service_tier: None,
         start_wall: SystemTime::now(),
         start: Instant::now(),
     }

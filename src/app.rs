@@ -16,6 +16,8 @@ use crate::admin::{self, Admin, AdminState, ConfigView, Readiness};
 use crate::config::{Config, ConfigError, RESTART_ONLY, UpstreamConfig};
 use crate::meter::drain::Drains;
 use crate::meter::tokenize::Tokenizer;
+use crate::pricing::{Day, PriceBook, PriceError, When};
+use crate::providers::{ProviderKind, ServiceTier};
 use crate::route::Router;
 use crate::server::Shards;
 use crate::server::tls::Tls;
@@ -173,9 +175,12 @@ impl Running {
                 .map_err(|e| ReloadError::Tls(format!("{} listener: {e}", tls.listener)))
         })
         .collect::<Result<Vec<_>, _>>()?;
+        // The --prices file is read again on every reload, like certificates.
+        let prices = price_book(&config).map_err(|e| ReloadError::Prices(e.to_string()))?;
         for (tls, s) in staged {
             tls.install(s);
         }
+        current.telemetry.set_prices(Arc::new(prices));
         self.state.store(Arc::new(State {
             router: Router::new(&config.routes),
             client,
@@ -211,6 +216,10 @@ pub enum ReloadError {
     /// the certificates in use keep serving.
     #[error("{0}")]
     Tls(String),
+    /// A price override (or the `--prices` file) is unusable; the prices
+    /// in use stay.
+    #[error("{0}")]
+    Prices(String),
 }
 
 impl ReloadError {
@@ -231,7 +240,7 @@ impl ReloadError {
             ReloadError::RestartRequired { key } => {
                 format!("`{key}` cannot change without a restart")
             }
-            ReloadError::Upstream(m) | ReloadError::Tls(m) => m.clone(),
+            ReloadError::Upstream(m) | ReloadError::Tls(m) | ReloadError::Prices(m) => m.clone(),
         }
     }
 }
@@ -246,7 +255,92 @@ fn client_changed(old: &UpstreamConfig, new: &UpstreamConfig) -> bool {
 /// checked without binding anything: `tokentap check`.
 pub fn check(config: &Config) -> anyhow::Result<()> {
     Client::new(&config.upstream)?;
+    price_book(config)?;
     Ok(())
+}
+
+/// The prices a configuration defines: the embedded table under its
+/// `[[prices]]`, `--prices` file and routes' `[[routes.prices]]`.
+pub fn price_book(config: &Config) -> Result<PriceBook, PriceError> {
+    PriceBook::new(
+        &config.prices,
+        config.prices_file.as_deref(),
+        config
+            .routes
+            .iter()
+            .map(|r| (r.name.as_str(), r.prices.as_slice())),
+    )
+}
+
+/// What `tokentap price` asks (its flags, as plain values).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PriceQuery<'a> {
+    /// Provider config name.
+    pub provider: &'a str,
+    /// Model name.
+    pub model: &'a str,
+    /// `--at`: a day or an RFC 3339 time; now when `None`.
+    pub at: Option<&'a str>,
+    /// `--service-tier`.
+    pub service_tier: Option<&'a str>,
+    /// `--route`: whose overrides apply (needs `config`).
+    pub route: Option<&'a str>,
+    /// `--config`.
+    pub config: Option<&'a std::path::Path>,
+    /// `--prices`.
+    pub prices: Option<&'a std::path::Path>,
+}
+
+/// `tokentap price`: the account `PriceBook::explain` gives for the
+/// provider and model in `args`, under the overrides of `--config` and
+/// `--prices` when given.
+pub fn price_report(args: &PriceQuery<'_>) -> anyhow::Result<String> {
+    let provider = ProviderKind::ALL
+        .into_iter()
+        .find(|k| k.config_name() == args.provider)
+        .ok_or_else(|| {
+            let names: Vec<&str> = ProviderKind::ALL.iter().map(|k| k.config_name()).collect();
+            anyhow::anyhow!(
+                "unknown provider `{}`; expected one of: {}",
+                args.provider,
+                names.join(", ")
+            )
+        })?;
+    let at = match args.at {
+        None => When::of(std::time::SystemTime::now()),
+        Some(s) => match Day::parse(s) {
+            Some(day) => When::midnight(day),
+            None => When::of(humantime::parse_rfc3339_weak(s).map_err(|_| {
+                anyhow::anyhow!("--at `{s}` is neither a date (YYYY-MM-DD) nor an RFC 3339 time")
+            })?),
+        },
+    };
+    let tier = match args.service_tier {
+        None => None,
+        Some(s) => Some(ServiceTier::parse(s).ok_or_else(|| {
+            anyhow::anyhow!("--service-tier `{s}`: expected default, flex, priority or batch")
+        })?),
+    };
+    let book = match args.config {
+        Some(path) => {
+            let flags = crate::config::Overrides {
+                config: Some(path.to_owned()),
+                prices: args.prices.map(ToOwned::to_owned),
+                ..Default::default()
+            };
+            let config = crate::config::load(&flags)?;
+            if let Some(route) = args.route {
+                if !config.routes.iter().any(|r| r.name == route) {
+                    anyhow::bail!("--route `{route}` is not a route of {}", path.display());
+                }
+            }
+            price_book(&config)?
+        }
+        None if args.route.is_some() => anyhow::bail!("--route needs --config"),
+        None => PriceBook::new(&[], args.prices, std::iter::empty())?,
+    };
+    let route = args.route.unwrap_or("");
+    Ok(book.explain(route, provider, args.model, at, tier))
 }
 
 /// Bind the listener and start serving. Must run inside a tokio runtime.
@@ -274,6 +368,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         None => Telemetry::init(&config.telemetry)?,
     });
     telemetry.observe_certificates(tls.iter().chain(admin_tls.iter()).cloned().collect());
+    telemetry.set_prices(Arc::new(price_book(&config)?));
     let readiness = Readiness::new();
     let config_view = ConfigView::new(&config);
     let sessions = Sessions::new();

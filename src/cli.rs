@@ -51,6 +51,39 @@ pub enum Command {
     Simulate(SimulateArgs),
     /// Run tokentap in front of the simulated provider with generated traffic and a live table
     Demo(DemoCli),
+    /// Print the price a provider's model gets, and why: the table entry,
+    /// its dated price and variants, and every override considered
+    Price(PriceArgs),
+}
+
+/// `tokentap price PROVIDER MODEL`: which price applies, and why.
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub struct PriceArgs {
+    /// Provider config name (openai, anthropic, gemini, vertex, bedrock, azure, …)
+    pub provider: String,
+
+    /// Model name as requests or responses carry it (e.g. gpt-4o-2024-08-06)
+    pub model: String,
+
+    /// Price at this day (YYYY-MM-DD) or instant (RFC 3339, UTC); default now
+    #[arg(long, value_name = "DATE")]
+    pub at: Option<String>,
+
+    /// Service tier the request runs at (default, flex, priority, batch)
+    #[arg(long, value_name = "TIER")]
+    pub service_tier: Option<String>,
+
+    /// Apply this route's overrides (from --config)
+    #[arg(long, value_name = "NAME")]
+    pub route: Option<String>,
+
+    /// Config file whose [[prices]], [[routes.prices]] and prices_file apply
+    #[arg(short, long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// A [[prices]] file, as the proxy's --prices
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
 }
 
 impl Cli {
@@ -113,6 +146,11 @@ pub struct ProxyArgs {
     /// PEM private key for --tls-cert [config: tls.key]
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
+
+    /// TOML file of [[prices]] overrides, read at start-up and on every
+    /// reload (see docs/COST.md) [config: prices_file]
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<std::path::PathBuf>,
 }
 
 impl ProxyArgs {
@@ -130,6 +168,7 @@ impl ProxyArgs {
             otlp_protocol: self.otlp_protocol,
             tls_cert: self.tls_cert.clone(),
             tls_key: self.tls_key.clone(),
+            prices: self.prices.clone(),
         }
     }
 }

@@ -24,6 +24,7 @@ use figment::Figment;
 use figment::providers::{Format, Toml};
 use serde::{Deserialize, Serialize};
 
+use crate::pricing::PriceOverride;
 use crate::providers::ProviderKind;
 
 pub use self::restart::RESTART_ONLY;
@@ -63,6 +64,11 @@ pub struct Config {
     pub tenant: TenantConfig,
     /// Export and telemetry settings (`[telemetry]`).
     pub telemetry: TelemetryConfig,
+    /// Price overrides for every route (`[[prices]]`), first match wins.
+    pub prices: Vec<PriceOverride>,
+    /// A file of `[[prices]]` entries (`--prices`), read at start-up and on
+    /// every reload; checked after the config file's entries.
+    pub prices_file: Option<PathBuf>,
 }
 
 /// `[server]`: listener limits and shutdown (restart-only: see [`RESTART_ONLY`]).
@@ -294,6 +300,9 @@ pub struct RouteConfig {
     pub on_client_disconnect: OnClientDisconnect,
     /// Upstream protocol: HTTP/2 when ALPN picks it, always, or never.
     pub http2: Http2Mode,
+    /// Price overrides for this route's requests (`[[routes.prices]]`),
+    /// checked before the global ones.
+    pub prices: Vec<PriceOverride>,
 }
 
 /// `routes[].http2`: which HTTP version the route speaks to its upstream.
@@ -717,6 +726,8 @@ pub struct Overrides {
     pub tls_cert: Option<PathBuf>,
     /// `tls.key` (`--tls-key`).
     pub tls_key: Option<PathBuf>,
+    /// `prices_file` (`--prices`).
+    pub prices: Option<PathBuf>,
 }
 
 /// The admin listener's address when none is configured (loopback only;

@@ -20,6 +20,7 @@ pub mod framing;
     reason = "`meter` is the one clock owner (STYLE.md convention 4): it reads the clock for every measurement"
 )]
 pub mod meter;
+pub mod pricing;
 pub mod providers;
 pub mod read_tap;
 pub mod reload;

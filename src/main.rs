@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use tokentap::cli::{Cli, Command};
+use tokentap::cli::{Cli, Command, PriceArgs};
 use tokentap::config::{self, Overrides};
 use tokentap::reload::{self, FileWatch, Hangup};
 
@@ -21,6 +21,7 @@ fn main() -> ExitCode {
             return block_on(tokentap::demo::run(demo.args, demo.listen, admin), 1);
         }
         Command::Check(args) => return check(&args.overrides()),
+        Command::Price(args) => return price(&args),
         Command::Run(args) => args.overrides(),
     };
     // Before loading, so an edit made while starting is not missed.
@@ -68,6 +69,30 @@ fn check(flags: &Overrides) -> ExitCode {
         }
         Err(e) => {
             eprintln!("tokentap: {e}");
+            ExitCode::from(START_FAILED)
+        }
+    }
+}
+
+/// `tokentap price`: the price a model gets and why, on stdout; a bad
+/// argument or override on stderr with exit code 2.
+fn price(args: &PriceArgs) -> ExitCode {
+    let query = tokentap::app::PriceQuery {
+        provider: &args.provider,
+        model: &args.model,
+        at: args.at.as_deref(),
+        service_tier: args.service_tier.as_deref(),
+        route: args.route.as_deref(),
+        config: args.config.as_deref(),
+        prices: args.prices.as_deref(),
+    };
+    match tokentap::app::price_report(&query) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tokentap price: {e}");
             ExitCode::from(START_FAILED)
         }
     }

@@ -13,7 +13,7 @@ pub mod tokenize;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::providers::{Operation, ProviderKind, UpstreamTiming, Usage};
+use crate::providers::{Operation, ProviderKind, ServiceTier, UpstreamTiming, Usage};
 
 /// How a request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -151,6 +151,9 @@ pub struct RequestFacts {
     pub server_port: u16,
     /// What the request body sniffer made of the body.
     pub request_body: RequestBody,
+    /// `service_tier` the request asked for (the response's, when it says
+    /// one, wins when pricing).
+    pub service_tier: Option<ServiceTier>,
     /// Wall-clock time the request head arrived (for span start times).
     pub start_wall: SystemTime,
     /// Monotonic time the request head arrived (t_req).

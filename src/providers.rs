@@ -17,6 +17,9 @@ pub mod spec;
 pub mod tgi;
 mod wire;
 
+/// `service_tier` as a lenient serde field (the request sniffer reads it too).
+pub(crate) use wire::service_tier as deserialize_service_tier;
+
 pub use spec::{ContentType, FrameAdapter, JsonBody, ProviderSpec, ResponseFormat, Wire};
 
 use std::borrow::Cow;
@@ -433,6 +436,23 @@ pub struct Usage {
     pub cache_creation: Option<u64>,
     /// Output tokens spent on reasoning (included in `output`).
     pub reasoning: Option<u64>,
+    /// Cache writes kept for 5 minutes (Anthropic
+    /// `cache_creation.ephemeral_5m_input_tokens`; part of `cache_creation`).
+    pub cache_write_5m: Option<u64>,
+    /// Cache writes kept for 1 hour (Anthropic
+    /// `cache_creation.ephemeral_1h_input_tokens`; part of `cache_creation`).
+    pub cache_write_1h: Option<u64>,
+    /// Audio input tokens (part of `input`).
+    pub input_audio: Option<u64>,
+    /// Audio output tokens (part of `output`).
+    pub output_audio: Option<u64>,
+    /// Audio input served from the prompt cache (part of `cache_read` and
+    /// of `input_audio`; OpenAI Realtime).
+    pub cache_read_audio: Option<u64>,
+    /// The service tier the provider says it served the request at.
+    pub service_tier: Option<ServiceTier>,
+    /// The request's cost as the provider reported it (OpenRouter `usage.cost`).
+    pub cost: Option<ReportedCost>,
 }
 
 impl Usage {
@@ -443,6 +463,70 @@ impl Usage {
         self.cache_read = newer.cache_read.or(self.cache_read);
         self.cache_creation = newer.cache_creation.or(self.cache_creation);
         self.reasoning = newer.reasoning.or(self.reasoning);
+        self.cache_write_5m = newer.cache_write_5m.or(self.cache_write_5m);
+        self.cache_write_1h = newer.cache_write_1h.or(self.cache_write_1h);
+        self.input_audio = newer.input_audio.or(self.input_audio);
+        self.output_audio = newer.output_audio.or(self.output_audio);
+        self.cache_read_audio = newer.cache_read_audio.or(self.cache_read_audio);
+        self.service_tier = newer.service_tier.or(self.service_tier);
+        self.cost = newer.cost.or(self.cost);
+    }
+}
+
+/// A processing tier that changes the price (OpenAI and Anthropic
+/// `service_tier`, in the request or the response).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ServiceTier {
+    /// Standard processing (`default`, `auto`, `standard`).
+    Default,
+    /// OpenAI Flex processing (cheaper, slower).
+    Flex,
+    /// Priority processing (dearer, faster).
+    Priority,
+    /// Batch processing (Anthropic `usage.service_tier = "batch"`).
+    Batch,
+}
+
+impl ServiceTier {
+    /// The tier a `service_tier` value names; `None` for values that do
+    /// not change the price or are unknown.
+    pub fn parse(s: &str) -> Option<ServiceTier> {
+        match s {
+            "default" | "auto" | "standard" | "standard_only" => Some(ServiceTier::Default),
+            "flex" => Some(ServiceTier::Flex),
+            "priority" => Some(ServiceTier::Priority),
+            "batch" => Some(ServiceTier::Batch),
+            _ => None,
+        }
+    }
+
+    /// The lowercase name (`tokentap.service_tier`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceTier::Default => "default",
+            ServiceTier::Flex => "flex",
+            ServiceTier::Priority => "priority",
+            ServiceTier::Batch => "batch",
+        }
+    }
+}
+
+/// A cost in USD the provider reported itself; finite and ≥ 0.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReportedCost(f64);
+
+// Finite by construction, so equality is total.
+impl Eq for ReportedCost {}
+
+impl ReportedCost {
+    /// `usd` when it is a plausible cost (finite, ≥ 0).
+    pub fn new(usd: f64) -> Option<ReportedCost> {
+        (usd.is_finite() && usd >= 0.0).then_some(ReportedCost(usd))
+    }
+
+    /// The amount in USD.
+    pub fn usd(self) -> f64 {
+        self.0
     }
 }
 

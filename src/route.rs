@@ -198,6 +198,7 @@ mod tests {
             host: host.map(str::to_owned),
             upstream: upstream.parse().expect("test URI"),
             provider: None,
+            prices: Vec::new(),
             inject_usage: false,
             sigv4: None,
             on_client_disconnect: crate::config::OnClientDisconnect::Cancel,

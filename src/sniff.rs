@@ -13,6 +13,7 @@ use http_body_util::BodyExt;
 use serde::Deserialize;
 
 use crate::meter::RequestBody;
+use crate::providers::{ServiceTier, deserialize_service_tier};
 
 /// What the request body said.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -29,6 +30,9 @@ pub struct Sniffed {
     pub has_stream_options: bool,
     /// OpenAI `user` or Anthropic `metadata.user_id`.
     pub user: Option<String>,
+    /// `service_tier` (OpenAI `flex`/`priority`, Anthropic `standard_only`),
+    /// when it names a tier that changes the price.
+    pub service_tier: Option<ServiceTier>,
 }
 
 #[derive(Deserialize)]
@@ -43,6 +47,8 @@ struct Fields {
     user: Option<String>,
     #[serde(default, deserialize_with = "object")]
     metadata: Option<Metadata>,
+    #[serde(default, deserialize_with = "deserialize_service_tier")]
+    service_tier: Option<ServiceTier>,
 }
 
 /// A JSON object as `T`, or `null`. Serde would also read a struct from an
@@ -111,6 +117,7 @@ pub fn parse(body: &[u8]) -> Sniffed {
             has_stream_options: memchr::memmem::find(body, b"\"stream_options\"").is_some(),
             include_usage: f.stream_options.and_then(|o| o.include_usage),
             user: f.user.or(f.metadata.and_then(|m| m.user_id)),
+            service_tier: f.service_tier,
         },
         Err(_) => Sniffed {
             body: RequestBody::NotJson,

@@ -25,6 +25,8 @@ pub use self::session::SessionTelemetry;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwapOption;
+
 use http::HeaderMap;
 use opentelemetry::metrics::{BoundHistogram, Meter, MeterProvider as _, UpDownCounter};
 use opentelemetry::propagation::TextMapPropagator;
@@ -49,6 +51,7 @@ use self::prometheus::PullReader;
 use self::span::{HeaderInjector, TraceHeaders, end_span, error_type, span_start_attributes};
 use crate::config::TelemetryConfig;
 use crate::meter::{Measurement, Recorder, RequestFacts};
+use crate::pricing::{self, PriceBook, Priced};
 use crate::providers::{Operation, ProviderKind};
 
 /// Longest wait for flush and shutdown.
@@ -91,6 +94,8 @@ struct Inner {
     in_flight: Arc<InFlight>,
     /// `telemetry.prompt_size_class`.
     prompt_size_class: bool,
+    /// Prices for finished requests; swapped on reload, `None` = no pricing.
+    prices: ArcSwapOption<PriceBook>,
 }
 
 /// Telemetry could not start (bad exporter settings).
@@ -232,6 +237,7 @@ impl Telemetry {
             observed: std::sync::Mutex::new(Vec::new()),
             in_flight: Arc::default(),
             prompt_size_class: cfg.prompt_size_class,
+            prices: ArcSwapOption::empty(),
         };
         let telemetry = Telemetry {
             inner: Arc::new(inner),
@@ -549,6 +555,12 @@ impl Telemetry {
         }
     }
 
+    /// Price finished requests with `book` from now on (start-up and each
+    /// reload; requests finishing later use it, whenever they started).
+    pub fn set_prices(&self, book: Arc<PriceBook>) {
+        self.inner.prices.store(Some(book));
+    }
+
     /// Live statistics (dashboard, demo table, slowdown detection).
     pub fn live(&self) -> &Live {
         &self.inner.live
@@ -627,6 +639,13 @@ impl ChunkGaps {
             self.gap.record(secs);
         });
     }
+}
+
+/// A request's pricing, as the live statistics count it.
+#[derive(Debug, Default)]
+struct LiveCost {
+    usd: Option<f64>,
+    unpriced: bool,
 }
 
 /// `tokentap.streams.active`: +1 on start, −1 when dropped (finished or not).
@@ -741,7 +760,8 @@ impl Recorder for RequestTelemetry {
             g.record();
         }
         this.record_metrics(&m);
-        this.record_live(&m);
+        let cost = this.record_cost(&m);
+        this.record_live(&m, &cost);
         if this.inner.access_log {
             access_log(&m, &this.span);
         }
@@ -755,8 +775,62 @@ impl Recorder for RequestTelemetry {
 }
 
 impl RequestTelemetry {
+    /// Price the request (`pricing`), put the cost on the span and the
+    /// cost counters; what the live statistics need of it.
+    fn record_cost(&mut self, m: &Measurement) -> LiveCost {
+        let book = self.inner.prices.load();
+        let Some(book) = book.as_deref() else {
+            return LiveCost::default();
+        };
+        let request = pricing::Request {
+            route: &m.request.route,
+            provider: m.request.provider,
+            response_model: m.response_model.as_deref(),
+            request_model: m.request.request_model.as_deref(),
+            usage: &m.usage,
+            counted_output: m.output_tokens,
+            estimated: m.estimated(),
+            requested_tier: m.request.service_tier,
+            at: m.request.start_wall,
+        };
+        let ins = &self.inner.instruments;
+        if let Some(tier) = m.usage.service_tier.or(m.request.service_tier) {
+            self.span
+                .set_attribute(KeyValue::new(SERVICE_TIER, tier.as_str()));
+        }
+        match book.price(&request) {
+            Priced::Cost(c) => {
+                let source = c.entry.source().as_str();
+                self.span.set_attributes([
+                    KeyValue::new(COST_AMOUNT, c.usd),
+                    KeyValue::new(COST_CURRENCY, pricing::CURRENCY),
+                    KeyValue::new(COST_SOURCE, source),
+                    KeyValue::new(COST_ESTIMATED, c.estimated),
+                    KeyValue::new(COST_PRICE_ENTRY, c.entry.to_string()),
+                ]);
+                let mut attrs = self.attrs.clone();
+                attrs.push(KeyValue::new(COST_SOURCE, source));
+                attrs.push(KeyValue::new(COST_ESTIMATED, c.estimated));
+                ins.cost.add(c.usd, &attrs);
+                LiveCost {
+                    usd: Some(c.usd),
+                    unpriced: false,
+                }
+            }
+            Priced::Unpriced => {
+                self.span.set_attribute(KeyValue::new(COST_UNPRICED, true));
+                ins.cost_unpriced.add(1, &self.attrs);
+                LiveCost {
+                    usd: None,
+                    unpriced: true,
+                }
+            }
+            Priced::Nothing => LiveCost::default(),
+        }
+    }
+
     /// One `try_send` to the live statistics; never waits.
-    fn record_live(&self, m: &Measurement) {
+    fn record_live(&self, m: &Measurement, cost: &LiveCost) {
         let inner = &self.inner;
         let response_model = m.response_model.as_deref();
         let mut sample = Sample::new(
@@ -767,6 +841,8 @@ impl RequestTelemetry {
             self.span.span_context().trace_id(),
         );
         sample.in_flight = Some(self.in_flight_at_start);
+        sample.cost_usd = cost.usd;
+        sample.unpriced = cost.unpriced;
         inner.live.finish(sample);
     }
 

@@ -172,6 +172,7 @@ fn facts(model: usize, tenant: usize) -> RequestFacts {
         server_address: Arc::from("api.openai.com"),
         server_port: 443,
         request_body: RequestBody::Sniffed,
+        service_tier: None,
         start_wall: SystemTime::now(),
         start: Instant::now(),
     }

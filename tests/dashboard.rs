@@ -143,6 +143,10 @@ async fn dashboard_shows_requests_in_a_real_browser() {
         assert!(row["ttft_p50_s"].as_f64().unwrap_or(0.0) > 0.0, "{row}");
         assert!(row["tps_p50"].as_f64().unwrap_or(0.0) > 0.0, "{row}");
         assert_eq!(row["in_flight"], 0, "nothing left in flight: {row}");
+        assert!(
+            row["window"]["cost"]["usd"].as_f64().unwrap_or(0.0) > 0.0,
+            "{model} is in the price table, so its requests have a cost: {row}"
+        );
     }
     for r in snap["recent"].as_array().cloned().unwrap_or_default() {
         assert!(

@@ -86,7 +86,7 @@ fn invocations(doc: &str) -> Vec<Invocation> {
 #[test]
 fn documented_commands_and_flags_exist() {
     let top = help(&[]);
-    let subs = ["run", "check", "simulate", "demo"];
+    let subs = ["run", "check", "simulate", "demo", "price"];
     for s in subs {
         assert!(top.contains(&format!("  {s} ")), "`{s}` in --help:\n{top}");
     }
@@ -135,6 +135,7 @@ fn known_keys(section: &str) -> BTreeSet<String> {
         "" => format!("zz_unknown = 1\n{route}"),
         "routes" => format!("{route}zz_unknown = 1\n"),
         "slo" => format!("{route}[[slo]]\nname = \"s\"\nzz_unknown = 1\n"),
+        "prices" => format!("{route}[[prices]]\nmodel = \"m\"\nzz_unknown = 1\n"),
         s => format!("{route}[{s}]\nzz_unknown = 1\n"),
     };
     let e = tokentap::config::from_toml(&toml).expect_err("unknown key");

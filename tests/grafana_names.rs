@@ -582,7 +582,9 @@ async fn dashboard_and_rules_name_only_exported_metrics() {
         .raw(&format!(
             "[alerts]\nwebhook_url = {}\nmin_interval = \"0s\"\ntimeout = \"2s\"\n",
             q(&format!("{}/hook", hook.url()))
-        ));
+        ))
+        // m-json priced (tokentap_cost_usd_total), m-stream not (…_unpriced_total).
+        .raw("[[prices]]\nmodel = \"m-json\"\ninput = 1.0\noutput = 2.0\n");
     let running = start(toml).await;
     let (proxy, admin) = (
         running.addr,

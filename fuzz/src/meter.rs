@@ -116,6 +116,7 @@ pub fn meter(plan: &Plan, encoding: Option<&str>, pieces: &[&[u8]]) -> Measureme
         server_address: Arc::from("127.0.0.1"),
         server_port: 9,
         request_body: RequestBody::Sniffed,
+        service_tier: None,
         start_wall: SystemTime::now(),
         start: Instant::now(),
     };

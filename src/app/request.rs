@@ -300,6 +300,7 @@ async fn read_request(
         request_model,
         tenant,
         request_body: sniffed.body,
+        service_tier: sniffed.service_tier,
         ..admitted.facts(arrival)
     };
     Ok(ReadRequest {
@@ -322,6 +323,7 @@ impl Admitted<'_> {
             server_address: self.route.server_address.clone(),
             server_port: self.route.server_port,
             request_body: RequestBody::Unread,
+            service_tier: None,
             start_wall: arrival.wall,
             start: arrival.at,
         }
@@ -559,6 +561,7 @@ async fn websocket_session(
         server_address: route.server_address.clone(),
         server_port: route.server_port,
         request_body: RequestBody::Empty,
+        service_tier: None,
         start_wall: arrival.wall,
         start: arrival.at,
     };

@@ -312,6 +312,7 @@ pub(super) fn cli(cli: &Overrides) -> Result<Vec<Layer>, ConfigError> {
     for (f, key, v) in [
         ("tls-cert", "tls.cert", &cli.tls_cert),
         ("tls-key", "tls.key", &cli.tls_key),
+        ("prices", "prices_file", &cli.prices),
     ] {
         if let Some(p) = v {
             layers.push(Layer::key(

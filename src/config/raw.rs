@@ -15,6 +15,7 @@ use super::{
     ServerConfig, SloConfig, SniffConfig, TelemetryConfig, TenantConfig, TenantSource,
     UpstreamConfig, WebsocketConfig,
 };
+use crate::pricing::PriceOverride;
 use crate::providers::ProviderKind;
 
 /// The whole file.
@@ -58,6 +59,12 @@ pub(super) struct RawConfig {
     /// `[alerts]`: webhook for SLO breach and recovery events.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub alerts: Option<RawAlerts>,
+    /// `[[prices]]`: price overrides for every route (USD per million tokens).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub prices: Vec<PriceOverride>,
+    /// A TOML file of `[[prices]]` entries (`--prices`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prices_file: Option<std::path::PathBuf>,
 }
 
 /// One `[[routes]]` entry.
@@ -98,6 +105,9 @@ pub(super) struct RawRoute {
     /// Upstream protocol: `auto` (HTTP/2 when TLS ALPN picks it), `always`, `never`.
     #[serde(default, skip_serializing_if = "is_auto")]
     pub http2: Http2Mode,
+    /// `[[routes.prices]]`: price overrides for this route only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prices: Vec<PriceOverride>,
 }
 
 fn is_auto(m: &Http2Mode) -> bool {
@@ -164,6 +174,8 @@ impl Default for RawConfig {
             live: LiveConfig::default(),
             slo: Vec::new(),
             alerts: None,
+            prices: Vec::new(),
+            prices_file: None,
         }
     }
 }
@@ -234,6 +246,7 @@ impl RawConfig {
                         _ => None,
                     },
                     http2: r.http2,
+                    prices: r.prices.clone(),
                 })
                 .collect(),
             sniff: c.sniff.clone(),
@@ -244,6 +257,8 @@ impl RawConfig {
             live: t.live.clone(),
             slo: t.slo.slos.clone(),
             alerts: t.slo.alerts.as_ref().map(raw_alerts),
+            prices: c.prices.clone(),
+            prices_file: c.prices_file.clone(),
         }
     }
 }

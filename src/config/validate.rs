@@ -20,6 +20,7 @@ use super::{
 use super::{AdminConfig, ClientAuth, TlsConfig};
 use super::{DisconnectMode, OnClientDisconnect};
 use super::{LiveConfig, SloSettings};
+use crate::pricing::PriceOverride;
 
 /// The merged figment, kept to answer "where did this key come from?".
 pub(super) struct Cx<'a> {
@@ -239,7 +240,23 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         websocket: raw.websocket.clone(),
         tenant: raw.tenant.clone(),
         telemetry: telemetry(&cx, &raw.telemetry, live, slo)?,
+        prices: prices(&cx, "prices", &raw.prices)?,
+        prices_file: raw
+            .prices_file
+            .as_deref()
+            .map(|p| file(&cx, "prices_file", p).map(|()| p.to_owned()))
+            .transpose()?,
     })
+}
+
+/// `[[prices]]` and `[[routes.prices]]`: every entry compiles (the file's
+/// own entries are checked when it is read, at start-up and on reload).
+fn prices(cx: &Cx, key: &str, list: &[PriceOverride]) -> Result<Vec<PriceOverride>, ConfigError> {
+    for (i, p) in list.iter().enumerate() {
+        crate::pricing::overrides::Override::compile(p)
+            .map_err(|m| cx.invalid(&format!("{key}.{i}"), m))?;
+    }
+    Ok(list.to_vec())
 }
 
 /// A readable file named at `key`.
@@ -457,6 +474,7 @@ fn routes(
             sigv4,
             on_client_disconnect,
             http2: r.http2,
+            prices: prices(cx, &at("prices"), &r.prices)?,
         });
     }
     Ok(out)

@@ -917,6 +917,7 @@ mod tests {
             server_address: Arc::from("127.0.0.1"),
             server_port: 80,
             request_body: RequestBody::Sniffed,
+            service_tier: None,
             start_wall: SystemTime::now(),
             start: Instant::now(),
         }

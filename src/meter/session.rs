@@ -453,6 +453,7 @@ mod tests {
             server_address: "upstream".into(),
             server_port: 443,
             request_body: crate::meter::RequestBody::Empty,
+            service_tier: None,
             start_wall: SystemTime::now(),
             start: Instant::now(),
         };

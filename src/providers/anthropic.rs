@@ -16,8 +16,8 @@ use serde_json::value::RawValue;
 
 use super::scan::{Scan, Seen};
 use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
-use super::wire::{AnyContent, HasContent, Str, non_empty, non_empty_raw};
-use super::{AdapterError, ContentKind, Event, Usage};
+use super::wire::{AnyContent, HasContent, Str, non_empty, non_empty_raw, service_tier};
+use super::{AdapterError, ContentKind, Event, ServiceTier, Usage};
 use super::{Operation, ProviderKind};
 use crate::framing::Frame;
 
@@ -28,6 +28,8 @@ pub struct AnthropicAdapter {
     uncached_input: Option<u64>,
     cache_read: Option<u64>,
     cache_creation: Option<u64>,
+    cache_write_5m: Option<u64>,
+    cache_write_1h: Option<u64>,
     /// Take the serde path only (tests that compare it with the scan).
     no_scan: bool,
 }
@@ -159,6 +161,10 @@ impl AnthropicAdapter {
         keep(&mut self.uncached_input, u.input_tokens);
         keep(&mut self.cache_read, u.cache_read_input_tokens);
         keep(&mut self.cache_creation, u.cache_creation_input_tokens);
+        if let Some(split) = &u.cache_creation {
+            keep(&mut self.cache_write_5m, split.ephemeral_5m_input_tokens);
+            keep(&mut self.cache_write_1h, split.ephemeral_1h_input_tokens);
+        }
         let cached = self
             .cache_read
             .unwrap_or(0)
@@ -169,6 +175,10 @@ impl AnthropicAdapter {
             cache_read: self.cache_read,
             cache_creation: self.cache_creation,
             reasoning: None,
+            cache_write_5m: self.cache_write_5m,
+            cache_write_1h: self.cache_write_1h,
+            service_tier: u.service_tier,
+            ..Usage::default()
         }
     }
 }
@@ -412,6 +422,17 @@ struct WireUsage {
     output_tokens: Option<u64>,
     cache_read_input_tokens: Option<u64>,
     cache_creation_input_tokens: Option<u64>,
+    /// The write split by lifetime (5-minute and 1-hour rates differ).
+    cache_creation: Option<CacheCreation>,
+    /// `standard`, `priority` or `batch`.
+    #[serde(default, deserialize_with = "service_tier")]
+    service_tier: Option<ServiceTier>,
+}
+
+#[derive(Deserialize)]
+struct CacheCreation {
+    ephemeral_5m_input_tokens: Option<u64>,
+    ephemeral_1h_input_tokens: Option<u64>,
 }
 
 impl FrameAdapter for AnthropicAdapter {
@@ -547,6 +568,8 @@ mod tests {
         }
     }
 
+    /// Usage as the recorded fixtures report it: every write for 5
+    /// minutes, at the standard tier.
     fn usage(uncached: u64, output: u64, cache_read: u64, cache_creation: u64) -> Usage {
         Usage {
             input: Some(uncached + cache_read + cache_creation),
@@ -554,6 +577,10 @@ mod tests {
             cache_read: Some(cache_read),
             cache_creation: Some(cache_creation),
             reasoning: None,
+            cache_write_5m: Some(cache_creation),
+            cache_write_1h: Some(0),
+            service_tier: Some(ServiceTier::Default),
+            ..Usage::default()
         }
     }
 
@@ -768,6 +795,7 @@ mod tests {
             cache_read: Some(100),
             cache_creation: None,
             reasoning: None,
+            ..Usage::default()
         };
         assert_eq!(
             (s.usage, s.finish, s.done),

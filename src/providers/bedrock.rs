@@ -262,6 +262,7 @@ impl ConverseUsage {
             cache_read: self.cache_read_input_tokens,
             cache_creation: self.cache_write_input_tokens,
             reasoning: None,
+            ..Usage::default()
         }
     }
 }

@@ -216,6 +216,7 @@ impl WireUsage {
             cache_read: self.cached_content_token_count,
             cache_creation: None,
             reasoning: self.thoughts_token_count,
+            ..Usage::default()
         }
     }
 }
@@ -451,6 +452,7 @@ mod tests {
                 cache_read: Some(4),
                 cache_creation: None,
                 reasoning: Some(30),
+                ..Usage::default()
             }
         );
     }

@@ -18,8 +18,11 @@ use serde_json::value::RawValue;
 use super::ProviderKind;
 use super::scan::{Scan, Seen};
 use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
-use super::wire::{AnyContent, HasContent, Str, non_empty, non_empty_raw};
-use super::{AdapterError, ContentKind, Event, Operation, UpstreamTiming, Usage, millis, seconds};
+use super::wire::{AnyContent, HasContent, Str, non_empty, non_empty_raw, reported_cost};
+use super::{
+    AdapterError, ContentKind, Event, Operation, ReportedCost, ServiceTier, UpstreamTiming, Usage,
+    millis, seconds,
+};
 use crate::framing::Frame;
 
 /// Finish reasons kept per frame; more choices than this are not reported.
@@ -146,6 +149,7 @@ impl OpenaiAdapter {
             let embeddings = self.operation == Some(Operation::Embeddings)
                 || doc.object.as_ref().is_some_and(|o| o.as_str() == "list");
             let mut usage = usage.to_usage();
+            usage.service_tier = tier(doc.service_tier.as_ref());
             if embeddings && usage.output.is_none() {
                 // Embeddings produce no output tokens; say so exactly.
                 usage.output = Some(0);
@@ -226,7 +230,9 @@ impl OpenaiAdapter {
             out,
         );
         if let Some(usage) = &response.usage {
-            out(Event::Usage(usage.to_usage()));
+            let mut usage = usage.to_usage();
+            usage.service_tier = tier(response.service_tier.as_ref());
+            out(Event::Usage(usage));
         }
         match kind {
             "response.completed" | "response.incomplete" => {
@@ -370,6 +376,9 @@ struct Doc<'a> {
     timings: Option<LlamaTimings>,
     /// LM Studio's REST API (`/api/v0`).
     stats: Option<LmStudioStats>,
+    /// The tier the request was served at (chat bodies and chunks).
+    #[serde(borrow)]
+    service_tier: Option<Str<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -424,6 +433,8 @@ struct ResponseBody<'a> {
     incomplete_details: Option<Incomplete<'a>>,
     #[serde(borrow)]
     error: Option<&'a RawValue>,
+    #[serde(borrow)]
+    service_tier: Option<Str<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -445,6 +456,9 @@ struct WireUsage {
     output_tokens_details: Option<Details>,
     /// DeepSeek: the cached part of `prompt_tokens`.
     prompt_cache_hit_tokens: Option<u64>,
+    /// OpenRouter: what the request cost, in USD (credits).
+    #[serde(default, deserialize_with = "reported_cost")]
+    cost: Option<ReportedCost>,
     // Groq: server-side phases, in seconds.
     queue_time: Option<f64>,
     prompt_time: Option<f64>,
@@ -456,6 +470,7 @@ struct WireUsage {
 struct Details {
     cached_tokens: Option<u64>,
     reasoning_tokens: Option<u64>,
+    audio_tokens: Option<u64>,
 }
 
 impl WireUsage {
@@ -476,8 +491,17 @@ impl WireUsage {
                 .or(self.prompt_cache_hit_tokens),
             cache_creation: None,
             reasoning: output_details.and_then(|d| d.reasoning_tokens),
+            input_audio: input_details.and_then(|d| d.audio_tokens),
+            output_audio: output_details.and_then(|d| d.audio_tokens),
+            cost: self.cost,
+            ..Usage::default()
         }
     }
+}
+
+/// A `service_tier` value, when it is one that changes the price.
+fn tier(value: Option<&Str<'_>>) -> Option<ServiceTier> {
+    value.and_then(|v| ServiceTier::parse(v.as_str()))
 }
 
 /// `choices`, folded while parsing: how many carry content, and the
@@ -813,6 +837,7 @@ mod tests {
             cache_read: Some(cached),
             cache_creation: None,
             reasoning: Some(reasoning),
+            ..Usage::default()
         }
     }
 
@@ -851,7 +876,12 @@ mod tests {
             "chatcmpl-BxY8pQ2mKf3r7VtH1nZcL0aWdE9sJ",
             &["stop"],
         );
-        s.usage = usage(19, 9, 0, 0);
+        s.usage = Usage {
+            input_audio: Some(0),
+            output_audio: Some(0),
+            service_tier: Some(ServiceTier::Default),
+            ..usage(19, 9, 0, 0)
+        };
         s.done = 1;
         expect("openai/chat_stream_usage.sse", s);
     }
@@ -878,7 +908,12 @@ mod tests {
             "chatcmpl-BxYB7nR2dQw0pLk4Hs9Jt1Ve6Yc3M",
             &["tool_calls"],
         );
-        s.usage = usage(85, 18, 0, 0);
+        s.usage = Usage {
+            input_audio: Some(0),
+            output_audio: Some(0),
+            service_tier: Some(ServiceTier::Default),
+            ..usage(85, 18, 0, 0)
+        };
         s.done = 1;
         expect("openai/chat_stream_tool_calls.sse", s);
     }
@@ -915,7 +950,12 @@ mod tests {
             "chatcmpl-BxYFa2Ts8Lk5Wq0Rn3Ve7Hc1Mz9Pj",
             &["stop"],
         );
-        s.usage = usage(1536, 210, 1024, 192);
+        s.usage = Usage {
+            input_audio: Some(0),
+            output_audio: Some(0),
+            service_tier: Some(ServiceTier::Default),
+            ..usage(1536, 210, 1024, 192)
+        };
         s.done = 1; // a whole body that parsed is its own terminal event
         expect("openai/chat.json", s);
     }
@@ -937,7 +977,10 @@ mod tests {
         // 3 reasoning-summary deltas and 4 output-text deltas.
         let id = "resp_6887a1f3c2e08191b5a7d4e2f90c13ab0d9e4f6a7b8c9d01";
         let mut s = summary(7, "o4-mini-2025-04-16", id, &["completed"]);
-        s.usage = usage(37, 150, 0, 128);
+        s.usage = Usage {
+            service_tier: Some(ServiceTier::Default),
+            ..usage(37, 150, 0, 128)
+        };
         s.done = 1;
         expect("openai/responses_stream.sse", s);
     }
@@ -946,7 +989,10 @@ mod tests {
     fn responses_whole_body() {
         let id = "resp_6887a1f3c2e08191b5a7d4e2f90c13ab0d9e4f6a7b8c9d01";
         let mut s = summary(1, "o4-mini-2025-04-16", id, &["completed"]);
-        s.usage = usage(37, 150, 0, 128);
+        s.usage = Usage {
+            service_tier: Some(ServiceTier::Default),
+            ..usage(37, 150, 0, 128)
+        };
         s.done = 1;
         expect("openai/responses.json", s);
     }

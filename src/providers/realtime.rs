@@ -140,6 +140,10 @@ impl RealtimeUsage {
             cache_read: self.cached_input,
             cache_creation: None,
             reasoning: self.reasoning,
+            input_audio: self.input_audio,
+            output_audio: self.output_audio,
+            cache_read_audio: self.cached_input_audio,
+            ..Usage::default()
         }
     }
 }
@@ -1693,6 +1697,8 @@ mod tests {
                 cache_read: Some(4),
                 cache_creation: None,
                 reasoning: Some(2),
+                output_audio: Some(3),
+                ..Usage::default()
             }
         );
     }

@@ -290,3 +290,23 @@ pub const TOKEN_CACHE_READ: &str = "cache_read";
 pub const TOKEN_CACHE_WRITE: &str = "cache_write";
 /// `gen_ai.token.type` value for output tokens spent on reasoning.
 pub const TOKEN_REASONING: &str = "reasoning";
+// Cost (docs/COST.md). The GenAI semantic conventions have no cost
+// attribute yet, so these are `tokentap.*`.
+/// Counter: spend in USD per route, model and tenant ({USD}).
+pub const M_COST: &str = "tokentap.cost.usd";
+/// Counter: requests that used tokens but whose model has no price ({request}).
+pub const M_COST_UNPRICED: &str = "tokentap.cost.unpriced";
+/// Span: the request's cost (a double, in `tokentap.cost.currency`).
+pub const COST_AMOUNT: &str = "tokentap.cost.amount";
+/// Span: the cost's currency (`USD`).
+pub const COST_CURRENCY: &str = "tokentap.cost.currency";
+/// Span and metrics: where the cost came from (`table`, `override`, `provider`).
+pub const COST_SOURCE: &str = "tokentap.cost.source";
+/// Span and metrics: the cost rests on estimated token counts.
+pub const COST_ESTIMATED: &str = "tokentap.cost.estimated";
+/// Span: the price entry used (`openai/gpt-4o`, `prices[0]`, `provider`).
+pub const COST_PRICE_ENTRY: &str = "tokentap.cost.price_entry";
+/// Span: tokens were used but the model has no price (no cost is set).
+pub const COST_UNPRICED: &str = "tokentap.cost.unpriced";
+/// Span: the service tier that priced the request (`default`, `flex`, `priority`, `batch`).
+pub const SERVICE_TIER: &str = "tokentap.service_tier";

@@ -177,6 +177,10 @@ pub(super) struct Instruments {
     pub modality_tokens: Counter<u64>,
     pub streams_active: UpDownCounter<i64>,
     pub config_reloads: Counter<u64>,
+    /// `tokentap.cost.usd`: spend, recorded once per priced request.
+    pub cost: Counter<f64>,
+    /// `tokentap.cost.unpriced`: requests whose model has no price.
+    pub cost_unpriced: Counter<u64>,
     /// Kept so the callback lives as long as the instruments.
     _dropped: Option<ObservableCounter<u64>>,
     /// End-of-request instruments bound per attribute set.
@@ -553,6 +557,18 @@ impl Instruments {
                 .u64_counter(M_CONFIG_RELOADS)
                 .with_unit("{reload}")
                 .with_description("Configuration reloads (SIGHUP or file watch), by result.")
+                .build(),
+            cost: meter
+                .f64_counter(M_COST)
+                .with_unit("{USD}")
+                .with_description(
+                    "Spend in USD, from provider usage and the price table (docs/COST.md).",
+                )
+                .build(),
+            cost_unpriced: meter
+                .u64_counter(M_COST_UNPRICED)
+                .with_unit("{request}")
+                .with_description("Requests that used tokens but whose model has no price.")
                 .build(),
             _dropped: drops.map(|d| dropped_counter(meter, d)),
             finish_sets: RwLock::default(),

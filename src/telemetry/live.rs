@@ -147,6 +147,10 @@ pub struct Sample {
     /// Requests in flight to the same route and model when this one
     /// started, itself included.
     pub in_flight: Option<u64>,
+    /// The request's cost in USD, when priced (docs/COST.md).
+    pub cost_usd: Option<f64>,
+    /// Tokens were used but the model has no price.
+    pub unpriced: bool,
 }
 
 impl Sample {
@@ -179,6 +183,8 @@ impl Sample {
             trace_id: (trace_id != TraceId::INVALID).then_some(trace_id),
             prefill_tps: m.prefill_tokens_per_second(),
             in_flight: None,
+            cost_usd: None,
+            unpriced: false,
         }
     }
 

@@ -86,6 +86,7 @@ fn facts(model: Option<&str>, tenant: Option<&str>, stream: bool) -> RequestFact
         server_address: Arc::from("api.openai.com"),
         server_port: 443,
         request_body: RequestBody::Sniffed,
+        service_tier: None,
         start_wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
         start: Instant::now(),
     }
@@ -106,6 +107,7 @@ fn measurement(request: RequestFacts) -> Measurement {
             cache_read: Some(4),
             cache_creation: None,
             reasoning: Some(2),
+            ..Usage::default()
         },
         output_tokens: Some(11),
         token_source: Some(TokenSource::Provider),

@@ -168,6 +168,9 @@ async function run(context, origin) {
   // Prefill vs decode, served throughput and load, per model.
   const measureHeader = await page.$$eval("#permodel thead th", ths => ths.map(th => th.textContent.trim()));
   const measureRows = await page.$$eval("#permodel-body tr[data-model]", trs => trs.map(tr => ({
+  // Cost: a spend row with tokens per dollar for every (priced) model, a
+  // tenant row, and the totals agree with api/live.
+  const costRows = await page.$$eval("#cost-models-body tr[data-model]", trs => trs.map(tr => ({
     model: tr.dataset.model,
     cells: [...tr.querySelectorAll("td")].map(td => td.textContent.trim()),
   })));
@@ -184,6 +187,16 @@ async function run(context, origin) {
   check(loadDots >= models.length, `#chart-load drew ${loadDots} models' points, expected ${models.length}`);
   check(snap.recent.every(r => r.in_flight >= 1 && r.prefill_tps > 0),
     `recent requests carry in_flight >= 1 and prefill_tps > 0: ${JSON.stringify(snap.recent.map(r => [r.in_flight, r.prefill_tps]))}`);
+    const row = costRows.find(r => r.model === model);
+    check(row, `no cost row for ${model}; rows: ${JSON.stringify(costRows)}`);
+    check(row.cells[1].startsWith("$") && number(row.cells[1]) > 0, `${model}: spend ${JSON.stringify(row.cells[1])}`);
+    check(number(row.cells[3]) > 0 && number(row.cells[4]) > number(row.cells[3]),
+      `${model}: output and total tokens per dollar ${JSON.stringify(row.cells)}`);
+  }
+  const tenantsShown = await page.$$eval("#cost-tenants-body tr[data-tenant]", trs => trs.length);
+  check(tenantsShown > 0, "no tenant spend row");
+  const spend = snap.series.reduce((a, s) => a + s.window.cost.usd, 0);
+  check(spend > 0, `api/live spend should be positive: ${spend}`);
 
   const status = await page.textContent("#status");
   check(/live/.test(status ?? ""), `status should say live, says ${JSON.stringify(status)}`);

@@ -31,6 +31,7 @@ pub(super) struct Bucket {
     cancelled: u64,
     tokens_in: u64,
     tokens_out: u64,
+    cost: CostTotals,
     ttft: LogHist,
     tps: LogHist,
     max_stall: Option<f64>,
@@ -46,6 +47,7 @@ impl Bucket {
         self.cancelled += u64::from(s.outcome == crate::meter::Outcome::ClientCancelled);
         self.tokens_in += s.tokens_in.unwrap_or(0);
         self.tokens_out += s.tokens_out.unwrap_or(0);
+        self.cost.add(s);
         if let Some(v) = s.ttft {
             self.ttft.record(v);
         }
@@ -61,6 +63,43 @@ impl Bucket {
         if let Some(v) = s.thinking {
             self.thinking.record(v);
         }
+    }
+}
+
+/// Spend, and the tokens it bought, summed over requests (tokens per
+/// dollar come from priced requests only, so unpriced ones do not inflate
+/// them).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct CostTotals {
+    /// USD spent by priced requests.
+    pub usd: f64,
+    /// Priced requests.
+    pub priced: u64,
+    /// Input tokens of priced requests.
+    pub priced_tokens_in: u64,
+    /// Output tokens of priced requests.
+    pub priced_tokens_out: u64,
+    /// Requests that used tokens but whose model has no price.
+    pub unpriced: u64,
+}
+
+impl CostTotals {
+    fn add(&mut self, s: &Sample) {
+        if let Some(usd) = s.cost_usd {
+            self.usd += usd;
+            self.priced += 1;
+            self.priced_tokens_in += s.tokens_in.unwrap_or(0);
+            self.priced_tokens_out += s.tokens_out.unwrap_or(0);
+        }
+        self.unpriced += u64::from(s.unpriced);
+    }
+
+    fn fold(&mut self, o: &CostTotals) {
+        self.usd += o.usd;
+        self.priced += o.priced;
+        self.priced_tokens_in += o.priced_tokens_in;
+        self.priced_tokens_out += o.priced_tokens_out;
+        self.unpriced += o.unpriced;
     }
 }
 
@@ -416,6 +455,8 @@ pub struct WindowStats {
     pub tokens_in: u64,
     /// Output tokens summed over the window.
     pub tokens_out: u64,
+    /// Spend over the window.
+    pub cost: CostTotals,
     /// Time to first token, seconds.
     pub ttft: Distribution,
     /// Decode tokens per second.
@@ -435,6 +476,7 @@ impl WindowStats {
         self.cancelled += b.cancelled;
         self.tokens_in += b.tokens_in;
         self.tokens_out += b.tokens_out;
+        self.cost.fold(&b.cost);
         self.ttft.merge(&b.ttft);
         self.decode_tps.merge(&b.tps);
         self.visible_ttft.merge(&b.visible_ttft);
@@ -610,6 +652,8 @@ pub struct WindowTotals {
     pub tokens_in: u64,
     /// Output tokens over the whole window.
     pub tokens_out: u64,
+    /// Spend over the whole window (USD, with the tokens it bought).
+    pub cost: CostTotals,
 }
 
 impl SeriesSummary {
@@ -638,6 +682,7 @@ impl SeriesSummary {
                 errors: all.errors,
                 tokens_in: all.tokens_in,
                 tokens_out: all.tokens_out,
+                cost: all.cost,
             },
         }
     }
@@ -711,6 +756,8 @@ pub struct RecentRequest {
     pub tokens_out: Option<u64>,
     /// Token counts are estimates, not provider-reported.
     pub estimated: bool,
+    /// Cost in USD, when priced.
+    pub cost_usd: Option<f64>,
     /// Request duration, t_end − t_req (s).
     pub duration_s: f64,
     /// Trace id of the request's span; `None` when the span has no valid context.
@@ -742,6 +789,7 @@ impl From<&Sample> for RecentRequest {
             tokens_in: s.tokens_in,
             tokens_out: s.tokens_out,
             estimated: s.estimated,
+            cost_usd: s.cost_usd,
             duration_s: s.duration,
             trace_id: s.trace_id,
             prefill_tps: s.prefill_tps,

@@ -48,6 +48,8 @@ fn sample(key: SeriesKey, end: Instant) -> Sample {
         trace_id: None,
         prefill_tps: None,
         in_flight: None,
+        cost_usd: None,
+        unpriced: false,
     }
 }
 

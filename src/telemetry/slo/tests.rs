@@ -89,6 +89,8 @@ impl Rig {
             trace_id: None,
             prefill_tps: None,
             in_flight: None,
+            cost_usd: None,
+            unpriced: false,
         });
     }
 
@@ -348,6 +350,8 @@ fn slo_other_objectives() {
         trace_id: None,
         prefill_tps: None,
         in_flight: None,
+        cost_usd: None,
+        unpriced: false,
     };
     r.agg.record(s.clone());
     s.end = r.t0 + 5 * S + Duration::from_millis(10);

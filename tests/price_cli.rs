@@ -1,0 +1,76 @@
+//! `tokentap price`: the binary prints the price a model gets and why, and
+//! refuses bad arguments with exit code 2.
+
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+use std::process::Command;
+
+fn price(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tokentap"))
+        .arg("price")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn prints_the_table_entry_dated_price_and_rates() {
+    let (code, out, err) = price(&["openai", "o3", "--at", "2025-06-01"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("price used: openai/o3 (source table)"),
+        "{out}"
+    );
+    assert!(out.contains("table: genai-prices 0.2.3 (MIT"), "{out}");
+    assert!(
+        out.contains("input_mtok               10"),
+        "before 2025-06-10 o3 cost 10/M input:\n{out}"
+    );
+    let (_, later, _) = price(&["openai", "o3", "--at", "2025-07-01"]);
+    assert!(later.contains("dated price: from 2025-06-10"), "{later}");
+    assert!(later.contains("input_mtok               2"), "{later}");
+    let (_, batch, _) = price(&["anthropic", "claude-sonnet-4-5", "--service-tier", "batch"]);
+    assert!(
+        batch.contains("variant applied: processing=batch"),
+        "{batch}"
+    );
+}
+
+#[test]
+fn overrides_and_unpriced_models_are_explained() {
+    let dir = std::env::temp_dir().join(format!("tokentap-price-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("prices.toml");
+    std::fs::write(
+        &file,
+        "[[prices]]\nmodel = \"llama*\"\ninput = 0.1\noutput = 0.2\n",
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+    let (code, out, err) = price(&["ollama", "llama3.2", "--prices", path]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("override --prices[0] (model \"llama*\"): matches"),
+        "{out}"
+    );
+    assert!(
+        out.contains("price used: --prices[0] (source override)"),
+        "{out}"
+    );
+    let (code, out, _) = price(&["ollama", "mistral-small"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("price: none"), "{out}");
+    assert!(out.contains("self-hosted"), "{out}");
+    let (code, _, err) = price(&["nosuch", "m"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown provider `nosuch`"), "{err}");
+    let (code, _, err) = price(&["openai", "gpt-4o", "--at", "June"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--at `June`"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
