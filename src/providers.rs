@@ -656,6 +656,39 @@ impl Parser {
         }
     }
 
+    /// Feed the body's last chunk and finish. A whole JSON body that arrives
+    /// in one piece (the usual non-streamed response) is read in place: one
+    /// parse, no copy into the frame buffer.
+    pub fn feed_last(
+        &mut self,
+        chunk: &[u8],
+        out: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), ParseError> {
+        let mut chunk = chunk;
+        let whole = match &self.framing {
+            Framing::Json { buf, limit } => buf.is_empty().then_some(*limit),
+            // As `feed` does: leading whitespace is not part of the frame.
+            Framing::ArrayOrJson { limit } => {
+                let at = chunk.iter().position(|b| !b.is_ascii_whitespace());
+                chunk = &chunk[at.unwrap_or(chunk.len())..];
+                (chunk.first() != Some(&b'[')).then_some(*limit)
+            }
+            _ => None,
+        };
+        let Some(limit) = whole else {
+            self.feed(chunk, out)?;
+            return self.finish(out);
+        };
+        if chunk.len() > limit {
+            return Err(FramingError::TooLarge { limit }.into());
+        }
+        if chunk.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        self.adapter.on_frame(Frame::Json(chunk), out)?;
+        Ok(())
+    }
+
     /// The body ended: flush what the framing still holds.
     pub fn finish(&mut self, out: &mut dyn FnMut(Event<'_>)) -> Result<(), ParseError> {
         let adapter = &mut self.adapter;
@@ -978,6 +1011,59 @@ pub(crate) mod tests {
             let bytewise = run(f.kind, Some(f.operation), f.content_type(), &bytes);
             assert_eq!(bytewise, whole, "{}: byte-by-byte differs", f.name);
         }
+    }
+
+    /// Parse `body` with `feed_last` after `before` was fed: what the meter
+    /// does with a body's final chunk.
+    fn run_last(f: &Fixture, before: &[u8], last: &[u8], limit: usize) -> Run {
+        let mut parser = Parser::new(f.kind, Some(f.operation), f.content_type(), limit)
+            .expect("a metered content type");
+        let mut summary = Summary::default();
+        let mut log = Vec::new();
+        let mut on = |e: Event<'_>| {
+            log.push(format!("{e:?}"));
+            summary.record(e);
+        };
+        let mut result = parser.feed(before, &mut on);
+        if result.is_ok() {
+            result = parser.feed_last(last, &mut on);
+        }
+        (summary, log, result)
+    }
+
+    #[test]
+    fn a_last_chunk_parses_as_feed_then_finish() {
+        for f in FIXTURES {
+            let whole = f.run();
+            let fast = run_last(f, b"", f.body, 1 << 20);
+            assert_eq!(fast, whole, "{}: whole body as the last chunk differs", f.name);
+            for at in [1, f.body.len() / 2, f.body.len() - 1] {
+                let (a, b) = f.body.split_at(at);
+                let split = run_last(f, a, b, 1 << 20);
+                assert_eq!(split, whole, "{}: last chunk from {at} differs", f.name);
+            }
+            let padded = [b" \r\n".as_slice(), f.body].concat();
+            if f.content_type() == "application/json" {
+                let slow = run(f.kind, Some(f.operation), f.content_type(), &[&padded]);
+                let fast = run_last(f, b"", &padded, 1 << 20);
+                assert_eq!(fast, slow, "{}: leading whitespace differs", f.name);
+            }
+        }
+    }
+
+    #[test]
+    fn a_whole_json_body_over_the_frame_limit_is_too_large() {
+        let f = fixture("openai/chat.json");
+        let limit = f.body.len() - 1;
+        let (_, log, result) = run_last(f, b"", f.body, limit);
+        assert_eq!(
+            result,
+            Err(ParseError::from(FramingError::TooLarge { limit })),
+            "a body one byte over the limit is refused"
+        );
+        assert!(log.is_empty(), "nothing is reported from a refused body");
+        let (_, _, result) = run_last(f, b"", f.body, f.body.len());
+        assert_eq!(result, Ok(()), "a body at the limit is read");
     }
 
     #[test]

@@ -219,6 +219,17 @@ impl Meter {
 
     /// One body chunk on its way to the client.
     pub fn on_data(&mut self, data: &[u8]) {
+        self.feed(data, false);
+    }
+
+    /// The body's last chunk, then its end: a whole JSON body that came in
+    /// one piece is parsed once, in place (`Parser::feed_last`).
+    pub fn on_last_data(&mut self, data: &[u8]) {
+        self.feed(data, true);
+        self.finish(End::Eos);
+    }
+
+    fn feed(&mut self, data: &[u8], last: bool) {
         let now = Instant::now();
         self.bytes += data.len() as u64;
         self.first_byte.get_or_insert(now);
@@ -238,8 +249,17 @@ impl Meter {
                 &self.scratch
             }
         };
-        if parser.feed(view, &mut |ev| tally.apply(ev)).is_err() {
+        let on: &mut dyn FnMut(Event<'_>) = &mut |ev| tally.apply(ev);
+        let fed = if last {
+            parser.feed_last(view, on)
+        } else {
+            parser.feed(view, on)
+        };
+        if fed.is_err() {
             self.malformed = true;
+        }
+        if fed.is_err() || last {
+            // Failed, or finished with the last chunk: nothing left to flush.
             self.parser = None;
         }
         if self.tally.chunk_has_content {
@@ -575,12 +595,13 @@ where
     /// Meter one upstream data frame; the bytes the client gets for it
     /// (after usage stripping, which may hold part of it back).
     fn take_in(&mut self, data: Bytes, ended: bool) -> Option<Bytes> {
-        self.meter.on_data(&data);
-        if self.idle.is_some() {
-            self.arm();
-        }
         if ended {
-            self.meter.finish(End::Eos);
+            self.meter.on_last_data(&data);
+        } else {
+            self.meter.on_data(&data);
+            if self.idle.is_some() {
+                self.arm();
+            }
         }
         let Some(stripper) = self.stripper.as_mut() else {
             return Some(data);
@@ -1114,6 +1135,33 @@ mod tests {
         assert_eq!(m.time_to_first_token, Some(m.duration));
         assert_eq!(m.finish_reasons, ["stop"]);
         assert_eq!(m.time_per_output_token(), None, "no TPOT for whole bodies");
+    }
+
+    #[tokio::test]
+    async fn whole_json_body_in_one_frame_is_read_in_place() {
+        let json = br#"{"id":"x","model":"m-2","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+        let sink = Sink::default();
+        let mut meter = Meter::new(facts(false), Box::new(sink.clone()));
+        let parser = Parser::new(ProviderKind::Openai, None, "application/json", 1 << 20)
+            .ok_or(Unmetered::UnknownFormat(String::new()));
+        meter.on_head(200, false, parser, None);
+        let body = MeteredBody::new(
+            http_body_util::Full::new(Bytes::from_static(json)),
+            meter,
+            Some(Duration::from_secs(60)),
+            None,
+        );
+        let got = body.collect().await.expect("body").to_bytes();
+        assert_eq!(&got[..], &json[..], "the client gets the body unchanged");
+        let m = sink.only();
+        assert_eq!(m.outcome, Outcome::Complete);
+        assert_eq!(m.output_tokens, Some(1));
+        assert_eq!(m.usage.input, Some(3));
+        assert_eq!(m.response_model.as_deref(), Some("m-2"));
+        assert_eq!(m.finish_reasons, ["stop"]);
+        assert_eq!(m.content_chunks, 1);
+        assert_eq!(m.time_to_first_token, Some(m.duration));
+        assert_eq!(m.response_bytes, json.len() as u64);
     }
 
     #[tokio::test]
