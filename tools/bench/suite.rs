@@ -271,14 +271,19 @@ fn warn_open_files(streams: usize) {
         return;
     };
     let need = 2 * streams as u64 + FD_SLACK;
-    if streams > 0 && soft < need {
-        eprintln!(
-            "warning: holding {streams} streams needs about {need} open files per proxy, \
-             but the soft limit is {soft} (hard {hard}); run `ulimit -n {hard}` first \
-             or pass at most --memory-streams {}",
-            hard.saturating_sub(FD_SLACK) / 2
-        );
+    if streams == 0 || soft >= need {
+        return;
     }
+    let fix = if hard >= need {
+        format!("run `ulimit -n {hard}` first")
+    } else {
+        let most = hard.saturating_sub(FD_SLACK) / 2;
+        format!("the hard limit allows at most --memory-streams {most}")
+    };
+    eprintln!(
+        "warning: holding {streams} streams needs about {need} open files per proxy, \
+         but the soft limit is {soft} (hard {hard}): {fix}"
+    );
 }
 
 fn plan(args: &SuiteArgs, bins: &Binaries) -> Result<Plan, String> {
