@@ -1036,7 +1036,11 @@ pub(crate) mod tests {
         for f in FIXTURES {
             let whole = f.run();
             let fast = run_last(f, b"", f.body, 1 << 20);
-            assert_eq!(fast, whole, "{}: whole body as the last chunk differs", f.name);
+            assert_eq!(
+                fast, whole,
+                "{}: whole body as the last chunk differs",
+                f.name
+            );
             for at in [1, f.body.len() / 2, f.body.len() - 1] {
                 let (a, b) = f.body.split_at(at);
                 let split = run_last(f, a, b, 1 << 20);

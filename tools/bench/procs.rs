@@ -126,7 +126,9 @@ pub(crate) fn clk_tck() -> f64 {
 /// from `/proc/self/limits`); the processes the suite starts inherit them.
 pub(crate) fn open_files_limit() -> Option<(u64, u64)> {
     let limits = fs::read_to_string("/proc/self/limits").ok()?;
-    let rest = limits.lines().find_map(|l| l.strip_prefix("Max open files"))?;
+    let rest = limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max open files"))?;
     let mut n = rest.split_whitespace().map(|v| v.parse::<u64>().ok());
     Some((n.next()??, n.next()??))
 }
