@@ -7,7 +7,11 @@
 #   benches/callgrind/breakdown.py OUT_DIR/e2e-LABEL/cg.out.1
 # BIN_DIR holds tokentap and tokentap-bench; OUT_DIR defaults to target/callgrind.
 # Ports 14318, 18080 and 19090 on 127.0.0.1 must be free.
+# Environment: WHOLE=1 sends non-streamed requests (one JSON body each)
+# instead of streams; EXPORT=off turns OTLP export off (otlp_enabled = false).
 set -u
+STREAM=--stream; [ "${WHOLE:-0}" = 1 ] && STREAM=
+OTLP=true; [ "${EXPORT:-on}" = off ] && OTLP=false
 BIN=$(cd "$1" && pwd); LABEL=$2; CONC=${3:-8}; SECS=${4:-20}; API=${5:-chat}
 D=${OUT_DIR:-target/callgrind}/e2e-$LABEL; mkdir -p $D; D=$(cd $D && pwd); rm -rf $D; mkdir -p $D; cd $D
 PIDS=()
@@ -30,7 +34,7 @@ salt = "bench-salt"
 
 [telemetry]
 access_log = false
-otlp_enabled = true
+otlp_enabled = $OTLP
 otlp_endpoint = "http://127.0.0.1:14318"
 otlp_protocol = "http/protobuf"
 metrics_export_interval = "5s"
@@ -43,9 +47,9 @@ CONF
 valgrind --tool=callgrind --callgrind-out-file=$D/cg.out --dump-instr=no ${VGEXTRA:-} $BIN/tokentap --config tt.toml > tt.log 2>&1 & VG=$!; PIDS+=($VG)
 for i in $(seq 1 120); do (exec 3<>/dev/tcp/127.0.0.1/18080) 2>/dev/null && break; sleep 1; done
 # warm-up (not measured)
-$BIN/tokentap-bench load --addr 127.0.0.1:18080 --prefix /fast --api $API --stream --concurrency $CONC --duration 3 --warmup 1 > warm.json 2>&1
+$BIN/tokentap-bench load --addr 127.0.0.1:18080 --prefix /fast --api $API $STREAM --concurrency $CONC --duration 3 --warmup 1 > warm.json 2>&1
 callgrind_control -z $VG > /dev/null
-$BIN/tokentap-bench load --addr 127.0.0.1:18080 --prefix /fast --api $API --stream --concurrency $CONC --duration $SECS --warmup 0 > load.json 2>&1
+$BIN/tokentap-bench load --addr 127.0.0.1:18080 --prefix /fast --api $API $STREAM --concurrency $CONC --duration $SECS --warmup 0 > load.json 2>&1
 callgrind_control -d $VG > /dev/null
 sleep 2
 kill -INT $VG; wait $VG

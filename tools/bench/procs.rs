@@ -122,6 +122,17 @@ pub(crate) fn clk_tck() -> f64 {
         .unwrap_or(100.0)
 }
 
+/// This process's soft and hard limits on open files (`RLIMIT_NOFILE`,
+/// from `/proc/self/limits`); the processes the suite starts inherit them.
+pub(crate) fn open_files_limit() -> Option<(u64, u64)> {
+    let limits = fs::read_to_string("/proc/self/limits").ok()?;
+    let rest = limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max open files"))?;
+    let mut n = rest.split_whitespace().map(|v| v.parse::<u64>().ok());
+    Some((n.next()??, n.next()??))
+}
+
 /// User + system CPU time of `pids`, in clock ticks.
 pub(crate) fn cpu_ticks(pids: &[u32]) -> u64 {
     pids.iter()

@@ -172,6 +172,7 @@ pub(crate) async fn run(args: SuiteArgs) -> Result<(), String> {
     plan.dir =
         std::fs::canonicalize(&plan.dir).map_err(|e| format!("{}: {e}", plan.dir.display()))?;
     eprintln!("results in {}", plan.dir.display());
+    warn_open_files(plan.memory_streams);
     let (sink_addr, sink) = crate::sink::start(targets::addr(0))
         .await
         .map_err(|e| format!("OTLP sink: {e}"))?;
@@ -313,6 +314,34 @@ pub(crate) async fn run(args: SuiteArgs) -> Result<(), String> {
 
 fn write(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Descriptors a proxy needs besides its held streams (listeners, logs,
+/// pooled upstream connections, the OTLP exporter).
+const FD_SLACK: u64 = 128;
+
+/// Say up front when the memory scenario cannot hold `streams`: each costs a
+/// proxy two descriptors (client and upstream side), and the proxies inherit
+/// this process's soft limit, which only the shell raises (`ulimit -n`, as
+/// `scripts/bench.sh` does).
+fn warn_open_files(streams: usize) {
+    let Some((soft, hard)) = procs::open_files_limit() else {
+        return;
+    };
+    let need = 2 * streams as u64 + FD_SLACK;
+    if streams == 0 || soft >= need {
+        return;
+    }
+    let fix = if hard >= need {
+        format!("run `ulimit -n {hard}` first")
+    } else {
+        let most = hard.saturating_sub(FD_SLACK) / 2;
+        format!("the hard limit allows at most --memory-streams {most}")
+    };
+    eprintln!(
+        "warning: holding {streams} streams needs about {need} open files per proxy, \
+         but the soft limit is {soft} (hard {hard}): {fix}"
+    );
 }
 
 fn plan(args: &SuiteArgs, bins: &Binaries) -> Result<Plan, String> {
