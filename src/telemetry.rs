@@ -896,10 +896,12 @@ impl RequestTelemetry {
             ));
         }
         let overhead = overhead_attrs(&self.attrs, STAGE_REQUEST);
+        let pool_overhead = overhead_attrs(&self.attrs, STAGE_POOL_WAIT);
         let sets = FinishAttrs {
             all: &attrs,
             sized: if sized.is_empty() { &attrs } else { &sized },
             overhead: &overhead,
+            pool_overhead: &pool_overhead,
         };
         ins.record_finish(&sets, &record);
         if !m.modalities.is_empty() {

@@ -343,6 +343,14 @@ async fn whole_body_counts_cache_and_reasoning_tokens_and_overhead_leaves_out_th
         "a one-frame body has its one frame timed"
     );
     let span = rig.col.wait_span_named("chat gpt-4o-mini").await;
+    // The pool wait is overhead too, with the span's very value.
+    let pool = overhead_point(&rig.col, "pool_wait", 1).await;
+    let waited = span.num("tokentap.upstream.pool.wait");
+    assert!(
+        (pool.hist().sum - waited).abs() < 1e-6 && waited < 0.2,
+        "overhead stage pool_wait {:?} s = the span's pool wait {waited} s",
+        pool.hist().sum
+    );
     let prefill = span.num(PREFILL);
     assert!(
         (100.0 / 0.6..=100.0 / 0.25).contains(&prefill),

@@ -282,6 +282,9 @@ pub const OVERHEAD_REQUEST: &str = "tokentap.proxy.overhead.request";
 pub const PROXY_STAGE: &str = "tokentap.proxy.stage";
 /// `tokentap.proxy.stage` value: t_req to the request handed upstream.
 pub const STAGE_REQUEST: &str = "request";
+/// `tokentap.proxy.stage` value: waiting for an upstream connection or
+/// HTTP/2 stream slot (the same value as `tokentap.upstream.pool.wait`).
+pub const STAGE_POOL_WAIT: &str = "pool_wait";
 /// `tokentap.proxy.stage` value: upstream bytes read to handed to the client.
 pub const STAGE_RESPONSE_FRAME: &str = "response_frame";
 /// `gen_ai.token.type` value for input tokens read from the prompt cache.

@@ -271,6 +271,9 @@ pub(super) struct FinishAttrs<'a> {
     pub sized: &'a [KeyValue],
     /// Route and `tokentap.proxy.stage = request`: proxy overhead.
     pub overhead: &'a [KeyValue],
+    /// Route and `tokentap.proxy.stage = pool_wait`: the wait for an
+    /// upstream connection or stream slot, as proxy overhead.
+    pub pool_overhead: &'a [KeyValue],
 }
 
 /// The end-of-request instruments bound to one attribute set, each bound
@@ -297,6 +300,7 @@ struct FinishBound {
     reasoning_tokens: [OnceLock<BoundHistogram<u64>>; 2],
     prefill_tps: OnceLock<BoundHistogram<f64>>,
     request_overhead: OnceLock<BoundHistogram<f64>>,
+    pool_overhead: OnceLock<BoundHistogram<f64>>,
     /// `tokentap.tokens`, in `FinishRecord::served` order.
     served: [OnceLock<BoundCounter<u64>>; 5],
     /// Latest trace per bucket of `EXEMPLAR_MEASURES`; `None` past the
@@ -324,6 +328,11 @@ impl FinishBound {
         if let Some(v) = r.request_overhead {
             self.request_overhead
                 .get_or_init(|| ins.proxy_overhead.bind(a.overhead))
+                .record(v);
+        }
+        if let Some(v) = r.pool_wait {
+            self.pool_overhead
+                .get_or_init(|| ins.proxy_overhead.bind(a.pool_overhead))
                 .record(v);
         }
         for (cell, (kind, n)) in self.served.iter().zip(r.served()) {
@@ -656,6 +665,9 @@ impl Instruments {
         if let Some(v) = r.request_overhead {
             self.proxy_overhead.record(v, a.overhead);
         }
+        if let Some(v) = r.pool_wait {
+            self.proxy_overhead.record(v, a.pool_overhead);
+        }
         for (kind, n) in r.served() {
             if let Some(n) = n.filter(|&n| n > 0) {
                 self.tokens.add(n, &with_token_type(attrs, kind));
@@ -770,6 +782,7 @@ mod tests {
                 all: attrs,
                 sized: attrs,
                 overhead: attrs,
+                pool_overhead: attrs,
             };
             ins.record_finish(&a, &r);
         }
