@@ -168,9 +168,6 @@ async function run(context, origin) {
   // Prefill vs decode, served throughput and load, per model.
   const measureHeader = await page.$$eval("#permodel thead th", ths => ths.map(th => th.textContent.trim()));
   const measureRows = await page.$$eval("#permodel-body tr[data-model]", trs => trs.map(tr => ({
-  // Cost: a spend row with tokens per dollar for every (priced) model, a
-  // tenant row, and the totals agree with api/live.
-  const costRows = await page.$$eval("#cost-models-body tr[data-model]", trs => trs.map(tr => ({
     model: tr.dataset.model,
     cells: [...tr.querySelectorAll("td")].map(td => td.textContent.trim()),
   })));
@@ -187,6 +184,22 @@ async function run(context, origin) {
   check(loadDots >= models.length, `#chart-load drew ${loadDots} models' points, expected ${models.length}`);
   check(snap.recent.every(r => r.in_flight >= 1 && r.prefill_tps > 0),
     `recent requests carry in_flight >= 1 and prefill_tps > 0: ${JSON.stringify(snap.recent.map(r => [r.in_flight, r.prefill_tps]))}`);
+
+  // Cost: a spend row with tokens per dollar for every (priced) model, a
+  // tenant row, and the totals agree with api/live.
+  const costRows = await page.$$eval("#cost-models-body tr[data-model]", trs => trs.map(tr => ({
+    model: tr.dataset.model,
+    cells: [...tr.querySelectorAll("td")].map(td => td.textContent.trim()),
+  })));
+  // A model the price table does not know (an OpenAI route serving
+  // deepseek-reasoner) belongs in the unpriced table instead.
+  const unpricedShown = await page.$$eval("#cost-unpriced-body tr[data-model]", trs => trs.map(tr => tr.dataset.model));
+  const priced = model => snap.series.some(s => s.model === model && s.window.cost && s.window.cost.priced > 0);
+  for (const model of models.filter(m => !priced(m))) {
+    check(unpricedShown.includes(model), `${model} has no price but is not listed as unpriced: ${JSON.stringify(unpricedShown)}`);
+  }
+  check(models.some(priced), `no model was priced: ${JSON.stringify(snap.series.map(s => [s.model, s.window.cost]))}`);
+  for (const model of models.filter(priced)) {
     const row = costRows.find(r => r.model === model);
     check(row, `no cost row for ${model}; rows: ${JSON.stringify(costRows)}`);
     check(row.cells[1].startsWith("$") && number(row.cells[1]) > 0, `${model}: spend ${JSON.stringify(row.cells[1])}`);
