@@ -134,46 +134,11 @@ impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
 pub(crate) fn service_tier<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<ServiceTier>, D::Error> {
-    struct V;
-    impl<'de> Visitor<'de> for V {
-        type Value = Option<ServiceTier>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a service tier string")
-        }
-        fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-            Ok(ServiceTier::parse(v))
-        }
-        fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            self,
-            mut m: A,
-        ) -> Result<Self::Value, A::Error> {
-            while m
-                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
-                .is_some()
-            {}
-            Ok(None)
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
-            while s.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-            Ok(None)
-        }
-    }
-    d.deserialize_any(V)
+    d.deserialize_any(Lenient {
+        expecting: "a service tier string",
+        text: ServiceTier::parse,
+        number: |_| None,
+    })
 }
 
 /// A provider-reported cost: a number in USD, else nothing (an object or
@@ -181,44 +146,54 @@ pub(crate) fn service_tier<'de, D: Deserializer<'de>>(
 pub(crate) fn reported_cost<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<ReportedCost>, D::Error> {
-    struct V;
-    impl<'de> Visitor<'de> for V {
-        type Value = Option<ReportedCost>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a cost")
-        }
-        fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
-            Ok(ReportedCost::new(v))
-        }
-        fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-            Ok(ReportedCost::new(v as f64))
-        }
-        fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-            Ok(ReportedCost::new(v as f64))
-        }
-        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            self,
-            mut m: A,
-        ) -> Result<Self::Value, A::Error> {
-            while m
-                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
-                .is_some()
-            {}
-            Ok(None)
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
-            while s.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-            Ok(None)
-        }
+    d.deserialize_any(Lenient {
+        expecting: "a cost",
+        text: |_| None,
+        number: ReportedCost::new,
+    })
+}
+
+/// Reads one JSON value of any shape into `Option<T>`: a string through
+/// `text`, a number through `number`, and anything else (null, a bool, an
+/// object, an array, skipped whole) as `None`, never an error.
+struct Lenient<T> {
+    expecting: &'static str,
+    text: fn(&str) -> Option<T>,
+    number: fn(f64) -> Option<T>,
+}
+
+impl<'de, T> Visitor<'de> for Lenient<T> {
+    type Value = Option<T>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.expecting)
     }
-    d.deserialize_any(V)
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok((self.text)(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok((self.number)(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok((self.number)(v as f64))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok((self.number)(v as f64))
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+        while m
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
+        Ok(None)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+        while s.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
 }
