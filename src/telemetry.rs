@@ -886,11 +886,11 @@ impl RequestTelemetry {
                 m.request.start_wall + m.duration,
             ),
         };
-        let mut sized = Vec::new();
+        // The TTFT and prefill histograms take the same set plus the prompt
+        // size class: one vector, the class last, `all` a prefix of it.
+        let all = attrs.len();
         if inner.prompt_size_class {
-            sized.reserve_exact(attrs.len() + 1);
-            sized.extend_from_slice(&attrs);
-            sized.push(KeyValue::new(
+            attrs.push(KeyValue::new(
                 PROMPT_SIZE_CLASS,
                 m.prompt_size_class().as_str(),
             ));
@@ -898,14 +898,14 @@ impl RequestTelemetry {
         let overhead = overhead_attrs(&self.attrs, STAGE_REQUEST);
         let pool_overhead = overhead_attrs(&self.attrs, STAGE_POOL_WAIT);
         let sets = FinishAttrs {
-            all: &attrs,
-            sized: if sized.is_empty() { &attrs } else { &sized },
+            all: &attrs[..all],
+            sized: &attrs,
             overhead: &overhead,
             pool_overhead: &pool_overhead,
         };
         ins.record_finish(&sets, &record);
         if !m.modalities.is_empty() {
-            ins.record_modalities(&attrs, &m.modalities);
+            ins.record_modalities(&attrs[..all], &m.modalities);
         }
     }
 }
