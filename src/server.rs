@@ -124,8 +124,11 @@ where
             .max_buf_size(cfg.max_header_bytes.max(MIN_BUF))
             .max_headers(cfg.max_headers);
         let mut h2 = http2::Builder::new(TokioExecutor::new());
+        // SETTINGS_ENABLE_CONNECT_PROTOCOL: clients may open WebSockets
+        // over HTTP/2 with extended CONNECT (RFC 8441).
         h2.timer(TokioTimer::new())
-            .max_header_list_size(u32::try_from(cfg.max_header_bytes).unwrap_or(u32::MAX));
+            .max_header_list_size(u32::try_from(cfg.max_header_bytes).unwrap_or(u32::MAX))
+            .enable_connect_protocol();
         Conns {
             h1: Arc::new(h1),
             h2: Arc::new(h2),
@@ -572,7 +575,7 @@ where
 
 /// Whether a request may reach the handler: the HTTP/1 framing verdict for
 /// its head, the header count (HTTP/2 has only a byte limit in the
-/// protocol), and no CONNECT.
+/// protocol), and no CONNECT but an HTTP/2 WebSocket one.
 fn screen(req: &Request<Incoming>, verdicts: &Verdicts, limits: Limits) -> Result<(), Refusal> {
     if req.version() < Version::HTTP_2 {
         verdicts.next()?;
@@ -580,10 +583,25 @@ fn screen(req: &Request<Incoming>, verdicts: &Verdicts, limits: Limits) -> Resul
     if req.headers().len() > limits.max_headers {
         return Err(Refusal::TooManyHeaders);
     }
-    if req.method() == Method::CONNECT {
+    if req.method() == Method::CONNECT && !is_websocket_connect(req) {
+        if req.extensions().get::<hyper::ext::Protocol>().is_some() {
+            return Err(Refusal::ConnectProtocol);
+        }
         return Err(Refusal::Connect);
     }
     Ok(())
+}
+
+/// Whether `req` opens a WebSocket over HTTP/2: an extended CONNECT whose
+/// `:protocol` is `websocket` (RFC 8441 §4; the token compares without case,
+/// like an `Upgrade` token).
+pub fn is_websocket_connect<B>(req: &Request<B>) -> bool {
+    req.method() == Method::CONNECT
+        && req.version() == Version::HTTP_2
+        && req
+            .extensions()
+            .get::<hyper::ext::Protocol>()
+            .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
 }
 
 /// The JSON error for a refused request; HTTP/1 connections are closed after it.

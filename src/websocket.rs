@@ -1,9 +1,10 @@
-//! WebSocket sessions: an HTTP/1.1 upgrade request in; the upstream's
-//! answer to the handshake out to the client (its `101` and headers, or
-//! its error response unchanged), then a session task that relays the
-//! bytes both ways untouched (`relay`) while metering reads a side view.
-//! tokentap never terminates the WebSocket: the client and the upstream
-//! negotiate subprotocol and extensions end to end.
+//! WebSocket sessions: an HTTP/1.1 upgrade request or an HTTP/2 extended
+//! CONNECT (RFC 8441) in; the upstream's answer to the handshake out to the
+//! client (its `101` and headers, or `200` to an HTTP/2 client; its error
+//! response unchanged), then a session task that relays the bytes both
+//! ways untouched (`relay`) while metering reads a side view. tokentap
+//! never terminates the WebSocket: the client and the upstream negotiate
+//! subprotocol and extensions end to end.
 
 mod boundary;
 mod metering;
@@ -13,7 +14,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
-use http::{Request, Response, StatusCode, Uri, Version};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Empty, Full};
 use hyper::body::Incoming;
 use hyper::upgrade::{OnUpgrade, Upgraded};
@@ -85,13 +86,34 @@ impl Drop for Slot {
     }
 }
 
-/// Whether `req` asks to switch to WebSocket (RFC 6455 §4.1): HTTP/1.1,
-/// `Connection` naming `upgrade` and `Upgrade` naming `websocket`. Other
+/// Whether `req` asks for a WebSocket: an HTTP/1.1 upgrade (RFC 6455 §4.1:
+/// `Connection` naming `upgrade` and `Upgrade` naming `websocket`) or an
+/// HTTP/2 extended CONNECT with `:protocol` websocket (RFC 8441). Other
 /// upgrades (h2c) are not relayed: their headers are dropped as hop-by-hop.
 pub fn is_upgrade<B>(req: &Request<B>) -> bool {
-    req.version() == Version::HTTP_11
-        && has_token(req.headers(), header::CONNECTION, "upgrade")
-        && has_token(req.headers(), header::UPGRADE, "websocket")
+    Via::of(req).is_some()
+}
+
+/// How the client asked for its WebSocket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// HTTP/1.1 `Upgrade: websocket`, answered `101`.
+    Upgrade,
+    /// HTTP/2 extended CONNECT, answered `200`; the upstream still gets an
+    /// HTTP/1.1 upgrade, with a key of tokentap's own.
+    Connect,
+}
+
+impl Via {
+    fn of<B>(req: &Request<B>) -> Option<Via> {
+        if crate::server::is_websocket_connect(req) {
+            return Some(Via::Connect);
+        }
+        let upgrade = req.version() == Version::HTTP_11
+            && has_token(req.headers(), header::CONNECTION, "upgrade")
+            && has_token(req.headers(), header::UPGRADE, "websocket");
+        upgrade.then_some(Via::Upgrade)
+    }
 }
 
 /// Whether a comma-separated header lists `token` (any case).
@@ -148,6 +170,7 @@ pub enum Answer {
 /// Forward the handshake; on `101`, start the session's relay task on the
 /// current runtime.
 pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
+    let via = Via::of(&req).unwrap_or(Via::Upgrade);
     let session = h.telemetry.begin_session(&h.facts, req.headers());
     let Some(slot) = h.sessions.enter(h.config.max_sessions) else {
         let (status, code) = (StatusCode::SERVICE_UNAVAILABLE, "websocket_sessions_full");
@@ -159,12 +182,16 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
     };
     let client_side = hyper::upgrade::on(&mut req);
     let (mut parts, _body) = req.into_parts();
-    let upgrade_to = parts.headers.get(header::UPGRADE).cloned();
+    let upgrade_to = match via {
+        Via::Upgrade => parts.headers.get(header::UPGRADE).cloned(),
+        Via::Connect => Some(HeaderValue::from_static("websocket")),
+    };
     upstream::strip_hop_by_hop(&mut parts.headers);
     // The GET carries no body (RFC 6455 §4.1); none is forwarded.
     parts.headers.remove(header::CONTENT_LENGTH);
     parts.headers.remove(header::HOST);
     restore_upgrade(&mut parts.headers, upgrade_to);
+    let key = (via == Via::Connect).then(|| as_http1_upgrade(&mut parts));
     session.inject(&mut parts.headers);
     parts.uri = h.upstream_uri.clone();
     parts.version = Version::HTTP_11;
@@ -180,6 +207,14 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
             return Answer::Local(e.to_response());
         }
     };
+    if let Err((code, message)) = check_switch(via, &res, key.as_ref()) {
+        tracing::debug!(route = %h.facts.route, code, "upstream handshake answer unusable");
+        let status = StatusCode::BAD_GATEWAY;
+        let mut meter = Meter::new(h.facts.clone(), Box::new(session.begin_child(&h.facts)));
+        meter.fail(status.as_u16(), code);
+        session.refused(&h.facts, code);
+        return Answer::Local(crate::error::error_response(status, &message, code));
+    }
     if res.status() != StatusCode::SWITCHING_PROTOCOLS {
         let meter = Meter::new(h.facts.clone(), Box::new(session.begin_child(&h.facts)));
         session.refused(&h.facts, "handshake_refused");
@@ -196,7 +231,17 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
         .filter_map(|v| v.to_str().ok().map(str::to_owned))
         .collect();
     upstream::strip_hop_by_hop(&mut head.headers);
-    restore_upgrade(&mut head.headers, upgrade_to);
+    let status = match via {
+        Via::Upgrade => {
+            restore_upgrade(&mut head.headers, upgrade_to);
+            StatusCode::SWITCHING_PROTOCOLS
+        }
+        Via::Connect => {
+            // The accept answered tokentap's key, not anything the client sent.
+            head.headers.remove(header::SEC_WEBSOCKET_ACCEPT);
+            StatusCode::OK
+        }
+    };
     let metering = metering::Metering::new(
         &h.facts,
         &h.path_and_query,
@@ -213,9 +258,81 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
     };
     tokio::spawn(run.relay(metering));
     let mut res = Response::new(Full::new(Bytes::new()));
-    *res.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    *res.status_mut() = status;
     *res.headers_mut() = head.headers;
     Answer::Local(res)
+}
+
+/// Turn an extended CONNECT's head into an HTTP/1.1 upgrade GET (RFC 8441
+/// §5 maps one onto the other): HTTP/2 has no `Sec-WebSocket-Key`, so a
+/// fresh one goes upstream. Returns that key; every `Sec-WebSocket-*`
+/// header the client sent (version, protocols, extensions) is kept as is.
+fn as_http1_upgrade(parts: &mut http::request::Parts) -> HeaderValue {
+    parts.method = Method::GET;
+    parts.extensions.remove::<hyper::ext::Protocol>();
+    let key = new_key();
+    parts.headers.insert(header::SEC_WEBSOCKET_KEY, key.clone());
+    key
+}
+
+/// A `Sec-WebSocket-Key`: 16 random bytes in base64 (RFC 6455 §4.1).
+fn new_key() -> HeaderValue {
+    use base64::Engine as _;
+    let mut nonce = [0u8; 16];
+    fastrand::fill(&mut nonce);
+    let encoded = base64::engine::general_purpose::STANDARD.encode(nonce);
+    // Base64 is always a valid header value.
+    HeaderValue::from_str(&encoded)
+        .unwrap_or_else(|_| HeaderValue::from_static("AAAAAAAAAAAAAAAAAAAAAA=="))
+}
+
+/// The `Sec-WebSocket-Accept` that answers `key` (RFC 6455 §4.2.2).
+fn accept_for(key: &[u8]) -> String {
+    use base64::Engine as _;
+    use sha1::Digest as _;
+    const GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+    let mut sha = sha1::Sha1::new();
+    sha.update(key);
+    sha.update(GUID);
+    base64::engine::general_purpose::STANDARD.encode(sha.finalize())
+}
+
+/// Whether the upstream's answer can go back to a client that came `via`:
+/// for an HTTP/2 client tokentap made the handshake, so a `101` must carry
+/// the accept for tokentap's `key`, and any other success status would read
+/// as an open tunnel on HTTP/2 (it is refused). The error is the code and
+/// message of the `502` the client gets.
+fn check_switch<B>(
+    via: Via,
+    res: &Response<B>,
+    key: Option<&HeaderValue>,
+) -> Result<(), (&'static str, String)> {
+    let (Via::Connect, Some(key)) = (via, key) else {
+        return Ok(());
+    };
+    let status = res.status();
+    if status.is_success() {
+        let message = format!(
+            "upstream answered the WebSocket handshake with {status} instead of 101 Switching Protocols"
+        );
+        return Err(("websocket_not_switched", message));
+    }
+    if status != StatusCode::SWITCHING_PROTOCOLS {
+        return Ok(());
+    }
+    let expected = accept_for(key.as_bytes());
+    match res.headers().get(header::SEC_WEBSOCKET_ACCEPT) {
+        Some(got) if got.as_bytes() == expected.as_bytes() => Ok(()),
+        Some(_) => Err((
+            "websocket_accept_mismatch",
+            "upstream's Sec-WebSocket-Accept does not answer the Sec-WebSocket-Key tokentap sent"
+                .to_owned(),
+        )),
+        None => Err((
+            "websocket_accept_missing",
+            "upstream switched protocols without a Sec-WebSocket-Accept header".to_owned(),
+        )),
+    }
 }
 
 /// Put back the two hop-by-hop headers an upgrade needs on its next hop.
@@ -367,6 +484,80 @@ mod tests {
         assert!(
             !is_upgrade(&h2),
             "HTTP/2 uses extended CONNECT, not Upgrade"
+        );
+    }
+
+    #[test]
+    fn http2_websocket_connect_is_an_upgrade() {
+        let connect = |protocol: Option<&'static str>| {
+            let mut r = Request::connect("https://example.com/v1/realtime")
+                .version(Version::HTTP_2)
+                .body(())
+                .expect("test step");
+            if let Some(p) = protocol {
+                r.extensions_mut()
+                    .insert(hyper::ext::Protocol::from_static(p));
+            }
+            r
+        };
+        assert_eq!(Via::of(&connect(Some("websocket"))), Some(Via::Connect));
+        assert!(
+            is_upgrade(&connect(Some("WebSocket"))),
+            "token without case"
+        );
+        assert!(!is_upgrade(&connect(None)), "plain CONNECT");
+        assert!(!is_upgrade(&connect(Some("connect-udp"))), "other protocol");
+    }
+
+    #[test]
+    fn accept_answers_the_key_as_rfc_6455_shows() {
+        // RFC 6455 §1.3's worked example.
+        assert_eq!(
+            accept_for(b"dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+        let key = new_key();
+        assert_eq!(key.len(), 24, "16 bytes in base64");
+        assert_ne!(key, new_key(), "a fresh nonce each time");
+    }
+
+    #[test]
+    fn an_http2_client_gets_only_a_verified_switch() {
+        let key = new_key();
+        let answer = |status: u16, accept: Option<String>| {
+            let mut b = Response::builder().status(status);
+            if let Some(a) = accept {
+                b = b.header("sec-websocket-accept", a);
+            }
+            b.body(()).expect("test step")
+        };
+        let right = Some(accept_for(key.as_bytes()));
+        let ok = check_switch(Via::Connect, &answer(101, right.clone()), Some(&key));
+        assert_eq!(ok, Ok(()));
+        let wrong = Some(accept_for(b"another key"));
+        let code = |r: Result<(), (&'static str, String)>| r.err().map(|(c, _)| c);
+        assert_eq!(
+            code(check_switch(Via::Connect, &answer(101, wrong), Some(&key))),
+            Some("websocket_accept_mismatch")
+        );
+        assert_eq!(
+            code(check_switch(Via::Connect, &answer(101, None), Some(&key))),
+            Some("websocket_accept_missing")
+        );
+        assert_eq!(
+            code(check_switch(Via::Connect, &answer(200, None), Some(&key))),
+            Some("websocket_not_switched"),
+            "a 200 would read as an open tunnel on HTTP/2"
+        );
+        assert_eq!(
+            check_switch(Via::Connect, &answer(401, None), Some(&key)),
+            Ok(()),
+            "errors are relayed"
+        );
+        assert_eq!(
+            check_switch(Via::Upgrade, &answer(101, None), None),
+            Ok(()),
+            "HTTP/1.1 clients check their own accept"
         );
     }
 

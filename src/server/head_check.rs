@@ -40,12 +40,15 @@ pub enum Refusal {
     TooManyHeaders,
     /// CONNECT: tokentap is a reverse proxy, never a tunnel.
     Connect,
+    /// An HTTP/2 extended CONNECT (RFC 8441) for a protocol other than
+    /// `websocket`, the only one relayed.
+    ConnectProtocol,
     /// The head was not seen by the tracker (it lost the framing).
     Unverified,
 }
 
 impl Refusal {
-    const ALL: [Refusal; 10] = [
+    const ALL: [Refusal; 11] = [
         Refusal::BareLf,
         Refusal::ObsFold,
         Refusal::DuplicateContentLength,
@@ -55,6 +58,7 @@ impl Refusal {
         Refusal::HeadTooLarge,
         Refusal::TooManyHeaders,
         Refusal::Connect,
+        Refusal::ConnectProtocol,
         Refusal::Unverified,
     ];
 
@@ -62,13 +66,13 @@ impl Refusal {
         Refusal::ALL.into_iter().find(|r| *r as u8 == v)
     }
 
-    /// 431 for size limits, 405 for CONNECT, 400 otherwise.
+    /// 431 for size limits, 405 for CONNECT (plain or extended), 400 otherwise.
     pub fn status(self) -> StatusCode {
         match self {
             Refusal::HeadTooLarge | Refusal::TooManyHeaders => {
                 StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
             }
-            Refusal::Connect => StatusCode::METHOD_NOT_ALLOWED,
+            Refusal::Connect | Refusal::ConnectProtocol => StatusCode::METHOD_NOT_ALLOWED,
             _ => StatusCode::BAD_REQUEST,
         }
     }
@@ -77,7 +81,7 @@ impl Refusal {
     pub fn code(self) -> &'static str {
         match self {
             Refusal::HeadTooLarge | Refusal::TooManyHeaders => "request_header_too_large",
-            Refusal::Connect => "method_not_allowed",
+            Refusal::Connect | Refusal::ConnectProtocol => "method_not_allowed",
             _ => "bad_request",
         }
     }
@@ -98,6 +102,9 @@ impl Refusal {
             Refusal::HeadTooLarge => "request head is larger than server.max_header_bytes",
             Refusal::TooManyHeaders => "request has more header fields than server.max_headers",
             Refusal::Connect => "CONNECT is not supported: tokentap is a reverse proxy",
+            Refusal::ConnectProtocol => {
+                "extended CONNECT is relayed only for :protocol websocket (RFC 8441)"
+            }
             Refusal::Unverified => "request framing could not be verified",
         }
     }
