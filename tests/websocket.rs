@@ -20,7 +20,8 @@ use tokio_tungstenite::tungstenite::handshake::client::generate_key;
 use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
 use tokio_tungstenite::tungstenite::http;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
 use support::proxy::{InProc, Toml, q};
@@ -156,6 +157,16 @@ async fn frames_close_codes_and_handshake_headers_pass_unchanged() {
         assert_eq!(h.get("upgrade").unwrap(), "websocket");
         assert!(h.get("sec-websocket-key").is_some(), "key forwarded");
     }
+    exchange_frames(&mut ws).await;
+    proxy.shutdown().await;
+}
+
+/// Text, binary, empty and fragmented messages echoed, a ping answered and
+/// a close code with its reason relayed both ways, over any transport.
+async fn exchange_frames<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let sent = vec![
         Message::text("{\"type\":\"response.create\"}"),
         Message::binary(vec![0u8, 1, 2, 255]),
@@ -170,6 +181,20 @@ async fn frames_close_codes_and_handshake_headers_pass_unchanged() {
             .unwrap();
         assert_eq!(&back, m, "echoed message unchanged");
     }
+    // A message in two fragments reaches the upstream whole (it echoes it).
+    let first = Frame::message("frag", OpCode::Data(Data::Text), false);
+    let rest = Frame::message("mented", OpCode::Data(Data::Continue), true);
+    ws.send(Message::Frame(first)).await.unwrap();
+    ws.send(Message::Frame(rest)).await.unwrap();
+    let back = within(STEP_TIMEOUT, "fragmented echo", ws.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        back,
+        Message::text("fragmented"),
+        "fragments relayed in order"
+    );
     ws.send(Message::Ping(b"p1".to_vec().into())).await.unwrap();
     let pong = within(STEP_TIMEOUT, "pong", ws.next())
         .await
@@ -197,7 +222,6 @@ async fn frames_close_codes_and_handshake_headers_pass_unchanged() {
         }
         other => panic!("expected the upstream's close frame, got {other:?}"),
     }
-    proxy.shutdown().await;
 }
 
 #[tokio::test]
@@ -236,9 +260,9 @@ async fn upstream_1011_mid_session_reaches_the_client() {
     proxy.shutdown().await;
 }
 
-#[tokio::test]
-async fn a_non_101_answer_reaches_the_client_unchanged() {
-    // A plain HTTP upstream that refuses the upgrade with 401.
+/// A plain HTTP upstream on 127.0.0.1 that refuses every upgrade with a
+/// 401 in OpenAI's error shape; returns its URL.
+async fn refusing_upstream() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -254,7 +278,12 @@ async fn a_non_101_answer_reaches_the_client_unchanged() {
             let _ = tcp.write_all(res.as_bytes()).await;
         }
     });
-    let proxy = InProc::start(&toml(&format!("http://{addr}"))).await;
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn a_non_101_answer_reaches_the_client_unchanged() {
+    let proxy = InProc::start(&toml(&refusing_upstream().await)).await;
     match connect(&proxy, "/v1/realtime", &[]).await {
         Err(WsError::Http(res)) => {
             assert_eq!(res.status(), 401, "upstream status relayed");
@@ -490,7 +519,15 @@ async fn a_realtime_response_is_measured_inside_its_session_span() {
 /// each `client` line, read each `server` line and check it arrived
 /// unchanged; then close.
 async fn play_fixture(proxy: &InProc, fixture: &str, path: &str) {
-    let (mut ws, _) = connect(proxy, path, &[]).await.unwrap();
+    let (ws, _) = connect(proxy, path, &[]).await.unwrap();
+    play_transcript(ws, fixture).await;
+}
+
+/// [`play_fixture`] on a WebSocket already open, over any transport.
+async fn play_transcript<S>(mut ws: tokio_tungstenite::WebSocketStream<S>, fixture: &str)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let text = std::fs::read_to_string(format!(
         "{}/tests/fixtures/realtime/{fixture}",
         env!("CARGO_MANIFEST_DIR")
@@ -1137,4 +1174,282 @@ async fn readyz_and_api_live_count_open_sessions() {
     )
     .await;
     proxy.shutdown().await;
+}
+
+// ---- WebSockets over HTTP/2 (RFC 8441 extended CONNECT), h2c ----
+
+type H2Sender = hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>;
+
+/// The stream of an HTTP/2 WebSocket once the CONNECT is answered.
+type H2Stream = hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>;
+
+/// An h2c (prior knowledge) connection to `proxy`, returned once the
+/// listener's SETTINGS have allowed extended CONNECT.
+async fn h2_client(proxy: &InProc) -> H2Sender {
+    let tcp = TcpStream::connect(proxy.addr).await.unwrap();
+    let io = hyper_util::rt::TokioIo::new(tcp);
+    let exec = hyper_util::rt::TokioExecutor::new();
+    let (sender, conn) = hyper::client::conn::http2::handshake(exec, io)
+        .await
+        .unwrap();
+    // Drive the connection until the listener's SETTINGS have arrived.
+    let mut conn = Box::pin(conn);
+    let settings = std::future::poll_fn(|cx| {
+        use std::future::Future;
+        if let std::task::Poll::Ready(end) = conn.as_mut().poll(cx) {
+            panic!("h2 connection ended before its SETTINGS: {end:?}");
+        }
+        match conn.is_extended_connect_protocol_enabled() {
+            true => std::task::Poll::Ready(()),
+            false => std::task::Poll::Pending,
+        }
+    });
+    within(STEP_TIMEOUT, "SETTINGS_ENABLE_CONNECT_PROTOCOL", settings).await;
+    tokio::spawn(conn);
+    sender
+}
+
+/// A CONNECT for `path` with `:protocol` set to `protocol`, or a plain
+/// CONNECT to the proxy's authority without one.
+async fn h2_connect(
+    sender: &mut H2Sender,
+    proxy: &InProc,
+    path: &str,
+    protocol: Option<&'static str>,
+    headers: &[(&str, &str)],
+) -> http::Response<hyper::body::Incoming> {
+    let uri = match protocol {
+        Some(_) => format!("http://{}{path}", proxy.addr),
+        None => proxy.addr.to_string(),
+    };
+    let mut req = http::Request::connect(uri).version(http::Version::HTTP_2);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut req = req.body(http_body_util::Empty::new()).unwrap();
+    if let Some(p) = protocol {
+        req.extensions_mut()
+            .insert(hyper::ext::Protocol::from_static(p));
+    }
+    within(STEP_TIMEOUT, "h2 ready", sender.ready())
+        .await
+        .unwrap();
+    within(STEP_TIMEOUT, "CONNECT answer", sender.send_request(req))
+        .await
+        .unwrap()
+}
+
+/// A WebSocket to `path` over HTTP/2 through `proxy` (`sec-websocket-version`
+/// 13 plus `extra` headers): the raw stream after the `200`, its head, and
+/// the connection's handle (the connection lives as long as it does).
+async fn h2_open(
+    proxy: &InProc,
+    path: &str,
+    extra: &[(&str, &str)],
+) -> (H2Stream, http::response::Parts, H2Sender) {
+    let mut sender = h2_client(proxy).await;
+    let mut headers = vec![("sec-websocket-version", "13")];
+    headers.extend_from_slice(extra);
+    let res = h2_connect(&mut sender, proxy, path, Some("websocket"), &headers).await;
+    assert_eq!(res.status(), 200, "extended CONNECT accepted: {res:?}");
+    let (head, body) = res.into_parts();
+    let res = http::Response::from_parts(head.clone(), body);
+    let upgraded = within(STEP_TIMEOUT, "h2 stream", hyper::upgrade::on(res))
+        .await
+        .unwrap();
+    (hyper_util::rt::TokioIo::new(upgraded), head, sender)
+}
+
+/// [`h2_open`] with a WebSocket client on the stream.
+async fn h2_websocket(
+    proxy: &InProc,
+    path: &str,
+    extra: &[(&str, &str)],
+) -> (
+    tokio_tungstenite::WebSocketStream<H2Stream>,
+    http::response::Parts,
+    H2Sender,
+) {
+    use tokio_tungstenite::tungstenite::protocol::Role;
+    let (stream, head, sender) = h2_open(proxy, path, extra).await;
+    let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(stream, Role::Client, None).await;
+    (ws, head, sender)
+}
+
+#[tokio::test]
+async fn over_http2_frames_close_codes_and_handshake_headers_pass_unchanged() {
+    let (upstream, seen) = ws_upstream(Script::Echo).await;
+    let proxy = InProc::start(&toml(&upstream)).await;
+    let (mut ws, head, _conn) = h2_websocket(
+        &proxy,
+        "/v1/realtime?model=gpt-realtime",
+        &[
+            ("authorization", "Bearer sk-test"),
+            ("sec-websocket-protocol", "chat, superchat"),
+            ("sec-websocket-extensions", "x-made-up; a=1"),
+            ("openai-beta", "realtime=v1"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        head.headers.get("sec-websocket-protocol").unwrap(),
+        "chat",
+        "subprotocol negotiated end to end"
+    );
+    assert_eq!(head.headers.get("x-upstream").unwrap(), "yes");
+    for h1_only in ["upgrade", "connection", "sec-websocket-accept"] {
+        assert!(
+            head.headers.get(h1_only).is_none(),
+            "{h1_only} is not sent to an HTTP/2 client: {:?}",
+            head.headers
+        );
+    }
+    {
+        let seen = seen.lock().unwrap();
+        let h = &seen[0];
+        assert_eq!(h.get("authorization").unwrap(), "Bearer sk-test");
+        assert_eq!(h.get("sec-websocket-protocol").unwrap(), "chat, superchat");
+        assert_eq!(h.get("sec-websocket-extensions").unwrap(), "x-made-up; a=1");
+        assert_eq!(h.get("sec-websocket-version").unwrap(), "13");
+        assert_eq!(h.get("openai-beta").unwrap(), "realtime=v1");
+        assert_eq!(h.get("upgrade").unwrap(), "websocket");
+        assert_eq!(h.get("connection").unwrap(), "Upgrade");
+        let key = h.get("sec-websocket-key").expect("tokentap makes a key");
+        assert_eq!(key.len(), 24, "16 bytes in base64: {key:?}");
+    }
+    // The upstream's accept was checked by tokentap; tungstenite's server
+    // checked the rest of the handshake tokentap made.
+    exchange_frames(&mut ws).await;
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn over_http2_a_realtime_response_is_metered_inside_its_session_span() {
+    use support::otlp::Collector;
+    let col = Collector::start().await;
+    let upstream = replay_upstream("openai_text.jsonl", Duration::from_millis(20)).await;
+    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
+    let (ws, _, conn) = h2_websocket(&proxy, "/v1/realtime?model=gpt-realtime", &[]).await;
+    play_transcript(ws, "openai_text.jsonl").await;
+    drop(conn);
+    let session = col
+        .wait_span(STEP_TIMEOUT, "session", |s| s.name.starts_with("websocket"))
+        .await;
+    assert_eq!(session.name, "websocket gpt-realtime");
+    assert_eq!(
+        session.attr("tokentap.session.end").as_str(),
+        Some("client_closed")
+    );
+    let responses: Vec<_> = col
+        .spans()
+        .into_iter()
+        .filter(|s| s.parent_span_id == session.span_id)
+        .collect();
+    assert_eq!(responses.len(), 1, "one response span: {responses:?}");
+    let response = &responses[0];
+    assert_eq!(
+        response.attr("gen_ai.usage.input_tokens").as_i64(),
+        Some(190),
+        "the upstream's usage"
+    );
+    assert_eq!(
+        response.attr("gen_ai.usage.output_tokens").as_i64(),
+        Some(11)
+    );
+    assert_eq!(response.attr("tokentap.outcome").as_str(), Some("complete"));
+    assert_eq!(session.attr("tokentap.session.responses").as_i64(), Some(1));
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn over_http2_a_401_from_the_upstream_is_relayed_and_recorded() {
+    use support::otlp::Collector;
+    let col = Collector::start().await;
+    let upstream = refusing_upstream().await;
+    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
+    let mut sender = h2_client(&proxy).await;
+    let headers = [("sec-websocket-version", "13")];
+    let res = h2_connect(
+        &mut sender,
+        &proxy,
+        "/v1/realtime",
+        Some("websocket"),
+        &headers,
+    )
+    .await;
+    assert_eq!(res.status(), 401, "upstream status relayed");
+    assert_eq!(
+        res.headers().get("content-type").unwrap(),
+        "application/json"
+    );
+    let body = http_body_util::BodyExt::collect(res.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert!(
+        String::from_utf8_lossy(&body).contains("invalid_api_key"),
+        "upstream body relayed: {}",
+        String::from_utf8_lossy(&body)
+    );
+    let session = col
+        .wait_span(STEP_TIMEOUT, "session", |s| s.name.starts_with("websocket"))
+        .await;
+    let response = col
+        .wait_span(STEP_TIMEOUT, "error response", |s| {
+            s.parent_span_id == session.span_id
+        })
+        .await;
+    assert_eq!(
+        response.attr("http.response.status_code").as_i64(),
+        Some(401),
+        "recorded like any error response: {response:?}"
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn over_http2_a_connect_that_is_not_websocket_is_refused() {
+    let (upstream, seen) = ws_upstream(Script::Echo).await;
+    let proxy = InProc::start(&toml(&upstream)).await;
+    let mut sender = h2_client(&proxy).await;
+    for (protocol, says) in [
+        (None, "CONNECT is not supported"),
+        (Some("connect-udp"), "websocket"),
+    ] {
+        let res = h2_connect(&mut sender, &proxy, "/v1/realtime", protocol, &[]).await;
+        assert_eq!(res.status(), 405, "{protocol:?} refused");
+        let body = http_body_util::BodyExt::collect(res.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let body = String::from_utf8_lossy(&body);
+        assert!(body.contains(says), "{protocol:?}: {body}");
+        assert!(body.contains("method_not_allowed"), "{body}");
+    }
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "nothing reached the upstream"
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn over_http2_shutdown_sends_going_away_to_the_client() {
+    let (upstream, _) = ws_upstream(Script::Echo).await;
+    let toml = Toml::openai(&upstream).set("server", "shutdown_grace", &q("300ms"));
+    let proxy = InProc::start(&toml).await;
+    let (mut ws, _, _conn) = h2_websocket(&proxy, "/v1/realtime", &[]).await;
+    ws.send(Message::text("hi")).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("hi"));
+    let stopping = tokio::spawn(proxy.shutdown());
+    let close = within(STEP_TIMEOUT, "close 1001", ws.next()).await;
+    match close {
+        Some(Ok(Message::Close(Some(f)))) => {
+            assert_eq!(u16::from(f.code), 1001, "going away on shutdown")
+        }
+        other => panic!("expected close 1001, got {other:?}"),
+    }
+    within(Duration::from_secs(20), "shutdown", stopping)
+        .await
+        .unwrap();
 }
