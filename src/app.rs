@@ -28,6 +28,12 @@ use crate::websocket::Sessions;
 /// How long stopped drains get to record before telemetry is flushed.
 const DRAIN_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// WebSocket sessions still open this long before the grace period ends
+/// (at most half of it) are stopped then: a session over HTTP/2 rides on a
+/// connection the server's drain cuts when the grace period ends, and its
+/// close frame 1001 has to be out before that.
+const SESSION_CLOSE_WINDOW: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Everything a request needs for one configuration: built at start-up and
 /// again by each reload. A request keeps the snapshot it started with.
 #[derive(Debug)]
@@ -82,7 +88,14 @@ impl Running {
         let grace_ends = tokio::time::Instant::now() + self.shutdown_grace;
         self.readiness.set_draining();
         let _ = self.stop.send(true);
-        self.server.served().await;
+        let sessions = self.sessions.clone();
+        let close_at = grace_ends - SESSION_CLOSE_WINDOW.min(self.shutdown_grace / 2);
+        // WebSocket sessions get the grace period too, then a close frame.
+        let stop_sessions = async move {
+            let _ = tokio::time::timeout_at(close_at, sessions.wait_idle()).await;
+            sessions.stop();
+        };
+        tokio::join!(self.server.served(), stop_sessions);
         // Drains (clients already gone) get what is left of the grace period,
         // then stop and record what they have.
         let _ = tokio::time::timeout_at(grace_ends, self.drains.wait_idle()).await;
@@ -94,9 +107,6 @@ impl Running {
         }
         self.drains.stop();
         let _ = tokio::time::timeout(DRAIN_STOP_WAIT, self.drains.wait_idle()).await;
-        // WebSocket sessions get the grace period too, then a close frame.
-        let _ = tokio::time::timeout_at(grace_ends, self.sessions.wait_idle()).await;
-        self.sessions.stop();
         let _ = tokio::time::timeout(DRAIN_STOP_WAIT, self.sessions.wait_idle()).await;
         if let Some(admin) = self.admin {
             admin.shutdown().await;

@@ -759,6 +759,31 @@ async fn raw_client(proxy: &InProc, extensions: Option<&str>) -> (TcpStream, Str
 
 #[tokio::test]
 async fn permessage_deflate_as_browsers_offer_it_is_relayed_and_metered() {
+    deflate_session(Transport::Http1).await;
+}
+
+#[tokio::test]
+async fn over_http2_permessage_deflate_is_negotiated_end_to_end_and_metered() {
+    deflate_session(Transport::Http2).await;
+}
+
+/// How a test client reaches tokentap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    /// HTTP/1.1 `Upgrade: websocket`.
+    Http1,
+    /// h2c with an extended CONNECT.
+    Http2,
+}
+
+/// A byte stream both ways (TCP after a 101, or an HTTP/2 stream).
+trait Duplex: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Duplex for T {}
+
+/// Compressed frames from a raw upstream reach a raw client byte for byte
+/// (and back), with the extension negotiated end to end, and the response
+/// they carry is metered through the inflater.
+async fn deflate_session(via: Transport) {
     use support::otlp::Collector;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let col = Collector::start().await;
@@ -777,9 +802,20 @@ async fn permessage_deflate_as_browsers_offer_it_is_relayed_and_metered() {
     let sent_down: Vec<u8> = frames.concat();
     let (upstream, got_up) = raw_upstream(frames).await;
     let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
-    let (mut tcp, head) =
-        raw_client(&proxy, Some("permessage-deflate; client_max_window_bits")).await;
-    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    let offer = "permessage-deflate; client_max_window_bits";
+    let (mut tcp, head, _conn): (Box<dyn Duplex>, String, _) = match via {
+        Transport::Http1 => {
+            let (tcp, head) = raw_client(&proxy, Some(offer)).await;
+            assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+            (Box::new(tcp), head, None)
+        }
+        Transport::Http2 => {
+            let path = "/v1/realtime?model=gpt-realtime";
+            let extra = [("sec-websocket-extensions", offer)];
+            let (stream, head, conn) = h2_open(&proxy, path, &extra).await;
+            (Box::new(stream), format!("{:?}", head.headers), Some(conn))
+        }
+    };
     assert!(
         head.to_ascii_lowercase()
             .contains("permessage-deflate; server_no_context_takeover"),
@@ -1192,18 +1228,17 @@ async fn h2_client(proxy: &InProc) -> H2Sender {
     let (sender, conn) = hyper::client::conn::http2::handshake(exec, io)
         .await
         .unwrap();
-    // Drive the connection until the listener's SETTINGS have arrived.
+    // hyper reads the connection in a task of its own, which wakes no one
+    // when SETTINGS arrive: look again every few milliseconds.
     let mut conn = Box::pin(conn);
-    let settings = std::future::poll_fn(|cx| {
-        use std::future::Future;
-        if let std::task::Poll::Ready(end) = conn.as_mut().poll(cx) {
-            panic!("h2 connection ended before its SETTINGS: {end:?}");
+    let settings = async {
+        while !conn.is_extended_connect_protocol_enabled() {
+            tokio::select! {
+                end = conn.as_mut() => panic!("h2 connection ended before its SETTINGS: {end:?}"),
+                _ = tokio::time::sleep(Duration::from_millis(2)) => {}
+            }
         }
-        match conn.is_extended_connect_protocol_enabled() {
-            true => std::task::Poll::Ready(()),
-            false => std::task::Poll::Pending,
-        }
-    });
+    };
     within(STEP_TIMEOUT, "SETTINGS_ENABLE_CONNECT_PROTOCOL", settings).await;
     tokio::spawn(conn);
     sender
