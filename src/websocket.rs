@@ -155,6 +155,9 @@ pub struct Handshake<'a> {
     pub facts: RequestFacts,
     /// The path and query the client asked for (after the route prefix).
     pub path_and_query: String,
+    /// The route's upstream speaks only HTTP/2 (`http2 = "always"`): the
+    /// HTTP/1.1 upgrade tokentap sends upstream cannot reach it.
+    pub upstream_http2_only: bool,
 }
 
 /// The answer to an upgrade request.
@@ -174,12 +177,18 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
     let session = h.telemetry.begin_session(&h.facts, req.headers());
     let Some(slot) = h.sessions.enter(h.config.max_sessions) else {
         let (status, code) = (StatusCode::SERVICE_UNAVAILABLE, "websocket_sessions_full");
-        let mut meter = Meter::new(h.facts.clone(), Box::new(session.begin_child(&h.facts)));
-        meter.fail(status.as_u16(), code);
-        session.refused(&h.facts, code);
+        record_refusal(&h.facts, session, status, code);
         let message = "websocket.max_sessions sessions are running; try again later";
         return Answer::Local(crate::error::error_response(status, message, code));
     };
+    if h.upstream_http2_only {
+        let (status, code) = (StatusCode::BAD_GATEWAY, "websocket_upstream_http2_only");
+        record_refusal(&h.facts, session, status, code);
+        let message = "the route's upstream is HTTP/2 only (http2 = \"always\"); \
+            tokentap opens WebSockets upstream with an HTTP/1.1 upgrade and does not send \
+            extended CONNECT upstream";
+        return Answer::Local(crate::error::error_response(status, message, code));
+    }
     let client_side = hyper::upgrade::on(&mut req);
     let (mut parts, _body) = req.into_parts();
     let upgrade_to = match via {
@@ -201,18 +210,14 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
         Ok(res) => res,
         Err(e) => {
             tracing::debug!(route = %h.facts.route, error = %e, "upstream upgrade failed");
-            let mut meter = Meter::new(h.facts.clone(), Box::new(session.begin_child(&h.facts)));
-            meter.fail(e.status().as_u16(), e.code());
-            session.refused(&h.facts, e.code());
+            record_refusal(&h.facts, session, e.status(), e.code());
             return Answer::Local(e.to_response());
         }
     };
     if let Err((code, message)) = check_switch(via, &res, key.as_ref()) {
         tracing::debug!(route = %h.facts.route, code, "upstream handshake answer unusable");
         let status = StatusCode::BAD_GATEWAY;
-        let mut meter = Meter::new(h.facts.clone(), Box::new(session.begin_child(&h.facts)));
-        meter.fail(status.as_u16(), code);
-        session.refused(&h.facts, code);
+        record_refusal(&h.facts, session, status, code);
         return Answer::Local(crate::error::error_response(status, &message, code));
     }
     if res.status() != StatusCode::SWITCHING_PROTOCOLS {
@@ -261,6 +266,19 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
     *res.status_mut() = status;
     *res.headers_mut() = head.headers;
     Answer::Local(res)
+}
+
+/// A handshake that ends before the upstream switched: one failed
+/// response (`status`, `code`) inside the session span, which ends with `code`.
+fn record_refusal(
+    facts: &RequestFacts,
+    session: crate::telemetry::SessionTelemetry,
+    status: StatusCode,
+    code: &str,
+) {
+    let mut meter = Meter::new(facts.clone(), Box::new(session.begin_child(facts)));
+    meter.fail(status.as_u16(), code);
+    session.refused(facts, code);
 }
 
 /// Turn an extended CONNECT's head into an HTTP/1.1 upgrade GET (RFC 8441

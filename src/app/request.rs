@@ -16,7 +16,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 
 use super::State;
-use crate::config::OnClientDisconnect;
+use crate::config::{Http2Mode, OnClientDisconnect};
 use crate::error::{BoxError, ProxyError};
 use crate::meter::body::{Meter, MeteredBody};
 use crate::meter::drain::DrainLimits;
@@ -573,6 +573,7 @@ async fn websocket_session(
         upstream_uri: admitted.upstream_uri,
         facts,
         path_and_query,
+        upstream_http2_only: route.http2 == Http2Mode::Always,
     };
     match websocket::upgrade(handshake, req).await {
         websocket::Answer::Local(res) => res.map(ProxyBody::Local),
