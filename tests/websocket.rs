@@ -17,7 +17,6 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::handshake::client::generate_key;
-use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
 use tokio_tungstenite::tungstenite::http;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
@@ -25,75 +24,8 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, O
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
 use support::proxy::{InProc, Toml, q};
+use support::ws::{H2Sender, H2Stream, Script, h2_connect, h2_handshake, h2_upgraded, ws_upstream};
 use support::{STEP_TIMEOUT, within};
-
-/// What the scripted upstream does with each session.
-#[derive(Clone, Copy)]
-enum Script {
-    /// Echo every data message; answer a close with the same code.
-    Echo,
-    /// Send one text message, then close with 1011.
-    FailMidway,
-}
-
-/// Handshake request headers the upstream saw, one list per session.
-type Seen = Arc<Mutex<Vec<http::HeaderMap>>>;
-
-/// A WebSocket upstream on 127.0.0.1: returns its address and the headers
-/// of each handshake it saw. Answers `chat` as subprotocol when offered.
-async fn ws_upstream(script: Script) -> (String, Seen) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let seen = Seen::default();
-    let log = seen.clone();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let log = log.clone();
-            tokio::spawn(async move {
-                let cb = |req: &Request, mut res: Response| {
-                    log.lock().unwrap().push(req.headers().clone());
-                    let offered = req
-                        .headers()
-                        .get("sec-websocket-protocol")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("");
-                    if offered.split(',').any(|p| p.trim() == "chat") {
-                        res.headers_mut()
-                            .insert("sec-websocket-protocol", "chat".parse().unwrap());
-                    }
-                    res.headers_mut()
-                        .insert("x-upstream", "yes".parse().unwrap());
-                    Ok(res)
-                };
-                let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(tcp, cb).await else {
-                    return;
-                };
-                match script {
-                    Script::Echo => {
-                        while let Some(Ok(msg)) = ws.next().await {
-                            // tungstenite answers pings and closes itself.
-                            let data = msg.is_text() || msg.is_binary();
-                            if data && ws.send(msg).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                    Script::FailMidway => {
-                        let _ = ws.send(Message::text("partial")).await;
-                        let _ = ws
-                            .close(Some(CloseFrame {
-                                code: CloseCode::Error,
-                                reason: "boom".into(),
-                            }))
-                            .await;
-                        while let Some(Ok(_)) = ws.next().await {}
-                    }
-                }
-            });
-        }
-    });
-    (format!("http://{addr}"), seen)
-}
 
 /// One OpenAI route to `upstream`; sessions still open at shutdown get
 /// one second.
@@ -1214,64 +1146,10 @@ async fn readyz_and_api_live_count_open_sessions() {
 
 // ---- WebSockets over HTTP/2 (RFC 8441 extended CONNECT), h2c ----
 
-type H2Sender = hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>;
-
-/// The stream of an HTTP/2 WebSocket once the CONNECT is answered.
-type H2Stream = hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>;
-
-/// An h2c (prior knowledge) connection to `proxy`, returned once the
-/// listener's SETTINGS have allowed extended CONNECT.
+/// An h2c (prior knowledge) connection to `proxy` that may send extended
+/// CONNECT.
 async fn h2_client(proxy: &InProc) -> H2Sender {
-    let tcp = TcpStream::connect(proxy.addr).await.unwrap();
-    let io = hyper_util::rt::TokioIo::new(tcp);
-    let exec = hyper_util::rt::TokioExecutor::new();
-    let (sender, conn) = hyper::client::conn::http2::handshake(exec, io)
-        .await
-        .unwrap();
-    // hyper reads the connection in a task of its own, which wakes no one
-    // when SETTINGS arrive: look again every few milliseconds.
-    let mut conn = Box::pin(conn);
-    let settings = async {
-        while !conn.is_extended_connect_protocol_enabled() {
-            tokio::select! {
-                end = conn.as_mut() => panic!("h2 connection ended before its SETTINGS: {end:?}"),
-                _ = tokio::time::sleep(Duration::from_millis(2)) => {}
-            }
-        }
-    };
-    within(STEP_TIMEOUT, "SETTINGS_ENABLE_CONNECT_PROTOCOL", settings).await;
-    tokio::spawn(conn);
-    sender
-}
-
-/// A CONNECT for `path` with `:protocol` set to `protocol`, or a plain
-/// CONNECT to the proxy's authority without one.
-async fn h2_connect(
-    sender: &mut H2Sender,
-    proxy: &InProc,
-    path: &str,
-    protocol: Option<&'static str>,
-    headers: &[(&str, &str)],
-) -> http::Response<hyper::body::Incoming> {
-    let uri = match protocol {
-        Some(_) => format!("http://{}{path}", proxy.addr),
-        None => proxy.addr.to_string(),
-    };
-    let mut req = http::Request::connect(uri).version(http::Version::HTTP_2);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let mut req = req.body(http_body_util::Empty::new()).unwrap();
-    if let Some(p) = protocol {
-        req.extensions_mut()
-            .insert(hyper::ext::Protocol::from_static(p));
-    }
-    within(STEP_TIMEOUT, "h2 ready", sender.ready())
-        .await
-        .unwrap();
-    within(STEP_TIMEOUT, "CONNECT answer", sender.send_request(req))
-        .await
-        .unwrap()
+    h2_handshake(TcpStream::connect(proxy.addr).await.unwrap()).await
 }
 
 /// A WebSocket to `path` over HTTP/2 through `proxy` (`sec-websocket-version`
@@ -1285,14 +1163,19 @@ async fn h2_open(
     let mut sender = h2_client(proxy).await;
     let mut headers = vec![("sec-websocket-version", "13")];
     headers.extend_from_slice(extra);
-    let res = h2_connect(&mut sender, proxy, path, Some("websocket"), &headers).await;
-    assert_eq!(res.status(), 200, "extended CONNECT accepted: {res:?}");
+    let authority = proxy.addr.to_string();
+    let res = h2_connect(
+        &mut sender,
+        "http",
+        &authority,
+        path,
+        Some("websocket"),
+        &headers,
+    )
+    .await;
     let (head, body) = res.into_parts();
-    let res = http::Response::from_parts(head.clone(), body);
-    let upgraded = within(STEP_TIMEOUT, "h2 stream", hyper::upgrade::on(res))
-        .await
-        .unwrap();
-    (hyper_util::rt::TokioIo::new(upgraded), head, sender)
+    let stream = h2_upgraded(http::Response::from_parts(head.clone(), body)).await;
+    (stream, head, sender)
 }
 
 /// [`h2_open`] with a WebSocket client on the stream.
@@ -1404,10 +1287,13 @@ async fn over_http2_a_401_from_the_upstream_is_relayed_and_recorded() {
     let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
     let mut sender = h2_client(&proxy).await;
     let headers = [("sec-websocket-version", "13")];
+    let authority = proxy.addr.to_string();
+    let path = "/v1/realtime";
     let res = h2_connect(
         &mut sender,
-        &proxy,
-        "/v1/realtime",
+        "http",
+        &authority,
+        path,
         Some("websocket"),
         &headers,
     )
@@ -1451,7 +1337,15 @@ async fn over_http2_a_connect_that_is_not_websocket_is_refused() {
         (None, "CONNECT is not supported"),
         (Some("connect-udp"), "websocket"),
     ] {
-        let res = h2_connect(&mut sender, &proxy, "/v1/realtime", protocol, &[]).await;
+        let res = h2_connect(
+            &mut sender,
+            "http",
+            &proxy.addr.to_string(),
+            "/v1/realtime",
+            protocol,
+            &[],
+        )
+        .await;
         assert_eq!(res.status(), 405, "{protocol:?} refused");
         let body = http_body_util::BodyExt::collect(res.into_body())
             .await
@@ -1487,4 +1381,55 @@ async fn over_http2_shutdown_sends_going_away_to_the_client() {
     within(Duration::from_secs(20), "shutdown", stopping)
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn over_http2_the_session_cap_holds_and_an_http2_only_upstream_is_a_clear_502() {
+    let (upstream, seen) = ws_upstream(Script::Echo).await;
+    let toml = toml(&upstream).set("websocket", "max_sessions", "1");
+    let proxy = InProc::start(&toml).await;
+    let (mut first, _, _conn) = h2_websocket(&proxy, "/v1/realtime", &[]).await;
+    let mut sender = h2_client(&proxy).await;
+    let authority = proxy.addr.to_string();
+    let path = "/v1/realtime";
+    let res = h2_connect(
+        &mut sender,
+        "http",
+        &authority,
+        path,
+        Some("websocket"),
+        &[],
+    )
+    .await;
+    assert_eq!(res.status(), 503, "over the cap, HTTP/2 or not");
+    first.send(Message::text("still works")).await.unwrap();
+    assert_eq!(
+        first.next().await.unwrap().unwrap(),
+        Message::text("still works")
+    );
+    proxy.shutdown().await;
+    assert_eq!(seen.lock().unwrap().len(), 1, "one handshake went upstream");
+
+    let h2_only = Toml::new().route_with("openai", "/", &upstream, "openai", "http2 = \"always\"");
+    let proxy = InProc::start(&h2_only).await;
+    let mut sender = h2_client(&proxy).await;
+    let authority = proxy.addr.to_string();
+    let res = h2_connect(
+        &mut sender,
+        "http",
+        &authority,
+        path,
+        Some("websocket"),
+        &[],
+    )
+    .await;
+    assert_eq!(res.status(), 502);
+    let body = http_body_util::BodyExt::collect(res.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let body = String::from_utf8_lossy(&body);
+    assert!(body.contains("websocket_upstream_http2_only"), "{body}");
+    assert_eq!(seen.lock().unwrap().len(), 1, "nothing more went upstream");
+    proxy.shutdown().await;
 }

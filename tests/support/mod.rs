@@ -18,6 +18,7 @@ pub(crate) mod rig;
 pub(crate) mod script;
 pub(crate) mod tls;
 pub(crate) mod upstream;
+pub(crate) mod ws;
 
 use std::future::Future;
 use std::time::Duration;
