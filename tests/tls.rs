@@ -2,6 +2,9 @@
 //! certificates made fresh per test (rcgen):
 //! - `h1_and_h2_over_tls_reach_the_upstream`: a chat completion through the
 //!   TLS proxy listener over HTTP/1.1 and over h2 (ALPN), byte-exact.
+//! - `a_websocket_over_h2_with_alpn_is_relayed`: an RFC 8441 extended
+//!   CONNECT on a TLS connection that agreed on `h2` reaches a WebSocket
+//!   upstream, and messages cross both ways.
 //! - `certificates_reload_live_and_a_bad_one_is_refused`: a reload serves
 //!   the rotated certificate to new connections while an open connection
 //!   keeps working; a broken certificate file is refused and the previous
@@ -189,6 +192,55 @@ async fn h1_and_h2_over_tls_reach_the_upstream() {
         2,
         "both requests reached the upstream"
     );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_websocket_over_h2_with_alpn_is_relayed() {
+    use futures_util::{SinkExt, StreamExt};
+    use support::ws::{Script, h2_connect, h2_handshake, h2_upgraded, ws_upstream};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::Role;
+    let (ca, dir) = (TestCa::new(), Scratch::new("tls-h2-websocket"));
+    let (upstream, seen) = ws_upstream(Script::Echo).await;
+    let (cert, key, _) = write_leaf(&dir, &ca, "server", &["localhost", "127.0.0.1"]);
+    let proxy = InProc::start(&tls_toml(&upstream, &cert, &key)).await;
+    let tls = within(
+        STEP_TIMEOUT,
+        "handshake",
+        connect(proxy.addr, &ca, "localhost", b"h2", None),
+    )
+    .await
+    .expect("TLS handshake with the proxy");
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let mut sender = h2_handshake(tls).await;
+    let authority = format!("localhost:{}", proxy.addr.port());
+    let headers = [("sec-websocket-version", "13")];
+    let path = "/v1/realtime?model=gpt-realtime";
+    let res = h2_connect(
+        &mut sender,
+        "https",
+        &authority,
+        path,
+        Some("websocket"),
+        &headers,
+    )
+    .await;
+    let stream = h2_upgraded(res).await;
+    let mut ws =
+        tokio_tungstenite::WebSocketStream::from_raw_socket(stream, Role::Client, None).await;
+    for m in [
+        Message::text("over h2 and TLS"),
+        Message::binary(vec![0u8, 255]),
+    ] {
+        ws.send(m.clone()).await.unwrap();
+        let back = within(STEP_TIMEOUT, "echo", ws.next()).await;
+        assert_eq!(back.unwrap().unwrap(), m, "echoed unchanged");
+    }
+    ws.close(None).await.unwrap();
+    while let Some(Ok(_)) = within(STEP_TIMEOUT, "close echo", ws.next()).await {}
+    drop((ws, sender));
+    assert_eq!(seen.lock().unwrap().len(), 1, "one upstream handshake");
     proxy.shutdown().await;
 }
 
