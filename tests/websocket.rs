@@ -5,9 +5,10 @@
 //! session cap and shutdown's close 1001 are checked; so are hostile inputs
 //! (a message over `max_message_bytes`, a handshake head that never ends, a
 //! reserved opcode from the upstream) and the session count on `/readyz`
-//! and `/api/live`.
+//! and `/api/live`. The `over_http2_*` tests open sessions with HTTP/2
+//! extended CONNECT (RFC 8441) over h2c instead: frames, metering, a 401,
+//! permessage-deflate, the cap, shutdown, and the CONNECTs that are refused.
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
-#![allow(clippy::result_large_err)] // tungstenite's handshake callback type
 
 mod support;
 

@@ -2,6 +2,7 @@
 //! (tokio-tungstenite) that logs each handshake's headers, and an HTTP/2
 //! client that opens WebSockets with extended CONNECT (RFC 8441) over any
 //! transport (h2c, or TLS with ALPN `h2`).
+#![allow(clippy::result_large_err)] // tungstenite's handshake callback type
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
