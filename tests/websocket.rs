@@ -1434,3 +1434,19 @@ async fn over_http2_the_session_cap_holds_and_an_http2_only_upstream_is_a_clear_
     assert_eq!(seen.lock().unwrap().len(), 1, "nothing more went upstream");
     proxy.shutdown().await;
 }
+
+#[tokio::test]
+async fn over_http2_a_five_megabyte_message_crosses_both_ways() {
+    // Far past HTTP/2's 64 KiB initial windows: flow control both ways.
+    let (upstream, _) = ws_upstream(Script::Echo).await;
+    let proxy = InProc::start(&toml(&upstream)).await;
+    let (mut ws, _, _conn) = h2_websocket(&proxy, "/v1/realtime", &[]).await;
+    let big: Vec<u8> = (0..5 * 1024 * 1024u32).map(|i| (i * 7) as u8).collect();
+    ws.send(Message::binary(big.clone())).await.unwrap();
+    let back = within(STEP_TIMEOUT, "5 MB echo", ws.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(back == Message::binary(big), "5 MB message unchanged");
+    proxy.shutdown().await;
+}
