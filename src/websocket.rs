@@ -242,8 +242,10 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
             StatusCode::SWITCHING_PROTOCOLS
         }
         Via::Connect => {
-            // The accept answered tokentap's key, not anything the client sent.
+            // The accept answered tokentap's key, not anything the client
+            // sent; a length on a 2xx to CONNECT makes hyper reset the stream.
             head.headers.remove(header::SEC_WEBSOCKET_ACCEPT);
+            head.headers.remove(header::CONTENT_LENGTH);
             StatusCode::OK
         }
     };
