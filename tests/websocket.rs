@@ -1450,3 +1450,23 @@ async fn over_http2_a_five_megabyte_message_crosses_both_ways() {
     assert!(back == Message::binary(big), "5 MB message unchanged");
     proxy.shutdown().await;
 }
+
+#[tokio::test]
+async fn over_http2_idle_sessions_are_closed_when_configured() {
+    let (upstream, _) = ws_upstream(Script::Echo).await;
+    let toml = toml(&upstream).set("websocket", "idle_timeout", &q("200ms"));
+    let proxy = InProc::start(&toml).await;
+    let (mut ws, _, _conn) = h2_websocket(&proxy, "/v1/realtime", &[]).await;
+    let end = within(STEP_TIMEOUT, "idle close", ws.next()).await;
+    match end {
+        Some(Ok(Message::Close(Some(f)))) => assert_eq!(u16::from(f.code), 1001),
+        other => panic!("expected close 1001 after the idle timeout, got {other:?}"),
+    }
+    let closed = async {
+        while proxy.running().unwrap().sessions_active() != 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    within(STEP_TIMEOUT, "session count back to 0", closed).await;
+    proxy.shutdown().await;
+}
