@@ -1470,3 +1470,51 @@ async fn over_http2_idle_sessions_are_closed_when_configured() {
     within(STEP_TIMEOUT, "session count back to 0", closed).await;
     proxy.shutdown().await;
 }
+
+/// Realtime audio is billed at its own rates through a live session: the
+/// response span of a metered voice response carries the cost of the
+/// fixture's usage under a route price that gives audio, cached and text
+/// tokens different rates.
+#[tokio::test]
+async fn a_realtime_voice_response_is_priced_with_its_audio_rates() {
+    use support::otlp::Collector;
+    let col = Collector::start().await;
+    let upstream = replay_upstream("openai_audio_vad.jsonl", Duration::from_millis(20)).await;
+    let prices = "[[routes.prices]]\nmodel = \"gpt-realtime-mini*\"\ninput = 1.0\n\
+                  cache_read = 0.1\ninput_audio = 10.0\noutput = 2.0\noutput_audio = 20.0\n";
+    let proxy = InProc::start(
+        &toml(&upstream)
+            .raw_route(prices)
+            .otlp(&col.endpoint(), "grpc"),
+    )
+    .await;
+    play_fixture(
+        &proxy,
+        "openai_audio_vad.jsonl",
+        "/v1/realtime?model=gpt-realtime-mini",
+    )
+    .await;
+    let response = col
+        .wait_span(STEP_TIMEOUT, "priced response", |s| {
+            s.name.starts_with("chat") && s.attrs.contains_key("tokentap.cost.amount")
+        })
+        .await;
+    // Usage: input 318 = 192 cached (text) + 67 audio + 59 other text;
+    // output 94 = 73 audio + 21 text. Each token is billed once, at the
+    // most specific rate that has a price.
+    let want = (192.0 * 0.1 + 67.0 * 10.0 + 59.0 * 1.0 + 73.0 * 20.0 + 21.0 * 2.0) / 1e6;
+    let got = response.attr("tokentap.cost.amount").as_f64().unwrap();
+    assert!(
+        (got - want).abs() <= want * 1e-9,
+        "cost: got {got}, want {want}"
+    );
+    assert_eq!(
+        response.attr("tokentap.cost.currency").as_str(),
+        Some("USD")
+    );
+    assert_eq!(
+        response.attr("tokentap.cost.source").as_str(),
+        Some("override")
+    );
+    proxy.shutdown().await;
+}
