@@ -248,9 +248,10 @@ pub(super) fn otel_env(env: &[(String, String)]) -> Result<Vec<Layer>, ConfigErr
     // The GenAI conventions' transition switch, a comma-separated list of
     // categories: only `gen_ai_latest_experimental` concerns tokentap (they
     // define no value that asks for the old names).
-    if get("OTEL_SEMCONV_STABILITY_OPT_IN")
-        .is_some_and(|v| v.split(',').any(|c| c.trim() == "gen_ai_latest_experimental"))
-    {
+    if get("OTEL_SEMCONV_STABILITY_OPT_IN").is_some_and(|v| {
+        v.split(',')
+            .any(|c| c.trim() == "gen_ai_latest_experimental")
+    }) {
         put(
             "OTEL_SEMCONV_STABILITY_OPT_IN",
             "semconv",

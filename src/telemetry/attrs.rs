@@ -12,8 +12,7 @@ pub const M_EMBEDDINGS_DURATION: &str = "gen_ai.client.embeddings.duration";
 /// Histogram: time to the first content chunk of a stream (s).
 pub const M_INFERENCE_TIME_TO_FIRST_CHUNK: &str = "gen_ai.client.inference.time_to_first_chunk";
 /// Histogram: each gap between consecutive content chunks of a stream (s).
-pub const M_INFERENCE_TIME_PER_OUTPUT_CHUNK: &str =
-    "gen_ai.client.inference.time_per_output_chunk";
+pub const M_INFERENCE_TIME_PER_OUTPUT_CHUNK: &str = "gen_ai.client.inference.time_per_output_chunk";
 /// Counter: input tokens, cached ones included ({token}).
 pub const M_USAGE_INPUT: &str = "gen_ai.client.inference.usage.input_tokens";
 /// Counter: output tokens, reasoning ones included ({token}).

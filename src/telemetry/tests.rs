@@ -1056,7 +1056,11 @@ fn usage_counters_split_tokens_by_kind_and_modality() {
         (GEN_AI_RESPONSE_MODEL, "gpt-4o-2024-08-06".into()),
         (SERVER_ADDRESS, "api.openai.com".into()),
     ] {
-        assert_eq!(attr(point, key), Some(&want), "usage counter attribute {key}");
+        assert_eq!(
+            attr(point, key),
+            Some(&want),
+            "usage counter attribute {key}"
+        );
     }
     assert_eq!(attr(point, GEN_AI_TOKEN_TYPE), None, "no gen_ai.token.type");
 
@@ -1113,16 +1117,27 @@ fn embeddings_and_unknown_endpoints_take_their_own_duration_names() {
     rec.finish(m);
     let rm = h.collect();
     let got = names(&rm);
-    assert_eq!(histogram(&rm, M_EMBEDDINGS_DURATION).1[0].2, 1, "embeddings duration");
+    assert_eq!(
+        histogram(&rm, M_EMBEDDINGS_DURATION).1[0].2,
+        1,
+        "embeddings duration"
+    );
     let (_, input) = histogram(&rm, M_EMBEDDINGS_INPUT_TOKENS);
-    assert_eq!((input[0].2, input[0].3), (1, 7.0), "embeddings input tokens");
+    assert_eq!(
+        (input[0].2, input[0].3),
+        (1, 7.0),
+        "embeddings input tokens"
+    );
     for name in [
         M_INFERENCE_DURATION,
         M_OPERATION_DURATION,
         M_USAGE_INPUT,
         M_OPERATION_INPUT_TOKENS,
     ] {
-        assert!(!got.iter().any(|n| n == name), "{name} for embeddings: {got:?}");
+        assert!(
+            !got.iter().any(|n| n == name),
+            "{name} for embeddings: {got:?}"
+        );
     }
 
     // An unrecognised endpoint keeps `gen_ai.client.operation.duration`,
@@ -1133,14 +1148,24 @@ fn embeddings_and_unknown_endpoints_take_their_own_duration_names() {
         f.operation = None;
         run(&h.telemetry, f, &HeaderMap::new(), &[]);
         let rm = h.collect();
-        assert_eq!(histogram(&rm, M_OPERATION_DURATION).1[0].2, 1, "{semconv:?}");
+        assert_eq!(
+            histogram(&rm, M_OPERATION_DURATION).1[0].2,
+            1,
+            "{semconv:?}"
+        );
         assert!(
             !names(&rm).iter().any(|n| n == M_INFERENCE_DURATION),
             "{semconv:?}: not an inference"
         );
         // It reported tokens: they count, without zero-filled kinds.
-        assert_eq!(by_modality(&rm, M_USAGE_INPUT), vec![(MODALITY_UNKNOWN.to_owned(), 12)]);
-        assert!(by_modality(&rm, M_USAGE_CACHE_READ).len() == 1, "cache_read reported");
+        assert_eq!(
+            by_modality(&rm, M_USAGE_INPUT),
+            vec![(MODALITY_UNKNOWN.to_owned(), 12)]
+        );
+        assert!(
+            by_modality(&rm, M_USAGE_CACHE_READ).len() == 1,
+            "cache_read reported"
+        );
         assert!(
             !names(&rm).iter().any(|n| n == M_USAGE_CACHE_WRITE),
             "{semconv:?}: no zero for a kind an unknown endpoint never reported"
