@@ -207,7 +207,7 @@ async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
     // usage counters replaced stay behind `telemetry.semconv`.
     let names = m.metric_names();
     for old in [
-        LEGACY_OP_DURATION,
+        OPERATION_DURATION,
         TOKEN_USAGE,
         "gen_ai.client.operation.time_to_first_chunk",
         "gen_ai.client.operation.time_per_output_chunk",
@@ -336,7 +336,7 @@ async fn legacy_semconv_exports_the_old_names() {
     assert_eq!(got.status, 200);
     let m = &rig.col;
     let dur = m
-        .wait_point(STEP_TIMEOUT, LEGACY_OP_DURATION, |p| p.hist().count >= 1)
+        .wait_point(STEP_TIMEOUT, OPERATION_DURATION, |p| p.hist().count >= 1)
         .await;
     assert_eq!(dur.attr_str(OPERATION), Some("chat"));
     let usage = m.latest(TOKEN_USAGE);

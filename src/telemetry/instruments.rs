@@ -1103,7 +1103,7 @@ mod tests {
         let both = snap.get(M_SERVER_REQUEST_DURATION, &sets[0]);
         assert_eq!(
             both,
-            snap.get(M_OPERATION_DURATION, &sets[0]),
+            snap.get(M_INFERENCE_DURATION, &sets[0]),
             "both duration histograms share one measure"
         );
         // The most one set can hold: every bucket of every measure.

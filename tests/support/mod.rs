@@ -76,8 +76,10 @@ pub(crate) mod names {
     pub(crate) const OP_INPUT_TOKENS: &str = "gen_ai.client.inference.operation.input_tokens";
     pub(crate) const OP_OUTPUT_TOKENS: &str = "gen_ai.client.inference.operation.output_tokens";
     pub(crate) const TOKEN_MODALITY: &str = "gen_ai.token.modality";
+    /// Request duration of an unrecognised endpoint; of every request
+    /// under `telemetry.semconv = legacy | both` (the v1.41.0 name).
+    pub(crate) const OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
     /// The v1.41.0 names (`telemetry.semconv = legacy | both`).
-    pub(crate) const LEGACY_OP_DURATION: &str = "gen_ai.client.operation.duration";
     pub(crate) const TOKEN_USAGE: &str = "gen_ai.client.token.usage";
     pub(crate) const SERVER_TTFT: &str = "gen_ai.server.time_to_first_token";
     pub(crate) const SERVER_TPOT: &str = "gen_ai.server.time_per_output_token";
