@@ -327,7 +327,8 @@ pub(super) struct FinishAttrs<'a> {
 #[derive(Default)]
 struct FinishBound {
     /// The duration under the current name for the request's class
-    /// (inference or embeddings).
+    /// (inference or embeddings). One cell serves either because the
+    /// class follows from `gen_ai.operation.name`, which is in the set.
     duration: OnceLock<BoundHistogram<f64>>,
     first_chunk: OnceLock<BoundHistogram<f64>>,
     /// The usage counters with `gen_ai.token.modality = unknown`.
@@ -464,11 +465,6 @@ impl FinishBound {
                 Some(r.duration).filter(|_| ins.records_operation_duration(r.class)),
             ),
             (
-                &self.duration,
-                ins.latest_duration(r.class),
-                Some(r.duration).filter(|_| ins.semconv.latest() && r.class != OpClass::Unknown),
-            ),
-            (
                 &self.server_request_duration,
                 &ins.server_request_duration,
                 Some(r.duration),
@@ -492,6 +488,11 @@ impl FinishBound {
             if let Some(v) = v {
                 cell.get_or_init(|| h.bind(attrs)).record(v);
             }
+        }
+        if let Some(h) = ins.latest_duration(r.class) {
+            self.duration
+                .get_or_init(|| h.bind(attrs))
+                .record(r.duration);
         }
         self.requests
             .get_or_init(|| ins.requests.bind(attrs))
@@ -855,12 +856,15 @@ impl Instruments {
         self.semconv.legacy() || class == OpClass::Unknown
     }
 
-    /// The current duration histogram for `class`, other than
-    /// `operation_duration` (which `records_operation_duration` covers).
-    fn latest_duration(&self, class: OpClass) -> &Histogram<f64> {
+    /// The current duration histogram for `class` when the current names
+    /// record; `None` for an unknown operation, whose current name is
+    /// `operation_duration` (`records_operation_duration` covers it).
+    fn latest_duration(&self, class: OpClass) -> Option<&Histogram<f64>> {
         match class {
-            OpClass::Embeddings => &self.embeddings_duration,
-            OpClass::Inference | OpClass::Unknown => &self.inference_duration,
+            _ if !self.semconv.latest() => None,
+            OpClass::Embeddings => Some(&self.embeddings_duration),
+            OpClass::Inference => Some(&self.inference_duration),
+            OpClass::Unknown => None,
         }
     }
 
@@ -871,8 +875,8 @@ impl Instruments {
         if self.records_operation_duration(r.class) {
             self.operation_duration.record(r.duration, attrs);
         }
-        if latest && r.class != OpClass::Unknown {
-            self.latest_duration(r.class).record(r.duration, attrs);
+        if let Some(h) = self.latest_duration(r.class) {
+            h.record(r.duration, attrs);
         }
         self.server_request_duration.record(r.duration, attrs);
         self.requests.add(1, attrs);
@@ -1122,6 +1126,101 @@ mod tests {
             full.slot_bytes()
         );
         let _ = provider.shutdown();
+    }
+
+    /// Every data point of a collection as (name, attributes, count or
+    /// value, sum), sorted: what two ways of recording must agree on.
+    fn points(exporter: &opentelemetry_sdk::metrics::InMemoryMetricExporter) -> Vec<String> {
+        use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+        let mut out = Vec::new();
+        let all = exporter.get_finished_metrics().expect("in-memory metrics");
+        let Some(rm) = all.last() else { return out };
+        for m in rm.scope_metrics().flat_map(|s| s.metrics()) {
+            let mut add = |attrs: Vec<String>, v: String| {
+                out.push(format!("{} {:?} {v}", m.name(), attrs));
+            };
+            let sorted = |a: &mut dyn Iterator<Item = &KeyValue>| {
+                let mut v: Vec<String> = a.map(|kv| format!("{}={}", kv.key, kv.value)).collect();
+                v.sort();
+                v
+            };
+            match m.data() {
+                AggregatedMetrics::F64(MetricData::Histogram(h)) => h.data_points().for_each(|p| {
+                    add(
+                        sorted(&mut p.attributes()),
+                        format!("{} {:.6}", p.count(), p.sum()),
+                    );
+                }),
+                AggregatedMetrics::U64(MetricData::Histogram(h)) => h.data_points().for_each(|p| {
+                    add(
+                        sorted(&mut p.attributes()),
+                        format!("{} {}", p.count(), p.sum()),
+                    );
+                }),
+                AggregatedMetrics::U64(MetricData::Sum(c)) => c.data_points().for_each(|p| {
+                    add(sorted(&mut p.attributes()), p.value().to_string());
+                }),
+                _ => {}
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn unbound_records_match_bound_ones_under_every_semconv() {
+        use opentelemetry::metrics::MeterProvider as _;
+        use opentelemetry_sdk::metrics::{
+            InMemoryMetricExporter, PeriodicReader, SdkMeterProvider,
+        };
+        // The class follows from the operation name, as in `record_metrics`.
+        let ops = [
+            (OpClass::Inference, "chat"),
+            (OpClass::Embeddings, "embeddings"),
+            (OpClass::Unknown, OPERATION_UNKNOWN),
+        ];
+        let sets = ops.map(|(_, op)| {
+            [
+                KeyValue::new(GEN_AI_OPERATION_NAME, op),
+                KeyValue::new(ROUTE, "r"),
+            ]
+        });
+        let records = ops.map(|(class, _)| FinishRecord {
+            class,
+            duration: 0.5,
+            first_chunk: Some(0.1),
+            input_tokens: Some(12),
+            output_tokens: Some(3),
+            cache_read_tokens: (class == OpClass::Inference).then_some(4),
+            ..FinishRecord::default()
+        });
+        for semconv in [Semconv::Latest, Semconv::Legacy, Semconv::Both] {
+            let [bound, unbound] = [true, false].map(|bound| {
+                let exporter = InMemoryMetricExporter::default();
+                let provider = SdkMeterProvider::builder()
+                    .with_reader(PeriodicReader::builder(exporter.clone()).build())
+                    .build();
+                let ins = Instruments::new(&provider.meter("t"), semconv, None, 0);
+                for (attrs, r) in sets.iter().zip(&records) {
+                    let a = FinishAttrs {
+                        all: attrs,
+                        sized: attrs,
+                        overhead: attrs,
+                        pool_overhead: attrs,
+                    };
+                    match bound {
+                        true => ins.record_finish(&a, r),
+                        false => ins.record_unbound(&a, r),
+                    }
+                }
+                provider.force_flush().expect("flush");
+                let got = points(&exporter);
+                let _ = provider.shutdown();
+                got
+            });
+            assert!(!bound.is_empty(), "{semconv:?}: something recorded");
+            assert_eq!(bound, unbound, "{semconv:?}");
+        }
     }
 
     #[test]
