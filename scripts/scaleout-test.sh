@@ -231,11 +231,11 @@ def scalar(q):
 checks = [
     ("sum(tokentap_requests_total)", n),
     ('sum(tokentap_requests_total{tokentap_outcome="complete"})', n),
-    ('sum(gen_ai_client_token_usage_sum{gen_ai_token_type="output"})', sent_out),
-    ('sum(gen_ai_client_token_usage_sum{gen_ai_token_type="input"})', sent_in),
-    ('sum(gen_ai_client_token_usage_count{gen_ai_token_type="output"})', n),
+    ("sum(gen_ai_client_inference_usage_output_tokens_total)", sent_out),
+    ("sum(gen_ai_client_inference_usage_input_tokens_total)", sent_in),
+    ("sum(gen_ai_client_inference_operation_output_tokens_count)", n),
     ("sum(gen_ai_server_time_to_first_token_seconds_count)", n),
-    ('sum(gen_ai_client_operation_duration_seconds_bucket{le="+Inf"})', n),
+    ('sum(gen_ai_client_inference_duration_seconds_bucket{le="+Inf"})', n),
     # Streaming requests with >= 2 tokens (kinds 1 and 3) get a decode rate.
     ("sum(tokentap_decode_tokens_per_second_count)", sum(1 for i in range(n) if i % 4 in (1, 3))),
     ("sum(tokentap_streams_active)", 0),

@@ -462,6 +462,33 @@ pub enum OtlpProtocol {
     HttpProtobuf,
 }
 
+/// Which generation of GenAI metric names telemetry emits
+/// (`telemetry.semconv`; docs/METRICS.md, "Semantic conventions version").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Semconv {
+    /// The current names (`gen_ai.client.inference.*`, the usage counters).
+    Latest,
+    /// The semantic-conventions v1.41.0 names (`gen_ai.client.operation.*`,
+    /// `gen_ai.client.token.usage`) and `tokentap.tokens`,
+    /// `tokentap.token.modality.usage`, for queries not yet moved.
+    Legacy,
+    /// Both sets at once, to move dashboards and alerts over.
+    Both,
+}
+
+impl Semconv {
+    /// Whether the current names are emitted.
+    pub fn latest(self) -> bool {
+        matches!(self, Semconv::Latest | Semconv::Both)
+    }
+
+    /// Whether the v1.41.0 names are emitted.
+    pub fn legacy(self) -> bool {
+        matches!(self, Semconv::Legacy | Semconv::Both)
+    }
+}
+
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -529,6 +556,11 @@ pub struct TelemetryConfig {
     /// Add `tokentap.prompt.size_class` (input tokens: ≤1Ki, ≤8Ki, ≤32Ki,
     /// ≤128Ki, more) to the TTFT and prefill histograms; off saves series.
     pub prompt_size_class: bool,
+    /// Which GenAI metric names to emit: `latest` (the current
+    /// semantic-conventions-genai names), `legacy` (the v1.41.0 names and
+    /// tokentap's own token counters) or `both`
+    /// (`OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental` = `latest`).
+    pub semconv: Semconv,
     /// Headers redacted everywhere in addition to the built-in list.
     #[serde(with = "units::headers")]
     pub redact_headers: Vec<http::HeaderName>,
@@ -563,6 +595,7 @@ impl Default for TelemetryConfig {
             max_tenants: 100,
             max_series: 2000,
             prompt_size_class: true,
+            semconv: Semconv::Latest,
             redact_headers: Vec::new(),
             access_log: true,
             log_format: LogFormat::Text,

@@ -44,7 +44,7 @@ use self::attrs::*;
 use self::cardinality::CardinalityGuard;
 use self::export::DropCounts;
 use self::in_flight::{InFlight, InFlightGuard};
-use self::instruments::{FinishAttrs, FinishRecord, GapTally, Instruments};
+use self::instruments::{FinishAttrs, FinishRecord, GapTally, Instruments, OpClass};
 use self::live::{Live, LiveRequest, Sample, SeriesKey};
 use self::log::access_log;
 use self::prometheus::PullReader;
@@ -214,8 +214,12 @@ impl Telemetry {
         // Exemplars only serve the pull reader's OpenMetrics scrape; series
         // past `max_series` fold into the SDK's overflow series anyway.
         let exemplar_sets = if pull.is_some() { cfg.max_series } else { 0 };
-        let instruments =
-            Instruments::new(&meter, has_reader.then(|| drops.clone()), exemplar_sets);
+        let instruments = Instruments::new(
+            &meter,
+            cfg.semconv,
+            has_reader.then(|| drops.clone()),
+            exemplar_sets,
+        );
         let live = Live::start(&cfg.live);
         let slo = slo::Slo::start(&cfg.slo, &meter, has_reader, &live);
         let inner = Inner {
@@ -314,7 +318,7 @@ impl Telemetry {
         // Gaps are folded per chunk and recorded at the end through
         // handles bound here, once.
         let gaps = facts.stream.then(|| ChunkGaps {
-            per_chunk: inner.instruments.time_per_output_chunk.bind(&attrs),
+            per_chunk: ChunkGaps::bind(&inner.instruments, &attrs),
             gap: inner.instruments.chunk_gap.bind(&attrs),
             tally: GapTally::default(),
         });
@@ -627,15 +631,26 @@ fn off_runtime<R>(f: impl FnOnce() -> R) -> R {
 /// folded so far (no lock per chunk: the histograms are written once, at
 /// the end).
 struct ChunkGaps {
-    per_chunk: BoundHistogram<f64>,
+    /// `time_per_output_chunk` under the current and the v1.41.0 name,
+    /// each when `telemetry.semconv` emits it.
+    per_chunk: [Option<BoundHistogram<f64>>; 2],
     gap: BoundHistogram<f64>,
     tally: GapTally,
 }
 
 impl ChunkGaps {
+    fn bind(ins: &Instruments, attrs: &[KeyValue]) -> [Option<BoundHistogram<f64>>; 2] {
+        [
+            (ins.semconv.latest()).then(|| ins.inference_time_per_output_chunk.bind(attrs)),
+            (ins.semconv.legacy()).then(|| ins.time_per_output_chunk.bind(attrs)),
+        ]
+    }
+
     fn record(&self) {
         self.tally.replay(|secs| {
-            self.per_chunk.record(secs);
+            for h in self.per_chunk.iter().flatten() {
+                h.record(secs);
+            }
             self.gap.record(secs);
         });
     }
@@ -748,7 +763,7 @@ impl Recorder for RequestTelemetry {
         }
         if let Some(g) = &mut self.gaps {
             let ins = &self.inner.instruments;
-            g.per_chunk = ins.time_per_output_chunk.bind(&self.attrs);
+            g.per_chunk = ChunkGaps::bind(ins, &self.attrs);
             g.gap = ins.chunk_gap.bind(&self.attrs);
         }
         self._active.relabel(name);
@@ -864,7 +879,14 @@ impl RequestTelemetry {
 
         let stream = m.request.stream;
         let ttft = m.time_to_first_token.map(|d| d.as_secs_f64());
+        let class = match m.request.operation {
+            Some(op) if op.is_embeddings() => OpClass::Embeddings,
+            Some(_) => OpClass::Inference,
+            None => OpClass::Unknown,
+        };
         let record = FinishRecord {
+            class,
+            split: !m.modalities.is_empty(),
             duration: m.duration.as_secs_f64(),
             ttft,
             first_chunk: ttft.filter(|_| stream),
@@ -905,7 +927,7 @@ impl RequestTelemetry {
         };
         ins.record_finish(&sets, &record);
         if !m.modalities.is_empty() {
-            ins.record_modalities(&attrs[..all], &m.modalities);
+            ins.record_modalities(&attrs[..all], &m.modalities, &record);
         }
     }
 }

@@ -226,24 +226,32 @@ async fn metrics_count_the_requests_sent() {
     );
 
     assert_eq!(one(&samples, "tokentap_requests_total", &series, &text), n);
-    let usage = "gen_ai_client_token_usage";
-    let output = with(&[("gen_ai_token_type", "output")]);
-    assert_eq!(one(&samples, &format!("{usage}_count"), &output, &text), n);
-    assert_eq!(
-        one(&samples, &format!("{usage}_sum"), &output, &text),
-        n * 5.0,
-        "5 output tokens per request"
-    );
-    let input = with(&[("gen_ai_token_type", "input")]);
-    assert_eq!(
-        one(&samples, &format!("{usage}_sum"), &input, &text),
-        n * 17.0,
-        "17 input tokens per request"
-    );
+    for (family, per_request) in [
+        ("gen_ai_client_inference_operation_input_tokens", 17.0),
+        ("gen_ai_client_inference_operation_output_tokens", 5.0),
+    ] {
+        assert_eq!(one(&samples, &format!("{family}_count"), &series, &text), n);
+        assert_eq!(
+            one(&samples, &format!("{family}_sum"), &series, &text),
+            n * per_request,
+            "{per_request} tokens per request in {family}"
+        );
+    }
+    let unknown = with(&[("gen_ai_token_modality", "unknown")]);
+    for (name, per_request) in [
+        ("gen_ai_client_inference_usage_input_tokens_total", 17.0),
+        ("gen_ai_client_inference_usage_output_tokens_total", 5.0),
+    ] {
+        assert_eq!(
+            one(&samples, name, &unknown, &text),
+            n * per_request,
+            "{name}"
+        );
+    }
     for name in [
-        "gen_ai_client_operation_duration_seconds_count",
+        "gen_ai_client_inference_duration_seconds_count",
         "gen_ai_server_request_duration_seconds_count",
-        "gen_ai_client_operation_time_to_first_chunk_seconds_count",
+        "gen_ai_client_inference_time_to_first_chunk_seconds_count",
         "gen_ai_server_time_per_output_token_seconds_count",
         "tokentap_decode_tokens_per_second_count",
         "tokentap_stream_max_stall_seconds_count",

@@ -7,7 +7,7 @@
 //!   carries at most `max_models` + 1 (`other`) model values and
 //!   `max_tenants` + 1 tenant values, so each instrument has at most
 //!   cap + 1 series per combination of its other labels (exactly cap + 1 for
-//!   `gen_ai.client.operation.duration`); the live statistics keep at most
+//!   `gen_ai.client.inference.duration`); the live statistics keep at most
 //!   `live.max_series` + 1 series; an `[[slo]]` judged per model (`model =
 //!   "*"`, breached for every model) reports breaches for capped model values
 //!   only; and the process's RSS grows less than 20 MiB between request
@@ -113,13 +113,13 @@ fn assert_capped(s: &Scrape, what: &str) {
         checked >= 5,
         "{what}: expected the GenAI instruments in the scrape, found {checked}"
     );
-    let duration = &families["gen_ai_client_operation_duration_seconds"];
+    let duration = &families["gen_ai_client_inference_duration_seconds"];
     assert_eq!(
         duration.len(),
         CAP + 1,
         "{what}: one series per admitted model/tenant pair plus `other`"
     );
-    let models = s.label_values("gen_ai_client_operation_duration_seconds", MODEL_LABEL);
+    let models = s.label_values("gen_ai_client_inference_duration_seconds", MODEL_LABEL);
     assert!(
         models.contains("other"),
         "{what}: values past the cap are `other`: {models:?}"
@@ -314,14 +314,14 @@ async fn model_tenant_cross_product_stops_at_the_series_limit() {
             sets.len()
         );
     }
-    let duration = &families["gen_ai_client_operation_duration_seconds"];
+    let duration = &families["gen_ai_client_inference_duration_seconds"];
     assert_eq!(
         duration.len(),
         LIMIT + 1,
         "the limit is reached, plus one overflow series"
     );
     let overflow = s
-        .named("gen_ai_client_operation_duration_seconds_count")
+        .named("gen_ai_client_inference_duration_seconds_count")
         .find(|x| x.labels.get("otel_metric_overflow").map(String::as_str) == Some("true"))
         .unwrap_or_else(|| panic!("an otel_metric_overflow=\"true\" series:\n{}", s.text));
     assert!(
@@ -402,12 +402,12 @@ async fn binary_under_6k_models_and_tenants_stays_capped() {
     let p = col
         .wait_point(
             Duration::from_secs(15),
-            "gen_ai.client.operation.duration",
+            "gen_ai.client.inference.duration",
             |p| p.attr_str("gen_ai.request.model") == Some("other"),
         )
         .await;
     assert_eq!(p.unit, "s");
-    let points = col.latest("gen_ai.client.operation.duration");
+    let points = col.latest("gen_ai.client.inference.duration");
     let models: BTreeSet<_> = points
         .iter()
         .filter_map(|p| p.attr_str("gen_ai.request.model"))
@@ -418,7 +418,7 @@ async fn binary_under_6k_models_and_tenants_stays_capped() {
         .collect();
     assert!(
         points.len() <= CAP + 1 && models.len() <= CAP + 1 && tenants.len() <= CAP + 1,
-        "OTLP: {} points, {} models, {} tenants for gen_ai.client.operation.duration; cap {CAP} + `other`",
+        "OTLP: {} points, {} models, {} tenants for gen_ai.client.inference.duration; cap {CAP} + `other`",
         points.len(),
         models.len(),
         tenants.len()

@@ -91,7 +91,7 @@ fn exemplars(om: &str) -> Vec<Scraped> {
 /// Families that keep exemplars, and the span attribute holding the same
 /// figure (`None`: the span's duration).
 const FAMILIES: [(&str, Option<&str>); 5] = [
-    ("gen_ai_client_operation_duration_seconds", None),
+    ("gen_ai_client_inference_duration_seconds", None),
     ("gen_ai_server_request_duration_seconds", None),
     (
         "gen_ai_server_time_to_first_token_seconds",

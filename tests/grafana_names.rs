@@ -701,7 +701,8 @@ async fn dashboard_and_rules_name_only_exported_metrics() {
         "tokentap_chunk_gap_seconds_bucket",
         "tokentap_telemetry_dropped_total",
         "tokentap_streams_active",
-        "gen_ai_client_token_usage_sum",
+        "gen_ai_client_inference_usage_output_tokens_total",
+        "gen_ai_client_inference_duration_seconds_bucket",
         "tokentap_slo_breached",
         "tokentap_slo_breaches_total",
     ] {

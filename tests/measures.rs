@@ -1,7 +1,8 @@
 //! Prefill vs decode, served throughput and proxy overhead (issue 14,
 //! parts 2–4), against a scripted upstream with known timings, as a real
 //! OTLP receiver decodes them: the prefill rate and prompt-size class,
-//! `tokentap.tokens` per token type, requests in flight per route and
+//! the `gen_ai.client.inference.usage.*` token counters (which replaced
+//! `tokentap.tokens`), requests in flight per route and
 //! model, and `tokentap.proxy.overhead` (which must leave out the
 //! upstream's scripted waits). Tolerances are those of the TTFT tests in
 //! `telemetry_export.rs` (scripted 0.3 s TTFT accepted as 0.28–0.6 s).
@@ -22,24 +23,47 @@ use support::script::{self, StreamSpec};
 
 const CHAT: &str = "/v1/chat/completions";
 const PREFILL: &str = "tokentap.prefill.tokens_per_second";
-const TOKENS: &str = "tokentap.tokens";
+/// The usage counter of each kind of token.
+const USAGE: [(&str, &str); 5] = [
+    ("input", "gen_ai.client.inference.usage.input_tokens"),
+    ("output", "gen_ai.client.inference.usage.output_tokens"),
+    (
+        "cache_read",
+        "gen_ai.client.inference.usage.cache_read.input_tokens",
+    ),
+    (
+        "cache_write",
+        "gen_ai.client.inference.usage.cache_write.input_tokens",
+    ),
+    (
+        "reasoning",
+        "gen_ai.client.inference.usage.reasoning.output_tokens",
+    ),
+];
 const OVERHEAD: &str = "tokentap.proxy.overhead";
 const IN_FLIGHT: &str = "tokentap.requests.in_flight";
 const SIZE_CLASS: &str = "tokentap.prompt.size_class";
 const STAGE: &str = "tokentap.proxy.stage";
 const SERVER_TTFT: &str = "gen_ai.server.time_to_first_token";
-const TTFC_METRIC: &str = "gen_ai.client.operation.time_to_first_chunk";
+const TTFC_METRIC: &str = "gen_ai.client.inference.time_to_first_chunk";
 const TTFC_SPAN: &str = "gen_ai.response.time_to_first_chunk";
 
 /// Scripted TTFT (s) and the range the TTFT tests accept for it.
 const TTFT: f64 = 0.3;
 const TTFT_RANGE: (f64, f64) = (0.28, 0.6);
 
-/// Sum of the latest `tokentap.tokens` points of one token type.
-fn served(col: &Collector, kind: &str) -> f64 {
-    col.latest(TOKENS)
+fn usage_counter(kind: &str) -> &'static str {
+    USAGE
         .iter()
-        .filter(|p| p.attr_str("gen_ai.token.type") == Some(kind))
+        .find(|(k, _)| *k == kind)
+        .map(|(_, name)| *name)
+        .unwrap_or_else(|| panic!("no usage counter for {kind}"))
+}
+
+/// Sum of the latest points of one kind's usage counter.
+fn served(col: &Collector, kind: &str) -> f64 {
+    col.latest(usage_counter(kind))
+        .iter()
         .map(MetricPoint::number)
         .sum()
 }
@@ -52,8 +76,8 @@ async fn wait_served(col: &Collector, kind: &str, want: f64) {
     assert_eq!(
         served(col, kind),
         want,
-        "{TOKENS} gen_ai.token.type={kind}: points {:#?}",
-        col.latest(TOKENS)
+        "{kind}: points {:#?}",
+        col.latest(usage_counter(kind))
     );
 }
 
@@ -139,12 +163,19 @@ async fn prefill_rate_prompt_class_tokens_served_and_overhead_follow_the_script(
     // Served throughput: counters, so rate() is tokens per second.
     wait_served(col, "input", 6000.0).await;
     wait_served(col, "output", 40.0).await;
-    let tokens = col.latest(TOKENS);
+    for (_, name) in USAGE {
+        let tokens = col.latest(name);
+        assert!(
+            !tokens.is_empty()
+                && tokens.iter().all(|p| p.unit == "{token}"
+                    && p.attr_str("tokentap.route") == Some("openai")
+                    && p.attr_str("gen_ai.token.modality") == Some("unknown")),
+            "{name} points carry the route and modality: {tokens:#?}"
+        );
+    }
     assert!(
-        tokens
-            .iter()
-            .all(|p| p.unit == "{token}" && p.attr_str("tokentap.route") == Some("openai")),
-        "{TOKENS} points carry the route: {tokens:#?}"
+        col.latest("tokentap.tokens").is_empty(),
+        "tokentap.tokens only under telemetry.semconv = legacy | both"
     );
 
     // Overhead: before the request left, and per sampled response frame;
@@ -325,10 +356,14 @@ async fn whole_body_counts_cache_and_reasoning_tokens_and_overhead_leaves_out_th
     ] {
         wait_served(&rig.col, kind, want).await;
     }
+    let cache_write = rig.col.latest(usage_counter("cache_write"));
     assert_eq!(
-        served(&rig.col, "cache_write"),
-        0.0,
-        "nothing reported, nothing counted"
+        cache_write
+            .iter()
+            .map(MetricPoint::number)
+            .collect::<Vec<_>>(),
+        [0.0],
+        "nothing reported: a 0, as the conventions ask ({cache_write:#?})"
     );
     let req = overhead_point(&rig.col, "request", 1).await;
     assert!(

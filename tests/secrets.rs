@@ -253,7 +253,7 @@ async fn secrets_appear_nowhere_on_any_path() {
     assert!(output.contains("DEBUG"), "debug logging on");
     let metrics = &admin_pages[0].1;
     assert!(
-        metrics.contains("gen_ai_client_operation_duration"),
+        metrics.contains("gen_ai_client_inference_duration"),
         "{metrics}"
     );
     let cfg = &admin_pages[1].1;

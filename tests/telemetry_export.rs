@@ -184,23 +184,44 @@ async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
         "{OP_DURATION} uses the semconv buckets"
     );
 
-    let usage = m.latest(TOKEN_USAGE);
-    let out = usage
-        .iter()
-        .find(|p| p.attr_str(TOKEN_TYPE) == Some("output"))
-        .unwrap_or_else(|| panic!("{TOKEN_USAGE} with gen_ai.token.type=output; got {usage:#?}"));
-    assert_eq!(out.unit, "{token}", "{TOKEN_USAGE} unit");
-    assert_eq!(
-        out.hist().bounds,
-        TOKEN_BUCKETS.to_vec(),
-        "{TOKEN_USAGE} uses the semconv buckets"
-    );
-    assert_eq!(out.hist().sum, 20.0, "output token usage sum");
-    let inp = usage
-        .iter()
-        .find(|p| p.attr_str(TOKEN_TYPE) == Some("input"))
-        .expect("input token usage point");
-    assert_eq!(inp.hist().sum, 17.0, "input token usage sum");
+    for (name, want) in [(OP_INPUT_TOKENS, 17.0), (OP_OUTPUT_TOKENS, 20.0)] {
+        let p = m
+            .wait_point(STEP_TIMEOUT, name, |p| p.hist().count >= 1)
+            .await;
+        assert_eq!(p.unit, "{token}", "{name} unit");
+        assert_eq!(
+            p.hist().bounds,
+            TOKEN_BUCKETS.to_vec(),
+            "{name} uses the semconv buckets"
+        );
+        assert_eq!((p.hist().count, p.hist().sum), (1, want), "{name}");
+    }
+    for (name, want) in [(USAGE_INPUT, 17.0), (USAGE_OUTPUT, 20.0)] {
+        let p = m.wait_point(STEP_TIMEOUT, name, |_| true).await;
+        assert_eq!(p.unit, "{token}", "{name} unit");
+        assert_eq!(p.number(), want, "{name}");
+        assert_eq!(p.attr_str(TOKEN_MODALITY), Some("unknown"), "{name}");
+        assert_eq!(p.attr_str(TOKEN_TYPE), None, "{name} has no token type");
+    }
+    // Default names only: the v1.41.0 ones and the tokentap counters the
+    // usage counters replaced stay behind `telemetry.semconv`.
+    let names = m.metric_names();
+    for old in [
+        OPERATION_DURATION,
+        TOKEN_USAGE,
+        "gen_ai.client.operation.time_to_first_chunk",
+        "gen_ai.client.operation.time_per_output_chunk",
+        "tokentap.tokens",
+        "tokentap.token.modality.usage",
+    ] {
+        assert!(!names.iter().any(|n| n == old), "{old} exported: {names:?}");
+    }
+    for new in [
+        "gen_ai.client.inference.time_to_first_chunk",
+        "gen_ai.client.inference.time_per_output_chunk",
+    ] {
+        assert!(names.iter().any(|n| n == new), "{new} missing: {names:?}");
+    }
 
     let tpot = m
         .wait_point(STEP_TIMEOUT, SERVER_TPOT, |p| p.hist().count >= 1)
@@ -289,6 +310,72 @@ async fn streamed_chat_exports_over_http_protobuf() {
         Some("tokentap-test"),
         "service name"
     );
+    rig.proxy.shutdown().await;
+}
+
+/// `telemetry.semconv = "legacy"`: the v1.41.0 names and tokentap's own
+/// token counters, with the same figures, and none of the current names.
+#[tokio::test]
+async fn legacy_semconv_exports_the_old_names() {
+    let spec = StreamSpec::tokens(5, Duration::from_millis(50), Duration::from_millis(10))
+        .with_usage(17, 5);
+    let reply = script::openai_chat_sse(&spec);
+    let rig = Rig::start(
+        move |_| reply.clone(),
+        |t, up| {
+            t.set("telemetry", "semconv", &q("legacy"))
+                .route("chat-route", "/", up, "openai")
+        },
+    )
+    .await;
+    let got = client::fetch(
+        &rig.client,
+        &rig.post(CHAT, script::openai_request("gpt-4o-mini", true, None)),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    let m = &rig.col;
+    let dur = m
+        .wait_point(STEP_TIMEOUT, OPERATION_DURATION, |p| p.hist().count >= 1)
+        .await;
+    assert_eq!(dur.attr_str(OPERATION), Some("chat"));
+    let usage = m.latest(TOKEN_USAGE);
+    let sum = |kind: &str| {
+        usage
+            .iter()
+            .find(|p| p.attr_str(TOKEN_TYPE) == Some(kind))
+            .map(|p| p.hist().sum)
+    };
+    assert_eq!(
+        (sum("input"), sum("output")),
+        (Some(17.0), Some(5.0)),
+        "{TOKEN_USAGE}: {usage:#?}"
+    );
+    let served: f64 = m
+        .latest("tokentap.tokens")
+        .iter()
+        .filter(|p| p.attr_str(TOKEN_TYPE) == Some("output"))
+        .map(|p| p.number())
+        .sum();
+    assert_eq!(served, 5.0, "tokentap.tokens output");
+    let names = m.metric_names();
+    for old in [
+        "gen_ai.client.operation.time_to_first_chunk",
+        "gen_ai.client.operation.time_per_output_chunk",
+    ] {
+        assert!(names.iter().any(|n| n == old), "{old} missing: {names:?}");
+    }
+    for new in [
+        OP_DURATION,
+        USAGE_INPUT,
+        USAGE_OUTPUT,
+        OP_INPUT_TOKENS,
+        OP_OUTPUT_TOKENS,
+        "gen_ai.client.inference.time_to_first_chunk",
+        "gen_ai.client.inference.time_per_output_chunk",
+    ] {
+        assert!(!names.iter().any(|n| n == new), "{new} exported: {names:?}");
+    }
     rig.proxy.shutdown().await;
 }
 

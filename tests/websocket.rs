@@ -535,47 +535,56 @@ async fn realtime_text_and_audio_tokens_are_split_on_spans_and_metrics() {
     ] {
         assert_eq!(session.attr(key).as_i64(), Some(want), "session span {key}");
     }
-    // Metrics: disjoint points whose input sum is the input total.
-    let name = "tokentap.token.modality.usage";
-    col.wait_point(STEP_TIMEOUT, name, |p| {
+    // Metrics: the usage counters per modality; each counter's points add
+    // up to its total (no other kind of token was reported).
+    let counter = |kind: &str| format!("gen_ai.client.inference.usage.{kind}_tokens");
+    col.wait_point(STEP_TIMEOUT, &counter("output"), |p| {
         p.attrs
             .get("gen_ai.token.modality")
             .and_then(|v| v.as_str())
             == Some("audio")
-            && p.attrs.get("gen_ai.token.type").and_then(|v| v.as_str()) == Some("output")
     })
     .await;
     let mut seen = std::collections::BTreeMap::new();
-    for p in col.latest(name) {
-        let key = [
-            "gen_ai.token.type",
-            "gen_ai.token.modality",
-            "gen_ai.token.cache",
-        ]
-        .map(|k| {
-            p.attrs
-                .get(k)
+    for kind in [
+        "input",
+        "output",
+        "cache_read.input",
+        "cache_write.input",
+        "reasoning.output",
+    ] {
+        let name = counter(kind);
+        for p in col.latest(&name) {
+            let modality = p
+                .attrs
+                .get("gen_ai.token.modality")
                 .and_then(|v| v.as_str())
                 .unwrap_or("-")
-                .to_owned()
-        });
-        let PointValue::Sum(v) = p.value else {
-            panic!("{name} is a counter: {p:?}")
-        };
-        *seen.entry(key.join("/")).or_insert(0.0) += v;
+                .to_owned();
+            let PointValue::Sum(v) = p.value else {
+                panic!("{name} is a counter: {p:?}")
+            };
+            *seen.entry(format!("{kind}/{modality}")).or_insert(0.0) += v;
+        }
     }
     let want: std::collections::BTreeMap<String, f64> = [
-        ("input/audio/none", 67.0),
-        ("input/audio/read", 0.0),
-        ("input/text/none", 59.0),
-        ("input/text/read", 192.0),
-        ("output/audio/-", 73.0),
-        ("output/text/-", 21.0),
+        ("input/audio", 67.0),
+        ("input/text", 251.0),
+        ("output/audio", 73.0),
+        ("output/text", 21.0),
+        ("cache_read.input/audio", 0.0),
+        ("cache_read.input/text", 192.0),
+        ("cache_write.input/unknown", 0.0),
+        ("reasoning.output/unknown", 0.0),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
-    assert_eq!(seen, want, "{name} points by type/modality/cache");
+    assert_eq!(seen, want, "usage counters by kind/modality");
+    assert!(
+        col.latest("tokentap.token.modality.usage").is_empty(),
+        "the legacy modality counter stays behind telemetry.semconv"
+    );
     proxy.shutdown().await;
 }
 

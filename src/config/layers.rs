@@ -245,6 +245,19 @@ pub(super) fn otel_env(env: &[(String, String)]) -> Result<Vec<Layer>, ConfigErr
             put(var, "otlp_enabled", Value::from(true));
         }
     }
+    // The GenAI conventions' transition switch, a comma-separated list of
+    // categories: only `gen_ai_latest_experimental` concerns tokentap (they
+    // define no value that asks for the old names).
+    if get("OTEL_SEMCONV_STABILITY_OPT_IN").is_some_and(|v| {
+        v.split(',')
+            .any(|c| c.trim() == "gen_ai_latest_experimental")
+    }) {
+        put(
+            "OTEL_SEMCONV_STABILITY_OPT_IN",
+            "semconv",
+            Value::from("latest"),
+        );
+    }
     if get("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
         put("OTEL_SDK_DISABLED", "otlp_enabled", Value::from(false));
     }

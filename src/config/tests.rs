@@ -1197,3 +1197,56 @@ fn config_env_tables_take_hyphenated_keys_as_a_list() {
         ],
     );
 }
+
+#[test]
+fn config_semconv_switch_and_its_otel_variable() {
+    let up = ["--upstream", "http://127.0.0.1:9"];
+    let c = load_ok(&up, &[]);
+    assert_eq!(c.telemetry.semconv, Semconv::Latest, "default");
+    let f = TempToml::new(&format!("[telemetry]\nsemconv = \"both\"\n{ROUTES}"));
+    let c = load_ok(&["--config", &f.path()], &[]);
+    assert_eq!(c.telemetry.semconv, Semconv::Both, "file");
+    let c = load_ok(&up, &[("TOKENTAP_TELEMETRY__SEMCONV", "legacy")]);
+    assert_eq!(c.telemetry.semconv, Semconv::Legacy, "TOKENTAP_* env");
+    // The conventions' switch: a list, of which one category is ours.
+    let opt_in = [(
+        "OTEL_SEMCONV_STABILITY_OPT_IN",
+        "http, gen_ai_latest_experimental",
+    )];
+    let c = load_ok(&up, &opt_in);
+    assert_eq!(c.telemetry.semconv, Semconv::Latest, "opt-in = latest");
+    let f = TempToml::new(&format!("[telemetry]\nsemconv = \"legacy\"\n{ROUTES}"));
+    let c = load_ok(&["--config", &f.path()], &opt_in);
+    assert_eq!(
+        c.telemetry.semconv,
+        Semconv::Legacy,
+        "the file beats OTEL_*, as for every OTEL_* variable"
+    );
+    let c = load_ok(
+        &up,
+        &[("OTEL_SEMCONV_STABILITY_OPT_IN", "http/dup,database")],
+    );
+    assert_eq!(c.telemetry.semconv, Semconv::Latest, "other categories");
+    let f = TempToml::new(&format!("[telemetry]\nsemconv = \"newest\"\n{ROUTES}"));
+    let e = load_err(&["--config", &f.path()], &[]);
+    assert_mentions(
+        &e,
+        &["telemetry.semconv", "newest", "latest", "legacy", "both"],
+    );
+    let e = load_err(&up, &[("TOKENTAP_TELEMETRY__SEMCONV", "old")]);
+    assert_mentions(
+        &e,
+        &["telemetry.semconv", "TOKENTAP_TELEMETRY__SEMCONV", "old"],
+    );
+}
+
+#[test]
+fn config_semconv_needs_a_restart() {
+    let old = from_toml(ROUTES).expect("valid");
+    let new = from_toml(&format!("[telemetry]\nsemconv = \"both\"\n{ROUTES}")).expect("valid");
+    assert_eq!(
+        old.restart_required(&new).as_deref(),
+        Some("telemetry.semconv"),
+        "instruments record by the switch read at start-up"
+    );
+}

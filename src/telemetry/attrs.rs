@@ -3,8 +3,39 @@
 //! conventions (Development stability); `tokentap.*` names are our own.
 
 // Metric names.
-/// Histogram: request duration, t_end − t_req (s).
+// The current GenAI names (semantic-conventions-genai; `telemetry.semconv`
+// = `latest`, the default, or `both`).
+/// Histogram: duration of an inference request, t_end − t_req (s).
+pub const M_INFERENCE_DURATION: &str = "gen_ai.client.inference.duration";
+/// Histogram: duration of an embeddings request, t_end − t_req (s).
+pub const M_EMBEDDINGS_DURATION: &str = "gen_ai.client.embeddings.duration";
+/// Histogram: time to the first content chunk of a stream (s).
+pub const M_INFERENCE_TIME_TO_FIRST_CHUNK: &str = "gen_ai.client.inference.time_to_first_chunk";
+/// Histogram: each gap between consecutive content chunks of a stream (s).
+pub const M_INFERENCE_TIME_PER_OUTPUT_CHUNK: &str = "gen_ai.client.inference.time_per_output_chunk";
+/// Counter: input tokens, cached ones included ({token}).
+pub const M_USAGE_INPUT: &str = "gen_ai.client.inference.usage.input_tokens";
+/// Counter: output tokens, reasoning ones included ({token}).
+pub const M_USAGE_OUTPUT: &str = "gen_ai.client.inference.usage.output_tokens";
+/// Counter: input tokens served from the provider's cache ({token}).
+pub const M_USAGE_CACHE_READ: &str = "gen_ai.client.inference.usage.cache_read.input_tokens";
+/// Counter: input tokens written to the provider's cache ({token}).
+pub const M_USAGE_CACHE_WRITE: &str = "gen_ai.client.inference.usage.cache_write.input_tokens";
+/// Counter: output tokens spent on reasoning ({token}).
+pub const M_USAGE_REASONING: &str = "gen_ai.client.inference.usage.reasoning.output_tokens";
+/// Histogram: input tokens per inference request ({token}).
+pub const M_OPERATION_INPUT_TOKENS: &str = "gen_ai.client.inference.operation.input_tokens";
+/// Histogram: output tokens per inference request ({token}).
+pub const M_OPERATION_OUTPUT_TOKENS: &str = "gen_ai.client.inference.operation.output_tokens";
+/// Histogram: input tokens per embeddings request ({token}).
+pub const M_EMBEDDINGS_INPUT_TOKENS: &str = "gen_ai.client.embeddings.operation.input_tokens";
+/// Histogram: request duration, t_end − t_req (s). Under `latest`, only
+/// requests to an unrecognised endpoint (`gen_ai.operation.name =
+/// unknown`), as the conventions keep it for operations other than
+/// inference and embeddings; under `legacy`, every request.
 pub const M_OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
+// The semantic-conventions v1.41.0 names (`telemetry.semconv` = `legacy`
+// or `both`).
 /// Histogram: input and output token counts per request ({token}).
 pub const M_TOKEN_USAGE: &str = "gen_ai.client.token.usage";
 /// Histogram: time to the first content chunk of a stream (s).
@@ -51,6 +82,8 @@ pub const M_TLS_CERT_EXPIRY: &str = "tokentap.tls.certificate.expiry";
 pub const M_WEBSOCKET_SESSIONS_ACTIVE: &str = "tokentap.websocket.sessions.active";
 /// Counter: tokens by `gen_ai.token.type`, `gen_ai.token.modality` and
 /// (input) `gen_ai.token.cache`, where the provider splits them ({token}).
+/// Only under `telemetry.semconv = legacy | both`: the usage counters carry
+/// the split under `latest`.
 pub const M_MODALITY_TOKENS: &str = "tokentap.token.modality.usage";
 
 // WebSocket session span attributes (no GenAI convention covers sessions).
@@ -140,7 +173,7 @@ pub const GEN_AI_USAGE_AUDIO_OUTPUT: &str = "gen_ai.usage.audio.output_tokens";
 pub const USAGE_CACHE_READ_TEXT: &str = "tokentap.usage.cache_read.text.input_tokens";
 /// Cached audio input tokens (int).
 pub const USAGE_CACHE_READ_AUDIO: &str = "tokentap.usage.cache_read.audio.input_tokens";
-/// Modality of the tokens a `tokentap.token.modality.usage` point counts.
+/// Modality of the tokens a usage counter (or `tokentap.token.modality.usage`) point counts.
 pub const GEN_AI_TOKEN_MODALITY: &str = "gen_ai.token.modality";
 /// Cache status of the input tokens a `tokentap.token.modality.usage` point counts.
 pub const GEN_AI_TOKEN_CACHE: &str = "gen_ai.token.cache";
@@ -232,6 +265,8 @@ pub const TOKEN_OUTPUT: &str = "output";
 pub const MODALITY_TEXT: &str = "text";
 /// `gen_ai.token.modality` value for audio tokens.
 pub const MODALITY_AUDIO: &str = "audio";
+/// `gen_ai.token.modality` value when the provider does not split usage.
+pub const MODALITY_UNKNOWN: &str = "unknown";
 /// `gen_ai.token.cache` value for input tokens served from cache.
 pub const CACHE_READ: &str = "read";
 /// `gen_ai.token.cache` value for input tokens not served from cache.
@@ -263,7 +298,8 @@ pub const SCOPE: &str = "tokentap";
 // Prefill vs decode, served throughput, proxy overhead (issue 14).
 /// Histogram: prefill rate, input tokens / TTFT ({token}/s).
 pub const M_PREFILL_TPS: &str = "tokentap.prefill.tokens_per_second";
-/// Counter: tokens served, by `gen_ai.token.type` ({token}).
+/// Counter: tokens served, by `gen_ai.token.type` ({token}). Only under
+/// `telemetry.semconv = legacy | both`: the usage counters count the same.
 pub const M_TOKENS: &str = "tokentap.tokens";
 /// Gauge: requests in flight per route and model ({request}).
 pub const M_IN_FLIGHT: &str = "tokentap.requests.in_flight";

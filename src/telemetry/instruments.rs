@@ -14,14 +14,19 @@ use opentelemetry::metrics::{
 use super::attrs::*;
 use super::exemplars::{self, SeriesExemplars, TraceMark};
 use super::export::DropCounts;
+use crate::config::Semconv;
 use crate::meter::ModalityTokens;
 
+/// `gen_ai.client.inference.duration`, `gen_ai.client.embeddings.duration`,
 /// `gen_ai.client.operation.duration`, `gen_ai.server.request.duration`,
-/// `gen_ai.client.operation.time_to_first_chunk` and
-/// `gen_ai.client.operation.time_per_output_chunk`.
+/// `gen_ai.client.inference.time_to_first_chunk` and
+/// `gen_ai.client.inference.time_per_output_chunk` (and the v1.41.0
+/// `operation` names of the last two).
 pub(super) const DURATION_BUCKETS: [f64; 14] = [
     0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
 ];
+/// `gen_ai.client.inference.operation.{input,output}_tokens`,
+/// `gen_ai.client.embeddings.operation.input_tokens` and the v1.41.0
 /// `gen_ai.client.token.usage`.
 pub(super) const TOKEN_BUCKETS: [f64; 14] = [
     1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
@@ -68,7 +73,7 @@ pub(super) const STALL_BUCKETS: [f64; 14] = [
 ];
 
 /// The boundaries of `tokentap.chunk.gap` and
-/// `gen_ai.client.operation.time_per_output_chunk` together (sorted
+/// `gen_ai.client.inference.time_per_output_chunk` together (sorted
 /// union): each cell between two of them lies inside one bucket of each.
 pub(super) const GAP_CELL_BOUNDS: [f64; 31] = [
     0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.08,
@@ -153,9 +158,24 @@ fn cell_of(gap: Duration) -> usize {
     GAP_CELL_BOUNDS.partition_point(|&b| b < secs)
 }
 
-/// Every instrument, built once.
+/// Every instrument, built once. All are created whatever
+/// `telemetry.semconv` says (an instrument that never records exports
+/// nothing); `semconv` picks the ones that record.
 pub(super) struct Instruments {
+    /// Which generation of GenAI names records.
+    pub semconv: Semconv,
+    pub inference_duration: Histogram<f64>,
+    pub embeddings_duration: Histogram<f64>,
+    pub inference_time_to_first_chunk: Histogram<f64>,
+    pub inference_time_per_output_chunk: Histogram<f64>,
+    /// `gen_ai.client.inference.usage.*`, in `FinishRecord::served` order.
+    pub usage: [Counter<u64>; 5],
+    pub operation_input_tokens: Histogram<u64>,
+    pub operation_output_tokens: Histogram<u64>,
+    pub embeddings_input_tokens: Histogram<u64>,
+    /// Latest: unrecognised endpoints only; legacy: every request.
     pub operation_duration: Histogram<f64>,
+    /// Legacy only, as are the next two, `tokens` and `modality_tokens`.
     pub token_usage: Histogram<u64>,
     pub time_to_first_chunk: Histogram<f64>,
     pub time_per_output_chunk: Histogram<f64>,
@@ -193,9 +213,27 @@ pub(super) struct Instruments {
 /// record unbound (same data, more hashing).
 const MAX_FINISH_SETS: usize = 4096;
 
+/// The kind of operation, which picks the current conventions' names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) enum OpClass {
+    /// Chat, text completion, content generation: `gen_ai.client.inference.*`.
+    #[default]
+    Inference,
+    /// `gen_ai.client.embeddings.*`.
+    Embeddings,
+    /// An unrecognised endpoint: `gen_ai.client.operation.duration`, and
+    /// the inference token metrics only when it reported tokens.
+    Unknown,
+}
+
 /// What one finished request records (seconds, tokens/s, tokens).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct FinishRecord {
+    /// Which names the duration and tokens go under.
+    pub class: OpClass,
+    /// The response split its usage by modality: `record_modalities`
+    /// records the usage counters instead of `record_finish`.
+    pub split: bool,
     pub duration: f64,
     pub ttft: Option<f64>,
     /// TTFT of a streamed request.
@@ -229,7 +267,12 @@ pub(super) struct FinishRecord {
 /// same bounds, and those bounds.
 const EXEMPLAR_MEASURES: [(&[&str], &[f64]); 4] = [
     (
-        &[M_OPERATION_DURATION, M_SERVER_REQUEST_DURATION],
+        &[
+            M_INFERENCE_DURATION,
+            M_EMBEDDINGS_DURATION,
+            M_OPERATION_DURATION,
+            M_SERVER_REQUEST_DURATION,
+        ],
         &DURATION_BUCKETS,
     ),
     (&[M_SERVER_TTFT], &TTFT_BUCKETS),
@@ -250,7 +293,8 @@ impl FinishRecord {
 }
 
 impl FinishRecord {
-    /// Tokens served, per `gen_ai.token.type`, for `tokentap.tokens`.
+    /// Tokens served, per `gen_ai.token.type` (`tokentap.tokens`), in
+    /// the order of `Instruments::usage`.
     fn served(&self) -> [(&'static str, Option<u64>); 5] {
         [
             (TOKEN_INPUT, self.input_tokens),
@@ -282,6 +326,16 @@ pub(super) struct FinishAttrs<'a> {
 /// the streaming instruments).
 #[derive(Default)]
 struct FinishBound {
+    /// The duration under the current name for the request's class
+    /// (inference or embeddings). One cell serves either because the
+    /// class follows from `gen_ai.operation.name`, which is in the set.
+    duration: OnceLock<BoundHistogram<f64>>,
+    first_chunk: OnceLock<BoundHistogram<f64>>,
+    /// The usage counters with `gen_ai.token.modality = unknown`.
+    usage: [OnceLock<BoundCounter<u64>>; 5],
+    /// `gen_ai.client.{inference,embeddings}.operation.input_tokens`.
+    operation_input_tokens: OnceLock<BoundHistogram<u64>>,
+    operation_output_tokens: OnceLock<BoundHistogram<u64>>,
     operation_duration: OnceLock<BoundHistogram<f64>>,
     server_request_duration: OnceLock<BoundHistogram<f64>>,
     requests: OnceLock<BoundCounter<u64>>,
@@ -311,12 +365,18 @@ struct FinishBound {
 impl FinishBound {
     fn record(&self, ins: &Instruments, a: &FinishAttrs<'_>, r: &FinishRecord) {
         self.record_common(ins, a.all, r);
+        let (latest, legacy) = (ins.semconv.latest(), ins.semconv.legacy());
         let sized = [
             (&self.server_ttft, &ins.server_ttft, r.ttft),
             (
+                &self.first_chunk,
+                &ins.inference_time_to_first_chunk,
+                r.first_chunk.filter(|_| latest),
+            ),
+            (
                 &self.time_to_first_chunk,
                 &ins.time_to_first_chunk,
-                r.first_chunk,
+                r.first_chunk.filter(|_| legacy),
             ),
             (&self.prefill_tps, &ins.prefill_tps, r.prefill_tps),
         ];
@@ -335,11 +395,16 @@ impl FinishBound {
                 .get_or_init(|| ins.proxy_overhead.bind(a.pool_overhead))
                 .record(v);
         }
-        for (cell, (kind, n)) in self.served.iter().zip(r.served()) {
-            if let Some(n) = n.filter(|&n| n > 0) {
-                cell.get_or_init(|| ins.tokens.bind(&with_token_type(a.all, kind)))
-                    .add(n);
+        if legacy {
+            for (cell, (kind, n)) in self.served.iter().zip(r.served()) {
+                if let Some(n) = n.filter(|&n| n > 0) {
+                    cell.get_or_init(|| ins.tokens.bind(&with_token_type(a.all, kind)))
+                        .add(n);
+                }
             }
+        }
+        if latest {
+            self.record_tokens(ins, a.all, r);
         }
         // After the histograms, so a scrape that sees an exemplar counts it.
         if let (Some(ex), Some(mark)) = (&self.exemplars, r.trace) {
@@ -351,12 +416,53 @@ impl FinishBound {
         }
     }
 
+    /// The current conventions' token metrics: per-request histograms and,
+    /// unless the response split its usage by modality, the usage counters
+    /// (`0` for an inference request that reported none, as the
+    /// conventions ask; the histograms take known counts only, since a `0`
+    /// there would pull the percentiles down).
+    fn record_tokens(&self, ins: &Instruments, attrs: &[KeyValue], r: &FinishRecord) {
+        if r.class == OpClass::Embeddings {
+            if let Some(n) = r.input_tokens {
+                self.operation_input_tokens
+                    .get_or_init(|| ins.embeddings_input_tokens.bind(attrs))
+                    .record(n);
+            }
+            return;
+        }
+        for (cell, h, n) in [
+            (
+                &self.operation_input_tokens,
+                &ins.operation_input_tokens,
+                r.input_tokens,
+            ),
+            (
+                &self.operation_output_tokens,
+                &ins.operation_output_tokens,
+                r.output_tokens,
+            ),
+        ] {
+            if let Some(n) = n {
+                cell.get_or_init(|| h.bind(attrs)).record(n);
+            }
+        }
+        if r.split {
+            return;
+        }
+        for ((cell, counter), (_, n)) in self.usage.iter().zip(&ins.usage).zip(r.served()) {
+            if let Some(n) = n.or((r.class == OpClass::Inference).then_some(0)) {
+                cell.get_or_init(|| counter.bind(&with_modality(attrs, MODALITY_UNKNOWN)))
+                    .add(n);
+            }
+        }
+    }
+
     fn record_common(&self, ins: &Instruments, attrs: &[KeyValue], r: &FinishRecord) {
         let seconds = [
             (
                 &self.operation_duration,
                 &ins.operation_duration,
-                Some(r.duration),
+                Some(r.duration).filter(|_| ins.records_operation_duration(r.class)),
             ),
             (
                 &self.server_request_duration,
@@ -383,6 +489,11 @@ impl FinishBound {
                 cell.get_or_init(|| h.bind(attrs)).record(v);
             }
         }
+        if let Some(h) = ins.latest_duration(r.class) {
+            self.duration
+                .get_or_init(|| h.bind(attrs))
+                .record(r.duration);
+        }
         self.requests
             .get_or_init(|| ins.requests.bind(attrs))
             .add(1);
@@ -390,7 +501,7 @@ impl FinishBound {
             (&self.input_tokens, TOKEN_INPUT, r.input_tokens),
             (&self.output_tokens, TOKEN_OUTPUT, r.output_tokens),
         ] {
-            if let Some(v) = v {
+            if let Some(v) = v.filter(|_| ins.semconv.legacy()) {
                 cell.get_or_init(|| ins.token_usage.bind(&with_token_type(attrs, kind)))
                     .record(v);
             }
@@ -421,6 +532,30 @@ fn with_token_type(attrs: &[KeyValue], kind: &'static str) -> Vec<KeyValue> {
     a
 }
 
+fn with_modality(attrs: &[KeyValue], modality: &'static str) -> Vec<KeyValue> {
+    let mut a = Vec::with_capacity(attrs.len() + 1);
+    a.extend_from_slice(attrs);
+    a.push(KeyValue::new(GEN_AI_TOKEN_MODALITY, modality));
+    a
+}
+
+fn counter(meter: &Meter, name: &'static str, desc: &'static str) -> Counter<u64> {
+    meter
+        .u64_counter(name)
+        .with_unit("{token}")
+        .with_description(desc)
+        .build()
+}
+
+fn tokens(meter: &Meter, name: &'static str, desc: &'static str) -> Histogram<u64> {
+    meter
+        .u64_histogram(name)
+        .with_unit("{token}")
+        .with_description(desc)
+        .with_boundaries(TOKEN_BUCKETS.to_vec())
+        .build()
+}
+
 impl std::fmt::Debug for Instruments {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Instruments").finish_non_exhaustive()
@@ -442,10 +577,78 @@ impl Instruments {
     /// recorded keep exemplars.
     pub(super) fn new(
         meter: &Meter,
+        semconv: Semconv,
         drops: Option<Arc<DropCounts>>,
         exemplar_sets: usize,
     ) -> Instruments {
         Instruments {
+            semconv,
+            inference_duration: seconds(
+                meter,
+                M_INFERENCE_DURATION,
+                "GenAI client inference operation duration.",
+                &DURATION_BUCKETS,
+            ),
+            embeddings_duration: seconds(
+                meter,
+                M_EMBEDDINGS_DURATION,
+                "GenAI client embeddings operation duration.",
+                &DURATION_BUCKETS,
+            ),
+            inference_time_to_first_chunk: seconds(
+                meter,
+                M_INFERENCE_TIME_TO_FIRST_CHUNK,
+                "Time to receive the first chunk of a streaming response.",
+                &DURATION_BUCKETS,
+            ),
+            inference_time_per_output_chunk: seconds(
+                meter,
+                M_INFERENCE_TIME_PER_OUTPUT_CHUNK,
+                "Time between consecutive output chunks of a streaming response.",
+                &DURATION_BUCKETS,
+            ),
+            usage: [
+                counter(
+                    meter,
+                    M_USAGE_INPUT,
+                    "Input (prompt) tokens used, cached tokens included.",
+                ),
+                counter(
+                    meter,
+                    M_USAGE_OUTPUT,
+                    "Output (completion) tokens used, reasoning tokens included.",
+                ),
+                counter(
+                    meter,
+                    M_USAGE_CACHE_READ,
+                    "Input tokens served from a provider-managed cache.",
+                ),
+                counter(
+                    meter,
+                    M_USAGE_CACHE_WRITE,
+                    "Input tokens written to a provider-managed cache.",
+                ),
+                counter(
+                    meter,
+                    M_USAGE_REASONING,
+                    "Output tokens used for reasoning.",
+                ),
+            ],
+            operation_input_tokens: tokens(
+                meter,
+                M_OPERATION_INPUT_TOKENS,
+                "Input (prompt) tokens per inference operation.",
+            ),
+            operation_output_tokens: tokens(
+                meter,
+                M_OPERATION_OUTPUT_TOKENS,
+                "Output (completion) tokens per inference operation.",
+            ),
+            embeddings_input_tokens: tokens(
+                meter,
+                M_EMBEDDINGS_INPUT_TOKENS,
+                "Input tokens per embeddings operation.",
+            ),
             operation_duration: seconds(
                 meter,
                 M_OPERATION_DURATION,
@@ -647,15 +850,43 @@ impl Instruments {
         Some(bound)
     }
 
+    /// Whether `gen_ai.client.operation.duration` records a request of
+    /// `class`: every request under `legacy`, else those of no known kind.
+    fn records_operation_duration(&self, class: OpClass) -> bool {
+        self.semconv.legacy() || class == OpClass::Unknown
+    }
+
+    /// The current duration histogram for `class` when the current names
+    /// record; `None` for an unknown operation, whose current name is
+    /// `operation_duration` (`records_operation_duration` covers it).
+    fn latest_duration(&self, class: OpClass) -> Option<&Histogram<f64>> {
+        match class {
+            _ if !self.semconv.latest() => None,
+            OpClass::Embeddings => Some(&self.embeddings_duration),
+            OpClass::Inference => Some(&self.inference_duration),
+            OpClass::Unknown => None,
+        }
+    }
+
     /// The same records, each hashing `attrs`.
     fn record_unbound(&self, a: &FinishAttrs<'_>, r: &FinishRecord) {
         let attrs = a.all;
-        self.operation_duration.record(r.duration, attrs);
+        let (latest, legacy) = (self.semconv.latest(), self.semconv.legacy());
+        if self.records_operation_duration(r.class) {
+            self.operation_duration.record(r.duration, attrs);
+        }
+        if let Some(h) = self.latest_duration(r.class) {
+            h.record(r.duration, attrs);
+        }
         self.server_request_duration.record(r.duration, attrs);
         self.requests.add(1, attrs);
         for (h, v) in [
             (&self.server_ttft, r.ttft),
-            (&self.time_to_first_chunk, r.first_chunk),
+            (
+                &self.inference_time_to_first_chunk,
+                r.first_chunk.filter(|_| latest),
+            ),
+            (&self.time_to_first_chunk, r.first_chunk.filter(|_| legacy)),
             (&self.prefill_tps, r.prefill_tps),
         ] {
             if let Some(v) = v {
@@ -668,10 +899,15 @@ impl Instruments {
         if let Some(v) = r.pool_wait {
             self.proxy_overhead.record(v, a.pool_overhead);
         }
-        for (kind, n) in r.served() {
-            if let Some(n) = n.filter(|&n| n > 0) {
-                self.tokens.add(n, &with_token_type(attrs, kind));
+        if legacy {
+            for (kind, n) in r.served() {
+                if let Some(n) = n.filter(|&n| n > 0) {
+                    self.tokens.add(n, &with_token_type(attrs, kind));
+                }
             }
+        }
+        if latest {
+            self.record_tokens_unbound(attrs, r);
         }
         let pairs = [
             (&self.server_tpot, r.tpot),
@@ -690,7 +926,7 @@ impl Instruments {
             (r.input_tokens, TOKEN_INPUT),
             (r.output_tokens, TOKEN_OUTPUT),
         ] {
-            if let Some(n) = count {
+            if let Some(n) = count.filter(|_| legacy) {
                 self.token_usage.record(n, &with_token_type(attrs, kind));
             }
         }
@@ -702,12 +938,89 @@ impl Instruments {
 }
 
 impl Instruments {
+    /// `FinishBound::record_tokens`, each record hashing `attrs`.
+    fn record_tokens_unbound(&self, attrs: &[KeyValue], r: &FinishRecord) {
+        if r.class == OpClass::Embeddings {
+            if let Some(n) = r.input_tokens {
+                self.embeddings_input_tokens.record(n, attrs);
+            }
+            return;
+        }
+        for (h, n) in [
+            (&self.operation_input_tokens, r.input_tokens),
+            (&self.operation_output_tokens, r.output_tokens),
+        ] {
+            if let Some(n) = n {
+                h.record(n, attrs);
+            }
+        }
+        if r.split {
+            return;
+        }
+        let unknown = with_modality(attrs, MODALITY_UNKNOWN);
+        for (counter, (_, n)) in self.usage.iter().zip(r.served()) {
+            if let Some(n) = n.or((r.class == OpClass::Inference).then_some(0)) {
+                counter.add(n, &unknown);
+            }
+        }
+    }
+
+    /// Record a response's text/audio split (`r.split`): the usage
+    /// counters per `gen_ai.token.modality` (latest) and
+    /// `tokentap.token.modality.usage` (legacy). Only responses that
+    /// report a split (realtime sessions) get here, so the unbound adds
+    /// cost nothing on the HTTP path.
+    pub(super) fn record_modalities(
+        &self,
+        attrs: &[KeyValue],
+        m: &ModalityTokens,
+        r: &FinishRecord,
+    ) {
+        if self.semconv.latest() && r.class != OpClass::Embeddings {
+            self.record_usage_split(attrs, m, r);
+        }
+        if self.semconv.legacy() {
+            self.record_modalities_legacy(attrs, m);
+        }
+    }
+
+    /// Each usage counter's total as its text and audio parts plus the
+    /// rest under `unknown`, so a counter's points for one response add up
+    /// to its total; `0` under `unknown` when there is nothing to record
+    /// for an inference request (as `record_tokens`).
+    fn record_usage_split(&self, attrs: &[KeyValue], m: &ModalityTokens, r: &FinishRecord) {
+        let totals = r.served().map(|(_, n)| n);
+        let parts = [
+            [m.input_text, m.input_audio],
+            [m.output_text, m.output_audio],
+            [m.cached_text, m.cached_audio],
+            [None, None],
+            [None, None],
+        ];
+        for ((counter, total), [text, audio]) in self.usage.iter().zip(totals).zip(parts) {
+            let mut rest = total;
+            for (modality, n) in [(MODALITY_TEXT, text), (MODALITY_AUDIO, audio)] {
+                if let Some(n) = n {
+                    counter.add(n, &with_modality(attrs, modality));
+                    rest = rest.map(|t| t.saturating_sub(n));
+                }
+            }
+            let split = text.is_some() || audio.is_some();
+            let rest = match rest {
+                Some(n) if n > 0 || !split => Some(n),
+                None if !split && r.class == OpClass::Inference => Some(0),
+                _ => None,
+            };
+            if let Some(n) = rest {
+                counter.add(n, &with_modality(attrs, MODALITY_UNKNOWN));
+            }
+        }
+    }
+
     /// Add a response's text/audio split to `tokentap.token.modality.usage`
     /// under `attrs`. Input splits into cached and uncached parts when the
     /// cached part's split is known, so that the points never overlap.
-    /// Only responses that report a split (realtime sessions) get here, so
-    /// the unbound adds cost nothing on the HTTP path.
-    pub(super) fn record_modalities(&self, attrs: &[KeyValue], m: &ModalityTokens) {
+    fn record_modalities_legacy(&self, attrs: &[KeyValue], m: &ModalityTokens) {
         let input = [
             (MODALITY_TEXT, m.input_text, m.cached_text),
             (MODALITY_AUDIO, m.input_audio, m.cached_audio),
@@ -763,7 +1076,7 @@ mod tests {
     fn exemplars_are_kept_for_the_first_sets_only_within_a_fixed_budget() {
         use opentelemetry::metrics::MeterProvider as _;
         let provider = opentelemetry_sdk::metrics::SdkMeterProvider::builder().build();
-        let ins = Instruments::new(&provider.meter("t"), None, 2);
+        let ins = Instruments::new(&provider.meter("t"), Semconv::Latest, None, 2);
         let mark = TraceMark {
             trace_id: 7,
             time: std::time::SystemTime::UNIX_EPOCH,
@@ -794,7 +1107,7 @@ mod tests {
         let both = snap.get(M_SERVER_REQUEST_DURATION, &sets[0]);
         assert_eq!(
             both,
-            snap.get(M_OPERATION_DURATION, &sets[0]),
+            snap.get(M_INFERENCE_DURATION, &sets[0]),
             "both duration histograms share one measure"
         );
         // The most one set can hold: every bucket of every measure.
@@ -813,6 +1126,101 @@ mod tests {
             full.slot_bytes()
         );
         let _ = provider.shutdown();
+    }
+
+    /// Every data point of a collection as (name, attributes, count or
+    /// value, sum), sorted: what two ways of recording must agree on.
+    fn points(exporter: &opentelemetry_sdk::metrics::InMemoryMetricExporter) -> Vec<String> {
+        use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+        let mut out = Vec::new();
+        let all = exporter.get_finished_metrics().expect("in-memory metrics");
+        let Some(rm) = all.last() else { return out };
+        for m in rm.scope_metrics().flat_map(|s| s.metrics()) {
+            let mut add = |attrs: Vec<String>, v: String| {
+                out.push(format!("{} {:?} {v}", m.name(), attrs));
+            };
+            let sorted = |a: &mut dyn Iterator<Item = &KeyValue>| {
+                let mut v: Vec<String> = a.map(|kv| format!("{}={}", kv.key, kv.value)).collect();
+                v.sort();
+                v
+            };
+            match m.data() {
+                AggregatedMetrics::F64(MetricData::Histogram(h)) => h.data_points().for_each(|p| {
+                    add(
+                        sorted(&mut p.attributes()),
+                        format!("{} {:.6}", p.count(), p.sum()),
+                    );
+                }),
+                AggregatedMetrics::U64(MetricData::Histogram(h)) => h.data_points().for_each(|p| {
+                    add(
+                        sorted(&mut p.attributes()),
+                        format!("{} {}", p.count(), p.sum()),
+                    );
+                }),
+                AggregatedMetrics::U64(MetricData::Sum(c)) => c.data_points().for_each(|p| {
+                    add(sorted(&mut p.attributes()), p.value().to_string());
+                }),
+                _ => {}
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn unbound_records_match_bound_ones_under_every_semconv() {
+        use opentelemetry::metrics::MeterProvider as _;
+        use opentelemetry_sdk::metrics::{
+            InMemoryMetricExporter, PeriodicReader, SdkMeterProvider,
+        };
+        // The class follows from the operation name, as in `record_metrics`.
+        let ops = [
+            (OpClass::Inference, "chat"),
+            (OpClass::Embeddings, "embeddings"),
+            (OpClass::Unknown, OPERATION_UNKNOWN),
+        ];
+        let sets = ops.map(|(_, op)| {
+            [
+                KeyValue::new(GEN_AI_OPERATION_NAME, op),
+                KeyValue::new(ROUTE, "r"),
+            ]
+        });
+        let records = ops.map(|(class, _)| FinishRecord {
+            class,
+            duration: 0.5,
+            first_chunk: Some(0.1),
+            input_tokens: Some(12),
+            output_tokens: Some(3),
+            cache_read_tokens: (class == OpClass::Inference).then_some(4),
+            ..FinishRecord::default()
+        });
+        for semconv in [Semconv::Latest, Semconv::Legacy, Semconv::Both] {
+            let [bound, unbound] = [true, false].map(|bound| {
+                let exporter = InMemoryMetricExporter::default();
+                let provider = SdkMeterProvider::builder()
+                    .with_reader(PeriodicReader::builder(exporter.clone()).build())
+                    .build();
+                let ins = Instruments::new(&provider.meter("t"), semconv, None, 0);
+                for (attrs, r) in sets.iter().zip(&records) {
+                    let a = FinishAttrs {
+                        all: attrs,
+                        sized: attrs,
+                        overhead: attrs,
+                        pool_overhead: attrs,
+                    };
+                    match bound {
+                        true => ins.record_finish(&a, r),
+                        false => ins.record_unbound(&a, r),
+                    }
+                }
+                provider.force_flush().expect("flush");
+                let got = points(&exporter);
+                let _ = provider.shutdown();
+                got
+            });
+            assert!(!bound.is_empty(), "{semconv:?}: something recorded");
+            assert_eq!(bound, unbound, "{semconv:?}");
+        }
     }
 
     #[test]

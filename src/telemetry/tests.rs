@@ -391,7 +391,7 @@ fn failed_request_sets_error_status_and_type() {
         Some(&Value::from("overloaded_error"))
     );
     let rm = h.collect();
-    let (_, points) = histogram(&rm, M_OPERATION_DURATION);
+    let (_, points) = histogram(&rm, M_INFERENCE_DURATION);
     let p = &points[0].1;
     assert_eq!(
         attr(p, ERROR_TYPE),
@@ -480,14 +480,15 @@ fn metrics_have_semconv_names_units_buckets_and_attributes() {
         &[5, 20],
     );
     let rm = h.collect();
-    let cases: [(&str, &str, &[f64]); 10] = [
-        (M_OPERATION_DURATION, "s", &DURATION_BUCKETS),
+    let cases: [(&str, &str, &[f64]); 11] = [
+        (M_INFERENCE_DURATION, "s", &DURATION_BUCKETS),
         (M_SERVER_REQUEST_DURATION, "s", &DURATION_BUCKETS),
-        (M_TIME_TO_FIRST_CHUNK, "s", &DURATION_BUCKETS),
-        (M_TIME_PER_OUTPUT_CHUNK, "s", &DURATION_BUCKETS),
+        (M_INFERENCE_TIME_TO_FIRST_CHUNK, "s", &DURATION_BUCKETS),
+        (M_INFERENCE_TIME_PER_OUTPUT_CHUNK, "s", &DURATION_BUCKETS),
         (M_SERVER_TTFT, "s", &TTFT_BUCKETS),
         (M_SERVER_TPOT, "s", &TPOT_BUCKETS),
-        (M_TOKEN_USAGE, "{token}", &TOKEN_BUCKETS),
+        (M_OPERATION_INPUT_TOKENS, "{token}", &TOKEN_BUCKETS),
+        (M_OPERATION_OUTPUT_TOKENS, "{token}", &TOKEN_BUCKETS),
         (M_DECODE_TPS, "{token}/s", &TPS_BUCKETS),
         (M_CHUNK_GAP, "s", &GAP_BUCKETS),
         (M_MAX_STALL, "s", &STALL_BUCKETS),
@@ -515,7 +516,7 @@ fn metrics_have_semconv_names_units_buckets_and_attributes() {
     assert_eq!(gaps[0].2, 2, "two chunk gaps recorded");
     assert!((gaps[0].3 - 0.025).abs() < 1e-9, "gap sum 5 ms + 20 ms");
 
-    let (_, dur) = histogram(&rm, M_OPERATION_DURATION);
+    let (_, dur) = histogram(&rm, M_INFERENCE_DURATION);
     let a = &dur[0].1;
     assert_eq!(attr(a, OUTCOME), Some(&Value::from("complete")));
     assert_eq!(attr(a, TOKENS_ESTIMATED), Some(&Value::from(false)));
@@ -526,15 +527,18 @@ fn metrics_have_semconv_names_units_buckets_and_attributes() {
     assert_eq!(attr(a, ERROR_TYPE), None, "no error.type on success");
     assert!((dur[0].3 - 0.75).abs() < 1e-9, "duration in seconds");
 
-    let (_, tokens) = histogram(&rm, M_TOKEN_USAGE);
-    let by_type = |t: &str| {
-        tokens
-            .iter()
-            .find(|p| attr(&p.1, GEN_AI_TOKEN_TYPE) == Some(&Value::from(t.to_owned())))
-            .map(|p| p.3)
-    };
-    assert_eq!(by_type(TOKEN_INPUT), Some(12.0), "input tokens");
-    assert_eq!(by_type(TOKEN_OUTPUT), Some(11.0), "output tokens");
+    for (name, want) in [
+        (M_OPERATION_INPUT_TOKENS, 12.0),
+        (M_OPERATION_OUTPUT_TOKENS, 11.0),
+    ] {
+        let (_, points) = histogram(&rm, name);
+        assert_eq!(
+            points.iter().map(|p| (p.2, p.3)).collect::<Vec<_>>(),
+            [(1, want)],
+            "{name}: one request of {want} tokens"
+        );
+        assert_eq!(attr(&points[0].1, GEN_AI_TOKEN_TYPE), None, "{name}");
+    }
 
     let requests = sum_points(&rm, M_REQUESTS);
     assert_eq!(
@@ -572,6 +576,8 @@ fn non_streaming_request_records_no_streaming_instruments() {
         .map(|m| m.name())
         .collect();
     for name in [
+        M_INFERENCE_TIME_TO_FIRST_CHUNK,
+        M_INFERENCE_TIME_PER_OUTPUT_CHUNK,
         M_TIME_TO_FIRST_CHUNK,
         M_TIME_PER_OUTPUT_CHUNK,
         M_CHUNK_GAP,
@@ -636,7 +642,7 @@ fn model_and_tenant_caps_map_new_values_to_other() {
         &[],
     );
     let rm = h.collect();
-    let (_, points) = histogram(&rm, M_OPERATION_DURATION);
+    let (_, points) = histogram(&rm, M_INFERENCE_DURATION);
     let count = |model: &str, tenant: &str| {
         points
             .iter()
@@ -860,7 +866,7 @@ fn exemplars_carry_the_span_trace_id_on_their_own_buckets() {
     // 0.5 s = 20 tokens/s (on a bound: its own bucket), stall 80 ms; it
     // ended at start_wall + 0.75 s.
     let want = [
-        ("gen_ai_client_operation_duration_seconds", "1.28", "0.75"),
+        ("gen_ai_client_inference_duration_seconds", "1.28", "0.75"),
         ("gen_ai_server_request_duration_seconds", "1.28", "0.75"),
         ("gen_ai_server_time_to_first_token_seconds", "0.25", "0.2"),
         ("tokentap_decode_tokens_per_second", "20.0", "20.0"),
@@ -931,4 +937,238 @@ fn unsampled_traces_and_push_only_telemetry_keep_no_exemplars() {
         "without /metrics nothing is kept"
     );
     h.telemetry.shutdown();
+}
+
+// ------------------------------------------------- semantic-conventions names
+
+/// The metric names in a collection.
+fn names(rm: &ResourceMetrics) -> Vec<String> {
+    rm.scope_metrics()
+        .flat_map(|s| s.metrics())
+        .map(|m| m.name().to_owned())
+        .collect()
+}
+
+fn with_semconv(semconv: crate::config::Semconv) -> Harness {
+    let mut cfg = config();
+    cfg.semconv = semconv;
+    harness(cfg)
+}
+
+/// The current names (`latest`) besides the ones both generations share.
+const LATEST: [&str; 10] = [
+    M_INFERENCE_DURATION,
+    M_INFERENCE_TIME_TO_FIRST_CHUNK,
+    M_INFERENCE_TIME_PER_OUTPUT_CHUNK,
+    M_USAGE_INPUT,
+    M_USAGE_OUTPUT,
+    M_USAGE_CACHE_READ,
+    M_USAGE_CACHE_WRITE,
+    M_USAGE_REASONING,
+    M_OPERATION_INPUT_TOKENS,
+    M_OPERATION_OUTPUT_TOKENS,
+];
+/// The v1.41.0 and tokentap token names (`legacy`).
+const LEGACY: [&str; 5] = [
+    M_OPERATION_DURATION,
+    M_TIME_TO_FIRST_CHUNK,
+    M_TIME_PER_OUTPUT_CHUNK,
+    M_TOKEN_USAGE,
+    M_TOKENS,
+];
+
+#[test]
+fn semconv_switch_picks_which_names_are_exported() {
+    use crate::config::Semconv;
+    for (semconv, latest, legacy) in [
+        (Semconv::Latest, true, false),
+        (Semconv::Legacy, false, true),
+        (Semconv::Both, true, true),
+    ] {
+        let h = with_semconv(semconv);
+        run(
+            &h.telemetry,
+            facts(Some("gpt-4o"), None, true),
+            &HeaderMap::new(),
+            &[5, 20],
+        );
+        let got = names(&h.collect());
+        for (set, want) in [(&LATEST[..], latest), (&LEGACY[..], legacy)] {
+            for name in set {
+                assert_eq!(
+                    got.iter().any(|n| n == name),
+                    want,
+                    "{semconv:?}: {name} exported = {want}; got {got:?}"
+                );
+            }
+        }
+        let dur = |name| histogram(&h.collect(), name).1[0].2;
+        if latest {
+            assert_eq!(dur(M_INFERENCE_DURATION), 1, "{semconv:?}: one request");
+        }
+        if legacy {
+            assert_eq!(dur(M_OPERATION_DURATION), 1, "{semconv:?}: one request");
+            let (_, gaps) = histogram(&h.collect(), M_TIME_PER_OUTPUT_CHUNK);
+            assert_eq!(gaps[0].2, 2, "{semconv:?}: both gaps under the old name");
+        }
+    }
+}
+
+/// Every point of a counter: (modality, value).
+fn by_modality(rm: &ResourceMetrics, name: &str) -> Vec<(String, i128)> {
+    let mut points: Vec<(String, i128)> = sum_points(rm, name)
+        .into_iter()
+        .map(|(a, v)| {
+            let m = attr(&a, GEN_AI_TOKEN_MODALITY).map_or_else(String::new, |m| m.to_string());
+            (m, v)
+        })
+        .collect();
+    points.sort();
+    points
+}
+
+#[test]
+fn usage_counters_split_tokens_by_kind_and_modality() {
+    let h = harness(config());
+    // Text response: usage input 12 (4 cached), output 11 (2 reasoning).
+    run(
+        &h.telemetry,
+        facts(Some("gpt-4o"), None, true),
+        &HeaderMap::new(),
+        &[],
+    );
+    let unknown = |n: i128| vec![(MODALITY_UNKNOWN.to_owned(), n)];
+    let rm = h.collect();
+    for (name, want) in [
+        (M_USAGE_INPUT, unknown(12)),
+        (M_USAGE_OUTPUT, unknown(11)),
+        (M_USAGE_CACHE_READ, unknown(4)),
+        (M_USAGE_CACHE_WRITE, unknown(0)),
+        (M_USAGE_REASONING, unknown(2)),
+    ] {
+        assert_eq!(by_modality(&rm, name), want, "{name}");
+    }
+    let point = &sum_points(&rm, M_USAGE_INPUT)[0].0;
+    for (key, want) in [
+        (GEN_AI_OPERATION_NAME, Value::from("chat")),
+        (GEN_AI_PROVIDER_NAME, "openai".into()),
+        (GEN_AI_REQUEST_MODEL, "gpt-4o".into()),
+        (GEN_AI_RESPONSE_MODEL, "gpt-4o-2024-08-06".into()),
+        (SERVER_ADDRESS, "api.openai.com".into()),
+    ] {
+        assert_eq!(
+            attr(point, key),
+            Some(&want),
+            "usage counter attribute {key}"
+        );
+    }
+    assert_eq!(attr(point, GEN_AI_TOKEN_TYPE), None, "no gen_ai.token.type");
+
+    // A realtime-style response that splits its usage by modality: the
+    // points of each counter add up to the total.
+    let h = harness(config());
+    let f = facts(Some("gpt-realtime"), None, true);
+    let rec = Box::new(h.telemetry.begin(&f, &HeaderMap::new()));
+    let mut m = measurement(f);
+    m.modalities = crate::meter::ModalityTokens {
+        input_text: Some(8),
+        input_audio: Some(4),
+        cached_text: Some(3),
+        cached_audio: Some(1),
+        output_text: Some(5),
+        output_audio: Some(4),
+    };
+    rec.finish(m);
+    let rm = h.collect();
+    let split = |text: i128, audio: i128, rest: Option<i128>| {
+        let mut v = vec![
+            (MODALITY_AUDIO.to_owned(), audio),
+            (MODALITY_TEXT.to_owned(), text),
+        ];
+        v.extend(rest.map(|n| (MODALITY_UNKNOWN.to_owned(), n)));
+        v
+    };
+    for (name, want) in [
+        (M_USAGE_INPUT, split(8, 4, None)),
+        // 11 output tokens, 9 of them split: the other 2 (the reasoning
+        // ones here) under `unknown`.
+        (M_USAGE_OUTPUT, split(5, 4, Some(2))),
+        (M_USAGE_CACHE_READ, split(3, 1, None)),
+        (M_USAGE_CACHE_WRITE, unknown(0)),
+        (M_USAGE_REASONING, unknown(2)),
+    ] {
+        assert_eq!(by_modality(&rm, name), want, "{name}");
+    }
+}
+
+#[test]
+fn embeddings_and_unknown_endpoints_take_their_own_duration_names() {
+    let h = harness(config());
+    let mut f = facts(Some("text-embedding-3-small"), None, false);
+    f.operation = Some(Operation::Embeddings);
+    let rec = Box::new(h.telemetry.begin(&f, &HeaderMap::new()));
+    let mut m = measurement(f);
+    m.usage = Usage {
+        input: Some(7),
+        ..Usage::default()
+    };
+    m.output_tokens = None;
+    m.reasoning = Reasoning::default();
+    rec.finish(m);
+    let rm = h.collect();
+    let got = names(&rm);
+    assert_eq!(
+        histogram(&rm, M_EMBEDDINGS_DURATION).1[0].2,
+        1,
+        "embeddings duration"
+    );
+    let (_, input) = histogram(&rm, M_EMBEDDINGS_INPUT_TOKENS);
+    assert_eq!(
+        (input[0].2, input[0].3),
+        (1, 7.0),
+        "embeddings input tokens"
+    );
+    for name in [
+        M_INFERENCE_DURATION,
+        M_OPERATION_DURATION,
+        M_USAGE_INPUT,
+        M_OPERATION_INPUT_TOKENS,
+    ] {
+        assert!(
+            !got.iter().any(|n| n == name),
+            "{name} for embeddings: {got:?}"
+        );
+    }
+
+    // An unrecognised endpoint keeps `gen_ai.client.operation.duration`,
+    // once, under `both` too.
+    for semconv in [crate::config::Semconv::Latest, crate::config::Semconv::Both] {
+        let h = with_semconv(semconv);
+        let mut f = facts(None, None, false);
+        f.operation = None;
+        run(&h.telemetry, f, &HeaderMap::new(), &[]);
+        let rm = h.collect();
+        assert_eq!(
+            histogram(&rm, M_OPERATION_DURATION).1[0].2,
+            1,
+            "{semconv:?}"
+        );
+        assert!(
+            !names(&rm).iter().any(|n| n == M_INFERENCE_DURATION),
+            "{semconv:?}: not an inference"
+        );
+        // It reported tokens: they count, without zero-filled kinds.
+        assert_eq!(
+            by_modality(&rm, M_USAGE_INPUT),
+            vec![(MODALITY_UNKNOWN.to_owned(), 12)]
+        );
+        assert!(
+            by_modality(&rm, M_USAGE_CACHE_READ).len() == 1,
+            "cache_read reported"
+        );
+        assert!(
+            !names(&rm).iter().any(|n| n == M_USAGE_CACHE_WRITE),
+            "{semconv:?}: no zero for a kind an unknown endpoint never reported"
+        );
+    }
 }

@@ -69,7 +69,18 @@ pub(crate) fn assert_bytes_eq(what: &str, got: &[u8], want: &[u8]) {
 
 /// The contract's attribute and metric names, in one place.
 pub(crate) mod names {
-    pub(crate) const OP_DURATION: &str = "gen_ai.client.operation.duration";
+    /// Request duration of chat and completions (`telemetry.semconv =
+    /// latest`, the default).
+    pub(crate) const OP_DURATION: &str = "gen_ai.client.inference.duration";
+    pub(crate) const USAGE_INPUT: &str = "gen_ai.client.inference.usage.input_tokens";
+    pub(crate) const USAGE_OUTPUT: &str = "gen_ai.client.inference.usage.output_tokens";
+    pub(crate) const OP_INPUT_TOKENS: &str = "gen_ai.client.inference.operation.input_tokens";
+    pub(crate) const OP_OUTPUT_TOKENS: &str = "gen_ai.client.inference.operation.output_tokens";
+    pub(crate) const TOKEN_MODALITY: &str = "gen_ai.token.modality";
+    /// Request duration of an unrecognised endpoint; of every request
+    /// under `telemetry.semconv = legacy | both` (the v1.41.0 name).
+    pub(crate) const OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
+    /// The v1.41.0 names (`telemetry.semconv = legacy | both`).
     pub(crate) const TOKEN_USAGE: &str = "gen_ai.client.token.usage";
     pub(crate) const SERVER_TTFT: &str = "gen_ai.server.time_to_first_token";
     pub(crate) const SERVER_TPOT: &str = "gen_ai.server.time_per_output_token";
