@@ -143,6 +143,16 @@ impl<'a> Scan<'a> {
         self.plain_string().map(Some)
     }
 
+    /// `true`, `false` or `null` (as `None`).
+    pub(super) fn bool_or_null(&mut self) -> Option<Option<bool>> {
+        match self.peek()? {
+            b't' => self.literal(b"true").map(|()| Some(true)),
+            b'f' => self.literal(b"false").map(|()| Some(false)),
+            b'n' => self.literal(b"null").map(|()| None),
+            _ => None,
+        }
+    }
+
     /// A count: `null`, or an integer that fits `u64` written without a
     /// sign, fraction or exponent (what serde reads into `Option<u64>`;
     /// anything else gives up, and serde decides).
