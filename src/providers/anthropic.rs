@@ -67,6 +67,12 @@ impl AnthropicAdapter {
             return Ok(());
         }
         if !self.no_scan {
+            if let Frame::Json(_) = frame {
+                if let Some(m) = WholeMessage::scan(data) {
+                    self.on_whole_message(&m, out);
+                    return Ok(());
+                }
+            }
             if let Some(event) = StreamEvent::scan(data) {
                 event.emit(out);
                 return Ok(());
@@ -148,6 +154,28 @@ impl AnthropicAdapter {
         }
         if let Some(reason) = m.stop_reason {
             out(Event::FinishReason(reason.as_str()));
+        }
+    }
+
+    /// The events `on_message` gives for the same whole message.
+    fn on_whole_message(&mut self, m: &WholeMessage<'_>, out: &mut dyn FnMut(Event<'_>)) {
+        if let Some(model) = m.model.filter(|s| !s.is_empty()) {
+            out(Event::Model(model));
+        }
+        if let Some(id) = m.id.filter(|s| !s.is_empty()) {
+            out(Event::ResponseId(id));
+        }
+        if m.content {
+            out(Event::Content {
+                pieces: 1,
+                kind: ContentKind::Visible,
+            });
+        }
+        if let Some(usage) = &m.usage {
+            out(Event::Usage(self.usage(usage)));
+        }
+        if let Some(reason) = m.stop_reason {
+            out(Event::FinishReason(reason));
         }
     }
 
@@ -416,6 +444,159 @@ fn scan_delta<'a>(s: &mut Scan<'a>) -> Option<[Option<&'a str>; 3]> {
     Some(texts)
 }
 
+/// A whole (non-streamed) message, borrowed from the body: what
+/// `MessageView` holds for it. Read by the validating scan instead of
+/// serde, since the body is read once whole and serde's cost grows with
+/// its size.
+#[derive(Default)]
+struct WholeMessage<'a> {
+    id: Option<&'a str>,
+    model: Option<&'a str>,
+    /// Some content block carries output (`AnyContent<Block>`).
+    content: bool,
+    usage: Option<WireUsage>,
+    stop_reason: Option<&'a str>,
+}
+
+impl<'a> WholeMessage<'a> {
+    /// `None` (take the serde path) unless the body is valid JSON of a
+    /// message (`type` `"message"` or absent) with no error, no escapes
+    /// in the strings read and counts as plain integers.
+    fn scan(data: &'a [u8]) -> Option<WholeMessage<'a>> {
+        let mut s = Scan::new(data)?;
+        let mut m = WholeMessage::default();
+        let mut seen = Seen::default();
+        s.object(0, |s, key| {
+            let (bit, value) = match key {
+                "id" => (0, &mut m.id),
+                "model" => (1, &mut m.model),
+                "stop_reason" => (2, &mut m.stop_reason),
+                "type" => {
+                    seen.first(3)?;
+                    return matches!(s.str_or_null()?, None | Some("message")).then_some(());
+                }
+                "content" => {
+                    seen.first(4)?;
+                    if !s.null()? {
+                        m.content = any_block_content(s)?;
+                    }
+                    return Some(());
+                }
+                "usage" => {
+                    seen.first(5)?;
+                    if !s.null()? {
+                        m.usage = Some(scan_usage(s)?);
+                    }
+                    return Some(());
+                }
+                "error" => {
+                    seen.first(6)?;
+                    return s.null()?.then_some(());
+                }
+                "message" | "content_block" | "delta" => return None,
+                _ => return s.skip(1),
+            };
+            seen.first(bit)?;
+            *value = s.str_or_null()?;
+            Some(())
+        })?;
+        s.end()?;
+        Some(m)
+    }
+}
+
+/// A message's `content`: whether any block carries output (what
+/// `Block::has_content` says of each).
+fn any_block_content(s: &mut Scan<'_>) -> Option<bool> {
+    let mut any = false;
+    s.array(1, |s| {
+        let mut seen = Seen::default();
+        let mut tool = false;
+        let mut output = false;
+        s.object(2, |s, key| {
+            let bit = match key {
+                "type" => {
+                    seen.first(0)?;
+                    tool = matches!(
+                        s.str_or_null()?,
+                        Some("tool_use" | "server_tool_use" | "mcp_tool_use")
+                    );
+                    return Some(());
+                }
+                "text" => 1,
+                "thinking" => 2,
+                "data" => 3,
+                _ => return s.skip(3),
+            };
+            seen.first(bit)?;
+            output |= s.raw(3)?.is_some_and(non_empty_raw);
+            Some(())
+        })?;
+        any |= tool || output;
+        Some(())
+    })?;
+    Some(any)
+}
+
+/// A `usage` object as serde reads it into `WireUsage`; a `service_tier`
+/// that is not a plain string or `null` gives up.
+fn scan_usage(s: &mut Scan<'_>) -> Option<WireUsage> {
+    let mut seen = Seen::default();
+    let mut u = WireUsage {
+        input_tokens: None,
+        output_tokens: None,
+        cache_read_input_tokens: None,
+        cache_creation_input_tokens: None,
+        cache_creation: None,
+        service_tier: None,
+    };
+    s.object(1, |s, key| {
+        let (bit, count) = match key {
+            "input_tokens" => (0, &mut u.input_tokens),
+            "output_tokens" => (1, &mut u.output_tokens),
+            "cache_read_input_tokens" => (2, &mut u.cache_read_input_tokens),
+            "cache_creation_input_tokens" => (3, &mut u.cache_creation_input_tokens),
+            "cache_creation" => {
+                seen.first(4)?;
+                if !s.null()? {
+                    u.cache_creation = Some(scan_cache_creation(s)?);
+                }
+                return Some(());
+            }
+            "service_tier" => {
+                seen.first(5)?;
+                u.service_tier = s.str_or_null()?.and_then(ServiceTier::parse);
+                return Some(());
+            }
+            _ => return s.skip(2),
+        };
+        seen.first(bit)?;
+        *count = s.u64_or_null()?;
+        Some(())
+    })?;
+    Some(u)
+}
+
+/// `usage.cache_creation`, the write split by lifetime.
+fn scan_cache_creation(s: &mut Scan<'_>) -> Option<CacheCreation> {
+    let mut seen = Seen::default();
+    let mut c = CacheCreation {
+        ephemeral_5m_input_tokens: None,
+        ephemeral_1h_input_tokens: None,
+    };
+    s.object(2, |s, key| {
+        let (bit, count) = match key {
+            "ephemeral_5m_input_tokens" => (0, &mut c.ephemeral_5m_input_tokens),
+            "ephemeral_1h_input_tokens" => (1, &mut c.ephemeral_1h_input_tokens),
+            _ => return s.skip(3),
+        };
+        seen.first(bit)?;
+        *count = s.u64_or_null()?;
+        Some(())
+    })?;
+    Some(c)
+}
+
 #[derive(Deserialize)]
 struct WireUsage {
     input_tokens: Option<u64>,
@@ -477,8 +658,105 @@ pub const SPEC: ProviderSpec = ProviderSpec {
 mod tests {
     use super::*;
     use crate::providers::ProviderKind;
-    use crate::providers::scan::differential::{Outcome, fixture_payloads, mutations, outcome};
+    use crate::providers::scan::differential::{
+        Outcome, fixture_bodies, fixture_payloads, json_outcome, mutations, outcome,
+    };
     use crate::providers::tests::{Summary, expect_summary as expect, fixture};
+
+    /// Whole messages the scan must read exactly as serde does (or leave to it).
+    const BODIES: &[&str] = &[
+        r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude","content":[{"type":"text","text":"a \"text\":\"b\""}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":21,"cache_creation_input_tokens":2,"cache_read_input_tokens":3,"cache_creation":{"ephemeral_5m_input_tokens":1,"ephemeral_1h_input_tokens":1},"output_tokens":10,"service_tier":"standard"}}"#,
+        r#"{"type":"message","content":[{"type":"thinking","thinking":"hm","signature":"s"},{"type":"text","text":"x"}],"usage":{"input_tokens":1,"output_tokens":2}}"#,
+        r#"{"type":"message","content":[{"type":"redacted_thinking","data":"abc"}]}"#,
+        r#"{"type":"message","content":[{"type":"tool_use","id":"t","name":"f","input":{"a":[1,{"b":null}]}}],"stop_reason":"tool_use"}"#,
+        r#"{"type":"message","content":[{"type":"server_tool_use","name":"web_search","input":{}},{"type":"mcp_tool_use"}]}"#,
+        r#"{"type":"message","content":[{"type":"text","text":""}],"stop_reason":""}"#,
+        r#"{"type":"message","content":[],"stop_reason":null,"usage":null}"#,
+        r#"{"content":null,"model":"","id":""}"#,
+        r#"{"type":null,"content":[{"text":"x"}]}"#,
+        r#"{"type":"message","content":[{"type":"text","text":"x","text":"y"}]}"#,
+        r#"{"type":"message","content":[{"type":"tool_u\u0073e"}]}"#,
+        r#"{"type":"message","content":[{"type":5,"text":"x"}]}"#,
+        r#"{"type":"message","content":[null]}"#,
+        r#"{"type":"message","content":{"type":"text","text":"x"}}"#,
+        r#"{"type":"message","content":[{"type":"text","text":"caf\u00e9 \ud83d\ude00 \n"}]}"#,
+        r#"{"type":"message","content":[{"type":"text","text":{"a":1}}]}"#,
+        r#"{"type":"message","id":"m\u0031","model":"c"}"#,
+        r#"{"type":"message","id":"a","id":"b"}"#,
+        r#"{"type":"message","usage":{"input_tokens":1,"input_tokens":2}}"#,
+        r#"{"type":"message","usage":{"input_tokens":1.5}}"#,
+        r#"{"type":"message","usage":{"input_tokens":-1}}"#,
+        r#"{"type":"message","usage":{"input_tokens":"1"}}"#,
+        r#"{"type":"message","usage":{"output_tokens":18446744073709551616}}"#,
+        r#"{"type":"message","usage":{"input_tokens":5,"cache_creation":null,"service_tier":null}}"#,
+        r#"{"type":"message","usage":{"input_tokens":5,"cache_creation":{"ephemeral_5m_input_tokens":"x"}}}"#,
+        r#"{"type":"message","usage":{"input_tokens":5,"cache_creation":[1]}}"#,
+        r#"{"type":"message","usage":{"service_tier":"priority"}}"#,
+        r#"{"type":"message","usage":{"service_tier":"batch","server_tool_use":{"web_search_requests":1}}}"#,
+        r#"{"type":"message","usage":{"service_tier":7}}"#,
+        r#"{"type":"message","usage":{"service_tier":{"a":1}}}"#,
+        r#"{"type":"message","usage":{"service_tier":"prior\u0069ty"}}"#,
+        r#"{"type":"message","usage":[1]}"#,
+        r#"{"type":"message","error":null,"stop_reason":5}"#,
+        r#"{"type":"error","error":{"type":"overloaded_error","message":"m"}}"#,
+        r#"{"type":"message_start","message":{"id":"m","model":"c","usage":{"input_tokens":1}}}"#,
+        r#"{"type":"content_block_delta","delta":{"text":"x"}}"#,
+        r#"{"type":"message","delta":{"stop_reason":"x"}}"#,
+        r#"{"type":"message","content":[]} x"#,
+        r#" { "type" : "message" , "content" : [ { "type" : "text" , "text" : "x" } ] } "#,
+        "",
+        "  ",
+        "{",
+        "[]",
+    ];
+
+    /// The same whole body through the scan and through serde alone.
+    fn whole_scan_and_serde(body: &[u8]) -> (Outcome, Outcome) {
+        (
+            json_outcome(|f, out| AnthropicAdapter::new().on_frame(f, out), body),
+            json_outcome(
+                |f, out| AnthropicAdapter::without_scan().on_frame(f, out),
+                body,
+            ),
+        )
+    }
+
+    #[test]
+    fn whole_message_scan_reads_fixtures_and_tricky_shapes_as_serde_does() {
+        let fixtures = fixture_bodies(&[ProviderKind::Anthropic]);
+        let mut scanned = 0;
+        for body in fixtures
+            .iter()
+            .copied()
+            .chain(BODIES.iter().map(|s| s.as_bytes()))
+        {
+            let (scan, serde) = whole_scan_and_serde(body);
+            assert_eq!(scan, serde, "{}", String::from_utf8_lossy(body));
+            scanned += usize::from(WholeMessage::scan(body).is_some());
+        }
+        assert!(
+            WholeMessage::scan(fixture("anthropic/message.json").body).is_some(),
+            "the recorded message takes the scan"
+        );
+        // Most shapes above are there to be left to serde; the plain ones
+        // must still take the scan.
+        assert!(scanned >= 15, "{scanned} bodies scanned");
+    }
+
+    #[test]
+    fn whole_message_scan_reads_mutated_bodies_as_serde_does() {
+        let fixtures = fixture_bodies(&[ProviderKind::Anthropic]);
+        let inputs = fixtures
+            .iter()
+            .copied()
+            .chain(BODIES.iter().map(|s| s.as_bytes()));
+        for (i, body) in inputs.enumerate() {
+            for m in mutations(body, 2000 + i as u64, 200) {
+                let (scan, serde) = whole_scan_and_serde(&m);
+                assert_eq!(scan, serde, "{}", String::from_utf8_lossy(&m));
+            }
+        }
+    }
 
     /// Events the scan must read exactly as serde does (or leave to it).
     const SHAPES: &[&str] = &[

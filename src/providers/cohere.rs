@@ -3,15 +3,18 @@
 //! responses in, metering events out.
 //!
 //! Usage prefers `tokens` (what the model processed) over `billed_units`
-//! (what is charged), which can be smaller.
+//! (what is charged), which can be smaller. A whole response of the plain
+//! shape is read by the validating scan (`scan.rs`); everything else, and
+//! anything unusual, by serde.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::scan::{Scan, Seen};
 use super::spec::{
     FrameAdapter, ProviderSpec, Wire, body_says, never_response, no_model, whole_json,
 };
-use super::wire::{AnyContent, HasContent, Str, non_empty};
+use super::wire::{AnyContent, HasContent, Str, non_empty, non_empty_raw};
 use super::{AdapterError, ContentKind, Event, Usage};
 use super::{Operation, ProviderKind};
 use crate::framing::Frame;
@@ -20,12 +23,24 @@ use crate::framing::Frame;
 #[derive(Debug, Default)]
 pub struct CohereAdapter {
     id_seen: bool,
+    /// Take the serde path only (tests that compare it with the scan).
+    no_scan: bool,
 }
 
 impl CohereAdapter {
     /// A fresh adapter for one response.
     pub fn new() -> Self {
         CohereAdapter::default()
+    }
+
+    /// An adapter that always takes the serde path, to check the scan
+    /// against it.
+    #[cfg(test)]
+    fn without_scan() -> Self {
+        CohereAdapter {
+            no_scan: true,
+            ..CohereAdapter::default()
+        }
     }
 
     /// Map one frame to zero or more events.
@@ -43,6 +58,12 @@ impl CohereAdapter {
         };
         if data.is_empty() || data == b"[DONE]" {
             return Ok(());
+        }
+        if let (Frame::Json(_), false) = (frame, self.no_scan) {
+            if let Some(w) = WholeResponse::scan(data) {
+                self.on_whole(&w, out);
+                return Ok(());
+            }
         }
         let doc: Doc<'_> = serde_json::from_slice(data)
             .map_err(|_| AdapterError("malformed Cohere JSON payload"))?;
@@ -80,6 +101,159 @@ impl CohereAdapter {
         }
         Ok(())
     }
+}
+
+impl CohereAdapter {
+    /// The events the serde path gives for the same whole response.
+    fn on_whole(&mut self, w: &WholeResponse<'_>, out: &mut dyn FnMut(Event<'_>)) {
+        if !self.id_seen {
+            if let Some(id) = w.id.filter(|i| !i.is_empty()) {
+                out(Event::ResponseId(id));
+                self.id_seen = true;
+            }
+        }
+        if w.content {
+            out(Event::Content {
+                pieces: 1,
+                kind: ContentKind::Visible,
+            });
+        }
+        if let Some(c) = w.tokens.or(w.billed_units) {
+            out(Event::Usage(Usage {
+                input: c[0],
+                output: c[1],
+                ..Usage::default()
+            }));
+        }
+        if let Some(r) = w.finish_reason.filter(|r| !r.is_empty()) {
+            out(Event::FinishReason(r));
+        }
+    }
+}
+
+/// A whole chat response, borrowed from the body: what the serde path
+/// reads of it. Counts are `[input_tokens, output_tokens]`.
+#[derive(Default)]
+struct WholeResponse<'a> {
+    id: Option<&'a str>,
+    /// The message carries output (`WholeMessage::has_content`).
+    content: bool,
+    tokens: Option<[Option<u64>; 2]>,
+    billed_units: Option<[Option<u64>; 2]>,
+    finish_reason: Option<&'a str>,
+}
+
+impl<'a> WholeResponse<'a> {
+    /// `None` (take the serde path) unless the body is valid JSON of a
+    /// whole response (no `type`, no `delta`) with no escapes in the
+    /// strings read and counts as plain integers.
+    fn scan(data: &'a [u8]) -> Option<WholeResponse<'a>> {
+        let mut s = Scan::new(data)?;
+        let mut w = WholeResponse::default();
+        let mut seen = Seen::default();
+        s.object(0, |s, key| match key {
+            "id" => {
+                seen.first(0)?;
+                w.id = s.str_or_null()?;
+                Some(())
+            }
+            "finish_reason" => {
+                seen.first(1)?;
+                w.finish_reason = s.str_or_null()?;
+                Some(())
+            }
+            "type" | "delta" => {
+                seen.first(if key == "type" { 2 } else { 3 })?;
+                s.null()?.then_some(())
+            }
+            "message" => {
+                seen.first(4)?;
+                if !s.null()? {
+                    w.content = message_has_content(s)?;
+                }
+                Some(())
+            }
+            "usage" => {
+                seen.first(5)?;
+                if !s.null()? {
+                    (w.tokens, w.billed_units) = scan_usage(s)?;
+                }
+                Some(())
+            }
+            _ => s.skip(1),
+        })?;
+        s.end()?;
+        Some(w)
+    }
+}
+
+/// A whole response's `message`: content parts (objects with `text` or
+/// `thinking`), a tool plan or tool calls.
+fn message_has_content(s: &mut Scan<'_>) -> Option<bool> {
+    let mut seen = Seen::default();
+    let mut any = false;
+    s.object(1, |s, key| match key {
+        "content" => {
+            seen.first(0)?;
+            if s.null()? {
+                return Some(());
+            }
+            s.array(2, |s| {
+                let mut fields = Seen::default();
+                s.object(3, |s, key| {
+                    let bit = match key {
+                        "text" => 0,
+                        "thinking" => 1,
+                        _ => return s.skip(4),
+                    };
+                    fields.first(bit)?;
+                    any |= s.raw(4)?.is_some_and(non_empty_raw);
+                    Some(())
+                })
+            })
+        }
+        "tool_plan" | "tool_calls" => {
+            seen.first(if key == "tool_plan" { 1 } else { 2 })?;
+            any |= s.raw(2)?.is_some_and(non_empty_raw);
+            Some(())
+        }
+        _ => s.skip(2),
+    })?;
+    Some(any)
+}
+
+/// `usage`: `(tokens, billed_units)`, each `[input, output]`.
+type ScannedUsage = (Option<[Option<u64>; 2]>, Option<[Option<u64>; 2]>);
+
+fn scan_usage(s: &mut Scan<'_>) -> Option<ScannedUsage> {
+    let mut seen = Seen::default();
+    let mut usage: ScannedUsage = (None, None);
+    s.object(1, |s, key| {
+        let (bit, slot) = match key {
+            "tokens" => (0, &mut usage.0),
+            "billed_units" => (1, &mut usage.1),
+            _ => return s.skip(2),
+        };
+        seen.first(bit)?;
+        if s.null()? {
+            return Some(());
+        }
+        let mut counts = [None; 2];
+        let mut fields = Seen::default();
+        s.object(2, |s, key| {
+            let at = match key {
+                "input_tokens" => 0,
+                "output_tokens" => 1,
+                _ => return s.skip(3),
+            };
+            fields.first(at)?;
+            counts[at as usize] = s.u64_or_null()?;
+            Some(())
+        })?;
+        *slot = Some(counts);
+        Some(())
+    })?;
+    Some(usage)
 }
 
 fn emit_end(usage: Option<&WireUsage>, finish: Option<&Str<'_>>, out: &mut dyn FnMut(Event<'_>)) {
@@ -249,6 +423,8 @@ pub const SPEC: ProviderSpec = ProviderSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::ProviderKind;
+    use crate::providers::scan::differential::{Outcome, fixture_bodies, mutations};
     use crate::providers::tests::Summary;
 
     fn events(payloads: &[&str]) -> Summary {
@@ -280,6 +456,73 @@ mod tests {
         assert_eq!((s.usage.input, s.usage.output), (Some(950), Some(20)));
         assert_eq!(s.finish, ["TOOL_CALL"]);
         assert_eq!(s.response_id.as_deref(), Some("c1"));
+    }
+
+    /// Whole responses the scan must read exactly as serde does (or leave to it).
+    const BODIES: &[&str] = &[
+        r#"{"id":"c1","finish_reason":"COMPLETE","message":{"role":"assistant","content":[{"type":"text","text":"a \"text\":\"b\""}]},"usage":{"billed_units":{"input_tokens":5,"output_tokens":9},"tokens":{"input_tokens":71,"output_tokens":9}}}"#,
+        r#"{"id":"c2","message":{"content":[{"type":"thinking","thinking":"hm"},{"type":"text","text":""}]},"usage":{"billed_units":{"input_tokens":3,"output_tokens":1}}}"#,
+        r#"{"message":{"content":[],"tool_plan":"I will","tool_calls":[{"id":"t","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"TOOL_CALL"}"#,
+        r#"{"message":{"content":[{"type":"text","text":""}],"tool_plan":"","tool_calls":[]},"finish_reason":""}"#,
+        r#"{"message":{"content":null,"tool_calls":null},"usage":{"tokens":null,"billed_units":{"input_tokens":null}}}"#,
+        r#"{"message":null,"usage":null,"finish_reason":null,"id":null}"#,
+        r#"{"type":null,"delta":null,"message":{"content":[{"text":"x"}]}}"#,
+        r#"{"message":{"content":[{"text":"x","text":"y"}]}}"#,
+        r#"{"message":{"content":[null]}}"#,
+        r#"{"message":{"content":["x"]}}"#,
+        r#"{"message":{"content":{"text":"x"}}}"#,
+        r#"{"message":{"content":[{"text":"caf\u00e9 \ud83d\ude00"}]}}"#,
+        r#"{"id":"c\u0031"}"#,
+        r#"{"id":"a","id":"b"}"#,
+        r#"{"finish_reason":5}"#,
+        r#"{"usage":{"tokens":{"input_tokens":1.5}}}"#,
+        r#"{"usage":{"tokens":{"input_tokens":-1}}}"#,
+        r#"{"usage":{"tokens":{"output_tokens":18446744073709551616}}}"#,
+        r#"{"usage":{"tokens":{"input_tokens":1,"input_tokens":2}}}"#,
+        r#"{"usage":{"tokens":[1,2]}}"#,
+        r#"{"usage":{"tokens":{},"billed_units":{"input_tokens":4}}}"#,
+        r#"{"type":"message-end","delta":{"finish_reason":"COMPLETE"}}"#,
+        r#"{"type":"content-delta","delta":{"message":{"content":{"text":"x"}}}}"#,
+        r#"{"delta":{"message":{}}}"#,
+        r#"{"message":{"content":[]}} x"#,
+        r#" { "message" : { "content" : [ { "text" : "x" } ] } , "meta" : { "api_version" : { "version" : "2" } } } "#,
+        "",
+        "{",
+        "[DONE]",
+    ];
+
+    fn json_outcome(adapter: &mut CohereAdapter, body: &[u8]) -> Outcome {
+        let mut log = Vec::new();
+        let result = adapter.on_frame(Frame::Json(body), &mut |e| log.push(format!("{e:?}")));
+        (log, result)
+    }
+
+    #[test]
+    fn whole_response_scan_reads_fixtures_shapes_and_mutations_as_serde_does() {
+        let fixtures = fixture_bodies(&[ProviderKind::Cohere]);
+        assert!(!fixtures.is_empty(), "a whole-body fixture");
+        let mut scanned = 0;
+        let inputs = fixtures
+            .iter()
+            .copied()
+            .chain(BODIES.iter().map(|s| s.as_bytes()));
+        for (i, body) in inputs.enumerate() {
+            scanned += usize::from(WholeResponse::scan(body.trim_ascii()).is_some());
+            for m in std::iter::once(body.to_vec()).chain(mutations(body, 3000 + i as u64, 200)) {
+                let scan = json_outcome(&mut CohereAdapter::new(), &m);
+                let serde = json_outcome(&mut CohereAdapter::without_scan(), &m);
+                assert_eq!(scan, serde, "{}", String::from_utf8_lossy(&m));
+            }
+        }
+        for f in &fixtures {
+            assert!(
+                WholeResponse::scan(f.trim_ascii()).is_some(),
+                "fixture scanned"
+            );
+        }
+        // Most shapes above are there to be left to serde; the plain ones
+        // must still take the scan.
+        assert!(scanned >= 10, "{scanned} bodies scanned");
     }
 
     #[test]

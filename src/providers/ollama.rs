@@ -4,6 +4,10 @@
 //!
 //! The final object (`done: true`) carries the counts (`prompt_eval_count`
 //! in, `eval_count` out) and the server's own timings in nanoseconds.
+//!
+//! An object of the plain shape (a streamed line or a whole answer) is read
+//! by the validating scan (`scan.rs`); everything else, and anything
+//! unusual, by serde.
 
 use std::time::Duration;
 
@@ -11,8 +15,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::ProviderKind;
+use super::scan::{Scan, Seen};
 use super::spec::{FrameAdapter, JsonBody, ProviderSpec, Wire, no_model};
-use super::wire::{Str, non_empty};
+use super::wire::{Str, non_empty, non_empty_raw};
 use super::{AdapterError, ContentKind, Event, Operation, UpstreamTiming, Usage};
 use crate::framing::Frame;
 
@@ -21,6 +26,8 @@ use crate::framing::Frame;
 pub struct OllamaAdapter {
     operation: Option<Operation>,
     model_seen: bool,
+    /// Try the scan before serde (off only in tests that compare the two).
+    scan: bool,
 }
 
 impl OllamaAdapter {
@@ -29,6 +36,17 @@ impl OllamaAdapter {
         OllamaAdapter {
             operation,
             model_seen: false,
+            scan: true,
+        }
+    }
+
+    /// An adapter that always takes the serde path, to check the scan
+    /// against it.
+    #[cfg(test)]
+    fn without_scan(operation: Option<Operation>) -> Self {
+        OllamaAdapter {
+            scan: false,
+            ..OllamaAdapter::new(operation)
         }
     }
 
@@ -46,6 +64,10 @@ impl OllamaAdapter {
             }
         };
         if data.is_empty() {
+            return Ok(());
+        }
+        if let Some(line) = self.scan.then(|| Line::scan(data)).flatten() {
+            self.on_line(&line, out);
             return Ok(());
         }
         let doc: Doc<'_> =
@@ -97,6 +119,157 @@ impl OllamaAdapter {
         }
         Ok(())
     }
+}
+
+impl OllamaAdapter {
+    /// The events the serde path gives for the same object, in order.
+    fn on_line(&mut self, l: &Line<'_>, out: &mut dyn FnMut(Event<'_>)) {
+        if !self.model_seen {
+            if let Some(m) = l.model.filter(|m| !m.is_empty()) {
+                out(Event::Model(m));
+                self.model_seen = true;
+            }
+        }
+        if let Some(kind) = ContentKind::of(l.visible, l.thinking) {
+            out(Event::Content { pieces: 1, kind });
+        }
+        let embeddings = self.operation.is_some_and(Operation::is_embeddings) || l.embeddings;
+        let [input, output, total, load, prompt_eval, decode] = l.counts;
+        if input.is_some() || output.is_some() || embeddings {
+            out(Event::Usage(Usage {
+                input,
+                output: if embeddings { Some(0) } else { output },
+                ..Usage::default()
+            }));
+        }
+        let timing = UpstreamTiming {
+            total: total.map(Duration::from_nanos),
+            load: load.map(Duration::from_nanos),
+            prompt_eval: prompt_eval.map(Duration::from_nanos),
+            decode: decode.map(Duration::from_nanos),
+            ..UpstreamTiming::default()
+        };
+        if !timing.is_empty() {
+            out(Event::UpstreamTiming(timing));
+        }
+        if let Some(reason) = l.done_reason.filter(|r| !r.is_empty()) {
+            out(Event::FinishReason(reason));
+        }
+        if l.done == Some(true) || embeddings {
+            out(Event::Done);
+        }
+    }
+}
+
+/// One object of the plain shape, borrowed from it: what the serde path
+/// reads of it.
+#[derive(Default)]
+struct Line<'a> {
+    model: Option<&'a str>,
+    /// Visible output: message text or tool calls, or `response`.
+    visible: bool,
+    /// Reasoning: `message.thinking` or `thinking`.
+    thinking: bool,
+    done: Option<bool>,
+    done_reason: Option<&'a str>,
+    /// `prompt_eval_count`, `eval_count`, `total_duration`,
+    /// `load_duration`, `prompt_eval_duration`, `eval_duration`.
+    counts: [Option<u64>; 6],
+    /// `embeddings` or `embedding` is there (not `null`).
+    embeddings: bool,
+}
+
+impl<'a> Line<'a> {
+    /// `None` (take the serde path) unless the object is valid JSON with
+    /// no `error`, no escapes in the strings read and counts as plain
+    /// integers.
+    fn scan(data: &'a [u8]) -> Option<Line<'a>> {
+        let mut s = Scan::new(data)?;
+        let mut l = Line::default();
+        let mut seen = Seen::default();
+        s.object(0, |s, key| {
+            let count = match key {
+                "prompt_eval_count" => 0,
+                "eval_count" => 1,
+                "total_duration" => 2,
+                "load_duration" => 3,
+                "prompt_eval_duration" => 4,
+                "eval_duration" => 5,
+                "model" => {
+                    seen.first(6)?;
+                    l.model = s.str_or_null()?;
+                    return Some(());
+                }
+                "done_reason" => {
+                    seen.first(7)?;
+                    l.done_reason = s.str_or_null()?;
+                    return Some(());
+                }
+                "done" => {
+                    seen.first(8)?;
+                    l.done = s.bool_or_null()?;
+                    return Some(());
+                }
+                "response" | "thinking" => {
+                    seen.first(if key == "response" { 9 } else { 10 })?;
+                    let has = s.raw(1)?.is_some_and(non_empty_raw);
+                    if key == "response" {
+                        l.visible |= has;
+                    } else {
+                        l.thinking |= has;
+                    }
+                    return Some(());
+                }
+                "embeddings" | "embedding" => {
+                    seen.first(if key == "embeddings" { 11 } else { 12 })?;
+                    l.embeddings |= s.raw(1)?.is_some();
+                    return Some(());
+                }
+                "message" => {
+                    seen.first(13)?;
+                    if !s.null()? {
+                        let (visible, thinking) = scan_message(s)?;
+                        l.visible |= visible;
+                        l.thinking |= thinking;
+                    }
+                    return Some(());
+                }
+                "error" => {
+                    seen.first(14)?;
+                    return s.null()?.then_some(());
+                }
+                _ => return s.skip(1),
+            };
+            seen.first(count)?;
+            l.counts[count as usize] = s.u64_or_null()?;
+            Some(())
+        })?;
+        s.end()?;
+        Some(l)
+    }
+}
+
+/// `message`: `(visible, thinking)` as `Message::kinds` gives them.
+fn scan_message(s: &mut Scan<'_>) -> Option<(bool, bool)> {
+    let mut seen = Seen::default();
+    let (mut visible, mut thinking) = (false, false);
+    s.object(1, |s, key| {
+        let bit = match key {
+            "content" => 0,
+            "tool_calls" => 1,
+            "thinking" => 2,
+            _ => return s.skip(2),
+        };
+        seen.first(bit)?;
+        let has = s.raw(2)?.is_some_and(non_empty_raw);
+        if bit == 2 {
+            thinking |= has;
+        } else {
+            visible |= has;
+        }
+        Some(())
+    })?;
+    Some((visible, thinking))
 }
 
 /// The fields of one Ollama object that metering reads.
@@ -189,7 +362,110 @@ pub const SPEC: ProviderSpec = ProviderSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::tests::Summary;
+    use crate::providers::scan::differential::{Outcome, json_outcome, mutations};
+    use crate::providers::tests::{FIXTURES, Summary};
+
+    /// Objects the scan must read exactly as serde does (or leave to it).
+    const LINES: &[&str] = &[
+        r#"{"model":"llama3.2","created_at":"t","message":{"role":"assistant","content":"a \"content\":\"b\""},"done":false}"#,
+        r#"{"model":"m","message":{"role":"assistant","content":"","thinking":"hm"},"done":false}"#,
+        r#"{"model":"m","message":{"content":"","tool_calls":[{"function":{"name":"f","arguments":{}}}]},"done":false}"#,
+        r#"{"model":"m","response":"x","thinking":"","done":false}"#,
+        r#"{"model":"m","response":"","done":true,"done_reason":"stop","total_duration":5,"load_duration":1,"prompt_eval_count":3,"prompt_eval_duration":2,"eval_count":4,"eval_duration":2}"#,
+        r#"{"model":"m","done":true,"done_reason":"","eval_count":null,"context":[1,2,3]}"#,
+        r#"{"model":"e","embeddings":[[0.1,-2e-3]],"total_duration":7,"prompt_eval_count":2}"#,
+        r#"{"embedding":[0.5]}"#,
+        r#"{"embedding":null,"embeddings":null,"done":null,"message":null,"response":null}"#,
+        r#"{"model":"","message":{"content":[]}}"#,
+        r#"{"model":"m","model":"n"}"#,
+        r#"{"model":"m\u0031"}"#,
+        r#"{"message":{"content":"x","content":"y"}}"#,
+        r#"{"message":{"content":"caf\u00e9 \ud83d\ude00"}}"#,
+        r#"{"message":["x"]}"#,
+        r#"{"done":1}"#,
+        r#"{"done":"true"}"#,
+        r#"{"done":tru}"#,
+        r#"{"eval_count":1.0}"#,
+        r#"{"eval_count":-1}"#,
+        r#"{"eval_count":18446744073709551616}"#,
+        r#"{"total_duration":18446744073709551615}"#,
+        r#"{"done_reason":5}"#,
+        r#"{"error":"model not found"}"#,
+        r#"{"error":null,"response":"x"}"#,
+        r#"{"response":"x"} x"#,
+        r#" { "response" : "x" , "done" : false } "#,
+        "{",
+        "[]",
+    ];
+
+    /// The same object through the scan and through serde alone.
+    fn scan_and_serde(op: Option<Operation>, line: &[u8]) -> (Outcome, Outcome) {
+        (
+            json_outcome(|f, out| OllamaAdapter::new(op).on_frame(f, out), line),
+            json_outcome(
+                |f, out| OllamaAdapter::without_scan(op).on_frame(f, out),
+                line,
+            ),
+        )
+    }
+
+    #[test]
+    fn scan_reads_fixture_lines_shapes_and_mutations_as_serde_does() {
+        let ops = [
+            None,
+            Some(Operation::OllamaChat),
+            Some(Operation::OllamaGenerate),
+            Some(Operation::OllamaEmbed),
+        ];
+        let fixture_lines: Vec<&[u8]> = FIXTURES
+            .iter()
+            .filter(|f| f.kind == ProviderKind::Ollama)
+            .flat_map(|f| f.body.split(|b| *b == b'\n'))
+            .filter(|l| !l.trim_ascii().is_empty())
+            .collect();
+        assert!(
+            fixture_lines.len() > 10,
+            "{} fixture lines",
+            fixture_lines.len()
+        );
+        // Every recorded line but the error object takes the scan.
+        for line in &fixture_lines {
+            let is_error = line.windows(7).any(|w| w == b"\"error\"");
+            assert_eq!(
+                Line::scan(line.trim_ascii()).is_some(),
+                !is_error,
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        let mut scanned = 0;
+        let inputs = fixture_lines
+            .iter()
+            .copied()
+            .chain(LINES.iter().map(|s| s.as_bytes()));
+        for (i, line) in inputs.enumerate() {
+            scanned += usize::from(Line::scan(line.trim_ascii()).is_some());
+            let op = ops[i % ops.len()];
+            for m in std::iter::once(line.to_vec()).chain(mutations(line, 4000 + i as u64, 100)) {
+                let (scan, serde) = scan_and_serde(op, &m);
+                assert_eq!(scan, serde, "{op:?} {}", String::from_utf8_lossy(&m));
+            }
+        }
+        // Most shapes above are there to be left to serde; the plain ones
+        // must still take the scan.
+        assert!(scanned >= fixture_lines.len() + 11, "{scanned} scanned");
+        // Model once per response, whichever path read it.
+        for op in ops {
+            let (mut with, mut without) = (OllamaAdapter::new(op), OllamaAdapter::without_scan(op));
+            for line in &fixture_lines {
+                assert_eq!(
+                    json_outcome(|f, out| with.on_frame(f, out), line),
+                    json_outcome(|f, out| without.on_frame(f, out), line),
+                    "{op:?} sequence"
+                );
+            }
+        }
+    }
 
     fn lines(op: Option<Operation>, lines: &[&str]) -> Result<Summary, AdapterError> {
         let mut a = OllamaAdapter::new(op);

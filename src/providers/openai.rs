@@ -82,7 +82,13 @@ impl OpenaiAdapter {
                     self.on_json(data, false, out)
                 }
             }
-            Frame::Json(body) => self.on_json(body, true, out),
+            Frame::Json(body) => match self.scan.then(|| WholeBody::scan(body)).flatten() {
+                Some(b) => {
+                    self.on_whole_body(&b, out);
+                    Ok(())
+                }
+                None => self.on_json(body, true, out),
+            },
             Frame::AwsEvent { .. } => Err(AdapterError("eventstream frame in an OpenAI stream")),
         }
     }
@@ -204,6 +210,42 @@ impl OpenaiAdapter {
         if let Some(reason) = c.finish_reason {
             out(Event::FinishReason(reason));
             out(Event::Done);
+        }
+    }
+
+    /// The events `on_json` gives for the same whole body, in the same order.
+    fn on_whole_body(&mut self, b: &WholeBody<'_>, out: &mut dyn FnMut(Event<'_>)) {
+        self.identify(b.model, b.id, out);
+        if let (true, Some(kind)) = (b.content, ContentKind::of(b.visible, b.reasoning)) {
+            out(Event::Content { pieces: 1, kind });
+            if let Some(text) = b.text {
+                out(Event::Text(text));
+            }
+        }
+        let is_response_body = b.object == Some("response");
+        if is_response_body && b.output {
+            out(Event::Content {
+                pieces: 1,
+                kind: ContentKind::Visible,
+            });
+        }
+        if let Some(mut usage) = b.usage {
+            let embeddings =
+                self.operation == Some(Operation::Embeddings) || b.object == Some("list");
+            usage.service_tier = b.service_tier.and_then(ServiceTier::parse);
+            if embeddings && usage.output.is_none() {
+                usage.output = Some(0);
+            }
+            out(Event::Usage(usage));
+        }
+        for reason in &b.finish[..b.finish_len] {
+            out(Event::FinishReason(reason));
+        }
+        if is_response_body {
+            let reason = b.incomplete.flatten().or(b.status);
+            if let Some(reason) = reason.filter(|r| !r.is_empty()) {
+                out(Event::FinishReason(reason));
+            }
         }
     }
 
@@ -788,6 +830,301 @@ impl<'a> ChatChunk<'a> {
     }
 }
 
+/// A whole (non-streamed) body of the common shapes, borrowed from it: a
+/// chat or legacy-free completion, a Responses `response` object, an
+/// embeddings list. Read by the validating scan instead of serde, since
+/// the body is read once whole and serde's cost grows with its size.
+#[derive(Default)]
+struct WholeBody<'a> {
+    id: Option<&'a str>,
+    model: Option<&'a str>,
+    object: Option<&'a str>,
+    /// Some choice carried content (what `Choices::pieces > 0` says).
+    content: bool,
+    visible: bool,
+    reasoning: bool,
+    /// The first content choice's text, as a JSON string literal.
+    text: Option<&'a str>,
+    finish: [&'a str; MAX_FINISH_REASONS],
+    finish_len: usize,
+    usage: Option<Usage>,
+    /// The Responses `output` is present and not empty.
+    output: bool,
+    status: Option<&'a str>,
+    /// `incomplete_details` was an object; its `reason`.
+    incomplete: Option<Option<&'a str>>,
+    service_tier: Option<&'a str>,
+}
+
+impl<'a> WholeBody<'a> {
+    /// `None` (take the serde path) unless the body is valid JSON whose
+    /// metered fields all have the plain shape: no error, Responses or
+    /// streaming event fields, server timings or reported cost, no
+    /// escapes in the strings read, counts as plain integers.
+    fn scan(data: &'a [u8]) -> Option<WholeBody<'a>> {
+        let mut s = Scan::new(data)?;
+        let mut b = WholeBody::default();
+        let mut seen = Seen::default();
+        s.object(0, |s, key| {
+            let (bit, value) = match key {
+                "id" => (0, &mut b.id),
+                "model" => (1, &mut b.model),
+                "object" => (2, &mut b.object),
+                "status" => (3, &mut b.status),
+                "service_tier" => (4, &mut b.service_tier),
+                "choices" => {
+                    seen.first(5)?;
+                    return b.choices(s);
+                }
+                "usage" => {
+                    seen.first(6)?;
+                    b.usage = whole_usage(s)?;
+                    return Some(());
+                }
+                "error" => {
+                    seen.first(7)?;
+                    return s.null()?.then_some(());
+                }
+                "output" => {
+                    seen.first(8)?;
+                    b.output = s.raw(1)?.is_some_and(non_empty_raw);
+                    return Some(());
+                }
+                "incomplete_details" => {
+                    seen.first(9)?;
+                    if !s.null()? {
+                        b.incomplete = Some(incomplete_reason(s)?);
+                    }
+                    return Some(());
+                }
+                "type" | "code" | "delta" | "response" | "x_groq" | "timings" | "stats" => {
+                    return None;
+                }
+                _ => return s.skip(1),
+            };
+            seen.first(bit)?;
+            *value = s.str_or_null()?;
+            Some(())
+        })?;
+        s.end()?;
+        Some(b)
+    }
+
+    fn choices(&mut self, s: &mut Scan<'a>) -> Option<()> {
+        if s.null()? {
+            return Some(());
+        }
+        s.array(1, |s| {
+            let (visible, reasoning, text, finish) = whole_choice(s)?;
+            if visible || reasoning {
+                self.content = true;
+                self.visible |= visible;
+                self.reasoning |= reasoning;
+                if self.text.is_none() {
+                    self.text = text;
+                }
+            }
+            if let Some(reason) = finish {
+                if self.finish_len < MAX_FINISH_REASONS {
+                    self.finish[self.finish_len] = reason;
+                    self.finish_len += 1;
+                }
+            }
+            Some(())
+        })
+    }
+}
+
+/// One choice of a whole body: `(visible, reasoning, text, finish_reason)`
+/// as `Choice::kinds`, `Choice::text` and its `finish_reason` give them.
+/// A `delta` or legacy `text` gives up.
+type WholeChoice<'a> = (bool, bool, Option<&'a str>, Option<&'a str>);
+
+fn whole_choice<'a>(s: &mut Scan<'a>) -> Option<WholeChoice<'a>> {
+    let mut seen = Seen::default();
+    let mut choice: WholeChoice<'a> = (false, false, None, None);
+    s.object(2, |s, key| match key {
+        "message" => {
+            seen.first(0)?;
+            if !s.null()? {
+                let (visible, reasoning, text) = whole_message(s)?;
+                choice.0 = visible;
+                choice.1 = reasoning;
+                choice.2 = text;
+            }
+            Some(())
+        }
+        "finish_reason" => {
+            seen.first(1)?;
+            choice.3 = s.str_or_null()?;
+            Some(())
+        }
+        "delta" | "text" => None,
+        _ => s.skip(3),
+    })?;
+    Some(choice)
+}
+
+/// A whole body's `message`: `(visible, reasoning, text)` as
+/// `Message::kinds` and `Message::text` give them. Audio and the legacy
+/// `function_call` give up unless `null`.
+fn whole_message<'a>(s: &mut Scan<'a>) -> Option<(bool, bool, Option<&'a str>)> {
+    let mut seen = Seen::default();
+    // In `Message::text`'s order of preference.
+    let mut texts: [Option<&'a str>; 4] = [None; 4];
+    let mut tools = false;
+    s.object(3, |s, key| {
+        let field = match key {
+            "content" => 0,
+            "reasoning_content" => 1,
+            "reasoning" => 2,
+            "refusal" => 3,
+            "tool_calls" => {
+                seen.first(4)?;
+                if !s.null()? {
+                    tools = any_tool_call(s)?;
+                }
+                return Some(());
+            }
+            "function_call" | "audio" => {
+                seen.first(if key == "audio" { 5 } else { 6 })?;
+                return s.null()?.then_some(());
+            }
+            _ => return s.skip(4),
+        };
+        seen.first(field)?;
+        texts[field as usize] = s.raw(4)?;
+        Some(())
+    })?;
+    let has = |t: Option<&str>| t.is_some_and(non_empty_raw);
+    let text = texts.into_iter().flatten().find(|raw| non_empty_raw(raw));
+    Some((
+        has(texts[0]) || has(texts[3]) || tools,
+        has(texts[1]) || has(texts[2]),
+        text.filter(|t| t.starts_with('"')),
+    ))
+}
+
+/// `tool_calls`: whether any call names a function or carries arguments
+/// (`AnyContent<ToolCall>`).
+fn any_tool_call(s: &mut Scan<'_>) -> Option<bool> {
+    let mut any = false;
+    s.array(4, |s| {
+        let mut seen = Seen::default();
+        s.object(5, |s, key| {
+            if key != "function" {
+                return s.skip(6);
+            }
+            seen.first(0)?;
+            if s.null()? {
+                return Some(());
+            }
+            let mut fields = Seen::default();
+            s.object(6, |s, key| {
+                let bit = match key {
+                    "name" => 0,
+                    "arguments" => 1,
+                    _ => return s.skip(7),
+                };
+                fields.first(bit)?;
+                any |= s.raw(7)?.is_some_and(non_empty_raw);
+                Some(())
+            })
+        })
+    })?;
+    Some(any)
+}
+
+/// `incomplete_details.reason` (an object is required, as serde wants).
+fn incomplete_reason<'a>(s: &mut Scan<'a>) -> Option<Option<&'a str>> {
+    let mut seen = Seen::default();
+    let mut reason = None;
+    s.object(2, |s, key| {
+        if key != "reason" {
+            return s.skip(3);
+        }
+        seen.first(0)?;
+        reason = s.str_or_null()?;
+        Some(())
+    })?;
+    Some(reason)
+}
+
+/// A whole body's `usage`, as `WireUsage::to_usage` reads it (`None` for
+/// `null`). Groq's timings and OpenRouter's `cost` give up.
+fn whole_usage(s: &mut Scan<'_>) -> Option<Option<Usage>> {
+    if s.null()? {
+        return Some(None);
+    }
+    let mut seen = Seen::default();
+    // prompt, completion, input, output tokens; DeepSeek's cache hits.
+    let mut counts = [None; 5];
+    // prompt, completion, input, output details: (cached, reasoning, audio).
+    let mut details: [Option<[Option<u64>; 3]>; 4] = [None; 4];
+    s.object(1, |s, key| {
+        let count = match key {
+            "prompt_tokens" => 0,
+            "completion_tokens" => 1,
+            "input_tokens" => 2,
+            "output_tokens" => 3,
+            "prompt_cache_hit_tokens" => 4,
+            "prompt_tokens_details"
+            | "completion_tokens_details"
+            | "input_tokens_details"
+            | "output_tokens_details" => {
+                let at = match key {
+                    "prompt_tokens_details" => 0,
+                    "completion_tokens_details" => 1,
+                    "input_tokens_details" => 2,
+                    _ => 3,
+                };
+                seen.first(5 + at)?;
+                if !s.null()? {
+                    details[at as usize] = Some(usage_details(s)?);
+                }
+                return Some(());
+            }
+            "cost" | "queue_time" | "prompt_time" | "completion_time" | "total_time" => {
+                return None;
+            }
+            _ => return s.skip(2),
+        };
+        seen.first(count)?;
+        counts[count as usize] = s.u64_or_null()?;
+        Some(())
+    })?;
+    let input_details = details[0].or(details[2]);
+    let output_details = details[1].or(details[3]);
+    Some(Some(Usage {
+        input: counts[0].or(counts[2]),
+        output: counts[1].or(counts[3]),
+        cache_read: input_details.and_then(|d| d[0]).or(counts[4]),
+        cache_creation: None,
+        reasoning: output_details.and_then(|d| d[1]),
+        input_audio: input_details.and_then(|d| d[2]),
+        output_audio: output_details.and_then(|d| d[2]),
+        ..Usage::default()
+    }))
+}
+
+/// A `*_tokens_details` object: `[cached, reasoning, audio]` (`Details`).
+fn usage_details(s: &mut Scan<'_>) -> Option<[Option<u64>; 3]> {
+    let mut seen = Seen::default();
+    let mut d = [None; 3];
+    s.object(2, |s, key| {
+        let at = match key {
+            "cached_tokens" => 0,
+            "reasoning_tokens" => 1,
+            "audio_tokens" => 2,
+            _ => return s.skip(3),
+        };
+        seen.first(at)?;
+        d[at as usize] = s.u64_or_null()?;
+        Some(())
+    })?;
+    Some(d)
+}
+
 impl FrameAdapter for OpenaiAdapter {
     fn on_frame(
         &mut self,
@@ -827,7 +1164,9 @@ pub const SPEC: ProviderSpec = ProviderSpec {
 mod tests {
     use super::*;
     use crate::providers::ProviderKind;
-    use crate::providers::scan::differential::{Outcome, fixture_payloads, mutations, outcome};
+    use crate::providers::scan::differential::{
+        Outcome, fixture_bodies, fixture_payloads, json_outcome, mutations, outcome,
+    };
     use crate::providers::tests::{Summary, expect_summary as expect, fixture};
 
     fn usage(input: u64, output: u64, cached: u64, reasoning: u64) -> Usage {
@@ -1326,6 +1665,160 @@ mod tests {
                 assert_eq!(scan, serde, "{}", String::from_utf8_lossy(&m));
             }
         }
+    }
+
+    /// Whole bodies the scan must read exactly as serde does (or leave to it).
+    const BODIES: &[&str] = &[
+        r#"{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"a \"content\":\"b\" c","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#,
+        r#"{"id":"c","model":"m","choices":[{"index":0,"message":{"content":"a"},"finish_reason":"stop"},{"index":1,"message":{"content":"b"},"finish_reason":"length"}]}"#,
+        r#"{"choices":[{"message":{"content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#,
+        r#"{"choices":[{"message":{"content":null,"tool_calls":[{"function":{"name":"","arguments":""}},{"function":null}]}}]}"#,
+        r#"{"choices":[{"message":{"content":"","tool_calls":[]}},{"message":{"reasoning_content":"r","content":"x"}}]}"#,
+        r#"{"choices":[{"message":{"content":[{"type":"text","text":"x"}],"reasoning":"r"}}]}"#,
+        r#"{"choices":[{"message":{"content":{"a":"}"},"refusal":"no"}}]}"#,
+        r#"{"choices":[{"message":{"content":"x","content":"y"}}]}"#,
+        r#"{"choices":[{"message":{"content":"\n\"q\"\\ caf\u00e9"}}]}"#,
+        r#"{"choices":[{"message":{"content":"\ud83d\ude00"}}]}"#,
+        r#"{"choices":[{"message":{"content":"x","audio":{"transcript":"t"}}}]}"#,
+        r#"{"choices":[{"message":{"content":"x","audio":null,"function_call":null}}]}"#,
+        r#"{"choices":[{"message":{"function_call":{"arguments":"x"}}}]}"#,
+        r#"{"choices":[{"delta":{"content":"x"}}]}"#,
+        r#"{"choices":[{"text":"x","finish_reason":"stop"}]}"#,
+        r#"{"choices":[null]}"#,
+        r#"{"choices":[{"message":null,"finish_reason":null}],"usage":null,"error":null}"#,
+        r#"{"choices":[{"message":["x"]}]}"#,
+        r#"{"choices":[{"message":{"content":"x"},"finish_reason":""}]}"#,
+        r#"{"choices":[{"message":{"content":"x"},"finish_reason":5}]}"#,
+        r#"{"choices":[{"message":{"content":"x"},"finish_reason":"a\u0062"}]}"#,
+        r#"{"choices":[{"message":{"content":"x"},"finish_reason":"s"},{"finish_reason":"t"},{"finish_reason":"u"},{"finish_reason":"v"},{"finish_reason":"w"},{"finish_reason":"x"},{"finish_reason":"y"},{"finish_reason":"z"},{"finish_reason":"a"},{"finish_reason":"b"},{"finish_reason":"c"},{"finish_reason":"d"},{"finish_reason":"e"},{"finish_reason":"f"},{"finish_reason":"g"},{"finish_reason":"h"},{"finish_reason":"i"}]}"#,
+        r#"{"id":"c\u0031","model":"m","choices":[]}"#,
+        r#"{"id":1,"choices":[]}"#,
+        r#"{"model":"","id":"","choices":[]}"#,
+        r#"{"model":"m","model":"n","choices":[]}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":0,"prompt_tokens_details":{"cached_tokens":1,"audio_tokens":null},"completion_tokens_details":null}}"#,
+        r#"{"choices":[],"usage":{"input_tokens":5,"output_tokens":6,"input_tokens_details":{"cached_tokens":2},"output_tokens_details":{"reasoning_tokens":3,"audio_tokens":1}}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":5,"input_tokens":6,"prompt_tokens_details":null,"input_tokens_details":{"cached_tokens":2}}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":5,"prompt_cache_hit_tokens":4,"prompt_cache_miss_tokens":1}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":-1}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":1.0}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":1e2}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":01}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":18446744073709551615}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":18446744073709551616}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":"1"}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":1,"prompt_tokens":2}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":1,"cost":0.5}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":1,"queue_time":0.5}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens_details":{"cached_tokens":1,"cached_tokens":1}}}"#,
+        r#"{"choices":[],"usage":[1]}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":1},"service_tier":"flex"}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":1},"service_tier":"unknown"}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":1},"service_tier":3}"#,
+        r#"{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1,-2.5e-3,0]}],"model":"e","usage":{"prompt_tokens":8,"total_tokens":8}}"#,
+        r#"{"object":"list","data":[],"usage":{"prompt_tokens":8,"completion_tokens":2}}"#,
+        r#"{"id":"r","object":"response","status":"completed","error":null,"incomplete_details":null,"model":"m","output":[{"type":"message","content":[{"type":"output_text","text":"hi"}]}],"usage":{"input_tokens":1,"output_tokens":2}}"#,
+        r#"{"id":"r","object":"response","status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"output":[]}"#,
+        r#"{"object":"response","status":"incomplete","incomplete_details":{"reason":""}}"#,
+        r#"{"object":"response","status":"incomplete","incomplete_details":{}}"#,
+        r#"{"object":"response","status":"","incomplete_details":{"reason":null},"output":null}"#,
+        r#"{"object":"response","incomplete_details":"x"}"#,
+        r#"{"object":"response","error":{"type":"server_error"}}"#,
+        r#"{"object":"response","choices":[{"message":{"content":"x"}}],"output":{}}"#,
+        r#"{"error":{"message":"m","type":"invalid_request_error"}}"#,
+        r#"{"type":"error","code":"E"}"#,
+        r#"{"choices":[],"x_groq":{"id":"g"}}"#,
+        r#"{"choices":[],"timings":{"prompt_n":1}}"#,
+        r#"{"choices":[],"stats":{}}"#,
+        r#"{"choices":[]} trailing"#,
+        r#" { "choices" : [ { "message" : { "content" : "x" } , "logprobs" : null } ] , "created" : -1.5e3 } "#,
+        r#"{"choices":[],"choices":[]}"#,
+        "",
+        "   ",
+        "{",
+        "not json",
+    ];
+
+    /// The same whole body through the scan and through serde alone.
+    fn whole_scan_and_serde(body: &[u8], op: Option<Operation>) -> (Outcome, Outcome) {
+        (
+            json_outcome(|f, out| OpenaiAdapter::new(op).on_frame(f, out), body),
+            json_outcome(
+                |f, out| OpenaiAdapter::without_scan(op).on_frame(f, out),
+                body,
+            ),
+        )
+    }
+
+    const OPERATIONS: [Option<Operation>; 4] = [
+        None,
+        Some(Operation::ChatCompletions),
+        Some(Operation::Responses),
+        Some(Operation::Embeddings),
+    ];
+
+    #[test]
+    fn whole_body_scan_reads_fixtures_and_tricky_shapes_as_serde_does() {
+        let fixtures = fixture_bodies(OPENAI_FAMILY);
+        assert!(
+            fixtures.len() >= 5,
+            "whole-body fixtures: {}",
+            fixtures.len()
+        );
+        let mut scanned = 0;
+        for body in fixtures
+            .iter()
+            .copied()
+            .chain(BODIES.iter().map(|s| s.as_bytes()))
+        {
+            for op in OPERATIONS {
+                let (scan, serde) = whole_scan_and_serde(body, op);
+                assert_eq!(scan, serde, "{op:?} {}", String::from_utf8_lossy(body));
+            }
+            scanned += usize::from(WholeBody::scan(body).is_some());
+        }
+        // The plain OpenAI bodies take the scan; Azure's error, llama.cpp's
+        // timings and LM Studio's stats are left to serde.
+        for name in [
+            "openai/chat.json",
+            "openai/responses.json",
+            "openai/embeddings.json",
+        ] {
+            assert!(
+                WholeBody::scan(fixture(name).body).is_some(),
+                "{name} scanned"
+            );
+        }
+        // Most shapes above are there to be left to serde; the plain ones
+        // (32 when written) must still take the scan.
+        assert!(scanned >= 30, "{scanned} bodies scanned");
+    }
+
+    #[test]
+    fn whole_body_scan_reads_mutated_bodies_as_serde_does() {
+        let fixtures = fixture_bodies(OPENAI_FAMILY);
+        let inputs = fixtures
+            .iter()
+            .copied()
+            .chain(BODIES.iter().map(|s| s.as_bytes()));
+        for (i, body) in inputs.enumerate() {
+            for m in mutations(body, 1000 + i as u64, 200) {
+                let op = OPERATIONS[i % OPERATIONS.len()];
+                let (scan, serde) = whole_scan_and_serde(&m, op);
+                assert_eq!(scan, serde, "{op:?} {}", String::from_utf8_lossy(&m));
+            }
+        }
+    }
+
+    #[test]
+    fn whole_body_scan_takes_the_bench_body() {
+        // The simulator's answer, the shape of most non-streamed traffic.
+        let body = br#"{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"sim-1","choices":[{"index":0,"message":{"role":"assistant","content":"lorem ipsum dolor","refusal":null},"logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":12,"completion_tokens":100,"total_tokens":112}}"#;
+        assert!(WholeBody::scan(body).is_some(), "scanned");
+        let s = json(std::str::from_utf8(body).expect("UTF-8")).expect("valid");
+        assert_eq!(
+            (s.pieces, s.usage.input, s.usage.output, s.finish),
+            (1, Some(12), Some(100), vec!["length".to_owned()])
+        );
     }
 
     #[test]

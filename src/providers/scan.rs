@@ -143,6 +143,39 @@ impl<'a> Scan<'a> {
         self.plain_string().map(Some)
     }
 
+    /// `true`, `false` or `null` (as `None`).
+    pub(super) fn bool_or_null(&mut self) -> Option<Option<bool>> {
+        match self.peek()? {
+            b't' => self.literal(b"true").map(|()| Some(true)),
+            b'f' => self.literal(b"false").map(|()| Some(false)),
+            b'n' => self.literal(b"null").map(|()| None),
+            _ => None,
+        }
+    }
+
+    /// A count: `null`, or an integer that fits `u64` written without a
+    /// sign, fraction or exponent (what serde reads into `Option<u64>`;
+    /// anything else gives up, and serde decides).
+    pub(super) fn u64_or_null(&mut self) -> Option<Option<u64>> {
+        if self.null()? {
+            return Some(None);
+        }
+        let start = self.at;
+        let mut n: u64 = 0;
+        while let Some(d) = self.bytes.get(self.at).filter(|b| b.is_ascii_digit()) {
+            n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+            self.at += 1;
+        }
+        let digits = self.at - start;
+        if digits == 0 || (digits > 1 && self.bytes[start] == b'0') {
+            return None;
+        }
+        match self.bytes.get(self.at) {
+            Some(b'.' | b'e' | b'E') => None,
+            _ => Some(Some(n)),
+        }
+    }
+
     /// Skip any value, checking it.
     pub(super) fn skip(&mut self, depth: u32) -> Option<()> {
         self.value(depth).map(drop)
@@ -324,6 +357,25 @@ pub(super) mod differential {
             dec.finish(&mut on).expect("fixture frames");
         }
         out
+    }
+
+    /// The whole JSON bodies (`.json` fixtures) of `kinds`.
+    pub(in crate::providers) fn fixture_bodies(kinds: &[ProviderKind]) -> Vec<&'static [u8]> {
+        FIXTURES
+            .iter()
+            .filter(|f| kinds.contains(&f.kind) && f.name.ends_with(".json"))
+            .map(|f| f.body)
+            .collect()
+    }
+
+    /// Run `on_frame` on a whole JSON body, logging the events.
+    pub(in crate::providers) fn json_outcome(
+        on_frame: impl FnOnce(Frame<'_>, &mut dyn FnMut(Event<'_>)) -> Result<(), AdapterError>,
+        body: &[u8],
+    ) -> Outcome {
+        let mut log = Vec::new();
+        let result = on_frame(Frame::Json(body), &mut |e| log.push(format!("{e:?}")));
+        (log, result)
     }
 
     /// Bytes that matter to a JSON scanner, for mutations.
