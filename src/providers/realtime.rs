@@ -498,7 +498,10 @@ fn openai_message(
     no_scan: bool,
     on: impl FnOnce(&OaView<'_>),
 ) -> Result<(), AdapterError> {
-    if !no_scan && let Some(view) = scan_openai(json) {
+    if !no_scan
+        && !serde_first(json)
+        && let Some(view) = scan_openai(json)
+    {
         on(&view);
         return Ok(());
     }
@@ -510,6 +513,29 @@ fn openai_message(
         full: Some(&event),
     });
     Ok(())
+}
+
+/// Whether the message opens with `{"type":"…"` naming an event whose
+/// metering fields only serde reads (the scan would give up at them, after
+/// checking the whole message as UTF-8): then the scan is not tried. Only a
+/// shortcut; both paths read every event alike.
+fn serde_first(json: &[u8]) -> bool {
+    let Some(rest) = json.strip_prefix(br#"{"type":""#) else {
+        return false;
+    };
+    let kind = memchr::memchr(b'"', rest).map_or(&[][..], |end| &rest[..end]);
+    matches!(
+        kind,
+        b"response.done"
+            | b"response.completed"
+            | b"response.incomplete"
+            | b"response.failed"
+            | b"response.created"
+            | b"response.in_progress"
+            | b"session.created"
+            | b"session.updated"
+            | b"error"
+    )
 }
 
 /// The validating scan of an OpenAI message: its view, or `None` (take the
