@@ -230,21 +230,9 @@ impl<'a> Scan<'a> {
         let start = self.at;
         self.at += 1;
         let mut escaped = false;
-        let mut words = 0;
         loop {
-            if words >= SHORT_WORDS {
-                let rest = self.bytes.get(self.at..)?;
-                let n = memchr::memchr2(b'"', b'\\', rest)?;
-                if has_control(rest.get(..n)?) {
-                    return None; // serde rejects raw control characters
-                }
-                self.at += n;
-            }
+            let mut words = 0;
             while let Some(word) = self.bytes.get(self.at..self.at + 8) {
-                if words >= SHORT_WORDS {
-                    break;
-                }
-                words += 1;
                 let word: [u8; 8] = word.try_into().ok()?;
                 let flags = special(u64::from_le_bytes(word));
                 if flags != 0 {
@@ -252,6 +240,11 @@ impl<'a> Scan<'a> {
                     break;
                 }
                 self.at += 8;
+                words += 1;
+                if words == SHORT_WORDS {
+                    self.long_run()?;
+                    break;
+                }
             }
             match *self.bytes.get(self.at)? {
                 b'"' => {
@@ -266,6 +259,20 @@ impl<'a> Scan<'a> {
                 _ => self.at += 1,
             }
         }
+    }
+
+    /// The rest of a long run inside a string: on to its next quote or
+    /// backslash; `None` at a control byte or the end of the input. Kept
+    /// out of line so that short strings pay nothing for it.
+    #[inline(never)]
+    fn long_run(&mut self) -> Option<()> {
+        let rest = self.bytes.get(self.at..)?;
+        let n = memchr::memchr2(b'"', b'\\', rest)?;
+        if has_control(rest.get(..n)?) {
+            return None; // serde rejects raw control characters
+        }
+        self.at += n;
+        Some(())
     }
 
     /// One escape at the cursor (on the backslash). `\u` surrogates give
