@@ -20,7 +20,7 @@
 //!
 //! With [`WsDecoder::skip_opaque_binary`], a binary message whose first
 //! payload byte (unmasked, inflated) cannot start a JSON object or array —
-//! raw audio, say — is walked the same way, never copied or reassembled,
+//! raw audio, say — is walked the same way, never kept or reassembled,
 //! and comes out as [`WsMessage::Opaque`].
 //!
 //! Inflating always uses a 32 KiB (15-bit) window: the default `flate2`
@@ -93,7 +93,7 @@ pub enum WsMessage<'a> {
     /// A binary message that is not JSON (its first payload byte is not
     /// `{`, `[` or whitespace; an empty one too), when the decoder was told
     /// to skip those ([`WsDecoder::skip_opaque_binary`]): walked like
-    /// [`WsMessage::Skipped`], never copied. `len` as there.
+    /// [`WsMessage::Skipped`], never kept. `len` as there.
     Opaque {
         /// Payload bytes of the message on the wire.
         len: u64,
