@@ -1,6 +1,8 @@
 //! Event extraction (framing + provider adapter, i.e. `Parser`): response
 //! bodies in network-sized chunks in, bytes/second and nanoseconds per
-//! chunk out (goal: ≥ 300 MB/s, ≤ 1 µs per chunk).
+//! chunk out (goal: ≥ 300 MB/s, ≤ 1 µs per chunk). Also WebSocket session
+//! messages (`providers::realtime`): one OpenAI Realtime event in, its
+//! session events out, per message.
 #![allow(
     missing_docs,
     reason = "criterion_group! generates a pub fn that cannot carry a doc"
@@ -9,6 +11,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use tokentap::providers::realtime::{Dialect, SessionEvent, SessionParser};
 use tokentap::providers::{Event, Operation, Parser, ProviderKind};
 
 #[path = "support/streams.rs"]
@@ -139,5 +142,59 @@ fn bench_chunks(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_bytes, bench_chunks);
+/// A Realtime text delta as the bench upstream sends it (~170 bytes).
+const RT_TEXT_DELTA: &str = r#"{"type":"response.output_text.delta","event_id":"event_bench0001","response_id":"resp_bench","item_id":"item_bench","output_index":0,"content_index":0,"delta":" token"}"#;
+/// A Realtime `response.done` with usage and its text/audio split.
+const RT_DONE: &str = r#"{"type":"response.done","event_id":"event_Dv1r","response":{"object":"realtime.response","id":"resp_Dv1f","status":"completed","status_details":null,"output":[{"id":"item_Dv1i","type":"message","status":"completed","role":"assistant","content":[{"type":"output_audio","transcript":"I can't check a clock."}]}],"conversation_id":"conv_Dv1a","output_modalities":["audio"],"usage":{"total_tokens":412,"input_tokens":318,"output_tokens":94,"input_token_details":{"text_tokens":251,"audio_tokens":67,"image_tokens":0,"cached_tokens":192,"cached_tokens_details":{"text_tokens":192,"audio_tokens":0,"image_tokens":0}},"output_token_details":{"text_tokens":22,"audio_tokens":72}}}}"#;
+
+/// A message whose `delta` (or `audio`) is `n` bytes of base64, as an
+/// output audio delta (server) or an `input_audio_buffer.append` (client).
+fn rt_audio(kind: &str, field: &str, n: usize) -> String {
+    let b64: String = (0..n)
+        .map(|i| {
+            char::from(
+                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"[i * 7 % 64],
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"type":"{kind}","event_id":"event_bench0003","response_id":"resp_bench","item_id":"item_bench","output_index":0,"content_index":0,"{field}":"{b64}"}}"#
+    )
+}
+
+/// Messages per second (1e9 / elem/s = ns per message): one message parsed
+/// per iteration by a session parser that lives across iterations.
+fn bench_realtime(c: &mut Criterion) {
+    let audio = rt_audio("response.output_audio.delta", "delta", 8 * 1024);
+    let append = rt_audio("input_audio_buffer.append", "audio", 16 * 1024);
+    let cases: [(&str, bool, &str); 4] = [
+        ("text_delta", true, RT_TEXT_DELTA),
+        ("audio_delta_8KiB", true, &audio),
+        ("response_done", true, RT_DONE),
+        ("client_audio_append_16KiB", false, &append),
+    ];
+    let mut group = c.benchmark_group("providers/realtime");
+    group.throughput(Throughput::Elements(1));
+    for (name, server, msg) in cases {
+        let mut parser = SessionParser::new(Dialect::OpenaiRealtime);
+        let mut tally = 0u64;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let on =
+                    &mut |ev: SessionEvent<'_>| tally += u64::from(ev != SessionEvent::Closing);
+                let msg = black_box(msg.as_bytes());
+                let parsed = if server {
+                    parser.server_message(msg, on)
+                } else {
+                    parser.client_message(msg, on)
+                };
+                parsed.expect("a valid message");
+            })
+        });
+        black_box(tally);
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_bytes, bench_chunks, bench_realtime);
 criterion_main!(benches);

@@ -530,7 +530,10 @@ fn websocket_seeds_decode_as_named() {
 /// without deflate.
 #[test]
 fn websocket_random_frames_hold_the_invariants() {
-    use harness::websocket::{Plan as WsPlan, check_split as ws_check_split, deflate_message};
+    use harness::websocket::{
+        Plan as WsPlan, check_opaque as ws_check_opaque, check_split as ws_check_split,
+        deflate_message,
+    };
     use tokentap::framing::websocket::{Deflate, Sender, encode_frame};
     let mut rng = Rng(0x3c0f_fee5_ca11_ab1e);
     let mut errors = 0;
@@ -564,6 +567,7 @@ fn websocket_random_frames_hold_the_invariants() {
         for _ in 0..4 {
             ws_check_split(plan, &data, rng.below(data.len() + 1));
         }
+        ws_check_opaque(plan, &data, rng.below(data.len() + 1));
         errors += usize::from(harness::websocket::decode(plan, &[&data]).1.is_err());
     }
     assert!(

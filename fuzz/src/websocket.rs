@@ -10,7 +10,10 @@
 //! - whole, split in two, and byte by byte give the same messages followed
 //!   by the same result, and a failed decoder stays failed;
 //! - no handed-out data message is longer than the cap, and the decoder
-//!   never holds more than `cap + 1` bytes of message data.
+//!   never holds more than `cap + 1` bytes of message data;
+//! - a decoder that skips opaque binary (`skip_opaque_binary`) agrees with
+//!   a plain one, except that a binary message that cannot be JSON comes
+//!   out as `Opaque` (and one over the cap may), however the input is split.
 
 use flate2::{Compress, Compression, FlushCompress};
 use tokentap::framing::FramingError;
@@ -71,6 +74,12 @@ impl Plan {
     fn decoder(self) -> WsDecoder {
         WsDecoder::new(self.sender, self.max, self.deflate)
     }
+
+    /// Whether skipping opaque binary may stop inflating a message early
+    /// (so miss a DEFLATE error in its rest), as skipping over the cap does.
+    fn skips_inflating(self) -> bool {
+        self.deflate.is_some_and(|d| d.no_context_takeover)
+    }
 }
 
 /// A message copied out of the decoder.
@@ -82,6 +91,7 @@ pub enum Owned {
     Ping,
     Pong,
     Skipped(u64),
+    Opaque(u64),
 }
 
 /// Every message in order, then the first error.
@@ -89,7 +99,15 @@ pub type Outcome = (Vec<Owned>, Result<(), FramingError>);
 
 /// Feed `pieces` in order to a fresh decoder, checking the caps as it goes.
 pub fn decode(plan: Plan, pieces: &[&[u8]]) -> Outcome {
-    let mut dec = plan.decoder();
+    decode_with(plan.decoder(), plan, pieces)
+}
+
+/// `decode` with a decoder that skips opaque binary.
+pub fn decode_opaque(plan: Plan, pieces: &[&[u8]]) -> Outcome {
+    decode_with(plan.decoder().skip_opaque_binary(), plan, pieces)
+}
+
+fn decode_with(mut dec: WsDecoder, plan: Plan, pieces: &[&[u8]]) -> Outcome {
     let mut out = Vec::new();
     let max = plan.max;
     let mut on = |m: WsMessage<'_>| {
@@ -113,6 +131,7 @@ pub fn decode(plan: Plan, pieces: &[&[u8]]) -> Outcome {
             WsMessage::Ping => Owned::Ping,
             WsMessage::Pong => Owned::Pong,
             WsMessage::Skipped { len } => Owned::Skipped(len),
+            WsMessage::Opaque { len } => Owned::Opaque(len),
         })
     };
     for piece in pieces {
@@ -140,10 +159,44 @@ pub fn check_split(plan: Plan, data: &[u8], at: usize) {
     assert_eq!(decode(plan, &bytes), whole, "byte by byte differs");
 }
 
+/// The opaque-skipping invariant (see the module docs) for `data`.
+pub fn check_opaque(plan: Plan, data: &[u8], at: usize) {
+    let (plain, plain_result) = decode(plan, &[data]);
+    let whole = decode_opaque(plan, &[data]);
+    let (a, b) = data.split_at(at.min(data.len()));
+    assert_eq!(
+        decode_opaque(plan, &[a, b]),
+        whole,
+        "opaque: split at {at} differs"
+    );
+    let bytes: Vec<&[u8]> = data.chunks(1).collect();
+    assert_eq!(
+        decode_opaque(plan, &bytes),
+        whole,
+        "opaque: byte by byte differs"
+    );
+    let (opaque, opaque_result) = whole;
+    if !plan.skips_inflating() {
+        assert_eq!(opaque_result, plain_result, "opaque: the same result");
+        assert_eq!(opaque.len(), plain.len(), "opaque: as many messages");
+    }
+    let json = |b: &[u8]| matches!(b.first(), Some(b'{' | b'[' | b' ' | b'\t' | b'\n' | b'\r'));
+    for (p, o) in plain.iter().zip(&opaque) {
+        match (p, o) {
+            (Owned::Binary(b), o) if !json(b) => {
+                assert!(matches!(o, Owned::Opaque(_)), "{o:?} for non-JSON binary")
+            }
+            (Owned::Skipped(_), Owned::Skipped(_) | Owned::Opaque(_)) => {}
+            (p, o) => assert_eq!(p, o, "opaque: the same message"),
+        }
+    }
+}
+
 /// The fuzz entry point.
 pub fn fuzz_one(input: &[u8]) {
     let (plan, payload) = Plan::parse(input);
     check_split(plan, payload, plan.at);
+    check_opaque(plan, payload, plan.at);
 }
 
 /// Compress one message as a permessage-deflate sender does (sync flush,

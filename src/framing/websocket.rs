@@ -18,6 +18,11 @@
 //! away, so the sliding window stays right for the messages after it. The
 //! inflater (when deflate was negotiated) is created once, not per message.
 //!
+//! With [`WsDecoder::skip_opaque_binary`], a binary message whose first
+//! payload byte (unmasked, inflated) cannot start a JSON object or array —
+//! raw audio, say — is walked the same way, never kept or reassembled,
+//! and comes out as [`WsMessage::Opaque`].
+//!
 //! Inflating always uses a 32 KiB (15-bit) window: the default `flate2`
 //! backend (miniz_oxide) cannot be told a smaller one, and a larger window
 //! inflates any stream compressed with a smaller one correctly, so the
@@ -83,6 +88,14 @@ pub enum WsMessage<'a> {
     /// compressed size when compressed).
     Skipped {
         /// Payload bytes of the skipped message on the wire.
+        len: u64,
+    },
+    /// A binary message that is not JSON (its first payload byte is not
+    /// `{`, `[` or whitespace; an empty one too), when the decoder was told
+    /// to skip those ([`WsDecoder::skip_opaque_binary`]): walked like
+    /// [`WsMessage::Skipped`], never kept. `len` as there.
+    Opaque {
+        /// Payload bytes of the message on the wire.
         len: u64,
     },
 }
@@ -166,6 +179,11 @@ struct Message {
     compressed: bool,
     /// Over the cap: bytes are walked (and inflated only to keep the window) but not kept.
     skipping: bool,
+    /// A binary message whose first payload byte is still to be seen, with
+    /// opaque binary being skipped: nothing is kept until it is.
+    undecided: bool,
+    /// A binary message that is not JSON: skipped (`skipping` is set too).
+    opaque: bool,
     /// Payload bytes on the wire so far.
     wire: u64,
     /// Bytes of the message in the reassembly buffer.
@@ -211,6 +229,8 @@ pub struct WsDecoder {
     buf: Vec<u8>,
     /// Set once the decoder failed; every later call returns it.
     failed: Option<FramingError>,
+    /// Skip binary messages that are not JSON (`skip_opaque_binary`).
+    skip_opaque: bool,
 }
 
 impl WsDecoder {
@@ -233,7 +253,17 @@ impl WsDecoder {
             ctrl_len: 0,
             buf: Vec::new(),
             failed: None,
+            skip_opaque: false,
         }
+    }
+
+    /// Skip binary messages that cannot be JSON (first payload byte not
+    /// `{`, `[` or whitespace) without copying or reassembling them: they
+    /// come out as [`WsMessage::Opaque`]. For readers that only read JSON,
+    /// on a session that may carry raw audio frames.
+    pub fn skip_opaque_binary(mut self) -> WsDecoder {
+        self.skip_opaque = true;
+        self
     }
 
     /// Feed the next bytes seen in this direction (any split); `on` is called
@@ -421,6 +451,13 @@ impl WsDecoder {
     }
 
     fn emit_whole(&mut self, head: &Head, payload: &[u8], on: &mut dyn FnMut(WsMessage<'_>)) {
+        if head.op == Op::Binary && self.skip_opaque {
+            let mask = head.mask.map_or(0, |m| m[0]);
+            if !payload.first().is_some_and(|&b| json_start(b ^ mask)) {
+                on(WsMessage::Opaque { len: head.len });
+                return;
+            }
+        }
         let bytes = match head.mask {
             None => payload,
             Some(mask) => {
@@ -452,10 +489,12 @@ impl WsDecoder {
             return Ok(());
         }
         if head.op != Op::Continuation {
+            let binary = head.op == Op::Binary;
             self.msg = Message {
                 active: true,
-                binary: head.op == Op::Binary,
+                binary,
                 compressed: head.rsv1,
+                undecided: binary && self.skip_opaque,
                 ..Message::default()
             };
         }
@@ -474,7 +513,7 @@ impl WsDecoder {
         if kept > self.max as u64 {
             msg.skipping = true;
             msg.filled = 0;
-        } else if !msg.compressed {
+        } else if !msg.compressed && !msg.undecided {
             // Fits the cap, so this stays within `max` bytes.
             grow(&mut self.buf, msg.filled + head.len as usize, self.max);
         }
@@ -497,6 +536,24 @@ impl WsDecoder {
             return Ok(());
         }
         if !self.msg.compressed {
+            if self.msg.undecided
+                && let Some(&first) = part.first()
+            {
+                self.msg.undecided = false;
+                let mask = frame.mask.map_or(0, |m| m[frame.phase]);
+                if !json_start(first ^ mask) {
+                    self.msg.opaque = true;
+                    self.msg.skipping = true;
+                } else if !self.msg.skipping {
+                    // The frame was checked against the cap when it started.
+                    let len = self.msg.filled as u64 + frame.remaining;
+                    grow(
+                        &mut self.buf,
+                        usize::try_from(len).unwrap_or(self.max),
+                        self.max,
+                    );
+                }
+            }
             if self.msg.skipping {
                 return Ok(());
             }
@@ -583,7 +640,10 @@ impl WsDecoder {
         }
         let msg = std::mem::take(&mut self.msg);
         let bytes = self.buf.get(..msg.filled).unwrap_or_default();
-        on(if msg.skipping {
+        // Still `undecided` and not skipped: there was no payload byte.
+        on(if msg.opaque || (msg.undecided && !msg.skipping) {
+            WsMessage::Opaque { len: msg.wire }
+        } else if msg.skipping {
             WsMessage::Skipped { len: msg.wire }
         } else if msg.binary {
             WsMessage::Binary(bytes)
@@ -634,6 +694,17 @@ impl Inflater {
             let produced = (self.z.total_out() - out_before) as usize;
             output_full = produced == out.len();
             input = input.get(consumed..).unwrap_or_default();
+            if msg.undecided && produced > 0 {
+                // The first inflated byte says whether the message is JSON.
+                msg.undecided = false;
+                if !out.first().is_some_and(|&b| json_start(b)) {
+                    msg.opaque = true;
+                    msg.skipping = true;
+                    if self.no_context_takeover {
+                        return Ok(());
+                    }
+                }
+            }
             if !msg.skipping {
                 msg.filled += produced;
                 if msg.filled > max {
@@ -661,6 +732,11 @@ impl Inflater {
         }
         Ok(())
     }
+}
+
+/// Whether a message starting with `byte` may be a JSON object or array.
+fn json_start(byte: u8) -> bool {
+    matches!(byte, b'{' | b'[' | b' ' | b'\t' | b'\n' | b'\r')
 }
 
 /// Make `buf` at least `len` bytes long, growing its capacity geometrically
@@ -940,6 +1016,7 @@ mod tests {
         Ping,
         Pong,
         Skipped(u64),
+        Opaque(u64),
     }
 
     fn own(m: WsMessage<'_>) -> Owned {
@@ -950,6 +1027,7 @@ mod tests {
             WsMessage::Ping => Owned::Ping,
             WsMessage::Pong => Owned::Pong,
             WsMessage::Skipped { len } => Owned::Skipped(len),
+            WsMessage::Opaque { len } => Owned::Opaque(len),
         }
     }
 
@@ -1308,6 +1386,126 @@ mod tests {
                 messages(make, &input),
                 vec![Owned::Skipped(first.len() as u64), t(DELTA)],
                 "max {max}"
+            );
+        }
+    }
+
+    /// Audio-like bytes: no byte can start JSON.
+    fn audio(n: usize) -> Vec<u8> {
+        (0..n).map(|i| 0x80 | (i * 7 % 128) as u8).collect()
+    }
+
+    #[test]
+    fn opaque_binary_is_walked_not_kept() {
+        let pcm = audio(300);
+        let json = br#"{"serverContent":{"turnComplete":true}}"#;
+        for sender in [Sender::Server, Sender::Client] {
+            let f = |fin, op, payload: &[u8]| match sender {
+                Sender::Server => frame(fin, op, payload),
+                Sender::Client => masked(fin, op, payload),
+            };
+            let mut input = f(true, 2, &pcm);
+            input.extend(f(false, 2, &pcm[..100]));
+            input.extend(f(true, 9, b"p"));
+            input.extend(f(false, 0, &pcm[100..200]));
+            input.extend(f(true, 0, &pcm[200..]));
+            input.extend(f(true, 2, json));
+            input.extend(f(true, 2, b""));
+            input.extend(f(false, 2, b""));
+            input.extend(f(true, 0, &pcm));
+            input.extend(f(false, 2, b"\n"));
+            input.extend(f(true, 0, json));
+            input.extend(f(true, 2, b"[1]"));
+            input.extend(f(true, 1, b"\x80 text is never opaque"));
+            let make = || WsDecoder::new(sender, 1 << 16, None).skip_opaque_binary();
+            let mut json_nl = b"\n".to_vec();
+            json_nl.extend(json);
+            assert_eq!(
+                messages(make, &input),
+                vec![
+                    Owned::Opaque(300),
+                    Owned::Ping,
+                    Owned::Opaque(300),
+                    Owned::Binary(json.to_vec()),
+                    Owned::Opaque(0),
+                    Owned::Opaque(300),
+                    Owned::Binary(json_nl),
+                    Owned::Binary(b"[1]".to_vec()),
+                    Owned::Text(text(b"\x80 text is never opaque")),
+                ],
+                "{sender:?}"
+            );
+            // Without the option, the same binary messages are handed out.
+            let plain = || WsDecoder::new(sender, 1 << 16, None);
+            assert_eq!(
+                messages(plain, &input)[0],
+                Owned::Binary(pcm.clone()),
+                "{sender:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn opaque_binary_takes_no_reassembly_memory() {
+        let pcm = audio(40_000);
+        let mut input = masked(true, 2, &pcm);
+        for (i, piece) in pcm.chunks(10_000).enumerate() {
+            input.extend(masked(false, if i == 0 { 2 } else { 0 }, piece));
+        }
+        input.extend(masked(true, 0, b""));
+        let mut dec = WsDecoder::new(Sender::Client, 1 << 20, None).skip_opaque_binary();
+        let mut out = Vec::new();
+        for chunk in input.chunks(1500) {
+            dec.feed(chunk, &mut |m| out.push(own(m)))
+                .expect("valid frames");
+        }
+        assert_eq!(out, vec![Owned::Opaque(40_000), Owned::Opaque(40_000)]);
+        assert_eq!(
+            dec.retained_bytes(),
+            0,
+            "nothing was unmasked or reassembled"
+        );
+        // Over the cap, an opaque message is still said to be opaque.
+        let small = || WsDecoder::new(Sender::Client, 1000, None).skip_opaque_binary();
+        assert_eq!(
+            decode_some_ways(small, &input).0,
+            vec![Owned::Opaque(40_000), Owned::Opaque(40_000)]
+        );
+    }
+
+    #[test]
+    fn opaque_compressed_binary_keeps_the_window() {
+        let pcm = audio(3000);
+        for no_context_takeover in [false, true] {
+            let mut z = compressor();
+            let mut next = |m: &[u8]| {
+                if no_context_takeover {
+                    z.reset();
+                }
+                deflate(&mut z, m)
+            };
+            let first = next(&pcm);
+            let json = next(DELTA.as_bytes());
+            let second = next(&pcm);
+            let mut input = compressed(true, 2, None, &first);
+            input.extend(compressed(true, 2, None, &json));
+            input.extend(compressed(false, 2, None, &second[..10]));
+            input.extend(frame(true, 0, &second[10..]));
+            input.extend(compressed(true, 1, None, &next(DELTA.as_bytes())));
+            let make =
+                || with_deflate(Sender::Server, 1 << 16, no_context_takeover).skip_opaque_binary();
+            // Under context takeover the last message refers back across
+            // the skipped audio: it inflates right only if that was
+            // inflated too.
+            assert_eq!(
+                messages(make, &input),
+                vec![
+                    Owned::Opaque(first.len() as u64),
+                    Owned::Binary(DELTA.as_bytes().to_vec()),
+                    Owned::Opaque(second.len() as u64),
+                    t(DELTA),
+                ],
+                "no_context_takeover: {no_context_takeover}"
             );
         }
     }

@@ -22,9 +22,16 @@
 //!   the wire (camelCase) names from `_live_converters.py`. The Gemini API
 //!   reports `responseTokenCount`, Vertex `candidatesTokenCount`.
 //!
-//! Each message is deserialized once into borrowed structs holding only
-//! the fields metering reads; deltas (audio deltas are large base64
-//! strings) are borrowed as raw JSON and only checked for emptiness.
+//! OpenAI events are first read by a validating scan (`providers::scan`)
+//! that keeps only the top-level `type`, `delta` and `stream_id`: that is
+//! all an output delta, a VAD event or an ignored event needs, and they are
+//! nearly every message of a session (audio deltas and client audio
+//! appends are large base64 strings, walked once and never copied). An
+//! event with a field only serde reads (`response`, `session`, `error`,
+//! `model`), or anything the scan is unsure of, is deserialized once into
+//! borrowed structs holding only the fields metering reads; malformed JSON
+//! is rejected either way. Deltas are borrowed as raw JSON and only checked
+//! for emptiness (the session meter counts pieces, it reads no text).
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -33,7 +40,8 @@ use serde::Deserialize;
 use serde::de::{IgnoredAny, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::wire::{Str, non_empty};
+use super::scan::{Scan, Seen};
+use super::wire::{Str, non_empty, non_empty_raw};
 use super::{AdapterError, Usage, percent_decode, strip_query};
 
 /// The message protocol a WebSocket session speaks.
@@ -246,6 +254,8 @@ pub struct SessionParser {
     /// The open Gemini turn ended in a `toolCall`: the model waits for the
     /// client's `toolResponse`, which closes it and asks for the next one.
     awaiting_tool: bool,
+    /// Take the serde path only (tests that compare it with the scan).
+    no_scan: bool,
 }
 
 impl SessionParser {
@@ -256,6 +266,17 @@ impl SessionParser {
             in_turn: false,
             interrupted: false,
             awaiting_tool: false,
+            no_scan: false,
+        }
+    }
+
+    /// A parser that always takes the serde path, to check the scan
+    /// against it.
+    #[cfg(test)]
+    fn without_scan(dialect: Dialect) -> Self {
+        SessionParser {
+            no_scan: true,
+            ..SessionParser::new(dialect)
         }
     }
 
@@ -273,7 +294,9 @@ impl SessionParser {
         out: &mut dyn FnMut(SessionEvent<'_>),
     ) -> Result<(), AdapterError> {
         match self.dialect {
-            Dialect::OpenaiRealtime | Dialect::OpenaiResponses => openai_client(json, out),
+            Dialect::OpenaiRealtime | Dialect::OpenaiResponses => {
+                openai_message(json, self.no_scan, |e| openai_client(e, out))
+            }
             Dialect::GeminiLive => self.gemini_client(json, out),
         }
     }
@@ -285,7 +308,9 @@ impl SessionParser {
         out: &mut dyn FnMut(SessionEvent<'_>),
     ) -> Result<(), AdapterError> {
         match self.dialect {
-            Dialect::OpenaiRealtime | Dialect::OpenaiResponses => openai_server(json, out),
+            Dialect::OpenaiRealtime | Dialect::OpenaiResponses => {
+                openai_message(json, self.no_scan, |e| openai_server(e, out))
+            }
             Dialect::GeminiLive => self.gemini_server(json, out),
         }
     }
@@ -446,32 +471,136 @@ fn non_empty_str<'s>(s: Option<&'s Str<'_>>) -> Option<&'s str> {
     s.map(Str::as_str).filter(|s| !s.is_empty())
 }
 
-fn openai_client(json: &[u8], out: &mut dyn FnMut(SessionEvent<'_>)) -> Result<(), AdapterError> {
+/// An OpenAI event as metering reads it, from the scan or from serde.
+struct OaView<'e> {
+    /// The top-level `type`.
+    kind: &'e str,
+    /// The top-level `delta` as raw JSON (never unescaped); `None` when
+    /// absent or `null`.
+    delta: Option<&'e str>,
+    /// The Responses WebSocket lane, when present and not empty.
+    lane: Option<&'e str>,
+    /// The serde parse, for the fields only it reads; `None` when the scan
+    /// read the event (it had none of them).
+    full: Option<&'e OaEvent<'e>>,
+}
+
+impl OaView<'_> {
+    fn response(&self) -> Option<&OaResponse<'_>> {
+        self.full.and_then(|e| e.response.as_ref())
+    }
+}
+
+/// Read one OpenAI message and hand `on` its view: by the scan when it can
+/// (`scan` on), else by serde, whose errors are the message's.
+fn openai_message(
+    json: &[u8],
+    no_scan: bool,
+    on: impl FnOnce(&OaView<'_>),
+) -> Result<(), AdapterError> {
+    if !no_scan
+        && !serde_first(json)
+        && let Some(view) = scan_openai(json)
+    {
+        on(&view);
+        return Ok(());
+    }
     let event = parse_openai(json)?;
-    let kind = event.kind.as_ref().map_or("", Str::as_str);
-    if kind == "response.create" {
-        if let Some(lane) = non_empty_str(event.stream_id.as_ref()) {
+    on(&OaView {
+        kind: event.kind.as_ref().map_or("", Str::as_str),
+        delta: event.delta.map(RawValue::get).filter(|d| *d != "null"),
+        lane: non_empty_str(event.stream_id.as_ref()),
+        full: Some(&event),
+    });
+    Ok(())
+}
+
+/// Whether the message opens with `{"type":"…"` naming an event whose
+/// metering fields only serde reads (the scan would give up at them, after
+/// checking the whole message as UTF-8): then the scan is not tried. Only a
+/// shortcut; both paths read every event alike.
+fn serde_first(json: &[u8]) -> bool {
+    let Some(rest) = json.strip_prefix(br#"{"type":""#) else {
+        return false;
+    };
+    let kind = memchr::memchr(b'"', rest).map_or(&[][..], |end| &rest[..end]);
+    matches!(
+        kind,
+        b"response.done"
+            | b"response.completed"
+            | b"response.incomplete"
+            | b"response.failed"
+            | b"response.created"
+            | b"response.in_progress"
+            | b"session.created"
+            | b"session.updated"
+            | b"error"
+    )
+}
+
+/// The validating scan of an OpenAI message: its view, or `None` (take the
+/// serde path) unless it is valid JSON, an object whose `type` is a string
+/// without escapes, with no field serde would read into a struct
+/// (`response`, `session`, `error`, `model`: their shapes are serde's to
+/// check) and no repeated `type`, `delta` or `stream_id` (serde rejects
+/// those). Only top-level keys count: a nested object's own `type` (an
+/// `item`, a `part`) is skipped with its value, and key order is free.
+fn scan_openai(json: &[u8]) -> Option<OaView<'_>> {
+    let mut s = Scan::new(json)?;
+    let mut seen = Seen::default();
+    let (mut kind, mut delta, mut lane) = (None, None, None);
+    s.object(0, |s, key| match key {
+        "type" => {
+            seen.first(0)?;
+            kind = s.str_or_null()?;
+            Some(())
+        }
+        "delta" => {
+            seen.first(1)?;
+            delta = s.raw(1)?;
+            Some(())
+        }
+        "stream_id" => {
+            seen.first(2)?;
+            lane = s.str_or_null()?;
+            Some(())
+        }
+        "response" | "session" | "error" | "model" => None,
+        _ => s.skip(1),
+    })?;
+    s.end()?;
+    Some(OaView {
+        kind: kind?,
+        delta,
+        lane: lane.filter(|l| !l.is_empty()),
+        full: None,
+    })
+}
+
+fn openai_client(event: &OaView<'_>, out: &mut dyn FnMut(SessionEvent<'_>)) {
+    if event.kind == "response.create" {
+        if let Some(lane) = event.lane {
             out(SessionEvent::Lane(lane));
         }
         // Responses mode names the model at the top level; Realtime's
         // `response` parameters document none (the session's applies), but
         // one is read if present.
-        let model = non_empty_str(event.model.as_ref()).or_else(|| {
-            event
-                .response
-                .as_ref()
-                .and_then(|r| non_empty_str(r.model.as_ref()))
-        });
+        let model = event
+            .full
+            .and_then(|e| non_empty_str(e.model.as_ref()))
+            .or_else(|| {
+                event
+                    .response()
+                    .and_then(|r| non_empty_str(r.model.as_ref()))
+            });
         out(SessionEvent::ResponseRequested { model });
     }
-    Ok(())
 }
 
-fn openai_server(json: &[u8], out: &mut dyn FnMut(SessionEvent<'_>)) -> Result<(), AdapterError> {
-    let event = parse_openai(json)?;
-    let kind = event.kind.as_ref().map_or("", Str::as_str);
+fn openai_server(event: &OaView<'_>, out: &mut dyn FnMut(SessionEvent<'_>)) {
+    let kind = event.kind;
     // The lane goes first, and only before an event that belongs to it.
-    let mut lane = non_empty_str(event.stream_id.as_ref());
+    let mut lane = event.lane;
     let out = &mut |e: SessionEvent<'_>| {
         if let Some(lane) = lane.take() {
             out(SessionEvent::Lane(lane));
@@ -479,16 +608,16 @@ fn openai_server(json: &[u8], out: &mut dyn FnMut(SessionEvent<'_>)) -> Result<(
         out(e);
     };
     if kind.starts_with("response.") && kind.ends_with(".delta") {
-        if non_empty(event.delta) {
+        if event.delta.is_some_and(non_empty_raw) {
             let kind = output_kind(kind);
             out(SessionEvent::Output { kind, pieces: 1 });
         }
-        return Ok(());
+        return;
     }
     match kind {
         "session.created" | "session.updated" => {
-            let model = event.session.as_ref().and_then(|s| s.model.as_ref());
-            if let Some(model) = non_empty_str(model) {
+            let session = event.full.and_then(|e| e.session.as_ref());
+            if let Some(model) = non_empty_str(session.and_then(|s| s.model.as_ref())) {
                 out(SessionEvent::Model(model));
             }
         }
@@ -496,7 +625,7 @@ fn openai_server(json: &[u8], out: &mut dyn FnMut(SessionEvent<'_>)) -> Result<(
             out(SessionEvent::InputCommitted);
         }
         "response.created" => {
-            let response = event.response.as_ref();
+            let response = event.response();
             if let Some(model) = response.and_then(|r| non_empty_str(r.model.as_ref())) {
                 out(SessionEvent::Model(model));
             }
@@ -504,17 +633,16 @@ fn openai_server(json: &[u8], out: &mut dyn FnMut(SessionEvent<'_>)) -> Result<(
             out(SessionEvent::ResponseStarted { id });
         }
         "response.done" | "response.completed" | "response.incomplete" | "response.failed" => {
-            response_done(kind, event.response.as_ref(), out);
+            response_done(kind, event.response(), out);
         }
         "error" => {
-            let kind = event.error.as_ref().and_then(OaError::kind);
+            let error = event.full.and_then(|e| e.error.as_ref());
             out(SessionEvent::Error {
-                kind: kind.unwrap_or("error"),
+                kind: error.and_then(OaError::kind).unwrap_or("error"),
             });
         }
         _ => {}
     }
-    Ok(())
 }
 
 /// The kind of output a `response.*.delta` event carries, GA and beta names.
@@ -1554,6 +1682,223 @@ mod tests {
             one(Dialect::OpenaiRealtime, true, json),
             Ok(vec![r#"Model("gpt-realtime")"#.to_owned()])
         );
+    }
+
+    /// OpenAI messages the scan must read exactly as serde does (or leave
+    /// to it): escapes, nested `type` keys, key order, whitespace,
+    /// duplicates, wrong shapes, malformed deltas.
+    const SHAPES: &[&str] = &[
+        r#"{"type":"response.output_text.delta","delta":"Hi"}"#,
+        r#"{"delta":"Hi","event_id":"e","type":"response.output_text.delta"}"#,
+        r#"{"item":{"type":"message","delta":""},"type":"response.output_text.delta","delta":"x"}"#,
+        r#"{"item":{"type":"response.output_text.delta","delta":"x"},"type":"conversation.item.created"}"#,
+        r#"{"part":{"type":"audio"},"type":"response.output_audio.delta","delta":""}"#,
+        r#"{"content":[{"type":"x"},{"type":"response.done"}],"type":"response.text.delta","delta":"a"}"#,
+        " \n\t{ \"type\" : \"response.output_text.delta\" ,\r\n \"delta\" : \"x\" } \n",
+        r#"{"type":"response.output_text.delta","delta":"say \"type\":\"error\" \\ \n \u00e9"}"#,
+        r#"{"type":"response.output_text.delta","delta":"\"\""}"#,
+        r#"{"type":"response.output_text.delta","delta":"\ud83d\ude00"}"#,
+        r#"{"type":"response.output_text.delt\u0061","delta":"x"}"#,
+        r#"{"\u0074ype":"response.output_text.delta","delta":"x"}"#,
+        r#"{"type":"response.output_text.delta","d\u0065lta":"x"}"#,
+        r#"{"type":"response.output_text.delta","delta":"x","delta":"y"}"#,
+        r#"{"type":"response.output_text.delta","type":"error"}"#,
+        r#"{"type":"response.output_text.delta","delta":{"a":[1,2]}}"#,
+        r#"{"type":"response.output_text.delta","delta":[]}"#,
+        r#"{"type":"response.output_text.delta","delta":null}"#,
+        r#"{"type":"response.output_text.delta","delta":7}"#,
+        r#"{"type":"response.output_text.delta","delta":"bad \x escape"}"#,
+        "{\"type\":\"response.output_text.delta\",\"delta\":\"raw\ttab\"}",
+        r#"{"type":"response.output_text.delta","delta":"unterminated}"#,
+        r#"{"type":"response.output_text.delta","delta":"x"} trailing"#,
+        r#"{"type":"response.output_text.delta","delta":"x",}"#,
+        r#"{"type":"response.output_text.delta","delta":"x","response":7}"#,
+        r#"{"type":"response.output_text.delta","delta":"x","model":7}"#,
+        r#"{"type":"response.output_text.delta","delta":"x","stream_id":7}"#,
+        r#"{"type":"response.output_text.delta","delta":"x","stream_id":"a"}"#,
+        r#"{"type":"response.output_text.delta","delta":"x","stream_id":""}"#,
+        r#"{"type":"response.output_text.delta","delta":"x","stream_id":null}"#,
+        r#"{"type":"response.output_text.delta","delta":"x","stream_id":"\u0061"}"#,
+        r#"{"type":"response.output_audio.delta","delta":"AAAA/+8="}"#,
+        r#"{"type":"response.function_call_arguments.delta","delta":"{\"city\":"}"#,
+        r#"{"type":"input_audio_buffer.speech_stopped","audio_end_ms":1200,"item_id":"i"}"#,
+        r#"{"type":"input_audio_buffer.committed","stream_id":"l"}"#,
+        r#"{"type":"input_audio_buffer.append","audio":"AAAA"}"#,
+        r#"{"type":"response.create","stream_id":"l"}"#,
+        r#"{"type":"response.create","model":"gpt-5"}"#,
+        r#"{"type":"response.create","response":{"model":"m"}}"#,
+        r#"{"type":"response.created","response":{"id":"r","model":"m"}}"#,
+        r#"{"type":"response.created"}"#,
+        r#"{"type":"response.done"}"#,
+        r#"{"type":"response.done","response":{"status":"completed","usage":{"input_tokens":1}}}"#,
+        r#"{"type":"session.created","session":{"model":"m"}}"#,
+        r#"{"type":"session.updated"}"#,
+        r#"{"type":"error","error":{"type":"invalid_request_error"}}"#,
+        r#"{"type":"error"}"#,
+        r#"{"type":"rate_limits.updated","rate_limits":[{"name":"tokens","limit":1}]}"#,
+        r#"{"type":null,"delta":"x"}"#,
+        r#"{"type":7}"#,
+        r#"{"delta":"x"}"#,
+        r#"{}"#,
+        r#"[{"type":"response.output_text.delta","delta":"x"}]"#,
+        r#""response.output_text.delta""#,
+        r#"{"type":"response.output_text.delta","x":[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]}"#,
+    ];
+
+    /// Every OpenAI message of the recorded transcripts, with its side.
+    fn openai_fixture_messages() -> Vec<(bool, Vec<u8>)> {
+        let dir = format!("{}/tests/fixtures/realtime", env!("CARGO_MANIFEST_DIR"));
+        let mut out = Vec::new();
+        for name in [
+            "openai_audio_vad.jsonl",
+            "openai_beta.jsonl",
+            "openai_cancelled_failed.jsonl",
+            "openai_function_call.jsonl",
+            "openai_text.jsonl",
+            "responses_ws.jsonl",
+            "responses_ws_lanes.jsonl",
+        ] {
+            let text = std::fs::read_to_string(format!("{dir}/{name}")).expect("the fixture file");
+            for line in text.lines() {
+                let line: Line<'_> = serde_json::from_str(line).expect("a fixture line");
+                out.push((line.dir == "server", line.msg.get().as_bytes().to_vec()));
+            }
+        }
+        out
+    }
+
+    type Outcome = Result<Vec<String>, AdapterError>;
+
+    /// One message through a parser, as events in `Debug` form.
+    fn through(parser: &mut SessionParser, server: bool, json: &[u8]) -> Outcome {
+        let mut r = Replay::default();
+        let result = if server {
+            parser.server_message(json, &mut |e| record(&mut r, e))
+        } else {
+            parser.client_message(json, &mut |e| record(&mut r, e))
+        };
+        result.map(|()| {
+            let mut events = r.events;
+            events.extend(r.usages.iter().map(|u| format!("{u:?}")));
+            events
+        })
+    }
+
+    /// The same message through the scan and through serde alone, in both
+    /// OpenAI dialects.
+    #[track_caller]
+    fn same_as_serde(server: bool, json: &[u8]) {
+        for dialect in [Dialect::OpenaiRealtime, Dialect::OpenaiResponses] {
+            let scan = through(&mut SessionParser::new(dialect), server, json);
+            let serde = through(&mut SessionParser::without_scan(dialect), server, json);
+            assert_eq!(
+                scan,
+                serde,
+                "{dialect:?} server={server}: {}",
+                String::from_utf8_lossy(json)
+            );
+        }
+    }
+
+    #[test]
+    fn scan_reads_fixture_messages_and_tricky_shapes_as_serde_does() {
+        let messages = openai_fixture_messages();
+        let mut deltas = 0;
+        for (server, json) in &messages {
+            same_as_serde(*server, json);
+            let view = scan_openai(json);
+            if let Some(view) = &view {
+                assert!(view.full.is_none());
+            }
+            let kind = view.as_ref().map(|v| v.kind);
+            if kind.is_some_and(|k| k.ends_with(".delta")) {
+                deltas += 1;
+            } else if std::str::from_utf8(json).is_ok_and(|j| j.contains(".delta\"")) {
+                panic!("a delta left to serde: {}", String::from_utf8_lossy(json));
+            }
+        }
+        assert!(deltas > 20, "fixture deltas read by the scan: {deltas}");
+        for shape in SHAPES {
+            same_as_serde(true, shape.as_bytes());
+            same_as_serde(false, shape.as_bytes());
+        }
+    }
+
+    #[test]
+    fn scan_reads_mutated_messages_as_serde_does() {
+        let messages = openai_fixture_messages();
+        let inputs = messages
+            .iter()
+            .map(|(server, json)| (*server, json.as_slice()))
+            .chain(SHAPES.iter().map(|s| (true, s.as_bytes())));
+        for (i, (server, json)) in inputs.enumerate() {
+            for m in crate::providers::scan::differential::mutations(json, i as u64, 60) {
+                same_as_serde(server, &m);
+            }
+        }
+    }
+
+    #[test]
+    fn only_top_level_keys_count_in_any_order() {
+        let realtime = |json: &str| one(Dialect::OpenaiRealtime, true, json);
+        let nested_first = r#"{"event_id":"e","item":{"type":"message","role":"assistant"},"output_index":0,"type":"response.output_audio_transcript.delta","delta":"Hel"}"#;
+        assert_eq!(realtime(nested_first), Ok(vec![TRANSCRIPT.to_owned()]));
+        let delta_inside = r#"{"type":"conversation.item.created","item":{"type":"response.output_text.delta","delta":"x"}}"#;
+        assert_eq!(realtime(delta_inside), Ok(vec![]));
+        let spaced = "{ \"delta\" :\n\"x\" ,\t\"type\" : \"response.output_text.delta\" }";
+        assert_eq!(realtime(spaced), Ok(vec![TEXT.to_owned()]));
+        let escaped = r#"{"type":"response.output_text.delta","delta":"\"\\\n\u00e9\ud83d\ude00"}"#;
+        assert_eq!(realtime(escaped), Ok(vec![TEXT.to_owned()]));
+        let escaped_type = r#"{"type":"response.output_text\u002edelta","delta":"x"}"#;
+        assert_eq!(realtime(escaped_type), Ok(vec![TEXT.to_owned()]));
+        let empty_string_literal = r#"{"type":"response.output_text.delta","delta":"\"\""}"#;
+        assert_eq!(realtime(empty_string_literal), Ok(vec![TEXT.to_owned()]));
+        let commit = r#"{"audio_end_ms":1200,"type":"input_audio_buffer.speech_stopped"}"#;
+        assert_eq!(realtime(commit), Ok(vec![COMMITTED.to_owned()]));
+    }
+
+    #[test]
+    fn malformed_deltas_are_still_malformed() {
+        for bad in [
+            r#"{"type":"response.output_text.delta","delta":"bad \q escape"}"#,
+            "{\"type\":\"response.output_audio.delta\",\"delta\":\"AAAA\nAAAA\"}",
+            r#"{"type":"response.output_audio.delta","delta":"AAAA"#,
+            r#"{"type":"response.output_audio.delta","delta":"AAAA"}}"#,
+            r#"{"type":"response.output_text.delta","delta":"x","delta":"y"}"#,
+            r#"{"type":"response.output_text.delta","delta":"x","stream_id":7}"#,
+            r#"{"type":"response.output_text.delta","delta":"x","response":"r"}"#,
+        ] {
+            for server in [true, false] {
+                assert!(
+                    one(Dialect::OpenaiRealtime, server, bad).is_err(),
+                    "server={server}: {bad} is rejected"
+                );
+            }
+        }
+        let bytes = b"{\"type\":\"response.output_text.delta\",\"delta\":\"\xff\"}";
+        let mut parser = SessionParser::new(Dialect::OpenaiRealtime);
+        assert!(
+            parser.server_message(bytes, &mut |_| {}).is_err(),
+            "not UTF-8"
+        );
+    }
+
+    #[test]
+    fn large_audio_is_read_by_the_scan() {
+        let audio = "QUJD".repeat(4096);
+        let delta = format!(
+            r#"{{"type":"response.output_audio.delta","response_id":"r","delta":"{audio}"}}"#
+        );
+        let view = scan_openai(delta.as_bytes()).expect("the scan reads it");
+        assert_eq!(view.kind, "response.output_audio.delta");
+        assert_eq!(view.delta.map(str::len), Some(audio.len() + 2));
+        assert_eq!(
+            one(Dialect::OpenaiRealtime, true, &delta),
+            Ok(vec![AUDIO.to_owned()])
+        );
+        let append = format!(r#"{{"type":"input_audio_buffer.append","audio":"{audio}"}}"#);
+        assert!(scan_openai(append.as_bytes()).is_some());
+        assert_eq!(one(Dialect::OpenaiRealtime, false, &append), Ok(vec![]));
     }
 
     #[test]

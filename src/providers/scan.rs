@@ -14,6 +14,11 @@
 /// Nesting deeper than this gives up (serde_json's own limit is 128).
 const MAX_DEPTH: u32 = 16;
 
+/// Words of a string read eight bytes at a time before the rest of it is
+/// left to `memchr` (long strings: base64 audio, long text). Keys, event
+/// types and ids fit, where a `memchr` call would cost more than it saves.
+const SHORT_WORDS: u32 = 8;
+
 /// A cursor over one JSON document. Every method returns `None` to give up.
 pub(super) struct Scan<'a> {
     bytes: &'a [u8],
@@ -251,11 +256,15 @@ impl<'a> Scan<'a> {
     /// The string literal at the cursor (quotes included) and whether it
     /// has escapes. Eight bytes at a time: the first quote, backslash or
     /// control byte of a word is found from its flag mask, then handled.
+    /// Past the first `SHORT_WORDS` words, `memchr` finds the next quote or
+    /// backslash and one branch-free pass checks the bytes before it for
+    /// control bytes (both vectorised, where words cost a branch each).
     fn string(&mut self) -> Option<(&'a str, bool)> {
         let start = self.at;
         self.at += 1;
         let mut escaped = false;
         loop {
+            let mut words = 0;
             while let Some(word) = self.bytes.get(self.at..self.at + 8) {
                 let word: [u8; 8] = word.try_into().ok()?;
                 let flags = special(u64::from_le_bytes(word));
@@ -264,6 +273,11 @@ impl<'a> Scan<'a> {
                     break;
                 }
                 self.at += 8;
+                words += 1;
+                if words == SHORT_WORDS {
+                    self.long_run()?;
+                    break;
+                }
             }
             match *self.bytes.get(self.at)? {
                 b'"' => {
@@ -278,6 +292,20 @@ impl<'a> Scan<'a> {
                 _ => self.at += 1,
             }
         }
+    }
+
+    /// The rest of a long run inside a string: on to its next quote or
+    /// backslash; `None` at a control byte or the end of the input. Kept
+    /// out of line so that short strings pay nothing for it.
+    #[inline(never)]
+    fn long_run(&mut self) -> Option<()> {
+        let rest = self.bytes.get(self.at..)?;
+        let n = memchr::memchr2(b'"', b'\\', rest)?;
+        if has_control(rest.get(..n)?) {
+            return None; // serde rejects raw control characters
+        }
+        self.at += n;
+        Some(())
     }
 
     /// One escape at the cursor (on the backslash). `\u` surrogates give
@@ -300,6 +328,12 @@ impl<'a> Scan<'a> {
         }
         Some(())
     }
+}
+
+/// Whether any byte is below 0x20: a minimum with no early exit, so it
+/// vectorises (one unsigned-minimum instruction per vector).
+fn has_control(bytes: &[u8]) -> bool {
+    bytes.iter().fold(u8::MAX, |least, &b| least.min(b)) < 0x20
 }
 
 /// The high bit of each byte of `word` that is `"`, `\\` or below 0x20,
@@ -475,6 +509,45 @@ mod tests {
             assert_eq!(skip_all(bad), None, "{bad}");
         }
         assert!(Scan::new(b"{\"a\":\"\xff\"}").is_none(), "not UTF-8");
+    }
+
+    #[test]
+    fn long_strings_are_checked_like_short_ones() {
+        let run = "x".repeat(90);
+        for ok in [
+            format!(r#"{{"a":"{run}\"{run}\n{run}\u00e9{run}","b":"{run}"}}"#),
+            format!(r#"{{"a":"{run}{run}"}}"#),
+            format!("{{\"a\":\"{run}caf\u{e9} {run}\"}}"),
+        ] {
+            assert_eq!(skip_all(&ok), Some(()), "{ok}");
+            assert!(
+                serde_json::from_str::<serde_json::Value>(&ok).is_ok(),
+                "{ok}"
+            );
+        }
+        for at in [0, 7, 8, 63, 64, 65, 71, 72, 100, 179] {
+            let mut bad = format!(r#"{{"a":"{run}{run}"}}"#).into_bytes();
+            bad[6 + at] = b'\t';
+            let bad = String::from_utf8(bad).expect("UTF-8");
+            assert_eq!(skip_all(&bad), None, "a tab at {at}");
+            assert!(serde_json::from_str::<serde_json::Value>(&bad).is_err());
+        }
+        for bad in [
+            format!(r#"{{"a":"{run}"#),
+            format!(r#"{{"a":"{run}\"#),
+            format!(r#"{{"a":"{run}\q{run}"}}"#),
+        ] {
+            assert_eq!(skip_all(&bad), None, "{bad}");
+        }
+        let mut s = Scan::new(format!(r#""{run}\"{run}""#).as_bytes())
+            .expect("UTF-8")
+            .string()
+            .map(|(_, escaped)| escaped);
+        assert_eq!(
+            s.take(),
+            Some(true),
+            "escapes after the first words are seen"
+        );
     }
 
     #[test]

@@ -60,9 +60,13 @@ impl Metering {
                 meter.unmetered(format!("Sec-WebSocket-Extensions: {e}"));
                 None
             }
+            // Every dialect speaks JSON: binary that cannot be (raw audio)
+            // is walked without being copied or reassembled.
             (Some(dialect), Ok(deflate)) => Some(View {
-                up: WsDecoder::new(Sender::Client, max_message, deflate.map(|d| d.0)),
-                down: WsDecoder::new(Sender::Server, max_message, deflate.map(|d| d.1)),
+                up: WsDecoder::new(Sender::Client, max_message, deflate.map(|d| d.0))
+                    .skip_opaque_binary(),
+                down: WsDecoder::new(Sender::Server, max_message, deflate.map(|d| d.1))
+                    .skip_opaque_binary(),
                 parser: SessionParser::new(dialect),
             }),
         };
@@ -141,7 +145,9 @@ impl Tap for Metering {
                 let party = if up { Party::Client } else { Party::Upstream };
                 meter.close(party, code);
             }
-            WsMessage::Skipped { .. } => meter.bad_message(),
+            // Counted as before, when the parser rejected them: no
+            // dialect defines a message that is not JSON.
+            WsMessage::Skipped { .. } | WsMessage::Opaque { .. } => meter.bad_message(),
             WsMessage::Ping | WsMessage::Pong => {}
         });
         if let Err(e) = fed {
