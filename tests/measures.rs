@@ -131,18 +131,14 @@ async fn prefill_rate_prompt_class_tokens_served_and_overhead_follow_the_script(
     );
 
     let col = &rig.col;
-    let p = col
-        .wait_point(STEP_TIMEOUT, PREFILL, |p| p.hist().count >= 2)
-        .await;
+    let p = col.wait_hist(PREFILL, 2).await;
     assert_eq!(p.unit, "{token}/s", "{PREFILL} unit");
     assert_eq!(p.attr_str(SIZE_CLASS), Some("le_8k"), "3,000 tokens: ≤ 8k");
     let mean = p.hist().sum / p.hist().count as f64;
     assert!((lo..=hi).contains(&mean), "{PREFILL} mean {mean}");
     assert_eq!(p.hist().bounds.first(), Some(&10.0), "prefill buckets");
     for name in [SERVER_TTFT, TTFC_METRIC] {
-        let t = col
-            .wait_point(STEP_TIMEOUT, name, |p| p.hist().count >= 2)
-            .await;
+        let t = col.wait_hist(name, 2).await;
         assert_eq!(
             t.attr_str(SIZE_CLASS),
             Some("le_8k"),
@@ -150,9 +146,7 @@ async fn prefill_rate_prompt_class_tokens_served_and_overhead_follow_the_script(
         );
     }
     let tpot = col
-        .wait_point(STEP_TIMEOUT, "gen_ai.server.time_per_output_token", |p| {
-            p.hist().count >= 2
-        })
+        .wait_hist("gen_ai.server.time_per_output_token", 2)
         .await;
     assert_eq!(
         tpot.attr_str(SIZE_CLASS),
@@ -232,10 +226,7 @@ async fn prompt_size_class_can_be_switched_off() {
     .await;
     assert_eq!(got.status, 200);
     for name in [SERVER_TTFT, PREFILL] {
-        let p = rig
-            .col
-            .wait_point(STEP_TIMEOUT, name, |p| p.hist().count >= 1)
-            .await;
+        let p = rig.col.wait_hist(name, 1).await;
         assert_eq!(p.attr_str(SIZE_CLASS), None, "{name}: class switched off");
     }
     rig.proxy.shutdown().await;

@@ -156,9 +156,7 @@ async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
 
     // Metrics: names, units, buckets, values.
     let m = &rig.col;
-    let ttft = m
-        .wait_point(STEP_TIMEOUT, SERVER_TTFT, |p| p.hist().count >= 1)
-        .await;
+    let ttft = m.wait_hist(SERVER_TTFT, 1).await;
     assert_eq!(ttft.unit, "s", "{SERVER_TTFT} unit");
     assert_eq!(
         ttft.hist().bounds,
@@ -174,9 +172,7 @@ async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
     assert_eq!(ttft.attr_str(PROVIDER), Some("openai"));
     assert_eq!(ttft.attr_str(REQUEST_MODEL), Some("gpt-4o-mini"));
 
-    let dur = m
-        .wait_point(STEP_TIMEOUT, OP_DURATION, |p| p.hist().count >= 1)
-        .await;
+    let dur = m.wait_hist(OP_DURATION, 1).await;
     assert_eq!(dur.unit, "s", "{OP_DURATION} unit");
     assert_eq!(
         dur.hist().bounds,
@@ -185,9 +181,7 @@ async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
     );
 
     for (name, want) in [(OP_INPUT_TOKENS, 17.0), (OP_OUTPUT_TOKENS, 20.0)] {
-        let p = m
-            .wait_point(STEP_TIMEOUT, name, |p| p.hist().count >= 1)
-            .await;
+        let p = m.wait_hist(name, 1).await;
         assert_eq!(p.unit, "{token}", "{name} unit");
         assert_eq!(
             p.hist().bounds,
@@ -223,9 +217,7 @@ async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
         assert!(names.iter().any(|n| n == new), "{new} missing: {names:?}");
     }
 
-    let tpot = m
-        .wait_point(STEP_TIMEOUT, SERVER_TPOT, |p| p.hist().count >= 1)
-        .await;
+    let tpot = m.wait_hist(SERVER_TPOT, 1).await;
     assert_eq!(tpot.unit, "s");
     assert_eq!(
         tpot.hist().bounds,
@@ -239,9 +231,7 @@ async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
         0.4,
     );
 
-    let tps = m
-        .wait_point(STEP_TIMEOUT, DECODE_TPS_METRIC, |p| p.hist().count >= 1)
-        .await;
+    let tps = m.wait_hist(DECODE_TPS_METRIC, 1).await;
     within_pct(
         "decode tokens/s metric",
         tps.hist().sum / tps.hist().count as f64,
@@ -249,9 +239,7 @@ async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
         0.4,
     );
 
-    let gap = m
-        .wait_point(STEP_TIMEOUT, CHUNK_GAP, |p| p.hist().count >= 19)
-        .await;
+    let gap = m.wait_hist(CHUNK_GAP, 19).await;
     assert_eq!(gap.unit, "s", "{CHUNK_GAP} unit");
     let fine = gap
         .hist()
@@ -300,10 +288,7 @@ async fn streamed_chat_exports_over_http_protobuf() {
         (0.28..=0.6).contains(&ttfc),
         "time_to_first_chunk {ttfc} s, scripted 0.3 s"
     );
-    let p = rig
-        .col
-        .wait_point(STEP_TIMEOUT, OP_DURATION, |p| p.hist().count >= 1)
-        .await;
+    let p = rig.col.wait_hist(OP_DURATION, 1).await;
     assert_eq!(p.protocol, Protocol::HttpProtobuf);
     assert_eq!(
         span.resource.get("service.name").and_then(|v| v.as_str()),
@@ -335,9 +320,7 @@ async fn legacy_semconv_exports_the_old_names() {
     .await;
     assert_eq!(got.status, 200);
     let m = &rig.col;
-    let dur = m
-        .wait_point(STEP_TIMEOUT, OPERATION_DURATION, |p| p.hist().count >= 1)
-        .await;
+    let dur = m.wait_hist(OPERATION_DURATION, 1).await;
     assert_eq!(dur.attr_str(OPERATION), Some("chat"));
     let usage = m.latest(TOKEN_USAGE);
     let sum = |kind: &str| {
