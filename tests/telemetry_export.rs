@@ -62,11 +62,7 @@ async fn streamed_rig(protocol: &str) -> (Rig, StreamSpec) {
 #[tokio::test]
 async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
     let (rig, spec) = streamed_rig("grpc").await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("gpt-4o-mini", true, None)),
-    )
-    .await;
+    let got = rig.chat("gpt-4o-mini", true).await;
     assert_eq!(got.status, 200);
     assert_eq!(
         got.text().matches("\"tok").count(),
@@ -270,11 +266,7 @@ async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
 #[tokio::test]
 async fn streamed_chat_exports_over_http_protobuf() {
     let (rig, _) = streamed_rig("http/protobuf").await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("gpt-4o-mini", true, None)),
-    )
-    .await;
+    let got = rig.chat("gpt-4o-mini", true).await;
     assert_eq!(got.status, 200);
     let span = rig.col.wait_span_named("chat gpt-4o-mini").await;
     assert_eq!(
@@ -313,11 +305,7 @@ async fn legacy_semconv_exports_the_old_names() {
         },
     )
     .await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("gpt-4o-mini", true, None)),
-    )
-    .await;
+    let got = rig.chat("gpt-4o-mini", true).await;
     assert_eq!(got.status, 200);
     let m = &rig.col;
     let dur = m.wait_hist(OPERATION_DURATION, 1).await;
@@ -432,11 +420,7 @@ async fn non_streaming_has_ttft_equal_to_body_time_and_exact_usage() {
     let reply = script::openai_chat_json("gpt-4o-mini", "Hello.", (9, 2))
         .head_delay(Duration::from_millis(250));
     let rig = Rig::openai(reply).await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("m-json", false, None)),
-    )
-    .await;
+    let got = rig.chat("m-json", false).await;
     assert_eq!(got.status, 200);
     let span = rig.col.wait_span_named("chat m-json").await;
     assert_eq!(
@@ -509,11 +493,7 @@ async fn client_traceparent_is_continued_and_injected_upstream() {
 #[tokio::test]
 async fn without_traceparent_a_new_root_trace_is_started() {
     let rig = Rig::openai(script::openai_chat_json("m", "ok", (1, 1))).await;
-    client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("m-root", false, None)),
-    )
-    .await;
+    rig.chat("m-root", false).await;
     let span = rig.col.wait_span_named("chat m-root").await;
     assert!(
         span.parent_span_id.is_empty(),
@@ -657,11 +637,7 @@ async fn model_cardinality_is_capped_in_metrics_not_in_spans() {
     .await;
     let models = ["cap-a", "cap-b", "cap-c", "cap-d", "cap-e"];
     for m in models {
-        let got = client::fetch(
-            &rig.client,
-            &rig.post(CHAT, script::openai_request(m, false, None)),
-        )
-        .await;
+        let got = rig.chat(m, false).await;
         assert_eq!(got.status, 200);
     }
     for m in models {
@@ -714,11 +690,7 @@ fn gzip_sse(spec: &StreamSpec) -> support::upstream::Reply {
 async fn gzip_stream_is_metered_through_decompression() {
     let spec = StreamSpec::tokens(10, Duration::ZERO, Duration::from_millis(2)).with_usage(5, 10);
     let mut rig = Rig::openai(gzip_sse(&spec)).await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("m-gz", true, None)),
-    )
-    .await;
+    let got = rig.chat("m-gz", true).await;
     assert_eq!(
         got.headers.get("content-encoding").map(|v| v.as_bytes()),
         Some(&b"gzip"[..])
@@ -744,11 +716,7 @@ async fn undecodable_body_is_unmetered_not_zero_tokens() {
         .send("this is not gzip at all, just bytes that claim to be");
     let want = reply.body_bytes();
     let mut rig = Rig::openai(reply).await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("m-ungz", true, None)),
-    )
-    .await;
+    let got = rig.chat("m-ungz", true).await;
     support::assert_bytes_eq("undecodable body still passes through", &got.body, &want);
     let span = rig.finish("chat m-ungz").await;
     assert_eq!(
@@ -769,11 +737,7 @@ async fn unknown_content_type_is_unmetered() {
         .header("content-type", "application/octet-stream")
         .send(vec![0u8, 1, 2, 3]);
     let mut rig = Rig::openai(reply).await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("m-bin", true, None)),
-    )
-    .await;
+    let got = rig.chat("m-bin", true).await;
     assert_eq!(got.body, vec![0u8, 1, 2, 3]);
     let span = rig.finish("chat m-bin").await;
     assert_eq!(span.str("tokentap.unmetered"), "unknown_format");

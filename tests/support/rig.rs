@@ -133,4 +133,11 @@ impl Rig {
     pub(crate) fn post(&self, path: &str, body: Vec<u8>) -> Req {
         Req::post_json(self.proxy.addr, path, body)
     }
+
+    /// An OpenAI chat request for `model` (streamed or not) sent to
+    /// `/v1/chat/completions`, read to its end.
+    pub(crate) async fn chat(&self, model: &str, stream: bool) -> client::Streamed {
+        let body = super::script::openai_request(model, stream, None);
+        client::fetch(&self.client, &self.post("/v1/chat/completions", body)).await
+    }
 }
