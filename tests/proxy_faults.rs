@@ -87,14 +87,7 @@ async fn status_500_anthropic_passes_through_and_is_an_error() {
     let reply = script::anthropic_error(500, "api_error", "Internal server error");
     let want = reply.body_bytes();
     let mut rig = Rig::anthropic(reply).await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(
-            "/v1/messages",
-            script::anthropic_request("c-500", true, None),
-        ),
-    )
-    .await;
+    let got = rig.messages("c-500", true).await;
     assert_eq!(got.status, 500);
     assert_bytes_eq("500 body", &got.body, &want);
     let span = rig.finish("chat c-500").await;
@@ -123,14 +116,7 @@ async fn anthropic_error_event_under_200_is_upstream_error() {
     let reply = script::anthropic_midstream_error(&spec, 2);
     let want = reply.body_bytes();
     let mut rig = Rig::anthropic(reply).await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(
-            "/v1/messages",
-            script::anthropic_request("c-mid", true, None),
-        ),
-    )
-    .await;
+    let got = rig.messages("c-mid", true).await;
     assert_bytes_eq("stream with error event", &got.body, &want);
     let span = rig.finish("chat c-mid").await;
     assert_outcome(&span, "upstream_error");

@@ -140,4 +140,11 @@ impl Rig {
         let body = super::script::openai_request(model, stream, None);
         client::fetch(&self.client, &self.post("/v1/chat/completions", body)).await
     }
+
+    /// An Anthropic messages request for `model` (streamed or not) sent to
+    /// `/v1/messages`, read to its end.
+    pub(crate) async fn messages(&self, model: &str, stream: bool) -> client::Streamed {
+        let body = super::script::anthropic_request(model, stream, None);
+        client::fetch(&self.client, &self.post("/v1/messages", body)).await
+    }
 }
