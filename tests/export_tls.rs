@@ -20,19 +20,14 @@ use std::time::Duration;
 use support::otlp::Collector;
 use support::proxy::{Bin, Scratch, Toml, q};
 use support::tls::{TestCa, write_pem};
-use support::upstream::{Reply, Upstream};
+use support::upstream::Upstream;
 use support::{STEP_TIMEOUT, within};
 
 const BODY: &str = r#"{"id":"c","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
 const REQUEST_BODY: &str = r#"{"model":"gpt-4o","messages":[],"user":"u1"}"#;
 
 async fn upstream() -> Upstream {
-    Upstream::fixed(
-        Reply::new(200)
-            .header("content-type", "application/json")
-            .send(BODY),
-    )
-    .await
+    Upstream::fixed_json(BODY).await
 }
 
 async fn chat(bin: &Bin) -> u16 {

@@ -44,7 +44,7 @@ use tokio_rustls::client::TlsStream;
 
 use support::proxy::{InProc, Scratch, Toml, q};
 use support::tls::{Identity, PemFiles, TestCa, chain_pem, write_pem};
-use support::upstream::{Reply, Upstream};
+use support::upstream::Upstream;
 use support::{STEP_TIMEOUT, within};
 
 const BODY: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
@@ -116,12 +116,7 @@ async fn chat(tls: TlsStream<TcpStream>) -> Result<(u16, Bytes), hyper::Error> {
 }
 
 async fn upstream() -> Upstream {
-    Upstream::fixed(
-        Reply::new(200)
-            .header("content-type", "application/json")
-            .send(BODY),
-    )
-    .await
+    Upstream::fixed_json(BODY).await
 }
 
 #[tokio::test]
