@@ -14,7 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Method;
 use support::client::{self, HttpClient, Req, Streamed};
-use support::proxy::{Bin, Toml, q};
+use support::proxy::{Bin, Toml, q, start_with_admin};
 use support::script::{self, StreamSpec};
 use support::upstream::Upstream;
 use support::{STEP_TIMEOUT, within};
@@ -22,17 +22,6 @@ use tokentap::app::Running;
 
 const CHAT: &str = "/v1/chat/completions";
 const TTFT: &str = "gen_ai_server_time_to_first_token_seconds";
-
-/// The proxy in this process with an admin listener on a free port.
-async fn start(toml: Toml) -> Running {
-    let toml = toml.top("admin_listen", &q("127.0.0.1:0"));
-    let text = toml.render();
-    let config = tokentap::config::from_toml(&text)
-        .unwrap_or_else(|e| panic!("test config rejected: {e}\n{text}"));
-    within(STEP_TIMEOUT, "app::start", tokentap::app::start(config))
-        .await
-        .unwrap_or_else(|e| panic!("app::start failed: {e:#}"))
-}
 
 fn admin(running: &Running) -> SocketAddr {
     running
@@ -162,7 +151,7 @@ async fn scrape_after(client: &HttpClient, addr: SocketAddr, n: f64) -> String {
 async fn metrics_count_the_requests_sent() {
     let spec = StreamSpec::tokens(5, Duration::from_millis(30), Duration::from_millis(2));
     let up = Upstream::fixed(script::openai_chat_sse(&spec)).await;
-    let running = start(Toml::openai(&up.url())).await;
+    let running = start_with_admin(Toml::openai(&up.url())).await;
     let (proxy, admin) = (running.addr, admin(&running));
     assert_ne!(proxy.port(), admin.port(), "admin has its own port");
     let c = client::http1();
@@ -330,7 +319,7 @@ async fn health_config_and_unknown_paths() {
             "authorization",
             &q("Bearer hunter2-secret"),
         );
-    let running = start(toml).await;
+    let running = start_with_admin(toml).await;
     let (proxy, admin) = (running.addr, admin(&running));
     let c = client::http1();
 
@@ -393,7 +382,8 @@ async fn readyz_is_503_while_draining() {
     // ~2 s stream: 20 tokens, 100 ms apart.
     let spec = StreamSpec::tokens(20, Duration::from_millis(20), Duration::from_millis(100));
     let up = Upstream::fixed(script::openai_chat_sse(&spec)).await;
-    let running = start(Toml::openai(&up.url()).set("server", "shutdown_grace", &q("10s"))).await;
+    let running =
+        start_with_admin(Toml::openai(&up.url()).set("server", "shutdown_grace", &q("10s"))).await;
     let (proxy, admin) = (running.addr, admin(&running));
     let c = client::http1();
     assert_eq!(get(&c, admin, "/readyz", None).await.status, 200);

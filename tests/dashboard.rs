@@ -21,7 +21,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Method;
 use support::client::{self, Req};
-use support::proxy::{Toml, q};
+use support::proxy::{Toml, start_with_admin};
 use support::script::{self, StreamSpec};
 use support::upstream::Upstream;
 use support::{STEP_TIMEOUT, within};
@@ -106,11 +106,7 @@ async fn wait_for_requests(admin: SocketAddr, sent: usize) -> serde_json::Value 
 async fn dashboard_shows_requests_in_a_real_browser() {
     let chromium = require_tools();
     let up = upstream().await;
-    let toml = Toml::openai(&up.url()).top("admin_listen", &q("127.0.0.1:0"));
-    let config = tokentap::config::from_toml(&toml.render()).expect("test config");
-    let running = within(STEP_TIMEOUT, "app::start", tokentap::app::start(config))
-        .await
-        .expect("app::start");
+    let running = start_with_admin(Toml::openai(&up.url())).await;
     let admin = running.admin_addr.expect("admin listener bound");
 
     let http = client::http1();
@@ -273,11 +269,7 @@ async fn dashboard_shows_visible_ttft_for_reasoning_models() {
         }
     })
     .await;
-    let toml = Toml::openai(&up.url()).top("admin_listen", &q("127.0.0.1:0"));
-    let config = tokentap::config::from_toml(&toml.render()).expect("test config");
-    let running = within(STEP_TIMEOUT, "app::start", tokentap::app::start(config))
-        .await
-        .expect("app::start");
+    let running = start_with_admin(Toml::openai(&up.url())).await;
     let admin = running.admin_addr.expect("admin listener bound");
     let http = client::http1();
     let sent = [REASONER, FAST, REASONER];

@@ -19,20 +19,15 @@ use std::time::Duration;
 
 use support::otlp::Collector;
 use support::proxy::{Bin, Scratch, Toml, q};
-use support::tls::{TestCa, chain_pem, key_pem};
-use support::upstream::{Reply, Upstream};
+use support::tls::{TestCa, write_pem};
+use support::upstream::Upstream;
 use support::{STEP_TIMEOUT, within};
 
 const BODY: &str = r#"{"id":"c","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
 const REQUEST_BODY: &str = r#"{"model":"gpt-4o","messages":[],"user":"u1"}"#;
 
 async fn upstream() -> Upstream {
-    Upstream::fixed(
-        Reply::new(200)
-            .header("content-type", "application/json")
-            .send(BODY),
-    )
-    .await
+    Upstream::fixed_json(BODY).await
 }
 
 async fn chat(bin: &Bin) -> u16 {
@@ -145,10 +140,8 @@ async fn otlp_over_mtls(protocol: &str) {
     let (ca, dir, up) = (TestCa::new(), Scratch::new("otlp-tls"), upstream().await);
     let collector = mtls_collector(&ca).await;
     let ca_file = dir.write("ca.pem", ca.pem());
-    let (chain, key) = ca.client("tokentap", false);
-    let key_text = key_pem(&key);
-    let cert_file = dir.write("client.pem", &chain_pem(&chain));
-    let key_file = dir.write("client.key", &key_text);
+    let client = write_pem(&dir, "client", &ca.client("tokentap", false));
+    let (cert_file, key_file, key_text) = (client.cert, client.key, client.key_pem);
     let secret = "Bearer otlp-header-secret-4711";
     let path = |p: &std::path::Path| p.display().to_string();
     let (ca_s, cert_s, key_s) = (path(&ca_file), path(&cert_file), path(&key_file));

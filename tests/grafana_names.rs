@@ -31,11 +31,10 @@ use bytes::Bytes;
 use http::Method;
 use serde_json::Value;
 use support::client::{self, HttpClient, Req};
-use support::proxy::{Toml, q};
+use support::proxy::{Toml, q, start_with_admin};
 use support::script::{self, StreamSpec};
 use support::upstream::{Reply, Upstream};
 use support::{STEP_TIMEOUT, within};
-use tokentap::app::Running;
 
 const CHAT: &str = "/v1/chat/completions";
 const DASHBOARD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/grafana/tokentap.json");
@@ -489,16 +488,6 @@ fn dashboard_exprs(dash: &Value) -> Vec<(String, String)> {
 
 // ---------------------------------------------------------------- the proxy
 
-async fn start(toml: Toml) -> Running {
-    let toml = toml.top("admin_listen", &q("127.0.0.1:0"));
-    let text = toml.render();
-    let config = tokentap::config::from_toml(&text)
-        .unwrap_or_else(|e| panic!("test config rejected: {e}\n{text}"));
-    within(STEP_TIMEOUT, "app::start", tokentap::app::start(config))
-        .await
-        .unwrap_or_else(|e| panic!("app::start failed: {e:#}"))
-}
-
 async fn scrape(c: &HttpClient, admin: SocketAddr) -> String {
     let req = Req {
         method: Method::GET,
@@ -585,7 +574,7 @@ async fn dashboard_and_rules_name_only_exported_metrics() {
         ))
         // m-json priced (tokentap_cost_usd_total), m-stream not (…_unpriced_total).
         .raw("[[prices]]\nmodel = \"m-json\"\ninput = 1.0\noutput = 2.0\n");
-    let running = start(toml).await;
+    let running = start_with_admin(toml).await;
     let (proxy, admin) = (
         running.addr,
         running

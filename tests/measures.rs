@@ -96,11 +96,7 @@ async fn prefill_rate_prompt_class_tokens_served_and_overhead_follow_the_script(
         .with_usage(3000, 20);
     let rig = Rig::openai(script::openai_chat_sse(&spec)).await;
     for _ in 0..2 {
-        let got = client::fetch(
-            &rig.client,
-            &rig.post(CHAT, script::openai_request("gpt-4o-mini", true, None)),
-        )
-        .await;
+        let got = rig.chat("gpt-4o-mini", true).await;
         assert_eq!(got.status, 200);
     }
     let span = rig.col.wait_span_named("chat gpt-4o-mini").await;
@@ -131,18 +127,14 @@ async fn prefill_rate_prompt_class_tokens_served_and_overhead_follow_the_script(
     );
 
     let col = &rig.col;
-    let p = col
-        .wait_point(STEP_TIMEOUT, PREFILL, |p| p.hist().count >= 2)
-        .await;
+    let p = col.wait_hist(PREFILL, 2).await;
     assert_eq!(p.unit, "{token}/s", "{PREFILL} unit");
     assert_eq!(p.attr_str(SIZE_CLASS), Some("le_8k"), "3,000 tokens: ≤ 8k");
     let mean = p.hist().sum / p.hist().count as f64;
     assert!((lo..=hi).contains(&mean), "{PREFILL} mean {mean}");
     assert_eq!(p.hist().bounds.first(), Some(&10.0), "prefill buckets");
     for name in [SERVER_TTFT, TTFC_METRIC] {
-        let t = col
-            .wait_point(STEP_TIMEOUT, name, |p| p.hist().count >= 2)
-            .await;
+        let t = col.wait_hist(name, 2).await;
         assert_eq!(
             t.attr_str(SIZE_CLASS),
             Some("le_8k"),
@@ -150,9 +142,7 @@ async fn prefill_rate_prompt_class_tokens_served_and_overhead_follow_the_script(
         );
     }
     let tpot = col
-        .wait_point(STEP_TIMEOUT, "gen_ai.server.time_per_output_token", |p| {
-            p.hist().count >= 2
-        })
+        .wait_hist("gen_ai.server.time_per_output_token", 2)
         .await;
     assert_eq!(
         tpot.attr_str(SIZE_CLASS),
@@ -225,17 +215,10 @@ async fn prompt_size_class_can_be_switched_off() {
         &[("telemetry", "prompt_size_class", "false")],
     )
     .await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("m", true, None)),
-    )
-    .await;
+    let got = rig.chat("m", true).await;
     assert_eq!(got.status, 200);
     for name in [SERVER_TTFT, PREFILL] {
-        let p = rig
-            .col
-            .wait_point(STEP_TIMEOUT, name, |p| p.hist().count >= 1)
-            .await;
+        let p = rig.col.wait_hist(name, 1).await;
         assert_eq!(p.attr_str(SIZE_CLASS), None, "{name}: class switched off");
     }
     rig.proxy.shutdown().await;
@@ -262,11 +245,7 @@ async fn prompt_size_class_is_gt_128k_and_unknown_without_usage() {
     )
     .await;
     for model in ["big", "small"] {
-        let got = client::fetch(
-            &rig.client,
-            &rig.post(CHAT, script::openai_request(model, true, None)),
-        )
-        .await;
+        let got = rig.chat(model, true).await;
         assert_eq!(got.status, 200);
     }
     for (model, class) in [("big", "gt_128k"), ("small", "unknown")] {
@@ -342,11 +321,7 @@ async fn whole_body_counts_cache_and_reasoning_tokens_and_overhead_leaves_out_th
     });
     let reply = script::json_reply(200, body).head_delay(Duration::from_millis(250));
     let rig = Rig::openai(reply).await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("gpt-4o-mini", false, None)),
-    )
-    .await;
+    let got = rig.chat("gpt-4o-mini", false).await;
     assert_eq!(got.status, 200);
     for (kind, want) in [
         ("input", 100.0),

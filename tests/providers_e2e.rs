@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use support::assert_bytes_eq;
 use support::client;
+use support::frames;
 use support::names::*;
 use support::otlp::SpanRec;
 use support::rig::Rig;
@@ -20,53 +21,6 @@ use support::upstream::{Reply, Step};
 /// Scripted time to first token and gap between later frames.
 const TTFT: Duration = Duration::from_millis(250);
 const GAP: Duration = Duration::from_millis(15);
-
-/// Split an SSE body into its events (each keeps its blank-line end).
-fn sse_frames(body: &[u8]) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    let mut i = 0;
-    while i < body.len() {
-        let end = if body[i..].starts_with(b"\r\n\r\n") {
-            Some(i + 4)
-        } else if body[i..].starts_with(b"\n\n") {
-            Some(i + 2)
-        } else {
-            None
-        };
-        match end {
-            Some(e) => {
-                out.push(body[start..e].to_vec());
-                start = e;
-                i = e;
-            }
-            None => i += 1,
-        }
-    }
-    if start < body.len() {
-        out.push(body[start..].to_vec());
-    }
-    out
-}
-
-/// Split an NDJSON body into its lines (each keeps its `\n`).
-fn ndjson_frames(body: &[u8]) -> Vec<Vec<u8>> {
-    body.split_inclusive(|b| *b == b'\n')
-        .map(<[u8]>::to_vec)
-        .collect()
-}
-
-/// Split an AWS eventstream body into its messages (length-prefixed).
-fn eventstream_frames(body: &[u8]) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut rest = body;
-    while rest.len() >= 4 {
-        let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-        out.push(rest[..len].to_vec());
-        rest = &rest[len..];
-    }
-    out
-}
 
 /// A streamed JSON array cut at element boundaries (`,` starts a piece),
 /// as Gemini sends it.
@@ -103,11 +57,7 @@ fn scripted(content_type: &str, frames: Vec<Vec<u8>>, first_content: usize) -> R
 /// then return the request's one span.
 async fn run(provider: &str, reply: Reply, path: &str, body: &str) -> SpanRec {
     let want = reply.body_bytes();
-    let mut rig = Rig::start(
-        move |_| reply.clone(),
-        |t, up| t.route(provider, "/", up, provider),
-    )
-    .await;
+    let mut rig = Rig::provider(provider, reply).await;
     let got = client::fetch(&rig.client, &rig.post(path, body.as_bytes().to_vec())).await;
     assert_eq!(got.status, 200, "status passes through");
     assert!(
@@ -118,13 +68,7 @@ async fn run(provider: &str, reply: Reply, path: &str, body: &str) -> SpanRec {
     let sent = rig.up.only().await.sent();
     assert_bytes_eq("client body vs upstream bytes", &got.body, &sent);
     assert_bytes_eq("client body vs script", &got.body, &want);
-    rig.proxy.stop().await;
-    let span = rig
-        .col
-        .wait_span(support::STEP_TIMEOUT, "for the request", |_| true)
-        .await;
-    assert_eq!(rig.col.spans().len(), 1, "exactly one span per request");
-    span
+    rig.finish_only().await
 }
 
 /// TTFT from the span's `first_token` event.
@@ -172,7 +116,7 @@ const GEMINI_REQUEST: &str =
 #[tokio::test]
 async fn gemini_sse_stream() {
     let body = include_bytes!("fixtures/gemini/stream_generate.sse");
-    let reply = scripted("text/event-stream", sse_frames(body), 0);
+    let reply = scripted("text/event-stream", frames::sse(body), 0);
     let span = run(
         "gemini",
         reply,
@@ -226,7 +170,7 @@ async fn gemini_midstream_error_is_an_upstream_error() {
 #[tokio::test]
 async fn ollama_chat_stream_with_server_timings() {
     let body = include_bytes!("fixtures/ollama/chat_stream.ndjson");
-    let reply = scripted("application/x-ndjson", ndjson_frames(body), 0);
+    let reply = scripted("application/x-ndjson", frames::ndjson(body), 0);
     let span = run(
         "ollama",
         reply,
@@ -257,7 +201,7 @@ async fn bedrock_converse_stream() {
     // messageStart first; the first reasoning delta is the first token.
     let reply = scripted(
         "application/vnd.amazon.eventstream",
-        eventstream_frames(body),
+        frames::eventstream(body),
         1,
     )
     .header("x-amzn-requestid", "4c1d8a3e-5b6f-4e7a-9c2d-1f0e3b4a5c6d");
@@ -281,7 +225,7 @@ async fn bedrock_throttling_exception_is_an_upstream_error() {
     let body = include_bytes!("fixtures/bedrock/converse_stream_throttled.eventstream");
     let reply = scripted(
         "application/vnd.amazon.eventstream",
-        eventstream_frames(body),
+        frames::eventstream(body),
         1,
     );
     let span = run(
@@ -300,7 +244,7 @@ async fn azure_deployment_stream() {
     let body = include_bytes!("fixtures/azure/chat_stream_usage.sse");
     // The prompt-filter chunk and the role chunk come first; "Deploy" is
     // the first token.
-    let reply = scripted("text/event-stream", sse_frames(body), 2)
+    let reply = scripted("text/event-stream", frames::sse(body), 2)
         .header("apim-request-id", "6e3f1a2b-9c8d-4e7f-a6b5-c4d3e2f1a0b9");
     let span = run(
         "azure",
@@ -316,31 +260,32 @@ async fn azure_deployment_stream() {
     assert_ttft(&span);
 }
 
-#[tokio::test]
-async fn provider_detected_from_the_path_without_configuration() {
-    let body = include_bytes!("fixtures/ollama/chat_stream.ndjson");
-    let reply = scripted("application/x-ndjson", ndjson_frames(body), 0);
-    let mut rig = Rig::start(
+/// One route `/` named `auto` that names no provider, to a fixed reply.
+async fn unconfigured(reply: Reply) -> Rig {
+    Rig::start(
         move |_| reply.clone(),
-        // A route with no provider: detection from `/api/chat`.
         |t, up| {
             t.raw_route(&format!(
                 "[[routes]]\nname = \"auto\"\nprefix = \"/\"\nupstream = \"{up}\"\n"
             ))
         },
     )
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn provider_detected_from_the_path_without_configuration() {
+    let body = include_bytes!("fixtures/ollama/chat_stream.ndjson");
+    let reply = scripted("application/x-ndjson", frames::ndjson(body), 0);
+    // A route with no provider: detection from `/api/chat`.
+    let mut rig = unconfigured(reply).await;
     let got = client::fetch(
         &rig.client,
         &rig.post("/api/chat", br#"{"model":"llama3.2"}"#.to_vec()),
     )
     .await;
     assert_eq!(got.status, 200);
-    rig.proxy.stop().await;
-    let span = rig
-        .col
-        .wait_span(support::STEP_TIMEOUT, "for the request", |_| true)
-        .await;
+    let span = rig.stop_first_span().await;
     assert_eq!(span.str(PROVIDER), "ollama");
     assert_tokens(&span, 31, 5);
 }
@@ -354,18 +299,10 @@ async fn provider_detected_from_the_response_labels_span_and_metrics() {
     let body = include_bytes!("fixtures/bedrock/converse_stream.eventstream");
     let reply = scripted(
         "application/vnd.amazon.eventstream",
-        eventstream_frames(body),
+        frames::eventstream(body),
         1,
     );
-    let mut rig = Rig::start(
-        move |_| reply.clone(),
-        |t, up| {
-            t.raw_route(&format!(
-                "[[routes]]\nname = \"auto\"\nprefix = \"/\"\nupstream = \"{up}\"\n"
-            ))
-        },
-    )
-    .await;
+    let mut rig = unconfigured(reply).await;
     let got = client::fetch(
         &rig.client,
         &rig.post("/v1/custom/generate-things", br#"{"messages":[]}"#.to_vec()),
@@ -377,11 +314,7 @@ async fn provider_detected_from_the_response_labels_span_and_metrics() {
         "body finished cleanly: {:?}",
         got.error
     );
-    rig.proxy.stop().await;
-    let span = rig
-        .col
-        .wait_span(support::STEP_TIMEOUT, "for the request", |_| true)
-        .await;
+    let span = rig.stop_first_span().await;
     assert_eq!(
         span.str(PROVIDER),
         "aws.bedrock",
@@ -420,7 +353,7 @@ async fn sigv4_route_re_signs_for_the_upstream() {
     let body = include_bytes!("fixtures/bedrock/converse_stream.eventstream");
     let reply = scripted(
         "application/vnd.amazon.eventstream",
-        eventstream_frames(body),
+        frames::eventstream(body),
         1,
     );
     let rig = Rig::start(

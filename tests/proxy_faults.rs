@@ -45,11 +45,7 @@ fn assert_error_type(span: &SpanRec) {
 async fn abort_mid_stream_is_upstream_error_with_partial_counts() {
     let spec = StreamSpec::tokens(10, Duration::from_millis(20), Duration::from_millis(10));
     let mut rig = Rig::openai(script::openai_abort_after(&spec, 3)).await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("m-abort", true, None)),
-    )
-    .await;
+    let got = rig.chat("m-abort", true).await;
     assert_eq!(got.status, 200, "head was already sent as 200");
     assert!(
         got.error.is_some(),
@@ -72,11 +68,7 @@ async fn status_429_passes_through_and_is_an_error() {
     let reply = script::openai_error(429, "requests", "rate_limit_exceeded", "Rate limit reached");
     let want = reply.body_bytes();
     let mut rig = Rig::openai(reply).await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("m-429", true, None)),
-    )
-    .await;
+    let got = rig.chat("m-429", true).await;
     assert_eq!(got.status, 429, "429 passes through");
     assert_eq!(
         got.headers.get("retry-after").map(|v| v.as_bytes()),
@@ -95,14 +87,7 @@ async fn status_500_anthropic_passes_through_and_is_an_error() {
     let reply = script::anthropic_error(500, "api_error", "Internal server error");
     let want = reply.body_bytes();
     let mut rig = Rig::anthropic(reply).await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(
-            "/v1/messages",
-            script::anthropic_request("c-500", true, None),
-        ),
-    )
-    .await;
+    let got = rig.messages("c-500", true).await;
     assert_eq!(got.status, 500);
     assert_bytes_eq("500 body", &got.body, &want);
     let span = rig.finish("chat c-500").await;
@@ -116,11 +101,7 @@ async fn openai_midstream_error_under_200_is_upstream_error() {
     let reply = script::openai_midstream_error(&spec, 2);
     let want = reply.body_bytes();
     let mut rig = Rig::openai(reply).await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("m-mid", true, None)),
-    )
-    .await;
+    let got = rig.chat("m-mid", true).await;
     assert_eq!(got.status, 200);
     assert_bytes_eq("stream with error event", &got.body, &want);
     let span = rig.finish("chat m-mid").await;
@@ -135,14 +116,7 @@ async fn anthropic_error_event_under_200_is_upstream_error() {
     let reply = script::anthropic_midstream_error(&spec, 2);
     let want = reply.body_bytes();
     let mut rig = Rig::anthropic(reply).await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(
-            "/v1/messages",
-            script::anthropic_request("c-mid", true, None),
-        ),
-    )
-    .await;
+    let got = rig.messages("c-mid", true).await;
     assert_bytes_eq("stream with error event", &got.body, &want);
     let span = rig.finish("chat c-mid").await;
     assert_outcome(&span, "upstream_error");
@@ -159,11 +133,7 @@ async fn malformed_chunk_is_counted_skipped_and_still_passes_through() {
     let reply = script::openai_malformed_after(&spec, 2);
     let want = reply.body_bytes();
     let mut rig = Rig::openai(reply).await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("m-bad", true, None)),
-    )
-    .await;
+    let got = rig.chat("m-bad", true).await;
     assert_eq!(got.status, 200);
     assert!(
         got.error.is_none(),
@@ -194,11 +164,7 @@ async fn connect_refused_is_502_with_openai_error_json() {
     )
     .await;
     let t0 = Instant::now();
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("m-502", true, None)),
-    )
-    .await;
+    let got = rig.chat("m-502", true).await;
     assert_eq!(
         got.status,
         502,

@@ -19,6 +19,14 @@ async fn proxy_for(up: &Upstream, provider: &str) -> InProc {
     InProc::start(&Toml::new().route(provider, "/", &up.url(), provider)).await
 }
 
+/// An OpenAI chat request for `model` sent to `proxy` on a new HTTP/1.1
+/// client, read to its end.
+async fn chat(proxy: &InProc, model: &str, stream: bool) -> client::Streamed {
+    let body = script::openai_request(model, stream, None);
+    let req = Req::post_json(proxy.addr, "/v1/chat/completions", body);
+    client::fetch(&client::http1(), &req).await
+}
+
 /// The client sees exactly the upstream's status, end-to-end headers and body.
 async fn assert_identical(reply: Reply, path: &str, body: Vec<u8>, provider: &str, h2: bool) {
     let want_body = reply.body_bytes();
@@ -159,15 +167,7 @@ async fn chunks_are_forwarded_as_they_arrive() {
     let spec = StreamSpec::tokens(5, Duration::from_millis(300), Duration::from_millis(100));
     let up = Upstream::fixed(script::openai_chat_sse(&spec)).await;
     let proxy = proxy_for(&up, "openai").await;
-    let got = client::fetch(
-        &client::http1(),
-        &Req::post_json(
-            proxy.addr,
-            "/v1/chat/completions",
-            script::openai_request("m", true, None),
-        ),
-    )
-    .await;
+    let got = chat(&proxy, "m", true).await;
     let first = got
         .first_containing("tok0")
         .expect("tok0 reaches the client");
@@ -299,15 +299,7 @@ async fn hop_by_hop_response_headers_are_not_forwarded() {
         .header("x-e2e-resp", "kept");
     let up = Upstream::fixed(reply).await;
     let proxy = proxy_for(&up, "openai").await;
-    let got = client::fetch(
-        &client::http1(),
-        &Req::post_json(
-            proxy.addr,
-            "/v1/chat/completions",
-            script::openai_request("m", false, None),
-        ),
-    )
-    .await;
+    let got = chat(&proxy, "m", false).await;
     for h in ["x-upstream-hop", "keep-alive", "proxy-authenticate"] {
         assert!(
             got.headers.get(h).is_none(),
@@ -327,15 +319,7 @@ async fn upstream_sees_completed_body_after_a_full_stream() {
     let spec = StreamSpec::tokens(4, Duration::ZERO, Duration::from_millis(5));
     let up = Upstream::fixed(script::openai_chat_sse(&spec)).await;
     let proxy = proxy_for(&up, "openai").await;
-    let got = client::fetch(
-        &client::http1(),
-        &Req::post_json(
-            proxy.addr,
-            "/v1/chat/completions",
-            script::openai_request("m", true, None),
-        ),
-    )
-    .await;
+    let got = chat(&proxy, "m", true).await;
     assert_eq!(got.status, 200);
     let end = within(
         support::STEP_TIMEOUT,

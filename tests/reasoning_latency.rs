@@ -86,27 +86,12 @@ fn lines(payloads: &[&str]) -> Vec<Vec<u8>> {
 async fn run(provider: &str, script: Script, path: &str, body: &str) -> (SpanRec, Rig) {
     let reply = script.reply();
     let want = reply.body_bytes();
-    let mut rig = Rig::start(
-        move |_| reply.clone(),
-        |t, up| t.route(provider, "/", up, provider),
-    )
-    .await;
+    let mut rig = Rig::provider(provider, reply).await;
     let got = client::fetch(&rig.client, &rig.post(path, body.as_bytes().to_vec())).await;
     assert_eq!(got.status, 200, "status passes through");
     assert_eq!(got.body, want, "the client gets the upstream's bytes");
-    let span = finish_any(&mut rig).await;
+    let span = rig.finish_only().await;
     (span, rig)
-}
-
-/// Stop the proxy (flushing telemetry) and return the request's one span.
-async fn finish_any(rig: &mut Rig) -> SpanRec {
-    rig.proxy.stop().await;
-    let span = rig
-        .col
-        .wait_span(support::STEP_TIMEOUT, "for the request", |_| true)
-        .await;
-    assert_eq!(rig.col.spans().len(), 1, "exactly one span per request");
-    span
 }
 
 #[track_caller]

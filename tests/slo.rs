@@ -23,7 +23,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use support::client::{self, HttpClient, Req};
 use support::otlp::{Collector, Val};
-use support::proxy::{Toml, q};
+use support::proxy::{Toml, q, start_running};
 use support::script::{self, StreamSpec};
 use support::upstream::Upstream;
 use support::{STEP_TIMEOUT, within};
@@ -128,12 +128,7 @@ async fn slo_breach_and_recovery_reach_log_metrics_spans_and_webhook() {
             "[alerts]\nwebhook_url = {}\nmin_interval = \"0s\"\ntimeout = \"2s\"\n",
             q(&format!("http://{}/hooks/slo", hook.addr))
         ));
-    let text = toml.render();
-    let config = tokentap::config::from_toml(&text)
-        .unwrap_or_else(|e| panic!("test config rejected: {e}\n{text}"));
-    let running = within(STEP_TIMEOUT, "app::start", tokentap::app::start(config))
-        .await
-        .unwrap();
+    let running = start_running(&toml).await;
     let (proxy, admin) = (running.addr, running.admin_addr.expect("admin listener"));
     let c = client::http1();
 

@@ -62,11 +62,7 @@ async fn streamed_rig(protocol: &str) -> (Rig, StreamSpec) {
 #[tokio::test]
 async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
     let (rig, spec) = streamed_rig("grpc").await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("gpt-4o-mini", true, None)),
-    )
-    .await;
+    let got = rig.chat("gpt-4o-mini", true).await;
     assert_eq!(got.status, 200);
     assert_eq!(
         got.text().matches("\"tok").count(),
@@ -156,9 +152,7 @@ async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
 
     // Metrics: names, units, buckets, values.
     let m = &rig.col;
-    let ttft = m
-        .wait_point(STEP_TIMEOUT, SERVER_TTFT, |p| p.hist().count >= 1)
-        .await;
+    let ttft = m.wait_hist(SERVER_TTFT, 1).await;
     assert_eq!(ttft.unit, "s", "{SERVER_TTFT} unit");
     assert_eq!(
         ttft.hist().bounds,
@@ -174,9 +168,7 @@ async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
     assert_eq!(ttft.attr_str(PROVIDER), Some("openai"));
     assert_eq!(ttft.attr_str(REQUEST_MODEL), Some("gpt-4o-mini"));
 
-    let dur = m
-        .wait_point(STEP_TIMEOUT, OP_DURATION, |p| p.hist().count >= 1)
-        .await;
+    let dur = m.wait_hist(OP_DURATION, 1).await;
     assert_eq!(dur.unit, "s", "{OP_DURATION} unit");
     assert_eq!(
         dur.hist().bounds,
@@ -185,9 +177,7 @@ async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
     );
 
     for (name, want) in [(OP_INPUT_TOKENS, 17.0), (OP_OUTPUT_TOKENS, 20.0)] {
-        let p = m
-            .wait_point(STEP_TIMEOUT, name, |p| p.hist().count >= 1)
-            .await;
+        let p = m.wait_hist(name, 1).await;
         assert_eq!(p.unit, "{token}", "{name} unit");
         assert_eq!(
             p.hist().bounds,
@@ -223,9 +213,7 @@ async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
         assert!(names.iter().any(|n| n == new), "{new} missing: {names:?}");
     }
 
-    let tpot = m
-        .wait_point(STEP_TIMEOUT, SERVER_TPOT, |p| p.hist().count >= 1)
-        .await;
+    let tpot = m.wait_hist(SERVER_TPOT, 1).await;
     assert_eq!(tpot.unit, "s");
     assert_eq!(
         tpot.hist().bounds,
@@ -239,9 +227,7 @@ async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
         0.4,
     );
 
-    let tps = m
-        .wait_point(STEP_TIMEOUT, DECODE_TPS_METRIC, |p| p.hist().count >= 1)
-        .await;
+    let tps = m.wait_hist(DECODE_TPS_METRIC, 1).await;
     within_pct(
         "decode tokens/s metric",
         tps.hist().sum / tps.hist().count as f64,
@@ -249,9 +235,7 @@ async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
         0.4,
     );
 
-    let gap = m
-        .wait_point(STEP_TIMEOUT, CHUNK_GAP, |p| p.hist().count >= 19)
-        .await;
+    let gap = m.wait_hist(CHUNK_GAP, 19).await;
     assert_eq!(gap.unit, "s", "{CHUNK_GAP} unit");
     let fine = gap
         .hist()
@@ -282,11 +266,7 @@ async fn streamed_chat_span_has_scripted_timing_and_exact_usage_grpc() {
 #[tokio::test]
 async fn streamed_chat_exports_over_http_protobuf() {
     let (rig, _) = streamed_rig("http/protobuf").await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("gpt-4o-mini", true, None)),
-    )
-    .await;
+    let got = rig.chat("gpt-4o-mini", true).await;
     assert_eq!(got.status, 200);
     let span = rig.col.wait_span_named("chat gpt-4o-mini").await;
     assert_eq!(
@@ -300,10 +280,7 @@ async fn streamed_chat_exports_over_http_protobuf() {
         (0.28..=0.6).contains(&ttfc),
         "time_to_first_chunk {ttfc} s, scripted 0.3 s"
     );
-    let p = rig
-        .col
-        .wait_point(STEP_TIMEOUT, OP_DURATION, |p| p.hist().count >= 1)
-        .await;
+    let p = rig.col.wait_hist(OP_DURATION, 1).await;
     assert_eq!(p.protocol, Protocol::HttpProtobuf);
     assert_eq!(
         span.resource.get("service.name").and_then(|v| v.as_str()),
@@ -328,16 +305,10 @@ async fn legacy_semconv_exports_the_old_names() {
         },
     )
     .await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("gpt-4o-mini", true, None)),
-    )
-    .await;
+    let got = rig.chat("gpt-4o-mini", true).await;
     assert_eq!(got.status, 200);
     let m = &rig.col;
-    let dur = m
-        .wait_point(STEP_TIMEOUT, OPERATION_DURATION, |p| p.hist().count >= 1)
-        .await;
+    let dur = m.wait_hist(OPERATION_DURATION, 1).await;
     assert_eq!(dur.attr_str(OPERATION), Some("chat"));
     let usage = m.latest(TOKEN_USAGE);
     let sum = |kind: &str| {
@@ -449,11 +420,7 @@ async fn non_streaming_has_ttft_equal_to_body_time_and_exact_usage() {
     let reply = script::openai_chat_json("gpt-4o-mini", "Hello.", (9, 2))
         .head_delay(Duration::from_millis(250));
     let rig = Rig::openai(reply).await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("m-json", false, None)),
-    )
-    .await;
+    let got = rig.chat("m-json", false).await;
     assert_eq!(got.status, 200);
     let span = rig.col.wait_span_named("chat m-json").await;
     assert_eq!(
@@ -526,11 +493,7 @@ async fn client_traceparent_is_continued_and_injected_upstream() {
 #[tokio::test]
 async fn without_traceparent_a_new_root_trace_is_started() {
     let rig = Rig::openai(script::openai_chat_json("m", "ok", (1, 1))).await;
-    client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("m-root", false, None)),
-    )
-    .await;
+    rig.chat("m-root", false).await;
     let span = rig.col.wait_span_named("chat m-root").await;
     assert!(
         span.parent_span_id.is_empty(),
@@ -674,11 +637,7 @@ async fn model_cardinality_is_capped_in_metrics_not_in_spans() {
     .await;
     let models = ["cap-a", "cap-b", "cap-c", "cap-d", "cap-e"];
     for m in models {
-        let got = client::fetch(
-            &rig.client,
-            &rig.post(CHAT, script::openai_request(m, false, None)),
-        )
-        .await;
+        let got = rig.chat(m, false).await;
         assert_eq!(got.status, 200);
     }
     for m in models {
@@ -731,11 +690,7 @@ fn gzip_sse(spec: &StreamSpec) -> support::upstream::Reply {
 async fn gzip_stream_is_metered_through_decompression() {
     let spec = StreamSpec::tokens(10, Duration::ZERO, Duration::from_millis(2)).with_usage(5, 10);
     let mut rig = Rig::openai(gzip_sse(&spec)).await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("m-gz", true, None)),
-    )
-    .await;
+    let got = rig.chat("m-gz", true).await;
     assert_eq!(
         got.headers.get("content-encoding").map(|v| v.as_bytes()),
         Some(&b"gzip"[..])
@@ -761,11 +716,7 @@ async fn undecodable_body_is_unmetered_not_zero_tokens() {
         .send("this is not gzip at all, just bytes that claim to be");
     let want = reply.body_bytes();
     let mut rig = Rig::openai(reply).await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("m-ungz", true, None)),
-    )
-    .await;
+    let got = rig.chat("m-ungz", true).await;
     support::assert_bytes_eq("undecodable body still passes through", &got.body, &want);
     let span = rig.finish("chat m-ungz").await;
     assert_eq!(
@@ -786,11 +737,7 @@ async fn unknown_content_type_is_unmetered() {
         .header("content-type", "application/octet-stream")
         .send(vec![0u8, 1, 2, 3]);
     let mut rig = Rig::openai(reply).await;
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("m-bin", true, None)),
-    )
-    .await;
+    let got = rig.chat("m-bin", true).await;
     assert_eq!(got.body, vec![0u8, 1, 2, 3]);
     let span = rig.finish("chat m-bin").await;
     assert_eq!(span.str("tokentap.unmetered"), "unknown_format");

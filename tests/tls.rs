@@ -33,43 +33,32 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 use support::proxy::{InProc, Scratch, Toml, q};
-use support::tls::{TestCa, chain_pem, key_pem};
-use support::upstream::{Reply, Upstream};
+use support::tls::{Identity, PemFiles, TestCa, chain_pem, write_pem};
+use support::upstream::Upstream;
 use support::{STEP_TIMEOUT, within};
 
 const BODY: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
 const REQUEST: &str = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hello"}]}"#;
 
-type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
-
-/// Write a leaf for 127.0.0.1/localhost signed by `ca` as `name`.pem and
-/// `name`.key; returns the leaf certificate.
-fn write_leaf(
-    dir: &Scratch,
-    ca: &TestCa,
-    name: &str,
-    names: &[&str],
-) -> (
-    std::path::PathBuf,
-    std::path::PathBuf,
-    CertificateDer<'static>,
-) {
-    let (chain, key) = ca.leaf(names);
-    let cert = dir.write(&format!("{name}.pem"), &chain_pem(&chain));
-    let key = dir.write(&format!("{name}.key"), &key_pem(&key));
-    (cert, key, chain[0].clone())
+/// The proxy listener's TLS set-up: a fresh CA, a scratch dir `tag` with
+/// a leaf for `names` in it (server.pem / server.key), and a config that
+/// serves it in front of `upstream`. Dropping the dir deletes the files:
+/// a test holds it (`_dir`) while the proxy runs.
+fn served(tag: &str, upstream: &str, names: &[&str]) -> (TestCa, Scratch, PemFiles, Toml) {
+    let (ca, dir) = (TestCa::new(), Scratch::new(tag));
+    let files = write_pem(&dir, "server", &ca.leaf(names));
+    let toml = tls_toml(upstream, &files.cert, &files.key);
+    (ca, dir, files, toml)
 }
 
 fn tls_toml(upstream: &str, cert: &std::path::Path, key: &std::path::Path) -> Toml {
@@ -86,51 +75,19 @@ async fn connect(
     alpn: &[u8],
     identity: Option<Identity>,
 ) -> std::io::Result<TlsStream<TcpStream>> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.der()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    let mut cfg = match identity {
-        Some((chain, key)) => builder.with_client_auth_cert(chain, key).unwrap(),
-        None => builder.with_no_client_auth(),
-    };
-    cfg.alpn_protocols = vec![alpn.to_vec()];
-    let tcp = TcpStream::connect(addr).await?;
-    let name = ServerName::try_from(server_name.to_owned()).unwrap();
-    tokio_rustls::TlsConnector::from(Arc::new(cfg))
-        .connect(name, tcp)
-        .await
+    support::tls::connect(addr, ca.der(), server_name, alpn, identity).await
 }
 
-/// A CA certificate to trust, for client tasks (a `TestCa` stays with the test).
-struct TrustOnly(CertificateDer<'static>);
-
-/// [`connect`] to "localhost" with HTTP/1.1, trusting `ca`.
-async fn connect_with(
-    addr: SocketAddr,
-    ca: &TrustOnly,
-    identity: Option<Identity>,
-) -> std::io::Result<TlsStream<TcpStream>> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.0.clone()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    let mut cfg = match identity {
-        Some((chain, key)) => builder.with_client_auth_cert(chain, key).unwrap(),
-        None => builder.with_no_client_auth(),
-    };
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let tcp = TcpStream::connect(addr).await?;
-    let name = ServerName::try_from("localhost").unwrap();
-    tokio_rustls::TlsConnector::from(Arc::new(cfg))
-        .connect(name, tcp)
-        .await
+/// [`connect`] to "localhost" without a client certificate, bounded by
+/// `STEP_TIMEOUT`; panics unless the handshake succeeds.
+async fn handshake(addr: SocketAddr, ca: &TestCa, alpn: &[u8]) -> TlsStream<TcpStream> {
+    within(
+        STEP_TIMEOUT,
+        "TLS handshake",
+        connect(addr, ca, "localhost", alpn, None),
+    )
+    .await
+    .expect("TLS handshake with the proxy")
 }
 
 /// POST the chat request on `tls` (HTTP/1.1 or h2 by its ALPN); status and body.
@@ -159,27 +116,16 @@ async fn chat(tls: TlsStream<TcpStream>) -> Result<(u16, Bytes), hyper::Error> {
 }
 
 async fn upstream() -> Upstream {
-    Upstream::fixed(
-        Reply::new(200)
-            .header("content-type", "application/json")
-            .send(BODY),
-    )
-    .await
+    Upstream::fixed_json(BODY).await
 }
 
 #[tokio::test]
 async fn h1_and_h2_over_tls_reach_the_upstream() {
-    let (ca, dir, up) = (TestCa::new(), Scratch::new("tls-h1-h2"), upstream().await);
-    let (cert, key, _) = write_leaf(&dir, &ca, "server", &["localhost", "127.0.0.1"]);
-    let proxy = InProc::start(&tls_toml(&up.url(), &cert, &key)).await;
+    let up = upstream().await;
+    let (ca, _dir, _, toml) = served("tls-h1-h2", &up.url(), &["localhost", "127.0.0.1"]);
+    let proxy = InProc::start(&toml).await;
     for alpn in [&b"http/1.1"[..], b"h2"] {
-        let tls = within(
-            STEP_TIMEOUT,
-            "handshake",
-            connect(proxy.addr, &ca, "localhost", alpn, None),
-        )
-        .await
-        .expect("TLS handshake with the proxy");
+        let tls = handshake(proxy.addr, &ca, alpn).await;
         assert_eq!(tls.get_ref().1.alpn_protocol(), Some(alpn), "ALPN agreed");
         let (status, body) = within(STEP_TIMEOUT, "chat over TLS", chat(tls))
             .await
@@ -201,17 +147,10 @@ async fn a_websocket_over_h2_with_alpn_is_relayed() {
     use support::ws::{Script, h2_connect, h2_handshake, h2_upgraded, ws_upstream};
     use tokio_tungstenite::tungstenite::Message;
     use tokio_tungstenite::tungstenite::protocol::Role;
-    let (ca, dir) = (TestCa::new(), Scratch::new("tls-h2-websocket"));
     let (upstream, seen) = ws_upstream(Script::Echo).await;
-    let (cert, key, _) = write_leaf(&dir, &ca, "server", &["localhost", "127.0.0.1"]);
-    let proxy = InProc::start(&tls_toml(&upstream, &cert, &key)).await;
-    let tls = within(
-        STEP_TIMEOUT,
-        "handshake",
-        connect(proxy.addr, &ca, "localhost", b"h2", None),
-    )
-    .await
-    .expect("TLS handshake with the proxy");
+    let (ca, _dir, _, toml) = served("tls-h2-websocket", &upstream, &["localhost", "127.0.0.1"]);
+    let proxy = InProc::start(&toml).await;
+    let tls = handshake(proxy.addr, &ca, b"h2").await;
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
     let mut sender = h2_handshake(tls).await;
     let authority = format!("localhost:{}", proxy.addr.port());
@@ -246,9 +185,9 @@ async fn a_websocket_over_h2_with_alpn_is_relayed() {
 
 #[tokio::test]
 async fn certificates_reload_live_and_a_bad_one_is_refused() {
-    let (ca, dir, up) = (TestCa::new(), Scratch::new("tls-reload"), upstream().await);
-    let (cert, key, first) = write_leaf(&dir, &ca, "server", &["localhost"]);
-    let toml = tls_toml(&up.url(), &cert, &key);
+    let up = upstream().await;
+    let (ca, dir, files, toml) = served("tls-reload", &up.url(), &["localhost"]);
+    let first = files.leaf;
     let proxy = InProc::start(&toml).await;
     let running = proxy.running().unwrap();
 
@@ -263,7 +202,7 @@ async fn certificates_reload_live_and_a_bad_one_is_refused() {
     tokio::spawn(conn);
 
     // Rotate in place, as cert-manager does, and reload.
-    let (_, _, second) = write_leaf(&dir, &ca, "server", &["localhost"]);
+    let second = write_pem(&dir, "server", &ca.leaf(&["localhost"])).leaf;
     assert_ne!(first, second);
     running
         .reload(tokentap::config::from_toml(&toml.render()))
@@ -321,10 +260,10 @@ async fn certificates_reload_live_and_a_bad_one_is_refused() {
 
 #[tokio::test]
 async fn mtls_refuses_missing_unknown_and_expired_client_certificates() {
-    let (ca, dir, up) = (TestCa::new(), Scratch::new("tls-mtls"), upstream().await);
-    let (cert, key, _) = write_leaf(&dir, &ca, "server", &["localhost"]);
+    let up = upstream().await;
+    let (ca, dir, _, toml) = served("tls-mtls", &up.url(), &["localhost"]);
     let client_ca = dir.write("clients.pem", ca.pem());
-    let toml = tls_toml(&up.url(), &cert, &key)
+    let toml = toml
         .set("tls", "client_ca", &q(&client_ca.display().to_string()))
         .set("tenant", "sources", r#"["client_cert", "header"]"#)
         .top("admin_listen", &q("127.0.0.1:0"));
@@ -397,13 +336,15 @@ async fn mtls_refuses_missing_unknown_and_expired_client_certificates() {
 
 #[tokio::test]
 async fn sni_picks_the_certificate_by_server_name() {
-    let (ca, dir, up) = (TestCa::new(), Scratch::new("tls-sni"), upstream().await);
-    let (cert, key, default) = write_leaf(&dir, &ca, "default", &["localhost"]);
-    let (sni_cert, sni_key, other) = write_leaf(&dir, &ca, "other", &["api.example.test"]);
-    let toml = tls_toml(&up.url(), &cert, &key).raw_route(&format!(
+    let up = upstream().await;
+    let (ca, dir, files, toml) = served("tls-sni", &up.url(), &["localhost"]);
+    let default = files.leaf;
+    let sni = write_pem(&dir, "other", &ca.leaf(&["api.example.test"]));
+    let other = sni.leaf;
+    let toml = toml.raw_route(&format!(
         "[[tls.sni]]\nname = \"api.example.test\"\ncert = {}\nkey = {}\n",
-        q(&sni_cert.display().to_string()),
-        q(&sni_key.display().to_string())
+        q(&sni.cert.display().to_string()),
+        q(&sni.key.display().to_string())
     ));
     let proxy = InProc::start(&toml).await;
     let named = connect(proxy.addr, &ca, "api.example.test", b"http/1.1", None)
@@ -481,7 +422,7 @@ async fn admin_token_guards_everything_but_the_probes() {
 #[tokio::test]
 async fn admin_mtls_requires_a_client_certificate() {
     let (ca, dir, up) = (TestCa::new(), Scratch::new("tls-admin"), upstream().await);
-    let (cert, key, _) = write_leaf(&dir, &ca, "admin", &["localhost"]);
+    let PemFiles { cert, key, .. } = write_pem(&dir, "admin", &ca.leaf(&["localhost"]));
     let client_ca = dir.write("clients.pem", ca.pem());
     let toml = Toml::openai(&up.url())
         .top("admin_listen", &q("0.0.0.0:0"))
@@ -539,11 +480,11 @@ async fn until_closed(stream: &mut TcpStream, limit: Duration) -> (Vec<u8>, Opti
 
 #[tokio::test]
 async fn hostile_tls_clients_do_not_stop_the_listener() {
-    let (ca, dir, up) = (TestCa::new(), Scratch::new("tls-hostile"), upstream().await);
-    let (cert, key, _) = write_leaf(&dir, &ca, "server", &["localhost"]);
-    let toml = tls_toml(&up.url(), &cert, &key)
-        .set("server", "header_read_timeout", &q("1s"))
-        .set("server", "max_connections", "64");
+    let up = upstream().await;
+    let (ca, _dir, _, toml) = served("tls-hostile", &up.url(), &["localhost"]);
+    let toml =
+        toml.set("server", "header_read_timeout", &q("1s"))
+            .set("server", "max_connections", "64");
     let proxy = InProc::start(&toml).await;
     let addr = proxy.addr;
 
@@ -611,14 +552,12 @@ async fn hostile_tls_clients_do_not_stop_the_listener() {
 
 #[tokio::test]
 async fn handshake_flood_keeps_memory_bounded_and_logs_no_secret() {
-    let (ca, dir, up) = (TestCa::new(), Scratch::new("tls-flood"), upstream().await);
-    let (chain, key) = ca.leaf(&["localhost"]);
-    let key_text = key_pem(&key);
-    let cert = dir.write("server.pem", &chain_pem(&chain));
-    let key_file = dir.write("server.key", &key_text);
+    let up = upstream().await;
+    let (ca, dir, files, toml) = served("tls-flood", &up.url(), &["localhost"]);
+    let key_text = files.key_pem;
     let client_ca = dir.write("clients.pem", ca.pem());
     let token = "flood-admin-token-0123456789";
-    let toml = tls_toml(&up.url(), &cert, &key_file)
+    let toml = toml
         .set("tls", "client_ca", &q(&client_ca.display().to_string()))
         .set("server", "header_read_timeout", &q("1s"))
         .top("admin_listen", &q("127.0.0.1:0"))
@@ -644,11 +583,13 @@ async fn handshake_flood_keeps_memory_bounded_and_logs_no_secret() {
                 1 => Some(copy(&expired)),
                 _ => None,
             };
-            let ca = TrustOnly(ca.der());
+            let ca = ca.der();
             tasks.spawn(async move {
                 match i % 5 {
                     0 | 1 => {
-                        if let Ok(tls) = connect_with(addr, &ca, identity).await {
+                        let hello =
+                            support::tls::connect(addr, ca, "localhost", b"http/1.1", identity);
+                        if let Ok(tls) = hello.await {
                             let _ = tokio::time::timeout(Duration::from_secs(3), chat(tls)).await;
                         }
                     }
@@ -733,18 +674,11 @@ async fn websocket_over_tls_is_relayed_unchanged() {
     use tokio_tungstenite::tungstenite::Message;
     use tokio_tungstenite::tungstenite::handshake::client::generate_key;
 
-    let (ca, dir) = (TestCa::new(), Scratch::new("tls-wss"));
-    let (cert, key, _) = write_leaf(&dir, &ca, "server", &["localhost", "127.0.0.1"]);
     let up = ws_echo_upstream().await;
-    let toml = tls_toml(&up, &cert, &key).set("server", "shutdown_grace", &q("1s"));
+    let (ca, _dir, _, toml) = served("tls-wss", &up, &["localhost", "127.0.0.1"]);
+    let toml = toml.set("server", "shutdown_grace", &q("1s"));
     let proxy = InProc::start(&toml).await;
-    let tls = within(
-        STEP_TIMEOUT,
-        "TLS handshake",
-        connect(proxy.addr, &ca, "localhost", b"http/1.1", None),
-    )
-    .await
-    .expect("TLS handshake with the proxy");
+    let tls = handshake(proxy.addr, &ca, b"http/1.1").await;
     let host = format!("localhost:{}", proxy.addr.port());
     let req = http::Request::get(format!("wss://{host}/v1/realtime?model=gpt-realtime"))
         .header("host", &host)

@@ -12,6 +12,7 @@ mod support;
 
 use support::assert_bytes_eq;
 use support::client;
+use support::frames;
 use support::names::*;
 use support::otlp::SpanRec;
 use support::rig::Rig;
@@ -23,22 +24,12 @@ const MALFORMED_EVENTS: &str = "tokentap.malformed_events";
 /// came through unchanged, then return the request's one span.
 async fn run(provider: &str, reply: Reply, path: &str, body: &str) -> SpanRec {
     let want = reply.body_bytes();
-    let mut rig = Rig::start(
-        move |_| reply.clone(),
-        |t, up| t.route(provider, "/", up, provider),
-    )
-    .await;
+    let mut rig = Rig::provider(provider, reply).await;
     let got = client::fetch(&rig.client, &rig.post(path, body.as_bytes().to_vec())).await;
     assert_eq!(got.status, 200, "{provider}: status passes through");
     assert!(got.error.is_none(), "{provider}: body ends cleanly");
     assert_bytes_eq(provider, &got.body, &want);
-    rig.proxy.stop().await;
-    let span = rig
-        .col
-        .wait_span(support::STEP_TIMEOUT, "for the request", |_| true)
-        .await;
-    assert_eq!(rig.col.spans().len(), 1, "exactly one span per request");
-    span
+    rig.finish_only().await
 }
 
 /// A 200 reply sending `frames` one by one.
@@ -50,31 +41,10 @@ fn reply(content_type: &str, frames: impl IntoIterator<Item = Vec<u8>>) -> Reply
     r
 }
 
-/// SSE events (each keeps its blank-line end).
+/// SSE events with CRLF line ends made LF (each keeps its blank-line end).
 fn sse_frames(body: &[u8]) -> Vec<Vec<u8>> {
     let text = std::str::from_utf8(body).unwrap().replace("\r\n", "\n");
-    text.split_inclusive("\n\n")
-        .map(|e| e.as_bytes().to_vec())
-        .collect()
-}
-
-/// NDJSON lines (each keeps its `\n`).
-fn ndjson_frames(body: &[u8]) -> Vec<Vec<u8>> {
-    body.split_inclusive(|b| *b == b'\n')
-        .map(<[u8]>::to_vec)
-        .collect()
-}
-
-/// AWS eventstream messages (length-prefixed).
-fn eventstream_frames(body: &[u8]) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut rest = body;
-    while rest.len() >= 4 {
-        let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-        out.push(rest[..len].to_vec());
-        rest = &rest[len..];
-    }
-    out
+    frames::sse(text.as_bytes())
 }
 
 /// Whether an eventstream message has the `:event-type` `name`.
@@ -88,6 +58,17 @@ fn openai_chunk(content: &str) -> Vec<u8> {
     format!("data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o-mini\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{content}\"}},\"finish_reason\":null}}]}}\n\n").into_bytes()
 }
 
+/// `run` for an OpenAI chat stream sending `frames`.
+async fn openai_chat(frames: Vec<Vec<u8>>) -> SpanRec {
+    run(
+        "openai",
+        reply("text/event-stream", frames),
+        "/v1/chat/completions",
+        OPENAI_CHAT,
+    )
+    .await
+}
+
 #[tokio::test]
 async fn a_malformed_event_does_not_end_metering() {
     let frames = vec![
@@ -98,13 +79,7 @@ async fn a_malformed_event_does_not_end_metering() {
         b"data: {\"id\":\"c1\",\"model\":\"gpt-4o-mini\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":42,\"total_tokens\":49}}\n\n".to_vec(),
         b"data: [DONE]\n\n".to_vec(),
     ];
-    let span = run(
-        "openai",
-        reply("text/event-stream", frames),
-        "/v1/chat/completions",
-        OPENAI_CHAT,
-    )
-    .await;
+    let span = openai_chat(frames).await;
     assert_eq!(
         span.str(OUTCOME),
         "complete",
@@ -128,7 +103,7 @@ async fn a_malformed_event_does_not_end_metering() {
 #[tokio::test]
 async fn an_eventstream_message_with_a_bad_crc_is_skipped() {
     let body = include_bytes!("fixtures/bedrock/converse_stream.eventstream");
-    let mut frames = eventstream_frames(body);
+    let mut frames = frames::eventstream(body);
     // Flip a byte past the first message's prelude: its CRC fails, its
     // length is still known, so the next message is found.
     frames[0][20] ^= 0xff;
@@ -150,13 +125,7 @@ async fn an_eventstream_message_with_a_bad_crc_is_skipped() {
 #[tokio::test]
 async fn malformed_events_and_no_terminal_event_are_malformed() {
     let frames = vec![openai_chunk("a"), b"data: {not json\n\n".to_vec()];
-    let span = run(
-        "openai",
-        reply("text/event-stream", frames),
-        "/v1/chat/completions",
-        OPENAI_CHAT,
-    )
-    .await;
+    let span = openai_chat(frames).await;
     span.assert_outcome("malformed", "malformed_events");
     assert_eq!(span.attr(MALFORMED_EVENTS).as_i64(), Some(1));
 }
@@ -186,7 +155,7 @@ fn cuts() -> Vec<Cut> {
         .into_iter()
         .filter(|e| !e.windows(12).any(|w| w == b"finishReason"))
         .collect();
-    let bedrock = eventstream_frames(include_bytes!(
+    let bedrock = frames::eventstream(include_bytes!(
         "fixtures/bedrock/converse_stream.eventstream"
     ))
     .into_iter()
@@ -196,7 +165,7 @@ fn cuts() -> Vec<Cut> {
         .into_iter()
         .filter(|e| !e.starts_with(b"event: response.completed"))
         .collect();
-    let ollama = ndjson_frames(include_bytes!("fixtures/ollama/chat_stream.ndjson"));
+    let ollama = frames::ndjson(include_bytes!("fixtures/ollama/chat_stream.ndjson"));
     let ollama = drop_last(ollama, 1);
     vec![
         Cut {
@@ -273,13 +242,7 @@ async fn a_stream_without_its_terminal_event_is_incomplete() {
 
 #[tokio::test]
 async fn an_empty_streamed_200_is_incomplete() {
-    let span = run(
-        "openai",
-        reply("text/event-stream", Vec::<Vec<u8>>::new()),
-        "/v1/chat/completions",
-        OPENAI_CHAT,
-    )
-    .await;
+    let span = openai_chat(Vec::new()).await;
     span.assert_outcome("incomplete", "missing_terminal_event");
 }
 

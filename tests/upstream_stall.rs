@@ -48,11 +48,7 @@ async fn stall_mid_stream_trips_idle_timeout_as_upstream_timeout() {
     let reply = script::openai_hang_after(&spec, 2);
     let mut rig = Rig::openai_with(reply, "", &[("upstream", "idle_timeout", "\"500ms\"")]).await;
     let t0 = Instant::now();
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("m-stall", true, None)),
-    )
-    .await;
+    let got = rig.chat("m-stall", true).await;
     let took = t0.elapsed();
     assert!(
         took >= Duration::from_millis(400) && took < Duration::from_secs(4),
@@ -87,11 +83,7 @@ async fn silent_upstream_before_head_is_504_upstream_timeout() {
     let reply = script::openai_chat_json("m", "late", (1, 1)).head_delay(Duration::from_secs(4));
     let mut rig = Rig::openai_with(reply, "", &[("upstream", "idle_timeout", "\"500ms\"")]).await;
     let t0 = Instant::now();
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("m-504", false, None)),
-    )
-    .await;
+    let got = rig.chat("m-504", false).await;
     assert_eq!(
         got.status,
         504,
@@ -119,11 +111,7 @@ async fn total_timeout_cuts_a_trickling_stream_as_upstream_timeout() {
     let reply = script::openai_chat_sse(&spec);
     let mut rig = Rig::openai_with(reply, "", &[("upstream", "total_timeout", "\"1s\"")]).await;
     let t0 = Instant::now();
-    let got = client::fetch(
-        &rig.client,
-        &rig.post(CHAT, script::openai_request("m-total", true, None)),
-    )
-    .await;
+    let got = rig.chat("m-total", true).await;
     let took = t0.elapsed();
     assert!(
         took >= Duration::from_millis(900) && took < Duration::from_secs(4),

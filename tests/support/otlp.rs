@@ -413,6 +413,13 @@ impl Collector {
         .await
     }
 
+    /// Wait (up to `STEP_TIMEOUT`) for a point of histogram `name` that
+    /// has counted at least `count` values.
+    pub(crate) async fn wait_hist(&self, name: &str, count: u64) -> MetricPoint {
+        self.wait_point(super::STEP_TIMEOUT, name, |p| p.hist().count >= count)
+            .await
+    }
+
     /// Wait (up to `limit`) until the latest export of metric `name` has a
     /// point matching `pred`; panics listing the metric names seen.
     pub(crate) async fn wait_point(

@@ -158,6 +158,26 @@ impl Toml {
     }
 }
 
+/// Parse `toml` and start tokentap in this process; panics with the
+/// config error. The caller shuts the `Running` down.
+pub(crate) async fn start_running(toml: &Toml) -> tokentap::app::Running {
+    let text = toml.render();
+    let config = tokentap::config::from_toml(&text)
+        .unwrap_or_else(|e| panic!("test config rejected: {e}\n--- config ---\n{text}"));
+    super::within(
+        super::STEP_TIMEOUT,
+        "tokentap::app::start",
+        tokentap::app::start(config),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("tokentap::app::start failed: {e:#}"))
+}
+
+/// `start_running` with an admin listener on a free port of 127.0.0.1.
+pub(crate) async fn start_with_admin(toml: Toml) -> tokentap::app::Running {
+    start_running(&toml.top("admin_listen", &q("127.0.0.1:0"))).await
+}
+
 /// tokentap running inside the test process.
 pub(crate) struct InProc {
     pub addr: SocketAddr,
@@ -167,16 +187,7 @@ pub(crate) struct InProc {
 impl InProc {
     /// Parse `toml` and start the proxy; panics with the config error.
     pub(crate) async fn start(toml: &Toml) -> InProc {
-        let text = toml.render();
-        let config = tokentap::config::from_toml(&text)
-            .unwrap_or_else(|e| panic!("test config rejected: {e}\n--- config ---\n{text}"));
-        let running = super::within(
-            super::STEP_TIMEOUT,
-            "tokentap::app::start",
-            tokentap::app::start(config),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("tokentap::app::start failed: {e:#}"));
+        let running = start_running(toml).await;
         InProc {
             addr: running.addr,
             running: Some(running),

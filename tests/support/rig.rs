@@ -42,13 +42,18 @@ impl Rig {
         }
     }
 
-    /// One OpenAI route `/` to a fixed reply.
-    pub(crate) async fn openai(reply: Reply) -> Rig {
+    /// One route `/` named after `provider`, for it, to a fixed reply.
+    pub(crate) async fn provider(provider: &str, reply: Reply) -> Rig {
         Rig::start(
             move |_| reply.clone(),
-            |t, up| t.route("openai", "/", up, "openai"),
+            |t, up| t.route(provider, "/", up, provider),
         )
         .await
+    }
+
+    /// One OpenAI route `/` to a fixed reply.
+    pub(crate) async fn openai(reply: Reply) -> Rig {
+        Rig::provider("openai", reply).await
     }
 
     /// One OpenAI route `/` to a fixed reply, with extra route lines
@@ -78,11 +83,7 @@ impl Rig {
 
     /// One Anthropic route `/` to a fixed reply.
     pub(crate) async fn anthropic(reply: Reply) -> Rig {
-        Rig::start(
-            move |_| reply.clone(),
-            |t, up| t.route("anthropic", "/", up, "anthropic"),
-        )
-        .await
+        Rig::provider("anthropic", reply).await
     }
 
     /// Shut the proxy down (which flushes telemetry), then return the one
@@ -96,6 +97,23 @@ impl Rig {
             n, 1,
             "exactly one span per request: {n} spans named {name:?}"
         );
+        span
+    }
+
+    /// Shut the proxy down (which flushes telemetry), then return the
+    /// first span exported, whatever its name.
+    pub(crate) async fn stop_first_span(&mut self) -> SpanRec {
+        self.proxy.stop().await;
+        self.col
+            .wait_span(super::STEP_TIMEOUT, "for the request", |_| true)
+            .await
+    }
+
+    /// `stop_first_span`, failing unless it is the only span exported: a
+    /// test that sent one request gets exactly one measurement.
+    pub(crate) async fn finish_only(&mut self) -> SpanRec {
+        let span = self.stop_first_span().await;
+        assert_eq!(self.col.spans().len(), 1, "exactly one span per request");
         span
     }
 
@@ -114,5 +132,19 @@ impl Rig {
     /// A JSON POST to the proxy.
     pub(crate) fn post(&self, path: &str, body: Vec<u8>) -> Req {
         Req::post_json(self.proxy.addr, path, body)
+    }
+
+    /// An OpenAI chat request for `model` (streamed or not) sent to
+    /// `/v1/chat/completions`, read to its end.
+    pub(crate) async fn chat(&self, model: &str, stream: bool) -> client::Streamed {
+        let body = super::script::openai_request(model, stream, None);
+        client::fetch(&self.client, &self.post("/v1/chat/completions", body)).await
+    }
+
+    /// An Anthropic messages request for `model` (streamed or not) sent to
+    /// `/v1/messages`, read to its end.
+    pub(crate) async fn messages(&self, model: &str, stream: bool) -> client::Streamed {
+        let body = super::script::anthropic_request(model, stream, None);
+        client::fetch(&self.client, &self.post("/v1/messages", body)).await
     }
 }

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -206,6 +207,60 @@ impl TlsUpstream {
     pub(crate) fn alpn(&self) -> Vec<Option<String>> {
         self.seen.alpn.lock().unwrap().clone()
     }
+}
+
+/// A certificate chain and its private key.
+pub(crate) type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+/// PEM files written for a test: what config keys point at, and what the
+/// test compares against.
+pub(crate) struct PemFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// The first certificate of the chain (the leaf).
+    pub leaf: CertificateDer<'static>,
+    /// The key file's text.
+    pub key_pem: String,
+}
+
+/// Write `identity` into `dir` as `name`.pem (chain) and `name`.key.
+pub(crate) fn write_pem(dir: &super::proxy::Scratch, name: &str, identity: &Identity) -> PemFiles {
+    let (chain, key) = identity;
+    let key_pem = key_pem(key);
+    PemFiles {
+        cert: dir.write(&format!("{name}.pem"), &chain_pem(chain)),
+        key: dir.write(&format!("{name}.key"), &key_pem),
+        leaf: chain[0].clone(),
+        key_pem,
+    }
+}
+
+/// A TLS client connection to `addr` for `server_name`, trusting only
+/// `ca`, offering `alpn`, presenting `identity` when there is one.
+pub(crate) async fn connect(
+    addr: SocketAddr,
+    ca: CertificateDer<'static>,
+    server_name: &str,
+    alpn: &[u8],
+    identity: Option<Identity>,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut cfg = match identity {
+        Some((chain, key)) => builder.with_client_auth_cert(chain, key).unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    cfg.alpn_protocols = vec![alpn.to_vec()];
+    let tcp = TcpStream::connect(addr).await?;
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_owned()).unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, tcp)
+        .await
 }
 
 /// PEM text of a certificate chain.

@@ -290,6 +290,14 @@ impl Upstream {
         Upstream::start(move |_| reply.clone()).await
     }
 
+    /// Serve every request a 200 with `body` as `application/json`.
+    pub(crate) async fn fixed_json(body: &'static str) -> Upstream {
+        let reply = Reply::new(200)
+            .header("content-type", "application/json")
+            .send(body);
+        Upstream::fixed(reply).await
+    }
+
     /// `http://127.0.0.1:PORT`
     pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
