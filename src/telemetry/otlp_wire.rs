@@ -419,3 +419,209 @@ fn fixed32_field(tag: u32, v: u32, out: &mut Vec<u8>) {
 fn fixed32_field_len(tag: u32, v: u32) -> usize {
     if v == 0 { 0 } else { key_len(tag) + 4 }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+    use std::time::Duration;
+
+    use opentelemetry::trace::{Event, Link, SpanContext, TraceFlags, TraceId, TraceState};
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::any_value;
+    use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
+    use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
+    use opentelemetry_sdk::trace::{SpanEvents, SpanLinks};
+    use prost::Message;
+
+    use super::*;
+
+    fn context(trace: u128, span: u64, remote: bool) -> SpanContext {
+        SpanContext::new(
+            TraceId::from(trace),
+            SpanId::from(span),
+            TraceFlags::SAMPLED,
+            remote,
+            TraceState::default(),
+        )
+    }
+
+    fn at(ms: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(1_764_000_000_000 + ms)
+    }
+
+    fn scope() -> InstrumentationScope {
+        InstrumentationScope::builder("tokentap")
+            .with_version("0.1.0")
+            .build()
+    }
+
+    /// A request span as tokentap makes them: client kind, remote parent,
+    /// every attribute type, the first-token event.
+    fn request_span() -> SpanData {
+        let mut events = SpanEvents::default();
+        events.events.push(Event::new(
+            "gen_ai.first_token",
+            at(120),
+            vec![KeyValue::new("gen_ai.output.tokens", 1_i64)],
+            0,
+        ));
+        SpanData {
+            span_context: context(0x0af7651916cd43dd8448eb211c80319c, 0xb7ad6b7169203331, false),
+            parent_span_id: SpanId::from(0x00f067aa0ba902b7),
+            parent_span_is_remote: true,
+            span_kind: SpanKind::Client,
+            name: Cow::Borrowed("chat gpt-4o-mini"),
+            start_time: at(0),
+            end_time: at(950),
+            attributes: vec![
+                KeyValue::new("gen_ai.operation.name", "chat"),
+                KeyValue::new("gen_ai.request.model", "gpt-4o-mini"),
+                KeyValue::new("tokentap.tenant", "équipe-東京-🚀"),
+                KeyValue::new("tokentap.route", ""),
+                KeyValue::new("gen_ai.usage.output_tokens", 512_i64),
+                KeyValue::new("tokentap.in_flight", -3_i64),
+                KeyValue::new("gen_ai.server.time_to_first_token", 0.120_f64),
+                KeyValue::new("tokentap.tokens_estimated", false),
+                KeyValue::new("tokentap.complete", true),
+                KeyValue::new(
+                    "gen_ai.response.finish_reasons",
+                    Value::Array(Array::String(vec!["stop".into(), "".into(), "長さ".into()])),
+                ),
+                KeyValue::new("ints", Value::Array(Array::I64(vec![0, -1, i64::MAX]))),
+                KeyValue::new("doubles", Value::Array(Array::F64(vec![0.0, -2.5]))),
+                KeyValue::new("bools", Value::Array(Array::Bool(vec![true, false]))),
+                KeyValue::new("empty", Value::Array(Array::I64(vec![]))),
+            ],
+            dropped_attributes_count: 2,
+            events,
+            links: SpanLinks::default(),
+            status: Status::Unset,
+            instrumentation_scope: scope(),
+        }
+    }
+
+    /// A root span with an error status, a link and no events.
+    fn root_span() -> SpanData {
+        let mut links = SpanLinks::default();
+        links.links.push(Link::new(
+            context(7, 8, true),
+            vec![KeyValue::new("why", "session")],
+            1,
+        ));
+        links.dropped_count = 3;
+        SpanData {
+            span_context: context(1, 2, false),
+            parent_span_id: SpanId::INVALID,
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Server,
+            name: Cow::Owned("websocket realtime".into()),
+            start_time: at(5),
+            end_time: at(6),
+            attributes: vec![],
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links,
+            status: Status::error("upstream_error: é"),
+            instrumentation_scope: scope(),
+        }
+    }
+
+    fn resource() -> Resource {
+        Resource::builder_empty()
+            .with_attributes([
+                KeyValue::new("service.name", "tokentap"),
+                KeyValue::new("service.version", "0.1.0"),
+            ])
+            .build()
+    }
+
+    /// What the stock conversion and prost make of `spans`.
+    fn stock(spans: Vec<SpanData>, resource: &Resource) -> ExportTraceServiceRequest {
+        let r = ResourceAttributesWithSchema::from(resource);
+        ExportTraceServiceRequest {
+            resource_spans: group_spans_by_resource_and_scope(spans, &r),
+        }
+    }
+
+    #[test]
+    fn bytes_match_the_stock_encoding_and_decode_to_the_same_request() {
+        let spans = vec![request_span(), root_span(), request_span()];
+        // One resource for both: its attribute order is its map's.
+        let r = resource();
+        let mut enc = TraceEncoder::new(&r);
+        let ours = enc.encode(&spans);
+        let expected = stock(spans, &r);
+        let decoded =
+            ExportTraceServiceRequest::decode(ours.as_slice()).expect("our bytes must decode");
+        assert_eq!(decoded, expected, "decoded request differs from the stock conversion");
+        assert_eq!(ours, expected.encode_to_vec(), "bytes differ from prost's");
+    }
+
+    #[test]
+    fn decoded_fields_are_the_span_fields() {
+        let mut enc = TraceEncoder::new(&resource());
+        let bytes = enc.encode(&[request_span(), root_span()]);
+        let req = ExportTraceServiceRequest::decode(bytes.as_slice()).expect("decodes");
+        let rs = &req.resource_spans[0];
+        assert_eq!(rs.scope_spans.len(), 1, "one scope for both spans");
+        let scope = rs.scope_spans[0].scope.as_ref().expect("scope");
+        assert_eq!((scope.name.as_str(), scope.version.as_str()), ("tokentap", "0.1.0"));
+        let [child, root] = &rs.scope_spans[0].spans[..] else {
+            panic!("expected two spans, got {:?}", rs.scope_spans[0].spans);
+        };
+        assert_eq!(child.parent_span_id, 0x00f067aa0ba902b7_u64.to_be_bytes());
+        assert_eq!(child.flags, 0x301, "sampled, has-is-remote, remote parent");
+        assert_eq!(child.kind, 3, "client");
+        assert_eq!(child.end_time_unix_nano - child.start_time_unix_nano, 950_000_000);
+        let tenant = child.attributes.iter().find(|kv| kv.key == "tokentap.tenant");
+        assert_eq!(
+            tenant.and_then(|kv| kv.value.clone()).and_then(|v| v.value),
+            Some(any_value::Value::StringValue("équipe-東京-🚀".into()))
+        );
+        let route = child.attributes.iter().find(|kv| kv.key == "tokentap.route");
+        assert_eq!(
+            route.and_then(|kv| kv.value.clone()).and_then(|v| v.value),
+            Some(any_value::Value::StringValue(String::new())),
+            "an empty string value is still a string value"
+        );
+        assert_eq!(child.events[0].name, "gen_ai.first_token");
+        assert_eq!(child.dropped_attributes_count, 2);
+        assert!(root.parent_span_id.is_empty(), "a root span has no parent id");
+        assert_eq!(root.flags, 0x101, "sampled, has-is-remote, local");
+        let status = root.status.as_ref().expect("status");
+        assert_eq!((status.code, status.message.as_str()), (2, "upstream_error: é"));
+        assert_eq!(root.links[0].flags, 0x301);
+        assert_eq!(root.dropped_links_count, 3);
+    }
+
+    #[test]
+    fn a_second_scope_gets_its_own_scope_spans_and_the_buffers_are_reused() {
+        let mut other = root_span();
+        other.instrumentation_scope = InstrumentationScope::builder("hyper")
+            .with_schema_url("https://opentelemetry.io/schemas/1.30.0")
+            .with_attributes([KeyValue::new("k", 1_i64)])
+            .build();
+        let resource = Resource::builder_empty()
+            .with_schema_url([KeyValue::new("service.name", "t")], "https://x/schema")
+            .build();
+        let mut enc = TraceEncoder::new(&resource);
+        for _ in 0..3 {
+            let spans = vec![request_span(), other.clone(), request_span()];
+            let ours = enc.encode(&spans);
+            assert_eq!(ours, stock(spans, &resource).encode_to_vec());
+        }
+        let one = vec![root_span()];
+        assert_eq!(
+            enc.encode(&one),
+            stock(one, &resource).encode_to_vec(),
+            "a smaller batch after a larger one carries nothing over"
+        );
+    }
+
+    #[test]
+    fn an_empty_batch_is_the_resource_alone() {
+        let r = resource();
+        let mut enc = TraceEncoder::new(&r);
+        assert_eq!(enc.encode(&[]), stock(vec![], &r).encode_to_vec());
+    }
+}
