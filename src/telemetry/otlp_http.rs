@@ -84,7 +84,9 @@ impl HttpSpanExporter {
         refuse_compression()?;
         let endpoint_text = export_tls::http_endpoint(cfg, Signal::Traces);
         let endpoint: http::Uri = endpoint_text.parse().map_err(|e| {
-            TelemetryError(format!("span exporter: invalid endpoint '{endpoint_text}': {e}"))
+            TelemetryError(format!(
+                "span exporter: invalid endpoint '{endpoint_text}': {e}"
+            ))
         })?;
         let client: Arc<dyn HttpClient> = if is_https(&endpoint_text) {
             let tls = ExportTls::for_signal(cfg, Signal::Traces)?;
@@ -115,15 +117,11 @@ impl HttpSpanExporter {
         for (k, v) in &self.headers {
             h.insert(k.clone(), v.clone());
         }
-        let response = self
-            .client
-            .send_bytes(request)
-            .await
-            .map_err(|e| Failure {
-                status: 0,
-                retry_after: None,
-                message: format!("HTTP export failed: network error ({e})"),
-            })?;
+        let response = self.client.send_bytes(request).await.map_err(|e| Failure {
+            status: 0,
+            retry_after: None,
+            message: format!("HTTP export failed: network error ({e})"),
+        })?;
         let status = response.status().as_u16();
         if !response.status().is_success() {
             let retry_after = response
@@ -186,7 +184,11 @@ impl SpanExporter for HttpSpanExporter {
         }
         let body = match self.encoder.lock() {
             Ok(mut e) => e.encode(&batch),
-            Err(_) => return Err(OTelSdkError::InternalFailure("span encoder poisoned".into())),
+            Err(_) => {
+                return Err(OTelSdkError::InternalFailure(
+                    "span encoder poisoned".into(),
+                ));
+            }
         };
         drop(batch);
         if body.len() > MAX_BODY {
@@ -323,9 +325,12 @@ fn headers(cfg: &TelemetryConfig) -> HeaderMap {
     for (k, v) in &cfg.otlp_headers {
         put(k, v);
     }
-    let env = ["OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"]
-        .into_iter()
-        .find_map(|var| std::env::var(var).ok());
+    let env = [
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+    ]
+    .into_iter()
+    .find_map(|var| std::env::var(var).ok());
     if let Some(list) = env {
         for pair in list.split_terminator(',').map(str::trim) {
             let Some((k, v)) = pair.split_once('=') else {
@@ -368,7 +373,11 @@ fn is_https(endpoint: &str) -> bool {
 fn blocking_client(timeout: Duration) -> Result<reqwest::blocking::Client, TelemetryError> {
     let built = std::thread::Builder::new()
         .name("otlp-http-client".into())
-        .spawn(move || reqwest::blocking::Client::builder().timeout(timeout).build())
+        .spawn(move || {
+            reqwest::blocking::Client::builder()
+                .timeout(timeout)
+                .build()
+        })
         .map_err(|e| TelemetryError(format!("span exporter: HTTP client thread: {e}")))?
         .join()
         .map_err(|_| TelemetryError("span exporter: building the HTTP client panicked".into()))?;
@@ -414,10 +423,10 @@ mod tests {
 
     #[test]
     fn partial_success_is_read_from_the_answer() {
-        use prost::Message;
         use opentelemetry_proto::tonic::collector::trace::v1::{
             ExportTracePartialSuccess, ExportTraceServiceResponse,
         };
+        use prost::Message;
         let answer = ExportTraceServiceResponse {
             partial_success: Some(ExportTracePartialSuccess {
                 rejected_spans: 3,

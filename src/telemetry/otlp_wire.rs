@@ -373,7 +373,11 @@ fn string_field(tag: u32, s: &str, out: &mut Vec<u8>) {
 }
 
 fn string_field_len(tag: u32, s: &str) -> usize {
-    if s.is_empty() { 0 } else { nested_len(tag, s.len()) }
+    if s.is_empty() {
+        0
+    } else {
+        nested_len(tag, s.len())
+    }
 }
 
 /// A proto3 bytes field: left out when empty.
@@ -393,7 +397,11 @@ fn varint_field(tag: u32, v: u64, out: &mut Vec<u8>) {
 }
 
 fn varint_field_len(tag: u32, v: u64) -> usize {
-    if v == 0 { 0 } else { key_len(tag) + encoded_len_varint(v) }
+    if v == 0 {
+        0
+    } else {
+        key_len(tag) + encoded_len_varint(v)
+    }
 }
 
 /// A proto3 fixed64 field: left out when 0.
@@ -466,7 +474,11 @@ mod tests {
             0,
         ));
         SpanData {
-            span_context: context(0x0af7651916cd43dd8448eb211c80319c, 0xb7ad6b7169203331, false),
+            span_context: context(
+                0x0af7651916cd43dd8448eb211c80319c,
+                0xb7ad6b7169203331,
+                false,
+            ),
             parent_span_id: SpanId::from(0x00f067aa0ba902b7),
             parent_span_is_remote: true,
             span_kind: SpanKind::Client,
@@ -553,7 +565,10 @@ mod tests {
         let expected = stock(spans, &r);
         let decoded =
             ExportTraceServiceRequest::decode(ours.as_slice()).expect("our bytes must decode");
-        assert_eq!(decoded, expected, "decoded request differs from the stock conversion");
+        assert_eq!(
+            decoded, expected,
+            "decoded request differs from the stock conversion"
+        );
         assert_eq!(ours, expected.encode_to_vec(), "bytes differ from prost's");
     }
 
@@ -565,20 +580,32 @@ mod tests {
         let rs = &req.resource_spans[0];
         assert_eq!(rs.scope_spans.len(), 1, "one scope for both spans");
         let scope = rs.scope_spans[0].scope.as_ref().expect("scope");
-        assert_eq!((scope.name.as_str(), scope.version.as_str()), ("tokentap", "0.1.0"));
+        assert_eq!(
+            (scope.name.as_str(), scope.version.as_str()),
+            ("tokentap", "0.1.0")
+        );
         let [child, root] = &rs.scope_spans[0].spans[..] else {
             panic!("expected two spans, got {:?}", rs.scope_spans[0].spans);
         };
         assert_eq!(child.parent_span_id, 0x00f067aa0ba902b7_u64.to_be_bytes());
         assert_eq!(child.flags, 0x301, "sampled, has-is-remote, remote parent");
         assert_eq!(child.kind, 3, "client");
-        assert_eq!(child.end_time_unix_nano - child.start_time_unix_nano, 950_000_000);
-        let tenant = child.attributes.iter().find(|kv| kv.key == "tokentap.tenant");
+        assert_eq!(
+            child.end_time_unix_nano - child.start_time_unix_nano,
+            950_000_000
+        );
+        let tenant = child
+            .attributes
+            .iter()
+            .find(|kv| kv.key == "tokentap.tenant");
         assert_eq!(
             tenant.and_then(|kv| kv.value.clone()).and_then(|v| v.value),
             Some(any_value::Value::StringValue("équipe-東京-🚀".into()))
         );
-        let route = child.attributes.iter().find(|kv| kv.key == "tokentap.route");
+        let route = child
+            .attributes
+            .iter()
+            .find(|kv| kv.key == "tokentap.route");
         assert_eq!(
             route.and_then(|kv| kv.value.clone()).and_then(|v| v.value),
             Some(any_value::Value::StringValue(String::new())),
@@ -586,10 +613,16 @@ mod tests {
         );
         assert_eq!(child.events[0].name, "gen_ai.first_token");
         assert_eq!(child.dropped_attributes_count, 2);
-        assert!(root.parent_span_id.is_empty(), "a root span has no parent id");
+        assert!(
+            root.parent_span_id.is_empty(),
+            "a root span has no parent id"
+        );
         assert_eq!(root.flags, 0x101, "sampled, has-is-remote, local");
         let status = root.status.as_ref().expect("status");
-        assert_eq!((status.code, status.message.as_str()), (2, "upstream_error: é"));
+        assert_eq!(
+            (status.code, status.message.as_str()),
+            (2, "upstream_error: é")
+        );
         assert_eq!(root.links[0].flags, 0x301);
         assert_eq!(root.dropped_links_count, 3);
     }
