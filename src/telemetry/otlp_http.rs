@@ -81,7 +81,7 @@ impl HttpSpanExporter {
     /// The exporter for `cfg`: endpoint, headers, timeout and TLS as the
     /// stock builder would resolve them.
     pub(super) fn new(cfg: &TelemetryConfig) -> Result<HttpSpanExporter, TelemetryError> {
-        refuse_compression()?;
+        warn_about_compression();
         let endpoint_text = export_tls::http_endpoint(cfg, Signal::Traces);
         let endpoint: http::Uri = endpoint_text.parse().map_err(|e| {
             TelemetryError(format!(
@@ -285,9 +285,10 @@ async fn sleep(d: Duration) {
     }
 }
 
-/// Compression is off in tokentap's build of the stock exporter, which
-/// refuses to start when asked for it; so does this one.
-fn refuse_compression() -> Result<(), TelemetryError> {
+/// Compression is not built into tokentap's OTLP export: like the stock
+/// exporter, a compression asked for in the environment is ignored with a
+/// warning (the first variable set to something other than `none` wins).
+fn warn_about_compression() {
     for var in [
         "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
         "OTEL_EXPORTER_OTLP_COMPRESSION",
@@ -298,15 +299,14 @@ fn refuse_compression() -> Result<(), TelemetryError> {
             continue;
         }
         if v.eq_ignore_ascii_case("none") {
-            return Ok(());
+            return;
         }
-        if v.eq_ignore_ascii_case("gzip") || v.eq_ignore_ascii_case("zstd") {
-            return Err(TelemetryError(format!(
-                "span exporter: {var}={v} is not supported (tokentap exports OTLP uncompressed); unset it or set none"
-            )));
-        }
+        tracing::warn!(
+            variable = var,
+            value = v,
+            "{var}={v} is ignored: tokentap exports OTLP spans uncompressed"
+        );
     }
-    Ok(())
 }
 
 /// The configured headers, then those of `OTEL_EXPORTER_OTLP_TRACES_HEADERS`
