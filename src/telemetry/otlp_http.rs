@@ -439,6 +439,190 @@ mod tests {
         assert_eq!(partial_success(&[0xff, 0xff]), None, "garbage is ignored");
     }
 
+    /// Runs `fut` to completion on this thread, as the SDK's batch thread
+    /// does (no tokio runtime: the blocking HTTP client refuses one).
+    fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+        use std::task::{Context, Poll, Wake, Waker};
+        struct Unpark(std::thread::Thread);
+        impl Wake for Unpark {
+            fn wake(self: Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        let mut fut = std::pin::pin!(fut);
+        loop {
+            match fut.as_mut().poll(&mut cx) {
+                Poll::Ready(v) => return v,
+                Poll::Pending => std::thread::park(),
+            }
+        }
+    }
+
+    /// One HTTP/1.1 request as the collector saw it.
+    #[derive(Debug)]
+    struct Seen {
+        head: String,
+        body: Vec<u8>,
+    }
+
+    /// A collector on 127.0.0.1 answering its requests with `statuses`, in
+    /// order, then stopping; returns its endpoint and what it saw.
+    fn collector(statuses: Vec<u16>) -> (String, std::thread::JoinHandle<Vec<Seen>>) {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let server = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            let mut statuses = statuses.into_iter();
+            'conns: while let Ok((conn, _)) = listener.accept() {
+                let mut r = BufReader::new(conn.try_clone().unwrap());
+                let mut w = conn;
+                loop {
+                    let mut head = String::new();
+                    loop {
+                        let mut line = String::new();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            continue 'conns;
+                        }
+                        head.push_str(&line);
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let len = head
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap())
+                        })
+                        .unwrap_or(0);
+                    let mut body = vec![0; len];
+                    r.read_exact(&mut body).unwrap();
+                    seen.push(Seen { head, body });
+                    let Some(status) = statuses.next() else {
+                        return seen;
+                    };
+                    write!(w, "HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n").unwrap();
+                    if statuses.len() == 0 {
+                        return seen;
+                    }
+                }
+            }
+            seen
+        });
+        (endpoint, server)
+    }
+
+    fn exporter(endpoint: &str) -> HttpSpanExporter {
+        let mut cfg = super::super::tests::config();
+        cfg.otlp_endpoint = Some(endpoint.to_owned());
+        cfg.otlp_headers = vec![("x-collector-token".into(), "t0k".into())];
+        cfg.otlp_timeout = Duration::from_secs(10);
+        let mut e = HttpSpanExporter::new(&cfg).expect("exporter");
+        e.set_resource(
+            &Resource::builder_empty()
+                .with_service_name("tokentap-test")
+                .build(),
+        );
+        e
+    }
+
+    fn span(name: &'static str) -> SpanData {
+        use opentelemetry::trace::{
+            SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+        };
+        SpanData {
+            span_context: SpanContext::new(
+                TraceId::from(9_u128),
+                SpanId::from(4_u64),
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::default(),
+            ),
+            parent_span_id: SpanId::INVALID,
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Client,
+            name: name.into(),
+            start_time: SystemTime::UNIX_EPOCH + Duration::from_secs(1),
+            end_time: SystemTime::UNIX_EPOCH + Duration::from_secs(2),
+            attributes: vec![opentelemetry::KeyValue::new("tokentap.route", "r")],
+            dropped_attributes_count: 0,
+            events: Default::default(),
+            links: Default::default(),
+            status: Status::Unset,
+            instrumentation_scope: opentelemetry::InstrumentationScope::builder("tokentap").build(),
+        }
+    }
+
+    #[test]
+    fn a_batch_is_posted_as_protobuf_and_retried_after_a_503() {
+        use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+        use prost::Message;
+        let (endpoint, server) = collector(vec![503, 200]);
+        let e = exporter(&endpoint);
+        let result = block_on(e.export(vec![span("chat m")]));
+        assert!(
+            result.is_ok(),
+            "export must succeed on the retry: {result:?}"
+        );
+        let seen = server.join().unwrap();
+        assert_eq!(seen.len(), 2, "one retry after the 503: {seen:?}");
+        for s in &seen {
+            let head = s.head.to_ascii_lowercase();
+            assert!(head.starts_with("post /v1/traces http/1.1"), "{head}");
+            assert!(
+                head.contains("content-type: application/x-protobuf"),
+                "{head}"
+            );
+            assert!(
+                head.contains("x-collector-token: t0k"),
+                "configured header: {head}"
+            );
+        }
+        assert_eq!(seen[0].body, seen[1].body, "the retry sends the same bytes");
+        let req = ExportTraceServiceRequest::decode(seen[1].body.as_slice()).expect("decodes");
+        let rs = &req.resource_spans[0];
+        let service = rs
+            .resource
+            .as_ref()
+            .expect("resource")
+            .attributes
+            .iter()
+            .find(|kv| kv.key == "service.name");
+        assert!(
+            service.is_some(),
+            "the resource set by the provider is sent: {rs:?}"
+        );
+        assert_eq!(rs.scope_spans[0].spans[0].name, "chat m");
+    }
+
+    #[test]
+    fn a_400_fails_without_a_retry_and_later_exports_still_go_out() {
+        let (endpoint, server) = collector(vec![400, 200]);
+        let e = exporter(&endpoint);
+        let first = block_on(e.export(vec![span("a")]));
+        assert!(
+            matches!(&first, Err(OTelSdkError::InternalFailure(m)) if m.contains("400")),
+            "a 400 is final and named: {first:?}"
+        );
+        assert!(
+            block_on(e.export(vec![span("b")])).is_ok(),
+            "the next batch is sent"
+        );
+        assert_eq!(server.join().unwrap().len(), 2, "one attempt per batch");
+        assert!(e.shutdown_with_timeout(Duration::from_secs(1)).is_ok());
+        assert!(
+            matches!(
+                block_on(e.export(vec![span("c")])),
+                Err(OTelSdkError::AlreadyShutdown)
+            ),
+            "nothing is sent after shutdown"
+        );
+    }
+
     #[test]
     fn percent_escapes_decode_and_bad_ones_are_refused() {
         assert_eq!(percent_decode("se%20cret").as_deref(), Some("se cret"));
