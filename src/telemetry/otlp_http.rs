@@ -471,13 +471,13 @@ mod tests {
     /// order, then stopping; returns its endpoint and what it saw.
     fn collector(statuses: Vec<u16>) -> (String, std::thread::JoinHandle<Vec<Seen>>) {
         use std::io::{BufRead, BufReader, Read, Write};
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let endpoint = format!("http://{}", listener.local_addr().expect("address"));
         let server = std::thread::spawn(move || {
             let mut seen = Vec::new();
             let mut statuses = statuses.into_iter();
             'conns: while let Ok((conn, _)) = listener.accept() {
-                let mut r = BufReader::new(conn.try_clone().unwrap());
+                let mut r = BufReader::new(conn.try_clone().expect("clone"));
                 let mut w = conn;
                 loop {
                     let mut head = String::new();
@@ -496,16 +496,16 @@ mod tests {
                         .find_map(|l| {
                             l.to_ascii_lowercase()
                                 .strip_prefix("content-length:")
-                                .map(|v| v.trim().parse::<usize>().unwrap())
+                                .map(|v| v.trim().parse::<usize>().expect("length"))
                         })
                         .unwrap_or(0);
                     let mut body = vec![0; len];
-                    r.read_exact(&mut body).unwrap();
+                    r.read_exact(&mut body).expect("body");
                     seen.push(Seen { head, body });
                     let Some(status) = statuses.next() else {
                         return seen;
                     };
-                    write!(w, "HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n").unwrap();
+                    write!(w, "HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n").expect("answer");
                     if statuses.len() == 0 {
                         return seen;
                     }
@@ -568,7 +568,7 @@ mod tests {
             result.is_ok(),
             "export must succeed on the retry: {result:?}"
         );
-        let seen = server.join().unwrap();
+        let seen = server.join().expect("collector thread");
         assert_eq!(seen.len(), 2, "one retry after the 503: {seen:?}");
         for s in &seen {
             let head = s.head.to_ascii_lowercase();
@@ -612,7 +612,11 @@ mod tests {
             block_on(e.export(vec![span("b")])).is_ok(),
             "the next batch is sent"
         );
-        assert_eq!(server.join().unwrap().len(), 2, "one attempt per batch");
+        assert_eq!(
+            server.join().expect("collector thread").len(),
+            2,
+            "one attempt per batch"
+        );
         assert!(e.shutdown_with_timeout(Duration::from_secs(1)).is_ok());
         assert!(
             matches!(
