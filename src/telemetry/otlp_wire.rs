@@ -19,7 +19,7 @@ use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status};
 use opentelemetry::{Array, InstrumentationScope, KeyValue, StringValue, Value};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SpanData;
-use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
+use prost::encoding::{encoded_len_varint, key_len};
 
 /// `Span.flags`: the context says whether its parent is remote (bit 8), and
 /// whether it is (bit 9); the low byte is the W3C trace flags.
@@ -260,9 +260,12 @@ fn attributes_len(tag: u32, kvs: &[KeyValue]) -> usize {
 
 /// A `KeyValue` message as field `tag`.
 fn key_value_field(tag: u32, key: &str, value: &Value, out: &mut Vec<u8>) {
-    len_field(tag, key_value_len(key, value), out);
+    let value_len = any_value_len(value);
+    let len = string_field_len(1, key) + nested_len(2, value_len);
+    out.reserve(nested_len(tag, len));
+    len_field(tag, len, out);
     string_field(1, key, out);
-    len_field(2, any_value_len(value), out);
+    len_field(2, value_len, out);
     any_value(value, out);
 }
 
@@ -275,15 +278,15 @@ fn key_value_len(key: &str, value: &Value) -> usize {
 fn any_value(v: &Value, out: &mut Vec<u8>) {
     match v {
         Value::Bool(b) => {
-            encode_key(2, WireType::Varint, out);
-            encode_varint(u64::from(*b), out);
+            key(2, VARINT, out);
+            varint(u64::from(*b), out);
         }
         Value::I64(i) => {
-            encode_key(3, WireType::Varint, out);
-            encode_varint(*i as u64, out);
+            key(3, VARINT, out);
+            varint(*i as u64, out);
         }
         Value::F64(f) => {
-            encode_key(4, WireType::SixtyFourBit, out);
+            key(4, FIXED64, out);
             out.extend_from_slice(&f.to_le_bytes());
         }
         Value::String(s) => {
@@ -356,10 +359,39 @@ fn string_element(s: &StringValue, out: &mut Vec<u8>) {
     out.extend_from_slice(s.as_bytes());
 }
 
+/// Protobuf wire types.
+const VARINT: u32 = 0;
+const FIXED64: u32 = 1;
+const LEN: u32 = 2;
+const FIXED32: u32 = 5;
+
+/// A field key (number and wire type); OTLP's field numbers are small, so
+/// it is one byte but for `Span.flags` (16).
+fn key(tag: u32, wire_type: u32, out: &mut Vec<u8>) {
+    varint(u64::from(tag << 3 | wire_type), out);
+}
+
+/// A base-128 varint; lengths, tags and counts mostly take one byte.
+fn varint(mut v: u64, out: &mut Vec<u8>) {
+    if v < 0x80 {
+        out.push(v as u8);
+        return;
+    }
+    let mut buf = [0u8; 10];
+    let mut n = 0;
+    while v >= 0x80 {
+        buf[n] = (v as u8) | 0x80;
+        v >>= 7;
+        n += 1;
+    }
+    buf[n] = v as u8;
+    out.extend_from_slice(&buf[..=n]);
+}
+
 /// Key and length of a length-delimited field whose body follows.
 fn len_field(tag: u32, len: usize, out: &mut Vec<u8>) {
-    encode_key(tag, WireType::LengthDelimited, out);
-    encode_varint(len as u64, out);
+    key(tag, LEN, out);
+    varint(len as u64, out);
 }
 
 /// Size of a length-delimited field with a `len`-byte body.
@@ -391,8 +423,8 @@ fn bytes_field(tag: u32, b: &[u8], out: &mut Vec<u8>) {
 /// A proto3 varint field (uint32, uint64, enum): left out when 0.
 fn varint_field(tag: u32, v: u64, out: &mut Vec<u8>) {
     if v != 0 {
-        encode_key(tag, WireType::Varint, out);
-        encode_varint(v, out);
+        key(tag, VARINT, out);
+        varint(v, out);
     }
 }
 
@@ -407,7 +439,7 @@ fn varint_field_len(tag: u32, v: u64) -> usize {
 /// A proto3 fixed64 field: left out when 0.
 fn fixed64_field(tag: u32, v: u64, out: &mut Vec<u8>) {
     if v != 0 {
-        encode_key(tag, WireType::SixtyFourBit, out);
+        key(tag, FIXED64, out);
         out.extend_from_slice(&v.to_le_bytes());
     }
 }
@@ -419,7 +451,7 @@ fn fixed64_field_len(tag: u32, v: u64) -> usize {
 /// A proto3 fixed32 field: left out when 0.
 fn fixed32_field(tag: u32, v: u32, out: &mut Vec<u8>) {
     if v != 0 {
-        encode_key(tag, WireType::ThirtyTwoBit, out);
+        key(tag, FIXED32, out);
         out.extend_from_slice(&v.to_le_bytes());
     }
 }
