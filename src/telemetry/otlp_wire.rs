@@ -367,16 +367,24 @@ const FIXED32: u32 = 5;
 
 /// A field key (number and wire type); OTLP's field numbers are small, so
 /// it is one byte but for `Span.flags` (16).
+#[inline]
 fn key(tag: u32, wire_type: u32, out: &mut Vec<u8>) {
     varint(u64::from(tag << 3 | wire_type), out);
 }
 
-/// A base-128 varint; lengths, tags and counts mostly take one byte.
-fn varint(mut v: u64, out: &mut Vec<u8>) {
+/// A base-128 varint; lengths, tags and counts mostly take one byte, so
+/// that case is inlined and the loop is not.
+#[inline]
+fn varint(v: u64, out: &mut Vec<u8>) {
     if v < 0x80 {
         out.push(v as u8);
-        return;
+    } else {
+        long_varint(v, out);
     }
+}
+
+#[inline(never)]
+fn long_varint(mut v: u64, out: &mut Vec<u8>) {
     let mut buf = [0u8; 10];
     let mut n = 0;
     while v >= 0x80 {
@@ -389,6 +397,7 @@ fn varint(mut v: u64, out: &mut Vec<u8>) {
 }
 
 /// Key and length of a length-delimited field whose body follows.
+#[inline]
 fn len_field(tag: u32, len: usize, out: &mut Vec<u8>) {
     key(tag, LEN, out);
     varint(len as u64, out);
