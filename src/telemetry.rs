@@ -14,6 +14,8 @@ mod in_flight;
 mod instruments;
 pub mod live;
 mod log;
+mod otlp_http;
+mod otlp_wire;
 pub mod prometheus;
 mod session;
 pub mod slo;

@@ -25,6 +25,7 @@ use opentelemetry_sdk::trace::{
 
 use super::TelemetryError;
 use super::export_tls::{self, ExportTls, HttpsClient, Signal};
+use super::otlp_http::HttpSpanExporter;
 use crate::config::{OtlpProtocol, TelemetryConfig};
 
 /// Items that never reached the collector, by signal, and what the log
@@ -306,30 +307,55 @@ fn count_data_points(metrics: &ResourceMetrics) -> u64 {
     n as u64
 }
 
-/// The OTLP span exporter for `cfg`.
-pub(super) fn otlp_spans(
-    cfg: &TelemetryConfig,
-) -> Result<opentelemetry_otlp::SpanExporter, TelemetryError> {
-    let builder = opentelemetry_otlp::SpanExporter::builder();
-    let tls = ExportTls::for_signal(cfg, Signal::Traces)?;
-    let built = match cfg.otlp_protocol {
-        OtlpProtocol::HttpProtobuf => {
-            let endpoint = export_tls::http_endpoint(cfg, Signal::Traces);
-            let b = builder
-                .with_http()
-                .with_protocol(Protocol::HttpBinary)
-                .with_timeout(cfg.otlp_timeout)
-                .with_headers(http_headers(cfg));
-            let b = match is_https(&endpoint) {
-                true => b.with_http_client(HttpsClient::new(&tls, cfg.otlp_timeout)?),
-                false => b,
-            };
-            b.with_endpoint(endpoint).build()
+/// The OTLP span exporter of one protocol.
+#[derive(Debug)]
+pub(super) enum OtlpSpans {
+    /// Direct protobuf encoding, POSTed (`otlp_http`).
+    Http(HttpSpanExporter),
+    /// The stock tonic exporter.
+    Grpc(opentelemetry_otlp::SpanExporter),
+}
+
+impl SpanExporter for OtlpSpans {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        match self {
+            OtlpSpans::Http(e) => e.export(batch).await,
+            OtlpSpans::Grpc(e) => e.export(batch).await,
         }
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        match self {
+            OtlpSpans::Http(e) => e.shutdown_with_timeout(timeout),
+            OtlpSpans::Grpc(e) => e.shutdown_with_timeout(timeout),
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        match self {
+            OtlpSpans::Http(e) => e.force_flush(),
+            OtlpSpans::Grpc(e) => e.force_flush(),
+        }
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        match self {
+            OtlpSpans::Http(e) => e.set_resource(resource),
+            OtlpSpans::Grpc(e) => e.set_resource(resource),
+        }
+    }
+}
+
+/// The OTLP span exporter for `cfg`: OTLP/HTTP writes its protobuf bytes
+/// directly (`otlp_wire`); gRPC keeps the stock exporter.
+pub(super) fn otlp_spans(cfg: &TelemetryConfig) -> Result<OtlpSpans, TelemetryError> {
+    match cfg.otlp_protocol {
+        OtlpProtocol::HttpProtobuf => HttpSpanExporter::new(cfg).map(OtlpSpans::Http),
         OtlpProtocol::Grpc => {
             require_runtime()?;
+            let tls = ExportTls::for_signal(cfg, Signal::Traces)?;
             let endpoint = export_tls::grpc_endpoint(cfg, Signal::Traces);
-            let b = builder
+            let b = opentelemetry_otlp::SpanExporter::builder()
                 .with_tonic()
                 .with_timeout(cfg.otlp_timeout)
                 .with_metadata(grpc_metadata(cfg)?);
@@ -337,10 +363,12 @@ pub(super) fn otlp_spans(
                 true => b.with_tls_config(tls.tonic()?),
                 false => b,
             };
-            b.with_endpoint(endpoint).build()
+            b.with_endpoint(endpoint)
+                .build()
+                .map(OtlpSpans::Grpc)
+                .map_err(|e| TelemetryError(format!("span exporter: {e}")))
         }
-    };
-    built.map_err(|e| TelemetryError(format!("span exporter: {e}")))
+    }
 }
 
 /// The OTLP metric exporter for `cfg`.

@@ -16,12 +16,16 @@ pub(crate) struct Rig {
 
 impl Rig {
     /// Upstream serving `handler`, proxy configured by `config` (given a
-    /// base with OTLP/gRPC export to the rig's receiver and the upstream URL).
+    /// base with OTLP/gRPC export, or `TOKENTAP_TEST_OTLP_PROTOCOL`'s, to the rig's receiver and the upstream URL).
     pub(crate) async fn start(
         handler: impl Fn(&Exchange) -> Reply + Send + Sync + 'static,
         config: impl FnOnce(Toml, &str) -> Toml,
     ) -> Rig {
-        Rig::start_with(handler, "grpc", config).await
+        // TOKENTAP_TEST_OTLP_PROTOCOL=http/protobuf runs the same checks
+        // over the other exporter.
+        let protocol = std::env::var("TOKENTAP_TEST_OTLP_PROTOCOL");
+        let protocol = protocol.as_deref().unwrap_or("grpc");
+        Rig::start_with(handler, protocol, config).await
     }
 
     /// Same as `start`, with the OTLP protocol named.
