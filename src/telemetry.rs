@@ -32,9 +32,7 @@ use arc_swap::ArcSwapOption;
 use http::HeaderMap;
 use opentelemetry::metrics::{BoundHistogram, Meter, MeterProvider as _, UpDownCounter};
 use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::{
-    Span as _, SpanKind, TraceContextExt, Tracer as _, TracerProvider as _,
-};
+use opentelemetry::trace::{Span as _, SpanKind, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
@@ -50,7 +48,7 @@ use self::instruments::{FinishAttrs, FinishRecord, GapTally, Instruments, OpClas
 use self::live::{Live, LiveRequest, Sample, SeriesKey};
 use self::log::access_log;
 use self::prometheus::PullReader;
-use self::span::{HeaderInjector, TraceHeaders, end_span, error_type, span_start_attributes};
+use self::span::{TraceHeaders, end_span, error_type, inject_trace_context, span_start_attributes};
 use crate::config::TelemetryConfig;
 use crate::meter::{Measurement, Recorder, RequestFacts};
 use crate::pricing::{self, PriceBook, Priced};
@@ -725,10 +723,7 @@ impl RequestTelemetry {
     /// Write `traceparent` (and `tracestate`) for the upstream request so the
     /// provider call sits inside this request's span.
     pub fn inject(&self, headers: &mut HeaderMap) {
-        let cx = Context::new().with_remote_span_context(self.span.span_context().clone());
-        self.inner
-            .propagator
-            .inject_context(&cx, &mut HeaderInjector(headers));
+        inject_trace_context(self.span.span_context(), headers);
     }
 }
 

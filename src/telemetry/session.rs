@@ -8,7 +8,7 @@ use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 
 use super::attrs::*;
-use super::span::{HeaderInjector, TraceHeaders, span_start_attributes};
+use super::span::{TraceHeaders, inject_trace_context, span_start_attributes};
 use super::{RequestTelemetry, Telemetry};
 use crate::meter::RequestFacts;
 use crate::meter::session::SessionSummary;
@@ -50,11 +50,7 @@ impl SessionTelemetry {
     /// Write `traceparent` for the upstream handshake: the upstream's work
     /// sits inside the session span.
     pub fn inject(&self, headers: &mut HeaderMap) {
-        let cx = Context::new().with_remote_span_context(self.cx.span().span_context().clone());
-        self.telemetry
-            .inner
-            .propagator
-            .inject_context(&cx, &mut HeaderInjector(headers));
+        inject_trace_context(self.cx.span().span_context(), headers);
     }
 
     /// Start a response's telemetry, its span a child of the session's.
