@@ -32,6 +32,12 @@ echo "== cargo test (lib, bins, integration tests)"
 # Timing assertions have generous margins; two test threads keep a 2-core
 # machine from starving the scripted clocks.
 cargo test --lib --bins --tests -- --test-threads=2
+echo "== OTLP receiver checks again over http/protobuf (tokentap's own span exporter)"
+# The rigs export over gRPC unless told otherwise; http/protobuf is
+# tokentap's default protocol and goes through src/telemetry/otlp_http.rs.
+TOKENTAP_TEST_OTLP_PROTOCOL=http/protobuf cargo test \
+    --test telemetry_export --test providers_e2e --test truth_rules \
+    --test measures --test reasoning_latency -- --test-threads=2
 echo "== cargo test --benches (each criterion bench once, as a smoke test)"
 cargo test --benches
 
