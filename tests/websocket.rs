@@ -322,23 +322,31 @@ async fn idle_sessions_are_closed_when_configured() {
     proxy.shutdown().await;
 }
 
-/// A WebSocket upstream that replays a recorded transcript: it sends the
-/// `server` lines in order, and waits for one client message at each
-/// `client` line. Sleeps `ttft` before the first output delta so TTFT is
-/// measurable, and returns when each session's server-side TTFT started.
-async fn replay_upstream(fixture: &'static str, ttft: Duration) -> String {
+/// A recorded realtime transcript (`tests/fixtures/realtime/`): each
+/// message in order, and whether the client sent it.
+fn transcript(fixture: &str) -> Vec<(bool, serde_json::Value)> {
     let text = std::fs::read_to_string(format!(
         "{}/tests/fixtures/realtime/{fixture}",
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();
-    let lines: Vec<(bool, String)> = text
-        .lines()
+    text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            (v["dir"] == "client", v["msg"].to_string())
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["dir"] == "client", v["msg"].take())
         })
+        .collect()
+}
+
+/// A WebSocket upstream that replays a recorded transcript: it sends the
+/// `server` lines in order, and waits for one client message at each
+/// `client` line. Sleeps `ttft` before the first output delta so TTFT is
+/// measurable, and returns when each session's server-side TTFT started.
+async fn replay_upstream(fixture: &'static str, ttft: Duration) -> String {
+    let lines: Vec<(bool, String)> = transcript(fixture)
+        .into_iter()
+        .map(|(from_client, msg)| (from_client, msg.to_string()))
         .collect();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -385,23 +393,17 @@ async fn a_realtime_response_is_measured_inside_its_session_span() {
     )
     .await
     .unwrap();
-    let text = std::fs::read_to_string(format!(
-        "{}/tests/fixtures/realtime/openai_text.jsonl",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap();
     let mut got_done = false;
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        if v["dir"] == "client" {
-            ws.send(Message::text(v["msg"].to_string())).await.unwrap();
+    for (from_client, msg) in transcript("openai_text.jsonl") {
+        if from_client {
+            ws.send(Message::text(msg.to_string())).await.unwrap();
         } else {
             let m = within(STEP_TIMEOUT, "server event", ws.next())
                 .await
                 .unwrap()
                 .unwrap();
             let got: serde_json::Value = serde_json::from_str(m.to_text().unwrap()).unwrap();
-            assert_eq!(got, v["msg"], "server event relayed unchanged");
+            assert_eq!(got, msg, "server event relayed unchanged");
             got_done |= got["type"] == "response.done";
         }
     }
@@ -472,22 +474,16 @@ async fn play_transcript<S>(mut ws: tokio_tungstenite::WebSocketStream<S>, fixtu
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let text = std::fs::read_to_string(format!(
-        "{}/tests/fixtures/realtime/{fixture}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        if v["dir"] == "client" {
-            ws.send(Message::text(v["msg"].to_string())).await.unwrap();
+    for (from_client, msg) in transcript(fixture) {
+        if from_client {
+            ws.send(Message::text(msg.to_string())).await.unwrap();
         } else {
             let m = within(STEP_TIMEOUT, "server event", ws.next())
                 .await
                 .unwrap()
                 .unwrap();
             let got: serde_json::Value = serde_json::from_str(m.to_text().unwrap()).unwrap();
-            assert_eq!(got, v["msg"], "server event relayed unchanged");
+            assert_eq!(got, msg, "server event relayed unchanged");
         }
     }
     ws.close(None).await.unwrap();
@@ -859,15 +855,9 @@ async fn a_client_leaving_mid_response_is_client_cancelled() {
     let (mut ws, _) = connect(&proxy, "/v1/realtime?model=gpt-realtime", &[])
         .await
         .unwrap();
-    let text = std::fs::read_to_string(format!(
-        "{}/tests/fixtures/realtime/openai_text.jsonl",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        if v["dir"] == "client" {
-            ws.send(Message::text(v["msg"].to_string())).await.unwrap();
+    for (from_client, msg) in transcript("openai_text.jsonl") {
+        if from_client {
+            ws.send(Message::text(msg.to_string())).await.unwrap();
         } else {
             let m = within(STEP_TIMEOUT, "server event", ws.next())
                 .await
