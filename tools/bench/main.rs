@@ -1,7 +1,8 @@
 //! `tokentap-bench`: the end-to-end benchmark. `suite` starts simulated
 //! upstreams, tokentap and the reference proxies and drives them; `load`
 //! runs one load pattern against one address; `sink` serves a discarding
-//! OTLP/HTTP collector; `soak` runs tokentap for a long time against an
+//! OTLP/HTTP collector; `floor` serves the bare hyper reverse proxy the suite
+//! compares tokentap with; `soak` runs tokentap for a long time against an
 //! upstream with random faults and checks every byte and every measurement.
 //! Results are JSON lines and Markdown reports (see docs/BENCHMARKS.md and
 //! docs/RELIABILITY.md).
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use clap::Parser as _;
 
+mod floor;
 mod h2;
 mod hist;
 mod load;
@@ -36,6 +38,9 @@ enum Cli {
     /// Run tokentap for a while against an upstream with random faults and
     /// random client cancels; check bytes, measurements and memory
     Soak(soak::SoakArgs),
+    /// Serve a bare reverse proxy on tokentap's stack (hyper HTTP/1 both
+    /// sides, pooled upstream connections, no metering) until stopped
+    Floor(floor::FloorArgs),
     /// Serve a discarding OTLP/HTTP collector until Ctrl-C
     Sink {
         #[arg(long, default_value = "127.0.0.1:4318")]
@@ -108,6 +113,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     match cli {
         Cli::Suite(args) => suite::run(args).await,
         Cli::Soak(args) => soak::run(args).await,
+        Cli::Floor(args) => floor::run(args).await,
         Cli::Load(a) => {
             let spec = load::Spec {
                 addr: a.addr,

@@ -40,7 +40,7 @@ pub(crate) struct SuiteArgs {
     #[arg(long)]
     pub warmup: Option<f64>,
     /// Targets, comma-separated (default: direct and every installed proxy):
-    /// direct,nginx,envoy,tokentap,tokentap-noexport
+    /// direct,nginx,envoy,floor,tokentap,tokentap-noexport
     #[arg(long, value_delimiter = ',')]
     pub targets: Vec<String>,
     /// Workloads, comma-separated (default: all; see docs/BENCHMARKS.md)
@@ -216,8 +216,12 @@ pub(crate) async fn run(args: SuiteArgs) -> Result<(), String> {
             }
         }
         for wl in &plan.ws_workloads {
-            // Envoy's generated config routes no WebSocket upgrades.
-            for target in running.iter().filter(|t| t.kind != Kind::Envoy) {
+            // Envoy's generated config routes no WebSocket upgrades, and
+            // the floor relays none.
+            for target in running
+                .iter()
+                .filter(|t| !matches!(t.kind, Kind::Envoy | Kind::Floor))
+            {
                 let r = ws_run(round, wl, target, &plan, tck).await;
                 eprintln!(
                     "round {round} {:<22} {:<18} {:>9.0} msg/s {:>7.1} MB/s  latency p50 {:>7.3} ms  p99 {:>8.3} ms  cpu/msg {:>6} us  errors {}",
@@ -353,6 +357,9 @@ fn plan(args: &SuiteArgs, bins: &Binaries) -> Result<Plan, String> {
         }
         if bins.envoy.is_some() && !q {
             k.push(Kind::Envoy);
+        }
+        if !q {
+            k.push(Kind::Floor);
         }
         k.push(Kind::Tokentap);
         if !q {

@@ -1,5 +1,5 @@
 //! The systems under test: simulated upstreams and proxies in front of
-//! them (nginx, Envoy, tokentap), each started from a generated config in a
+//! them (nginx, Envoy, the bare hyper floor, tokentap), each started from a generated config in a
 //! scratch directory and reachable at one 127.0.0.1 address. Every proxy
 //! routes `/fast/…`, `/paced/…` and `/slow/…` to the matching simulator.
 
@@ -109,6 +109,8 @@ pub(crate) enum Kind {
     Direct,
     Nginx,
     Envoy,
+    /// `tokentap-bench floor`: a bare reverse proxy on tokentap's stack.
+    Floor,
     /// tokentap with metering, tenant resolution and OTLP export on.
     Tokentap,
     /// tokentap with OTLP export off.
@@ -121,6 +123,7 @@ impl Kind {
             Kind::Direct => "direct",
             Kind::Nginx => "nginx",
             Kind::Envoy => "envoy",
+            Kind::Floor => "floor",
             Kind::Tokentap => "tokentap",
             Kind::TokentapNoExport => "tokentap-noexport",
         }
@@ -131,6 +134,7 @@ impl Kind {
             Kind::Direct,
             Kind::Nginx,
             Kind::Envoy,
+            Kind::Floor,
             Kind::Tokentap,
             Kind::TokentapNoExport,
         ]
@@ -290,6 +294,15 @@ pub(crate) fn start(
                 .args(["--concurrency", "2", "--log-level", "error"])
                 .arg("--disable-hot-restart");
             Proc::spawn("envoy", cmd, &log)?
+        }
+        Kind::Floor => {
+            let mut cmd = Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
+            cmd.args(["floor", "--listen", &format!("127.0.0.1:{port}")]);
+            for class in CLASSES {
+                let route = format!("{}=http://127.0.0.1:{}", class.prefix(), ups.port(class));
+                cmd.arg("--upstream").arg(route);
+            }
+            Proc::spawn("floor", cmd, &log)?
         }
         Kind::Tokentap | Kind::TokentapNoExport => {
             let conf = dir.join("tokentap.toml");
