@@ -1,7 +1,9 @@
 #!/bin/bash
 # e2e.sh BIN_DIR LABEL [CONCURRENCY] [SECONDS] [API]
 # tokentap (release, OTLP export on to a discarding sink) under callgrind,
-# behind a simulator (fast, 100 tokens) and the bench load client; counters
+# or with TARGET=floor `tokentap-bench floor` (the bare hyper proxy) or with
+# TARGET=nginx nginx (one process, one worker; NGINX_BIN, default
+# /usr/sbin/nginx) configured like the suite's, behind a simulator (fast, 100 tokens) and the bench load client; counters
 # are zeroed after a warm-up and dumped after the load, so the profile
 # (OUT_DIR/e2e-LABEL/cg.out.1) covers only the measured window. Then:
 #   benches/callgrind/breakdown.py OUT_DIR/e2e-LABEL/cg.out.1
@@ -10,6 +12,7 @@
 # PROXY_PORT and SIM_PORT to run several profiles side by side).
 # Environment: WHOLE=1 sends non-streamed requests (one JSON body each)
 # instead of streams; EXPORT=off turns OTLP export off (otlp_enabled = false).
+# Last line: Ir per request (total Ir of cg.out.1 / `requests` in load.json).
 set -u
 SINK=${SINK_PORT:-14318}; PROXY=${PROXY_PORT:-18080}; SIMP=${SIM_PORT:-19090}
 STREAM=--stream; [ "${WHOLE:-0}" = 1 ] && STREAM=
@@ -46,7 +49,39 @@ name = "fast"
 prefix = "/fast"
 upstream = "http://127.0.0.1:$SIMP"
 CONF
-valgrind --tool=callgrind --callgrind-out-file=$D/cg.out --dump-instr=no ${VGEXTRA:-} $BIN/tokentap --config tt.toml > tt.log 2>&1 & VG=$!; PIDS+=($VG)
+case ${TARGET:-tokentap} in
+tokentap) CMD=("$BIN/tokentap" --config tt.toml) ;;
+floor) CMD=("$BIN/tokentap-bench" floor --listen 127.0.0.1:$PROXY --upstream /fast=http://127.0.0.1:$SIMP) ;;
+nginx)
+    # As tools/bench/targets.rs writes it, in one process with one worker.
+    cat > nginx.conf <<CONF
+daemon off;
+master_process off;
+worker_processes 1;
+worker_rlimit_nofile 20000;
+pid $D/nginx.pid;
+error_log $D/error.log error;
+events { worker_connections 20000; multi_accept on; }
+http {
+  access_log off;
+  client_body_temp_path $D/body;
+  proxy_temp_path $D/proxy;
+  fastcgi_temp_path $D/fastcgi;
+  uwsgi_temp_path $D/uwsgi;
+  scgi_temp_path $D/scgi;
+  keepalive_requests 1000000;
+  keepalive_timeout 120s;
+  upstream fast { server 127.0.0.1:$SIMP; keepalive 512; keepalive_requests 1000000; }
+  server {
+    listen 127.0.0.1:$PROXY backlog=4096;
+    location /fast/ { proxy_pass http://fast; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; proxy_request_buffering off; proxy_read_timeout 3600s; }
+  }
+}
+CONF
+    CMD=("${NGINX_BIN:-/usr/sbin/nginx}" -p "$D" -c "$D/nginx.conf" -e "$D/error.log") ;;
+*) echo "TARGET must be tokentap, floor or nginx" >&2; exit 2 ;;
+esac
+valgrind --tool=callgrind --callgrind-out-file=$D/cg.out --dump-instr=no ${VGEXTRA:-} "${CMD[@]}" > tt.log 2>&1 & VG=$!; PIDS+=($VG)
 for i in $(seq 1 120); do (exec 3<>/dev/tcp/127.0.0.1/$PROXY) 2>/dev/null && break; sleep 1; done
 # warm-up (not measured)
 $BIN/tokentap-bench load --addr 127.0.0.1:$PROXY --prefix /fast --api $API $STREAM --concurrency $CONC --duration 3 --warmup 1 > warm.json 2>&1
@@ -57,3 +92,4 @@ sleep 2
 kill -INT $VG; wait $VG
 cat load.json
 ls $D
+python3 -c 'import json, sys; ir = int(sys.argv[1]); n = json.load(open("load.json"))["requests"]; print(f"Ir {ir} / {n} requests = {ir / max(n, 1):.0f} Ir per request")' "$(awk '/^summary:/ {print $2}' cg.out.1)"
