@@ -12,6 +12,8 @@
 # PROXY_PORT and SIM_PORT to run several profiles side by side).
 # Environment: WHOLE=1 sends non-streamed requests (one JSON body each)
 # instead of streams; EXPORT=off turns OTLP export off (otlp_enabled = false).
+# NOVG=1 runs the target natively instead (wall clock: load-dependent) and
+# prints its user and system CPU per request from /proc/PID/stat.
 # Last line: Ir per request (total Ir of cg.out.1 / `requests` in load.json).
 set -u
 SINK=${SINK_PORT:-14318}; PROXY=${PROXY_PORT:-18080}; SIMP=${SIM_PORT:-19090}
@@ -81,10 +83,21 @@ CONF
     CMD=("${NGINX_BIN:-/usr/sbin/nginx}" -p "$D" -c "$D/nginx.conf" -e "$D/error.log") ;;
 *) echo "TARGET must be tokentap, floor or nginx" >&2; exit 2 ;;
 esac
-valgrind --tool=callgrind --callgrind-out-file=$D/cg.out --dump-instr=no ${VGEXTRA:-} "${CMD[@]}" > tt.log 2>&1 & VG=$!; PIDS+=($VG)
+VALGRIND=(valgrind --tool=callgrind --callgrind-out-file=$D/cg.out --dump-instr=no ${VGEXTRA:-})
+[ "${NOVG:-0}" = 1 ] && VALGRIND=()
+"${VALGRIND[@]}" "${CMD[@]}" > tt.log 2>&1 & VG=$!; PIDS+=($VG)
+ticks() { awk '{print $14, $15}' /proc/$VG/stat; }
 for i in $(seq 1 120); do (exec 3<>/dev/tcp/127.0.0.1/$PROXY) 2>/dev/null && break; sleep 1; done
 # warm-up (not measured)
 $BIN/tokentap-bench load --addr 127.0.0.1:$PROXY --prefix /fast --api $API $STREAM --concurrency $CONC --duration 3 --warmup 1 > warm.json 2>&1
+if [ "${NOVG:-0}" = 1 ]; then
+    read U0 S0 < <(ticks)
+    $BIN/tokentap-bench load --addr 127.0.0.1:$PROXY --prefix /fast --api $API $STREAM --concurrency $CONC --duration $SECS --warmup 0 > load.json 2>&1
+    read U1 S1 < <(ticks)
+    cat load.json
+    python3 -c 'import json, sys; u, s, hz = map(int, sys.argv[1:]); n = json.load(open("load.json"))["requests"]; print(f"CPU per request: user {1e3 * u / hz / n:.4f} ms, system {1e3 * s / hz / n:.4f} ms ({n} requests)")' $((U1 - U0)) $((S1 - S0)) "$(getconf CLK_TCK)"
+    exit 0
+fi
 callgrind_control -z $VG > /dev/null
 $BIN/tokentap-bench load --addr 127.0.0.1:$PROXY --prefix /fast --api $API $STREAM --concurrency $CONC --duration $SECS --warmup 0 > load.json 2>&1
 callgrind_control -d $VG > /dev/null
