@@ -13,6 +13,7 @@ use http_body_util::BodyExt;
 use serde::Deserialize;
 
 use crate::meter::RequestBody;
+use crate::providers::scan::{Scan, Seen};
 use crate::providers::{ServiceTier, deserialize_service_tier};
 
 /// What the request body said.
@@ -107,23 +108,101 @@ pub fn parse(body: &[u8]) -> Sniffed {
             ..Sniffed::default()
         };
     }
+    let mut sniffed = by_scan(body).unwrap_or_else(|| by_serde(body));
+    if sniffed.body == RequestBody::Sniffed {
+        // Also true for `null` or a mention inside a string: then nothing
+        // is injected, which is the safe side.
+        sniffed.has_stream_options = memchr::memmem::find(body, b"\"stream_options\"").is_some();
+    }
+    sniffed
+}
+
+/// The fields as serde reads them (`not_json` when it fails).
+fn by_serde(body: &[u8]) -> Sniffed {
     match serde_json::from_slice::<Fields>(body) {
         Ok(f) => Sniffed {
             body: RequestBody::Sniffed,
             model: f.model,
             stream: f.stream,
-            // Also true for `null` or a mention inside a string: then nothing
-            // is injected, which is the safe side.
-            has_stream_options: memchr::memmem::find(body, b"\"stream_options\"").is_some(),
             include_usage: f.stream_options.and_then(|o| o.include_usage),
             user: f.user.or(f.metadata.and_then(|m| m.user_id)),
             service_tier: f.service_tier,
+            ..Sniffed::default()
         },
         Err(_) => Sniffed {
             body: RequestBody::NotJson,
             ..Sniffed::default()
         },
     }
+}
+
+/// The fields read by the validating scan (`providers/scan.rs`) in one
+/// pass, as serde reads them; `None` wherever the scan is not sure serde
+/// reads the body the same way, and serde then decides (errors included):
+/// an escaped key or wanted string, a repeated field, a wanted field of a
+/// type other than its own or `null` (a `service_tier` that is not a
+/// string, `stream_options` that is not an object), anything malformed.
+fn by_scan(body: &[u8]) -> Option<Sniffed> {
+    let mut s = Scan::new(body)?;
+    let mut out = Sniffed {
+        body: RequestBody::Sniffed,
+        ..Sniffed::default()
+    };
+    let (mut user, mut user_id) = (None, None);
+    let mut seen = Seen::default();
+    s.object(0, |s, key| {
+        match key {
+            "model" => {
+                seen.first(0)?;
+                out.model = s.str_or_null()?.map(str::to_owned);
+            }
+            "stream" => {
+                seen.first(1)?;
+                out.stream = s.bool_or_null()?;
+            }
+            "stream_options" => {
+                seen.first(2)?;
+                if !s.null()? {
+                    let mut inner = Seen::default();
+                    s.object(1, |s, key| match key {
+                        "include_usage" => {
+                            inner.first(0)?;
+                            out.include_usage = s.bool_or_null()?;
+                            Some(())
+                        }
+                        _ => s.skip(2),
+                    })?;
+                }
+            }
+            "user" => {
+                seen.first(3)?;
+                user = s.str_or_null()?;
+            }
+            "metadata" => {
+                seen.first(4)?;
+                if !s.null()? {
+                    let mut inner = Seen::default();
+                    s.object(1, |s, key| match key {
+                        "user_id" => {
+                            inner.first(0)?;
+                            user_id = s.str_or_null()?;
+                            Some(())
+                        }
+                        _ => s.skip(2),
+                    })?;
+                }
+            }
+            "service_tier" => {
+                seen.first(5)?;
+                out.service_tier = s.str_or_null()?.and_then(ServiceTier::parse);
+            }
+            _ => s.skip(1)?,
+        }
+        Some(())
+    })?;
+    s.end()?;
+    out.user = user.or(user_id).map(str::to_owned);
+    Some(out)
 }
 
 /// The body forwarded upstream: the bytes already read, then whatever the
@@ -325,6 +404,99 @@ mod tests {
             (array.body, array.model),
             (RequestBody::NotJson, None),
             "an array is not a request object, though serde reads structs from arrays"
+        );
+    }
+
+    /// Request bodies of the APIs the sniffer reads (the first ten are
+    /// common shapes the scan must take, the load generator's three among
+    /// them), then shapes the scan must leave to serde or read as it does.
+    fn request_bodies() -> Vec<Vec<u8>> {
+        let prompt = r#""messages":[{"role":"user","content":"Write a short story about a reverse proxy that counts tokens."}]"#;
+        let long = "x".repeat(300);
+        let out: Vec<String> = vec![
+            format!(
+                r#"{{"model":"gpt-4o-mini","stream":true,"stream_options":{{"include_usage":true}},"max_tokens":100,{prompt}}}"#
+            ),
+            format!(r#"{{"model":"gpt-4o-mini","max_tokens":100,{prompt}}}"#),
+            format!(
+                r#"{{"model":"claude-sonnet-4-20250514","stream":false,"max_tokens":100,{prompt}}}"#
+            ),
+            r#"{"model":"claude-sonnet-4-5","max_tokens":1024,"system":[{"type":"text","text":"be brief","cache_control":{"type":"ephemeral"}}],"metadata":{"user_id":"u-7"},"service_tier":"standard_only","messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}},{"type":"text","text":"what is this?"}]}],"tools":[{"name":"t","input_schema":{"type":"object","properties":{}}}],"thinking":{"type":"enabled","budget_tokens":2048}}"#.into(),
+            r#"{"model":"gpt-4.1","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]}],"stream":true,"service_tier":"flex","user":"alice","temperature":0.2,"top_p":1e0,"seed":-3}"#.into(),
+            r#"{"model":"text-embedding-3-small","input":["a","b"],"encoding_format":"float","dimensions":256}"#.into(),
+            r#"{"model":"o3","messages":[],"service_tier":"priority","stream":null,"stream_options":null,"user":null,"metadata":null}"#.into(),
+            r#" { "model" : "m" , "stream" : true , "stream_options" : { } , "n" : 2 } "#.into(),
+            r#"{"prompt":"once upon","model":"llama3","options":{"num_predict":5},"stream":false}"#.into(),
+            format!(
+                r#"{{"model":"m","messages":[{{"role":"user","content":"{long}\n{long}\u00e9"}}]}}"#
+            ),
+            r#"{"contents":[{"parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":5}}"#.into(),
+            r#"{"model":"caf\u00e9"}"#.into(),
+            r#"{"model":"m\"q"}"#.into(),
+            r#"{"mod\u0065l":"m"}"#.into(),
+            r#"{"model":"a","model":"b"}"#.into(),
+            r#"{"stream":true,"stream":false}"#.into(),
+            r#"{"stream_options":{"include_usage":true,"include_usage":false}}"#.into(),
+            r#"{"stream_options":{"include_usage":1}}"#.into(),
+            r#"{"stream_options":[true]}"#.into(),
+            r#"{"stream_options":true}"#.into(),
+            r#"{"metadata":{"user_id":"u","user_id":"v"}}"#.into(),
+            r#"{"metadata":{"user_id":5}}"#.into(),
+            r#"{"metadata":["u"]}"#.into(),
+            r#"{"user":"a","metadata":{"user_id":"b"}}"#.into(),
+            r#"{"metadata":{"user_id":"b","other":{"x":[1,2]}},"user":null}"#.into(),
+            r#"{"service_tier":5}"#.into(),
+            r#"{"service_tier":{"a":1}}"#.into(),
+            r#"{"service_tier":"batch","service_tier":"flex"}"#.into(),
+            r#"{"service_tier":"unknown"}"#.into(),
+            r#"{"service_tier":"fl\u0065x"}"#.into(),
+            r#"{"model":5}"#.into(),
+            r#"{"stream":"true"}"#.into(),
+            r#"{"user":["u"]}"#.into(),
+            r#"{"model":"m"} {}"#.into(),
+            r#"{"model":"m",}"#.into(),
+            r#"{"model":"m","x":01}"#.into(),
+            r#"{"model":"m","x":[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]}"#.into(),
+            r#"{"model":"m","x":"\ud83d\ude00"}"#.into(),
+            "{\"model\":\"m\",\"x\":\"tab\there\"}".into(),
+            "{\"model\":\"m\"}\x0c".into(),
+            "{\"stream_options\": {\"include_usage\": false}, \"model\": \"gpt-4o\"}\n".into(),
+            r#"{}"#.into(),
+        ];
+        let mut bytes: Vec<Vec<u8>> = out.into_iter().map(String::into_bytes).collect();
+        bytes.push(b"{\"model\":\"\xff\"}".to_vec());
+        bytes
+    }
+
+    #[test]
+    fn scan_reads_request_bodies_as_serde_does() {
+        for (i, body) in request_bodies().iter().enumerate() {
+            let text = String::from_utf8_lossy(body);
+            if i < 10 {
+                assert!(by_scan(body).is_some(), "the scan takes {text}");
+            }
+            let mut cases = crate::providers::scan::differential::mutations(body, i as u64, 300);
+            cases.push(body.clone());
+            for m in cases {
+                if let Some(scan) = by_scan(&m) {
+                    assert_eq!(scan, by_serde(&m), "{:?}", String::from_utf8_lossy(&m));
+                }
+            }
+        }
+        // What the scan leaves to serde is read (or refused) as before.
+        let s = parse(br#"{"mod\u0065l":"m","metadata":{"user_id":"caf\u00e9"}}"#);
+        assert_eq!(
+            (s.model.as_deref(), s.user.as_deref()),
+            (Some("m"), Some("caf\u{e9}"))
+        );
+        assert_eq!(
+            parse(br#"{"model":"a","model":"b"}"#).body,
+            RequestBody::NotJson
+        );
+        let s = parse(br#"{"service_tier":"flex","stream_options":null}"#);
+        assert_eq!(
+            (s.service_tier, s.has_stream_options, s.body),
+            (Some(ServiceTier::Flex), true, RequestBody::Sniffed)
         );
     }
 
