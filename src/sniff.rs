@@ -4,12 +4,14 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::LazyLock;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
+use memchr::memmem;
 use serde::Deserialize;
 
 use crate::meter::RequestBody;
@@ -91,6 +93,11 @@ struct Metadata {
     user_id: Option<String>,
 }
 
+/// The searcher for `"stream_options"`, built once (`memmem::find` builds
+/// one per call, which cost more than the search of a request body).
+static STREAM_OPTIONS: LazyLock<memmem::Finder<'static>> =
+    LazyLock::new(|| memmem::Finder::new(b"\"stream_options\""));
+
 /// Learn what a complete JSON body says. Unknown fields are skipped, and a
 /// field of an unexpected type makes the body `not_json` rather than failing.
 pub fn parse(body: &[u8]) -> Sniffed {
@@ -112,7 +119,7 @@ pub fn parse(body: &[u8]) -> Sniffed {
     if sniffed.body == RequestBody::Sniffed {
         // Also true for `null` or a mention inside a string: then nothing
         // is injected, which is the safe side.
-        sniffed.has_stream_options = memchr::memmem::find(body, b"\"stream_options\"").is_some();
+        sniffed.has_stream_options = STREAM_OPTIONS.find(body).is_some();
     }
     sniffed
 }
@@ -360,11 +367,12 @@ fn looks_like_json(headers: &HeaderMap) -> bool {
     {
         // Many clients (curl -d) send JSON as form or without a type; try anyway.
         None => true,
+        // Compared without regard to case, in place (no lowercase copy).
         Some(ct) => {
-            let ct = ct.to_ascii_lowercase();
-            memchr::memmem::find(&ct, b"json").is_some()
-                || ct.starts_with(b"application/x-www-form-urlencoded")
-                || ct.starts_with(b"text/plain")
+            let starts = |p: &[u8]| ct.get(..p.len()).is_some_and(|h| h.eq_ignore_ascii_case(p));
+            ct.windows(4).any(|w| w.eq_ignore_ascii_case(b"json"))
+                || starts(b"application/x-www-form-urlencoded")
+                || starts(b"text/plain")
         }
     }
 }
@@ -498,6 +506,35 @@ mod tests {
             (s.service_tier, s.has_stream_options, s.body),
             (Some(ServiceTier::Flex), true, RequestBody::Sniffed)
         );
+    }
+
+    #[test]
+    fn content_types_are_matched_without_regard_to_case() {
+        let typed = |ct: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(http::header::CONTENT_TYPE, ct.parse().expect("hv"));
+            looks_like_json(&h)
+        };
+        for yes in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            "application/vnd.api+Json",
+            "APPLICATION/X-WWW-FORM-URLENCODED",
+            "text/plain;charset=UTF-8",
+            "jsoN",
+        ] {
+            assert!(typed(yes), "{yes}");
+        }
+        for no in [
+            "multipart/form-data",
+            "text/html",
+            "jso",
+            "",
+            "application/x-www-form",
+        ] {
+            assert!(!typed(no), "{no}");
+        }
+        assert!(looks_like_json(&HeaderMap::new()), "no type: tried anyway");
     }
 
     /// A body delivered in the given pieces.
