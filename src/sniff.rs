@@ -124,6 +124,28 @@ pub fn parse(body: &[u8]) -> Sniffed {
     sniffed
 }
 
+/// A nested object (or `null`) of which only member `name` is wanted,
+/// read by `read`; the others are skipped, and a repeated `name` gives up
+/// (serde rejects it).
+fn only_member<'a>(
+    s: &mut Scan<'a>,
+    name: &str,
+    mut read: impl FnMut(&mut Scan<'a>) -> Option<()>,
+) -> Option<()> {
+    if s.null()? {
+        return Some(());
+    }
+    let mut seen = Seen::default();
+    s.object(1, |s, key| {
+        if key == name {
+            seen.first(0)?;
+            read(s)
+        } else {
+            s.skip(2)
+        }
+    })
+}
+
 /// The fields as serde reads them (`not_json` when it fails).
 fn by_serde(body: &[u8]) -> Sniffed {
     match serde_json::from_slice::<Fields>(body) {
@@ -169,17 +191,10 @@ fn by_scan(body: &[u8]) -> Option<Sniffed> {
             }
             "stream_options" => {
                 seen.first(2)?;
-                if !s.null()? {
-                    let mut inner = Seen::default();
-                    s.object(1, |s, key| match key {
-                        "include_usage" => {
-                            inner.first(0)?;
-                            out.include_usage = s.bool_or_null()?;
-                            Some(())
-                        }
-                        _ => s.skip(2),
-                    })?;
-                }
+                only_member(s, "include_usage", |s| {
+                    out.include_usage = s.bool_or_null()?;
+                    Some(())
+                })?;
             }
             "user" => {
                 seen.first(3)?;
@@ -187,17 +202,10 @@ fn by_scan(body: &[u8]) -> Option<Sniffed> {
             }
             "metadata" => {
                 seen.first(4)?;
-                if !s.null()? {
-                    let mut inner = Seen::default();
-                    s.object(1, |s, key| match key {
-                        "user_id" => {
-                            inner.first(0)?;
-                            user_id = s.str_or_null()?;
-                            Some(())
-                        }
-                        _ => s.skip(2),
-                    })?;
-                }
+                only_member(s, "user_id", |s| {
+                    user_id = s.str_or_null()?;
+                    Some(())
+                })?;
             }
             "service_tier" => {
                 seen.first(5)?;

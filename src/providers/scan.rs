@@ -420,22 +420,31 @@ pub(crate) mod differential {
     pub(crate) fn mutations(data: &[u8], seed: u64, n: usize) -> Vec<Vec<u8>> {
         let mut out: Vec<Vec<u8>> = (0..data.len()).map(|i| data[..i].to_vec()).collect();
         let mut rng = fastrand::Rng::with_seed(seed);
-        for _ in 0..n {
-            let mut m = data.to_vec();
-            for _ in 0..rng.usize(1..=2) {
-                let at = rng.usize(0..=m.len());
-                let byte = SPECIAL[rng.usize(0..SPECIAL.len())];
-                match rng.u8(0..3) {
-                    0 if at < m.len() => m[at] = byte,
-                    1 if at < m.len() => {
-                        m.remove(at);
-                    }
-                    _ => m.insert(at, byte),
-                }
-            }
-            out.push(m);
-        }
+        out.extend((0..n).map(|_| edited(data, SPECIAL, 2, &mut rng)));
         out
+    }
+
+    /// `data` with one to `max` bytes replaced by, or inserted from,
+    /// `special`, or removed, at random.
+    pub(crate) fn edited(
+        data: &[u8],
+        special: &[u8],
+        max: usize,
+        rng: &mut fastrand::Rng,
+    ) -> Vec<u8> {
+        let mut m = data.to_vec();
+        for _ in 0..rng.usize(1..=max) {
+            let at = rng.usize(0..=m.len());
+            let byte = special[rng.usize(0..special.len())];
+            match rng.u8(0..3) {
+                0 if at < m.len() => m[at] = byte,
+                1 if at < m.len() => {
+                    m.remove(at);
+                }
+                _ => m.insert(at, byte),
+            }
+        }
+        m
     }
 
     /// Events (as text) and the result of one adapter call.

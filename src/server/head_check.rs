@@ -749,20 +749,7 @@ mod tests {
 
     /// Byte edits of `data` that matter to the tracker (seeded).
     fn edits(data: &[u8], rng: &mut fastrand::Rng) -> Vec<u8> {
-        const SPECIAL: &[u8] = b"\r\n: \tCc0;";
-        let mut m = data.to_vec();
-        for _ in 0..rng.usize(1..=3) {
-            let at = rng.usize(0..=m.len());
-            let byte = SPECIAL[rng.usize(0..SPECIAL.len())];
-            match rng.u8(0..3) {
-                0 if at < m.len() => m[at] = byte,
-                1 if at < m.len() => {
-                    m.remove(at);
-                }
-                _ => m.insert(at, byte),
-            }
-        }
-        m
+        crate::providers::scan::differential::edited(data, b"\r\n: \tCc0;", 3, rng)
     }
 
     #[test]
