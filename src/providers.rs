@@ -12,7 +12,7 @@ pub mod gemini;
 pub mod ollama;
 pub mod openai;
 pub mod realtime;
-mod scan;
+pub(crate) mod scan;
 pub mod spec;
 pub mod tgi;
 mod wire;

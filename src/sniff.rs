@@ -4,15 +4,18 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::LazyLock;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
+use memchr::memmem;
 use serde::Deserialize;
 
 use crate::meter::RequestBody;
+use crate::providers::scan::{Scan, Seen};
 use crate::providers::{ServiceTier, deserialize_service_tier};
 
 /// What the request body said.
@@ -90,6 +93,11 @@ struct Metadata {
     user_id: Option<String>,
 }
 
+/// The searcher for `"stream_options"`, built once (`memmem::find` builds
+/// one per call, which cost more than the search of a request body).
+static STREAM_OPTIONS: LazyLock<memmem::Finder<'static>> =
+    LazyLock::new(|| memmem::Finder::new(b"\"stream_options\""));
+
 /// Learn what a complete JSON body says. Unknown fields are skipped, and a
 /// field of an unexpected type makes the body `not_json` rather than failing.
 pub fn parse(body: &[u8]) -> Sniffed {
@@ -107,23 +115,109 @@ pub fn parse(body: &[u8]) -> Sniffed {
             ..Sniffed::default()
         };
     }
+    let mut sniffed = by_scan(body).unwrap_or_else(|| by_serde(body));
+    if sniffed.body == RequestBody::Sniffed {
+        // Also true for `null` or a mention inside a string: then nothing
+        // is injected, which is the safe side.
+        sniffed.has_stream_options = STREAM_OPTIONS.find(body).is_some();
+    }
+    sniffed
+}
+
+/// A nested object (or `null`) of which only member `name` is wanted,
+/// read by `read`; the others are skipped, and a repeated `name` gives up
+/// (serde rejects it).
+fn only_member<'a>(
+    s: &mut Scan<'a>,
+    name: &str,
+    mut read: impl FnMut(&mut Scan<'a>) -> Option<()>,
+) -> Option<()> {
+    if s.null()? {
+        return Some(());
+    }
+    let mut seen = Seen::default();
+    s.object(1, |s, key| {
+        if key == name {
+            seen.first(0)?;
+            read(s)
+        } else {
+            s.skip(2)
+        }
+    })
+}
+
+/// The fields as serde reads them (`not_json` when it fails).
+fn by_serde(body: &[u8]) -> Sniffed {
     match serde_json::from_slice::<Fields>(body) {
         Ok(f) => Sniffed {
             body: RequestBody::Sniffed,
             model: f.model,
             stream: f.stream,
-            // Also true for `null` or a mention inside a string: then nothing
-            // is injected, which is the safe side.
-            has_stream_options: memchr::memmem::find(body, b"\"stream_options\"").is_some(),
             include_usage: f.stream_options.and_then(|o| o.include_usage),
             user: f.user.or(f.metadata.and_then(|m| m.user_id)),
             service_tier: f.service_tier,
+            ..Sniffed::default()
         },
         Err(_) => Sniffed {
             body: RequestBody::NotJson,
             ..Sniffed::default()
         },
     }
+}
+
+/// The fields read by the validating scan (`providers/scan.rs`) in one
+/// pass, as serde reads them; `None` wherever the scan is not sure serde
+/// reads the body the same way, and serde then decides (errors included):
+/// an escaped key or wanted string, a repeated field, a wanted field of a
+/// type other than its own or `null` (a `service_tier` that is not a
+/// string, `stream_options` that is not an object), anything malformed.
+fn by_scan(body: &[u8]) -> Option<Sniffed> {
+    let mut s = Scan::new(body)?;
+    let mut out = Sniffed {
+        body: RequestBody::Sniffed,
+        ..Sniffed::default()
+    };
+    let (mut user, mut user_id) = (None, None);
+    let mut seen = Seen::default();
+    s.object(0, |s, key| {
+        match key {
+            "model" => {
+                seen.first(0)?;
+                out.model = s.str_or_null()?.map(str::to_owned);
+            }
+            "stream" => {
+                seen.first(1)?;
+                out.stream = s.bool_or_null()?;
+            }
+            "stream_options" => {
+                seen.first(2)?;
+                only_member(s, "include_usage", |s| {
+                    out.include_usage = s.bool_or_null()?;
+                    Some(())
+                })?;
+            }
+            "user" => {
+                seen.first(3)?;
+                user = s.str_or_null()?;
+            }
+            "metadata" => {
+                seen.first(4)?;
+                only_member(s, "user_id", |s| {
+                    user_id = s.str_or_null()?;
+                    Some(())
+                })?;
+            }
+            "service_tier" => {
+                seen.first(5)?;
+                out.service_tier = s.str_or_null()?.and_then(ServiceTier::parse);
+            }
+            _ => s.skip(1)?,
+        }
+        Some(())
+    })?;
+    s.end()?;
+    out.user = user.or(user_id).map(str::to_owned);
+    Some(out)
 }
 
 /// The body forwarded upstream: the bytes already read, then whatever the
@@ -281,11 +375,12 @@ fn looks_like_json(headers: &HeaderMap) -> bool {
     {
         // Many clients (curl -d) send JSON as form or without a type; try anyway.
         None => true,
+        // Compared without regard to case, in place (no lowercase copy).
         Some(ct) => {
-            let ct = ct.to_ascii_lowercase();
-            memchr::memmem::find(&ct, b"json").is_some()
-                || ct.starts_with(b"application/x-www-form-urlencoded")
-                || ct.starts_with(b"text/plain")
+            let starts = |p: &[u8]| ct.get(..p.len()).is_some_and(|h| h.eq_ignore_ascii_case(p));
+            ct.windows(4).any(|w| w.eq_ignore_ascii_case(b"json"))
+                || starts(b"application/x-www-form-urlencoded")
+                || starts(b"text/plain")
         }
     }
 }
@@ -326,6 +421,128 @@ mod tests {
             (RequestBody::NotJson, None),
             "an array is not a request object, though serde reads structs from arrays"
         );
+    }
+
+    /// Request bodies of the APIs the sniffer reads (the first ten are
+    /// common shapes the scan must take, the load generator's three among
+    /// them), then shapes the scan must leave to serde or read as it does.
+    fn request_bodies() -> Vec<Vec<u8>> {
+        let prompt = r#""messages":[{"role":"user","content":"Write a short story about a reverse proxy that counts tokens."}]"#;
+        let long = "x".repeat(300);
+        let out: Vec<String> = vec![
+            format!(
+                r#"{{"model":"gpt-4o-mini","stream":true,"stream_options":{{"include_usage":true}},"max_tokens":100,{prompt}}}"#
+            ),
+            format!(r#"{{"model":"gpt-4o-mini","max_tokens":100,{prompt}}}"#),
+            format!(
+                r#"{{"model":"claude-sonnet-4-20250514","stream":false,"max_tokens":100,{prompt}}}"#
+            ),
+            r#"{"model":"claude-sonnet-4-5","max_tokens":1024,"system":[{"type":"text","text":"be brief","cache_control":{"type":"ephemeral"}}],"metadata":{"user_id":"u-7"},"service_tier":"standard_only","messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}},{"type":"text","text":"what is this?"}]}],"tools":[{"name":"t","input_schema":{"type":"object","properties":{}}}],"thinking":{"type":"enabled","budget_tokens":2048}}"#.into(),
+            r#"{"model":"gpt-4.1","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]}],"stream":true,"service_tier":"flex","user":"alice","temperature":0.2,"top_p":1e0,"seed":-3}"#.into(),
+            r#"{"model":"text-embedding-3-small","input":["a","b"],"encoding_format":"float","dimensions":256}"#.into(),
+            r#"{"model":"o3","messages":[],"service_tier":"priority","stream":null,"stream_options":null,"user":null,"metadata":null}"#.into(),
+            r#" { "model" : "m" , "stream" : true , "stream_options" : { } , "n" : 2 } "#.into(),
+            r#"{"prompt":"once upon","model":"llama3","options":{"num_predict":5},"stream":false}"#.into(),
+            format!(
+                r#"{{"model":"m","messages":[{{"role":"user","content":"{long}\n{long}\u00e9"}}]}}"#
+            ),
+            r#"{"contents":[{"parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":5}}"#.into(),
+            r#"{"model":"caf\u00e9"}"#.into(),
+            r#"{"model":"m\"q"}"#.into(),
+            r#"{"mod\u0065l":"m"}"#.into(),
+            r#"{"model":"a","model":"b"}"#.into(),
+            r#"{"stream":true,"stream":false}"#.into(),
+            r#"{"stream_options":{"include_usage":true,"include_usage":false}}"#.into(),
+            r#"{"stream_options":{"include_usage":1}}"#.into(),
+            r#"{"stream_options":[true]}"#.into(),
+            r#"{"stream_options":true}"#.into(),
+            r#"{"metadata":{"user_id":"u","user_id":"v"}}"#.into(),
+            r#"{"metadata":{"user_id":5}}"#.into(),
+            r#"{"metadata":["u"]}"#.into(),
+            r#"{"user":"a","metadata":{"user_id":"b"}}"#.into(),
+            r#"{"metadata":{"user_id":"b","other":{"x":[1,2]}},"user":null}"#.into(),
+            r#"{"service_tier":5}"#.into(),
+            r#"{"service_tier":{"a":1}}"#.into(),
+            r#"{"service_tier":"batch","service_tier":"flex"}"#.into(),
+            r#"{"service_tier":"unknown"}"#.into(),
+            r#"{"service_tier":"fl\u0065x"}"#.into(),
+            r#"{"model":5}"#.into(),
+            r#"{"stream":"true"}"#.into(),
+            r#"{"user":["u"]}"#.into(),
+            r#"{"model":"m"} {}"#.into(),
+            r#"{"model":"m",}"#.into(),
+            r#"{"model":"m","x":01}"#.into(),
+            r#"{"model":"m","x":[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]}"#.into(),
+            r#"{"model":"m","x":"\ud83d\ude00"}"#.into(),
+            "{\"model\":\"m\",\"x\":\"tab\there\"}".into(),
+            "{\"model\":\"m\"}\x0c".into(),
+            "{\"stream_options\": {\"include_usage\": false}, \"model\": \"gpt-4o\"}\n".into(),
+            r#"{}"#.into(),
+        ];
+        let mut bytes: Vec<Vec<u8>> = out.into_iter().map(String::into_bytes).collect();
+        bytes.push(b"{\"model\":\"\xff\"}".to_vec());
+        bytes
+    }
+
+    #[test]
+    fn scan_reads_request_bodies_as_serde_does() {
+        for (i, body) in request_bodies().iter().enumerate() {
+            let text = String::from_utf8_lossy(body);
+            if i < 10 {
+                assert!(by_scan(body).is_some(), "the scan takes {text}");
+            }
+            let mut cases = crate::providers::scan::differential::mutations(body, i as u64, 300);
+            cases.push(body.clone());
+            for m in cases {
+                if let Some(scan) = by_scan(&m) {
+                    assert_eq!(scan, by_serde(&m), "{:?}", String::from_utf8_lossy(&m));
+                }
+            }
+        }
+        // What the scan leaves to serde is read (or refused) as before.
+        let s = parse(br#"{"mod\u0065l":"m","metadata":{"user_id":"caf\u00e9"}}"#);
+        assert_eq!(
+            (s.model.as_deref(), s.user.as_deref()),
+            (Some("m"), Some("caf\u{e9}"))
+        );
+        assert_eq!(
+            parse(br#"{"model":"a","model":"b"}"#).body,
+            RequestBody::NotJson
+        );
+        let s = parse(br#"{"service_tier":"flex","stream_options":null}"#);
+        assert_eq!(
+            (s.service_tier, s.has_stream_options, s.body),
+            (Some(ServiceTier::Flex), true, RequestBody::Sniffed)
+        );
+    }
+
+    #[test]
+    fn content_types_are_matched_without_regard_to_case() {
+        let typed = |ct: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(http::header::CONTENT_TYPE, ct.parse().expect("hv"));
+            looks_like_json(&h)
+        };
+        for yes in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            "application/vnd.api+Json",
+            "APPLICATION/X-WWW-FORM-URLENCODED",
+            "text/plain;charset=UTF-8",
+            "jsoN",
+        ] {
+            assert!(typed(yes), "{yes}");
+        }
+        for no in [
+            "multipart/form-data",
+            "text/html",
+            "jso",
+            "",
+            "application/x-www-form",
+        ] {
+            assert!(!typed(no), "{no}");
+        }
+        assert!(looks_like_json(&HeaderMap::new()), "no type: tried anyway");
     }
 
     /// A body delivered in the given pieces.

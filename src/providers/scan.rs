@@ -20,7 +20,7 @@ const MAX_DEPTH: u32 = 16;
 const SHORT_WORDS: u32 = 8;
 
 /// A cursor over one JSON document. Every method returns `None` to give up.
-pub(super) struct Scan<'a> {
+pub(crate) struct Scan<'a> {
     bytes: &'a [u8],
     text: &'a str,
     at: usize,
@@ -29,7 +29,7 @@ pub(super) struct Scan<'a> {
 impl<'a> Scan<'a> {
     /// A scan of `data`; `None` unless it is UTF-8 (serde checks that only
     /// where it borrows, so non-UTF-8 data is left to it).
-    pub(super) fn new(data: &'a [u8]) -> Option<Scan<'a>> {
+    pub(crate) fn new(data: &'a [u8]) -> Option<Scan<'a>> {
         let text = std::str::from_utf8(data).ok()?;
         Some(Scan {
             bytes: data,
@@ -39,7 +39,7 @@ impl<'a> Scan<'a> {
     }
 
     /// Nothing but whitespace is left.
-    pub(super) fn end(mut self) -> Option<()> {
+    pub(crate) fn end(mut self) -> Option<()> {
         self.skip_ws();
         (self.at == self.bytes.len()).then_some(())
     }
@@ -61,7 +61,7 @@ impl<'a> Scan<'a> {
 
     /// An object: `member` is called with each key (keys with escapes give
     /// up) and must consume the value.
-    pub(super) fn object(
+    pub(crate) fn object(
         &mut self,
         depth: u32,
         mut member: impl FnMut(&mut Self, &'a str) -> Option<()>,
@@ -94,7 +94,7 @@ impl<'a> Scan<'a> {
     }
 
     /// An array: `element` is called at each element and must consume it.
-    pub(super) fn array(
+    pub(crate) fn array(
         &mut self,
         depth: u32,
         mut element: impl FnMut(&mut Self) -> Option<()>,
@@ -122,7 +122,7 @@ impl<'a> Scan<'a> {
     }
 
     /// Whether the value at the cursor is `null` (consumed if so).
-    pub(super) fn null(&mut self) -> Option<bool> {
+    pub(crate) fn null(&mut self) -> Option<bool> {
         if self.peek()? == b'n' {
             self.literal(b"null")?;
             return Some(true);
@@ -132,13 +132,13 @@ impl<'a> Scan<'a> {
 
     /// Any value, as its raw text (what serde's `RawValue` borrows);
     /// `None` inside for `null`, as serde's `Option<&RawValue>` has it.
-    pub(super) fn raw(&mut self, depth: u32) -> Option<Option<&'a str>> {
+    pub(crate) fn raw(&mut self, depth: u32) -> Option<Option<&'a str>> {
         let raw = self.value(depth)?;
         Some((raw != "null").then_some(raw))
     }
 
     /// A string without escapes (its content), or `null`.
-    pub(super) fn str_or_null(&mut self) -> Option<Option<&'a str>> {
+    pub(crate) fn str_or_null(&mut self) -> Option<Option<&'a str>> {
         if self.null()? {
             return Some(None);
         }
@@ -149,7 +149,7 @@ impl<'a> Scan<'a> {
     }
 
     /// `true`, `false` or `null` (as `None`).
-    pub(super) fn bool_or_null(&mut self) -> Option<Option<bool>> {
+    pub(crate) fn bool_or_null(&mut self) -> Option<Option<bool>> {
         match self.peek()? {
             b't' => self.literal(b"true").map(|()| Some(true)),
             b'f' => self.literal(b"false").map(|()| Some(false)),
@@ -161,7 +161,7 @@ impl<'a> Scan<'a> {
     /// A count: `null`, or an integer that fits `u64` written without a
     /// sign, fraction or exponent (what serde reads into `Option<u64>`;
     /// anything else gives up, and serde decides).
-    pub(super) fn u64_or_null(&mut self) -> Option<Option<u64>> {
+    pub(crate) fn u64_or_null(&mut self) -> Option<Option<u64>> {
         if self.null()? {
             return Some(None);
         }
@@ -182,7 +182,7 @@ impl<'a> Scan<'a> {
     }
 
     /// Skip any value, checking it.
-    pub(super) fn skip(&mut self, depth: u32) -> Option<()> {
+    pub(crate) fn skip(&mut self, depth: u32) -> Option<()> {
         self.value(depth).map(drop)
     }
 
@@ -352,11 +352,11 @@ fn special(word: u64) -> u64 {
 /// A set of field names seen in one object, to give up on duplicates
 /// (serde rejects a repeated struct field).
 #[derive(Default)]
-pub(super) struct Seen(u32);
+pub(crate) struct Seen(u32);
 
 impl Seen {
     /// Mark field number `bit`; `None` when it was already there.
-    pub(super) fn first(&mut self, bit: u32) -> Option<()> {
+    pub(crate) fn first(&mut self, bit: u32) -> Option<()> {
         let mask = 1 << bit;
         if self.0 & mask != 0 {
             return None;
@@ -368,7 +368,7 @@ impl Seen {
 
 /// Helpers for the adapters' scan-versus-serde tests.
 #[cfg(test)]
-pub(super) mod differential {
+pub(crate) mod differential {
     use crate::framing::Frame;
     use crate::framing::sse::SseDecoder;
     use crate::providers::tests::FIXTURES;
@@ -417,25 +417,34 @@ pub(super) mod differential {
 
     /// `data` cut at every offset, and `n` random edits of it (a byte
     /// replaced, inserted or removed; seeded, so failures repeat).
-    pub(in crate::providers) fn mutations(data: &[u8], seed: u64, n: usize) -> Vec<Vec<u8>> {
+    pub(crate) fn mutations(data: &[u8], seed: u64, n: usize) -> Vec<Vec<u8>> {
         let mut out: Vec<Vec<u8>> = (0..data.len()).map(|i| data[..i].to_vec()).collect();
         let mut rng = fastrand::Rng::with_seed(seed);
-        for _ in 0..n {
-            let mut m = data.to_vec();
-            for _ in 0..rng.usize(1..=2) {
-                let at = rng.usize(0..=m.len());
-                let byte = SPECIAL[rng.usize(0..SPECIAL.len())];
-                match rng.u8(0..3) {
-                    0 if at < m.len() => m[at] = byte,
-                    1 if at < m.len() => {
-                        m.remove(at);
-                    }
-                    _ => m.insert(at, byte),
-                }
-            }
-            out.push(m);
-        }
+        out.extend((0..n).map(|_| edited(data, SPECIAL, 2, &mut rng)));
         out
+    }
+
+    /// `data` with one to `max` bytes replaced by, or inserted from,
+    /// `special`, or removed, at random.
+    pub(crate) fn edited(
+        data: &[u8],
+        special: &[u8],
+        max: usize,
+        rng: &mut fastrand::Rng,
+    ) -> Vec<u8> {
+        let mut m = data.to_vec();
+        for _ in 0..rng.usize(1..=max) {
+            let at = rng.usize(0..=m.len());
+            let byte = special[rng.usize(0..special.len())];
+            match rng.u8(0..3) {
+                0 if at < m.len() => m[at] = byte,
+                1 if at < m.len() => {
+                    m.remove(at);
+                }
+                _ => m.insert(at, byte),
+            }
+        }
+        m
     }
 
     /// Events (as text) and the result of one adapter call.

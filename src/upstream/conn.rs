@@ -9,7 +9,6 @@
 //! brought in is handed over in the same task turn, and hyper's server
 //! writes them to the client together.
 
-use std::collections::HashMap;
 use std::future::{Future, poll_fn};
 use std::pin::{Pin, pin};
 use std::sync::{Arc, Mutex};
@@ -22,6 +21,7 @@ use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::http1;
+use rustc_hash::FxHashMap;
 
 use super::UpstreamBody;
 
@@ -123,9 +123,15 @@ pub(super) type Key = (Scheme, Authority, Shard);
 /// are not polled; one is checked when it is taken (a connection the peer
 /// closed meanwhile reads its end of file then and is dropped) and expired
 /// ones are dropped whenever their destination's list is touched.
+///
+/// Keyed with FxHash, not SipHash: the keys are the configured upstreams
+/// (route and webhook URLs), never chosen by a client, and `Authority`
+/// hashes byte by byte, which SipHash makes ~700 instructions a lookup. A
+/// destination's list stays in the map when it empties (the next checkin
+/// reuses it); `expire` drops empty lists.
 #[derive(Debug)]
 pub struct Pool {
-    idle: Mutex<HashMap<Key, Vec<Idle>>>,
+    idle: Mutex<FxHashMap<Key, Vec<Idle>>>,
     max_per_host: usize,
     timeout: Duration,
 }
@@ -143,13 +149,35 @@ impl Idle {
     }
 }
 
+/// When an idle entry was put back.
+trait Since {
+    fn since(&self) -> Instant;
+}
+
+impl Since for Idle {
+    fn since(&self) -> Instant {
+        self.since
+    }
+}
+
+/// Drop the connections of `list` idle for `timeout` or longer at `now`.
+/// They are its first ones: connections are put back with `since` read
+/// under the pool's lock, so a list is in `since` order.
+fn drop_stale<T: Since>(list: &mut Vec<T>, now: Instant, timeout: Duration) {
+    let stale = |i: &T| now.saturating_duration_since(i.since()) >= timeout;
+    if list.first().is_some_and(stale) {
+        let n = list.partition_point(stale);
+        list.drain(..n);
+    }
+}
+
 impl Pool {
     /// An empty pool, and a task that closes connections idle for longer
     /// than `timeout` (it ends with the pool). Must run inside the tokio
     /// runtime.
     pub fn new(max_per_host: usize, timeout: Duration) -> Arc<Pool> {
         let pool = Arc::new(Pool {
-            idle: Mutex::new(HashMap::new()),
+            idle: Mutex::new(FxHashMap::default()),
             max_per_host,
             timeout,
         });
@@ -200,15 +228,15 @@ impl Pool {
         }
     }
 
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "idle-connection expiry bookkeeping, not a measurement"
+    )]
     fn pop(&self, key: &Key) -> Option<H1> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.get_mut(key)?;
-        list.retain(|i| i.fresh(self.timeout));
-        let h1 = list.pop().map(|i| i.h1);
-        if list.is_empty() {
-            idle.remove(key);
-        }
-        h1
+        drop_stale(list, Instant::now(), self.timeout);
+        list.pop().map(|i| i.h1)
     }
 
     /// Keep `h1` for the next request to `key`, if there is room.
@@ -222,12 +250,10 @@ impl Pool {
         }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.entry(key).or_default();
-        list.retain(|i| i.fresh(self.timeout));
+        let now = Instant::now();
+        drop_stale(list, now, self.timeout);
         if list.len() < self.max_per_host {
-            list.push(Idle {
-                h1,
-                since: Instant::now(),
-            });
+            list.push(Idle { h1, since: now });
         }
     }
 }
@@ -295,5 +321,50 @@ impl Drop for Driven {
             h1.drive(&mut Context::from_waker(Waker::noop()));
             pool.checkin(key, h1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    impl Since for Instant {
+        fn since(&self) -> Instant {
+            *self
+        }
+    }
+
+    #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a base instant for made-up idle times"
+    )]
+    fn stale_entries_are_the_oldest_and_all_of_them_go() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let timeout = Duration::from_millis(100);
+        let list = vec![at(0), at(10), at(10), at(50), at(120)];
+        let after = |now: u64| {
+            let mut l = list.clone();
+            drop_stale(&mut l, at(now), timeout);
+            // The same as keeping each entry that is still fresh.
+            let want: Vec<Instant> = list
+                .iter()
+                .copied()
+                .filter(|s| at(now).saturating_duration_since(*s) < timeout)
+                .collect();
+            assert_eq!(l, want, "at {now} ms");
+            l.len()
+        };
+        assert_eq!(after(0), 5, "nothing stale");
+        assert_eq!(after(99), 5);
+        assert_eq!(after(100), 4, "idle for exactly the timeout is stale");
+        assert_eq!(after(110), 2);
+        assert_eq!(after(149), 2);
+        assert_eq!(after(150), 1);
+        assert_eq!(after(500), 0);
+        let mut empty: Vec<Instant> = Vec::new();
+        drop_stale(&mut empty, at(0), timeout);
+        assert!(empty.is_empty());
     }
 }
