@@ -1101,11 +1101,29 @@ mod tests {
             Some(joined),
             "one write for what was ready"
         );
+        let again = [chunk("d"), chunk("e")];
+        for b in again.clone() {
+            tx.send_data(b).await.expect("send");
+        }
+        let frame = body.frame().await.expect("frame").expect("ok");
+        let joined: Vec<u8> = again.iter().flat_map(|b| b.to_vec()).collect();
+        assert_eq!(
+            frame.data_ref().map(|d| d.to_vec()),
+            Some(joined),
+            "the next frames ready together join anew, nothing left of the first"
+        );
+        tx.send_data(chunk("f")).await.expect("send");
+        let frame = body.frame().await.expect("frame").expect("ok");
+        assert_eq!(
+            frame.data_ref().map(|d| d.to_vec()),
+            Some(chunk("f").to_vec()),
+            "a lone frame goes out as it is"
+        );
         drop(tx);
         assert!(body.frame().await.is_none(), "then the end");
         assert_eq!(
             sink.only().content_chunks,
-            3,
+            6,
             "each upstream chunk metered on its own"
         );
     }
