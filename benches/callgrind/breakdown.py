@@ -15,33 +15,42 @@ for line in out.splitlines():
     name = re.sub(r' \[[^\]]*\]$', '', name)
     fn = name.split(':', 1)[1] if ':' in name else name
     incl[fn] = max(incl.get(fn, 0), ir)
+def called_from(caller, callee):
+    """Inclusive Ir of the calls from functions matching `caller` to ones
+    matching `callee` (a stage reached from several places)."""
+    out = subprocess.run(["python3", CALLS, path, f"{caller}=>{callee}"], capture_output=True, text=True).stdout
+    return int(re.search(r'inclusive_Ir=(\d+)', out).group(1))
 def get(pat):
     v = [ir for fn, ir in incl.items() if re.search(pat, fn)]
     return max(v) if v else 0
-total = get(r'^clone$')
+total = next(int(l.split()[1]) for l in open(path) if l.startswith(('totals:', 'summary:')))
 streams_calls = subprocess.run(["python3", CALLS, path, r'Recorder>::finish$', r'Meter::on_data$'], capture_output=True, text=True).stdout
 streams = int(re.search(r'finish\$: calls=(\d+)', streams_calls).group(1))
 chunks = int(re.search(r'on_data\$: calls=(\d+)', streams_calls).group(1))
 poll_frame = get(r'MeteredBody<B> as http_body::Body>::poll_frame$')
 on_data = get(r'^tokentap::meter::body::Meter::on_data$')
-adapter = get(r'^tokentap::providers::Adapter::on_frame$')
+adapter = get(r'^<tokentap::providers::\w+::\w+Adapter as tokentap::providers::spec::FrameAdapter>::on_frame$')
 gap = get(r'RequestTelemetry as tokentap::meter::Recorder>::chunk_gap$')
 meter_finish = get(r'^tokentap::meter::body::Meter::finish$')
 tel_finish = get(r'RequestTelemetry as tokentap::meter::Recorder>::finish$')
 begin = get(r'^tokentap::telemetry::Telemetry::begin$')
 span_thread = get(r'BatchSpanProcessor::get_spans_and_export$')
 metric_thread = get(r'PeriodicReaderInner<E>::collect_and_export$')
-client_task = get(r'^<futures_util::future::future::Map<Fut,F> as core::future::future::Future>::poll$')
+# Since pass 3 the upstream connection is driven from its body (inside
+# MeteredBody::poll_frame), so it is split out of forwarding below.
+client_task = called_from(r'MeteredBody<B> as http_body::Body>::poll_frame$', r'^tokentap::upstream::conn::H1::drive$')
+join = sum(get(p) for p in (r'^tokentap::meter::body::Joined::push$', r'^tokentap::meter::body::Joined::take$'))
 incoming = get(r'^<hyper::body::incoming::Incoming as http_body::Body>::poll_frame$')
 rows = [
  ("extraction (adapter: JSON of each event)", adapter),
  ("framing + metering (SSE decoder, clock, tallies; on_data minus adapter and gap)", on_data - adapter - gap),
  ("telemetry per chunk (chunk_gap)", gap),
  ("telemetry per request (begin + finish + span/metric export threads)", begin + tel_finish + span_thread + metric_thread),
- ("forwarding in MeteredBody (poll_frame minus on_data, minus Meter::finish)", poll_frame - on_data - meter_finish),
+ ("forwarding in MeteredBody (poll_frame minus on_data, Meter::finish and the upstream connection)", poll_frame - on_data - meter_finish - client_task),
+ ("  of which joining the frames of one read (Joined)", join),
  ("  of which receiving from hyper's body channel (Incoming::poll_frame)", incoming),
- ("upstream connection task (hyper client: read, de-chunk, send to channel)", client_task),
- ("hyper server, tokio, app::handle, rest", total - poll_frame - client_task - begin - span_thread - metric_thread + (meter_finish - tel_finish)),
+ ("upstream connection (hyper client driven from the body: read, de-chunk, send to channel)", client_task),
+ ("hyper server, tokio, app::handle, the upstream request and head, rest", total - poll_frame - begin - span_thread - metric_thread + (meter_finish - tel_finish)),
 ]
 print(f"total user-space Ir {total:,}; streams {streams}; chunks (on_data calls) {chunks}; chunks/stream {chunks/streams:.1f}")
 print(f"| stage | Ir per stream | Ir per chunk | share |")

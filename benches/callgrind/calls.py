@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Calls to, and inclusive instructions of, the functions whose names match
 each regex (usage: calls.py CALLGRIND_OUT REGEX...). Inclusive cost is
-summed over calls from non-matching callers, so recursion counts once."""
+summed over calls from non-matching callers, so recursion counts once.
+A regex written CALLER=>CALLEE counts only the calls from CALLER."""
 import sys, re, collections
 path = sys.argv[1]; pats = sys.argv[2:]
 names = {}; calls = collections.Counter(); incl = collections.Counter(); total = 0
@@ -28,6 +29,11 @@ with open(path) as f:
                     self_ir[cur_fn] += ir
 print("total Ir", total)
 for p in pats:
+    if '=>' in p:
+        caller, callee = p.split('=>', 1)
+        i = sum(v for (a,b),v in incl.items() if re.search(callee,b) and re.search(caller,a or ''))
+        print(f"{p}: inclusive_Ir={i}")
+        continue
     c = sum(v for k,v in calls.items() if re.search(p,k))
     # inclusive Ir of matching callee over calls from non-matching callers (avoid recursion double count)
     i = sum(v for (a,b),v in incl.items() if re.search(p,b) and not re.search(p,a or ''))

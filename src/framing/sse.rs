@@ -127,7 +127,15 @@ impl SseDecoder {
                 pos = 1;
             }
         }
-        while let Some(i) = memchr2(b'\r', b'\n', &chunk[pos..]) {
+        loop {
+            // The end of the chunk, or a line end at the cursor (the blank
+            // line after an event), needs no search.
+            let found = match chunk.get(pos) {
+                None => None,
+                Some(b'\r' | b'\n') => Some(0),
+                Some(_) => memchr2(b'\r', b'\n', &chunk[pos..]),
+            };
+            let Some(i) = found else { break };
             let end = pos + i;
             let next = if chunk[end] == b'\n' {
                 end + 1
@@ -188,7 +196,13 @@ impl SseDecoder {
             self.dispatch(chunk, on);
             return Ok(());
         }
-        let (field, value_at) = match memchr::memchr(b':', line) {
+        // A `data` line, nearly every line of a stream, needs no search.
+        let colon = if line.starts_with(b"data:") {
+            Some(4)
+        } else {
+            memchr::memchr(b':', line)
+        };
+        let (field, value_at) = match colon {
             Some(0) => return Ok(()), // comment
             Some(colon) if line.get(colon + 1) == Some(&b' ') => (&line[..colon], colon + 2),
             Some(colon) => (&line[..colon], colon + 1),

@@ -537,6 +537,8 @@ pub struct MeteredBody<B> {
     frames: u32,
     /// When the first bytes of the frame being joined were read.
     first_read: Option<Instant>,
+    /// The data frames being joined into the next client frame.
+    joined: Joined,
 }
 
 /// One client frame in this many has its proxy overhead measured (the
@@ -574,11 +576,17 @@ enum Held {
 /// Most bytes joined into one frame.
 const MAX_JOINED: usize = 64 * 1024;
 
-/// Data pieces that are ready together, joined without a copy when there is one.
+/// Most pieces whose list is kept between frames (the list is reused, so
+/// joining allocates nothing but the joined frame itself).
+const KEPT_PIECES: usize = 256;
+
+/// Data pieces that are ready together, joined into one frame: a single
+/// piece as it is, several with one allocation of the joined length and one
+/// copy of each (no growing buffer that copies again as it grows).
 #[derive(Default)]
 struct Joined {
-    first: Option<Bytes>,
-    rest: Option<BytesMut>,
+    pieces: Vec<Bytes>,
+    len: usize,
 }
 
 impl Joined {
@@ -586,33 +594,34 @@ impl Joined {
         if piece.is_empty() {
             return;
         }
-        match (&self.first, &mut self.rest) {
-            (None, _) => self.first = Some(piece),
-            (Some(_), Some(rest)) => rest.extend_from_slice(&piece),
-            (Some(first), None) => {
-                let mut rest = BytesMut::with_capacity(first.len() + piece.len());
-                rest.extend_from_slice(first);
-                rest.extend_from_slice(&piece);
-                self.rest = Some(rest);
-            }
-        }
+        self.len += piece.len();
+        self.pieces.push(piece);
     }
 
     fn len(&self) -> usize {
-        self.rest
-            .as_ref()
-            .map_or_else(|| self.first.as_ref().map_or(0, Bytes::len), BytesMut::len)
+        self.len
     }
 
     fn is_empty(&self) -> bool {
-        self.first.is_none()
+        self.pieces.is_empty()
     }
 
-    fn into_bytes(self) -> Bytes {
-        match self.rest {
-            Some(rest) => rest.freeze(),
-            None => self.first.unwrap_or_default(),
+    /// The joined frame; the list is left empty for the next one.
+    fn take(&mut self) -> Bytes {
+        let len = std::mem::take(&mut self.len);
+        let out = if self.pieces.len() == 1 {
+            self.pieces.pop().unwrap_or_default()
+        } else {
+            let mut out = BytesMut::with_capacity(len);
+            for piece in self.pieces.drain(..) {
+                out.extend_from_slice(&piece);
+            }
+            out.freeze()
+        };
+        if self.pieces.capacity() > KEPT_PIECES {
+            self.pieces = Vec::new();
         }
+        out
     }
 }
 
@@ -657,6 +666,7 @@ where
             timer: None,
             frames: 0,
             first_read: None,
+            joined: Joined::default(),
         };
         body.arm();
         body
@@ -787,7 +797,6 @@ where
         }
         // Everything the upstream has already delivered goes out as one frame
         // (one write to the client); nothing waits for more.
-        let mut out = Joined::default();
         let mut ended_here = false;
         loop {
             let Some(inner) = this.inner.as_mut() else {
@@ -795,7 +804,7 @@ where
             };
             let polled = match Pin::new(inner).poll_frame(cx) {
                 Poll::Ready(r) => r,
-                Poll::Pending if !out.is_empty() => break,
+                Poll::Pending if !this.joined.is_empty() => break,
                 Poll::Pending => {
                     if let Some(end) = this.poll_timer(cx) {
                         this.meter.finish(end);
@@ -815,9 +824,9 @@ where
                     Ok(data) => {
                         let ended = this.inner_ended();
                         if let Some(piece) = this.take_in(data, ended) {
-                            out.push(piece);
+                            this.joined.push(piece);
                         }
-                        if ended || out.len() >= MAX_JOINED {
+                        if ended || this.joined.len() >= MAX_JOINED {
                             ended_here = ended;
                             break;
                         }
@@ -837,12 +846,12 @@ where
                 None => {
                     this.meter.finish(End::Eos);
                     if let Some(rest) = this.stripper.take().map(|mut s| s.finish()) {
-                        out.push(rest);
+                        this.joined.push(rest);
                     }
                     Held::End
                 }
             };
-            if out.is_empty() {
+            if this.joined.is_empty() {
                 this.held = Some(held);
                 return Pin::new(this).poll_frame(cx);
             }
@@ -850,7 +859,7 @@ where
             break;
         }
         this.hand_over(ended_here);
-        Poll::Ready(Some(Ok(Frame::data(out.into_bytes()))))
+        Poll::Ready(Some(Ok(Frame::data(this.joined.take()))))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -1081,22 +1090,40 @@ mod tests {
     #[tokio::test]
     async fn frames_ready_together_leave_as_one_and_are_each_metered() {
         let (sink, mut tx, mut body) = metered(true, "text/event-stream", None);
-        let sent = [chunk("a"), chunk("b"), chunk("c")];
-        for b in sent.clone() {
-            tx.send_data(b).await.expect("send");
+        // Sent together, then the one client frame they leave as.
+        async fn one_frame(
+            tx: &mut http_body_util::channel::Sender<Bytes, BoxError>,
+            body: &mut MeteredBody<Channel<Bytes, BoxError>>,
+            sent: &[Bytes],
+        ) -> Vec<u8> {
+            for b in sent {
+                tx.send_data(b.clone()).await.expect("send");
+            }
+            let frame = body.frame().await.expect("frame").expect("ok");
+            frame.data_ref().map(|d| d.to_vec()).unwrap_or_default()
         }
-        let frame = body.frame().await.expect("frame").expect("ok");
-        let joined: Vec<u8> = sent.iter().flat_map(|b| b.to_vec()).collect();
+        let sent = [chunk("a"), chunk("b"), chunk("c")];
         assert_eq!(
-            frame.data_ref().map(|d| d.to_vec()),
-            Some(joined),
+            one_frame(&mut tx, &mut body, &sent).await,
+            sent.concat(),
             "one write for what was ready"
+        );
+        let again = [chunk("d"), chunk("e")];
+        assert_eq!(
+            one_frame(&mut tx, &mut body, &again).await,
+            again.concat(),
+            "the next frames ready together join anew, nothing left of the first"
+        );
+        assert_eq!(
+            one_frame(&mut tx, &mut body, &[chunk("f")]).await,
+            chunk("f").to_vec(),
+            "a lone frame goes out as it is"
         );
         drop(tx);
         assert!(body.frame().await.is_none(), "then the end");
         assert_eq!(
             sink.only().content_chunks,
-            3,
+            6,
             "each upstream chunk metered on its own"
         );
     }

@@ -51,8 +51,14 @@ impl<'a> Scan<'a> {
     }
 
     fn peek(&mut self) -> Option<u8> {
-        self.skip_ws();
-        self.bytes.get(self.at).copied()
+        // Streamed JSON has no whitespace between tokens: one look decides.
+        match self.bytes.get(self.at) {
+            Some(&b) if b > b' ' => Some(b),
+            _ => {
+                self.skip_ws();
+                self.bytes.get(self.at).copied()
+            }
+        }
     }
 
     fn eat(&mut self, byte: u8) -> Option<()> {
@@ -138,6 +144,7 @@ impl<'a> Scan<'a> {
     }
 
     /// A string without escapes (its content), or `null`.
+    #[inline]
     pub(crate) fn str_or_null(&mut self) -> Option<Option<&'a str>> {
         if self.null()? {
             return Some(None);
@@ -247,7 +254,9 @@ impl<'a> Scan<'a> {
         (self.at > start).then_some(())
     }
 
-    /// A string literal without escapes: its content.
+    /// A string literal without escapes: its content. Inlined with
+    /// `string`: most strings of a chunk are keys read here.
+    #[inline(always)]
     fn plain_string(&mut self) -> Option<&'a str> {
         let (literal, escaped) = self.string()?;
         (!escaped).then(|| &literal[1..literal.len() - 1])
@@ -259,37 +268,48 @@ impl<'a> Scan<'a> {
     /// Past the first `SHORT_WORDS` words, `memchr` finds the next quote or
     /// backslash and one branch-free pass checks the bytes before it for
     /// control bytes (both vectorised, where words cost a branch each).
+    /// Inlined: a chunk has a dozen short strings (mostly keys), and the
+    /// call itself cost a fifth of each.
+    #[inline(always)]
     fn string(&mut self) -> Option<(&'a str, bool)> {
+        // The cursor is kept in a local and stored back where `self` is
+        // needed (or the string ends), not read and written at every step.
+        let bytes = self.bytes;
         let start = self.at;
-        self.at += 1;
+        let mut at = start + 1;
         let mut escaped = false;
         loop {
             let mut words = 0;
-            while let Some(word) = self.bytes.get(self.at..self.at + 8) {
+            while let Some(word) = bytes.get(at..at + 8) {
                 let word: [u8; 8] = word.try_into().ok()?;
                 let flags = special(u64::from_le_bytes(word));
                 if flags != 0 {
-                    self.at += (flags.trailing_zeros() / 8) as usize;
+                    at += (flags.trailing_zeros() / 8) as usize;
                     break;
                 }
-                self.at += 8;
+                at += 8;
                 words += 1;
                 if words == SHORT_WORDS {
+                    self.at = at;
                     self.long_run()?;
+                    at = self.at;
                     break;
                 }
             }
-            match *self.bytes.get(self.at)? {
+            match *bytes.get(at)? {
                 b'"' => {
-                    self.at += 1;
-                    return Some((self.text.get(start..self.at)?, escaped));
+                    at += 1;
+                    self.at = at;
+                    return Some((self.text.get(start..at)?, escaped));
                 }
                 b'\\' => {
                     escaped = true;
+                    self.at = at;
                     self.escape()?;
+                    at = self.at;
                 }
                 0..=0x1f => return None, // serde rejects raw control characters
-                _ => self.at += 1,
+                _ => at += 1,
             }
         }
     }
