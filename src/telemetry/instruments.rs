@@ -1407,6 +1407,86 @@ mod tests {
         }
     }
 
+    /// `streams_active` per (route, provider) after `run`, as "route/provider value".
+    fn active_points(run: impl FnOnce(&Instruments)) -> Vec<String> {
+        use opentelemetry::metrics::MeterProvider as _;
+        use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+        use opentelemetry_sdk::metrics::{
+            InMemoryMetricExporter, PeriodicReader, SdkMeterProvider,
+        };
+        let exporter = InMemoryMetricExporter::default();
+        let provider = SdkMeterProvider::builder()
+            .with_reader(PeriodicReader::builder(exporter.clone()).build())
+            .build();
+        let ins = Instruments::new(&provider.meter("t"), Semconv::Latest, None, 0);
+        run(&ins);
+        provider.force_flush().expect("flush");
+        let mut out = Vec::new();
+        let all = exporter.get_finished_metrics().expect("in-memory metrics");
+        for m in all
+            .iter()
+            .flat_map(|rm| rm.scope_metrics())
+            .flat_map(|s| s.metrics())
+        {
+            if let (M_STREAMS_ACTIVE, AggregatedMetrics::I64(MetricData::Sum(c))) =
+                (m.name(), m.data())
+            {
+                for p in c.data_points() {
+                    let mut kv: Vec<_> = p.attributes().collect();
+                    kv.sort_by_key(|kv| kv.key.as_str() != ROUTE);
+                    let v: Vec<String> = kv.iter().map(|kv| kv.value.to_string()).collect();
+                    out.push(format!("{} {}", v.join("/"), p.value()));
+                }
+            }
+        }
+        out.sort();
+        let _ = provider.shutdown();
+        out
+    }
+
+    #[test]
+    fn active_requests_count_per_route_and_provider_bound_or_not() {
+        let set = |route: &str, provider: &'static str| {
+            [
+                KeyValue::new(ROUTE, route.to_owned()),
+                KeyValue::new(GEN_AI_PROVIDER_NAME, provider),
+            ]
+        };
+        let got = active_points(|ins| {
+            let a = ins.active_start(set("r", "openai"));
+            let mut b = ins.active_start(set("r", "openai"));
+            let c = ins.active_start(set("s", "openai"));
+            assert!(
+                a.bound.is_some() && b.bound.is_some(),
+                "bound under the cap"
+            );
+            b.relabel(ins, KeyValue::new(GEN_AI_PROVIDER_NAME, "anthropic"));
+            drop(c);
+            std::mem::forget(a);
+            std::mem::forget(b);
+        });
+        assert_eq!(got, ["r/anthropic 1", "r/openai 1", "s/openai 0"]);
+        // Past the cap of bound sets, the same counts through unbound adds.
+        let got = active_points(|ins| {
+            let held: Vec<ActiveRequest> = (0..MAX_ACTIVE_SETS)
+                .map(|i| ins.active_start(set(&format!("r{i}"), "openai")))
+                .collect();
+            let mut past = ins.active_start(set("past", "openai"));
+            assert!(past.bound.is_none(), "unbound past the cap");
+            let again = ins.active_start(set("past", "openai"));
+            past.relabel(ins, KeyValue::new(GEN_AI_PROVIDER_NAME, "gemini"));
+            drop(again);
+            std::mem::forget(past);
+            drop(held);
+        });
+        let past: Vec<&String> = got.iter().filter(|p| p.starts_with("past/")).collect();
+        assert_eq!(past, ["past/gemini 1", "past/openai 0"]);
+        assert_eq!(
+            got.iter().filter(|p| p.ends_with(" 0")).count(),
+            MAX_ACTIVE_SETS + 1
+        );
+    }
+
     #[test]
     fn gap_cells_are_the_union_of_both_histograms_boundaries() {
         let mut union: Vec<f64> = GAP_BUCKETS
