@@ -30,7 +30,7 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 
 use http::HeaderMap;
-use opentelemetry::metrics::{BoundHistogram, Meter, MeterProvider as _, UpDownCounter};
+use opentelemetry::metrics::{BoundHistogram, Meter, MeterProvider as _};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{Span as _, SpanKind, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
@@ -44,7 +44,10 @@ use self::attrs::*;
 use self::cardinality::CardinalityGuard;
 use self::export::DropCounts;
 use self::in_flight::{InFlight, InFlightGuard};
-use self::instruments::{FinishAttrs, FinishRecord, GapTally, Instruments, OpClass};
+use self::instruments::{
+    ActiveRequest, CostRecord, FinishAttrs, FinishRecord, GapTally, Instruments, OpClass,
+    overhead_attrs,
+};
 use self::live::{Live, LiveRequest, Sample, SeriesKey};
 use self::log::access_log;
 use self::prometheus::PullReader;
@@ -322,13 +325,10 @@ impl Telemetry {
             gap: inner.instruments.chunk_gap.bind(&attrs),
             tally: GapTally::default(),
         });
-        let active = ActiveRequest::start(
-            inner.instruments.streams_active.clone(),
-            [
-                KeyValue::new(ROUTE, facts.route.clone()),
-                KeyValue::new(GEN_AI_PROVIDER_NAME, provider),
-            ],
-        );
+        let active = inner.instruments.active_start([
+            KeyValue::new(ROUTE, facts.route.clone()),
+            KeyValue::new(GEN_AI_PROVIDER_NAME, provider),
+        ]);
 
         let name = match &facts.request_model {
             Some(model) => format!("{op} {model}"),
@@ -656,41 +656,6 @@ impl ChunkGaps {
     }
 }
 
-/// A request's pricing, as the live statistics count it.
-#[derive(Debug, Default)]
-struct LiveCost {
-    usd: Option<f64>,
-    unpriced: bool,
-}
-
-/// `tokentap.streams.active`: +1 on start, −1 when dropped (finished or not).
-struct ActiveRequest {
-    counter: UpDownCounter<i64>,
-    attrs: [KeyValue; 2],
-}
-
-impl ActiveRequest {
-    fn start(counter: UpDownCounter<i64>, attrs: [KeyValue; 2]) -> ActiveRequest {
-        counter.add(1, &attrs);
-        ActiveRequest { counter, attrs }
-    }
-}
-
-impl ActiveRequest {
-    /// Move this request to the series labelled with `provider`.
-    fn relabel(&mut self, provider: KeyValue) {
-        self.counter.add(-1, &self.attrs);
-        self.attrs[1] = provider;
-        self.counter.add(1, &self.attrs);
-    }
-}
-
-impl Drop for ActiveRequest {
-    fn drop(&mut self) {
-        self.counter.add(-1, &self.attrs);
-    }
-}
-
 /// One request's span and pre-built metric attributes.
 pub struct RequestTelemetry {
     inner: Arc<Inner>,
@@ -763,7 +728,7 @@ impl Recorder for RequestTelemetry {
             g.per_chunk = ChunkGaps::bind(ins, &self.attrs);
             g.gap = ins.chunk_gap.bind(&self.attrs);
         }
-        self._active.relabel(name);
+        self._active.relabel(&self.inner.instruments, name);
     }
 
     fn finish(self: Box<Self>, m: Measurement) {
@@ -771,9 +736,9 @@ impl Recorder for RequestTelemetry {
         if let Some(g) = &this.gaps {
             g.record();
         }
-        this.record_metrics(&m);
         let cost = this.record_cost(&m);
-        this.record_live(&m, &cost);
+        this.record_metrics(&m, cost);
+        this.record_live(&m, cost);
         if this.inner.access_log {
             access_log(&m, &this.span);
         }
@@ -787,13 +752,11 @@ impl Recorder for RequestTelemetry {
 }
 
 impl RequestTelemetry {
-    /// Price the request (`pricing`), put the cost on the span and the
-    /// cost counters; what the live statistics need of it.
-    fn record_cost(&mut self, m: &Measurement) -> LiveCost {
+    /// Price the request (`pricing`) and put the cost on the span; what
+    /// the cost counters and the live statistics need of it.
+    fn record_cost(&mut self, m: &Measurement) -> Option<CostRecord> {
         let book = self.inner.prices.load();
-        let Some(book) = book.as_deref() else {
-            return LiveCost::default();
-        };
+        let book = book.as_deref()?;
         let request = pricing::Request {
             route: &m.request.route,
             provider: m.request.provider,
@@ -805,7 +768,6 @@ impl RequestTelemetry {
             requested_tier: m.request.service_tier,
             at: m.request.start_wall,
         };
-        let ins = &self.inner.instruments;
         if let Some(tier) = m.usage.service_tier.or(m.request.service_tier) {
             self.span
                 .set_attribute(KeyValue::new(SERVICE_TIER, tier.as_str()));
@@ -820,29 +782,22 @@ impl RequestTelemetry {
                     KeyValue::new(COST_ESTIMATED, c.estimated),
                     KeyValue::new(COST_PRICE_ENTRY, c.entry.to_string()),
                 ]);
-                let mut attrs = self.attrs.clone();
-                attrs.push(KeyValue::new(COST_SOURCE, source));
-                attrs.push(KeyValue::new(COST_ESTIMATED, c.estimated));
-                ins.cost.add(c.usd, &attrs);
-                LiveCost {
-                    usd: Some(c.usd),
-                    unpriced: false,
-                }
+                Some(CostRecord::Priced {
+                    usd: c.usd,
+                    source: c.entry.source(),
+                    estimated: c.estimated,
+                })
             }
             Priced::Unpriced => {
                 self.span.set_attribute(KeyValue::new(COST_UNPRICED, true));
-                ins.cost_unpriced.add(1, &self.attrs);
-                LiveCost {
-                    usd: None,
-                    unpriced: true,
-                }
+                Some(CostRecord::Unpriced)
             }
-            Priced::Nothing => LiveCost::default(),
+            Priced::Nothing => None,
         }
     }
 
     /// One `try_send` to the live statistics; never waits.
-    fn record_live(&self, m: &Measurement, cost: &LiveCost) {
+    fn record_live(&self, m: &Measurement, cost: Option<CostRecord>) {
         let inner = &self.inner;
         let response_model = m.response_model.as_deref();
         let mut sample = Sample::new(
@@ -853,15 +808,20 @@ impl RequestTelemetry {
             self.span.span_context().trace_id(),
         );
         sample.in_flight = Some(self.in_flight_at_start);
-        sample.cost_usd = cost.usd;
-        sample.unpriced = cost.unpriced;
+        match cost {
+            Some(CostRecord::Priced { usd, .. }) => sample.cost_usd = Some(usd),
+            Some(CostRecord::Unpriced) => sample.unpriced = true,
+            None => {}
+        }
         inner.live.finish(sample);
     }
 
-    fn record_metrics(&self, m: &Measurement) {
+    fn record_metrics(&self, m: &Measurement, cost: Option<CostRecord>) {
         let inner = &self.inner;
         let ins = &inner.instruments;
-        let mut attrs = self.attrs.clone();
+        // Room for the end-of-request attributes, so none reallocates.
+        let mut attrs = Vec::with_capacity(self.attrs.len() + 5);
+        attrs.extend_from_slice(&self.attrs);
         attrs.push(KeyValue::new(OUTCOME, m.outcome.as_str()));
         attrs.push(KeyValue::new(TOKENS_ESTIMATED, m.estimated()));
         if let Some(model) = &m.response_model {
@@ -904,6 +864,7 @@ impl RequestTelemetry {
                 self.span.span_context(),
                 m.request.start_wall + m.duration,
             ),
+            cost,
         };
         // The TTFT and prefill histograms take the same set plus the prompt
         // size class: one vector, the class last, `all` a prefix of it.
@@ -914,32 +875,16 @@ impl RequestTelemetry {
                 m.prompt_size_class().as_str(),
             ));
         }
-        let overhead = overhead_attrs(&self.attrs, STAGE_REQUEST);
-        let pool_overhead = overhead_attrs(&self.attrs, STAGE_POOL_WAIT);
         let sets = FinishAttrs {
             all: &attrs[..all],
             sized: &attrs,
-            overhead: &overhead,
-            pool_overhead: &pool_overhead,
+            begin: &self.attrs,
         };
         ins.record_finish(&sets, &record);
         if !m.modalities.is_empty() {
             ins.record_modalities(&attrs[..all], &m.modalities, &record);
         }
     }
-}
-
-/// `tokentap.proxy.overhead` attributes: the route (from the request's
-/// attributes) and the stage. Overhead is the proxy's, so no model.
-fn overhead_attrs(attrs: &[KeyValue], stage: &'static str) -> [KeyValue; 2] {
-    let route = attrs
-        .iter()
-        .find(|kv| kv.key.as_str() == ROUTE)
-        .map_or_else(|| opentelemetry::Value::from(OTHER), |kv| kv.value.clone());
-    [
-        KeyValue::new(ROUTE, route),
-        KeyValue::new(PROXY_STAGE, stage),
-    ]
 }
 
 #[cfg(test)]

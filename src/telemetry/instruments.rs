@@ -8,14 +8,17 @@ use std::time::Duration;
 
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{
-    BoundCounter, BoundHistogram, Counter, Histogram, Meter, ObservableCounter, UpDownCounter,
+    BoundCounter, BoundHistogram, BoundUpDownCounter, Counter, Histogram, Meter, ObservableCounter,
+    UpDownCounter,
 };
+use rustc_hash::FxSeededState;
 
 use super::attrs::*;
 use super::exemplars::{self, SeriesExemplars, TraceMark};
 use super::export::DropCounts;
 use crate::config::Semconv;
 use crate::meter::ModalityTokens;
+use crate::pricing::CostSource;
 
 /// `gen_ai.client.inference.duration`, `gen_ai.client.embeddings.duration`,
 /// `gen_ai.client.operation.duration`, `gen_ai.server.request.duration`,
@@ -204,7 +207,9 @@ pub(super) struct Instruments {
     /// Kept so the callback lives as long as the instruments.
     _dropped: Option<ObservableCounter<u64>>,
     /// End-of-request instruments bound per attribute set.
-    finish_sets: RwLock<HashMap<Vec<KeyValue>, Arc<FinishBound>>>,
+    finish_sets: BoundSets<Vec<KeyValue>, Arc<FinishBound>>,
+    /// `streams_active` bound per (route, provider).
+    active_sets: BoundSets<[KeyValue; 2], BoundUpDownCounter<i64>>,
     /// Attribute sets that keep exemplars (the first ones bound); 0 = none.
     exemplar_sets: usize,
 }
@@ -212,6 +217,22 @@ pub(super) struct Instruments {
 /// Distinct end-of-request attribute sets kept bound; past this, requests
 /// record unbound (same data, more hashing).
 const MAX_FINISH_SETS: usize = 4096;
+/// Distinct (route, provider) sets of `streams_active` kept bound.
+const MAX_ACTIVE_SETS: usize = 1024;
+
+/// Attribute sets to the handles bound to them. Fx, seeded per process,
+/// rather than SipHash: a lookup hashes a dozen attributes per request
+/// (about 4.9k instructions with SipHash). The keys are built from values
+/// the cardinality guards bound, and each map is capped.
+type BoundSets<K, V> = RwLock<HashMap<K, V, FxSeededState>>;
+
+fn bound_sets<K, V>() -> BoundSets<K, V> {
+    use std::hash::BuildHasher as _;
+    let seed = std::collections::hash_map::RandomState::new().hash_one(0u8);
+    RwLock::new(HashMap::with_hasher(FxSeededState::with_seed(
+        seed as usize,
+    )))
+}
 
 /// The kind of operation, which picks the current conventions' names.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -260,6 +281,53 @@ pub(super) struct FinishRecord {
     pub cache_write_tokens: Option<u64>,
     /// The request's sampled trace, for exemplars.
     pub trace: Option<TraceMark>,
+    /// What pricing made of it.
+    pub cost: Option<CostRecord>,
+}
+
+/// A priced or unpriced request, for `tokentap.cost.*`.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum CostRecord {
+    /// `tokentap.cost.usd`, under the request's `begin` attributes plus
+    /// the price's source and whether the usage was estimated.
+    Priced {
+        usd: f64,
+        source: CostSource,
+        estimated: bool,
+    },
+    /// `tokentap.cost.unpriced`, under the `begin` attributes.
+    Unpriced,
+}
+
+/// The cell of `FinishBound::cost` for a source.
+fn source_index(source: CostSource) -> usize {
+    match source {
+        CostSource::Table => 0,
+        CostSource::Override => 1,
+        CostSource::Provider => 2,
+    }
+}
+
+/// `tokentap.cost.usd` attributes.
+fn cost_attrs(begin: &[KeyValue], source: CostSource, estimated: bool) -> Vec<KeyValue> {
+    let mut a = Vec::with_capacity(begin.len() + 2);
+    a.extend_from_slice(begin);
+    a.push(KeyValue::new(COST_SOURCE, source.as_str()));
+    a.push(KeyValue::new(COST_ESTIMATED, estimated));
+    a
+}
+
+/// `tokentap.proxy.overhead` attributes: the route (from the request's
+/// attributes) and the stage. Overhead is the proxy's, so no model.
+pub(super) fn overhead_attrs(attrs: &[KeyValue], stage: &'static str) -> [KeyValue; 2] {
+    let route = attrs
+        .iter()
+        .find(|kv| kv.key.as_str() == ROUTE)
+        .map_or_else(|| opentelemetry::Value::from(OTHER), |kv| kv.value.clone());
+    [
+        KeyValue::new(ROUTE, route),
+        KeyValue::new(PROXY_STAGE, stage),
+    ]
 }
 
 /// The histograms that keep exemplars, one measure each of
@@ -313,11 +381,11 @@ pub(super) struct FinishAttrs<'a> {
     /// `all` plus `tokentap.prompt.size_class` when that is on (else
     /// `all`): TTFT and prefill histograms.
     pub sized: &'a [KeyValue],
-    /// Route and `tokentap.proxy.stage = request`: proxy overhead.
-    pub overhead: &'a [KeyValue],
-    /// Route and `tokentap.proxy.stage = pool_wait`: the wait for an
-    /// upstream connection or stream slot, as proxy overhead.
-    pub pool_overhead: &'a [KeyValue],
+    /// The attributes known when the request began (a prefix of `all`):
+    /// cost, and the route of the proxy overhead sets (`overhead_attrs`
+    /// with stage `request`, and `pool_wait` for the wait for an upstream
+    /// connection or stream slot).
+    pub begin: &'a [KeyValue],
 }
 
 /// The end-of-request instruments bound to one attribute set, each bound
@@ -357,6 +425,9 @@ struct FinishBound {
     pool_overhead: OnceLock<BoundHistogram<f64>>,
     /// `tokentap.tokens`, in `FinishRecord::served` order.
     served: [OnceLock<BoundCounter<u64>>; 5],
+    /// `tokentap.cost.usd` by `source_index` and estimated.
+    cost: [[OnceLock<BoundCounter<f64>>; 2]; 3],
+    cost_unpriced: OnceLock<BoundCounter<u64>>,
     /// Latest trace per bucket of `EXEMPLAR_MEASURES`; `None` past the
     /// sets that keep exemplars.
     exemplars: Option<SeriesExemplars<4>>,
@@ -385,15 +456,28 @@ impl FinishBound {
                 cell.get_or_init(|| h.bind(a.sized)).record(v);
             }
         }
-        if let Some(v) = r.request_overhead {
-            self.request_overhead
-                .get_or_init(|| ins.proxy_overhead.bind(a.overhead))
-                .record(v);
+        for (cell, stage, v) in [
+            (&self.request_overhead, STAGE_REQUEST, r.request_overhead),
+            (&self.pool_overhead, STAGE_POOL_WAIT, r.pool_wait),
+        ] {
+            if let Some(v) = v {
+                cell.get_or_init(|| ins.proxy_overhead.bind(&overhead_attrs(a.begin, stage)))
+                    .record(v);
+            }
         }
-        if let Some(v) = r.pool_wait {
-            self.pool_overhead
-                .get_or_init(|| ins.proxy_overhead.bind(a.pool_overhead))
-                .record(v);
+        match r.cost {
+            Some(CostRecord::Priced {
+                usd,
+                source,
+                estimated,
+            }) => self.cost[source_index(source)][usize::from(estimated)]
+                .get_or_init(|| ins.cost.bind(&cost_attrs(a.begin, source, estimated)))
+                .add(usd),
+            Some(CostRecord::Unpriced) => self
+                .cost_unpriced
+                .get_or_init(|| ins.cost_unpriced.bind(a.begin))
+                .add(1),
+            None => {}
         }
         if legacy {
             for (cell, (kind, n)) in self.served.iter().zip(r.served()) {
@@ -783,7 +867,8 @@ impl Instruments {
                 .with_description("Requests that used tokens but whose model has no price.")
                 .build(),
             _dropped: drops.map(|d| dropped_counter(meter, d)),
-            finish_sets: RwLock::default(),
+            finish_sets: bound_sets(),
+            active_sets: bound_sets(),
             exemplar_sets,
         }
     }
@@ -893,11 +978,23 @@ impl Instruments {
                 h.record(v, a.sized);
             }
         }
-        if let Some(v) = r.request_overhead {
-            self.proxy_overhead.record(v, a.overhead);
+        for (stage, v) in [
+            (STAGE_REQUEST, r.request_overhead),
+            (STAGE_POOL_WAIT, r.pool_wait),
+        ] {
+            if let Some(v) = v {
+                self.proxy_overhead
+                    .record(v, &overhead_attrs(a.begin, stage));
+            }
         }
-        if let Some(v) = r.pool_wait {
-            self.proxy_overhead.record(v, a.pool_overhead);
+        match r.cost {
+            Some(CostRecord::Priced {
+                usd,
+                source,
+                estimated,
+            }) => self.cost.add(usd, &cost_attrs(a.begin, source, estimated)),
+            Some(CostRecord::Unpriced) => self.cost_unpriced.add(1, a.begin),
+            None => {}
         }
         if legacy {
             for (kind, n) in r.served() {
@@ -1053,6 +1150,71 @@ impl Instruments {
     }
 }
 
+/// `tokentap.streams.active` for one request: +1 on start, −1 when
+/// dropped (finished or not).
+pub(super) struct ActiveRequest {
+    counter: UpDownCounter<i64>,
+    attrs: [KeyValue; 2],
+    /// `counter` bound to `attrs`; `None` past `MAX_ACTIVE_SETS` (adds
+    /// hash `attrs`).
+    bound: Option<BoundUpDownCounter<i64>>,
+}
+
+impl Instruments {
+    /// Count a request in `streams_active` under (route, provider) `attrs`.
+    pub(super) fn active_start(&self, attrs: [KeyValue; 2]) -> ActiveRequest {
+        ActiveRequest {
+            counter: self.streams_active.clone(),
+            bound: self.active_enter(&attrs),
+            attrs,
+        }
+    }
+
+    /// +1 under `attrs`, through the handle bound to them when there is
+    /// one, which is returned.
+    fn active_enter(&self, attrs: &[KeyValue; 2]) -> Option<BoundUpDownCounter<i64>> {
+        let found = (self.active_sets.read().ok()).and_then(|sets| sets.get(attrs).cloned());
+        if let Some(bound) = found {
+            bound.add(1);
+            return Some(bound);
+        }
+        // The set's first request adds unbound, so its series starts at 1
+        // (a handle bound first would export a 0 to a collection between
+        // bind and add), and binds after.
+        self.streams_active.add(1, attrs);
+        let mut sets = self.active_sets.write().ok()?;
+        if sets.len() >= MAX_ACTIVE_SETS && !sets.contains_key(attrs) {
+            return None;
+        }
+        let bound = sets
+            .entry(attrs.clone())
+            .or_insert_with(|| self.streams_active.bind(attrs));
+        Some(bound.clone())
+    }
+}
+
+impl ActiveRequest {
+    fn add(&self, n: i64) {
+        match &self.bound {
+            Some(bound) => bound.add(n),
+            None => self.counter.add(n, &self.attrs),
+        }
+    }
+
+    /// Move this request to the series labelled with `provider`.
+    pub(super) fn relabel(&mut self, ins: &Instruments, provider: KeyValue) {
+        self.add(-1);
+        self.attrs[1] = provider;
+        self.bound = ins.active_enter(&self.attrs);
+    }
+}
+
+impl Drop for ActiveRequest {
+    fn drop(&mut self) {
+        self.add(-1);
+    }
+}
+
 /// `tokentap.telemetry.dropped`, read from `drops` at each collection.
 fn dropped_counter(meter: &Meter, drops: Arc<DropCounts>) -> ObservableCounter<u64> {
     let span_attrs = [KeyValue::new(SIGNAL, SIGNAL_SPANS)];
@@ -1094,8 +1256,7 @@ mod tests {
             let a = FinishAttrs {
                 all: attrs,
                 sized: attrs,
-                overhead: attrs,
-                pool_overhead: attrs,
+                begin: attrs,
             };
             ins.record_finish(&a, &r);
         }
@@ -1160,6 +1321,9 @@ mod tests {
                 AggregatedMetrics::U64(MetricData::Sum(c)) => c.data_points().for_each(|p| {
                     add(sorted(&mut p.attributes()), p.value().to_string());
                 }),
+                AggregatedMetrics::F64(MetricData::Sum(c)) => c.data_points().for_each(|p| {
+                    add(sorted(&mut p.attributes()), p.value().to_string());
+                }),
                 _ => {}
             }
         }
@@ -1192,6 +1356,21 @@ mod tests {
             input_tokens: Some(12),
             output_tokens: Some(3),
             cache_read_tokens: (class == OpClass::Inference).then_some(4),
+            request_overhead: Some(0.0002),
+            pool_wait: (class == OpClass::Inference).then_some(0.003),
+            cost: Some(match class {
+                OpClass::Inference => CostRecord::Priced {
+                    usd: 0.25,
+                    source: CostSource::Table,
+                    estimated: false,
+                },
+                OpClass::Embeddings => CostRecord::Priced {
+                    usd: 0.5,
+                    source: CostSource::Provider,
+                    estimated: true,
+                },
+                OpClass::Unknown => CostRecord::Unpriced,
+            }),
             ..FinishRecord::default()
         });
         for semconv in [Semconv::Latest, Semconv::Legacy, Semconv::Both] {
@@ -1205,8 +1384,7 @@ mod tests {
                     let a = FinishAttrs {
                         all: attrs,
                         sized: attrs,
-                        overhead: attrs,
-                        pool_overhead: attrs,
+                        begin: &attrs[1..],
                     };
                     match bound {
                         true => ins.record_finish(&a, r),
@@ -1219,8 +1397,94 @@ mod tests {
                 got
             });
             assert!(!bound.is_empty(), "{semconv:?}: something recorded");
+            for name in [M_COST, M_COST_UNPRICED, M_PROXY_OVERHEAD] {
+                assert!(
+                    bound.iter().any(|p| p.starts_with(&format!("{name} "))),
+                    "{semconv:?}: {name} recorded: {bound:?}"
+                );
+            }
             assert_eq!(bound, unbound, "{semconv:?}");
         }
+    }
+
+    /// `streams_active` per (route, provider) after `run`, as "route/provider value".
+    fn active_points(run: impl FnOnce(&Instruments)) -> Vec<String> {
+        use opentelemetry::metrics::MeterProvider as _;
+        use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+        use opentelemetry_sdk::metrics::{
+            InMemoryMetricExporter, PeriodicReader, SdkMeterProvider,
+        };
+        let exporter = InMemoryMetricExporter::default();
+        let provider = SdkMeterProvider::builder()
+            .with_reader(PeriodicReader::builder(exporter.clone()).build())
+            .build();
+        let ins = Instruments::new(&provider.meter("t"), Semconv::Latest, None, 0);
+        run(&ins);
+        provider.force_flush().expect("flush");
+        let mut out = Vec::new();
+        let all = exporter.get_finished_metrics().expect("in-memory metrics");
+        for m in all
+            .iter()
+            .flat_map(|rm| rm.scope_metrics())
+            .flat_map(|s| s.metrics())
+        {
+            if let (M_STREAMS_ACTIVE, AggregatedMetrics::I64(MetricData::Sum(c))) =
+                (m.name(), m.data())
+            {
+                for p in c.data_points() {
+                    let mut kv: Vec<_> = p.attributes().collect();
+                    kv.sort_by_key(|kv| kv.key.as_str() != ROUTE);
+                    let v: Vec<String> = kv.iter().map(|kv| kv.value.to_string()).collect();
+                    out.push(format!("{} {}", v.join("/"), p.value()));
+                }
+            }
+        }
+        out.sort();
+        let _ = provider.shutdown();
+        out
+    }
+
+    #[test]
+    fn active_requests_count_per_route_and_provider_bound_or_not() {
+        let set = |route: &str, provider: &'static str| {
+            [
+                KeyValue::new(ROUTE, route.to_owned()),
+                KeyValue::new(GEN_AI_PROVIDER_NAME, provider),
+            ]
+        };
+        let got = active_points(|ins| {
+            let a = ins.active_start(set("r", "openai"));
+            let mut b = ins.active_start(set("r", "openai"));
+            let c = ins.active_start(set("s", "openai"));
+            assert!(
+                a.bound.is_some() && b.bound.is_some(),
+                "bound under the cap"
+            );
+            b.relabel(ins, KeyValue::new(GEN_AI_PROVIDER_NAME, "anthropic"));
+            drop(c);
+            std::mem::forget(a);
+            std::mem::forget(b);
+        });
+        assert_eq!(got, ["r/anthropic 1", "r/openai 1", "s/openai 0"]);
+        // Past the cap of bound sets, the same counts through unbound adds.
+        let got = active_points(|ins| {
+            let held: Vec<ActiveRequest> = (0..MAX_ACTIVE_SETS)
+                .map(|i| ins.active_start(set(&format!("r{i}"), "openai")))
+                .collect();
+            let mut past = ins.active_start(set("past", "openai"));
+            assert!(past.bound.is_none(), "unbound past the cap");
+            let again = ins.active_start(set("past", "openai"));
+            past.relabel(ins, KeyValue::new(GEN_AI_PROVIDER_NAME, "gemini"));
+            drop(again);
+            std::mem::forget(past);
+            drop(held);
+        });
+        let past: Vec<&String> = got.iter().filter(|p| p.starts_with("past/")).collect();
+        assert_eq!(past, ["past/gemini 1", "past/openai 0"]);
+        assert_eq!(
+            got.iter().filter(|p| p.ends_with(" 0")).count(),
+            MAX_ACTIVE_SETS + 1
+        );
     }
 
     #[test]
