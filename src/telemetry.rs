@@ -14,6 +14,7 @@ mod in_flight;
 mod instruments;
 pub mod live;
 mod log;
+mod log_queue;
 mod otlp_http;
 mod otlp_wire;
 pub mod prometheus;

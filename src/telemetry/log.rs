@@ -73,7 +73,7 @@ pub fn fatal(message: &str) {
 }
 
 /// Keeps the log writer thread alive; dropping it flushes what is queued.
-pub type LogGuard = tracing_appender::non_blocking::WorkerGuard;
+pub type LogGuard = super::log_queue::QueueGuard;
 
 /// Lines queued for the writer thread before new ones are dropped.
 const LOG_QUEUE_LINES: usize = 65_536;
@@ -84,14 +84,18 @@ const LOG_QUEUE_LINES: usize = 65_536;
 /// bounded queue to one writer thread, so a slow or blocked stderr drops
 /// log lines instead of stalling the streams whose access-log line is being
 /// written, and lines never interleave. Keep the guard until exit. A second
-/// call does nothing and returns `None`.
+/// call (or one that cannot start the writer thread) installs nothing and
+/// returns `None`.
 pub fn init_logging(format: LogFormat) -> Option<LogGuard> {
     let (filter, bad) = log_filter(std::env::var("RUST_LOG").ok().as_deref());
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(true)
-        .buffered_lines_limit(LOG_QUEUE_LINES)
-        .thread_name("tokentap-log")
-        .finish(std::io::stderr());
+    let (writer, guard) =
+        match super::log_queue::start(std::io::stderr(), LOG_QUEUE_LINES, "tokentap-log") {
+            Ok(started) => started,
+            Err(e) => {
+                eprintln!("tokentap: cannot start the log writer thread: {e}");
+                return None;
+            }
+        };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)
