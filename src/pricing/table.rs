@@ -498,13 +498,24 @@ fn clause(c: RawClause) -> Result<Clause, String> {
         RawClause::StartsWith(s) => Clause::StartsWith(s.to_lowercase().into()),
         RawClause::EndsWith(s) => Clause::EndsWith(s.to_lowercase().into()),
         RawClause::Contains(s) => Clause::Contains(s.to_lowercase().into()),
-        RawClause::Regex(r) => {
-            Clause::Regex(regex::Regex::new(&r).map_err(|e| format!("regex {r:?}: {e}"))?)
-        }
+        RawClause::Regex(r) => Clause::Regex(model_pattern(&r)?),
         RawClause::Not(c) => Clause::Not(Box::new(clause(*c)?)),
         RawClause::Or(cs) => Clause::Or(cs.into_iter().map(clause).collect::<Result<_, _>>()?),
         RawClause::And(cs) => Clause::And(cs.into_iter().map(clause).collect::<Result<_, _>>()?),
     })
+}
+
+/// A model-name pattern, with ASCII character classes: model ids are ASCII,
+/// and Unicode `\d` (digits of every script) made the table's 47 patterns
+/// 1.5 MB of automata resident from start-up. A pattern that needs Unicode
+/// (one that could match part of a multi-byte character without it) is
+/// built with it.
+fn model_pattern(r: &str) -> Result<regex::Regex, String> {
+    regex::RegexBuilder::new(r)
+        .unicode(false)
+        .build()
+        .or_else(|_| regex::Regex::new(r))
+        .map_err(|e| format!("regex {r:?}: {e}"))
 }
 
 fn rates(raw: HashMap<String, RawRate>) -> Result<Rates, String> {
@@ -544,6 +555,11 @@ fn price(p: f64) -> Result<f64, String> {
 
 #[cfg(test)]
 pub(super) mod tests_support {
+    /// `model_pattern`, for the module tests.
+    pub(in crate::pricing) fn pattern(r: &str) -> Result<regex::Regex, String> {
+        super::model_pattern(r)
+    }
+
     /// `dash_compact_date`, for the module tests.
     pub(in crate::pricing) fn dash(model: &str) -> Option<String> {
         super::dash_compact_date(model)

@@ -431,3 +431,21 @@ fn compact_dates_are_read_the_dashed_way() {
     );
     assert_eq!(table::tests_support::dash("gpt-5.2-20251311"), None);
 }
+
+#[test]
+fn model_patterns_use_ascii_classes_and_fall_back_to_unicode() {
+    use super::table::tests_support::pattern;
+    let dated = pattern(r"^claude-haiku-5-5-\d{8}$").expect("an ASCII pattern");
+    assert!(dated.is_match("claude-haiku-5-5-20261101"));
+    assert!(!dated.is_match("claude-haiku-5-5-2026110"));
+    assert!(
+        !dated.is_match("claude-haiku-5-5-２０２６１１０１"),
+        "\\d is ASCII"
+    );
+    // `.` over a non-ASCII name needs Unicode mode: still accepted, and it
+    // matches whole characters.
+    let any = pattern("^gpt-.-mini$").expect("a pattern that needs Unicode");
+    assert!(any.is_match("gpt-é-mini"));
+    let err = pattern("^gpt-(").expect_err("a broken pattern");
+    assert!(err.contains("^gpt-("), "{err}");
+}
