@@ -176,11 +176,13 @@ mod tests {
         drop(guard);
         assert_eq!(&*sink.out.lock().expect("out"), b"0\n1\n2\n3\n");
         assert!(sink.flushes.load(Ordering::Relaxed) >= 1, "flushed");
-        // Room again once written; after the guard is gone lines are lost.
+        // Room again once written; after the guard is gone a line is lost
+        // without an error or a wait (the writer thread may still be on its
+        // way out, so whether it was counted as queued is not checked).
         assert_eq!(w.queued.load(Ordering::Acquire), 0);
         w.write_all(b"late\n")
             .expect("write after shutdown is harmless");
-        assert_eq!(w.queued.load(Ordering::Acquire), 0);
+        assert_eq!(&*sink.out.lock().expect("out"), b"0\n1\n2\n3\n");
     }
 
     #[test]
