@@ -142,33 +142,17 @@ struct Idle {
     since: Instant,
 }
 
-impl Idle {
-    /// Idle for less than `timeout`: still worth keeping.
-    fn fresh(&self, timeout: Duration) -> bool {
-        self.since.elapsed() < timeout
-    }
-}
-
-/// When an idle entry was put back.
-trait Since {
-    fn since(&self) -> Instant;
-}
-
-impl Since for Idle {
-    fn since(&self) -> Instant {
-        self.since
-    }
-}
-
-/// Drop the connections of `list` idle for `timeout` or longer at `now`.
-/// They are its first ones: connections are put back with `since` read
-/// under the pool's lock, so a list is in `since` order.
-fn drop_stale<T: Since>(list: &mut Vec<T>, now: Instant, timeout: Duration) {
-    let stale = |i: &T| now.saturating_duration_since(i.since()) >= timeout;
-    if list.first().is_some_and(stale) {
-        let n = list.partition_point(stale);
-        list.drain(..n);
-    }
+/// How many of `list`'s entries are idle for `timeout` or longer at `now`
+/// (`since` reads when an entry was put back). They are its first ones:
+/// connections are put back with `since` read under the pool's lock, so a
+/// list is in `since` order.
+fn stale_prefix<T>(
+    list: &[T],
+    since: impl Fn(&T) -> Instant,
+    now: Instant,
+    timeout: Duration,
+) -> usize {
+    list.partition_point(|i| now.saturating_duration_since(since(i)) >= timeout)
 }
 
 impl Pool {
@@ -196,14 +180,18 @@ impl Pool {
     }
 
     /// Close every connection idle for longer than the timeout.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "idle-connection expiry bookkeeping, not a measurement"
+    )]
     fn expire(&self) {
         let expired: Vec<Idle> = {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
             let mut out = Vec::new();
             idle.retain(|_, list| {
-                let (old, fresh) = list.drain(..).partition(|i| !i.fresh(self.timeout));
-                *list = fresh;
-                out.extend::<Vec<Idle>>(old);
+                let n = stale_prefix(list, |i| i.since, now, self.timeout);
+                out.extend(list.drain(..n));
                 !list.is_empty()
             });
             out
@@ -235,7 +223,8 @@ impl Pool {
     fn pop(&self, key: &Key) -> Option<H1> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.get_mut(key)?;
-        drop_stale(list, Instant::now(), self.timeout);
+        let n = stale_prefix(list, |i| i.since, Instant::now(), self.timeout);
+        list.drain(..n);
         list.pop().map(|i| i.h1)
     }
 
@@ -251,7 +240,8 @@ impl Pool {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.entry(key).or_default();
         let now = Instant::now();
-        drop_stale(list, now, self.timeout);
+        let n = stale_prefix(list, |i| i.since, now, self.timeout);
+        list.drain(..n);
         if list.len() < self.max_per_host {
             list.push(Idle { h1, since: now });
         }
@@ -328,12 +318,6 @@ impl Drop for Driven {
 mod tests {
     use super::*;
 
-    impl Since for Instant {
-        fn since(&self) -> Instant {
-            *self
-        }
-    }
-
     #[test]
     #[allow(
         clippy::disallowed_methods,
@@ -346,7 +330,8 @@ mod tests {
         let list = vec![at(0), at(10), at(10), at(50), at(120)];
         let after = |now: u64| {
             let mut l = list.clone();
-            drop_stale(&mut l, at(now), timeout);
+            let n = stale_prefix(&l, |s| *s, at(now), timeout);
+            l.drain(..n);
             // The same as keeping each entry that is still fresh.
             let want: Vec<Instant> = list
                 .iter()
@@ -363,8 +348,7 @@ mod tests {
         assert_eq!(after(149), 2);
         assert_eq!(after(150), 1);
         assert_eq!(after(500), 0);
-        let mut empty: Vec<Instant> = Vec::new();
-        drop_stale(&mut empty, at(0), timeout);
-        assert!(empty.is_empty());
+        let empty: Vec<Instant> = Vec::new();
+        assert_eq!(stale_prefix(&empty, |s| *s, at(0), timeout), 0);
     }
 }
