@@ -775,17 +775,17 @@ impl RequestTelemetry {
         }
         match book.price(&request) {
             Priced::Cost(c) => {
-                let source = c.entry.source().as_str();
+                let source = c.entry.source();
                 self.span.set_attributes([
                     KeyValue::new(COST_AMOUNT, c.usd),
                     KeyValue::new(COST_CURRENCY, pricing::CURRENCY),
-                    KeyValue::new(COST_SOURCE, source),
+                    KeyValue::new(COST_SOURCE, source.as_str()),
                     KeyValue::new(COST_ESTIMATED, c.estimated),
                     KeyValue::new(COST_PRICE_ENTRY, c.entry.to_string()),
                 ]);
                 Some(CostRecord::Priced {
                     usd: c.usd,
-                    source: c.entry.source(),
+                    source,
                     estimated: c.estimated,
                 })
             }
