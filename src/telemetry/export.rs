@@ -24,7 +24,7 @@ use opentelemetry_sdk::trace::{
 };
 
 use super::TelemetryError;
-use super::export_tls::{self, ExportTls, HttpsClient, Signal};
+use super::export_tls::{self, CollectorClient, ExportTls, Signal, is_https};
 use super::otlp_http::HttpSpanExporter;
 use crate::config::{OtlpProtocol, TelemetryConfig};
 
@@ -385,11 +385,9 @@ pub(super) fn otlp_metrics(
                 .with_protocol(Protocol::HttpBinary)
                 .with_timeout(cfg.otlp_timeout)
                 .with_headers(http_headers(cfg));
-            let b = match is_https(&endpoint) {
-                true => b.with_http_client(HttpsClient::new(&tls, cfg.otlp_timeout)?),
-                false => b,
-            };
-            b.with_endpoint(endpoint).build()
+            b.with_http_client(CollectorClient::new(cfg, Signal::Metrics, &endpoint)?)
+                .with_endpoint(endpoint)
+                .build()
         }
         OtlpProtocol::Grpc => {
             require_runtime()?;
@@ -406,12 +404,6 @@ pub(super) fn otlp_metrics(
         }
     };
     built.map_err(|e| TelemetryError(format!("metric exporter: {e}")))
-}
-
-fn is_https(endpoint: &str) -> bool {
-    endpoint
-        .get(..8)
-        .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
 }
 
 fn http_headers(cfg: &TelemetryConfig) -> HashMap<String, String> {

@@ -185,31 +185,52 @@ pub(crate) fn grpc_endpoint(cfg: &TelemetryConfig, signal: Signal) -> String {
     })
 }
 
-/// An OTLP/HTTP client over hyper + rustls. The exporter calls it from its
-/// own threads; each request runs on the tokio runtime it was built on.
+/// tokentap's OTLP/HTTP client, for both signals and both schemes: hyper
+/// over plain TCP for an `http://` collector, hyper + rustls for `https://`.
+/// The exporters call it from their own threads; each request runs on the
+/// tokio runtime it was built on, so OTLP/HTTP export needs no client
+/// runtime or threads of its own.
 #[derive(Debug, Clone)]
-pub(crate) struct HttpsClient {
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+pub(crate) struct CollectorClient {
+    client: Scheme,
     runtime: tokio::runtime::Handle,
     timeout: Duration,
 }
 
-impl HttpsClient {
-    /// A client trusting `tls`; must be built inside a tokio runtime.
-    pub(crate) fn new(tls: &ExportTls, timeout: Duration) -> Result<HttpsClient, TelemetryError> {
+#[derive(Debug, Clone)]
+enum Scheme {
+    Plain(Client<HttpConnector, Full<Bytes>>),
+    Tls(Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>),
+}
+
+impl CollectorClient {
+    /// A client for `endpoint`: trusting `signal`'s TLS settings when it is
+    /// `https://`. Must be built inside a tokio runtime.
+    pub(crate) fn new(
+        cfg: &TelemetryConfig,
+        signal: Signal,
+        endpoint: &str,
+    ) -> Result<CollectorClient, TelemetryError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
-            TelemetryError("OTLP/HTTP over TLS must be set up inside a tokio runtime".into())
+            TelemetryError("OTLP/HTTP export must be set up inside a tokio runtime".into())
         })?;
+        let timeout = cfg.otlp_timeout;
         let mut http = HttpConnector::new();
-        http.enforce_http(false);
         http.set_connect_timeout(Some(timeout));
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls.rustls()?)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new()).build(connector);
-        Ok(HttpsClient {
+        let client = match is_https(endpoint) {
+            false => Scheme::Plain(Client::builder(TokioExecutor::new()).build(http)),
+            true => {
+                let tls = ExportTls::for_signal(cfg, signal)?;
+                http.enforce_http(false);
+                let connector = hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(tls.rustls()?)
+                    .https_only()
+                    .enable_http1()
+                    .wrap_connector(http);
+                Scheme::Tls(Client::builder(TokioExecutor::new()).build(connector))
+            }
+        };
+        Ok(CollectorClient {
             client,
             runtime,
             timeout,
@@ -217,13 +238,24 @@ impl HttpsClient {
     }
 }
 
+/// Whether `endpoint` is an `https://` URL (any case).
+pub(crate) fn is_https(endpoint: &str) -> bool {
+    endpoint
+        .get(..8)
+        .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+}
+
 #[async_trait::async_trait]
-impl HttpClient for HttpsClient {
+impl HttpClient for CollectorClient {
     async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
         let (client, timeout) = (self.client.clone(), self.timeout);
         let sent = self.runtime.spawn(async move {
             let exchange = async {
-                let res = client.request(request.map(Full::new)).await?;
+                let request = request.map(Full::new);
+                let res = match &client {
+                    Scheme::Plain(c) => c.request(request).await?,
+                    Scheme::Tls(c) => c.request(request).await?,
+                };
                 let (parts, body) = res.into_parts();
                 let body = Limited::new(body, MAX_RESPONSE_BYTES)
                     .collect()

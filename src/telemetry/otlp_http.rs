@@ -1,12 +1,11 @@
 //! OTLP/HTTP span export: batches of finished SDK spans in; one
 //! `POST …/v1/traces` of directly encoded protobuf per batch out.
 //!
-//! This replaces the stock `opentelemetry-otlp` HTTP span exporter only in
-//! how the body is built (`otlp_wire`, without the per-span proto structs);
-//! the rest follows the stock exporter of 0.33: the same HTTP clients
-//! (reqwest's blocking client, or tokentap's rustls client for https), the
-//! configured headers plus `OTEL_EXPORTER_OTLP_TRACES_HEADERS` /
-//! `OTEL_EXPORTER_OTLP_HEADERS`, the exporter timeout as the deadline of all
+//! This replaces the stock `opentelemetry-otlp` HTTP span exporter in how
+//! the body is built (`otlp_wire`, without the per-span proto structs) and
+//! sent (tokentap's `CollectorClient`, for metrics too); the rest follows
+//! the stock exporter of 0.33: the configured headers plus
+//! `OTEL_EXPORTER_OTLP_TRACES_HEADERS` / `OTEL_EXPORTER_OTLP_HEADERS`, the exporter timeout as the deadline of all
 //! attempts, and the retry policy (3 retries from 100 ms doubling to 1.6 s,
 //! up to 100 ms jitter; 429/502/503/504 and network errors retried, a 429
 //! or 503 `Retry-After` honoured up to 30 s; anything else fails at once).
@@ -23,7 +22,7 @@ use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 
 use super::TelemetryError;
-use super::export_tls::{self, ExportTls, HttpsClient, Signal};
+use super::export_tls::{self, CollectorClient, Signal};
 use super::otlp_wire::TraceEncoder;
 use crate::config::TelemetryConfig;
 
@@ -88,12 +87,7 @@ impl HttpSpanExporter {
                 "span exporter: invalid endpoint '{endpoint_text}': {e}"
             ))
         })?;
-        let client: Arc<dyn HttpClient> = if is_https(&endpoint_text) {
-            let tls = ExportTls::for_signal(cfg, Signal::Traces)?;
-            Arc::new(HttpsClient::new(&tls, cfg.otlp_timeout)?)
-        } else {
-            Arc::new(blocking_client(cfg.otlp_timeout)?)
-        };
+        let client = Arc::new(CollectorClient::new(cfg, Signal::Traces, &endpoint_text)?);
         Ok(HttpSpanExporter {
             encoder: Mutex::new(TraceEncoder::new(&Resource::builder_empty().build())),
             client,
@@ -362,28 +356,6 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-fn is_https(endpoint: &str) -> bool {
-    endpoint
-        .get(..8)
-        .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
-}
-
-/// reqwest's blocking client, built on a thread of its own as the stock
-/// builder does (it owns a runtime, which may not be made inside one).
-fn blocking_client(timeout: Duration) -> Result<reqwest::blocking::Client, TelemetryError> {
-    let built = std::thread::Builder::new()
-        .name("otlp-http-client".into())
-        .spawn(move || {
-            reqwest::blocking::Client::builder()
-                .timeout(timeout)
-                .build()
-        })
-        .map_err(|e| TelemetryError(format!("span exporter: HTTP client thread: {e}")))?
-        .join()
-        .map_err(|_| TelemetryError("span exporter: building the HTTP client panicked".into()))?;
-    built.map_err(|e| TelemetryError(format!("span exporter: HTTP client: {e}")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,7 +412,8 @@ mod tests {
     }
 
     /// Runs `fut` to completion on this thread, as the SDK's batch thread
-    /// does (no tokio runtime: the blocking HTTP client refuses one).
+    /// does (outside any tokio runtime; the client's requests run on
+    /// `RUNTIME`).
     fn block_on<F: std::future::Future>(fut: F) -> F::Output {
         use std::task::{Context, Poll, Wake, Waker};
         struct Unpark(std::thread::Thread);
@@ -516,12 +489,25 @@ mod tests {
         (endpoint, server)
     }
 
+    /// Where the exporters' HTTP requests run, as tokentap's control
+    /// runtime does in the proxy.
+    static RUNTIME: std::sync::LazyLock<tokio::runtime::Runtime> = std::sync::LazyLock::new(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime")
+    });
+
     fn exporter(endpoint: &str) -> HttpSpanExporter {
         let mut cfg = super::super::tests::config();
         cfg.otlp_endpoint = Some(endpoint.to_owned());
         cfg.otlp_headers = vec![("x-collector-token".into(), "t0k".into())];
         cfg.otlp_timeout = Duration::from_secs(10);
-        let mut e = HttpSpanExporter::new(&cfg).expect("exporter");
+        let mut e = {
+            let _in = RUNTIME.enter();
+            HttpSpanExporter::new(&cfg).expect("exporter")
+        };
         e.set_resource(
             &Resource::builder_empty()
                 .with_service_name("tokentap-test")
