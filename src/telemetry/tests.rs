@@ -1272,6 +1272,16 @@ fn pulled(h: &Harness) -> ResourceMetrics {
         .expect("pull collection")
 }
 
+/// One streamed request, without trace context.
+fn one_request(t: &Telemetry) {
+    run(
+        t,
+        facts(Some("gpt-4o"), None, true),
+        &HeaderMap::new(),
+        &[3],
+    );
+}
+
 fn requests_count(rm: &ResourceMetrics) -> u64 {
     histogram(rm, M_INFERENCE_DURATION)
         .1
@@ -1326,12 +1336,7 @@ fn pushed_metrics_match_the_periodic_reader_and_the_scrape() {
 #[test]
 fn scrapes_between_exports_do_not_disturb_the_pushed_totals() {
     let h = harness_with_pull(InMemoryMetricExporter::default());
-    run(
-        &h.telemetry,
-        facts(Some("gpt-4o"), None, true),
-        &HeaderMap::new(),
-        &[3],
-    );
+    one_request(&h.telemetry);
     let first = h.collect();
     assert_eq!(requests_count(&first), 1);
     for _ in 0..3 {
@@ -1339,12 +1344,7 @@ fn scrapes_between_exports_do_not_disturb_the_pushed_totals() {
             .scrape(prometheus::Format::OpenMetrics)
             .expect("scrape");
     }
-    run(
-        &h.telemetry,
-        facts(Some("gpt-4o"), None, true),
-        &HeaderMap::new(),
-        &[3],
-    );
+    one_request(&h.telemetry);
     let second = h.collect();
     assert_eq!(
         requests_count(&second),
@@ -1373,12 +1373,7 @@ fn scrapes_between_exports_do_not_disturb_the_pushed_totals() {
 #[test]
 fn shutdown_pushes_the_final_values_once() {
     let h = harness_with_pull(InMemoryMetricExporter::default());
-    run(
-        &h.telemetry,
-        facts(Some("gpt-4o"), None, true),
-        &HeaderMap::new(),
-        &[3],
-    );
+    one_request(&h.telemetry);
     h.telemetry.shutdown();
     let all = h.metrics.get_finished_metrics().expect("in-memory metrics");
     assert_eq!(
@@ -1404,12 +1399,7 @@ fn pushes_run_on_the_export_interval() {
     cfg.metrics_export_interval = Duration::from_millis(50);
     let spans = InMemorySpanExporter::default();
     let t = Telemetry::init_exporters(&cfg, spans, metrics.clone(), Some(PullReader::new()));
-    run(
-        &t,
-        facts(Some("gpt-4o"), None, true),
-        &HeaderMap::new(),
-        &[3],
-    );
+    one_request(&t);
     let deadline = Instant::now() + Duration::from_secs(10);
     let exported = || {
         metrics
@@ -1434,12 +1424,7 @@ fn failed_pushes_are_counted_with_a_pull_reader_too() {
         FailingMetrics,
         Some(PullReader::new()),
     );
-    run(
-        &t,
-        facts(Some("gpt-4o"), None, true),
-        &HeaderMap::new(),
-        &[5],
-    );
+    one_request(&t);
     t.flush();
     let d = t.dropped();
     assert!(
@@ -1460,28 +1445,13 @@ fn delta_export_keeps_its_own_reader_and_exact_deltas() {
         .with_temporality(Temporality::Delta)
         .build();
     let h = harness_with_pull(metrics);
-    run(
-        &h.telemetry,
-        facts(Some("gpt-4o"), None, true),
-        &HeaderMap::new(),
-        &[3],
-    );
+    one_request(&h.telemetry);
     assert_eq!(requests_count(&h.collect()), 1);
     h.telemetry
         .scrape(prometheus::Format::Text)
         .expect("scrape");
-    run(
-        &h.telemetry,
-        facts(Some("gpt-4o"), None, true),
-        &HeaderMap::new(),
-        &[3],
-    );
-    run(
-        &h.telemetry,
-        facts(Some("gpt-4o"), None, true),
-        &HeaderMap::new(),
-        &[3],
-    );
+    one_request(&h.telemetry);
+    one_request(&h.telemetry);
     let second = h.collect();
     assert_eq!(
         requests_count(&second),
