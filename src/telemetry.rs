@@ -3,7 +3,8 @@
 //!
 //! Everything here is owned by one `Telemetry` value (no global providers),
 //! so several instances can live in one process. Exports run on the SDK's
-//! batch threads; `begin` and `finish` only record.
+//! batch threads (spans, delta metrics) or the metric push thread (`push`);
+//! `begin` and `finish` only record.
 
 pub mod attrs;
 pub mod cardinality;
@@ -18,6 +19,7 @@ mod log_queue;
 mod otlp_http;
 mod otlp_wire;
 pub mod prometheus;
+mod push;
 mod session;
 pub mod slo;
 mod span;
@@ -37,7 +39,9 @@ use opentelemetry::trace::{Span as _, SpanKind, Tracer as _, TracerProvider as _
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterProvider};
+use opentelemetry_sdk::metrics::{
+    MeterProviderBuilder, PeriodicReader, SdkMeterProvider, Temporality,
+};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanExporter, TracerProviderBuilder};
 
@@ -136,8 +140,8 @@ impl Telemetry {
         let drops = Arc::new(DropCounts::default());
         let mut traces = SdkTracerProvider::builder();
         let mut meters = SdkMeterProvider::builder();
-        let mut readers = 0;
-        if cfg.otlp_enabled == Some(true) {
+        let export = cfg.otlp_enabled == Some(true);
+        if export {
             let spans = export::otlp_spans(cfg)?;
             let metrics = export::otlp_metrics(cfg)?;
             tracing::info!(
@@ -145,10 +149,9 @@ impl Telemetry {
                 protocol = ?cfg.otlp_protocol,
                 "OTLP export on"
             );
-            (traces, meters) = with_exporters(cfg, &drops, traces, meters, spans, metrics);
-            readers += 1;
-        }
-        if cfg.otlp_enabled != Some(true) {
+            (traces, meters) =
+                with_exporters(cfg, &drops, traces, meters, spans, metrics, pull.as_ref());
+        } else {
             let why = match cfg.otlp_endpoint {
                 None => "no collector endpoint is configured",
                 Some(_) => "disabled (telemetry.otlp_enabled = false or OTEL_SDK_DISABLED=true)",
@@ -158,19 +161,13 @@ impl Telemetry {
                  set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://localhost:4318), --otlp-endpoint \
                  or telemetry.otlp_endpoint"
             );
+            if let Some(r) = &pull {
+                meters = meters.with_reader(r.clone());
+            }
         }
-        // Further metric readers go here, one line each:
-        // `(meters, readers) = (meters.with_reader(r), readers + 1);`
-        if let Some(r) = &pull {
-            (meters, readers) = (meters.with_reader(r.clone()), readers + 1);
-        }
+        let has_reader = export || pull.is_some();
         Ok(Telemetry::build(
-            cfg,
-            drops,
-            traces,
-            meters,
-            readers > 0,
-            pull,
+            cfg, drops, traces, meters, has_reader, pull,
         ))
     }
 
@@ -178,6 +175,20 @@ impl Telemetry {
     /// `otlp_enabled` says), behind the same batching and drop counting.
     #[doc(hidden)]
     pub fn init_with<S, M>(cfg: &TelemetryConfig, spans: S, metrics: M) -> Telemetry
+    where
+        S: SpanExporter + 'static,
+        M: PushMetricExporter,
+    {
+        Telemetry::init_exporters(cfg, spans, metrics, None)
+    }
+
+    /// `init_with`, with the pull reader `pull` beside the push exporter.
+    fn init_exporters<S, M>(
+        cfg: &TelemetryConfig,
+        spans: S,
+        metrics: M,
+        pull: Option<PullReader>,
+    ) -> Telemetry
     where
         S: SpanExporter + 'static,
         M: PushMetricExporter,
@@ -190,8 +201,9 @@ impl Telemetry {
             SdkMeterProvider::builder(),
             spans,
             metrics,
+            pull.as_ref(),
         );
-        Telemetry::build(cfg, drops, traces, meters, true, None)
+        Telemetry::build(cfg, drops, traces, meters, true, pull)
     }
 
     fn build(
@@ -580,7 +592,13 @@ impl Telemetry {
     }
 }
 
-/// Attach the span and metric pipelines for the given exporters.
+/// Attach the span and metric pipelines for the given exporters, and the
+/// pull reader `pull` when there is one.
+///
+/// A cumulative exporter (the OTLP default) pushes what the pull reader
+/// collects (`push`): one aggregation serves `/metrics` and OTLP. A delta or
+/// low-memory one needs its own aggregation, so it keeps the SDK's periodic
+/// reader and the pull reader stays cumulative beside it.
 fn with_exporters<S, M>(
     cfg: &TelemetryConfig,
     drops: &Arc<DropCounts>,
@@ -588,20 +606,30 @@ fn with_exporters<S, M>(
     meters: MeterProviderBuilder,
     spans: S,
     metrics: M,
+    pull: Option<&PullReader>,
 ) -> (TracerProviderBuilder, MeterProviderBuilder)
 where
     S: SpanExporter + 'static,
     M: PushMetricExporter,
 {
     let processor = export::span_processor(spans, drops.clone(), cfg);
-    let reader =
-        PeriodicReader::builder(export::CountingMetricExporter::new(metrics, drops.clone()))
-            .with_interval(cfg.metrics_export_interval)
-            .build();
-    (
-        traces.with_span_processor(processor),
-        meters.with_reader(reader),
-    )
+    let metrics = export::CountingMetricExporter::new(metrics, drops.clone());
+    let interval = cfg.metrics_export_interval;
+    let meters = match pull {
+        Some(pull) if metrics.temporality() == Temporality::Cumulative => {
+            meters.with_reader(push::PushReader::new(pull.clone(), metrics, interval))
+        }
+        _ => {
+            let periodic = PeriodicReader::builder(metrics)
+                .with_interval(interval)
+                .build();
+            match pull {
+                Some(pull) => meters.with_reader(periodic).with_reader(pull.clone()),
+                None => meters.with_reader(periodic),
+            }
+        }
+    };
+    (traces.with_span_processor(processor), meters)
 }
 
 fn resource(cfg: &TelemetryConfig) -> Resource {

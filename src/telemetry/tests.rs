@@ -1172,3 +1172,300 @@ fn embeddings_and_unknown_endpoints_take_their_own_duration_names() {
         );
     }
 }
+
+// ------------------------------------------- one aggregation for both readers
+
+/// Every data point of a collection as `name{attrs}` → its values (kind,
+/// temporality, value or count/sum/buckets/min/max), and each sum's and
+/// histogram's start time.
+type Digest = (
+    std::collections::BTreeMap<String, String>,
+    std::collections::BTreeMap<String, Option<SystemTime>>,
+);
+
+fn digest(rm: &ResourceMetrics) -> Digest {
+    use std::collections::BTreeMap;
+    fn key(name: &str, attrs: &mut dyn Iterator<Item = &KeyValue>) -> String {
+        let mut a: Vec<String> = attrs.map(|kv| format!("{}={}", kv.key, kv.value)).collect();
+        a.sort();
+        format!("{name}{{{}}}", a.join(","))
+    }
+    fn points<T: std::fmt::Debug + Copy>(
+        name: &str,
+        data: &MetricData<T>,
+        out: &mut BTreeMap<String, String>,
+    ) -> Option<SystemTime> {
+        match data {
+            MetricData::Sum(s) => {
+                for p in s.data_points() {
+                    let v = format!("sum {:?} {:?}", s.temporality(), p.value());
+                    out.insert(key(name, &mut p.attributes()), v);
+                }
+                Some(s.start_time())
+            }
+            MetricData::Gauge(g) => {
+                for p in g.data_points() {
+                    out.insert(
+                        key(name, &mut p.attributes()),
+                        format!("gauge {:?}", p.value()),
+                    );
+                }
+                // An observable gauge's start time is the previous
+                // collection's time (SDK 0.33): it moves with each one.
+                None
+            }
+            MetricData::Histogram(h) => {
+                for p in h.data_points() {
+                    let v = format!(
+                        "histogram {:?} {} {:?} {:?} {:?} {:?}",
+                        h.temporality(),
+                        p.count(),
+                        p.sum(),
+                        p.bucket_counts().collect::<Vec<_>>(),
+                        p.min(),
+                        p.max()
+                    );
+                    out.insert(key(name, &mut p.attributes()), v);
+                }
+                Some(h.start_time())
+            }
+            MetricData::ExponentialHistogram(_) => panic!("{name}: no exponential histograms"),
+        }
+    }
+    let (mut values, mut starts) = (BTreeMap::new(), BTreeMap::new());
+    for m in rm.scope_metrics().flat_map(|s| s.metrics()) {
+        let start = match m.data() {
+            AggregatedMetrics::F64(d) => points(m.name(), d, &mut values),
+            AggregatedMetrics::U64(d) => points(m.name(), d, &mut values),
+            AggregatedMetrics::I64(d) => points(m.name(), d, &mut values),
+        };
+        starts.insert(m.name().to_owned(), start);
+    }
+    (values, starts)
+}
+
+/// `init_with` plus the Prometheus pull reader; the exporter's temporality
+/// decides how many readers there are.
+fn harness_with_pull(metrics: InMemoryMetricExporter) -> Harness {
+    let spans = InMemorySpanExporter::default();
+    let telemetry = Telemetry::init_exporters(
+        &config(),
+        spans.clone(),
+        metrics.clone(),
+        Some(PullReader::new()),
+    );
+    Harness {
+        telemetry,
+        spans,
+        metrics,
+    }
+}
+
+/// The pull reader's collection, as `/metrics` sees it.
+fn pulled(h: &Harness) -> ResourceMetrics {
+    h.telemetry
+        .inner
+        .pull
+        .as_ref()
+        .expect("a pull reader")
+        .collect()
+        .expect("pull collection")
+}
+
+/// One streamed request, without trace context.
+fn one_request(t: &Telemetry) {
+    run(
+        t,
+        facts(Some("gpt-4o"), None, true),
+        &HeaderMap::new(),
+        &[3],
+    );
+}
+
+fn requests_count(rm: &ResourceMetrics) -> u64 {
+    histogram(rm, M_INFERENCE_DURATION)
+        .1
+        .iter()
+        .map(|p| p.2)
+        .sum()
+}
+
+#[test]
+fn pushed_metrics_match_the_periodic_reader_and_the_scrape() {
+    let one = harness_with_pull(InMemoryMetricExporter::default());
+    let two = harness(config());
+    for h in [&one, &two] {
+        run(
+            &h.telemetry,
+            facts(Some("gpt-4o"), Some("t1"), true),
+            &traceparent_headers(),
+            &[3, 80],
+        );
+        run(
+            &h.telemetry,
+            facts(Some("gpt-4o-mini"), None, false),
+            &HeaderMap::new(),
+            &[],
+        );
+        h.telemetry.record_config_reload(true);
+    }
+    let (pushed, pushed_starts) = digest(&one.collect());
+    let (before, _) = digest(&two.collect());
+    assert!(
+        pushed.len() > 20,
+        "a full collection was pushed: {pushed:?}"
+    );
+    assert_eq!(
+        pushed, before,
+        "pushed from the shared reader = the SDK's own periodic reader"
+    );
+    let (scraped, scraped_starts) = digest(&pulled(&one));
+    assert_eq!(scraped, pushed, "the scrape sees what was pushed");
+    assert_eq!(
+        scraped_starts, pushed_starts,
+        "one aggregation: the same start times"
+    );
+    assert!(
+        pushed.values().all(|v| !v.contains("Delta")),
+        "cumulative throughout: {pushed:?}"
+    );
+    one.telemetry.shutdown();
+    two.telemetry.shutdown();
+}
+
+#[test]
+fn scrapes_between_exports_do_not_disturb_the_pushed_totals() {
+    let h = harness_with_pull(InMemoryMetricExporter::default());
+    one_request(&h.telemetry);
+    let first = h.collect();
+    assert_eq!(requests_count(&first), 1);
+    for _ in 0..3 {
+        h.telemetry
+            .scrape(prometheus::Format::OpenMetrics)
+            .expect("scrape");
+    }
+    one_request(&h.telemetry);
+    let second = h.collect();
+    assert_eq!(
+        requests_count(&second),
+        2,
+        "still the running total after scrapes"
+    );
+    assert_eq!(
+        digest(&first).1,
+        digest(&second).1,
+        "start times do not move between exports"
+    );
+    let text = h
+        .telemetry
+        .scrape(prometheus::Format::Text)
+        .expect("scrape");
+    assert!(
+        text.lines().any(
+            |l| l.starts_with("gen_ai_client_inference_duration_seconds_count{")
+                && l.ends_with(" 2")
+        ),
+        "the scrape is cumulative too:\n{text}"
+    );
+    h.telemetry.shutdown();
+}
+
+#[test]
+fn shutdown_pushes_the_final_values_once() {
+    let h = harness_with_pull(InMemoryMetricExporter::default());
+    one_request(&h.telemetry);
+    h.telemetry.shutdown();
+    let all = h.metrics.get_finished_metrics().expect("in-memory metrics");
+    assert_eq!(
+        all.len(),
+        1,
+        "one export, at shutdown (the interval is an hour)"
+    );
+    assert_eq!(requests_count(&all[0]), 1);
+    h.telemetry.shutdown();
+    h.telemetry.flush();
+    let all = h.metrics.get_finished_metrics().expect("in-memory metrics");
+    assert_eq!(all.len(), 1, "nothing after shutdown");
+    assert!(
+        h.telemetry.scrape(prometheus::Format::Text).is_err(),
+        "the reader is shut"
+    );
+}
+
+#[test]
+fn pushes_run_on_the_export_interval() {
+    let metrics = InMemoryMetricExporter::default();
+    let mut cfg = config();
+    cfg.metrics_export_interval = Duration::from_millis(50);
+    let spans = InMemorySpanExporter::default();
+    let t = Telemetry::init_exporters(&cfg, spans, metrics.clone(), Some(PullReader::new()));
+    one_request(&t);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exported = || {
+        metrics
+            .get_finished_metrics()
+            .expect("in-memory metrics")
+            .len()
+    };
+    while exported() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(exported() >= 2, "timed exports without flush");
+    let last = metrics.get_finished_metrics().expect("in-memory metrics");
+    assert_eq!(requests_count(last.last().expect("one")), 1);
+    t.shutdown();
+}
+
+#[test]
+fn failed_pushes_are_counted_with_a_pull_reader_too() {
+    let t = Telemetry::init_exporters(
+        &config(),
+        FailingSpans,
+        FailingMetrics,
+        Some(PullReader::new()),
+    );
+    one_request(&t);
+    t.flush();
+    let d = t.dropped();
+    assert!(
+        d.data_points > 10,
+        "every data point of the failed export counted, got {}",
+        d.data_points
+    );
+    let text = t
+        .scrape(prometheus::Format::Text)
+        .expect("scrape still works");
+    assert!(text.contains("tokentap_telemetry_dropped"), "{text}");
+    t.shutdown();
+}
+
+#[test]
+fn delta_export_keeps_its_own_reader_and_exact_deltas() {
+    let metrics = opentelemetry_sdk::metrics::InMemoryMetricExporterBuilder::new()
+        .with_temporality(Temporality::Delta)
+        .build();
+    let h = harness_with_pull(metrics);
+    one_request(&h.telemetry);
+    assert_eq!(requests_count(&h.collect()), 1);
+    h.telemetry
+        .scrape(prometheus::Format::Text)
+        .expect("scrape");
+    one_request(&h.telemetry);
+    one_request(&h.telemetry);
+    let second = h.collect();
+    assert_eq!(
+        requests_count(&second),
+        2,
+        "the delta since the last export"
+    );
+    assert!(
+        digest(&second).0.values().any(|v| v.contains("Delta")),
+        "delta points"
+    );
+    assert_eq!(
+        requests_count(&pulled(&h)),
+        3,
+        "the pull reader keeps its own cumulative aggregation"
+    );
+    h.telemetry.shutdown();
+}
