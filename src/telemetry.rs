@@ -2,8 +2,9 @@
 //! access-log line per request, out. Never blocks the request path.
 //!
 //! Everything here is owned by one `Telemetry` value (no global providers),
-//! so several instances can live in one process. Exports run on the SDK's
-//! batch threads (spans, delta metrics) or the metric push thread (`push`);
+//! so several instances can live in one process. Span exports run on
+//! tokentap's own thread (`span_export`), metric exports on the push thread
+//! (`push`) or, for delta metrics, the SDK's reader thread;
 //! `begin` and `finish` only record.
 
 pub mod attrs;
@@ -23,6 +24,8 @@ mod push;
 mod session;
 pub mod slo;
 mod span;
+mod span_export;
+mod span_record;
 
 pub use self::log::{LogGuard, STARTUP_TARGET, fatal, init_logging, log_filter};
 pub use self::session::SessionTelemetry;
@@ -35,7 +38,6 @@ use arc_swap::ArcSwapOption;
 use http::HeaderMap;
 use opentelemetry::metrics::{BoundHistogram, Meter, MeterProvider as _};
 use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::{Span as _, SpanKind, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
@@ -43,7 +45,7 @@ use opentelemetry_sdk::metrics::{
     MeterProviderBuilder, PeriodicReader, SdkMeterProvider, Temporality,
 };
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanExporter, TracerProviderBuilder};
+use opentelemetry_sdk::trace::SpanExporter;
 
 use self::attrs::*;
 use self::cardinality::CardinalityGuard;
@@ -56,7 +58,9 @@ use self::instruments::{
 use self::live::{Live, LiveRequest, Sample, SeriesKey};
 use self::log::access_log;
 use self::prometheus::PullReader;
-use self::span::{TraceHeaders, end_span, error_type, inject_trace_context, span_start_attributes};
+use self::span::{TraceHeaders, error_type, inject_trace_context};
+use self::span_export::{BatchSettings, SpanPipeline};
+use self::span_record::{RequestSpan, SpanCost, SpanRecord, SpanStart, Tracing};
 use crate::config::TelemetryConfig;
 use crate::meter::{Measurement, Recorder, RequestFacts};
 use crate::pricing::{self, PriceBook, Priced};
@@ -77,9 +81,12 @@ pub struct Telemetry {
 
 #[derive(Debug)]
 struct Inner {
-    tracer_provider: SdkTracerProvider,
     meter_provider: SdkMeterProvider,
-    tracer: SdkTracer,
+    /// Sampling and ids for new spans.
+    tracing: Tracing,
+    /// Finished spans to the exporter; `None` without a span exporter
+    /// (then no record is built).
+    spans: Option<SpanPipeline>,
     propagator: TraceContextPropagator,
     instruments: Instruments,
     models: CardinalityGuard,
@@ -138,7 +145,7 @@ impl Telemetry {
         pull: Option<PullReader>,
     ) -> Result<Telemetry, TelemetryError> {
         let drops = Arc::new(DropCounts::default());
-        let mut traces = SdkTracerProvider::builder();
+        let mut traces = None;
         let mut meters = SdkMeterProvider::builder();
         let export = cfg.otlp_enabled == Some(true);
         if export {
@@ -149,8 +156,9 @@ impl Telemetry {
                 protocol = ?cfg.otlp_protocol,
                 "OTLP export on"
             );
-            (traces, meters) =
-                with_exporters(cfg, &drops, traces, meters, spans, metrics, pull.as_ref());
+            let (pipeline, with_reader) =
+                with_exporters(cfg, &drops, meters, spans, metrics, pull.as_ref());
+            (traces, meters) = (Some(pipeline), with_reader);
         } else {
             let why = match cfg.otlp_endpoint {
                 None => "no collector endpoint is configured",
@@ -197,34 +205,28 @@ impl Telemetry {
         let (traces, meters) = with_exporters(
             cfg,
             &drops,
-            SdkTracerProvider::builder(),
             SdkMeterProvider::builder(),
             spans,
             metrics,
             pull.as_ref(),
         );
-        Telemetry::build(cfg, drops, traces, meters, true, pull)
+        Telemetry::build(cfg, drops, Some(traces), meters, true, pull)
     }
 
     fn build(
         cfg: &TelemetryConfig,
         drops: Arc<DropCounts>,
-        traces: TracerProviderBuilder,
+        spans: Option<SpanPipeline>,
         meters: MeterProviderBuilder,
         has_reader: bool,
         pull: Option<PullReader>,
     ) -> Telemetry {
         let resource = resource(cfg);
-        let tracer_provider = traces.with_resource(resource.clone()).build();
         let meter_provider = meters
             .with_resource(resource)
             .with_view(cardinality::series_limit(cfg.max_series))
             .build();
-        let scope = InstrumentationScope::builder(SCOPE)
-            .with_version(env!("CARGO_PKG_VERSION"))
-            .build();
-        let tracer = tracer_provider.tracer_with_scope(scope.clone());
-        let meter = meter_provider.meter_with_scope(scope);
+        let meter = meter_provider.meter_with_scope(scope());
         let late_meter = has_reader.then(|| meter.clone());
         // An observable instrument with no reader only logs an SDK error.
         // Exemplars only serve the pull reader's OpenMetrics scrape; series
@@ -239,9 +241,9 @@ impl Telemetry {
         let live = Live::start(&cfg.live);
         let slo = slo::Slo::start(&cfg.slo, &meter, has_reader, &live);
         let inner = Inner {
-            tracer_provider,
             meter_provider,
-            tracer,
+            tracing: Tracing::default(),
+            spans,
             propagator: TraceContextPropagator::new(),
             instruments,
             models: CardinalityGuard::new(cfg.max_models),
@@ -343,22 +345,9 @@ impl Telemetry {
             KeyValue::new(GEN_AI_PROVIDER_NAME, provider),
         ]);
 
-        let name = match &facts.request_model {
-            Some(model) => format!("{op} {model}"),
-            None => op.to_owned(),
-        };
-        let mut start = span_start_attributes(facts, op);
-        start.push(KeyValue::new(
-            IN_FLIGHT,
-            i64::try_from(concurrency).unwrap_or(i64::MAX),
-        ));
-        let span = inner
-            .tracer
-            .span_builder(name)
-            .with_kind(SpanKind::Client)
-            .with_start_time(facts.start_wall)
-            .with_attributes(start)
-            .start_with_context(&inner.tracer, parent);
+        // Sampling and ids only: the span's name and attributes are
+        // written from the finished record, on the export thread.
+        let span = inner.tracing.start(parent);
 
         RequestTelemetry {
             inner: self.inner.clone(),
@@ -376,7 +365,9 @@ impl Telemetry {
     /// Flush pending spans and metrics (bounded wait).
     pub fn flush(&self) {
         off_runtime(|| {
-            let _ = self.inner.tracer_provider.force_flush();
+            if let Some(spans) = &self.inner.spans {
+                spans.flush(SHUTDOWN_TIMEOUT);
+            }
             let _ = self.inner.meter_provider.force_flush();
         });
     }
@@ -385,11 +376,11 @@ impl Telemetry {
     /// Call it before the last clone is dropped: dropping shuts down too,
     /// but blocks the dropping thread.
     pub fn shutdown(&self) {
+        self.inner.tracing.shut_down();
         off_runtime(|| {
-            let _ = self
-                .inner
-                .tracer_provider
-                .shutdown_with_timeout(SHUTDOWN_TIMEOUT);
+            if let Some(spans) = &self.inner.spans {
+                spans.shutdown(SHUTDOWN_TIMEOUT);
+            }
             let _ = self
                 .inner
                 .meter_provider
@@ -592,8 +583,8 @@ impl Telemetry {
     }
 }
 
-/// Attach the span and metric pipelines for the given exporters, and the
-/// pull reader `pull` when there is one.
+/// Start the span pipeline for the given exporters and attach the metric
+/// readers, with the pull reader `pull` when there is one.
 ///
 /// A cumulative exporter (the OTLP default) pushes what the pull reader
 /// collects (`push`): one aggregation serves `/metrics` and OTLP. A delta or
@@ -602,17 +593,23 @@ impl Telemetry {
 fn with_exporters<S, M>(
     cfg: &TelemetryConfig,
     drops: &Arc<DropCounts>,
-    traces: TracerProviderBuilder,
     meters: MeterProviderBuilder,
     spans: S,
     metrics: M,
     pull: Option<&PullReader>,
-) -> (TracerProviderBuilder, MeterProviderBuilder)
+) -> (SpanPipeline, MeterProviderBuilder)
 where
     S: SpanExporter + 'static,
     M: PushMetricExporter,
 {
-    let processor = export::span_processor(spans, drops.clone(), cfg);
+    let processor = SpanPipeline::start(
+        spans,
+        drops.clone(),
+        BatchSettings::from_env(cfg.span_queue_size),
+        &resource(cfg),
+        scope(),
+        Tracing::default().max_attributes(),
+    );
     let metrics = export::CountingMetricExporter::new(metrics, drops.clone());
     let interval = cfg.metrics_export_interval;
     let meters = match pull {
@@ -629,7 +626,14 @@ where
             }
         }
     };
-    (traces.with_span_processor(processor), meters)
+    (processor, meters)
+}
+
+/// tokentap's instrumentation scope, for spans and metrics.
+fn scope() -> InstrumentationScope {
+    InstrumentationScope::builder(SCOPE)
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .build()
 }
 
 fn resource(cfg: &TelemetryConfig) -> Resource {
@@ -688,7 +692,8 @@ impl ChunkGaps {
 /// One request's span and pre-built metric attributes.
 pub struct RequestTelemetry {
     inner: Arc<Inner>,
-    span: opentelemetry_sdk::trace::Span,
+    /// The span's context and parent; its record is built at `finish`.
+    span: SpanStart,
     /// Bounded metric attributes known at `begin`.
     attrs: Vec<KeyValue>,
     gaps: Option<ChunkGaps>,
@@ -707,7 +712,7 @@ pub struct RequestTelemetry {
 impl std::fmt::Debug for RequestTelemetry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RequestTelemetry")
-            .field("span", &self.span.span_context())
+            .field("span", &self.span.context)
             .field("attrs", &self.attrs)
             .finish_non_exhaustive()
     }
@@ -717,7 +722,7 @@ impl RequestTelemetry {
     /// Write `traceparent` (and `tracestate`) for the upstream request so the
     /// provider call sits inside this request's span.
     pub fn inject(&self, headers: &mut HeaderMap) {
-        inject_trace_context(self.span.span_context(), headers);
+        inject_trace_context(&self.span.context, headers);
     }
 }
 
@@ -761,31 +766,48 @@ impl Recorder for RequestTelemetry {
     }
 
     fn finish(self: Box<Self>, m: Measurement) {
-        let mut this = *self;
+        let this = *self;
         if let Some(g) = &this.gaps {
             g.record();
         }
-        let cost = this.record_cost(&m);
+        // A record only for a sampled span with somewhere to go.
+        let recorded = this.span.sampled && this.inner.spans.is_some();
+        let (cost, tier, span_cost) = this.record_cost(&m, recorded);
         this.record_metrics(&m, cost);
         this.record_live(&m, cost);
         if this.inner.access_log {
-            access_log(&m, &this.span);
+            access_log(&m, &this.span.context);
         }
+        let Some(spans) = this.inner.spans.as_ref().filter(|_| recorded) else {
+            return;
+        };
         // Breached SLOs for this route and model: one atomic load when none.
         let slo = this.inner.slo.as_ref();
-        if let Some(mark) = slo.and_then(|s| s.mark(this.live.key())) {
-            this.span.set_attribute(mark);
-        }
-        end_span(this.span, &m);
+        let slo = slo.and_then(|s| s.mark(this.live.key()));
+        spans.push(SpanRecord::Request(Box::new(RequestSpan {
+            start: this.span,
+            m,
+            in_flight: this.in_flight_at_start,
+            tier,
+            cost: span_cost,
+            slo,
+        })));
     }
 }
 
 impl RequestTelemetry {
-    /// Price the request (`pricing`) and put the cost on the span; what
-    /// the cost counters and the live statistics need of it.
-    fn record_cost(&mut self, m: &Measurement) -> Option<CostRecord> {
+    /// Price the request (`pricing`): what the cost counters and the live
+    /// statistics need of it, and, when the span is `recorded`, the
+    /// service tier and cost facts for it.
+    fn record_cost(
+        &self,
+        m: &Measurement,
+        recorded: bool,
+    ) -> (Option<CostRecord>, Option<&'static str>, Option<SpanCost>) {
         let book = self.inner.prices.load();
-        let book = book.as_deref()?;
+        let Some(book) = book.as_deref() else {
+            return (None, None, None);
+        };
         let request = pricing::Request {
             route: &m.request.route,
             provider: m.request.provider,
@@ -797,31 +819,30 @@ impl RequestTelemetry {
             requested_tier: m.request.service_tier,
             at: m.request.start_wall,
         };
-        if let Some(tier) = m.usage.service_tier.or(m.request.service_tier) {
-            self.span
-                .set_attribute(KeyValue::new(SERVICE_TIER, tier.as_str()));
-        }
+        let tier = m.usage.service_tier.or(m.request.service_tier);
+        let tier = tier.map(|t| t.as_str()).filter(|_| recorded);
         match book.price(&request) {
             Priced::Cost(c) => {
                 let source = c.entry.source();
-                self.span.set_attributes([
-                    KeyValue::new(COST_AMOUNT, c.usd),
-                    KeyValue::new(COST_CURRENCY, pricing::CURRENCY),
-                    KeyValue::new(COST_SOURCE, source.as_str()),
-                    KeyValue::new(COST_ESTIMATED, c.estimated),
-                    KeyValue::new(COST_PRICE_ENTRY, c.entry.to_string()),
-                ]);
-                Some(CostRecord::Priced {
+                let span = recorded.then(|| SpanCost::Priced {
+                    usd: c.usd,
+                    source: source.as_str(),
+                    estimated: c.estimated,
+                    entry: c.entry.to_string(),
+                });
+                let cost = CostRecord::Priced {
                     usd: c.usd,
                     source,
                     estimated: c.estimated,
-                })
+                };
+                (Some(cost), tier, span)
             }
-            Priced::Unpriced => {
-                self.span.set_attribute(KeyValue::new(COST_UNPRICED, true));
-                Some(CostRecord::Unpriced)
-            }
-            Priced::Nothing => None,
+            Priced::Unpriced => (
+                Some(CostRecord::Unpriced),
+                tier,
+                recorded.then_some(SpanCost::Unpriced),
+            ),
+            Priced::Nothing => (None, tier, None),
         }
     }
 
@@ -834,7 +855,7 @@ impl RequestTelemetry {
             m,
             response_model.map(|v| inner.response_models.admit(v)),
             error_type(m).map(|e| inner.error_types.admit(e)),
-            self.span.span_context().trace_id(),
+            self.span.context.trace_id(),
         );
         sample.in_flight = Some(self.in_flight_at_start);
         match cost {
@@ -889,10 +910,7 @@ impl RequestTelemetry {
             request_overhead: m.request_overhead.map(|d| d.as_secs_f64()),
             cache_read_tokens: m.usage.cache_read,
             cache_write_tokens: m.usage.cache_creation,
-            trace: exemplars::TraceMark::new(
-                self.span.span_context(),
-                m.request.start_wall + m.duration,
-            ),
+            trace: exemplars::TraceMark::new(&self.span.context, m.request.start_wall + m.duration),
             cost,
         };
         // The TTFT and prefill histograms take the same set plus the prompt

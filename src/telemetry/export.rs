@@ -1,27 +1,23 @@
 //! Export plumbing: `TelemetryConfig` in; OTLP exporters, wrapped so that
 //! every span or data point that never reaches the collector is counted, out.
 //!
-//! Spans can be lost in two places: the batch queue is full (the SDK keeps
-//! that count private), or the export fails after the exporter's own retries.
-//! `GatedSpanProcessor` bounds the queue itself, with one atomic, so a full
-//! queue is counted here; `CountingSpanExporter` and `CountingMetricExporter`
-//! count items in failed exports.
+//! Spans can be lost in two places: the queue is full, or the export fails
+//! after the exporter's own retries; the span pipeline (`span_export`)
+//! counts both into `DropCounts`. `CountingMetricExporter` counts data
+//! points in failed metric exports.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use opentelemetry::Context;
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::Temporality;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, Span, SpanData, SpanExporter, SpanProcessor,
-};
+use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 
 use super::TelemetryError;
 use super::export_tls::{self, CollectorClient, ExportTls, Signal, is_https};
@@ -65,7 +61,7 @@ impl DropCounts {
     /// An export of `signal` failed with `error`: WARN at the first
     /// failure, then a summary of what was dropped at most once per
     /// [`FAILURE_SUMMARY_INTERVAL`].
-    fn export_failed(&self, signal: &str, error: &dyn std::fmt::Display) {
+    pub(super) fn export_failed(&self, signal: &str, error: &dyn std::fmt::Display) {
         let Ok(mut h) = self.health.lock() else {
             return;
         };
@@ -104,7 +100,7 @@ impl DropCounts {
     }
 
     /// An export succeeded: after failures, say the collector is back.
-    fn export_ok(&self) {
+    pub(super) fn export_ok(&self) {
         let Ok(mut h) = self.health.lock() else {
             return;
         };
@@ -118,132 +114,13 @@ impl DropCounts {
         }
     }
 
-    fn add_spans(&self, n: u64) {
+    pub(super) fn add_spans(&self, n: u64) {
         self.spans.fetch_add(n, Ordering::Relaxed);
     }
 
     fn add_data_points(&self, n: u64) {
         self.data_points.fetch_add(n, Ordering::Relaxed);
     }
-}
-
-/// Spans handed to the batch processor and not yet picked up by the exporter.
-#[derive(Debug)]
-struct QueueGate {
-    pending: AtomicUsize,
-    cap: usize,
-}
-
-/// A `BatchSpanProcessor` behind an admission gate of the same size as its
-/// queue. A span is admitted only while fewer than `cap` are pending, so the
-/// processor's own queue never overflows and every drop is counted here.
-#[derive(Debug)]
-pub(super) struct GatedSpanProcessor {
-    inner: BatchSpanProcessor,
-    gate: Arc<QueueGate>,
-    drops: Arc<DropCounts>,
-}
-
-impl SpanProcessor for GatedSpanProcessor {
-    fn on_start(&self, span: &mut Span, cx: &Context) {
-        self.inner.on_start(span, cx);
-    }
-
-    fn on_end(&self, span: SpanData) {
-        if self.gate.pending.fetch_add(1, Ordering::AcqRel) >= self.gate.cap {
-            self.gate.pending.fetch_sub(1, Ordering::AcqRel);
-            self.drops.add_spans(1);
-            return;
-        }
-        self.inner.on_end(span);
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        self.inner.force_flush()
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.inner.shutdown_with_timeout(timeout)
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        self.inner.set_resource(resource);
-    }
-}
-
-/// Counts spans in failed exports and releases them from the queue gate.
-#[derive(Debug)]
-struct CountingSpanExporter<E> {
-    inner: E,
-    gate: Arc<QueueGate>,
-    drops: Arc<DropCounts>,
-}
-
-impl<E: SpanExporter> SpanExporter for CountingSpanExporter<E> {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        let n = batch.len();
-        // The batch has left the queue: admit as many new spans.
-        self.gate.pending.fetch_sub(n, Ordering::AcqRel);
-        let result = self.inner.export(batch).await;
-        match &result {
-            Ok(()) => self.drops.export_ok(),
-            Err(e) => {
-                self.drops.add_spans(n as u64);
-                self.drops.export_failed("traces", e);
-            }
-        }
-        result
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.inner.shutdown_with_timeout(timeout)
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        self.inner.force_flush()
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        self.inner.set_resource(resource);
-    }
-}
-
-/// The span pipeline: `exporter` behind a counted batch processor whose
-/// queue holds at most `telemetry.span_queue_size` spans.
-pub(super) fn span_processor<E>(
-    exporter: E,
-    drops: Arc<DropCounts>,
-    cfg: &TelemetryConfig,
-) -> GatedSpanProcessor
-where
-    E: SpanExporter + 'static,
-{
-    gated_processor(exporter, drops, cfg.span_queue_size.max(1))
-}
-
-fn gated_processor<E>(exporter: E, drops: Arc<DropCounts>, cap: usize) -> GatedSpanProcessor
-where
-    E: SpanExporter + 'static,
-{
-    let gate = Arc::new(QueueGate {
-        pending: AtomicUsize::new(0),
-        cap,
-    });
-    let exporter = CountingSpanExporter {
-        inner: exporter,
-        gate: gate.clone(),
-        drops: drops.clone(),
-    };
-    // Delay and batch size come from OTEL_BSP_*; the SDK's batch thread
-    // ignores its export timeout, so the exporter's own (`otlp_timeout`)
-    // is what bounds a stuck export.
-    let config = BatchConfigBuilder::default()
-        .with_max_queue_size(cap)
-        .build();
-    let inner = BatchSpanProcessor::builder(exporter)
-        .with_batch_config(config)
-        .build();
-    GatedSpanProcessor { inner, gate, drops }
 }
 
 /// Counts data points in failed metric exports.
@@ -437,48 +314,7 @@ fn require_runtime() -> Result<(), TelemetryError> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::mpsc;
-
-    use opentelemetry::trace::{Tracer as _, TracerProvider as _};
-    use opentelemetry_sdk::trace::SdkTracerProvider;
-
     use super::*;
-
-    /// Blocks every export until the test drops the sender.
-    #[derive(Debug)]
-    struct StuckExporter(Mutex<mpsc::Receiver<()>>);
-
-    impl SpanExporter for StuckExporter {
-        async fn export(&self, _batch: Vec<SpanData>) -> OTelSdkResult {
-            let _ = self.0.lock().map(|rx| rx.recv());
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn full_queue_drops_are_counted() {
-        let (release, rx) = mpsc::channel();
-        let drops = Arc::new(DropCounts::default());
-        let cap = 2;
-        let processor = gated_processor(StuckExporter(Mutex::new(rx)), drops.clone(), cap);
-        let provider = SdkTracerProvider::builder()
-            .with_span_processor(processor)
-            .build();
-        let tracer = provider.tracer("test");
-        let total = 20;
-        for _ in 0..total {
-            tracer.start("s");
-        }
-        // At most `cap` spans wait in the queue and `cap` sit in the stuck export.
-        assert!(
-            drops.spans() >= total - 2 * cap as u64,
-            "expected at least {} drops, got {}",
-            total - 2 * cap as u64,
-            drops.spans()
-        );
-        drop(release);
-        let _ = provider.shutdown();
-    }
 
     #[test]
     fn bad_grpc_header_is_an_error_without_its_value() {

@@ -4,14 +4,11 @@
 
 use std::time::Duration;
 
-use opentelemetry::trace::Span as _;
-
 use crate::config::LogFormat;
 use crate::meter::Measurement;
 
 /// One structured line per request. Never headers or bodies.
-pub(super) fn access_log(m: &Measurement, span: &opentelemetry_sdk::trace::Span) {
-    let sc = span.span_context();
+pub(super) fn access_log(m: &Measurement, sc: &opentelemetry::trace::SpanContext) {
     tracing::info!(
         target: "tokentap::access",
         route = &*m.request.route,

@@ -2,23 +2,37 @@
 //! in; the session span (parent of its response spans, which are recorded
 //! like any request's) and the upstream `traceparent` out.
 
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
 use http::HeaderMap;
 use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
+use opentelemetry::trace::{Status, TraceContextExt};
 use opentelemetry::{Context, KeyValue};
 
 use super::attrs::*;
 use super::span::{TraceHeaders, inject_trace_context, span_start_attributes};
+use super::span_record::{SessionSpan, SpanRecord, SpanStart, span_name};
 use super::{RequestTelemetry, Telemetry};
 use crate::meter::RequestFacts;
 use crate::meter::session::SessionSummary;
 
-/// A session's span, held in the context its response spans start from.
-/// Clones share the span.
+/// A session's span, and the context its response spans start from.
+/// Clones share the span; the first `finish` or `refused` ends it.
 #[derive(Debug, Clone)]
 pub struct SessionTelemetry {
     telemetry: Telemetry,
+    span: Arc<SessionStart>,
+}
+
+#[derive(Debug)]
+struct SessionStart {
+    start: SpanStart,
+    /// The session's own context, parent of its response spans.
     cx: Context,
+    /// Name, start time and start attributes; taken when the span ends
+    /// (`None` once it has, or when it is not sampled).
+    open: Mutex<Option<(String, SystemTime, Vec<KeyValue>)>>,
 }
 
 impl Telemetry {
@@ -27,22 +41,48 @@ impl Telemetry {
     pub fn begin_session(&self, facts: &RequestFacts, headers: &HeaderMap) -> SessionTelemetry {
         let inner = &self.inner;
         let parent = inner.propagator.extract(&TraceHeaders(headers));
-        let name = match &facts.request_model {
-            Some(model) => format!("websocket {model}"),
-            None => "websocket".to_owned(),
-        };
-        let op = facts.operation.map_or(OPERATION_UNKNOWN, |o| o.name());
-        let span = inner
-            .tracer
-            .span_builder(name)
-            .with_kind(SpanKind::Client)
-            .with_start_time(facts.start_wall)
-            .with_attributes(span_start_attributes(facts, op))
-            .start_with_context(&inner.tracer, &parent);
+        let start = inner.tracing.start(&parent);
+        let open = (start.sampled && inner.spans.is_some()).then(|| {
+            let op = facts.operation.map_or(OPERATION_UNKNOWN, |o| o.name());
+            let mut attributes = span_start_attributes(facts, op);
+            attributes.extend(start.sampler_attributes.iter().cloned());
+            (
+                span_name("websocket", facts.request_model.as_deref()),
+                facts.start_wall,
+                attributes,
+            )
+        });
         SessionTelemetry {
             telemetry: self.clone(),
-            cx: parent.with_span(span),
+            span: Arc::new(SessionStart {
+                cx: Context::new().with_remote_span_context(start.context.clone()),
+                start,
+                open: Mutex::new(open),
+            }),
         }
+    }
+}
+
+impl SessionTelemetry {
+    /// End the span with `more` attributes and `status`, if it is recorded
+    /// and not ended yet.
+    fn end(&self, more: Vec<KeyValue>, status: Status, end_time: SystemTime) {
+        let Some(spans) = &self.telemetry.inner.spans else {
+            return;
+        };
+        let open = self.span.open.lock().ok().and_then(|mut o| o.take());
+        let Some((name, start_time, mut attributes)) = open else {
+            return;
+        };
+        attributes.extend(more);
+        spans.push(SpanRecord::Session(Box::new(SessionSpan {
+            start: self.span.start.clone(),
+            name,
+            start_time,
+            end_time,
+            attributes,
+            status,
+        })));
     }
 }
 
@@ -50,28 +90,30 @@ impl SessionTelemetry {
     /// Write `traceparent` for the upstream handshake: the upstream's work
     /// sits inside the session span.
     pub fn inject(&self, headers: &mut HeaderMap) {
-        inject_trace_context(self.cx.span().span_context(), headers);
+        inject_trace_context(&self.span.start.context, headers);
     }
 
     /// Start a response's telemetry, its span a child of the session's.
     pub fn begin_child(&self, facts: &RequestFacts) -> RequestTelemetry {
-        self.telemetry.begin_in(facts, &self.cx)
+        self.telemetry.begin_in(facts, &self.span.cx)
     }
 
     /// The handshake did not switch protocols (refused, failed or answered
     /// with an error): the session span ends with `code`.
     pub fn refused(self, facts: &RequestFacts, code: &str) {
-        let span = self.cx.span();
-        span.set_attribute(KeyValue::new(SESSION_END, "handshake_failed"));
-        span.set_attribute(KeyValue::new(ERROR_TYPE, code.to_owned()));
-        span.set_status(Status::error(code.to_owned()));
-        span.end_with_timestamp(facts.start_wall + facts.start.elapsed());
+        self.end(
+            vec![
+                KeyValue::new(SESSION_END, "handshake_failed"),
+                KeyValue::new(ERROR_TYPE, code.to_owned()),
+            ],
+            Status::error(code.to_owned()),
+            facts.start_wall + facts.start.elapsed(),
+        );
     }
 
     /// The session is over.
     pub fn finish(self, facts: &RequestFacts, s: &SessionSummary) {
         let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        let span = self.cx.span();
         let mut a = vec![
             KeyValue::new(SESSION_RESPONSES, int(s.responses)),
             KeyValue::new(SESSION_INPUT_TOKENS, int(s.input_tokens)),
@@ -108,7 +150,6 @@ impl SessionTelemetry {
         if let Some(model) = &s.model {
             a.push(KeyValue::new(GEN_AI_RESPONSE_MODEL, model.clone()));
         }
-        span.set_attributes(a);
-        span.end_with_timestamp(facts.start_wall + s.duration);
+        self.end(a, Status::Unset, facts.start_wall + s.duration);
     }
 }

@@ -4,7 +4,7 @@
 
 use http::HeaderMap;
 use opentelemetry::propagation::Extractor;
-use opentelemetry::trace::{Span as _, SpanContext, Status};
+use opentelemetry::trace::SpanContext;
 use opentelemetry::{Array, KeyValue, StringValue, Value};
 
 use super::attrs::*;
@@ -93,19 +93,8 @@ pub(super) fn error_type(m: &Measurement) -> Option<&str> {
     (m.outcome != Outcome::Complete).then(|| m.error_type.as_deref().unwrap_or(m.outcome.as_str()))
 }
 
-pub(super) fn end_span(mut span: opentelemetry_sdk::trace::Span, m: &Measurement) {
-    let start = m.request.start_wall;
-    span.set_attributes(span_finish_attributes(m));
-    if let Some(ttft) = m.time_to_first_token {
-        span.add_event_with_timestamp(EVENT_FIRST_TOKEN, start + ttft, Vec::new());
-    }
-    if let Some(err) = error_type(m) {
-        span.set_status(Status::error(err.to_owned()));
-    }
-    span.end_with_timestamp(start + m.duration);
-}
-
-fn span_finish_attributes(m: &Measurement) -> Vec<KeyValue> {
+/// Attributes known when the request ends, in the span's order.
+pub(super) fn span_finish_attributes(m: &Measurement) -> Vec<KeyValue> {
     let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     let mut a = Vec::with_capacity(24);
     a.push(KeyValue::new(

@@ -75,7 +75,7 @@ impl Harness {
     }
 }
 
-fn facts(model: Option<&str>, tenant: Option<&str>, stream: bool) -> RequestFacts {
+pub(super) fn facts(model: Option<&str>, tenant: Option<&str>, stream: bool) -> RequestFacts {
     RequestFacts {
         route: Arc::from("openai"),
         provider: ProviderKind::Openai,
@@ -92,7 +92,7 @@ fn facts(model: Option<&str>, tenant: Option<&str>, stream: bool) -> RequestFact
     }
 }
 
-fn measurement(request: RequestFacts) -> Measurement {
+pub(super) fn measurement(request: RequestFacts) -> Measurement {
     Measurement {
         request,
         outcome: Outcome::Complete,

@@ -1,0 +1,574 @@
+//! tokentap's own span records: a request's sampling decision and ids in
+//! (`SpanStart`, decided at `begin` without an SDK span); one finished
+//! `SpanRecord` per sampled request out, queued for the export thread
+//! (`span_export`), which turns it into the span's attributes there.
+//!
+//! The request thread only moves what it already has into the record (the
+//! `Measurement`, the cost facts, the SLO mark): names, attribute lists and
+//! events are built on the export thread, and only for sampled requests
+//! with a span pipeline. With export off no record is built at all.
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::SystemTime;
+
+use opentelemetry::trace::{
+    Event, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
+};
+use opentelemetry::{Context, InstrumentationScope, KeyValue};
+use opentelemetry_sdk::trace::{
+    Config, SamplingDecision, ShouldSample, SpanData, SpanEvents, SpanLinks,
+};
+
+use super::attrs::*;
+use super::span::{error_type, span_finish_attributes, span_start_attributes};
+use crate::meter::Measurement;
+use crate::pricing;
+use crate::providers::Operation;
+
+/// Sampling and ids for new spans, as the SDK tracer decides them: the
+/// standard sampler from `OTEL_TRACES_SAMPLER`/`OTEL_TRACES_SAMPLER_ARG`
+/// (the SDK's own object, called here), random ids, the parent from the
+/// context.
+#[derive(Debug)]
+pub(super) struct Tracing {
+    sampler: Box<dyn ShouldSample>,
+    /// `OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT` (128 by default).
+    max_attributes: usize,
+    /// After `shutdown` new spans get no context, as from a shut-down
+    /// SDK provider.
+    shut_down: AtomicBool,
+}
+
+impl Default for Tracing {
+    fn default() -> Self {
+        let config = Config::default();
+        Tracing {
+            sampler: config.sampler,
+            max_attributes: config.span_limits.max_attributes_per_span as usize,
+            shut_down: AtomicBool::new(false),
+        }
+    }
+}
+
+/// A span's identity once started: its context, its parent, whether it
+/// is recorded (sampled), and what the sampler added.
+#[derive(Debug, Clone)]
+pub(super) struct SpanStart {
+    pub(super) context: SpanContext,
+    pub(super) parent: SpanId,
+    pub(super) parent_remote: bool,
+    /// Sampled: a record goes out when the span ends.
+    pub(super) sampled: bool,
+    /// Attributes the sampler returned (none for the standard samplers).
+    pub(super) sampler_attributes: Vec<KeyValue>,
+}
+
+impl Tracing {
+    #[cfg(test)]
+    pub(super) fn with_sampler(sampler: impl ShouldSample + 'static) -> Tracing {
+        Tracing {
+            sampler: Box::new(sampler),
+            ..Tracing::default()
+        }
+    }
+
+    /// Start a CLIENT span under `parent` (the client's extracted context,
+    /// or a session span's). Decides exactly as `SdkTracer` does: the
+    /// parent's trace id or a new one, a new span id, the sampler's
+    /// decision and trace state; a dropped span keeps its ids with flags
+    /// 00. The standard samplers read neither the name nor the
+    /// attributes, so none are built for them.
+    pub(super) fn start(&self, parent: &Context) -> SpanStart {
+        if self.shut_down.load(Ordering::Relaxed) {
+            return SpanStart {
+                context: SpanContext::empty_context(),
+                parent: SpanId::INVALID,
+                parent_remote: false,
+                sampled: false,
+                sampler_attributes: Vec::new(),
+            };
+        }
+        let span_id = new_span_id();
+        let parent_span = parent.span();
+        let psc = parent_span.span_context();
+        let (trace_id, psc) = if psc.is_valid() {
+            (psc.trace_id(), Some(psc))
+        } else {
+            (new_trace_id(), None)
+        };
+        let result =
+            self.sampler
+                .should_sample(Some(parent), trace_id, "", &SpanKind::Client, &[], &[]);
+        let flags = psc.map_or(TraceFlags::default(), SpanContext::trace_flags);
+        let (flags, sampled) = match result.decision {
+            SamplingDecision::RecordAndSample => (flags.with_sampled(true), true),
+            // Recorded but not sampled: the batch processor never exported
+            // those, so no record either.
+            SamplingDecision::RecordOnly => (flags.with_sampled(false), false),
+            SamplingDecision::Drop => (TraceFlags::default(), false),
+        };
+        SpanStart {
+            context: SpanContext::new(trace_id, span_id, flags, false, result.trace_state),
+            parent: psc.map_or(SpanId::INVALID, SpanContext::span_id),
+            parent_remote: psc.is_some_and(SpanContext::is_remote),
+            sampled,
+            sampler_attributes: result.attributes,
+        }
+    }
+
+    /// No new span contexts from now on.
+    pub(super) fn shut_down(&self) {
+        self.shut_down.store(true, Ordering::Relaxed);
+    }
+
+    pub(super) fn max_attributes(&self) -> usize {
+        self.max_attributes
+    }
+}
+
+/// A random non-zero trace id.
+fn new_trace_id() -> TraceId {
+    TraceId::from(fastrand::u128(1..))
+}
+
+/// A random non-zero span id.
+fn new_span_id() -> SpanId {
+    SpanId::from(fastrand::u64(1..))
+}
+
+/// A finished span waiting for export.
+#[derive(Debug)]
+pub(super) enum SpanRecord {
+    /// A request's (or a WebSocket response's) CLIENT span.
+    Request(Box<RequestSpan>),
+    /// A WebSocket session's span: rare, so a plain attribute list.
+    Session(Box<SessionSpan>),
+}
+
+/// What a request's span is made of; the attributes are written from it
+/// on the export thread.
+#[derive(Debug)]
+pub(super) struct RequestSpan {
+    pub(super) start: SpanStart,
+    pub(super) m: Measurement,
+    /// `tokentap.in_flight` at the start.
+    pub(super) in_flight: u64,
+    /// `tokentap.service_tier`, when known.
+    pub(super) tier: Option<&'static str>,
+    pub(super) cost: Option<SpanCost>,
+    /// The SLO mark (`slo`), when any SLO of the route and model is breached.
+    pub(super) slo: Option<KeyValue>,
+}
+
+/// The cost facts on a span.
+#[derive(Debug, Clone)]
+pub(super) enum SpanCost {
+    Priced {
+        usd: f64,
+        source: &'static str,
+        estimated: bool,
+        entry: String,
+    },
+    Unpriced,
+}
+
+/// A session span, its attributes in order.
+#[derive(Debug)]
+pub(super) struct SessionSpan {
+    pub(super) start: SpanStart,
+    pub(super) name: String,
+    pub(super) start_time: SystemTime,
+    pub(super) end_time: SystemTime,
+    pub(super) attributes: Vec<KeyValue>,
+    pub(super) status: Status,
+}
+
+/// The span name: operation and requested model (`chat gpt-4o`).
+pub(super) fn span_name(op: &str, model: Option<&str>) -> String {
+    match model {
+        Some(model) => format!("{op} {model}"),
+        None => op.to_owned(),
+    }
+}
+
+impl RequestSpan {
+    /// Every attribute of the span, in the order the SDK span had them:
+    /// start attributes, in-flight, the sampler's, service tier and cost,
+    /// the SLO mark, then the finish attributes.
+    pub(super) fn attributes(&self) -> Vec<KeyValue> {
+        let m = &self.m;
+        let op = m
+            .request
+            .operation
+            .map_or(OPERATION_UNKNOWN, Operation::name);
+        let mut a = span_start_attributes(&m.request, op);
+        a.push(KeyValue::new(
+            IN_FLIGHT,
+            i64::try_from(self.in_flight).unwrap_or(i64::MAX),
+        ));
+        a.extend(self.start.sampler_attributes.iter().cloned());
+        if let Some(tier) = self.tier {
+            a.push(KeyValue::new(SERVICE_TIER, tier));
+        }
+        match &self.cost {
+            Some(SpanCost::Priced {
+                usd,
+                source,
+                estimated,
+                entry,
+            }) => a.extend([
+                KeyValue::new(COST_AMOUNT, *usd),
+                KeyValue::new(COST_CURRENCY, pricing::CURRENCY),
+                KeyValue::new(COST_SOURCE, *source),
+                KeyValue::new(COST_ESTIMATED, *estimated),
+                KeyValue::new(COST_PRICE_ENTRY, entry.clone()),
+            ]),
+            Some(SpanCost::Unpriced) => a.push(KeyValue::new(COST_UNPRICED, true)),
+            None => {}
+        }
+        if let Some(mark) = &self.slo {
+            a.push(mark.clone());
+        }
+        a.extend(span_finish_attributes(m));
+        a
+    }
+
+    fn into_span_data(self, scope: &InstrumentationScope, max_attributes: usize) -> SpanData {
+        let m = &self.m;
+        let op = m
+            .request
+            .operation
+            .map_or(OPERATION_UNKNOWN, Operation::name);
+        let start = m.request.start_wall;
+        let mut events = SpanEvents::default();
+        if let Some(ttft) = m.time_to_first_token {
+            events
+                .events
+                .push(Event::new(EVENT_FIRST_TOKEN, start + ttft, Vec::new(), 0));
+        }
+        let status = match error_type(m) {
+            Some(err) => Status::error(err.to_owned()),
+            None => Status::Unset,
+        };
+        let (attributes, dropped) = limited(self.attributes(), max_attributes);
+        SpanData {
+            span_context: self.start.context.clone(),
+            parent_span_id: self.start.parent,
+            parent_span_is_remote: self.start.parent_remote,
+            span_kind: SpanKind::Client,
+            name: Cow::Owned(span_name(op, m.request.request_model.as_deref())),
+            start_time: start,
+            end_time: start + m.duration,
+            attributes,
+            dropped_attributes_count: dropped,
+            events,
+            links: SpanLinks::default(),
+            status,
+            instrumentation_scope: scope.clone(),
+        }
+    }
+}
+
+/// At most `max` attributes, and how many were dropped (the SDK's limit).
+fn limited(mut a: Vec<KeyValue>, max: usize) -> (Vec<KeyValue>, u32) {
+    let dropped = a.len().saturating_sub(max);
+    a.truncate(max);
+    (a, u32::try_from(dropped).unwrap_or(u32::MAX))
+}
+
+impl SpanRecord {
+    /// The SDK's form of this span, for `SpanExporter`s.
+    pub(super) fn into_span_data(
+        self,
+        scope: &InstrumentationScope,
+        max_attributes: usize,
+    ) -> SpanData {
+        match self {
+            SpanRecord::Request(r) => r.into_span_data(scope, max_attributes),
+            SpanRecord::Session(s) => {
+                let s = *s;
+                let (attributes, dropped) = limited(s.attributes, max_attributes);
+                SpanData {
+                    span_context: s.start.context,
+                    parent_span_id: s.start.parent,
+                    parent_span_is_remote: s.start.parent_remote,
+                    span_kind: SpanKind::Client,
+                    name: Cow::Owned(s.name),
+                    start_time: s.start_time,
+                    end_time: s.end_time,
+                    attributes,
+                    dropped_attributes_count: dropped,
+                    events: SpanEvents::default(),
+                    links: SpanLinks::default(),
+                    status: s.status,
+                    instrumentation_scope: scope.clone(),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests build timestamps freely")]
+mod tests {
+    use std::time::Duration;
+
+    use http::HeaderMap;
+    use opentelemetry::propagation::TextMapPropagator;
+    use opentelemetry::trace::{Span as _, TraceState, Tracer as _, TracerProvider as _};
+    use opentelemetry_sdk::propagation::TraceContextPropagator;
+    use opentelemetry_sdk::trace::{IdGenerator, InMemorySpanExporter, Sampler, SdkTracerProvider};
+
+    use super::super::span::{TraceHeaders, inject_trace_context};
+    use super::super::tests::{facts, measurement};
+    use super::*;
+    use crate::meter::{Outcome, Unmetered};
+
+    /// Hands the SDK the ids tokentap's own path picked.
+    #[derive(Debug)]
+    struct Fixed(TraceId, SpanId);
+    impl IdGenerator for Fixed {
+        fn new_trace_id(&self) -> TraceId {
+            self.0
+        }
+        fn new_span_id(&self) -> SpanId {
+            self.1
+        }
+    }
+
+    fn scope() -> InstrumentationScope {
+        InstrumentationScope::builder(SCOPE)
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .build()
+    }
+
+    fn parent(header: Option<&str>) -> Context {
+        let mut h = HeaderMap::new();
+        if let Some(tp) = header {
+            h.insert("traceparent", tp.parse().expect("hv"));
+            h.insert("tracestate", "vendor=abc".parse().expect("hv"));
+        }
+        TraceContextPropagator::new().extract(&TraceHeaders(&h))
+    }
+
+    /// The span as the SDK path before this change built it: the same
+    /// builder, attribute calls and end as `begin_in`, `record_cost`, the
+    /// SLO mark and `end_span` made.
+    fn by_sdk(r: &RequestSpan, cx: &Context) -> Option<SpanData> {
+        let spans = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(spans.clone())
+            .with_id_generator(Fixed(r.start.context.trace_id(), r.start.context.span_id()))
+            .build();
+        let tracer = provider.tracer_with_scope(scope());
+        let m = &r.m;
+        let facts = &m.request;
+        let op = facts.operation.map_or(OPERATION_UNKNOWN, Operation::name);
+        let name = match &facts.request_model {
+            Some(model) => format!("{op} {model}"),
+            None => op.to_owned(),
+        };
+        let mut start = span_start_attributes(facts, op);
+        start.push(KeyValue::new(IN_FLIGHT, r.in_flight as i64));
+        let mut span = tracer
+            .span_builder(name)
+            .with_kind(SpanKind::Client)
+            .with_start_time(facts.start_wall)
+            .with_attributes(start)
+            .start_with_context(&tracer, cx);
+        if let Some(tier) = r.tier {
+            span.set_attribute(KeyValue::new(SERVICE_TIER, tier));
+        }
+        match &r.cost {
+            Some(SpanCost::Priced {
+                usd,
+                source,
+                estimated,
+                entry,
+            }) => span.set_attributes([
+                KeyValue::new(COST_AMOUNT, *usd),
+                KeyValue::new(COST_CURRENCY, pricing::CURRENCY),
+                KeyValue::new(COST_SOURCE, *source),
+                KeyValue::new(COST_ESTIMATED, *estimated),
+                KeyValue::new(COST_PRICE_ENTRY, entry.clone()),
+            ]),
+            Some(SpanCost::Unpriced) => span.set_attribute(KeyValue::new(COST_UNPRICED, true)),
+            None => {}
+        }
+        if let Some(mark) = &r.slo {
+            span.set_attribute(mark.clone());
+        }
+        let begin = m.request.start_wall;
+        span.set_attributes(span_finish_attributes(m));
+        if let Some(ttft) = m.time_to_first_token {
+            span.add_event_with_timestamp(EVENT_FIRST_TOKEN, begin + ttft, Vec::new());
+        }
+        if let Some(err) = error_type(m) {
+            span.set_status(Status::error(err.to_owned()));
+        }
+        span.end_with_timestamp(begin + m.duration);
+        let mut got = spans.get_finished_spans().expect("spans");
+        assert!(got.len() <= 1);
+        got.pop()
+    }
+
+    /// Measurements covering every optional part of the span.
+    fn measurements() -> Vec<(Measurement, Option<&'static str>, Option<SpanCost>)> {
+        let mut out = Vec::new();
+        let plain = measurement(facts(Some("gpt-4o"), Some("team-a"), false));
+        out.push((plain.clone(), None, None));
+        let mut streamed = measurement(facts(None, None, true));
+        streamed.modalities.input_text = Some(10);
+        streamed.modalities.output_audio = Some(3);
+        streamed.upstream_timing.ttft = Some(Duration::from_millis(50));
+        streamed.upstream_timing.total = Some(Duration::from_millis(600));
+        streamed.upstream_timing.queue = Some(Duration::from_millis(5));
+        streamed.pool_wait = Some(Duration::from_micros(30));
+        streamed.request_overhead = Some(Duration::from_micros(70));
+        let priced = SpanCost::Priced {
+            usd: 0.00125,
+            source: "builtin",
+            estimated: false,
+            entry: "openai/gpt-4o@2025-01-01".into(),
+        };
+        out.push((streamed, Some("priority"), Some(priced)));
+        let mut failed = measurement(facts(Some("m"), None, true));
+        failed.outcome = Outcome::UpstreamError;
+        failed.status = 502;
+        failed.error_type = Some("rate_limit".into());
+        failed.time_to_first_token = None;
+        failed.malformed_events = 2;
+        failed.unmetered = Some(Unmetered::Encoding("br".into()));
+        failed.finish_reasons.clear();
+        out.push((failed, None, Some(SpanCost::Unpriced)));
+        let mut timeout = measurement(facts(Some("m"), Some("t"), false));
+        timeout.outcome = Outcome::UpstreamTimeout;
+        timeout.error_type = None;
+        timeout.reasoning = Default::default();
+        out.push((timeout, Some("flex"), None));
+        out
+    }
+
+    #[test]
+    fn records_make_the_span_the_sdk_path_made() {
+        let tracing = Tracing::default();
+        let parents = [
+            None,
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"),
+        ];
+        let mut n = 0;
+        for header in parents {
+            let cx = parent(header);
+            for (m, tier, cost) in measurements() {
+                for slo in [None, Some(KeyValue::new("tokentap.slo.breached", "p95"))] {
+                    let start = tracing.start(&cx);
+                    let record = RequestSpan {
+                        start,
+                        m: m.clone(),
+                        in_flight: 3,
+                        tier,
+                        cost: cost.clone(),
+                        slo,
+                    };
+                    let Some(sdk) = by_sdk(&record, &cx) else {
+                        // The SDK exported nothing: no record either.
+                        assert!(!record.start.sampled, "{header:?}");
+                        assert!(header.is_some_and(|h| h.ends_with("-00")));
+                        continue;
+                    };
+                    assert!(record.start.sampled);
+                    assert_eq!(record.start.context, sdk.span_context, "{header:?}");
+                    let ours = SpanRecord::Request(Box::new(record)).into_span_data(&scope(), 128);
+                    assert_eq!(ours, sdk, "{header:?}");
+                    n += 1;
+                }
+            }
+        }
+        assert_eq!(n, 16, "two sampled parents (none, sampled) x 8");
+    }
+
+    #[test]
+    fn always_off_samples_nothing_but_still_injects_a_traceparent() {
+        let t = Tracing::with_sampler(Sampler::AlwaysOff);
+        let s = t.start(&Context::new());
+        assert!(!s.sampled);
+        assert!(s.context.is_valid());
+        let mut h = HeaderMap::new();
+        inject_trace_context(&s.context, &mut h);
+        let tp = h["traceparent"].to_str().expect("ascii");
+        assert!(tp.ends_with("-00"), "{tp}");
+        assert_eq!(&tp[3..35], s.context.trace_id().to_string());
+    }
+
+    #[test]
+    fn trace_id_ratio_decides_as_the_sdk_sampler() {
+        for ratio in [0.0, 0.25, 1.0] {
+            let t = Tracing::with_sampler(Sampler::TraceIdRatioBased(ratio));
+            let mut sampled = 0;
+            for _ in 0..400 {
+                let s = t.start(&Context::new());
+                let want = Sampler::TraceIdRatioBased(ratio).should_sample(
+                    None,
+                    s.context.trace_id(),
+                    "",
+                    &SpanKind::Client,
+                    &[],
+                    &[],
+                );
+                let want = want.decision == SamplingDecision::RecordAndSample;
+                assert_eq!(s.sampled, want);
+                assert_eq!(s.context.is_sampled(), want);
+                sampled += usize::from(s.sampled);
+            }
+            match ratio {
+                0.0 => assert_eq!(sampled, 0),
+                1.0 => assert_eq!(sampled, 400),
+                _ => assert!((40..=160).contains(&sampled), "{sampled} of 400 at 0.25"),
+            }
+        }
+    }
+
+    #[test]
+    fn parent_based_follows_remote_parents_and_keeps_their_state() {
+        let t = Tracing::with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOff)));
+        let on = t.start(&parent(Some(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        )));
+        assert!(on.sampled && on.context.is_sampled());
+        assert!(on.parent_remote);
+        assert_eq!(
+            on.parent,
+            SpanId::from_hex("00f067aa0ba902b7").expect("hex")
+        );
+        assert_eq!(
+            on.context.trace_id(),
+            TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").expect("hex")
+        );
+        assert_eq!(on.context.trace_state().header(), "vendor=abc");
+        let off = t.start(&parent(Some(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
+        )));
+        assert!(!off.sampled && !off.context.is_sampled());
+        assert!(off.parent_remote);
+        let root = t.start(&Context::new());
+        assert!(!root.sampled, "no parent: the root sampler (always off)");
+        assert_eq!(root.parent, SpanId::INVALID);
+        assert!(!root.parent_remote);
+        assert_eq!(root.context.trace_state(), &TraceState::default());
+    }
+
+    #[test]
+    fn a_local_parent_is_not_remote_and_shutdown_gives_no_context() {
+        let t = Tracing::default();
+        let session = t.start(&Context::new());
+        let cx = Context::new().with_remote_span_context(session.context.clone());
+        let child = t.start(&cx);
+        assert_eq!(child.parent, session.context.span_id());
+        assert!(!child.parent_remote, "a session parent is local");
+        assert_eq!(child.context.trace_id(), session.context.trace_id());
+        t.shut_down();
+        assert!(!t.start(&Context::new()).context.is_valid());
+    }
+}
