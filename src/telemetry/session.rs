@@ -18,16 +18,21 @@ use crate::meter::RequestFacts;
 use crate::meter::session::SessionSummary;
 
 /// A session's span, and the context its response spans start from.
-/// Clones share the span; the first `finish` or `refused` ends it.
+/// Clones share the span; the first `finish` or `refused` ends it, or, if
+/// neither came, dropping the last clone (a handshake the client gave up
+/// on): the span then ends with its start attributes and no outcome, as
+/// the SDK ends a dropped span.
 #[derive(Debug, Clone)]
 pub struct SessionTelemetry {
-    telemetry: Telemetry,
     span: Arc<SessionStart>,
 }
 
 #[derive(Debug)]
 struct SessionStart {
+    telemetry: Telemetry,
     start: SpanStart,
+    /// When the handshake arrived (for the end time of a dropped span).
+    arrived: std::time::Instant,
     /// The session's own context, parent of its response spans.
     cx: Context,
     /// Name, start time and start attributes; taken when the span ends
@@ -53,8 +58,9 @@ impl Telemetry {
             )
         });
         SessionTelemetry {
-            telemetry: self.clone(),
             span: Arc::new(SessionStart {
+                telemetry: self.clone(),
+                arrived: facts.start,
                 cx: Context::new().with_remote_span_context(start.context.clone()),
                 start,
                 open: Mutex::new(open),
@@ -63,26 +69,38 @@ impl Telemetry {
     }
 }
 
-impl SessionTelemetry {
+impl SessionStart {
     /// End the span with `more` attributes and `status`, if it is recorded
     /// and not ended yet.
     fn end(&self, more: Vec<KeyValue>, status: Status, end_time: SystemTime) {
         let Some(spans) = &self.telemetry.inner.spans else {
             return;
         };
-        let open = self.span.open.lock().ok().and_then(|mut o| o.take());
+        let open = self.open.lock().ok().and_then(|mut o| o.take());
         let Some((name, start_time, mut attributes)) = open else {
             return;
         };
         attributes.extend(more);
         spans.push(SpanRecord::Session(Box::new(SessionSpan {
-            start: self.span.start.clone(),
+            start: self.start.clone(),
             name,
             start_time,
             end_time,
             attributes,
             status,
         })));
+    }
+}
+
+impl Drop for SessionStart {
+    fn drop(&mut self) {
+        let end_time = self.open.lock().ok().and_then(|o| {
+            o.as_ref()
+                .map(|(_, start_time, _)| *start_time + self.arrived.elapsed())
+        });
+        if let Some(end_time) = end_time {
+            self.end(Vec::new(), Status::Unset, end_time);
+        }
     }
 }
 
@@ -95,13 +113,13 @@ impl SessionTelemetry {
 
     /// Start a response's telemetry, its span a child of the session's.
     pub fn begin_child(&self, facts: &RequestFacts) -> RequestTelemetry {
-        self.telemetry.begin_in(facts, &self.span.cx)
+        self.span.telemetry.begin_in(facts, &self.span.cx)
     }
 
     /// The handshake did not switch protocols (refused, failed or answered
     /// with an error): the session span ends with `code`.
     pub fn refused(self, facts: &RequestFacts, code: &str) {
-        self.end(
+        self.span.end(
             vec![
                 KeyValue::new(SESSION_END, "handshake_failed"),
                 KeyValue::new(ERROR_TYPE, code.to_owned()),
@@ -150,6 +168,7 @@ impl SessionTelemetry {
         if let Some(model) = &s.model {
             a.push(KeyValue::new(GEN_AI_RESPONSE_MODEL, model.clone()));
         }
-        self.end(a, Status::Unset, facts.start_wall + s.duration);
+        self.span
+            .end(a, Status::Unset, facts.start_wall + s.duration);
     }
 }

@@ -1469,3 +1469,35 @@ fn delta_export_keeps_its_own_reader_and_exact_deltas() {
     );
     h.telemetry.shutdown();
 }
+
+#[test]
+fn a_session_dropped_before_its_end_still_exports_its_span_once() {
+    let h = harness(config());
+    let f = facts(Some("gpt-4o-realtime"), None, true);
+    let session = h.telemetry.begin_session(&f, &HeaderMap::new());
+    let clone = session.clone();
+    drop(session);
+    assert!(
+        h.finished_spans().is_empty(),
+        "a clone still holds the session: its span is open"
+    );
+    drop(clone);
+    let spans = h.finished_spans();
+    assert_eq!(spans.len(), 1, "the last clone ends the span");
+    let span = &spans[0];
+    assert_eq!(span.name, "websocket gpt-4o-realtime");
+    assert_eq!(span.status, Status::Unset, "no outcome is claimed");
+    assert!(span.end_time >= span.start_time);
+    assert!(
+        !span
+            .attributes
+            .iter()
+            .any(|kv| kv.key.as_str() == SESSION_END),
+        "a dropped session has no end reason"
+    );
+
+    // A session that ended is not exported again when dropped.
+    let session = h.telemetry.begin_session(&f, &HeaderMap::new());
+    session.refused(&f, "handshake_refused");
+    assert_eq!(h.finished_spans().len(), 2, "refused once, nothing on drop");
+}
