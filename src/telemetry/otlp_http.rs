@@ -411,28 +411,6 @@ mod tests {
         assert_eq!(partial_success(&[0xff, 0xff]), None, "garbage is ignored");
     }
 
-    /// Runs `fut` to completion on this thread, as the SDK's batch thread
-    /// does (outside any tokio runtime; the client's requests run on
-    /// `RUNTIME`).
-    fn block_on<F: std::future::Future>(fut: F) -> F::Output {
-        use std::task::{Context, Poll, Wake, Waker};
-        struct Unpark(std::thread::Thread);
-        impl Wake for Unpark {
-            fn wake(self: Arc<Self>) {
-                self.0.unpark();
-            }
-        }
-        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-        let mut cx = Context::from_waker(&waker);
-        let mut fut = std::pin::pin!(fut);
-        loop {
-            match fut.as_mut().poll(&mut cx) {
-                Poll::Ready(v) => return v,
-                Poll::Pending => std::thread::park(),
-            }
-        }
-    }
-
     /// One HTTP/1.1 request as the collector saw it.
     #[derive(Debug)]
     struct Seen {
@@ -549,7 +527,7 @@ mod tests {
         use prost::Message;
         let (endpoint, server) = collector(vec![503, 200]);
         let e = exporter(&endpoint);
-        let result = block_on(e.export(vec![span("chat m")]));
+        let result = futures_executor::block_on(e.export(vec![span("chat m")]));
         assert!(
             result.is_ok(),
             "export must succeed on the retry: {result:?}"
@@ -589,13 +567,13 @@ mod tests {
     fn a_400_fails_without_a_retry_and_later_exports_still_go_out() {
         let (endpoint, server) = collector(vec![400, 200]);
         let e = exporter(&endpoint);
-        let first = block_on(e.export(vec![span("a")]));
+        let first = futures_executor::block_on(e.export(vec![span("a")]));
         assert!(
             matches!(&first, Err(OTelSdkError::InternalFailure(m)) if m.contains("400")),
             "a 400 is final and named: {first:?}"
         );
         assert!(
-            block_on(e.export(vec![span("b")])).is_ok(),
+            futures_executor::block_on(e.export(vec![span("b")])).is_ok(),
             "the next batch is sent"
         );
         assert_eq!(
@@ -606,7 +584,7 @@ mod tests {
         assert!(e.shutdown_with_timeout(Duration::from_secs(1)).is_ok());
         assert!(
             matches!(
-                block_on(e.export(vec![span("c")])),
+                futures_executor::block_on(e.export(vec![span("c")])),
                 Err(OTelSdkError::AlreadyShutdown)
             ),
             "nothing is sent after shutdown"

@@ -8,8 +8,7 @@
 //! waiting, and `flush`/`shutdown` that export everything queued.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::task::{Context as TaskContext, Poll, Wake, Waker};
-use std::thread::{self, JoinHandle, Thread};
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use opentelemetry::{Context, InstrumentationScope};
@@ -299,36 +298,13 @@ impl<E: SpanExporter> Worker<E> {
             .into_iter()
             .map(|r| r.into_span_data(&self.scope, self.max_attributes))
             .collect();
-        match block_on(self.exporter.export(batch)) {
+        match futures_executor::block_on(self.exporter.export(batch)) {
             Ok(()) => self.drops.export_ok(),
             Err(e) => {
                 self.drops.add_spans(n as u64);
                 self.drops.export_failed("traces", &e);
             }
         }
-    }
-}
-
-/// Run `fut` to completion on this thread (the exporters' futures are
-/// driven by their own clients; this only parks until they wake it).
-fn block_on<F: std::future::Future>(fut: F) -> F::Output {
-    struct Unpark(Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-        fn wake_by_ref(self: &Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(thread::current())));
-    let mut cx = TaskContext::from_waker(&waker);
-    let mut fut = std::pin::pin!(fut);
-    loop {
-        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-            return v;
-        }
-        thread::park();
     }
 }
 
