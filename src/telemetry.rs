@@ -145,6 +145,7 @@ impl Telemetry {
         pull: Option<PullReader>,
     ) -> Result<Telemetry, TelemetryError> {
         let drops = Arc::new(DropCounts::default());
+        let tracing = Tracing::default();
         let mut traces = None;
         let mut meters = SdkMeterProvider::builder();
         let export = cfg.otlp_enabled == Some(true);
@@ -157,7 +158,7 @@ impl Telemetry {
                 "OTLP export on"
             );
             let (pipeline, with_reader) =
-                with_exporters(cfg, &drops, meters, spans, metrics, pull.as_ref());
+                with_exporters(cfg, &drops, &tracing, meters, spans, metrics, pull.as_ref());
             (traces, meters) = (Some(pipeline), with_reader);
         } else {
             let why = match cfg.otlp_endpoint {
@@ -175,7 +176,7 @@ impl Telemetry {
         }
         let has_reader = export || pull.is_some();
         Ok(Telemetry::build(
-            cfg, drops, traces, meters, has_reader, pull,
+            cfg, drops, tracing, traces, meters, has_reader, pull,
         ))
     }
 
@@ -202,20 +203,23 @@ impl Telemetry {
         M: PushMetricExporter,
     {
         let drops = Arc::new(DropCounts::default());
+        let tracing = Tracing::default();
         let (traces, meters) = with_exporters(
             cfg,
             &drops,
+            &tracing,
             SdkMeterProvider::builder(),
             spans,
             metrics,
             pull.as_ref(),
         );
-        Telemetry::build(cfg, drops, Some(traces), meters, true, pull)
+        Telemetry::build(cfg, drops, tracing, Some(traces), meters, true, pull)
     }
 
     fn build(
         cfg: &TelemetryConfig,
         drops: Arc<DropCounts>,
+        tracing: Tracing,
         spans: Option<SpanPipeline>,
         meters: MeterProviderBuilder,
         has_reader: bool,
@@ -242,7 +246,7 @@ impl Telemetry {
         let slo = slo::Slo::start(&cfg.slo, &meter, has_reader, &live);
         let inner = Inner {
             meter_provider,
-            tracing: Tracing::default(),
+            tracing,
             spans,
             propagator: TraceContextPropagator::new(),
             instruments,
@@ -593,6 +597,7 @@ impl Telemetry {
 fn with_exporters<S, M>(
     cfg: &TelemetryConfig,
     drops: &Arc<DropCounts>,
+    tracing: &Tracing,
     meters: MeterProviderBuilder,
     spans: S,
     metrics: M,
@@ -608,7 +613,7 @@ where
         BatchSettings::from_env(cfg.span_queue_size),
         &resource(cfg),
         scope(),
-        Tracing::default().max_attributes(),
+        tracing.max_attributes(),
     );
     let metrics = export::CountingMetricExporter::new(metrics, drops.clone());
     let interval = cfg.metrics_export_interval;
