@@ -113,6 +113,14 @@ struct Inner {
     prices: ArcSwapOption<PriceBook>,
 }
 
+impl Inner {
+    /// Where the finished span started as `start` goes: a record is built
+    /// only for a sampled span with a span pipeline to take it.
+    fn span_pipeline(&self, start: &SpanStart) -> Option<&SpanPipeline> {
+        self.spans.as_ref().filter(|_| start.sampled)
+    }
+}
+
 /// Telemetry could not start (bad exporter settings).
 #[derive(Debug, thiserror::Error)]
 #[error("telemetry: {0}")]
@@ -775,15 +783,14 @@ impl Recorder for RequestTelemetry {
         if let Some(g) = &this.gaps {
             g.record();
         }
-        // A record only for a sampled span with somewhere to go.
-        let recorded = this.span.sampled && this.inner.spans.is_some();
-        let (cost, tier, span_cost) = this.record_cost(&m, recorded);
+        let spans = this.inner.span_pipeline(&this.span);
+        let (cost, tier, span_cost) = this.record_cost(&m, spans.is_some());
         this.record_metrics(&m, cost);
         this.record_live(&m, cost);
         if this.inner.access_log {
             access_log(&m, &this.span.context);
         }
-        let Some(spans) = this.inner.spans.as_ref().filter(|_| recorded) else {
+        let Some(spans) = spans else {
             return;
         };
         // Breached SLOs for this route and model: one atomic load when none.

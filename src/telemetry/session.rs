@@ -9,10 +9,11 @@ use http::HeaderMap;
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{Status, TraceContextExt};
 use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::trace::SpanEvents;
 
 use super::attrs::*;
 use super::span::{TraceHeaders, inject_trace_context, span_start_attributes};
-use super::span_record::{SessionSpan, SpanRecord, SpanStart, span_name};
+use super::span_record::{SpanParts, SpanRecord, SpanStart, span_name};
 use super::{RequestTelemetry, Telemetry};
 use crate::meter::RequestFacts;
 use crate::meter::session::SessionSummary;
@@ -47,7 +48,7 @@ impl Telemetry {
         let inner = &self.inner;
         let parent = inner.propagator.extract(&TraceHeaders(headers));
         let start = inner.tracing.start(&parent);
-        let open = (start.sampled && inner.spans.is_some()).then(|| {
+        let open = inner.span_pipeline(&start).is_some().then(|| {
             let op = facts.operation.map_or(OPERATION_UNKNOWN, |o| o.name());
             let mut attributes = span_start_attributes(facts, op);
             attributes.extend(start.sampler_attributes.iter().cloned());
@@ -81,12 +82,13 @@ impl SessionStart {
             return;
         };
         attributes.extend(more);
-        spans.push(SpanRecord::Session(Box::new(SessionSpan {
+        spans.push(SpanRecord::Session(Box::new(SpanParts {
             start: self.start.clone(),
             name,
             start_time,
             end_time,
             attributes,
+            events: SpanEvents::default(),
             status,
         })));
     }

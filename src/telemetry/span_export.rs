@@ -315,11 +315,11 @@ mod tests {
     use opentelemetry_sdk::error::OTelSdkResult;
     use opentelemetry_sdk::trace::InMemorySpanExporter;
 
-    use super::super::span_record::{SessionSpan, SpanStart};
+    use super::super::span_record::{SpanParts, SpanStart};
     use super::*;
 
     fn record(i: u64) -> SpanRecord {
-        SpanRecord::Session(Box::new(SessionSpan {
+        SpanRecord::Session(Box::new(SpanParts {
             start: SpanStart {
                 context: opentelemetry::trace::SpanContext::empty_context(),
                 parent: opentelemetry::trace::SpanId::INVALID,
@@ -331,6 +331,7 @@ mod tests {
             start_time: std::time::UNIX_EPOCH,
             end_time: std::time::UNIX_EPOCH,
             attributes: Vec::new(),
+            events: opentelemetry_sdk::trace::SpanEvents::default(),
             status: opentelemetry::trace::Status::Unset,
         }))
     }

@@ -143,7 +143,7 @@ pub(super) enum SpanRecord {
     /// A request's (or a WebSocket response's) CLIENT span.
     Request(Box<RequestSpan>),
     /// A WebSocket session's span: rare, so a plain attribute list.
-    Session(Box<SessionSpan>),
+    Session(Box<SpanParts>),
 }
 
 /// What a request's span is made of; the attributes are written from it
@@ -173,15 +173,39 @@ pub(super) enum SpanCost {
     Unpriced,
 }
 
-/// A session span, its attributes in order.
+/// A span written out: a session's as recorded, a request's as built from
+/// its record on the export thread. Attributes in order.
 #[derive(Debug)]
-pub(super) struct SessionSpan {
+pub(super) struct SpanParts {
     pub(super) start: SpanStart,
     pub(super) name: String,
     pub(super) start_time: SystemTime,
     pub(super) end_time: SystemTime,
     pub(super) attributes: Vec<KeyValue>,
+    pub(super) events: SpanEvents,
     pub(super) status: Status,
+}
+
+impl SpanParts {
+    /// The SDK's form of this span, at most `max_attributes` kept.
+    fn into_span_data(self, scope: &InstrumentationScope, max_attributes: usize) -> SpanData {
+        let (attributes, dropped) = limited(self.attributes, max_attributes);
+        SpanData {
+            span_context: self.start.context,
+            parent_span_id: self.start.parent,
+            parent_span_is_remote: self.start.parent_remote,
+            span_kind: SpanKind::Client,
+            name: Cow::Owned(self.name),
+            start_time: self.start_time,
+            end_time: self.end_time,
+            attributes,
+            dropped_attributes_count: dropped,
+            events: self.events,
+            links: SpanLinks::default(),
+            status: self.status,
+            instrumentation_scope: scope.clone(),
+        }
+    }
 }
 
 /// The span name: operation and requested model (`chat gpt-4o`).
@@ -251,22 +275,16 @@ impl RequestSpan {
             Some(err) => Status::error(err.to_owned()),
             None => Status::Unset,
         };
-        let (attributes, dropped) = limited(self.attributes(), max_attributes);
-        SpanData {
-            span_context: self.start.context.clone(),
-            parent_span_id: self.start.parent,
-            parent_span_is_remote: self.start.parent_remote,
-            span_kind: SpanKind::Client,
-            name: Cow::Owned(span_name(op, m.request.request_model.as_deref())),
+        SpanParts {
+            name: span_name(op, m.request.request_model.as_deref()),
             start_time: start,
             end_time: start + m.duration,
-            attributes,
-            dropped_attributes_count: dropped,
+            attributes: self.attributes(),
             events,
-            links: SpanLinks::default(),
             status,
-            instrumentation_scope: scope.clone(),
+            start: self.start,
         }
+        .into_span_data(scope, max_attributes)
     }
 }
 
@@ -286,25 +304,7 @@ impl SpanRecord {
     ) -> SpanData {
         match self {
             SpanRecord::Request(r) => r.into_span_data(scope, max_attributes),
-            SpanRecord::Session(s) => {
-                let s = *s;
-                let (attributes, dropped) = limited(s.attributes, max_attributes);
-                SpanData {
-                    span_context: s.start.context,
-                    parent_span_id: s.start.parent,
-                    parent_span_is_remote: s.start.parent_remote,
-                    span_kind: SpanKind::Client,
-                    name: Cow::Owned(s.name),
-                    start_time: s.start_time,
-                    end_time: s.end_time,
-                    attributes,
-                    dropped_attributes_count: dropped,
-                    events: SpanEvents::default(),
-                    links: SpanLinks::default(),
-                    status: s.status,
-                    instrumentation_scope: scope.clone(),
-                }
-            }
+            SpanRecord::Session(s) => s.into_span_data(scope, max_attributes),
         }
     }
 }
