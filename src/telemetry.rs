@@ -59,7 +59,7 @@ use self::live::{Live, LiveRequest, Sample, SeriesKey};
 use self::log::access_log;
 use self::prometheus::PullReader;
 use self::span::{TraceHeaders, error_type, inject_trace_context};
-use self::span_export::{BatchSettings, SpanPipeline};
+use self::span_export::{BatchSettings, RecordExporter, SdkSpans, SpanPipeline};
 use self::span_record::{RequestSpan, SpanCost, SpanRecord, SpanStart, Tracing};
 use crate::config::TelemetryConfig;
 use crate::meter::{Measurement, Recorder, RequestFacts};
@@ -158,7 +158,7 @@ impl Telemetry {
         let mut meters = SdkMeterProvider::builder();
         let export = cfg.otlp_enabled == Some(true);
         if export {
-            let spans = export::otlp_spans(cfg)?;
+            let spans = export::otlp_spans(cfg, &resource(cfg), scope(), tracing.max_attributes())?;
             let metrics = export::otlp_metrics(cfg)?;
             tracing::info!(
                 endpoint = cfg.otlp_endpoint.as_deref().unwrap_or("the OTLP default (localhost)"),
@@ -166,7 +166,7 @@ impl Telemetry {
                 "OTLP export on"
             );
             let (pipeline, with_reader) =
-                with_exporters(cfg, &drops, &tracing, meters, spans, metrics, pull.as_ref());
+                with_exporters(cfg, &drops, meters, spans, metrics, pull.as_ref());
             (traces, meters) = (Some(pipeline), with_reader);
         } else {
             let why = match cfg.otlp_endpoint {
@@ -212,10 +212,10 @@ impl Telemetry {
     {
         let drops = Arc::new(DropCounts::default());
         let tracing = Tracing::default();
+        let spans = SdkSpans::new(spans, &resource(cfg), scope(), tracing.max_attributes());
         let (traces, meters) = with_exporters(
             cfg,
             &drops,
-            &tracing,
             SdkMeterProvider::builder(),
             spans,
             metrics,
@@ -602,26 +602,18 @@ impl Telemetry {
 /// collects (`push`): one aggregation serves `/metrics` and OTLP. A delta or
 /// low-memory one needs its own aggregation, so it keeps the SDK's periodic
 /// reader and the pull reader stays cumulative beside it.
-fn with_exporters<S, M>(
+fn with_exporters<M: PushMetricExporter>(
     cfg: &TelemetryConfig,
     drops: &Arc<DropCounts>,
-    tracing: &Tracing,
     meters: MeterProviderBuilder,
-    spans: S,
+    spans: impl RecordExporter,
     metrics: M,
     pull: Option<&PullReader>,
-) -> (SpanPipeline, MeterProviderBuilder)
-where
-    S: SpanExporter + 'static,
-    M: PushMetricExporter,
-{
+) -> (SpanPipeline, MeterProviderBuilder) {
     let processor = SpanPipeline::start(
         spans,
         drops.clone(),
         BatchSettings::from_env(cfg.span_queue_size),
-        &resource(cfg),
-        scope(),
-        tracing.max_attributes(),
     );
     let metrics = export::CountingMetricExporter::new(metrics, drops.clone());
     let interval = cfg.metrics_export_interval;

@@ -11,17 +11,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use opentelemetry::InstrumentationScope;
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::Temporality;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 
 use super::TelemetryError;
 use super::export_tls::{self, CollectorClient, ExportTls, Signal, is_https};
 use super::otlp_http::HttpSpanExporter;
+use super::span_export::{RecordExporter, SdkSpans};
+use super::span_record::SpanRecord;
 use crate::config::{OtlpProtocol, TelemetryConfig};
 
 /// Items that never reached the collector, by signal, and what the log
@@ -187,47 +189,42 @@ fn count_data_points(metrics: &ResourceMetrics) -> u64 {
 /// The OTLP span exporter of one protocol.
 #[derive(Debug)]
 pub(super) enum OtlpSpans {
-    /// Direct protobuf encoding, POSTed (`otlp_http`).
+    /// Records encoded straight to protobuf, POSTed (`otlp_http`).
     Http(HttpSpanExporter),
-    /// The stock tonic exporter.
-    Grpc(opentelemetry_otlp::SpanExporter),
+    /// The stock tonic exporter, fed the records' `SpanData`.
+    Grpc(SdkSpans<opentelemetry_otlp::SpanExporter>),
 }
 
-impl SpanExporter for OtlpSpans {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+impl RecordExporter for OtlpSpans {
+    fn export(&mut self, records: Vec<SpanRecord>) -> OTelSdkResult {
         match self {
-            OtlpSpans::Http(e) => e.export(batch).await,
-            OtlpSpans::Grpc(e) => e.export(batch).await,
+            OtlpSpans::Http(e) => e.export(records),
+            OtlpSpans::Grpc(e) => e.export(records),
         }
     }
 
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+    fn shutdown(&mut self) -> OTelSdkResult {
         match self {
-            OtlpSpans::Http(e) => e.shutdown_with_timeout(timeout),
-            OtlpSpans::Grpc(e) => e.shutdown_with_timeout(timeout),
-        }
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        match self {
-            OtlpSpans::Http(e) => e.force_flush(),
-            OtlpSpans::Grpc(e) => e.force_flush(),
-        }
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        match self {
-            OtlpSpans::Http(e) => e.set_resource(resource),
-            OtlpSpans::Grpc(e) => e.set_resource(resource),
+            OtlpSpans::Http(e) => e.shutdown(),
+            OtlpSpans::Grpc(e) => e.shutdown(),
         }
     }
 }
 
-/// The OTLP span exporter for `cfg`: OTLP/HTTP writes its protobuf bytes
-/// directly (`otlp_wire`); gRPC keeps the stock exporter.
-pub(super) fn otlp_spans(cfg: &TelemetryConfig) -> Result<OtlpSpans, TelemetryError> {
+/// The OTLP span exporter for `cfg`, for spans of `resource` and `scope`
+/// with at most `max_attributes` attributes each: OTLP/HTTP writes its
+/// protobuf bytes directly from the records (`otlp_wire`); gRPC keeps the
+/// stock exporter.
+pub(super) fn otlp_spans(
+    cfg: &TelemetryConfig,
+    resource: &Resource,
+    scope: InstrumentationScope,
+    max_attributes: usize,
+) -> Result<OtlpSpans, TelemetryError> {
     match cfg.otlp_protocol {
-        OtlpProtocol::HttpProtobuf => HttpSpanExporter::new(cfg).map(OtlpSpans::Http),
+        OtlpProtocol::HttpProtobuf => {
+            HttpSpanExporter::new(cfg, resource, &scope, max_attributes).map(OtlpSpans::Http)
+        }
         OtlpProtocol::Grpc => {
             require_runtime()?;
             let tls = ExportTls::for_signal(cfg, Signal::Traces)?;
@@ -240,10 +237,16 @@ pub(super) fn otlp_spans(cfg: &TelemetryConfig) -> Result<OtlpSpans, TelemetryEr
                 true => b.with_tls_config(tls.tonic()?),
                 false => b,
             };
-            b.with_endpoint(endpoint)
+            let exporter = b
+                .with_endpoint(endpoint)
                 .build()
-                .map(OtlpSpans::Grpc)
-                .map_err(|e| TelemetryError(format!("span exporter: {e}")))
+                .map_err(|e| TelemetryError(format!("span exporter: {e}")))?;
+            Ok(OtlpSpans::Grpc(SdkSpans::new(
+                exporter,
+                resource,
+                scope,
+                max_attributes,
+            )))
         }
     }
 }

@@ -1,4 +1,4 @@
-//! OTLP/HTTP span export: batches of finished SDK spans in; one
+//! OTLP/HTTP span export: batches of finished span records in; one
 //! `POST …/v1/traces` of directly encoded protobuf per batch out.
 //!
 //! This replaces the stock `opentelemetry-otlp` HTTP span exporter in how
@@ -10,20 +10,21 @@
 //! up to 100 ms jitter; 429/502/503/504 and network errors retried, a 429
 //! or 503 `Retry-After` honoured up to 30 s; anything else fails at once).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use opentelemetry::InstrumentationScope;
 use opentelemetry_http::HttpClient;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
-use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 
 use super::TelemetryError;
 use super::export_tls::{self, CollectorClient, Signal};
 use super::otlp_wire::TraceEncoder;
+use super::span_export::RecordExporter;
+use super::span_record::SpanRecord;
 use crate::config::TelemetryConfig;
 
 /// The stock exporter's limit on one request body.
@@ -41,13 +42,12 @@ const MAX_RETRY_AFTER_SECS: u64 = 600;
 
 /// Span exporter for OTLP/HTTP with protobuf bodies.
 pub(super) struct HttpSpanExporter {
-    /// Only the batch thread exports, so this lock is never contended.
-    encoder: Mutex<TraceEncoder>,
+    encoder: TraceEncoder,
     client: Arc<dyn HttpClient>,
     endpoint: http::Uri,
     headers: HeaderMap,
     timeout: Duration,
-    shut_down: AtomicBool,
+    shut_down: bool,
 }
 
 impl std::fmt::Debug for HttpSpanExporter {
@@ -78,8 +78,14 @@ enum Next {
 
 impl HttpSpanExporter {
     /// The exporter for `cfg`: endpoint, headers, timeout and TLS as the
-    /// stock builder would resolve them.
-    pub(super) fn new(cfg: &TelemetryConfig) -> Result<HttpSpanExporter, TelemetryError> {
+    /// stock builder would resolve them; its spans belong to `resource` and
+    /// `scope` and keep at most `max_attributes` attributes each.
+    pub(super) fn new(
+        cfg: &TelemetryConfig,
+        resource: &Resource,
+        scope: &InstrumentationScope,
+        max_attributes: usize,
+    ) -> Result<HttpSpanExporter, TelemetryError> {
         warn_about_compression();
         let endpoint_text = export_tls::http_endpoint(cfg, Signal::Traces);
         let endpoint: http::Uri = endpoint_text.parse().map_err(|e| {
@@ -88,13 +94,15 @@ impl HttpSpanExporter {
             ))
         })?;
         let client = Arc::new(CollectorClient::new(cfg, Signal::Traces, &endpoint_text)?);
+        let mut encoder = TraceEncoder::new(scope, max_attributes);
+        encoder.set_resource(resource);
         Ok(HttpSpanExporter {
-            encoder: Mutex::new(TraceEncoder::new(&Resource::builder_empty().build())),
+            encoder,
             client,
             endpoint,
             headers: headers(cfg),
             timeout: cfg.otlp_timeout,
-            shut_down: AtomicBool::new(false),
+            shut_down: false,
         })
     }
 
@@ -171,20 +179,14 @@ impl HttpSpanExporter {
     }
 }
 
-impl SpanExporter for HttpSpanExporter {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        if self.shut_down.load(Ordering::Acquire) {
+impl HttpSpanExporter {
+    /// Encode and send one batch.
+    async fn export_batch(&mut self, records: Vec<SpanRecord>) -> OTelSdkResult {
+        if self.shut_down {
             return Err(OTelSdkError::AlreadyShutdown);
         }
-        let body = match self.encoder.lock() {
-            Ok(mut e) => e.encode(&batch),
-            Err(_) => {
-                return Err(OTelSdkError::InternalFailure(
-                    "span encoder poisoned".into(),
-                ));
-            }
-        };
-        drop(batch);
+        let body = self.encoder.encode(&records);
+        drop(records);
         if body.len() > MAX_BODY {
             return Err(OTelSdkError::InternalFailure(format!(
                 "OTLP HTTP request body is {} bytes, over the {MAX_BODY}-byte limit; the batch is dropped",
@@ -204,17 +206,17 @@ impl SpanExporter for HttpSpanExporter {
         }
         Ok(())
     }
+}
 
-    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
-        match self.shut_down.swap(true, Ordering::AcqRel) {
-            true => Err(OTelSdkError::AlreadyShutdown),
-            false => Ok(()),
-        }
+impl RecordExporter for HttpSpanExporter {
+    fn export(&mut self, records: Vec<SpanRecord>) -> OTelSdkResult {
+        futures_executor::block_on(self.export_batch(records))
     }
 
-    fn set_resource(&mut self, resource: &Resource) {
-        if let Ok(e) = self.encoder.get_mut() {
-            e.set_resource(resource);
+    fn shutdown(&mut self) -> OTelSdkResult {
+        match std::mem::replace(&mut self.shut_down, true) {
+            true => Err(OTelSdkError::AlreadyShutdown),
+            false => Ok(()),
         }
     }
 }
@@ -482,43 +484,37 @@ mod tests {
         cfg.otlp_endpoint = Some(endpoint.to_owned());
         cfg.otlp_headers = vec![("x-collector-token".into(), "t0k".into())];
         cfg.otlp_timeout = Duration::from_secs(10);
-        let mut e = {
-            let _in = RUNTIME.enter();
-            HttpSpanExporter::new(&cfg).expect("exporter")
-        };
-        e.set_resource(
-            &Resource::builder_empty()
-                .with_service_name("tokentap-test")
-                .build(),
-        );
-        e
+        let _in = RUNTIME.enter();
+        let resource = Resource::builder_empty()
+            .with_service_name("tokentap-test")
+            .build();
+        let scope = InstrumentationScope::builder("tokentap").build();
+        HttpSpanExporter::new(&cfg, &resource, &scope, 128).expect("exporter")
     }
 
-    fn span(name: &'static str) -> SpanData {
-        use opentelemetry::trace::{
-            SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
-        };
-        SpanData {
-            span_context: SpanContext::new(
-                TraceId::from(9_u128),
-                SpanId::from(4_u64),
-                TraceFlags::SAMPLED,
-                false,
-                TraceState::default(),
-            ),
-            parent_span_id: SpanId::INVALID,
-            parent_span_is_remote: false,
-            span_kind: SpanKind::Client,
-            name: name.into(),
+    fn span(name: &str) -> SpanRecord {
+        use super::super::span_record::{SpanParts, SpanStart};
+        use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
+        SpanRecord::Session(Box::new(SpanParts {
+            start: SpanStart {
+                context: SpanContext::new(
+                    TraceId::from(9_u128),
+                    SpanId::from(4_u64),
+                    TraceFlags::SAMPLED,
+                    false,
+                    TraceState::default(),
+                ),
+                parent: SpanId::INVALID,
+                parent_remote: false,
+                sampled: true,
+                sampler_attributes: Vec::new(),
+            },
+            name: name.to_owned(),
             start_time: SystemTime::UNIX_EPOCH + Duration::from_secs(1),
             end_time: SystemTime::UNIX_EPOCH + Duration::from_secs(2),
             attributes: vec![opentelemetry::KeyValue::new("tokentap.route", "r")],
-            dropped_attributes_count: 0,
-            events: Default::default(),
-            links: Default::default(),
-            status: Status::Unset,
-            instrumentation_scope: opentelemetry::InstrumentationScope::builder("tokentap").build(),
-        }
+            error: None,
+        }))
     }
 
     #[test]
@@ -526,8 +522,8 @@ mod tests {
         use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
         use prost::Message;
         let (endpoint, server) = collector(vec![503, 200]);
-        let e = exporter(&endpoint);
-        let result = futures_executor::block_on(e.export(vec![span("chat m")]));
+        let mut e = exporter(&endpoint);
+        let result = e.export(vec![span("chat m")]);
         assert!(
             result.is_ok(),
             "export must succeed on the retry: {result:?}"
@@ -566,25 +562,22 @@ mod tests {
     #[test]
     fn a_400_fails_without_a_retry_and_later_exports_still_go_out() {
         let (endpoint, server) = collector(vec![400, 200]);
-        let e = exporter(&endpoint);
-        let first = futures_executor::block_on(e.export(vec![span("a")]));
+        let mut e = exporter(&endpoint);
+        let first = e.export(vec![span("a")]);
         assert!(
             matches!(&first, Err(OTelSdkError::InternalFailure(m)) if m.contains("400")),
             "a 400 is final and named: {first:?}"
         );
-        assert!(
-            futures_executor::block_on(e.export(vec![span("b")])).is_ok(),
-            "the next batch is sent"
-        );
+        assert!(e.export(vec![span("b")]).is_ok(), "the next batch is sent");
         assert_eq!(
             server.join().expect("collector thread").len(),
             2,
             "one attempt per batch"
         );
-        assert!(e.shutdown_with_timeout(Duration::from_secs(1)).is_ok());
+        assert!(e.shutdown().is_ok());
         assert!(
             matches!(
-                futures_executor::block_on(e.export(vec![span("c")])),
+                e.export(vec![span("c")]),
                 Err(OTelSdkError::AlreadyShutdown)
             ),
             "nothing is sent after shutdown"

@@ -1,58 +1,79 @@
-//! OTLP trace wire format: finished SDK spans in; the protobuf bytes of one
-//! `ExportTraceServiceRequest` out, written straight into a buffer.
+//! OTLP trace wire format: finished span records in; the protobuf bytes
+//! of one `ExportTraceServiceRequest` out, written straight into a buffer.
 //!
-//! The stock exporter first converts every span into `opentelemetry-proto`
-//! structs (copying each attribute key and string value), then measures and
-//! encodes those structs with prost, measuring nested messages again at every
-//! level, then frees them: about 34 k instructions per tokentap span (see
-//! docs/BENCHMARKS.md, issue 17). Here each span is written once from the
-//! borrowed `SpanData`: scalar fields and attributes have closed-form
-//! lengths, a span's body goes into a reused scratch buffer (its length is
-//! then known) and is copied once into its scope's buffer; the resource and
-//! each scope are encoded once and kept. The bytes are what prost would
-//! write for the same message (fields in number order, proto3 defaults
-//! left out), which the tests check byte for byte.
+//! The stock path turns every span into an SDK `SpanData` (attribute list,
+//! name, events), then into `opentelemetry-proto` structs (copying each
+//! attribute key and string value), then measures and encodes those with
+//! prost, measuring nested messages again at every level, then frees it
+//! all. Here each record is written once: its attributes go from the
+//! measurement straight to the wire through the same `AttributeSink`
+//! functions that build the SDK form, a span's body goes into a reused
+//! scratch buffer (its length is then known) and is copied once into the
+//! batch; the resource and the scope are encoded once and kept. The bytes
+//! are what prost writes for the stock conversion of the same span (fields
+//! in number order, proto3 defaults left out), which the tests check byte
+//! for byte.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status};
-use opentelemetry::{Array, InstrumentationScope, KeyValue, StringValue, Value};
+use opentelemetry::{Array, InstrumentationScope, KeyValue, Value};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::SpanData;
 use prost::encoding::{encoded_len_varint, key_len};
+
+use super::attrs::EVENT_FIRST_TOKEN;
+use super::span::AttributeSink;
+use super::span_record::{SpanHead, SpanRecord};
 
 /// `Span.flags`: the context says whether its parent is remote (bit 8), and
 /// whether it is (bit 9); the low byte is the W3C trace flags.
 const HAS_IS_REMOTE: u32 = 0x100;
 const IS_REMOTE: u32 = 0x200;
 
-/// Scopes whose encoding is kept between batches; tokentap has one (a
-/// second would come from a library span), so this only bounds a surprise.
-const MAX_SCOPES: usize = 8;
+/// `Span.SpanKind.SPAN_KIND_CLIENT`: every tokentap span.
+const KIND_CLIENT: u64 = 3;
 
-/// Reusable encoder for OTLP trace export requests. One per exporter; the
-/// resource is encoded when set, each scope the first time it is seen.
-#[derive(Debug, Default)]
+/// `Status.StatusCode.STATUS_CODE_ERROR`.
+const STATUS_ERROR: u64 = 2;
+
+/// Reusable encoder for OTLP trace export requests. One per exporter.
+#[derive(Debug)]
 pub(super) struct TraceEncoder {
     /// `Resource` message body.
     resource: Vec<u8>,
     /// `ResourceSpans.schema_url`.
     resource_schema: String,
-    /// Known scopes and their `InstrumentationScope` message bodies.
-    scopes: Vec<(InstrumentationScope, Vec<u8>)>,
-    /// Per scope of the current batch: index into `scopes`, and the
-    /// encoded `spans` fields (tag, length, body each).
-    groups: Vec<(usize, Vec<u8>)>,
+    /// `InstrumentationScope` message body.
+    scope: Vec<u8>,
+    /// `ScopeSpans.schema_url`.
+    scope_schema: String,
+    /// Attributes kept per span (`OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT`); the
+    /// rest are counted as dropped.
+    max_attributes: usize,
+    /// The batch's `spans` fields (tag, length, body each).
+    spans: Vec<u8>,
     /// One span's body while it is written.
     span: Vec<u8>,
 }
 
 impl TraceEncoder {
-    /// An encoder for spans of `resource`.
-    pub(super) fn new(resource: &Resource) -> TraceEncoder {
-        let mut e = TraceEncoder::default();
-        e.set_resource(resource);
-        e
+    /// An encoder for spans of `scope`, keeping at most `max_attributes`
+    /// attributes per span.
+    pub(super) fn new(scope: &InstrumentationScope, max_attributes: usize) -> TraceEncoder {
+        let mut body = Vec::new();
+        string_field(1, scope.name(), &mut body);
+        string_field(2, scope.version().unwrap_or_default(), &mut body);
+        for kv in scope.attributes() {
+            key_value_field(3, kv.key.as_str(), &kv.value, &mut body);
+        }
+        TraceEncoder {
+            resource: Vec::new(),
+            resource_schema: String::new(),
+            scope: body,
+            scope_schema: scope.schema_url().unwrap_or_default().to_owned(),
+            max_attributes,
+            spans: Vec::new(),
+            span: Vec::new(),
+        }
     }
 
     /// Spans from now on belong to `resource`.
@@ -64,82 +85,41 @@ impl TraceEncoder {
         self.resource_schema = resource.schema_url().unwrap_or_default().to_owned();
     }
 
-    /// The `ExportTraceServiceRequest` bytes for `spans`.
-    pub(super) fn encode(&mut self, spans: &[SpanData]) -> Vec<u8> {
-        for (_, g) in &mut self.groups {
-            g.clear();
-        }
-        let mut used = 0;
-        for s in spans {
-            let scope = self.scope_index(&s.instrumentation_scope);
-            let group = match self.groups[..used].iter().position(|(i, _)| *i == scope) {
-                Some(g) => g,
-                None => {
-                    if used == self.groups.len() {
-                        self.groups.push((scope, Vec::new()));
-                    }
-                    self.groups[used].0 = scope;
-                    used += 1;
-                    used - 1
-                }
-            };
+    /// The `ExportTraceServiceRequest` bytes for `records`.
+    pub(super) fn encode(&mut self, records: &[SpanRecord]) -> Vec<u8> {
+        self.spans.clear();
+        for r in records {
             self.span.clear();
-            span_body(s, &mut self.span);
-            let out = &mut self.groups[group].1;
-            len_field(2, self.span.len(), out);
-            out.extend_from_slice(&self.span);
+            span_body(r, self.max_attributes, &mut self.span);
+            len_field(2, self.span.len(), &mut self.spans);
+            self.spans.extend_from_slice(&self.span);
         }
-        self.request(used)
+        self.request(!records.is_empty())
     }
 
-    /// The index of `scope` in `self.scopes`, encoding it if new.
-    fn scope_index(&mut self, scope: &InstrumentationScope) -> usize {
-        if let Some(i) = self.scopes.iter().position(|(s, _)| s == scope) {
-            return i;
-        }
-        let mut body = Vec::new();
-        string_field(1, scope.name(), &mut body);
-        string_field(2, scope.version().unwrap_or_default(), &mut body);
-        for kv in scope.attributes() {
-            key_value_field(3, kv.key.as_str(), &kv.value, &mut body);
-        }
-        if self.scopes.len() == MAX_SCOPES {
-            // Keep the batch's groups pointing at the right scopes: only
-            // forget scopes when no group of this batch is open.
-            if self.groups.iter().all(|(_, g)| g.is_empty()) {
-                self.scopes.clear();
-            }
-        }
-        self.scopes.push((scope.clone(), body));
-        self.scopes.len() - 1
-    }
-
-    /// Assemble the request from the resource and the first `used` groups.
-    fn request(&self, used: usize) -> Vec<u8> {
-        let groups = &self.groups[..used];
-        let scope_spans_len = |(scope, spans): &(usize, Vec<u8>)| {
-            let (sc, body) = &self.scopes[*scope];
-            nested_len(1, body.len())
-                + spans.len()
-                + string_field_len(3, sc.schema_url().unwrap_or_default())
-        };
+    /// Assemble the request from the resource, the scope and the spans
+    /// (no `ScopeSpans` in an empty batch, as the stock grouping has it).
+    fn request(&self, any: bool) -> Vec<u8> {
+        let scope_spans_len = nested_len(1, self.scope.len())
+            + self.spans.len()
+            + string_field_len(3, &self.scope_schema);
         let resource_spans_len = nested_len(1, self.resource.len())
-            + groups
-                .iter()
-                .map(|g| nested_len(2, scope_spans_len(g)))
-                .sum::<usize>()
+            + if any {
+                nested_len(2, scope_spans_len)
+            } else {
+                0
+            }
             + string_field_len(3, &self.resource_schema);
         let mut out = Vec::with_capacity(nested_len(1, resource_spans_len));
         len_field(1, resource_spans_len, &mut out);
         len_field(1, self.resource.len(), &mut out);
         out.extend_from_slice(&self.resource);
-        for g in groups {
-            let (sc, body) = &self.scopes[g.0];
-            len_field(2, scope_spans_len(g), &mut out);
-            len_field(1, body.len(), &mut out);
-            out.extend_from_slice(body);
-            out.extend_from_slice(&g.1);
-            string_field(3, sc.schema_url().unwrap_or_default(), &mut out);
+        if any {
+            len_field(2, scope_spans_len, &mut out);
+            len_field(1, self.scope.len(), &mut out);
+            out.extend_from_slice(&self.scope);
+            out.extend_from_slice(&self.spans);
+            string_field(3, &self.scope_schema, &mut out);
         }
         string_field(3, &self.resource_schema, &mut out);
         out
@@ -147,54 +127,52 @@ impl TraceEncoder {
 }
 
 /// One `Span` message body, fields in number order.
-fn span_body(s: &SpanData, out: &mut Vec<u8>) {
-    ids(&s.span_context, out);
-    if s.parent_span_id != SpanId::INVALID {
-        bytes_field(4, &s.parent_span_id.to_bytes(), out);
+fn span_body(r: &SpanRecord, max_attributes: usize, out: &mut Vec<u8>) {
+    let SpanHead {
+        start,
+        name,
+        start_time,
+        end_time,
+        first_token,
+        error,
+    } = r.head();
+    let cx = &start.context;
+    bytes_field(1, &cx.trace_id().to_bytes(), out);
+    bytes_field(2, &cx.span_id().to_bytes(), out);
+    string_field(3, &cx.trace_state().header(), out);
+    if start.parent != opentelemetry::trace::SpanId::INVALID {
+        bytes_field(4, &start.parent.to_bytes(), out);
     }
-    string_field(5, &s.name, out);
-    varint_field(6, kind(&s.span_kind), out);
-    fixed64_field(7, nanos(s.start_time), out);
-    fixed64_field(8, nanos(s.end_time), out);
-    for kv in &s.attributes {
-        key_value_field(9, kv.key.as_str(), &kv.value, out);
+    let (word, model) = name;
+    let name_len = word.len() + model.map_or(0, |m| 1 + m.len());
+    if name_len > 0 {
+        len_field(5, name_len, out);
+        out.extend_from_slice(word.as_bytes());
+        if let Some(m) = model {
+            out.push(b' ');
+            out.extend_from_slice(m.as_bytes());
+        }
     }
-    varint_field(10, u64::from(s.dropped_attributes_count), out);
-    for e in s.events.iter() {
-        let attrs = attributes_len(3, &e.attributes);
-        let len = fixed64_field_len(1, nanos(e.timestamp))
-            + string_field_len(2, &e.name)
-            + attrs
-            + varint_field_len(4, u64::from(e.dropped_attributes_count));
-        len_field(11, len, out);
-        fixed64_field(1, nanos(e.timestamp), out);
-        string_field(2, &e.name, out);
-        attributes(3, &e.attributes, out);
-        varint_field(4, u64::from(e.dropped_attributes_count), out);
-    }
-    varint_field(12, u64::from(s.events.dropped_count), out);
-    for l in s.links.iter() {
-        let state = l.span_context.trace_state().header();
-        let flags = span_flags(l.span_context.is_remote(), &l.span_context);
-        let len = ids_len(&l.span_context)
-            + string_field_len(3, &state)
-            + attributes_len(4, &l.attributes)
-            + varint_field_len(5, u64::from(l.dropped_attributes_count))
-            + fixed32_field_len(6, flags);
-        len_field(13, len, out);
-        bytes_field(1, &l.span_context.trace_id().to_bytes(), out);
-        bytes_field(2, &l.span_context.span_id().to_bytes(), out);
-        string_field(3, &state, out);
-        attributes(4, &l.attributes, out);
-        varint_field(5, u64::from(l.dropped_attributes_count), out);
-        fixed32_field(6, flags, out);
-    }
-    varint_field(14, u64::from(s.links.dropped_count), out);
-    let (code, message) = match &s.status {
-        Status::Unset => (0, ""),
-        Status::Ok => (1, ""),
-        Status::Error { description } => (2, description.as_ref()),
+    varint_field(6, KIND_CLIENT, out);
+    fixed64_field(7, nanos(start_time), out);
+    fixed64_field(8, nanos(end_time), out);
+    let mut attributes = WireAttributes {
+        out,
+        room: max_attributes,
+        dropped: 0,
     };
+    r.attributes(&mut attributes);
+    let dropped = attributes.dropped;
+    varint_field(10, u64::from(dropped), out);
+    if let Some(at) = first_token {
+        let at = nanos(at);
+        let len = fixed64_field_len(1, at) + string_field_len(2, EVENT_FIRST_TOKEN);
+        len_field(11, len, out);
+        fixed64_field(1, at, out);
+        string_field(2, EVENT_FIRST_TOKEN, out);
+    }
+    // The stock conversion always sets a status, so it is always written.
+    let (code, message) = error.map_or((0, ""), |e| (STATUS_ERROR, e));
     len_field(
         15,
         string_field_len(2, message) + varint_field_len(3, code),
@@ -202,40 +180,13 @@ fn span_body(s: &SpanData, out: &mut Vec<u8>) {
     );
     string_field(2, message, out);
     varint_field(3, code, out);
-    fixed32_field(
-        16,
-        span_flags(s.parent_span_is_remote, &s.span_context),
-        out,
-    );
-}
-
-/// Trace id (1), span id (2) and trace state (3) of a span.
-fn ids(cx: &SpanContext, out: &mut Vec<u8>) {
-    bytes_field(1, &cx.trace_id().to_bytes(), out);
-    bytes_field(2, &cx.span_id().to_bytes(), out);
-    let state = cx.trace_state().header();
-    string_field(3, &state, out);
-}
-
-/// Length of a link's trace id and span id fields.
-fn ids_len(cx: &SpanContext) -> usize {
-    nested_len(1, cx.trace_id().to_bytes().len()) + nested_len(2, cx.span_id().to_bytes().len())
-}
-
-fn span_flags(remote: bool, cx: &SpanContext) -> u32 {
-    let base = u32::from(cx.trace_flags().to_u8()) | HAS_IS_REMOTE;
-    if remote { base | IS_REMOTE } else { base }
-}
-
-/// `Span.SpanKind` numbers.
-fn kind(k: &SpanKind) -> u64 {
-    match k {
-        SpanKind::Internal => 1,
-        SpanKind::Server => 2,
-        SpanKind::Client => 3,
-        SpanKind::Producer => 4,
-        SpanKind::Consumer => 5,
-    }
+    let flags = u32::from(cx.trace_flags().to_u8()) | HAS_IS_REMOTE;
+    let flags = if start.parent_remote {
+        flags | IS_REMOTE
+    } else {
+        flags
+    };
+    fixed32_field(16, flags, out);
 }
 
 /// Nanoseconds since the epoch; times before it are 0, as the stock
@@ -246,31 +197,110 @@ fn nanos(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
-fn attributes(tag: u32, kvs: &[KeyValue], out: &mut Vec<u8>) {
-    for kv in kvs {
-        key_value_field(tag, kv.key.as_str(), &kv.value, out);
+/// A span's `attributes` (field 9) written as they come, the first
+/// `room` kept and the rest counted, as the SDK's attribute limit does.
+struct WireAttributes<'a> {
+    out: &'a mut Vec<u8>,
+    room: usize,
+    dropped: u32,
+}
+
+impl WireAttributes<'_> {
+    /// Whether one more attribute fits; counts it as dropped if not.
+    fn admit(&mut self) -> bool {
+        if self.room == 0 {
+            self.dropped = self.dropped.saturating_add(1);
+            return false;
+        }
+        self.room -= 1;
+        true
     }
 }
 
-fn attributes_len(tag: u32, kvs: &[KeyValue]) -> usize {
-    kvs.iter()
-        .map(|kv| nested_len(tag, key_value_len(kv.key.as_str(), &kv.value)))
-        .sum()
+impl AttributeSink for WireAttributes<'_> {
+    fn str(&mut self, name: &'static str, v: &str) {
+        if self.admit() {
+            attribute(9, name, nested_len(1, v.len()), self.out, |out| {
+                bytes_any(1, v.as_bytes(), out)
+            });
+        }
+    }
+    fn int(&mut self, name: &'static str, v: i64) {
+        if self.admit() {
+            attribute(
+                9,
+                name,
+                key_len(3) + encoded_len_varint(v as u64),
+                self.out,
+                |out| {
+                    key(3, VARINT, out);
+                    varint(v as u64, out);
+                },
+            );
+        }
+    }
+    fn float(&mut self, name: &'static str, v: f64) {
+        if self.admit() {
+            attribute(9, name, key_len(4) + 8, self.out, |out| {
+                key(4, FIXED64, out);
+                out.extend_from_slice(&v.to_le_bytes());
+            });
+        }
+    }
+    fn bool(&mut self, name: &'static str, v: bool) {
+        if self.admit() {
+            attribute(9, name, key_len(2) + 1, self.out, |out| {
+                key(2, VARINT, out);
+                out.push(u8::from(v));
+            });
+        }
+    }
+    fn strs(&mut self, name: &'static str, v: &[String]) {
+        if self.admit() {
+            let body: usize = v.iter().map(|s| string_element_len(s)).sum();
+            attribute(9, name, nested_len(5, body), self.out, |out| {
+                len_field(5, body, out);
+                v.iter().for_each(|s| string_element(s, out));
+            });
+        }
+    }
+    fn key_value(&mut self, kv: &KeyValue) {
+        if self.admit() {
+            key_value_field(9, kv.key.as_str(), &kv.value, self.out);
+        }
+    }
 }
 
-/// A `KeyValue` message as field `tag`.
-fn key_value_field(tag: u32, key: &str, value: &Value, out: &mut Vec<u8>) {
-    let value_len = any_value_len(value);
+/// A `KeyValue` message as field `tag`: the key, then an `AnyValue` of
+/// `value_len` bytes that `value` writes.
+#[inline]
+fn attribute(
+    tag: u32,
+    key: &str,
+    value_len: usize,
+    out: &mut Vec<u8>,
+    value: impl FnOnce(&mut Vec<u8>),
+) {
     let len = string_field_len(1, key) + nested_len(2, value_len);
     out.reserve(nested_len(tag, len));
     len_field(tag, len, out);
     string_field(1, key, out);
     len_field(2, value_len, out);
-    any_value(value, out);
+    value(out);
 }
 
-fn key_value_len(key: &str, value: &Value) -> usize {
-    string_field_len(1, key) + nested_len(2, any_value_len(value))
+/// A `KeyValue` message as field `tag`, from an SDK value.
+fn key_value_field(tag: u32, key: &str, value: &Value, out: &mut Vec<u8>) {
+    attribute(tag, key, any_value_len(value), out, |out| {
+        any_value(value, out)
+    });
+}
+
+/// A length-delimited `oneof` member: written even when empty, as prost
+/// does for a set oneof.
+fn bytes_any(tag: u32, b: &[u8], out: &mut Vec<u8>) {
+    len_field(tag, b.len(), out);
+    out.extend_from_slice(b);
 }
 
 /// An `AnyValue` body: the one field of its `oneof`, written even when it
@@ -289,21 +319,14 @@ fn any_value(v: &Value, out: &mut Vec<u8>) {
             key(4, FIXED64, out);
             out.extend_from_slice(&f.to_le_bytes());
         }
-        Value::String(s) => {
-            len_field(1, s.as_str().len(), out);
-            out.extend_from_slice(s.as_str().as_bytes());
-        }
+        Value::String(s) => bytes_any(1, s.as_str().as_bytes(), out),
         Value::Array(a) => {
             len_field(5, array_len(a), out);
             array(a, out);
         }
         // A value kind newer than this encoder: its text form, rather
         // than losing the attribute.
-        other => {
-            let s = other.as_str();
-            len_field(1, s.len(), out);
-            out.extend_from_slice(s.as_bytes());
-        }
+        other => bytes_any(1, other.as_str().as_bytes(), out),
     }
 }
 
@@ -324,7 +347,7 @@ fn array(a: &Array, out: &mut Vec<u8>) {
         Array::Bool(v) => v.iter().for_each(|b| element(&Value::Bool(*b), out)),
         Array::I64(v) => v.iter().for_each(|i| element(&Value::I64(*i), out)),
         Array::F64(v) => v.iter().for_each(|f| element(&Value::F64(*f), out)),
-        Array::String(v) => v.iter().for_each(|s| string_element(s, out)),
+        Array::String(v) => v.iter().for_each(|s| string_element(s.as_str(), out)),
         // An array kind newer than this encoder: empty rather than wrong.
         _ => {}
     }
@@ -335,10 +358,7 @@ fn array_len(a: &Array) -> usize {
         Array::Bool(v) => v.iter().map(|b| element_len(&Value::Bool(*b))).sum(),
         Array::I64(v) => v.iter().map(|i| element_len(&Value::I64(*i))).sum(),
         Array::F64(v) => v.iter().map(|f| element_len(&Value::F64(*f))).sum(),
-        Array::String(v) => v
-            .iter()
-            .map(|s| nested_len(1, nested_len(1, s.as_str().len())))
-            .sum(),
+        Array::String(v) => v.iter().map(|s| string_element_len(s.as_str())).sum(),
         _ => 0,
     }
 }
@@ -352,11 +372,14 @@ fn element_len(v: &Value) -> usize {
     nested_len(1, any_value_len(v))
 }
 
-fn string_element(s: &StringValue, out: &mut Vec<u8>) {
-    let s = s.as_str();
+/// A string `AnyValue` as an array element.
+fn string_element(s: &str, out: &mut Vec<u8>) {
     len_field(1, nested_len(1, s.len()), out);
-    len_field(1, s.len(), out);
-    out.extend_from_slice(s.as_bytes());
+    bytes_any(1, s.as_bytes(), out);
+}
+
+fn string_element_len(s: &str) -> usize {
+    nested_len(1, nested_len(1, s.len()))
 }
 
 /// Protobuf wire types.
@@ -465,118 +488,22 @@ fn fixed32_field(tag: u32, v: u32, out: &mut Vec<u8>) {
     }
 }
 
-fn fixed32_field_len(tag: u32, v: u32) -> usize {
-    if v == 0 { 0 } else { key_len(tag) + 4 }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::borrow::Cow;
-    use std::time::Duration;
-
-    use opentelemetry::trace::{Event, Link, SpanContext, TraceFlags, TraceId, TraceState};
+    use opentelemetry::trace::TraceState;
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use opentelemetry_proto::tonic::common::v1::any_value;
     use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
     use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
-    use opentelemetry_sdk::trace::{SpanEvents, SpanLinks};
     use prost::Message;
 
+    use super::super::span_record::tests::records;
     use super::*;
-
-    fn context(trace: u128, span: u64, remote: bool) -> SpanContext {
-        SpanContext::new(
-            TraceId::from(trace),
-            SpanId::from(span),
-            TraceFlags::SAMPLED,
-            remote,
-            TraceState::default(),
-        )
-    }
-
-    fn at(ms: u64) -> SystemTime {
-        UNIX_EPOCH + Duration::from_millis(1_764_000_000_000 + ms)
-    }
 
     fn scope() -> InstrumentationScope {
         InstrumentationScope::builder("tokentap")
             .with_version("0.1.0")
             .build()
-    }
-
-    /// A request span as tokentap makes them: client kind, remote parent,
-    /// every attribute type, the first-token event.
-    fn request_span() -> SpanData {
-        let mut events = SpanEvents::default();
-        events.events.push(Event::new(
-            "gen_ai.first_token",
-            at(120),
-            vec![KeyValue::new("gen_ai.output.tokens", 1_i64)],
-            0,
-        ));
-        SpanData {
-            span_context: context(
-                0x0af7651916cd43dd8448eb211c80319c,
-                0xb7ad6b7169203331,
-                false,
-            ),
-            parent_span_id: SpanId::from(0x00f067aa0ba902b7),
-            parent_span_is_remote: true,
-            span_kind: SpanKind::Client,
-            name: Cow::Borrowed("chat gpt-4o-mini"),
-            start_time: at(0),
-            end_time: at(950),
-            attributes: vec![
-                KeyValue::new("gen_ai.operation.name", "chat"),
-                KeyValue::new("gen_ai.request.model", "gpt-4o-mini"),
-                KeyValue::new("tokentap.tenant", "équipe-東京-🚀"),
-                KeyValue::new("tokentap.route", ""),
-                KeyValue::new("gen_ai.usage.output_tokens", 512_i64),
-                KeyValue::new("tokentap.in_flight", -3_i64),
-                KeyValue::new("gen_ai.server.time_to_first_token", 0.120_f64),
-                KeyValue::new("tokentap.tokens_estimated", false),
-                KeyValue::new("tokentap.complete", true),
-                KeyValue::new(
-                    "gen_ai.response.finish_reasons",
-                    Value::Array(Array::String(vec!["stop".into(), "".into(), "長さ".into()])),
-                ),
-                KeyValue::new("ints", Value::Array(Array::I64(vec![0, -1, i64::MAX]))),
-                KeyValue::new("doubles", Value::Array(Array::F64(vec![0.0, -2.5]))),
-                KeyValue::new("bools", Value::Array(Array::Bool(vec![true, false]))),
-                KeyValue::new("empty", Value::Array(Array::I64(vec![]))),
-            ],
-            dropped_attributes_count: 2,
-            events,
-            links: SpanLinks::default(),
-            status: Status::Unset,
-            instrumentation_scope: scope(),
-        }
-    }
-
-    /// A root span with an error status, a link and no events.
-    fn root_span() -> SpanData {
-        let mut links = SpanLinks::default();
-        links.links.push(Link::new(
-            context(7, 8, true),
-            vec![KeyValue::new("why", "session")],
-            1,
-        ));
-        links.dropped_count = 3;
-        SpanData {
-            span_context: context(1, 2, false),
-            parent_span_id: SpanId::INVALID,
-            parent_span_is_remote: false,
-            span_kind: SpanKind::Server,
-            name: Cow::Owned("websocket realtime".into()),
-            start_time: at(5),
-            end_time: at(6),
-            attributes: vec![],
-            dropped_attributes_count: 0,
-            events: SpanEvents::default(),
-            links,
-            status: Status::error("upstream_error: é"),
-            instrumentation_scope: scope(),
-        }
     }
 
     fn resource() -> Resource {
@@ -588,114 +515,130 @@ mod tests {
             .build()
     }
 
-    /// What the stock conversion and prost make of `spans`.
-    fn stock(spans: Vec<SpanData>, resource: &Resource) -> ExportTraceServiceRequest {
+    /// What the SDK form of `records` and the stock conversion and prost
+    /// make of them.
+    fn stock(
+        records: &[SpanRecord],
+        scope: &InstrumentationScope,
+        max_attributes: usize,
+        resource: &Resource,
+    ) -> ExportTraceServiceRequest {
+        let spans = records
+            .iter()
+            .map(|r| r.clone().into_span_data(scope, max_attributes))
+            .collect();
         let r = ResourceAttributesWithSchema::from(resource);
         ExportTraceServiceRequest {
             resource_spans: group_spans_by_resource_and_scope(spans, &r),
         }
     }
 
-    #[test]
-    fn bytes_match_the_stock_encoding_and_decode_to_the_same_request() {
-        let spans = vec![request_span(), root_span(), request_span()];
-        // One resource for both: its attribute order is its map's.
-        let r = resource();
-        let mut enc = TraceEncoder::new(&r);
-        let ours = enc.encode(&spans);
-        let expected = stock(spans, &r);
-        let decoded =
-            ExportTraceServiceRequest::decode(ours.as_slice()).expect("our bytes must decode");
-        assert_eq!(
-            decoded, expected,
-            "decoded request differs from the stock conversion"
-        );
-        assert_eq!(ours, expected.encode_to_vec(), "bytes differ from prost's");
+    fn encoder(scope: &InstrumentationScope, max: usize, resource: &Resource) -> TraceEncoder {
+        let mut enc = TraceEncoder::new(scope, max);
+        enc.set_resource(resource);
+        enc
     }
 
     #[test]
-    fn decoded_fields_are_the_span_fields() {
-        let mut enc = TraceEncoder::new(&resource());
-        let bytes = enc.encode(&[request_span(), root_span()]);
+    fn every_record_shape_encodes_as_the_stock_conversion_of_its_sdk_span() {
+        let records = records();
+        assert!(records.len() > 16, "{} records", records.len());
+        let (scope, r) = (scope(), resource());
+        let mut enc = encoder(&scope, 128, &r);
+        // One at a time first: a mismatch names the record.
+        for (i, one) in records.iter().enumerate() {
+            let one = std::slice::from_ref(one);
+            let want = stock(one, &scope, 128, &r);
+            let ours = enc.encode(one);
+            let decoded = ExportTraceServiceRequest::decode(ours.as_slice())
+                .unwrap_or_else(|e| panic!("record {i} does not decode: {e}"));
+            assert_eq!(decoded, want, "record {i} decodes to another span");
+            assert_eq!(ours, want.encode_to_vec(), "record {i}: bytes differ");
+        }
+        let ours = enc.encode(&records);
+        assert_eq!(ours, stock(&records, &scope, 128, &r).encode_to_vec());
+    }
+
+    #[test]
+    fn the_attribute_limit_keeps_the_first_and_counts_the_rest() {
+        let records = records();
+        let (scope, r) = (scope(), resource());
+        for max in [0, 1, 5, 12] {
+            let mut enc = encoder(&scope, max, &r);
+            let want = stock(&records, &scope, max, &r);
+            assert_eq!(enc.encode(&records), want.encode_to_vec(), "limit {max}");
+            let spans = &want.resource_spans[0].scope_spans[0].spans;
+            assert!(spans.iter().all(|s| s.attributes.len() <= max));
+            assert!(spans.iter().any(|s| s.dropped_attributes_count > 0));
+        }
+    }
+
+    #[test]
+    fn decoded_fields_are_the_records_fields() {
+        let records = records();
+        let mut enc = encoder(&scope(), 128, &resource());
+        let bytes = enc.encode(&records);
         let req = ExportTraceServiceRequest::decode(bytes.as_slice()).expect("decodes");
         let rs = &req.resource_spans[0];
-        assert_eq!(rs.scope_spans.len(), 1, "one scope for both spans");
-        let scope = rs.scope_spans[0].scope.as_ref().expect("scope");
-        assert_eq!(
-            (scope.name.as_str(), scope.version.as_str()),
-            ("tokentap", "0.1.0")
-        );
-        let [child, root] = &rs.scope_spans[0].spans[..] else {
-            panic!("expected two spans, got {:?}", rs.scope_spans[0].spans);
-        };
-        assert_eq!(child.parent_span_id, 0x00f067aa0ba902b7_u64.to_be_bytes());
-        assert_eq!(child.flags, 0x301, "sampled, has-is-remote, remote parent");
-        assert_eq!(child.kind, 3, "client");
-        assert_eq!(
-            child.end_time_unix_nano - child.start_time_unix_nano,
-            950_000_000
-        );
-        let tenant = child
-            .attributes
+        assert_eq!(rs.scope_spans.len(), 1, "one scope for every span");
+        let got = &rs.scope_spans[0];
+        let s = got.scope.as_ref().expect("scope");
+        assert_eq!((s.name.as_str(), s.version.as_str()), ("tokentap", "0.1.0"));
+        assert_eq!(got.spans.len(), records.len());
+        for (span, record) in got.spans.iter().zip(&records) {
+            let head = record.head();
+            let cx = &head.start.context;
+            assert_eq!(span.trace_id, cx.trace_id().to_bytes());
+            assert_eq!(span.span_id, cx.span_id().to_bytes());
+            assert_eq!(span.kind, 3, "client");
+            let remote = if head.start.parent_remote { 0x200 } else { 0 };
+            assert_eq!(span.flags, 0x101 | remote, "sampled, has-is-remote");
+            match head.name.1 {
+                Some(model) => assert_eq!(span.name, format!("{} {model}", head.name.0)),
+                None => assert_eq!(span.name, head.name.0),
+            }
+            let status = span.status.as_ref().expect("status");
+            assert_eq!(status.code, if head.error.is_some() { 2 } else { 0 });
+            assert_eq!(status.message, head.error.unwrap_or_default());
+            assert_eq!(span.events.len(), usize::from(head.first_token.is_some()));
+        }
+        let tenants: Vec<_> = got
+            .spans
             .iter()
-            .find(|kv| kv.key == "tokentap.tenant");
-        assert_eq!(
-            tenant.and_then(|kv| kv.value.clone()).and_then(|v| v.value),
-            Some(any_value::Value::StringValue("équipe-東京-🚀".into()))
-        );
-        let route = child
-            .attributes
-            .iter()
-            .find(|kv| kv.key == "tokentap.route");
-        assert_eq!(
-            route.and_then(|kv| kv.value.clone()).and_then(|v| v.value),
-            Some(any_value::Value::StringValue(String::new())),
-            "an empty string value is still a string value"
-        );
-        assert_eq!(child.events[0].name, "gen_ai.first_token");
-        assert_eq!(child.dropped_attributes_count, 2);
+            .flat_map(|s| &s.attributes)
+            .filter(|kv| kv.key == "tokentap.tenant")
+            .filter_map(|kv| kv.value.clone()?.value)
+            .collect();
         assert!(
-            root.parent_span_id.is_empty(),
-            "a root span has no parent id"
+            tenants.contains(&any_value::Value::StringValue("team-a".into())),
+            "{tenants:?}"
         );
-        assert_eq!(root.flags, 0x101, "sampled, has-is-remote, local");
-        let status = root.status.as_ref().expect("status");
-        assert_eq!(
-            (status.code, status.message.as_str()),
-            (2, "upstream_error: é")
-        );
-        assert_eq!(root.links[0].flags, 0x301);
-        assert_eq!(root.dropped_links_count, 3);
     }
 
     #[test]
-    fn a_second_scope_gets_its_own_scope_spans_and_the_buffers_are_reused() {
-        let mut other = root_span();
-        other.instrumentation_scope = InstrumentationScope::builder("hyper")
+    fn buffers_are_reused_and_an_empty_batch_is_the_resource_alone() {
+        let records = records();
+        let scope = InstrumentationScope::builder("tokentap")
             .with_schema_url("https://opentelemetry.io/schemas/1.30.0")
             .with_attributes([KeyValue::new("k", 1_i64)])
             .build();
-        let resource = Resource::builder_empty()
+        let r = Resource::builder_empty()
             .with_schema_url([KeyValue::new("service.name", "t")], "https://x/schema")
             .build();
-        let mut enc = TraceEncoder::new(&resource);
-        for _ in 0..3 {
-            let spans = vec![request_span(), other.clone(), request_span()];
-            let ours = enc.encode(&spans);
-            assert_eq!(ours, stock(spans, &resource).encode_to_vec());
+        let mut enc = encoder(&scope, 128, &r);
+        for n in [records.len(), 3, 1, 0, 2] {
+            let batch = &records[..n];
+            assert_eq!(
+                enc.encode(batch),
+                stock(batch, &scope, 128, &r).encode_to_vec(),
+                "{n} records after a larger batch carry nothing over"
+            );
         }
-        let one = vec![root_span()];
-        assert_eq!(
-            enc.encode(&one),
-            stock(one, &resource).encode_to_vec(),
-            "a smaller batch after a larger one carries nothing over"
+        // The trace state travels; the fixture has one.
+        assert!(
+            records
+                .iter()
+                .any(|r| r.head().start.context.trace_state() != &TraceState::default())
         );
-    }
-
-    #[test]
-    fn an_empty_batch_is_the_resource_alone() {
-        let r = resource();
-        let mut enc = TraceEncoder::new(&r);
-        assert_eq!(enc.encode(&[]), stock(vec![], &r).encode_to_vec());
     }
 }

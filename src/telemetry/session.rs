@@ -7,12 +7,11 @@ use std::time::SystemTime;
 
 use http::HeaderMap;
 use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::{Status, TraceContextExt};
+use opentelemetry::trace::TraceContextExt;
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_sdk::trace::SpanEvents;
 
 use super::attrs::*;
-use super::span::{TraceHeaders, inject_trace_context, span_start_attributes};
+use super::span::{TraceHeaders, inject_trace_context, start_attributes};
 use super::span_record::{SpanParts, SpanRecord, SpanStart, span_name};
 use super::{RequestTelemetry, Telemetry};
 use crate::meter::RequestFacts;
@@ -50,7 +49,8 @@ impl Telemetry {
         let start = inner.tracing.start(&parent);
         let open = inner.span_pipeline(&start).is_some().then(|| {
             let op = facts.operation.map_or(OPERATION_UNKNOWN, |o| o.name());
-            let mut attributes = span_start_attributes(facts, op);
+            let mut attributes = Vec::new();
+            start_attributes(facts, op, &mut attributes);
             attributes.extend(start.sampler_attributes.iter().cloned());
             (
                 span_name("websocket", facts.request_model.as_deref()),
@@ -71,9 +71,9 @@ impl Telemetry {
 }
 
 impl SessionStart {
-    /// End the span with `more` attributes and `status`, if it is recorded
-    /// and not ended yet.
-    fn end(&self, more: Vec<KeyValue>, status: Status, end_time: SystemTime) {
+    /// End the span with `more` attributes and `error` as its status (unset
+    /// when `None`), if it is recorded and not ended yet.
+    fn end(&self, more: Vec<KeyValue>, error: Option<String>, end_time: SystemTime) {
         let Some(spans) = &self.telemetry.inner.spans else {
             return;
         };
@@ -88,8 +88,7 @@ impl SessionStart {
             start_time,
             end_time,
             attributes,
-            events: SpanEvents::default(),
-            status,
+            error,
         })));
     }
 }
@@ -101,7 +100,7 @@ impl Drop for SessionStart {
                 .map(|(_, start_time, _)| *start_time + self.arrived.elapsed())
         });
         if let Some(end_time) = end_time {
-            self.end(Vec::new(), Status::Unset, end_time);
+            self.end(Vec::new(), None, end_time);
         }
     }
 }
@@ -126,7 +125,7 @@ impl SessionTelemetry {
                 KeyValue::new(SESSION_END, "handshake_failed"),
                 KeyValue::new(ERROR_TYPE, code.to_owned()),
             ],
-            Status::error(code.to_owned()),
+            Some(code.to_owned()),
             facts.start_wall + facts.start.elapsed(),
         );
     }
@@ -170,7 +169,6 @@ impl SessionTelemetry {
         if let Some(model) = &s.model {
             a.push(KeyValue::new(GEN_AI_RESPONSE_MODEL, model.clone()));
         }
-        self.span
-            .end(a, Status::Unset, facts.start_wall + s.duration);
+        self.span.end(a, None, facts.start_wall + s.duration);
     }
 }

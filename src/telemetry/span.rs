@@ -10,24 +10,80 @@ use opentelemetry::{Array, KeyValue, StringValue, Value};
 use super::attrs::*;
 use crate::meter::{Measurement, Outcome, RequestFacts, Unmetered};
 
+/// Where a span's attributes go: a `KeyValue` list for the SDK's span
+/// form, or straight into the OTLP protobuf (`otlp_wire`). One function per
+/// attribute group writes to either, so the two forms cannot drift apart.
+pub(super) trait AttributeSink {
+    fn str(&mut self, key: &'static str, v: &str);
+    fn int(&mut self, key: &'static str, v: i64);
+    fn float(&mut self, key: &'static str, v: f64);
+    fn bool(&mut self, key: &'static str, v: bool);
+    /// A string array.
+    fn strs(&mut self, key: &'static str, v: &[String]);
+    /// An attribute someone else built (a sampler's, the SLO mark).
+    fn key_value(&mut self, kv: &KeyValue);
+
+    /// A count, saturating at `i64::MAX`.
+    fn count(&mut self, key: &'static str, v: u64) {
+        self.int(key, i64::try_from(v).unwrap_or(i64::MAX));
+    }
+    fn count_opt(&mut self, key: &'static str, v: Option<u64>) {
+        if let Some(v) = v {
+            self.count(key, v);
+        }
+    }
+    /// A duration in seconds.
+    fn secs_opt(&mut self, key: &'static str, v: Option<std::time::Duration>) {
+        if let Some(d) = v {
+            self.float(key, d.as_secs_f64());
+        }
+    }
+    fn float_opt(&mut self, key: &'static str, v: Option<f64>) {
+        if let Some(v) = v {
+            self.float(key, v);
+        }
+    }
+    fn str_opt(&mut self, key: &'static str, v: Option<&str>) {
+        if let Some(v) = v {
+            self.str(key, v);
+        }
+    }
+}
+
+impl AttributeSink for Vec<KeyValue> {
+    fn str(&mut self, key: &'static str, v: &str) {
+        self.push(KeyValue::new(key, v.to_owned()));
+    }
+    fn int(&mut self, key: &'static str, v: i64) {
+        self.push(KeyValue::new(key, v));
+    }
+    fn float(&mut self, key: &'static str, v: f64) {
+        self.push(KeyValue::new(key, v));
+    }
+    fn bool(&mut self, key: &'static str, v: bool) {
+        self.push(KeyValue::new(key, v));
+    }
+    fn strs(&mut self, key: &'static str, v: &[String]) {
+        let v: Vec<StringValue> = v.iter().map(|s| s.clone().into()).collect();
+        self.push(KeyValue::new(key, Value::Array(Array::String(v))));
+    }
+    fn key_value(&mut self, kv: &KeyValue) {
+        self.push(kv.clone());
+    }
+}
+
 /// Attributes known when the span starts (visible to samplers). The
 /// provider is not among them: the response head may still name it, so it
 /// is set when the span ends.
-pub(super) fn span_start_attributes(facts: &RequestFacts, op: &'static str) -> Vec<KeyValue> {
-    let mut a = Vec::with_capacity(11);
-    a.push(KeyValue::new(GEN_AI_OPERATION_NAME, op));
-    if let Some(model) = &facts.request_model {
-        a.push(KeyValue::new(GEN_AI_REQUEST_MODEL, model.clone()));
-    }
-    a.push(KeyValue::new(GEN_AI_REQUEST_STREAM, facts.stream));
-    a.push(KeyValue::new(SERVER_ADDRESS, facts.server_address.clone()));
-    a.push(KeyValue::new(SERVER_PORT, i64::from(facts.server_port)));
-    a.push(KeyValue::new(ROUTE, facts.route.clone()));
-    if let Some(tenant) = &facts.tenant {
-        a.push(KeyValue::new(TENANT, tenant.clone()));
-    }
-    a.push(KeyValue::new(REQUEST_BODY, facts.request_body.as_str()));
-    a
+pub(super) fn start_attributes(facts: &RequestFacts, op: &str, a: &mut impl AttributeSink) {
+    a.str(GEN_AI_OPERATION_NAME, op);
+    a.str_opt(GEN_AI_REQUEST_MODEL, facts.request_model.as_deref());
+    a.bool(GEN_AI_REQUEST_STREAM, facts.stream);
+    a.str(SERVER_ADDRESS, &facts.server_address);
+    a.int(SERVER_PORT, i64::from(facts.server_port));
+    a.str(ROUTE, &facts.route);
+    a.str_opt(TENANT, facts.tenant.as_deref());
+    a.str(REQUEST_BODY, facts.request_body.as_str());
 }
 
 /// Read-only view of the client's headers that exposes only the W3C trace
@@ -94,133 +150,85 @@ pub(super) fn error_type(m: &Measurement) -> Option<&str> {
 }
 
 /// Attributes known when the request ends, in the span's order.
-pub(super) fn span_finish_attributes(m: &Measurement) -> Vec<KeyValue> {
-    let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    let mut a = Vec::with_capacity(24);
-    a.push(KeyValue::new(
-        GEN_AI_PROVIDER_NAME,
-        m.request.provider.as_str(),
-    ));
-    let mut opt = |key: &'static str, v: Option<Value>| {
-        if let Some(v) = v {
-            a.push(KeyValue::new(key, v));
-        }
-    };
-    opt(
-        GEN_AI_RESPONSE_MODEL,
-        m.response_model.clone().map(Value::from),
-    );
-    opt(GEN_AI_RESPONSE_ID, m.response_id.clone().map(Value::from));
-    opt(
-        GEN_AI_RESPONSE_FINISH_REASONS,
-        (!m.finish_reasons.is_empty()).then(|| {
-            let v: Vec<StringValue> = m.finish_reasons.iter().map(|r| r.clone().into()).collect();
-            Value::Array(Array::String(v))
-        }),
-    );
-    opt(
-        GEN_AI_USAGE_INPUT_TOKENS,
-        m.usage.input.map(|v| int(v).into()),
-    );
-    opt(
-        GEN_AI_USAGE_OUTPUT_TOKENS,
-        m.output_tokens.or(m.usage.output).map(|v| int(v).into()),
-    );
-    opt(
-        GEN_AI_USAGE_CACHE_READ,
-        m.usage.cache_read.map(|v| int(v).into()),
-    );
-    opt(
-        GEN_AI_USAGE_CACHE_WRITE,
-        m.usage.cache_creation.map(|v| int(v).into()),
-    );
-    opt(
-        GEN_AI_USAGE_REASONING,
-        m.reasoning.tokens.map(|v| int(v).into()),
-    );
-    reasoning_attributes(m, &mut opt);
-    let split = &m.modalities;
-    for (key, v) in [
-        (GEN_AI_USAGE_TEXT_INPUT, split.input_text),
-        (GEN_AI_USAGE_AUDIO_INPUT, split.input_audio),
-        (USAGE_CACHE_READ_TEXT, split.cached_text),
-        (USAGE_CACHE_READ_AUDIO, split.cached_audio),
-        (GEN_AI_USAGE_TEXT_OUTPUT, split.output_text),
-        (GEN_AI_USAGE_AUDIO_OUTPUT, split.output_audio),
-    ] {
-        opt(key, v.map(|v| int(v).into()));
+pub(super) fn finish_attributes(m: &Measurement, a: &mut impl AttributeSink) {
+    a.str(GEN_AI_PROVIDER_NAME, m.request.provider.as_str());
+    a.str_opt(GEN_AI_RESPONSE_MODEL, m.response_model.as_deref());
+    a.str_opt(GEN_AI_RESPONSE_ID, m.response_id.as_deref());
+    if !m.finish_reasons.is_empty() {
+        a.strs(GEN_AI_RESPONSE_FINISH_REASONS, &m.finish_reasons);
     }
-    opt(
+    a.count_opt(GEN_AI_USAGE_INPUT_TOKENS, m.usage.input);
+    a.count_opt(
+        GEN_AI_USAGE_OUTPUT_TOKENS,
+        m.output_tokens.or(m.usage.output),
+    );
+    a.count_opt(GEN_AI_USAGE_CACHE_READ, m.usage.cache_read);
+    a.count_opt(GEN_AI_USAGE_CACHE_WRITE, m.usage.cache_creation);
+    a.count_opt(GEN_AI_USAGE_REASONING, m.reasoning.tokens);
+    reasoning_attributes(m, a);
+    let split = &m.modalities;
+    a.count_opt(GEN_AI_USAGE_TEXT_INPUT, split.input_text);
+    a.count_opt(GEN_AI_USAGE_AUDIO_INPUT, split.input_audio);
+    a.count_opt(USAGE_CACHE_READ_TEXT, split.cached_text);
+    a.count_opt(USAGE_CACHE_READ_AUDIO, split.cached_audio);
+    a.count_opt(GEN_AI_USAGE_TEXT_OUTPUT, split.output_text);
+    a.count_opt(GEN_AI_USAGE_AUDIO_OUTPUT, split.output_audio);
+    a.secs_opt(
         GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
-        m.time_to_first_token
-            .filter(|_| m.request.stream)
-            .map(|d| d.as_secs_f64().into()),
+        m.time_to_first_token.filter(|_| m.request.stream),
     );
-    opt(HTTP_RESPONSE_STATUS_CODE, Some(i64::from(m.status).into()));
-    opt(ERROR_TYPE, error_type(m).map(|e| e.to_owned().into()));
-    opt(OUTCOME, Some(m.outcome.as_str().into()));
-    opt(
-        MALFORMED_EVENTS,
-        (m.malformed_events > 0).then(|| int(m.malformed_events).into()),
-    );
-    opt(TOKENS_ESTIMATED, Some(m.estimated().into()));
-    opt(TOKENS_SOURCE, m.token_source.map(|s| s.as_str().into()));
-    opt(DECODE_TPS, m.decode_tokens_per_second().map(Value::from));
-    opt(MAX_STALL, m.max_gap.map(|d| d.as_secs_f64().into()));
-    opt(TTFB, m.time_to_first_byte.map(|d| d.as_secs_f64().into()));
-    opt(POOL_WAIT, m.pool_wait.map(|d| d.as_secs_f64().into()));
-    opt(PREFILL_TPS, m.prefill_tokens_per_second().map(Value::from));
-    opt(
-        OVERHEAD_REQUEST,
-        m.request_overhead.map(|d| d.as_secs_f64().into()),
-    );
-    let (reason, detail) = match &m.unmetered {
-        Some(Unmetered::UnknownFormat(d)) => (Some("unknown_format"), Some(d.clone())),
-        Some(Unmetered::Encoding(d)) => (Some("encoding"), Some(d.clone())),
-        None => (None, None),
+    a.int(HTTP_RESPONSE_STATUS_CODE, i64::from(m.status));
+    a.str_opt(ERROR_TYPE, error_type(m));
+    a.str(OUTCOME, m.outcome.as_str());
+    if m.malformed_events > 0 {
+        a.count(MALFORMED_EVENTS, m.malformed_events);
+    }
+    a.bool(TOKENS_ESTIMATED, m.estimated());
+    a.str_opt(TOKENS_SOURCE, m.token_source.map(|s| s.as_str()));
+    a.float_opt(DECODE_TPS, m.decode_tokens_per_second());
+    a.secs_opt(MAX_STALL, m.max_gap);
+    a.secs_opt(TTFB, m.time_to_first_byte);
+    a.secs_opt(POOL_WAIT, m.pool_wait);
+    a.float_opt(PREFILL_TPS, m.prefill_tokens_per_second());
+    a.secs_opt(OVERHEAD_REQUEST, m.request_overhead);
+    let unmetered = match &m.unmetered {
+        Some(Unmetered::UnknownFormat(d)) => Some(("unknown_format", d)),
+        Some(Unmetered::Encoding(d)) => Some(("encoding", d)),
+        None => None,
     };
-    opt(UNMETERED, reason.map(Value::from));
-    opt(UNMETERED_DETAIL, detail.map(Value::from));
-    upstream_timing_attributes(m, &mut a);
-    a
+    if let Some((reason, detail)) = unmetered {
+        a.str(UNMETERED, reason);
+        a.str(UNMETERED_DETAIL, detail);
+    }
+    upstream_timing_attributes(m, a);
 }
 
 /// Visible TTFT, time to first reasoning, thinking time, and whether the
 /// reasoning count is estimated (docs/METRICS.md).
-fn reasoning_attributes(m: &Measurement, opt: &mut impl FnMut(&'static str, Option<Value>)) {
+fn reasoning_attributes(m: &Measurement, a: &mut impl AttributeSink) {
     let r = &m.reasoning;
-    let secs = |d: std::time::Duration| Value::from(d.as_secs_f64());
-    opt(TIME_TO_FIRST_VISIBLE, r.time_to_first_visible.map(secs));
-    opt(TIME_TO_FIRST_REASONING, r.time_to_first_reasoning.map(secs));
-    opt(REASONING_DURATION, r.thinking_time().map(secs));
-    opt(
-        REASONING_ESTIMATED,
-        r.tokens.map(|_| Value::from(r.estimated())),
-    );
+    a.secs_opt(TIME_TO_FIRST_VISIBLE, r.time_to_first_visible);
+    a.secs_opt(TIME_TO_FIRST_REASONING, r.time_to_first_reasoning);
+    a.secs_opt(REASONING_DURATION, r.thinking_time());
+    if r.tokens.is_some() {
+        a.bool(REASONING_ESTIMATED, r.estimated());
+    }
 }
 
 /// `tokentap.upstream.*`: what the server says it spent, and the part of
 /// tokentap's TTFT those figures do not explain (network, proxies, queues
 /// in front of the server).
-fn upstream_timing_attributes(m: &Measurement, a: &mut Vec<KeyValue>) {
+fn upstream_timing_attributes(m: &Measurement, a: &mut impl AttributeSink) {
     let t = &m.upstream_timing;
-    for (key, value) in [
-        (UPSTREAM_TTFT, t.ttft),
-        (UPSTREAM_DURATION, t.total),
-        (UPSTREAM_PROMPT_EVAL, t.prompt_eval),
-        (UPSTREAM_DECODE, t.decode),
-        (UPSTREAM_QUEUE, t.queue),
-        (UPSTREAM_LOAD, t.load),
-    ] {
-        if let Some(d) = value {
-            a.push(KeyValue::new(key, d.as_secs_f64()));
-        }
-    }
+    a.secs_opt(UPSTREAM_TTFT, t.ttft);
+    a.secs_opt(UPSTREAM_DURATION, t.total);
+    a.secs_opt(UPSTREAM_PROMPT_EVAL, t.prompt_eval);
+    a.secs_opt(UPSTREAM_DECODE, t.decode);
+    a.secs_opt(UPSTREAM_QUEUE, t.queue);
+    a.secs_opt(UPSTREAM_LOAD, t.load);
     if let Some((gap, share)) = network_and_queue(m) {
-        a.push(KeyValue::new(TTFT_NETWORK_AND_QUEUE, gap.as_secs_f64()));
-        if let Some(share) = share {
-            a.push(KeyValue::new(NETWORK_QUEUE_SHARE, share));
-        }
+        a.float(TTFT_NETWORK_AND_QUEUE, gap.as_secs_f64());
+        a.float_opt(NETWORK_QUEUE_SHARE, share);
     }
 }
 

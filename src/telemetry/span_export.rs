@@ -1,6 +1,8 @@
 //! The span pipeline: finished `SpanRecord`s in (one short lock per
-//! record on the request thread); batches handed to a `SpanExporter` on
-//! tokentap's own export thread out. Replaces the SDK's
+//! record on the request thread); batches handed to a `RecordExporter` on
+//! tokentap's own export thread out: the OTLP/HTTP exporter encodes records
+//! directly (`otlp_wire`), any SDK `SpanExporter` gets their `SpanData`
+//! (`SdkSpans`). Replaces the SDK's
 //! `BatchSpanProcessor`, with the same knobs: a queue of
 //! `telemetry.span_queue_size` records (more are dropped and counted),
 //! batches of `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` (512), an export at least
@@ -13,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use opentelemetry::{Context, InstrumentationScope};
 use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 
 use super::export::DropCounts;
@@ -61,6 +64,54 @@ impl BatchSettings {
     }
 }
 
+/// Where the export thread sends each batch.
+pub(super) trait RecordExporter: Send + 'static {
+    /// Export one batch; returns when it is sent or has failed.
+    fn export(&mut self, records: Vec<SpanRecord>) -> OTelSdkResult;
+    fn shutdown(&mut self) -> OTelSdkResult;
+}
+
+/// An SDK `SpanExporter` behind the pipeline: each record becomes its
+/// `SpanData` on the export thread.
+#[derive(Debug)]
+pub(super) struct SdkSpans<E> {
+    exporter: E,
+    scope: InstrumentationScope,
+    max_attributes: usize,
+}
+
+impl<E: SpanExporter> SdkSpans<E> {
+    /// `exporter`, for spans of `resource` and `scope` with at most
+    /// `max_attributes` attributes each.
+    pub(super) fn new(
+        mut exporter: E,
+        resource: &Resource,
+        scope: InstrumentationScope,
+        max_attributes: usize,
+    ) -> SdkSpans<E> {
+        exporter.set_resource(resource);
+        SdkSpans {
+            exporter,
+            scope,
+            max_attributes,
+        }
+    }
+}
+
+impl<E: SpanExporter + 'static> RecordExporter for SdkSpans<E> {
+    fn export(&mut self, records: Vec<SpanRecord>) -> OTelSdkResult {
+        let batch: Vec<SpanData> = records
+            .into_iter()
+            .map(|r| r.into_span_data(&self.scope, self.max_attributes))
+            .collect();
+        futures_executor::block_on(self.exporter.export(batch))
+    }
+
+    fn shutdown(&mut self) -> OTelSdkResult {
+        self.exporter.shutdown()
+    }
+}
+
 /// What the request threads and the export thread share.
 #[derive(Debug)]
 struct Shared {
@@ -96,20 +147,12 @@ pub(super) struct SpanPipeline {
 }
 
 impl SpanPipeline {
-    /// Start the export thread for `exporter`, its spans belonging to
-    /// `resource` and `scope`.
-    pub(super) fn start<E>(
-        mut exporter: E,
+    /// Start the export thread for `exporter`.
+    pub(super) fn start(
+        exporter: impl RecordExporter,
         drops: Arc<DropCounts>,
         settings: BatchSettings,
-        resource: &Resource,
-        scope: InstrumentationScope,
-        max_attributes: usize,
-    ) -> SpanPipeline
-    where
-        E: SpanExporter + 'static,
-    {
-        exporter.set_resource(resource);
+    ) -> SpanPipeline {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
@@ -120,8 +163,6 @@ impl SpanPipeline {
             shared: shared.clone(),
             drops: drops.clone(),
             exporter,
-            scope,
-            max_attributes,
         };
         let thread = thread::Builder::new()
             .name("tokentap-spans".into())
@@ -221,11 +262,9 @@ struct Worker<E> {
     shared: Arc<Shared>,
     drops: Arc<DropCounts>,
     exporter: E,
-    scope: InstrumentationScope,
-    max_attributes: usize,
 }
 
-impl<E: SpanExporter> Worker<E> {
+impl<E: RecordExporter> Worker<E> {
     fn run(mut self) {
         // The exporter's own work is never traced.
         let _suppress = Context::enter_telemetry_suppressed_scope();
@@ -294,11 +333,7 @@ impl<E: SpanExporter> Worker<E> {
 
     fn export(&mut self, records: Vec<SpanRecord>) {
         let n = records.len();
-        let batch: Vec<SpanData> = records
-            .into_iter()
-            .map(|r| r.into_span_data(&self.scope, self.max_attributes))
-            .collect();
-        match futures_executor::block_on(self.exporter.export(batch)) {
+        match self.exporter.export(records) {
             Ok(()) => self.drops.export_ok(),
             Err(e) => {
                 self.drops.add_spans(n as u64);
@@ -312,7 +347,6 @@ impl<E: SpanExporter> Worker<E> {
 mod tests {
     use std::sync::mpsc;
 
-    use opentelemetry_sdk::error::OTelSdkResult;
     use opentelemetry_sdk::trace::InMemorySpanExporter;
 
     use super::super::span_record::{SpanParts, SpanStart};
@@ -331,13 +365,13 @@ mod tests {
             start_time: std::time::UNIX_EPOCH,
             end_time: std::time::UNIX_EPOCH,
             attributes: Vec::new(),
-            events: opentelemetry_sdk::trace::SpanEvents::default(),
-            status: opentelemetry::trace::Status::Unset,
+            error: None,
         }))
     }
 
-    fn scope() -> InstrumentationScope {
-        InstrumentationScope::builder("test").build()
+    fn sdk<E: SpanExporter>(e: E) -> SdkSpans<E> {
+        let scope = InstrumentationScope::builder("test").build();
+        SdkSpans::new(e, &Resource::builder_empty().build(), scope, 128)
     }
 
     /// Blocks every export until the test drops the sender.
@@ -382,12 +416,9 @@ mod tests {
         let drops = Arc::new(DropCounts::default());
         let cap = 2;
         let p = SpanPipeline::start(
-            StuckExporter(Mutex::new(rx)),
+            sdk(StuckExporter(Mutex::new(rx))),
             drops.clone(),
             settings(cap, cap),
-            &Resource::builder_empty().build(),
-            scope(),
-            128,
         );
         let total = 20;
         for i in 0..total {
@@ -410,12 +441,9 @@ mod tests {
         let counted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let drops = Arc::new(DropCounts::default());
         let p = SpanPipeline::start(
-            Counting(spans.clone(), counted.clone()),
+            sdk(Counting(spans.clone(), counted.clone())),
             drops.clone(),
             settings(100, 7),
-            &Resource::builder_empty().build(),
-            scope(),
-            128,
         );
         for i in 0..30 {
             p.push(record(i));

@@ -21,7 +21,7 @@ use opentelemetry_sdk::trace::{
 };
 
 use super::attrs::*;
-use super::span::{error_type, span_finish_attributes, span_start_attributes};
+use super::span::{AttributeSink, error_type, finish_attributes, start_attributes};
 use crate::meter::Measurement;
 use crate::pricing;
 use crate::providers::Operation;
@@ -138,7 +138,7 @@ fn new_span_id() -> SpanId {
 }
 
 /// A finished span waiting for export.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) enum SpanRecord {
     /// A request's (or a WebSocket response's) CLIENT span.
     Request(Box<RequestSpan>),
@@ -148,7 +148,7 @@ pub(super) enum SpanRecord {
 
 /// What a request's span is made of; the attributes are written from it
 /// on the export thread.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct RequestSpan {
     pub(super) start: SpanStart,
     pub(super) m: Measurement,
@@ -173,39 +173,16 @@ pub(super) enum SpanCost {
     Unpriced,
 }
 
-/// A span written out: a session's as recorded, a request's as built from
-/// its record on the export thread. Attributes in order.
-#[derive(Debug)]
+/// A WebSocket session's span as recorded. Attributes in order.
+#[derive(Debug, Clone)]
 pub(super) struct SpanParts {
     pub(super) start: SpanStart,
     pub(super) name: String,
     pub(super) start_time: SystemTime,
     pub(super) end_time: SystemTime,
     pub(super) attributes: Vec<KeyValue>,
-    pub(super) events: SpanEvents,
-    pub(super) status: Status,
-}
-
-impl SpanParts {
-    /// The SDK's form of this span, at most `max_attributes` kept.
-    fn into_span_data(self, scope: &InstrumentationScope, max_attributes: usize) -> SpanData {
-        let (attributes, dropped) = limited(self.attributes, max_attributes);
-        SpanData {
-            span_context: self.start.context,
-            parent_span_id: self.start.parent,
-            parent_span_is_remote: self.start.parent_remote,
-            span_kind: SpanKind::Client,
-            name: Cow::Owned(self.name),
-            start_time: self.start_time,
-            end_time: self.end_time,
-            attributes,
-            dropped_attributes_count: dropped,
-            events: self.events,
-            links: SpanLinks::default(),
-            status: self.status,
-            instrumentation_scope: scope.clone(),
-        }
-    }
+    /// An error status's description; `None` leaves the status unset.
+    pub(super) error: Option<String>,
 }
 
 /// The span name: operation and requested model (`chat gpt-4o`).
@@ -220,20 +197,15 @@ impl RequestSpan {
     /// Every attribute of the span, in the order the SDK span had them:
     /// start attributes, in-flight, the sampler's, service tier and cost,
     /// the SLO mark, then the finish attributes.
-    pub(super) fn attributes(&self) -> Vec<KeyValue> {
+    fn attributes(&self, a: &mut impl AttributeSink) {
         let m = &self.m;
-        let op = m
-            .request
-            .operation
-            .map_or(OPERATION_UNKNOWN, Operation::name);
-        let mut a = span_start_attributes(&m.request, op);
-        a.push(KeyValue::new(
-            IN_FLIGHT,
-            i64::try_from(self.in_flight).unwrap_or(i64::MAX),
-        ));
-        a.extend(self.start.sampler_attributes.iter().cloned());
+        start_attributes(&m.request, self.operation(), a);
+        a.count(IN_FLIGHT, self.in_flight);
+        for kv in &self.start.sampler_attributes {
+            a.key_value(kv);
+        }
         if let Some(tier) = self.tier {
-            a.push(KeyValue::new(SERVICE_TIER, tier));
+            a.str(SERVICE_TIER, tier);
         }
         match &self.cost {
             Some(SpanCost::Priced {
@@ -241,78 +213,123 @@ impl RequestSpan {
                 source,
                 estimated,
                 entry,
-            }) => a.extend([
-                KeyValue::new(COST_AMOUNT, *usd),
-                KeyValue::new(COST_CURRENCY, pricing::CURRENCY),
-                KeyValue::new(COST_SOURCE, *source),
-                KeyValue::new(COST_ESTIMATED, *estimated),
-                KeyValue::new(COST_PRICE_ENTRY, entry.clone()),
-            ]),
-            Some(SpanCost::Unpriced) => a.push(KeyValue::new(COST_UNPRICED, true)),
+            }) => {
+                a.float(COST_AMOUNT, *usd);
+                a.str(COST_CURRENCY, pricing::CURRENCY);
+                a.str(COST_SOURCE, source);
+                a.bool(COST_ESTIMATED, *estimated);
+                a.str(COST_PRICE_ENTRY, entry);
+            }
+            Some(SpanCost::Unpriced) => a.bool(COST_UNPRICED, true),
             None => {}
         }
         if let Some(mark) = &self.slo {
-            a.push(mark.clone());
+            a.key_value(mark);
         }
-        a.extend(span_finish_attributes(m));
-        a
+        finish_attributes(m, a);
     }
 
-    fn into_span_data(self, scope: &InstrumentationScope, max_attributes: usize) -> SpanData {
-        let m = &self.m;
-        let op = m
+    /// `gen_ai.operation.name`, which starts the span's name.
+    fn operation(&self) -> &'static str {
+        self.m
             .request
             .operation
-            .map_or(OPERATION_UNKNOWN, Operation::name);
-        let start = m.request.start_wall;
-        let mut events = SpanEvents::default();
-        if let Some(ttft) = m.time_to_first_token {
-            events
-                .events
-                .push(Event::new(EVENT_FIRST_TOKEN, start + ttft, Vec::new(), 0));
-        }
-        let status = match error_type(m) {
-            Some(err) => Status::error(err.to_owned()),
-            None => Status::Unset,
-        };
-        SpanParts {
-            name: span_name(op, m.request.request_model.as_deref()),
-            start_time: start,
-            end_time: start + m.duration,
-            attributes: self.attributes(),
-            events,
-            status,
-            start: self.start,
-        }
-        .into_span_data(scope, max_attributes)
+            .map_or(OPERATION_UNKNOWN, Operation::name)
     }
 }
 
-/// At most `max` attributes, and how many were dropped (the SDK's limit).
-fn limited(mut a: Vec<KeyValue>, max: usize) -> (Vec<KeyValue>, u32) {
-    let dropped = a.len().saturating_sub(max);
-    a.truncate(max);
-    (a, u32::try_from(dropped).unwrap_or(u32::MAX))
+/// What a finished span is besides its attributes, borrowed from its
+/// record: what both the SDK form and the OTLP encoder (`otlp_wire`) write.
+#[derive(Debug)]
+pub(super) struct SpanHead<'a> {
+    pub(super) start: &'a SpanStart,
+    /// The name: a word and, after a space, a model (`chat gpt-4o`).
+    pub(super) name: (&'a str, Option<&'a str>),
+    pub(super) start_time: SystemTime,
+    pub(super) end_time: SystemTime,
+    /// The first-token event's time (the one event tokentap's spans have).
+    pub(super) first_token: Option<SystemTime>,
+    /// An error status's description; `None` leaves the status unset.
+    pub(super) error: Option<&'a str>,
 }
 
 impl SpanRecord {
-    /// The SDK's form of this span, for `SpanExporter`s.
+    /// The span's identity, name, times, event and status.
+    pub(super) fn head(&self) -> SpanHead<'_> {
+        match self {
+            SpanRecord::Request(r) => {
+                let m = &r.m;
+                let start = m.request.start_wall;
+                SpanHead {
+                    start: &r.start,
+                    name: (r.operation(), m.request.request_model.as_deref()),
+                    start_time: start,
+                    end_time: start + m.duration,
+                    first_token: m.time_to_first_token.map(|ttft| start + ttft),
+                    error: error_type(m),
+                }
+            }
+            SpanRecord::Session(s) => SpanHead {
+                start: &s.start,
+                name: (&s.name, None),
+                start_time: s.start_time,
+                end_time: s.end_time,
+                first_token: None,
+                error: s.error.as_deref(),
+            },
+        }
+    }
+
+    /// The span's attributes, in order, into `a`.
+    pub(super) fn attributes(&self, a: &mut impl AttributeSink) {
+        match self {
+            SpanRecord::Request(r) => r.attributes(a),
+            SpanRecord::Session(s) => s.attributes.iter().for_each(|kv| a.key_value(kv)),
+        }
+    }
+
+    /// The SDK's form of this span, at most `max_attributes` kept, for
+    /// `SpanExporter`s.
     pub(super) fn into_span_data(
         self,
         scope: &InstrumentationScope,
         max_attributes: usize,
     ) -> SpanData {
-        match self {
-            SpanRecord::Request(r) => r.into_span_data(scope, max_attributes),
-            SpanRecord::Session(s) => s.into_span_data(scope, max_attributes),
+        let mut attributes = Vec::new();
+        self.attributes(&mut attributes);
+        let dropped = attributes.len().saturating_sub(max_attributes);
+        attributes.truncate(max_attributes);
+        let head = self.head();
+        let mut events = SpanEvents::default();
+        if let Some(at) = head.first_token {
+            events
+                .events
+                .push(Event::new(EVENT_FIRST_TOKEN, at, Vec::new(), 0));
+        }
+        SpanData {
+            span_context: head.start.context.clone(),
+            parent_span_id: head.start.parent,
+            parent_span_is_remote: head.start.parent_remote,
+            span_kind: SpanKind::Client,
+            name: Cow::Owned(span_name(head.name.0, head.name.1)),
+            start_time: head.start_time,
+            end_time: head.end_time,
+            attributes,
+            dropped_attributes_count: u32::try_from(dropped).unwrap_or(u32::MAX),
+            events,
+            links: SpanLinks::default(),
+            status: head
+                .error
+                .map_or(Status::Unset, |e| Status::error(e.to_owned())),
+            instrumentation_scope: scope.clone(),
         }
     }
 }
 
 #[cfg(test)]
 #[allow(clippy::disallowed_methods, reason = "tests build timestamps freely")]
-mod tests {
-    use std::time::Duration;
+pub(super) mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
 
     use http::HeaderMap;
     use opentelemetry::propagation::TextMapPropagator;
@@ -369,7 +386,8 @@ mod tests {
             Some(model) => format!("{op} {model}"),
             None => op.to_owned(),
         };
-        let mut start = span_start_attributes(facts, op);
+        let mut start = Vec::new();
+        start_attributes(facts, op, &mut start);
         start.push(KeyValue::new(IN_FLIGHT, r.in_flight as i64));
         let mut span = tracer
             .span_builder(name)
@@ -400,7 +418,9 @@ mod tests {
             span.set_attribute(mark.clone());
         }
         let begin = m.request.start_wall;
-        span.set_attributes(span_finish_attributes(m));
+        let mut finish = Vec::new();
+        finish_attributes(m, &mut finish);
+        span.set_attributes(finish);
         if let Some(ttft) = m.time_to_first_token {
             span.add_event_with_timestamp(EVENT_FIRST_TOKEN, begin + ttft, Vec::new());
         }
@@ -447,6 +467,75 @@ mod tests {
         timeout.error_type = None;
         timeout.reasoning = Default::default();
         out.push((timeout, Some("flex"), None));
+        out
+    }
+
+    /// Sampled records of every shape: the measurements above under no
+    /// parent and a remote sampled one (with a trace state), with and
+    /// without an SLO mark, one with a sampler's attribute; and session
+    /// spans, ended, failed (with an array attribute) and dropped.
+    pub(crate) fn records() -> Vec<SpanRecord> {
+        let tracing = Tracing::default();
+        let mut out = Vec::new();
+        for header in [
+            None,
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        ] {
+            let cx = parent(header);
+            for (m, tier, cost) in measurements() {
+                for slo in [None, Some(KeyValue::new("tokentap.slo.breached", "p95"))] {
+                    out.push(SpanRecord::Request(Box::new(RequestSpan {
+                        start: tracing.start(&cx),
+                        m: m.clone(),
+                        in_flight: 3,
+                        tier,
+                        cost: cost.clone(),
+                        slo,
+                    })));
+                }
+            }
+        }
+        if let Some(SpanRecord::Request(r)) = out.get_mut(1) {
+            r.start.sampler_attributes = vec![KeyValue::new("sampler.rule", "keep-all")];
+        }
+        let session = |error: Option<&str>, attributes: Vec<KeyValue>| {
+            SpanRecord::Session(Box::new(SpanParts {
+                start: tracing.start(&Context::new()),
+                name: "websocket gpt-4o-realtime".into(),
+                start_time: UNIX_EPOCH + Duration::from_millis(1_764_000_000_000),
+                end_time: UNIX_EPOCH + Duration::from_millis(1_764_000_004_500),
+                attributes,
+                error: error.map(str::to_owned),
+            }))
+        };
+        out.push(session(
+            None,
+            vec![
+                KeyValue::new("tokentap.session.responses", 4_i64),
+                KeyValue::new("tokentap.tenant", "équipe-東京-🚀"),
+                KeyValue::new("tokentap.route", ""),
+            ],
+        ));
+        out.push(session(
+            Some("handshake_failed: é"),
+            vec![
+                KeyValue::new(
+                    "list",
+                    opentelemetry::Value::Array(opentelemetry::Array::String(vec![
+                        "a".into(),
+                        "".into(),
+                        "長さ".into(),
+                    ])),
+                ),
+                KeyValue::new(
+                    "ints",
+                    opentelemetry::Value::Array(vec![0_i64, -1, i64::MAX].into()),
+                ),
+                KeyValue::new("f", -2.5_f64),
+                KeyValue::new("b", false),
+            ],
+        ));
+        out.push(session(None, Vec::new()));
         out
     }
 
