@@ -120,8 +120,13 @@ impl ProviderKind {
     /// prefix is stripped; a query string is ignored). `None` when the path
     /// names no known endpoint: then `detect_response` may still decide.
     pub fn detect(path: &str) -> Option<ProviderKind> {
+        ProviderKind::detect_operation(path, Operation::from_path(path))
+    }
+
+    /// `detect` for a path whose operation is already known
+    /// (`Operation::from_path`).
+    pub fn detect_operation(path: &str, operation: Option<Operation>) -> Option<ProviderKind> {
         let path = strip_query(path);
-        let operation = Operation::from_path(path);
         REGISTRY
             .iter()
             .find(|s| (s.detect_path)(path, operation))
@@ -229,10 +234,15 @@ impl Operation {
     /// query string is ignored).
     pub fn from_path(path: &str) -> Option<Operation> {
         let path = strip_query(path).trim_end_matches('/');
-        let last = path.rsplit('/').next().unwrap_or(path);
+        let mut segments = path.split('/');
+        let last = segments.next_back().unwrap_or(path);
+        // Bedrock's `/model/{id}/…`: a `model` segment with a `/` on both
+        // sides (the first segment has none before it).
+        segments.next();
+        let bedrock = segments.any(|s| s == "model");
         // Google's custom methods: `models/{model}:{method}`.
         if let Some((_, method)) = last.split_once(':') {
-            if !path.contains("/model/") {
+            if !bedrock {
                 return match method {
                     "generateContent" => Some(Operation::GenerateContent),
                     "streamGenerateContent" => Some(Operation::StreamGenerateContent),
@@ -243,7 +253,7 @@ impl Operation {
                 };
             }
         }
-        if path.contains("/model/") {
+        if bedrock {
             match last {
                 "converse" => return Some(Operation::Converse),
                 "converse-stream" => return Some(Operation::ConverseStream),

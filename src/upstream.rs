@@ -826,9 +826,17 @@ fn to_h1_form<B>(req: &mut Request<B>) -> bool {
             _ => 80,
         };
         let value = match uri.port_u16() {
-            Some(port) if port != default => {
-                header::HeaderValue::from_str(&format!("{host}:{port}"))
-            }
+            // The authority is `host:port` already, unless it has a user
+            // part (never sent as `Host`) or a port with leading zeros.
+            Some(port) if port != default => match uri.authority() {
+                Some(a)
+                    if !a.as_str().contains('@')
+                        && a.port().is_some_and(|p| !p.as_str().starts_with('0')) =>
+                {
+                    header::HeaderValue::from_str(a.as_str())
+                }
+                _ => header::HeaderValue::from_str(&format!("{host}:{port}")),
+            },
             _ => header::HeaderValue::from_str(host),
         };
         if let Ok(value) = value {
@@ -859,6 +867,12 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 /// Remove hop-by-hop headers, including every header named in `Connection`.
 /// `Trailer` is kept: it describes the end-to-end message.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most heads carry none: one pass over the names is cheaper than a
+    // hashed `remove` per hop-by-hop name. With no `Connection` nothing
+    // else is named either.
+    if !headers.keys().any(|k| HOP_BY_HOP.contains(k)) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -874,6 +888,51 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn h1_form_writes_host_with_a_port_only_when_it_is_not_the_default() {
+        for (uri, host) in [
+            ("http://h.example:8080/x?q=1", "h.example:8080"),
+            ("http://user:pw@h.example:8080/", "h.example:8080"),
+            ("http://h.example:08080/", "h.example:8080"),
+            ("http://[::1]:9000/", "[::1]:9000"),
+            ("http://h.example:80/", "h.example"),
+            ("https://h.example:443/", "h.example"),
+            ("https://h.example:80/", "h.example:80"),
+            ("http://h.example/", "h.example"),
+        ] {
+            let mut req = Request::new(());
+            *req.uri_mut() = uri.parse().expect("uri");
+            assert!(to_h1_form(&mut req), "{uri}");
+            assert_eq!(req.headers()[header::HOST], host, "{uri}");
+            assert!(req.uri().authority().is_none(), "origin form: {uri}");
+        }
+        let mut req = Request::new(());
+        *req.uri_mut() = "http://h.example:8080/".parse().expect("uri");
+        req.headers_mut()
+            .insert(header::HOST, header::HeaderValue::from_static("kept"));
+        assert!(!to_h1_form(&mut req), "a Host already there is kept");
+        assert_eq!(req.headers()[header::HOST], "kept");
+    }
+
+    #[test]
+    fn a_head_without_hop_by_hop_headers_is_left_as_it_was() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("content-type", "application/json"),
+            ("x-a", "1"),
+            ("x-a", "2"),
+            ("authorization", "Bearer k"),
+        ] {
+            h.append(k, v.parse().expect("hv"));
+        }
+        let before = h.clone();
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h, before);
+        h.append("keep-alive", "timeout=5".parse().expect("hv"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h, before, "one hop-by-hop header is enough to strip");
+    }
 
     #[test]
     fn strips_hop_by_hop_and_connection_named_headers() {

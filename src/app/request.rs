@@ -210,11 +210,14 @@ fn admit<'s>(state: &'s State, req: &Request<Incoming>) -> Result<Admitted<'s>, 
         )
     })?;
     let path = route.strip(req.uri().path()).unwrap_or(req.uri().path());
+    let operation = Operation::from_path(path);
     Ok(Admitted {
         route,
         upstream_uri,
-        operation: Operation::from_path(path),
-        provider: route.provider.or_else(|| ProviderKind::detect(path)),
+        operation,
+        provider: route
+            .provider
+            .or_else(|| ProviderKind::detect_operation(path, operation)),
         path: path.to_owned(),
     })
 }

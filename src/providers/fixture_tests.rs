@@ -361,6 +361,14 @@ fn operations_from_paths() {
         ("/generate", Some(Op::TgiGenerate)),
         ("/v1/messages", Some(Op::Messages)),
         ("/v1/models", None),
+        // Bedrock is a `model` segment with a `/` before and after it.
+        ("//model//converse", Some(Op::Converse)),
+        ("/model/m/converse/", Some(Op::Converse)),
+        ("model/m/converse", None),
+        ("/models/m/converse", None),
+        ("/a/model", None),
+        ("/a/model:generateContent", Some(Op::GenerateContent)),
+        ("/v1/model/m:generateContent", None),
     ] {
         assert_eq!(Operation::from_path(path), op, "{path}");
     }
