@@ -154,11 +154,12 @@ impl Telemetry {
     ) -> Result<Telemetry, TelemetryError> {
         let drops = Arc::new(DropCounts::default());
         let tracing = Tracing::default();
+        let resource = resource(cfg);
         let mut traces = None;
         let mut meters = SdkMeterProvider::builder();
         let export = cfg.otlp_enabled == Some(true);
         if export {
-            let spans = export::otlp_spans(cfg, &resource(cfg), scope(), tracing.max_attributes())?;
+            let spans = export::otlp_spans(cfg, &resource, scope(), tracing.max_attributes())?;
             let metrics = export::otlp_metrics(cfg)?;
             tracing::info!(
                 endpoint = cfg.otlp_endpoint.as_deref().unwrap_or("the OTLP default (localhost)"),
@@ -184,7 +185,7 @@ impl Telemetry {
         }
         let has_reader = export || pull.is_some();
         Ok(Telemetry::build(
-            cfg, drops, tracing, traces, meters, has_reader, pull,
+            cfg, resource, drops, tracing, traces, meters, has_reader, pull,
         ))
     }
 
@@ -212,7 +213,8 @@ impl Telemetry {
     {
         let drops = Arc::new(DropCounts::default());
         let tracing = Tracing::default();
-        let spans = SdkSpans::new(spans, &resource(cfg), scope(), tracing.max_attributes());
+        let resource = resource(cfg);
+        let spans = SdkSpans::new(spans, &resource, scope(), tracing.max_attributes());
         let (traces, meters) = with_exporters(
             cfg,
             &drops,
@@ -221,11 +223,22 @@ impl Telemetry {
             metrics,
             pull.as_ref(),
         );
-        Telemetry::build(cfg, drops, tracing, Some(traces), meters, true, pull)
+        Telemetry::build(
+            cfg,
+            resource,
+            drops,
+            tracing,
+            Some(traces),
+            meters,
+            true,
+            pull,
+        )
     }
 
+    #[allow(clippy::too_many_arguments, reason = "one call per init path")]
     fn build(
         cfg: &TelemetryConfig,
+        resource: Resource,
         drops: Arc<DropCounts>,
         tracing: Tracing,
         spans: Option<SpanPipeline>,
@@ -233,7 +246,6 @@ impl Telemetry {
         has_reader: bool,
         pull: Option<PullReader>,
     ) -> Telemetry {
-        let resource = resource(cfg);
         let meter_provider = meters
             .with_resource(resource)
             .with_view(cardinality::series_limit(cfg.max_series))
