@@ -525,7 +525,7 @@ mod tests {
     ) -> ExportTraceServiceRequest {
         let spans = records
             .iter()
-            .map(|r| r.clone().into_span_data(scope, max_attributes))
+            .map(|r| r.span_data(scope, max_attributes))
             .collect();
         let r = ResourceAttributesWithSchema::from(resource);
         ExportTraceServiceRequest {

@@ -101,9 +101,10 @@ impl<E: SpanExporter> SdkSpans<E> {
 impl<E: SpanExporter + 'static> RecordExporter for SdkSpans<E> {
     fn export(&mut self, records: Vec<SpanRecord>) -> OTelSdkResult {
         let batch: Vec<SpanData> = records
-            .into_iter()
-            .map(|r| r.into_span_data(&self.scope, self.max_attributes))
+            .iter()
+            .map(|r| r.span_data(&self.scope, self.max_attributes))
             .collect();
+        drop(records);
         futures_executor::block_on(self.exporter.export(batch))
     }
 

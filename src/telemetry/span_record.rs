@@ -138,7 +138,7 @@ fn new_span_id() -> SpanId {
 }
 
 /// A finished span waiting for export.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(super) enum SpanRecord {
     /// A request's (or a WebSocket response's) CLIENT span.
     Request(Box<RequestSpan>),
@@ -148,7 +148,7 @@ pub(super) enum SpanRecord {
 
 /// What a request's span is made of; the attributes are written from it
 /// on the export thread.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(super) struct RequestSpan {
     pub(super) start: SpanStart,
     pub(super) m: Measurement,
@@ -174,7 +174,7 @@ pub(super) enum SpanCost {
 }
 
 /// A WebSocket session's span as recorded. Attributes in order.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(super) struct SpanParts {
     pub(super) start: SpanStart,
     pub(super) name: String,
@@ -290,8 +290,8 @@ impl SpanRecord {
 
     /// The SDK's form of this span, at most `max_attributes` kept, for
     /// `SpanExporter`s.
-    pub(super) fn into_span_data(
-        self,
+    pub(super) fn span_data(
+        &self,
         scope: &InstrumentationScope,
         max_attributes: usize,
     ) -> SpanData {
@@ -569,7 +569,7 @@ pub(super) mod tests {
                     };
                     assert!(record.start.sampled);
                     assert_eq!(record.start.context, sdk.span_context, "{header:?}");
-                    let ours = SpanRecord::Request(Box::new(record)).into_span_data(&scope(), 128);
+                    let ours = SpanRecord::Request(Box::new(record)).span_data(&scope(), 128);
                     assert_eq!(ours, sdk, "{header:?}");
                     n += 1;
                 }
