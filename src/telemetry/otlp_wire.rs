@@ -16,6 +16,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use opentelemetry::trace::SpanId;
 use opentelemetry::{Array, InstrumentationScope, KeyValue, Value};
 use opentelemetry_sdk::Resource;
 use prost::encoding::{encoded_len_varint, key_len};
@@ -140,7 +141,7 @@ fn span_body(r: &SpanRecord, max_attributes: usize, out: &mut Vec<u8>) {
     bytes_field(1, &cx.trace_id().to_bytes(), out);
     bytes_field(2, &cx.span_id().to_bytes(), out);
     string_field(3, &cx.trace_state().header(), out);
-    if start.parent != opentelemetry::trace::SpanId::INVALID {
+    if start.parent != SpanId::INVALID {
         bytes_field(4, &start.parent.to_bytes(), out);
     }
     let (word, model) = name;
