@@ -470,8 +470,16 @@ impl Meter {
             reasoning.time_to_first_visible = Some(duration);
             reasoning.time_to_first_reasoning = None;
         }
+        // The meter is spent from here on: the facts' strings move into the
+        // measurement rather than being copied.
+        let (request_model, tenant) = (self.facts.request_model.take(), self.facts.tenant.take());
+        let request = RequestFacts {
+            request_model,
+            tenant,
+            ..self.facts.clone()
+        };
         let m = Measurement {
-            request: self.facts.clone(),
+            request,
             outcome,
             status: self.status,
             error_type,
