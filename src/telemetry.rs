@@ -64,7 +64,7 @@ use self::span_record::{RequestSpan, SpanCost, SpanRecord, SpanStart, Tracing};
 use crate::config::TelemetryConfig;
 use crate::meter::{Measurement, Recorder, RequestFacts};
 use crate::pricing::{self, PriceBook, Priced};
-use crate::providers::{Operation, ProviderKind};
+use crate::providers::ProviderKind;
 
 /// Longest wait for flush and shutdown.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -329,7 +329,7 @@ impl Telemetry {
     /// session's response spans).
     fn begin_in(&self, facts: &RequestFacts, parent: &Context) -> RequestTelemetry {
         let inner = &self.inner;
-        let op = facts.operation.map_or(OPERATION_UNKNOWN, Operation::name);
+        let op = span::operation_name(facts);
         let provider = facts.provider.as_str();
 
         let model = facts

@@ -48,9 +48,8 @@ impl Telemetry {
         let parent = inner.propagator.extract(&TraceHeaders(headers));
         let start = inner.tracing.start(&parent);
         let open = inner.span_pipeline(&start).is_some().then(|| {
-            let op = facts.operation.map_or(OPERATION_UNKNOWN, |o| o.name());
             let mut attributes = Vec::new();
-            start_attributes(facts, op, &mut attributes);
+            start_attributes(facts, &mut attributes);
             attributes.extend(start.sampler_attributes.iter().cloned());
             (
                 span_name("websocket", facts.request_model.as_deref()),

@@ -9,6 +9,7 @@ use opentelemetry::{Array, KeyValue, StringValue, Value};
 
 use super::attrs::*;
 use crate::meter::{Measurement, Outcome, RequestFacts, Unmetered};
+use crate::providers::Operation;
 
 /// Where a span's attributes go: a `KeyValue` list for the SDK's span
 /// form, or straight into the OTLP protobuf (`otlp_wire`). One function per
@@ -72,11 +73,17 @@ impl AttributeSink for Vec<KeyValue> {
     }
 }
 
+/// `gen_ai.operation.name` of a request (`unknown` when its path named no
+/// operation); it also starts the span's name.
+pub(super) fn operation_name(facts: &RequestFacts) -> &'static str {
+    facts.operation.map_or(OPERATION_UNKNOWN, Operation::name)
+}
+
 /// Attributes known when the span starts (visible to samplers). The
 /// provider is not among them: the response head may still name it, so it
 /// is set when the span ends.
-pub(super) fn start_attributes(facts: &RequestFacts, op: &str, a: &mut impl AttributeSink) {
-    a.str(GEN_AI_OPERATION_NAME, op);
+pub(super) fn start_attributes(facts: &RequestFacts, a: &mut impl AttributeSink) {
+    a.str(GEN_AI_OPERATION_NAME, operation_name(facts));
     a.str_opt(GEN_AI_REQUEST_MODEL, facts.request_model.as_deref());
     a.bool(GEN_AI_REQUEST_STREAM, facts.stream);
     a.str(SERVER_ADDRESS, &facts.server_address);

@@ -21,10 +21,9 @@ use opentelemetry_sdk::trace::{
 };
 
 use super::attrs::*;
-use super::span::{AttributeSink, error_type, finish_attributes, start_attributes};
+use super::span::{AttributeSink, error_type, finish_attributes, operation_name, start_attributes};
 use crate::meter::Measurement;
 use crate::pricing;
-use crate::providers::Operation;
 
 /// Sampling and ids for new spans, as the SDK tracer decides them: the
 /// standard sampler from `OTEL_TRACES_SAMPLER`/`OTEL_TRACES_SAMPLER_ARG`
@@ -199,7 +198,7 @@ impl RequestSpan {
     /// the SLO mark, then the finish attributes.
     fn attributes(&self, a: &mut impl AttributeSink) {
         let m = &self.m;
-        start_attributes(&m.request, self.operation(), a);
+        start_attributes(&m.request, a);
         a.count(IN_FLIGHT, self.in_flight);
         for kv in &self.start.sampler_attributes {
             a.key_value(kv);
@@ -228,14 +227,6 @@ impl RequestSpan {
         }
         finish_attributes(m, a);
     }
-
-    /// `gen_ai.operation.name`, which starts the span's name.
-    fn operation(&self) -> &'static str {
-        self.m
-            .request
-            .operation
-            .map_or(OPERATION_UNKNOWN, Operation::name)
-    }
 }
 
 /// What a finished span is besides its attributes, borrowed from its
@@ -262,7 +253,10 @@ impl SpanRecord {
                 let start = m.request.start_wall;
                 SpanHead {
                     start: &r.start,
-                    name: (r.operation(), m.request.request_model.as_deref()),
+                    name: (
+                        operation_name(&m.request),
+                        m.request.request_model.as_deref(),
+                    ),
                     start_time: start,
                     end_time: start + m.duration,
                     first_token: m.time_to_first_token.map(|ttft| start + ttft),
@@ -381,13 +375,13 @@ pub(super) mod tests {
         let tracer = provider.tracer_with_scope(scope());
         let m = &r.m;
         let facts = &m.request;
-        let op = facts.operation.map_or(OPERATION_UNKNOWN, Operation::name);
+        let op = operation_name(facts);
         let name = match &facts.request_model {
             Some(model) => format!("{op} {model}"),
             None => op.to_owned(),
         };
         let mut start = Vec::new();
-        start_attributes(facts, op, &mut start);
+        start_attributes(facts, &mut start);
         start.push(KeyValue::new(IN_FLIGHT, r.in_flight as i64));
         let mut span = tracer
             .span_builder(name)
