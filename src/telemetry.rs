@@ -12,6 +12,7 @@ pub mod cardinality;
 mod exemplars;
 mod export;
 mod export_tls;
+mod fx;
 mod in_flight;
 mod instruments;
 pub mod live;

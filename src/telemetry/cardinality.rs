@@ -5,13 +5,13 @@
 //! `finish`), never per chunk: the read path is one uncontended `RwLock` read
 //! and a hash lookup; the write lock is taken only while the set still grows.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use opentelemetry_sdk::metrics::{Instrument, Stream};
 
 use super::attrs::OTHER;
+use super::fx::{self, FxSet};
 
 /// Values longer than this are never admitted (they go to `other`).
 const MAX_VALUE_LEN: usize = 256;
@@ -20,7 +20,7 @@ const MAX_VALUE_LEN: usize = 256;
 #[derive(Debug)]
 pub struct CardinalityGuard {
     cap: usize,
-    seen: RwLock<HashSet<Arc<str>>>,
+    seen: RwLock<FxSet<Arc<str>>>,
     /// Set once the cap is reached, so new values skip the write lock.
     full: AtomicBool,
     other: Arc<str>,
@@ -31,7 +31,7 @@ impl CardinalityGuard {
     pub fn new(cap: usize) -> CardinalityGuard {
         CardinalityGuard {
             cap,
-            seen: RwLock::new(HashSet::new()),
+            seen: RwLock::new(fx::set()),
             full: AtomicBool::new(cap == 0),
             other: Arc::from(OTHER),
         }

@@ -7,17 +7,26 @@
 //! one atomic add. Pairs are bounded by the configured routes times the
 //! model cardinality cap, and are never removed.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+
+use super::fx::{self, FxMap};
 
 /// (route, capped model; `None` when the request named none).
 type Pair = (Arc<str>, Option<Arc<str>>);
 
 /// The in-flight counters, shared by every request.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct InFlight {
-    counts: RwLock<HashMap<Pair, Arc<AtomicU64>>>,
+    counts: RwLock<FxMap<Pair, Arc<AtomicU64>>>,
+}
+
+impl Default for InFlight {
+    fn default() -> InFlight {
+        InFlight {
+            counts: RwLock::new(fx::map()),
+        }
+    }
 }
 
 /// Holds one request in its pair's count until dropped.

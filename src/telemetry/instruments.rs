@@ -2,7 +2,6 @@
 //! created once at start-up with the bucket boundaries the GenAI semantic
 //! conventions recommend (or our own for `tokentap.*`).
 
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
@@ -11,7 +10,6 @@ use opentelemetry::metrics::{
     BoundCounter, BoundHistogram, BoundUpDownCounter, Counter, Histogram, Meter, ObservableCounter,
     UpDownCounter,
 };
-use rustc_hash::FxSeededState;
 
 use super::attrs::*;
 use super::exemplars::{self, SeriesExemplars, TraceMark};
@@ -220,18 +218,12 @@ const MAX_FINISH_SETS: usize = 4096;
 /// Distinct (route, provider) sets of `streams_active` kept bound.
 const MAX_ACTIVE_SETS: usize = 1024;
 
-/// Attribute sets to the handles bound to them. Fx, seeded per process,
-/// rather than SipHash: a lookup hashes a dozen attributes per request
-/// (about 4.9k instructions with SipHash). The keys are built from values
-/// the cardinality guards bound, and each map is capped.
-type BoundSets<K, V> = RwLock<HashMap<K, V, FxSeededState>>;
+/// Attribute sets to the handles bound to them (Fx, see `fx`: a lookup
+/// hashes a dozen attributes per request). Each map is capped.
+type BoundSets<K, V> = RwLock<super::fx::FxMap<K, V>>;
 
 fn bound_sets<K, V>() -> BoundSets<K, V> {
-    use std::hash::BuildHasher as _;
-    let seed = std::collections::hash_map::RandomState::new().hash_one(0u8);
-    RwLock::new(HashMap::with_hasher(FxSeededState::with_seed(
-        seed as usize,
-    )))
+    RwLock::new(super::fx::map())
 }
 
 /// The kind of operation, which picks the current conventions' names.

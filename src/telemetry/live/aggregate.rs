@@ -12,6 +12,7 @@ use serde::{Serialize, Serializer};
 use super::hist::{Distribution, LogHist};
 use super::{Sample, SeriesFilter, SeriesKey, ser_opt_str, ser_str};
 use crate::config::LiveConfig;
+use crate::telemetry::fx::{self, FxMap};
 
 /// Per-series figures in the snapshot cover this much (clamped to the window).
 const STATS_WINDOW: Duration = Duration::from_secs(60);
@@ -162,7 +163,7 @@ pub struct Aggregator {
     clock: Clock,
     max_series: usize,
     recent_cap: usize,
-    series: HashMap<SeriesKey, Series>,
+    series: FxMap<SeriesKey, Series>,
     open: Vec<(SeriesKey, Arc<()>)>,
     recent: VecDeque<RecentRequest>,
     overflowed: u64,
@@ -234,7 +235,7 @@ impl Aggregator {
             clock: Clock::new(cfg, epoch),
             max_series: cfg.max_series,
             recent_cap: cfg.recent,
-            series: HashMap::new(),
+            series: fx::map(),
             open: Vec::new(),
             recent: VecDeque::with_capacity(cfg.recent),
             overflowed: 0,
@@ -243,43 +244,39 @@ impl Aggregator {
         }
     }
 
-    /// The series a key is counted under: itself while there is room,
-    /// else the overflow series.
-    fn admit(&mut self, key: SeriesKey) -> SeriesKey {
-        if self.series.contains_key(&key) {
-            return key;
-        }
-        let key = if self.series.len() < self.max_series {
-            key
-        } else {
-            SeriesKey::overflow()
-        };
+    /// The series `key` is counted under: its own (`true`) while there is
+    /// room, else the overflow series; one hash when the key is known.
+    fn series_mut(&mut self, key: &SeriesKey) -> (&mut Series, bool) {
         let slots = self.clock.slots;
-        self.series
-            .entry(key.clone())
-            .or_insert_with(|| Series::new(slots));
-        key
+        let own = self.series.len() < self.max_series || self.series.contains_key(key);
+        let key = match own {
+            true => key.clone(),
+            false => SeriesKey::overflow(),
+        };
+        let series = self.series.entry(key).or_insert_with(|| Series::new(slots));
+        (series, own)
     }
 
     /// A request started; it is in flight while `token` has another owner.
     pub fn begin(&mut self, key: SeriesKey, token: Arc<()>) {
         if self.open.len() < MAX_OPEN {
-            let key = self.admit(key);
+            let key = match self.series_mut(&key).1 {
+                true => key,
+                false => SeriesKey::overflow(),
+            };
             self.open.push((key, token));
         }
     }
 
     /// A request finished: count it in the bucket of its end time.
     pub fn record(&mut self, sample: Sample) {
-        let key = self.admit(sample.key.clone());
-        if key != sample.key {
-            self.overflowed += 1;
-        }
         let index = self.clock.index(sample.end);
-        match self.series.get_mut(&key).and_then(|s| s.bucket_mut(index)) {
+        let (series, own) = self.series_mut(&sample.key);
+        match series.bucket_mut(index) {
             Some(bucket) => bucket.add(&sample),
             None => self.late += 1,
         }
+        self.overflowed += u64::from(!own);
         if self.recent_cap > 0 {
             if self.recent.len() == self.recent_cap {
                 self.recent.pop_back();
