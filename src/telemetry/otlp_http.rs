@@ -194,7 +194,7 @@ impl HttpSpanExporter {
             )));
         }
         let answer = self
-            .send(Bytes::from(body))
+            .send(body)
             .await
             .map_err(|f| OTelSdkError::InternalFailure(f.message))?;
         if let Some((rejected, message)) = partial_success(&answer) {

@@ -7,15 +7,16 @@
 //! prost, measuring nested messages again at every level, then frees it
 //! all. Here each record is written once: its attributes go from the
 //! measurement straight to the wire through the same `AttributeSink`
-//! functions that build the SDK form, a span's body goes into a reused
-//! scratch buffer (its length is then known) and is copied once into the
-//! batch; the resource and the scope are encoded once and kept. The bytes
+//! functions that build the SDK form, into the request's buffer in place
+//! (its length is filled in after it); the resource and the scope are
+//! encoded once and kept. The bytes
 //! are what prost writes for the stock conversion of the same span (fields
 //! in number order, proto3 defaults left out), which the tests check byte
 //! for byte.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use opentelemetry::trace::SpanId;
 use opentelemetry::{Array, InstrumentationScope, KeyValue, Value};
 use opentelemetry_sdk::Resource;
@@ -50,10 +51,11 @@ pub(super) struct TraceEncoder {
     /// Attributes kept per span (`OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT`); the
     /// rest are counted as dropped.
     max_attributes: usize,
-    /// The batch's `spans` fields (tag, length, body each).
-    spans: Vec<u8>,
-    /// One span's body while it is written.
-    span: Vec<u8>,
+    /// The request's head (the messages around the spans) while it is
+    /// written.
+    head: Vec<u8>,
+    /// The last request's size: the next one's first capacity.
+    last_len: usize,
 }
 
 impl TraceEncoder {
@@ -72,8 +74,8 @@ impl TraceEncoder {
             scope: body,
             scope_schema: scope.schema_url().unwrap_or_default().to_owned(),
             max_attributes,
-            spans: Vec::new(),
-            span: Vec::new(),
+            head: Vec::new(),
+            last_len: 0,
         }
     }
 
@@ -87,23 +89,44 @@ impl TraceEncoder {
     }
 
     /// The `ExportTraceServiceRequest` bytes for `records`.
-    pub(super) fn encode(&mut self, records: &[SpanRecord]) -> Vec<u8> {
-        self.spans.clear();
+    ///
+    /// Written in one buffer, each byte once: room for the head is left
+    /// first (its lengths depend on the spans), each span's body goes
+    /// after its tag and a two-byte length that is filled in afterwards,
+    /// then the head is written into the end of its room and the bytes
+    /// start there.
+    pub(super) fn encode(&mut self, records: &[SpanRecord]) -> Bytes {
+        // Two length-delimited keys are one byte each (fields 1 and 2).
+        let room = 4 * MAX_VARINT + self.resource.len() + self.scope.len();
+        let mut out = Vec::with_capacity(self.last_len.max(room));
+        out.resize(room, 0);
         for r in records {
-            self.span.clear();
-            span_body(r, self.max_attributes, &mut self.span);
-            len_field(2, self.span.len(), &mut self.spans);
-            self.spans.extend_from_slice(&self.span);
+            key(2, LEN, &mut out);
+            let at = out.len();
+            out.extend_from_slice(&[0, 0]);
+            span_body(r, self.max_attributes, &mut out);
+            put_len(&mut out, at);
         }
-        self.request(!records.is_empty())
+        let spans = out.len() - room;
+        let any = !records.is_empty();
+        if any {
+            string_field(3, &self.scope_schema, &mut out);
+        }
+        string_field(3, &self.resource_schema, &mut out);
+        self.write_head(spans, any);
+        let from = room - self.head.len();
+        out[from..room].copy_from_slice(&self.head);
+        self.last_len = out.len();
+        Bytes::from(out).slice(from..)
     }
 
-    /// Assemble the request from the resource, the scope and the spans
-    /// (no `ScopeSpans` in an empty batch, as the stock grouping has it).
-    fn request(&self, any: bool) -> Vec<u8> {
-        let scope_spans_len = nested_len(1, self.scope.len())
-            + self.spans.len()
-            + string_field_len(3, &self.scope_schema);
+    /// The messages around `spans` bytes of spans, up to the first span:
+    /// `ResourceSpans` with its `Resource`, and (no `ScopeSpans` in an
+    /// empty batch, as the stock grouping has it) `ScopeSpans` with its
+    /// scope.
+    fn write_head(&mut self, spans: usize, any: bool) {
+        let scope_spans_len =
+            nested_len(1, self.scope.len()) + spans + string_field_len(3, &self.scope_schema);
         let resource_spans_len = nested_len(1, self.resource.len())
             + if any {
                 nested_len(2, scope_spans_len)
@@ -111,19 +134,34 @@ impl TraceEncoder {
                 0
             }
             + string_field_len(3, &self.resource_schema);
-        let mut out = Vec::with_capacity(nested_len(1, resource_spans_len));
-        len_field(1, resource_spans_len, &mut out);
-        len_field(1, self.resource.len(), &mut out);
-        out.extend_from_slice(&self.resource);
+        let head = &mut self.head;
+        head.clear();
+        len_field(1, resource_spans_len, head);
+        len_field(1, self.resource.len(), head);
+        head.extend_from_slice(&self.resource);
         if any {
-            len_field(2, scope_spans_len, &mut out);
-            len_field(1, self.scope.len(), &mut out);
-            out.extend_from_slice(&self.scope);
-            out.extend_from_slice(&self.spans);
-            string_field(3, &self.scope_schema, &mut out);
+            len_field(2, scope_spans_len, head);
+            len_field(1, self.scope.len(), head);
+            head.extend_from_slice(&self.scope);
         }
-        string_field(3, &self.resource_schema, &mut out);
-        out
+    }
+}
+
+/// The longest varint (a `u64`).
+const MAX_VARINT: usize = 10;
+
+/// Write the length of the body after `out[at..at + 2]` into those two
+/// bytes; a length that takes one byte or more than two moves the body
+/// (short spans without attributes, or very long ones: rare).
+fn put_len(out: &mut Vec<u8>, at: usize) {
+    let len = out.len() - at - 2;
+    if (0x80..0x4000).contains(&len) {
+        out[at] = (len as u8) | 0x80;
+        out[at + 1] = (len >> 7) as u8;
+    } else {
+        let mut v = Vec::with_capacity(MAX_VARINT);
+        varint(len as u64, &mut v);
+        out.splice(at..at + 2, v);
     }
 }
 
@@ -551,7 +589,7 @@ mod tests {
             let one = std::slice::from_ref(one);
             let want = stock(one, &scope, 128, &r);
             let ours = enc.encode(one);
-            let decoded = ExportTraceServiceRequest::decode(ours.as_slice())
+            let decoded = ExportTraceServiceRequest::decode(ours.clone())
                 .unwrap_or_else(|e| panic!("record {i} does not decode: {e}"));
             assert_eq!(decoded, want, "record {i} decodes to another span");
             assert_eq!(ours, want.encode_to_vec(), "record {i}: bytes differ");
@@ -579,7 +617,7 @@ mod tests {
         let records = records();
         let mut enc = encoder(&scope(), 128, &resource());
         let bytes = enc.encode(&records);
-        let req = ExportTraceServiceRequest::decode(bytes.as_slice()).expect("decodes");
+        let req = ExportTraceServiceRequest::decode(bytes.clone()).expect("decodes");
         let rs = &req.resource_spans[0];
         assert_eq!(rs.scope_spans.len(), 1, "one scope for every span");
         let got = &rs.scope_spans[0];
@@ -641,5 +679,19 @@ mod tests {
                 .iter()
                 .any(|r| r.head().start.context.trace_state() != &TraceState::default())
         );
+    }
+
+    #[test]
+    fn a_span_length_of_any_size_is_the_shortest_varint_before_its_body() {
+        for len in [0, 1, 0x7f, 0x80, 0x3fff, 0x4000, 70_000] {
+            let body: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let mut out = vec![0xaa, 0, 0];
+            out.extend_from_slice(&body);
+            put_len(&mut out, 1);
+            let mut want = vec![0xaa];
+            prost::encoding::encode_varint(len as u64, &mut want);
+            want.extend_from_slice(&body);
+            assert_eq!(out, want, "length {len}");
+        }
     }
 }
