@@ -40,11 +40,16 @@ mod tap;
 pub use conn::Io as UpstreamIo;
 pub use conn::Shard;
 
-/// How long a request waited for an upstream connection or HTTP/2 stream
-/// slot before it could be sent (opening a connection included). Set on
-/// every response `Client::send` returns, as a response extension.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolWait(pub Duration);
+/// A response head `Client::send` got, and how long the request waited
+/// for an upstream connection or HTTP/2 stream slot before it could be
+/// sent (opening a connection included).
+#[derive(Debug)]
+pub struct Sent {
+    /// The response, its body still to come.
+    pub response: Response<ResponseBody>,
+    /// Time from `send` until the request went on a connection.
+    pub pool_wait: Duration,
+}
 
 /// Pool figures for one upstream destination (summed over serving threads).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -386,8 +391,10 @@ impl Client {
         self.send(
             Request::from_parts(parts, Replay::full(body)),
             Shard::default(),
+            Http2Mode::default(),
         )
         .await
+        .map(|sent| sent.response)
     }
 
     /// Send `req` and wait for the response head. Request bytes are never
@@ -396,13 +403,14 @@ impl Client {
     /// hyper re-sends only requests that never left, and an HTTP/2 stream
     /// the server refused unprocessed (REFUSED_STREAM, or above a graceful
     /// GOAWAY's last stream) is sent once more on another connection.
-    /// `routes[].http2` comes as an [`Http2Mode`] request extension.
+    /// `mode` is the route's `routes[].http2`.
     pub async fn send(
         &self,
         req: Request<UpstreamBody>,
         shard: Shard,
-    ) -> Result<Response<ResponseBody>, UpstreamError> {
-        let fut = self.exchange(req, shard);
+        mode: Http2Mode,
+    ) -> Result<Sent, UpstreamError> {
+        let fut = self.exchange(req, shard, mode);
         match self.head_timeout {
             Some(limit) => tokio::time::timeout(limit, fut).await.map_err(|_| {
                 UpstreamError::Timeout("no response head within upstream.idle_timeout")
@@ -429,17 +437,13 @@ impl Client {
         &self,
         mut req: Request<UpstreamBody>,
         shard: Shard,
-    ) -> Result<Response<ResponseBody>, UpstreamError> {
+        mode: Http2Mode,
+    ) -> Result<Sent, UpstreamError> {
         #[allow(
             clippy::disallowed_methods,
-            reason = "pool wait (`tokentap.upstream.pool.wait`) is timed where the wait happens, before meter sees the request; handed to meter as `PoolWait`"
+            reason = "pool wait (`tokentap.upstream.pool.wait`) is timed where the wait happens, before meter sees the request; handed to meter with the response (`Sent::pool_wait`)"
         )]
         let asked = Instant::now();
-        let mode = req
-            .extensions()
-            .get::<Http2Mode>()
-            .copied()
-            .unwrap_or_default();
         let uri = req.uri().clone();
         let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
             return Err(UpstreamError::Protocol(format!(
@@ -454,22 +458,20 @@ impl Client {
         let mut refused_retry = true;
         loop {
             let conn = self.connection(&key, &uri, mode, &mut fresh_tries).await?;
-            let waited = PoolWait(asked.elapsed());
+            let pool_wait = asked.elapsed();
             let unsent = match conn {
                 Conn::H2(mut lease) => {
                     // Kept only while a retry is still possible: cheap (the
                     // body's chunks are reference-counted), and only for a
                     // body read completely.
-                    let copy = if refused_retry {
-                        try_clone(&req, mode)
-                    } else {
-                        None
-                    };
+                    let copy = if refused_retry { try_clone(&req) } else { None };
                     match lease.sender().try_send_request(req).await {
                         Ok(res) => {
-                            let mut res = res.map(|body| ResponseBody::Shared(body, lease));
-                            res.extensions_mut().insert(waited);
-                            return Ok(res);
+                            let response = res.map(|body| ResponseBody::Shared(body, lease));
+                            return Ok(Sent {
+                                response,
+                                pool_wait,
+                            });
                         }
                         Err(mut e) => match e.take_message() {
                             Some(back) => back,
@@ -495,9 +497,11 @@ impl Client {
                         Ok((res, h1)) => {
                             let pool = self.h1.clone();
                             let driven = |body| conn::Driven::new(body, h1, pool, key);
-                            let mut res = res.map(|body| ResponseBody::Driven(driven(body)));
-                            res.extensions_mut().insert(waited);
-                            return Ok(res);
+                            let response = res.map(|body| ResponseBody::Driven(driven(body)));
+                            return Ok(Sent {
+                                response,
+                                pool_wait,
+                            });
                         }
                         Err(conn::SendError::Unsent(mut back)) => {
                             // As it came: the next connection may speak HTTP/2.
@@ -686,14 +690,13 @@ fn h2_builder(
 
 /// A copy of `req` to send again if the server refuses it unprocessed;
 /// `None` when its body is still partly with the client.
-fn try_clone(req: &Request<UpstreamBody>, mode: Http2Mode) -> Option<Request<UpstreamBody>> {
+fn try_clone(req: &Request<UpstreamBody>) -> Option<Request<UpstreamBody>> {
     let body = req.body().try_clone()?;
     let mut copy = Request::new(body);
     *copy.method_mut() = req.method().clone();
     *copy.uri_mut() = req.uri().clone();
     *copy.version_mut() = req.version();
     *copy.headers_mut() = req.headers().clone();
-    copy.extensions_mut().insert(mode);
     Some(copy)
 }
 

@@ -167,8 +167,15 @@ async fn forward(
     let client_version = parts.version;
     let (upstream_req, mut prepared) = prepare(state, &admitted, parts, read)?;
     prepared.meter.on_send();
-    let res = match state.client.send(upstream_req, shard).await {
-        Ok(res) => res,
+    let res = match state
+        .client
+        .send(upstream_req, shard, admitted.route.http2)
+        .await
+    {
+        Ok(sent) => {
+            prepared.meter.on_pool_wait(sent.pool_wait);
+            sent.response
+        }
         Err(e) => {
             let mut meter = prepared.meter;
             if let upstream::UpstreamError::QueueTimeout(waited) = e {
@@ -401,7 +408,6 @@ fn prepare(
     telemetry.inject(&mut parts.headers);
     parts.uri = admitted.upstream_uri.clone();
     parts.version = Version::HTTP_11;
-    parts.extensions.insert(admitted.route.http2);
     let stream = facts.stream;
     let mut meter = Meter::new(facts, Box::new(telemetry));
     // Streams that will carry no usage get their tokens counted afterwards.
@@ -475,9 +481,6 @@ fn take_head(
         injected,
     } = prepared;
     let (mut head, body) = res.into_parts();
-    if let Some(upstream::PoolWait(waited)) = head.extensions.remove() {
-        meter.on_pool_wait(waited);
-    }
     let content_type = head
         .headers
         .get(header::CONTENT_TYPE)
