@@ -9,10 +9,9 @@
 //! measurement straight to the wire through the same `AttributeSink`
 //! functions that build the SDK form, into the request's buffer in place
 //! (its length is filled in after it); the resource and the scope are
-//! encoded once and kept. The bytes
-//! are what prost writes for the stock conversion of the same span (fields
-//! in number order, proto3 defaults left out), which the tests check byte
-//! for byte.
+//! encoded once and kept. The bytes are what prost writes for the stock
+//! conversion of the same span (fields in number order, proto3 defaults
+//! left out), which the tests check byte for byte.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -96,8 +95,8 @@ impl TraceEncoder {
     /// then the head is written into the end of its room and the bytes
     /// start there.
     pub(super) fn encode(&mut self, records: &[SpanRecord]) -> Bytes {
-        // Two length-delimited keys are one byte each (fields 1 and 2).
-        let room = 4 * MAX_VARINT + self.resource.len() + self.scope.len();
+        // Four one-byte keys (fields 1 and 2) and four lengths.
+        let room = 4 * (1 + MAX_VARINT) + self.resource.len() + self.scope.len();
         let mut out = Vec::with_capacity(self.last_len.max(room));
         out.resize(room, 0);
         for r in records {
