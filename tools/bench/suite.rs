@@ -880,6 +880,29 @@ fn stat(mut v: Vec<f64>) -> Option<(f64, f64)> {
     Some((m, spread))
 }
 
+/// `value` of `target`'s runs of `workload` over that of `base` in the
+/// same round: median and spread. Rounds share the machine's load, so a
+/// ratio within a round moves less than either figure across rounds.
+fn same_round_ratio(
+    runs: &[Run],
+    workload: &str,
+    target: &str,
+    base: &str,
+    value: &dyn Fn(&Run) -> Option<f64>,
+) -> Option<(f64, f64)> {
+    let of = |t: &str, round: usize| {
+        runs.iter()
+            .find(|r| r.workload == workload && r.target == t && r.round == round)
+            .and_then(value)
+    };
+    let ratios: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.workload == workload && r.target == target)
+        .filter_map(|r| Some(value(r)? / of(base, r.round).filter(|&b| b > 0.0)?))
+        .collect();
+    stat(ratios)
+}
+
 fn fmt(v: Option<(f64, f64)>, digits: usize, suffix: &str) -> String {
     match v {
         Some((m, s)) if s > 0.0 => format!("{m:.digits$}{suffix} ±{s:.0}%"),
@@ -976,6 +999,28 @@ fn report(
     row("proxy CPU per 100-token stream, c64 (ms)", &|p| {
         fmt(own("stream_c64", p, &cpu), 4, "")
     });
+    if proxies.contains(&"nginx") {
+        for (wl, label) in [
+            (
+                "nonstream_c16",
+                "proxy CPU per request vs nginx's in the same round, non-streaming c16",
+            ),
+            (
+                "stream_c64",
+                "proxy CPU per stream vs nginx's in the same round, c64",
+            ),
+            (
+                "paced_c64",
+                "proxy CPU per stream vs nginx's in the same round, 10 ms/token c64",
+            ),
+        ] {
+            if runs.iter().any(|r| r.workload == wl) {
+                row(label, &|p| {
+                    fmt(same_round_ratio(runs, wl, p, "nginx", &cpu), 2, "×")
+                });
+            }
+        }
+    }
     let rss = |r: &Run| r.peak_rss_mib;
     // Round 1 runs before any c1000 run: later rounds start from the RSS
     // the allocator kept from it (shown in the next row).
@@ -1063,4 +1108,48 @@ fn report(
     }
     let _ = writeln!(s, "\n{sink_note}.");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(round: usize, workload: &'static str, target: &'static str, cpu: f64) -> Run {
+        Run {
+            round,
+            workload,
+            target,
+            load: Report::default(),
+            cpu_ms: None,
+            cpu_per_req_ms: Some(cpu),
+            peak_rss_mib: None,
+        }
+    }
+
+    #[test]
+    fn same_round_ratios_pair_each_round_with_its_own_base() {
+        let runs = [
+            run(1, "w", "nginx", 1.0),
+            run(1, "w", "tokentap", 1.5),
+            run(2, "w", "nginx", 2.0),
+            run(2, "w", "tokentap", 2.4),
+            run(3, "w", "nginx", 1.0),
+            run(3, "w", "tokentap", 1.4),
+            run(3, "other", "nginx", 9.0),
+            // No base in round 4: left out, not divided by another round's.
+            run(4, "w", "tokentap", 9.0),
+        ];
+        let cpu = |r: &Run| r.cpu_per_req_ms;
+        let (median, spread) =
+            same_round_ratio(&runs, "w", "tokentap", "nginx", &cpu).expect("three rounds");
+        assert!(
+            (median - 1.4).abs() < 1e-9,
+            "ratios 1.5, 1.2, 1.4: {median}"
+        );
+        assert!(
+            (spread - (1.5 - 1.2) / 1.4 * 100.0).abs() < 1e-9,
+            "{spread}"
+        );
+        assert_eq!(same_round_ratio(&runs, "w", "envoy", "nginx", &cpu), None);
+    }
 }
