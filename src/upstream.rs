@@ -918,17 +918,22 @@ mod tests {
         assert_eq!(req.headers()[header::HOST], "kept");
     }
 
+    fn head(fields: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for &(k, v) in fields {
+            h.append(k, v.parse().expect("hv"));
+        }
+        h
+    }
+
     #[test]
     fn a_head_without_hop_by_hop_headers_is_left_as_it_was() {
-        let mut h = HeaderMap::new();
-        for (k, v) in [
+        let mut h = head(&[
             ("content-type", "application/json"),
             ("x-a", "1"),
             ("x-a", "2"),
             ("authorization", "Bearer k"),
-        ] {
-            h.append(k, v.parse().expect("hv"));
-        }
+        ]);
         let before = h.clone();
         strip_hop_by_hop(&mut h);
         assert_eq!(h, before);
@@ -939,8 +944,7 @@ mod tests {
 
     #[test]
     fn strips_hop_by_hop_and_connection_named_headers() {
-        let mut h = HeaderMap::new();
-        for (k, v) in [
+        let mut h = head(&[
             ("connection", "keep-alive, X-Custom-Hop"),
             ("keep-alive", "timeout=5"),
             ("x-custom-hop", "1"),
@@ -951,9 +955,7 @@ mod tests {
             ("content-type", "application/json"),
             ("content-length", "10"),
             ("authorization", "Bearer k"),
-        ] {
-            h.append(k, v.parse().expect("hv"));
-        }
+        ]);
         strip_hop_by_hop(&mut h);
         let mut left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
         left.sort_unstable();

@@ -20,7 +20,7 @@ pub(crate) type FxMap<K, V> = HashMap<K, V, FxSeededState>;
 pub(crate) type FxSet<K> = HashSet<K, FxSeededState>;
 
 /// A hasher seeded from the process's random state.
-pub(crate) fn seeded() -> FxSeededState {
+fn seeded() -> FxSeededState {
     let seed = std::collections::hash_map::RandomState::new().hash_one(0u8);
     FxSeededState::with_seed(seed as usize)
 }

@@ -880,27 +880,26 @@ fn stat(mut v: Vec<f64>) -> Option<(f64, f64)> {
     Some((m, spread))
 }
 
-/// `value` of `target`'s runs of `workload` over that of `base` in the
-/// same round: median and spread. Rounds share the machine's load, so a
-/// ratio within a round moves less than either figure across rounds.
-fn same_round_ratio(
+/// `f(run, base run)` for each of `target`'s runs of `workload`, paired
+/// with `base`'s run of the same round (a round without one is left out);
+/// then median and spread.
+fn per_round(
     runs: &[Run],
     workload: &str,
     target: &str,
     base: &str,
-    value: &dyn Fn(&Run) -> Option<f64>,
+    f: &dyn Fn(&Run, &Run) -> Option<f64>,
 ) -> Option<(f64, f64)> {
-    let of = |t: &str, round: usize| {
+    let in_round = |t: &str, round: usize| {
         runs.iter()
             .find(|r| r.workload == workload && r.target == t && r.round == round)
-            .and_then(value)
     };
-    let ratios: Vec<f64> = runs
+    let v: Vec<f64> = runs
         .iter()
         .filter(|r| r.workload == workload && r.target == target)
-        .filter_map(|r| Some(value(r)? / of(base, r.round).filter(|&b| b > 0.0)?))
+        .filter_map(|r| f(r, in_round(base, r.round)?))
         .collect();
-    stat(ratios)
+    stat(v)
 }
 
 fn fmt(v: Option<(f64, f64)>, digits: usize, suffix: &str) -> String {
@@ -931,16 +930,7 @@ fn report(
     };
     // Per round, `f(proxy run, direct run)`; then median and spread.
     let paired = |wl: &str, t: &str, f: &dyn Fn(&Run, &Run) -> Option<f64>| {
-        let v: Vec<f64> = find(wl, t)
-            .iter()
-            .filter_map(|r| {
-                let d = runs
-                    .iter()
-                    .find(|d| d.workload == wl && d.target == "direct" && d.round == r.round)?;
-                f(r, d)
-            })
-            .collect();
-        stat(v)
+        per_round(runs, wl, t, "direct", f)
     };
     let own = |wl: &str, t: &str, f: &dyn Fn(&Run) -> Option<f64>| {
         stat(find(wl, t).iter().filter_map(|r| f(r)).collect())
@@ -999,6 +989,10 @@ fn report(
     row("proxy CPU per 100-token stream, c64 (ms)", &|p| {
         fmt(own("stream_c64", p, &cpu), 4, "")
     });
+    // Rounds share the machine's load, so a ratio within a round moves
+    // less than either figure across rounds.
+    let cpu_ratio =
+        |r: &Run, base: &Run| Some(r.cpu_per_req_ms? / base.cpu_per_req_ms.filter(|&c| c > 0.0)?);
     if proxies.contains(&"nginx") {
         for (wl, label) in [
             (
@@ -1016,7 +1010,7 @@ fn report(
         ] {
             if runs.iter().any(|r| r.workload == wl) {
                 row(label, &|p| {
-                    fmt(same_round_ratio(runs, wl, p, "nginx", &cpu), 2, "×")
+                    fmt(per_round(runs, wl, p, "nginx", &cpu_ratio), 2, "×")
                 });
             }
         }
@@ -1139,9 +1133,9 @@ mod tests {
             // No base in round 4: left out, not divided by another round's.
             run(4, "w", "tokentap", 9.0),
         ];
-        let cpu = |r: &Run| r.cpu_per_req_ms;
+        let ratio = |r: &Run, base: &Run| Some(r.cpu_per_req_ms? / base.cpu_per_req_ms?);
         let (median, spread) =
-            same_round_ratio(&runs, "w", "tokentap", "nginx", &cpu).expect("three rounds");
+            per_round(&runs, "w", "tokentap", "nginx", &ratio).expect("three rounds");
         assert!(
             (median - 1.4).abs() < 1e-9,
             "ratios 1.5, 1.2, 1.4: {median}"
@@ -1150,6 +1144,6 @@ mod tests {
             (spread - (1.5 - 1.2) / 1.4 * 100.0).abs() < 1e-9,
             "{spread}"
         );
-        assert_eq!(same_round_ratio(&runs, "w", "envoy", "nginx", &cpu), None);
+        assert_eq!(per_round(&runs, "w", "envoy", "nginx", &ratio), None);
     }
 }
