@@ -162,6 +162,7 @@ fn facts(provider: ProviderKind, operation: Operation) -> RequestFacts {
         request_model: Some("gpt-4o-mini".into()),
         stream: true,
         tenant: Some("key-0123456789ab".into()),
+        session: None,
         server_address: Arc::from("127.0.0.1"),
         server_port: 9090,
         request_body: RequestBody::Sniffed,

@@ -145,6 +145,9 @@ pub struct RequestFacts {
     pub stream: bool,
     /// Tenant the request is attributed to, when configured and present.
     pub tenant: Option<String>,
+    /// Agent session the request belongs to (`gen_ai.conversation.id`),
+    /// when a session source found one. Never a metric label.
+    pub session: Option<Arc<str>>,
     /// Upstream host and port (`server.address`, `server.port`).
     pub server_address: Arc<str>,
     /// Upstream port (`server.port`).
@@ -285,6 +288,49 @@ pub struct Measurement {
     /// Input and output tokens by modality (text, audio), where the
     /// provider reports them (realtime sessions); all `None` otherwise.
     pub modalities: ModalityTokens,
+    /// Tool calls the model asked the client to run, and tools the
+    /// provider ran itself (and bills).
+    pub tools: ToolUse,
+}
+
+/// The tools one response used.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolUse {
+    /// Client tool calls (OpenAI `tool_calls`/`function_call`, Responses
+    /// `function_call` items, Anthropic `tool_use`, Gemini `functionCall`,
+    /// Bedrock `toolUse`, Ollama and Cohere tool calls).
+    pub client_calls: u32,
+    /// The client tools' names, in order of first call, each once.
+    pub names: Vec<Arc<str>>,
+    /// Provider-run (server) tools, which the provider bills per call.
+    pub server: ServerTools,
+}
+
+/// Calls of provider-run tools in one response.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerTools {
+    /// Web searches (Anthropic `web_search_requests`, OpenAI
+    /// `web_search_call`).
+    pub web_search: u32,
+    /// Web fetches (Anthropic `web_fetch_requests`).
+    pub web_fetch: u32,
+    /// OpenAI `file_search_call` items.
+    pub file_search: u32,
+    /// OpenAI `code_interpreter_call` items.
+    pub code_interpreter: u32,
+    /// Gemini grounding (Google Search) queries.
+    pub grounding: u32,
+}
+
+impl ServerTools {
+    /// All server-tool calls together.
+    pub fn total(&self) -> u32 {
+        self.web_search
+            .saturating_add(self.web_fetch)
+            .saturating_add(self.file_search)
+            .saturating_add(self.code_interpreter)
+            .saturating_add(self.grounding)
+    }
 }
 
 /// Token counts split by modality, as realtime APIs report them (OpenAI

@@ -169,6 +169,7 @@ fn facts(model: usize, tenant: usize) -> RequestFacts {
         request_model: Some(format!("abuse-model-{model}")),
         stream: true,
         tenant: Some(format!("abuse-tenant-{tenant}")),
+        session: None,
         server_address: Arc::from("api.openai.com"),
         server_port: 443,
         request_body: RequestBody::Sniffed,
@@ -210,6 +211,7 @@ fn measurement(request: RequestFacts) -> Measurement {
         pool_wait: None,
         request_overhead: None,
         modalities: Default::default(),
+        tools: Default::default(),
     }
 }
 

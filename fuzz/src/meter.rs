@@ -113,6 +113,7 @@ pub fn meter(plan: &Plan, encoding: Option<&str>, pieces: &[&[u8]]) -> Measureme
         request_model: None,
         stream: plan.stream,
         tenant: None,
+        session: None,
         server_address: Arc::from("127.0.0.1"),
         server_port: 9,
         request_body: RequestBody::Sniffed,

@@ -504,6 +504,7 @@ impl Meter {
             pool_wait: self.pool_wait,
             request_overhead: self.request_overhead,
             modalities: super::ModalityTokens::default(),
+            tools: Default::default(),
         };
         let needs_counting = m.usage.output.is_none() || m.usage.input.is_none();
         match (self.plan.take(), text) {
@@ -931,6 +932,7 @@ mod tests {
             request_model: Some("m".into()),
             stream,
             tenant: None,
+            session: None,
             server_address: Arc::from("127.0.0.1"),
             server_port: 80,
             request_body: RequestBody::Sniffed,

@@ -396,6 +396,7 @@ impl SessionMeter {
             // Nothing is forwarded per response: the relay's cost is the session's.
             request_overhead: None,
             modalities: r.modalities,
+            tools: Default::default(),
             time_to_first_byte: since(r.first),
             time_to_first_token: since(r.first),
             time_to_last_token: since(r.last),
@@ -450,6 +451,7 @@ mod tests {
             request_model: Some("gpt-realtime".into()),
             stream: false,
             tenant: None,
+            session: None,
             server_address: "upstream".into(),
             server_port: 443,
             request_body: crate::meter::RequestBody::Empty,

@@ -83,6 +83,7 @@ pub(super) fn facts(model: Option<&str>, tenant: Option<&str>, stream: bool) -> 
         request_model: model.map(str::to_owned),
         stream,
         tenant: tenant.map(str::to_owned),
+        session: None,
         server_address: Arc::from("api.openai.com"),
         server_port: 443,
         request_body: RequestBody::Sniffed,
@@ -131,6 +132,7 @@ pub(super) fn measurement(request: RequestFacts) -> Measurement {
         pool_wait: None,
         request_overhead: None,
         modalities: Default::default(),
+        tools: Default::default(),
     }
 }
 
