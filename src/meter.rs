@@ -35,7 +35,8 @@ pub enum Outcome {
     /// no terminal event (the terminal may have been among them).
     Malformed,
     /// A streamed body ended cleanly (no break, no error) without its
-    /// protocol's terminal event (`[DONE]`, `message_stop`, `finishReason`,
+    /// protocol's terminal event (an OpenAI choice's `finish_reason`, which
+    /// `[DONE]` alone does not replace, `message_stop`, `finishReason`,
     /// `messageStop`, `response.completed`, `done: true`, …), including a
     /// 200 whose streamed body was empty.
     Incomplete,

@@ -576,8 +576,9 @@ pub enum Event<'a> {
     /// Timings the server reported about its own work; later reports
     /// overwrite earlier ones field by field.
     UpstreamTiming(UpstreamTiming),
-    /// The provider's explicit end-of-stream marker (`[DONE]`, `message_stop`,
-    /// `response.completed`).
+    /// The provider's explicit end-of-answer marker (an OpenAI chunk's
+    /// `finish_reason`, `message_stop`, `response.completed`; `[DONE]`
+    /// alone is not one).
     Done,
 }
 
@@ -877,8 +878,8 @@ pub(crate) mod tests {
         pub finish: Vec<String>,
         pub errors: Vec<String>,
         /// 1 once a terminal event (`Event::Done`) was seen: the meter
-        /// asks only whether (OpenAI sends one at `finish_reason` and one
-        /// at `[DONE]`).
+        /// asks only whether (OpenAI sends one per chunk with a
+        /// `finish_reason`).
         pub done: u32,
         /// Server timings merged field by field.
         pub timing: UpstreamTiming,
@@ -1221,7 +1222,7 @@ pub(crate) mod tests {
             &[
                 b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
                 b"data: {\"choices\": [\n\n",
-                b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}}]}\n\n",
+                b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"},\"finish_reason\":\"stop\"}]}\n\n",
                 b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n",
                 b"data: [DONE]\n\n",
             ],

@@ -247,8 +247,12 @@ fn reasoning_sse(model: &str) -> support::upstream::Reply {
             .send(chunk(&format!(r#"{{"content":"tok{i} "}}"#)))
             .sleep(Duration::from_millis(5));
     }
-    // DeepSeek ends with a usage chunk (reasoning tokens inside the output).
+    // DeepSeek ends with a finish chunk and a usage chunk (reasoning
+    // tokens inside the output).
     r.send(format!(
+        "data: {{\"id\":\"c\",\"model\":\"{model}\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\n"
+    ))
+    .send(format!(
         "data: {{\"id\":\"c\",\"model\":\"{model}\",\"choices\":[],\"usage\":{{\"prompt_tokens\":40,\"completion_tokens\":11,\"completion_tokens_details\":{{\"reasoning_tokens\":3}}}}}}\n\n"
     ))
     .send("data: [DONE]\n\n")

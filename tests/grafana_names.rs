@@ -541,7 +541,7 @@ async fn dashboard_and_rules_name_only_exported_metrics() {
                 "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n",
             )
             .sleep(Duration::from_millis(5))
-            .send("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"),
+            .send("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"),
         _ => script::openai_chat_sse(&quick),
     })
     .await;

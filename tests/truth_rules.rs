@@ -246,6 +246,109 @@ async fn an_empty_streamed_200_is_incomplete() {
     span.assert_outcome("incomplete", "missing_terminal_event");
 }
 
+/// One OpenAI-compatible stream, recorded whole.
+struct Compatible {
+    provider: &'static str,
+    path: &'static str,
+    fixture: &'static [u8],
+}
+
+/// Every OpenAI-compatible path whose streams end on a choice's
+/// `finish_reason`: chat and legacy completions, Azure deployments, vLLM
+/// (usage in every chunk) and llama.cpp (which sends `[DONE]` without a
+/// finish reason when another request preempts the running one).
+fn compatible() -> Vec<Compatible> {
+    vec![
+        Compatible {
+            provider: "openai",
+            path: "/v1/chat/completions",
+            fixture: include_bytes!("fixtures/openai/chat_stream_usage.sse"),
+        },
+        Compatible {
+            provider: "openai",
+            path: "/v1/completions",
+            fixture: include_bytes!("fixtures/openai/completions_stream.sse"),
+        },
+        Compatible {
+            provider: "azure",
+            path: "/openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21",
+            fixture: include_bytes!("fixtures/azure/chat_stream_usage.sse"),
+        },
+        Compatible {
+            provider: "vllm",
+            path: "/v1/chat/completions",
+            fixture: include_bytes!("fixtures/vllm/chat_stream_continuous_usage.sse"),
+        },
+        Compatible {
+            provider: "llamacpp",
+            path: "/v1/chat/completions",
+            fixture: include_bytes!("fixtures/llamacpp/chat_stream_timings.sse"),
+        },
+    ]
+}
+
+/// Whether an SSE event carries a non-null `finish_reason`.
+fn has_finish_reason(event: &[u8]) -> bool {
+    let needle = b"\"finish_reason\":\"";
+    event.windows(needle.len()).any(|w| w == needle)
+}
+
+#[tokio::test]
+async fn an_openai_style_stream_without_a_finish_reason_is_incomplete_on_done_and_at_eof() {
+    // A model without an offline tokenizer: the streams left without
+    // usage are not held up by loading one.
+    let body = r#"{"model":"scripted-model","stream":true,"prompt":"hi","messages":[{"role":"user","content":"hi"}]}"#;
+    for c in compatible() {
+        let whole = sse_frames(c.fixture);
+        assert!(
+            whole.iter().any(|e| has_finish_reason(e)),
+            "{} {}: the fixture has a finish reason to take away",
+            c.provider,
+            c.path
+        );
+        let span = run(
+            c.provider,
+            reply("text/event-stream", whole.clone()),
+            c.path,
+            body,
+        )
+        .await;
+        assert_eq!(
+            span.str(OUTCOME),
+            "complete",
+            "{} {}: the recorded stream as it is: {:#?}",
+            c.provider,
+            c.path,
+            span.attrs
+        );
+        let unfinished: Vec<Vec<u8>> = whole
+            .into_iter()
+            .filter(|e| !has_finish_reason(e))
+            .collect();
+        assert!(
+            unfinished.iter().any(|e| e.starts_with(b"data: [DONE]")),
+            "{}: `[DONE]` is still sent",
+            c.path
+        );
+        let at_eof: Vec<Vec<u8>> = unfinished
+            .iter()
+            .filter(|e| !e.starts_with(b"data: [DONE]"))
+            .cloned()
+            .collect();
+        for (end, frames) in [("[DONE]", unfinished), ("EOF", at_eof)] {
+            let span = run(c.provider, reply("text/event-stream", frames), c.path, body).await;
+            assert_eq!(
+                (span.str(OUTCOME), span.str(ERROR_TYPE)),
+                ("incomplete", "missing_terminal_event"),
+                "{} {}: no choice said why it stopped, stream ended at {end}; attributes {:#?}",
+                c.provider,
+                c.path,
+                span.attrs
+            );
+        }
+    }
+}
+
 /// Every `tokentap_outcome=~"…"` error selector in `text` (JSON-escaped
 /// quotes included), as sets of outcomes.
 fn error_selectors(text: &str) -> Vec<std::collections::BTreeSet<String>> {

@@ -948,7 +948,8 @@ mod tests {
         ))
     }
 
-    const USAGE: &str = "data: {\"id\":\"c\",\"model\":\"m-1\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":42,\"total_tokens\":49}}\n\ndata: [DONE]\n\n";
+    /// The finish chunk, the usage chunk and `[DONE]`, as a stream ends.
+    const USAGE: &str = "data: {\"id\":\"c\",\"model\":\"m-1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: {\"id\":\"c\",\"model\":\"m-1\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":42,\"total_tokens\":49}}\n\ndata: [DONE]\n\n";
 
     fn metered(
         stream: bool,

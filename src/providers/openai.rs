@@ -73,7 +73,11 @@ impl OpenaiAdapter {
                 if data.is_empty() {
                     Ok(())
                 } else if data == b"[DONE]" {
-                    out(Event::Done);
+                    // `[DONE]` ends the stream, not the answer: a stream
+                    // whose choices never said why they stopped was cut
+                    // short (llama.cpp sends `[DONE]` when another request
+                    // preempts the running one), so only a `finish_reason`
+                    // is the terminal event.
                     Ok(())
                 } else if let Some(chunk) = self.scan.then(|| ChatChunk::scan(data)).flatten() {
                     self.on_chat_chunk(&chunk, out);
@@ -169,9 +173,9 @@ impl OpenaiAdapter {
             for reason in &choices.finish {
                 out(Event::FinishReason(reason.as_str()));
             }
-            // In a stream, a finish reason ends generation as `[DONE]` ends
-            // the stream: either is the terminal event (some compatible
-            // servers send no `[DONE]`).
+            // In a stream, a finish reason is the terminal event (some
+            // compatible servers send no `[DONE]`, and `[DONE]` alone does
+            // not say the answer finished).
             if !whole && !choices.finish.is_empty() {
                 out(Event::Done);
             }
@@ -1442,9 +1446,19 @@ mod tests {
     }
 
     #[test]
-    fn usage_null_is_ignored_and_done_is_reported() {
+    fn usage_null_is_ignored_and_done_alone_is_no_terminal_event() {
         let s = sse(&[r#"{"choices":[],"usage":null}"#, " [DONE] "]).expect("valid");
-        assert_eq!((s.usage, s.done), (Usage::default(), 1));
+        assert_eq!(
+            (s.usage, s.done),
+            (Usage::default(), 0),
+            "`[DONE]` without any finish_reason: the answer was cut short"
+        );
+        let s = sse(&[
+            r#"{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"length"}]}"#,
+            "[DONE]",
+        ])
+        .expect("valid");
+        assert_eq!(s.done, 1, "a finish_reason is the terminal event");
     }
 
     #[test]

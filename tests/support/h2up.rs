@@ -143,7 +143,8 @@ async fn serve(mut respond: h2::server::SendResponse<Bytes>, plan: Plan, seen: &
                     return;
                 }
             }
-            let _ = s.send_data(Bytes::from_static(b"data: [DONE]\n\n"), true);
+            let end = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+            let _ = s.send_data(Bytes::from_static(end.as_bytes()), true);
         }
         Plan::Large { bytes } => {
             let Ok(mut s) = respond.send_response(head("application/octet-stream"), false) else {

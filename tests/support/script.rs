@@ -174,12 +174,15 @@ pub(crate) fn openai_midstream_error(spec: &StreamSpec, after: usize) -> Reply {
 }
 
 /// An OpenAI stream whose chunk after `after` tokens is not valid JSON; the
-/// stream then finishes normally.
+/// stream then finishes normally (a finish chunk, then `[DONE]`).
 pub(crate) fn openai_malformed_after(spec: &StreamSpec, after: usize) -> Reply {
     let mut r = sse_reply();
     r.steps = openai_steps(spec, Some(after));
     r.steps.push(Step::Send(
         "data: {\"id\":\"chatcmpl-scripted\",\"choices\":[{\"delta\":{\"content\":\"x\"\n\n".into(),
+    ));
+    r.steps.push(Step::Send(
+        sse_data(&openai_chunk(&spec.model, json!({}), Some("stop"))).into(),
     ));
     r.steps.push(Step::Send("data: [DONE]\n\n".into()));
     r
@@ -373,7 +376,8 @@ pub(crate) fn openai_responses_sse(spec: &StreamSpec, fail: bool) -> Reply {
     r.send(end)
 }
 
-/// An OpenAI legacy completions stream with a usage chunk and `[DONE]`.
+/// An OpenAI legacy completions stream with a finish chunk, a usage chunk
+/// and `[DONE]`.
 pub(crate) fn openai_completions_sse(spec: &StreamSpec) -> Reply {
     let m = &spec.model;
     let mut r = sse_reply();
@@ -383,6 +387,9 @@ pub(crate) fn openai_completions_sse(spec: &StreamSpec) -> Reply {
             "model": m, "choices": [{"text": t, "index": 0, "logprobs": null, "finish_reason": null}]});
         r = r.send(sse_data(&c));
     }
+    let finish = json!({"id": "cmpl-scripted", "object": "text_completion", "created": 1_700_000_000,
+        "model": m, "choices": [{"text": "", "index": 0, "logprobs": null, "finish_reason": "length"}]});
+    r = r.send(sse_data(&finish));
     if let Some((i, o)) = spec.usage {
         let u = json!({"id": "cmpl-scripted", "object": "text_completion", "created": 1_700_000_000,
             "model": m, "choices": [],
