@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use crate::admin::{self, Admin, AdminState, ConfigView, Readiness};
 use crate::config::{Config, ConfigError, RESTART_ONLY, UpstreamConfig};
 use crate::meter::drain::Drains;
+use crate::meter::ledger::Ledger;
 use crate::meter::tokenize::Tokenizer;
 use crate::pricing::{Day, PriceBook, PriceError, When};
 use crate::providers::{ProviderKind, ServiceTier};
@@ -43,6 +44,8 @@ struct State {
     client: Client,
     telemetry: Arc<Telemetry>,
     tokenizer: Arc<Tokenizer>,
+    /// Usage already counted, by response id (kept across reloads).
+    ledger: Arc<Ledger>,
     /// Upstream bodies read on after their client left (drain routes).
     drains: Arc<Drains>,
     /// WebSocket sessions being relayed.
@@ -196,6 +199,7 @@ impl Running {
             client,
             telemetry: current.telemetry.clone(),
             tokenizer: current.tokenizer.clone(),
+            ledger: current.ledger.clone(),
             drains: current.drains.clone(),
             sessions: current.sessions.clone(),
             config,
@@ -406,6 +410,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         client,
         telemetry: telemetry.clone(),
         tokenizer: tokenizer.clone(),
+        ledger: Arc::new(Ledger::new(config.meter.max_counted_ids)),
         config,
     }));
     let pools = Arc::downgrade(&state);

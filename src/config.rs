@@ -372,6 +372,11 @@ pub struct MeterConfig {
     /// Count tokens with the model family's tokenizer (OpenAI encodings,
     /// off the request path) when a stream carries no usage (restart-only).
     pub tokenizer: bool,
+    /// Response ids (stored and background responses) remembered so that
+    /// each one's usage is counted once however often it is streamed,
+    /// resumed or polled; past it the oldest are forgotten (restart-only).
+    #[serde(deserialize_with = "units::at_least_one")]
+    pub max_counted_ids: usize,
 }
 
 impl Default for MeterConfig {
@@ -379,6 +384,7 @@ impl Default for MeterConfig {
         MeterConfig {
             max_frame_bytes: 4 << 20,
             tokenizer: true,
+            max_counted_ids: crate::meter::ledger::DEFAULT_CAP,
         }
     }
 }

@@ -7,6 +7,7 @@
 pub mod body;
 pub mod decompress;
 pub mod drain;
+pub mod ledger;
 pub mod session;
 pub mod tokenize;
 
@@ -292,6 +293,38 @@ pub struct Measurement {
     /// Tool calls the model asked the client to run, and tools the
     /// provider ran itself (and bills).
     pub tools: ToolUse,
+    /// Whether this request's usage counts, for responses whose usage can
+    /// be seen again (stored and background responses, batch result
+    /// files); `None` for every other request, whose usage always counts.
+    pub counted: Option<Counted>,
+}
+
+/// Whether a response's usage was counted by this request. Usage is counted
+/// once per response id (or batch result file) however often it is seen;
+/// `Repeat` and `Withheld` measurements carry no usage, so no counter,
+/// cost or rollup adds it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Counted {
+    /// The final usage was first seen here and is counted here.
+    First,
+    /// Already counted by an earlier request: the usage seen is dropped.
+    Repeat,
+    /// No final usage yet (a queued or running background response, a
+    /// stream the client left while the response goes on): nothing is
+    /// counted, not even an estimate; the request that sees the final
+    /// usage counts it.
+    Withheld,
+}
+
+impl Counted {
+    /// The `tokentap.usage.counted` attribute value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Counted::First => "first",
+            Counted::Repeat => "repeat",
+            Counted::Withheld => "withheld",
+        }
+    }
 }
 
 /// The tools one response used.

@@ -159,6 +159,15 @@ pub enum Operation {
     Completions,
     /// OpenAI `/responses`.
     Responses,
+    /// OpenAI `GET /responses/{id}`: a stored or background response read
+    /// again, whole (a poll) or streamed (`?stream=true`, a resume).
+    FetchResponse,
+    /// OpenAI `POST /responses/{id}/cancel` (a background response).
+    CancelResponse,
+    /// OpenAI `DELETE /responses/{id}`.
+    DeleteResponse,
+    /// OpenAI `GET /responses/{id}/input_items`.
+    ResponseInputItems,
     /// OpenAI `/embeddings`.
     Embeddings,
     /// Anthropic `/messages`.
@@ -219,6 +228,10 @@ impl Operation {
                 "embeddings"
             }
             Operation::GenerateContent | Operation::StreamGenerateContent => "generate_content",
+            Operation::FetchResponse => "fetch_response",
+            Operation::CancelResponse => "cancel_response",
+            Operation::DeleteResponse => "delete_response",
+            Operation::ResponseInputItems => "list_input_items",
         }
     }
 
@@ -230,10 +243,35 @@ impl Operation {
         )
     }
 
+    /// Whether a response to this operation reports usage that may be
+    /// seen again (a stored response read back, a background response
+    /// resumed or polled): its usage is counted once per response id.
+    pub fn reads_stored_response(self) -> bool {
+        matches!(
+            self,
+            Operation::Responses | Operation::FetchResponse | Operation::CancelResponse
+        )
+    }
+
+    /// `from_path` for a request with `method`: `DELETE /responses/{id}`
+    /// deletes what `GET` fetches.
+    pub fn from_request(method: &str, path: &str) -> Option<Operation> {
+        match Operation::from_path(path) {
+            Some(Operation::FetchResponse) if method.eq_ignore_ascii_case("DELETE") => {
+                Some(Operation::DeleteResponse)
+            }
+            op => op,
+        }
+    }
+
     /// Recognise the operation from the request path's last segments (a
-    /// query string is ignored).
+    /// query string is ignored). A path naming one stored response
+    /// (`/responses/{id}`) is read as `GET`'s `FetchResponse`.
     pub fn from_path(path: &str) -> Option<Operation> {
         let path = strip_query(path).trim_end_matches('/');
+        if let Some(op) = stored_response(path) {
+            return Some(op);
+        }
         let mut segments = path.split('/');
         let last = segments.next_back().unwrap_or(path);
         // Bedrock's `/model/{id}/…`: a `model` segment with a `/` on both
@@ -281,6 +319,23 @@ impl Operation {
             .find(|(suffix, _)| path.ends_with(suffix))
             .map(|(_, op)| *op)
     }
+}
+
+/// The operation on one stored OpenAI response: `…/responses/{id}`,
+/// `…/responses/{id}/cancel`, `…/responses/{id}/input_items`.
+fn stored_response(path: &str) -> Option<Operation> {
+    let mut rev = path.rsplit('/');
+    let last = rev.next()?;
+    let before = rev.next()?;
+    if before == "responses" && !last.is_empty() {
+        return Some(Operation::FetchResponse);
+    }
+    let op = match last {
+        "cancel" => Operation::CancelResponse,
+        "input_items" => Operation::ResponseInputItems,
+        _ => return None,
+    };
+    (!before.is_empty() && rev.next()? == "responses").then_some(op)
 }
 
 impl Operation {
@@ -1329,6 +1384,9 @@ pub(crate) mod tests {
             "/v1/chat/completions",
             "/v1/completions",
             "/v1/responses",
+            "/v1/responses/resp_1",
+            "/v1/responses/resp_1/cancel",
+            "/v1/responses/resp_1/input_items",
             "/v1/embeddings",
             "/v1/messages",
             "/v1beta/models/m:generateContent",
@@ -1361,5 +1419,42 @@ pub(crate) mod tests {
                 .count();
             assert_eq!(detected, 1, "{path}: detected by {detected} specs");
         }
+    }
+
+    #[test]
+    fn stored_response_paths_name_their_own_operations() {
+        for (method, path, want) in [
+            ("POST", "/v1/responses", Some(Operation::Responses)),
+            ("GET", "/v1/responses/resp_1", Some(Operation::FetchResponse)),
+            (
+                "GET",
+                "/v1/responses/resp_1?stream=true&starting_after=7",
+                Some(Operation::FetchResponse),
+            ),
+            ("DELETE", "/v1/responses/resp_1", Some(Operation::DeleteResponse)),
+            ("POST", "/v1/responses/resp_1/cancel", Some(Operation::CancelResponse)),
+            (
+                "GET",
+                "/openai/v1/responses/resp_1/input_items?limit=5",
+                Some(Operation::ResponseInputItems),
+            ),
+            ("POST", "/v1/responses/resp_1/other", None),
+            ("POST", "/v1/cancel", None),
+        ] {
+            assert_eq!(Operation::from_request(method, path), want, "{method} {path}");
+        }
+        let names: Vec<&str> = [
+            Operation::FetchResponse,
+            Operation::CancelResponse,
+            Operation::DeleteResponse,
+            Operation::ResponseInputItems,
+        ]
+        .iter()
+        .map(|op| op.name())
+        .collect();
+        assert_eq!(
+            names,
+            ["fetch_response", "cancel_response", "delete_response", "list_input_items"]
+        );
     }
 }

@@ -36,6 +36,9 @@ pub struct Sniffed {
     /// `service_tier` (OpenAI `flex`/`priority`, Anthropic `standard_only`),
     /// when it names a tier that changes the price.
     pub service_tier: Option<ServiceTier>,
+    /// OpenAI Responses `background`, when given: the response goes on
+    /// (and is billed) after the client leaves.
+    pub background: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -52,6 +55,8 @@ struct Fields {
     metadata: Option<Metadata>,
     #[serde(default, deserialize_with = "deserialize_service_tier")]
     service_tier: Option<ServiceTier>,
+    #[serde(default)]
+    background: Option<bool>,
 }
 
 /// A JSON object as `T`, or `null`. Serde would also read a struct from an
@@ -156,6 +161,7 @@ fn by_serde(body: &[u8]) -> Sniffed {
             include_usage: f.stream_options.and_then(|o| o.include_usage),
             user: f.user.or(f.metadata.and_then(|m| m.user_id)),
             service_tier: f.service_tier,
+            background: f.background,
             ..Sniffed::default()
         },
         Err(_) => Sniffed {
@@ -210,6 +216,10 @@ fn by_scan(body: &[u8]) -> Option<Sniffed> {
             "service_tier" => {
                 seen.first(5)?;
                 out.service_tier = s.str_or_null()?.and_then(ServiceTier::parse);
+            }
+            "background" => {
+                seen.first(6)?;
+                out.background = s.bool_or_null()?;
             }
             _ => s.skip(1)?,
         }
@@ -398,6 +408,14 @@ fn declared_len(headers: &HeaderMap) -> Option<u64> {
 mod tests {
     use super::*;
     use http_body_util::Full;
+
+    #[test]
+    fn reads_the_responses_background_flag() {
+        let s = parse(br#"{"model":"o3","background":true,"stream":true,"input":"hi"}"#);
+        assert_eq!((s.background, s.stream), (Some(true), Some(true)));
+        assert_eq!(by_serde(br#"{"background":false}"#).background, Some(false));
+        assert_eq!(parse(br#"{"model":"o3"}"#).background, None);
+    }
 
     #[test]
     fn parses_openai_and_anthropic_fields() {

@@ -212,6 +212,7 @@ fn measurement(request: RequestFacts) -> Measurement {
         request_overhead: None,
         modalities: Default::default(),
         tools: Default::default(),
+        counted: None,
     }
 }
 

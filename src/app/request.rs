@@ -217,7 +217,7 @@ fn admit<'s>(state: &'s State, req: &Request<Incoming>) -> Result<Admitted<'s>, 
         )
     })?;
     let path = route.strip(req.uri().path()).unwrap_or(req.uri().path());
-    let operation = Operation::from_path(path);
+    let operation = Operation::from_request(req.method().as_str(), path);
     Ok(Admitted {
         route,
         upstream_uri,
@@ -417,6 +417,13 @@ fn prepare(
         if let Some(plan) = state.tokenizer.plan(model, body.whole()) {
             meter.count_tokens_with(plan);
         }
+    }
+    if let Some(op) = admitted.operation.filter(|op| op.reads_stored_response()) {
+        // A background response goes on after its client leaves, and one
+        // read back by id is still running or already counted: without
+        // the final usage, nothing of it is counted here.
+        let goes_on = sniffed.background == Some(true) || op != Operation::Responses;
+        meter.count_once_with(state.ledger.clone(), goes_on);
     }
     if let Some(cfg) = &admitted.route.sigv4 {
         // The client signed for tokentap's address; sign again for the upstream.

@@ -20,6 +20,7 @@ pub const RESTART_ONLY: &[&str] = &[
     "admin",
     "server",
     "meter.tokenizer",
+    "meter.max_counted_ids",
     "upstream.max_drains",
     "telemetry",
     "live",

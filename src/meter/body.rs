@@ -14,8 +14,11 @@ use tokio::time::Sleep;
 
 use super::decompress::Decompressor;
 use super::drain::{DrainEnd, DrainLimits, Drains};
+use super::ledger::Ledger;
 use super::tokenize::{self, Plan};
-use super::{Measurement, Outcome, Reasoning, Recorder, RequestFacts, TokenSource, Unmetered};
+use super::{
+    Counted, Measurement, Outcome, Reasoning, Recorder, RequestFacts, TokenSource, Unmetered,
+};
 use crate::providers::{ContentKind, Event, Parser, ProviderKind, UpstreamTiming, Usage};
 use crate::rewrite::UsageStripper;
 
@@ -68,6 +71,39 @@ pub struct Meter {
     tally: Tally,
     /// Count tokens with a tokenizer when the provider reports none.
     plan: Option<Plan>,
+    /// Count the usage once per response id (stored and background responses).
+    once: Option<CountOnce>,
+}
+
+/// Counting a response's usage once however often it is seen.
+#[derive(Debug)]
+struct CountOnce {
+    ledger: Arc<Ledger>,
+    /// The response goes on without this request (a background response,
+    /// or one read back by id): without its final usage nothing counts.
+    goes_on: bool,
+}
+
+impl CountOnce {
+    /// Decide whether `m`'s usage counts, and drop it when it does not.
+    fn settle(self, m: &mut Measurement) {
+        let reported = m.usage.input.is_some() || m.usage.output.is_some();
+        m.counted = match (reported, m.response_id.as_deref()) {
+            (true, Some(id)) if self.ledger.first("response", id) => Some(Counted::First),
+            (true, Some(_)) => Some(Counted::Repeat),
+            // Without an id it cannot be seen again as the same response.
+            (true, None) => None,
+            (false, _) if self.goes_on => Some(Counted::Withheld),
+            (false, _) => None,
+        };
+        if matches!(m.counted, Some(Counted::Repeat | Counted::Withheld)) {
+            m.usage = Usage::default();
+            m.output_tokens = None;
+            m.token_source = None;
+            m.reasoning.tokens = None;
+            m.reasoning.source = None;
+        }
+    }
 }
 
 impl std::fmt::Debug for Meter {
@@ -192,6 +228,7 @@ impl Meter {
             bytes: 0,
             tally: Tally::default(),
             plan: None,
+            once: None,
         }
     }
 
@@ -204,6 +241,18 @@ impl Meter {
     pub fn count_tokens_with(&mut self, plan: Plan) {
         self.tally.text = Some(b"[".to_vec());
         self.plan = Some(plan);
+    }
+
+    /// Count this response's usage once per response id in `ledger`; when
+    /// `goes_on` (a background response, one read back by id), a request
+    /// that ends without the final usage counts nothing, not even an
+    /// estimate, and no tokenizer runs for it.
+    pub fn count_once_with(&mut self, ledger: Arc<Ledger>, goes_on: bool) {
+        if goes_on {
+            self.plan = None;
+            self.tally.text = None;
+        }
+        self.once = Some(CountOnce { ledger, goes_on });
     }
 
     /// The request waited `wait` for an upstream connection or stream slot.
@@ -478,7 +527,7 @@ impl Meter {
             tenant,
             ..self.facts.clone()
         };
-        let m = Measurement {
+        let mut m = Measurement {
             request,
             outcome,
             status: self.status,
@@ -505,8 +554,13 @@ impl Meter {
             request_overhead: self.request_overhead,
             modalities: super::ModalityTokens::default(),
             tools: Default::default(),
+            counted: None,
         };
-        let needs_counting = m.usage.output.is_none() || m.usage.input.is_none();
+        if let Some(once) = self.once.take() {
+            once.settle(&mut m);
+        }
+        let needs_counting = m.counted.is_none()
+            && (m.usage.output.is_none() || m.usage.input.is_none());
         match (self.plan.take(), text) {
             (Some(plan), Some(text)) if needs_counting => {
                 let untexted = pieces.saturating_sub(texted);

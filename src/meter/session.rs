@@ -397,6 +397,7 @@ impl SessionMeter {
             request_overhead: None,
             modalities: r.modalities,
             tools: Default::default(),
+            counted: None,
             time_to_first_byte: since(r.first),
             time_to_first_token: since(r.first),
             time_to_last_token: since(r.last),

@@ -200,6 +200,10 @@ pub const OUTCOME_NO_ROUTE: &str = "no_route";
 pub const TOKENS_ESTIMATED: &str = "tokentap.tokens.estimated";
 /// Where the output count came from: `provider` or `chunks`.
 pub const TOKENS_SOURCE: &str = "tokentap.tokens.source";
+/// Span attribute: whether a stored, background or batch response's usage
+/// was counted by this request (`first`), already counted (`repeat`) or not
+/// final yet (`withheld`); absent for requests whose usage always counts.
+pub const USAGE_COUNTED: &str = "tokentap.usage.counted";
 /// Span attribute: decode rate of streamed output ({token}/s).
 pub const DECODE_TPS: &str = "tokentap.decode.tokens_per_second";
 /// Span attribute: largest gap between content chunks (s).

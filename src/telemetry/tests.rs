@@ -133,6 +133,7 @@ pub(super) fn measurement(request: RequestFacts) -> Measurement {
         request_overhead: None,
         modalities: Default::default(),
         tools: Default::default(),
+        counted: None,
     }
 }
 
