@@ -1075,6 +1075,24 @@ pub(crate) mod tests {
         fixture!(Openai, Responses, "openai/responses_stream.sse"),
         fixture!(Openai, Responses, "openai/responses.json"),
         fixture!(Openai, Responses, "openai/responses_failed_stream.sse"),
+        fixture!(Openai, Responses, "openai/responses_background_stream.sse"),
+        fixture!(Openai, FetchResponse, "openai/responses_resume_stream.sse"),
+        fixture!(Openai, Responses, "openai/responses_background_queued.json"),
+        fixture!(
+            Openai,
+            FetchResponse,
+            "openai/responses_background_completed.json"
+        ),
+        fixture!(
+            Openai,
+            FetchResponse,
+            "openai/responses_background_in_progress.json"
+        ),
+        fixture!(
+            Openai,
+            CancelResponse,
+            "openai/responses_background_cancelled.json"
+        ),
         fixture!(Openai, Embeddings, "openai/embeddings.json"),
         fixture!(Anthropic, Messages, "anthropic/messages_stream.sse"),
         fixture!(
@@ -1425,14 +1443,26 @@ pub(crate) mod tests {
     fn stored_response_paths_name_their_own_operations() {
         for (method, path, want) in [
             ("POST", "/v1/responses", Some(Operation::Responses)),
-            ("GET", "/v1/responses/resp_1", Some(Operation::FetchResponse)),
+            (
+                "GET",
+                "/v1/responses/resp_1",
+                Some(Operation::FetchResponse),
+            ),
             (
                 "GET",
                 "/v1/responses/resp_1?stream=true&starting_after=7",
                 Some(Operation::FetchResponse),
             ),
-            ("DELETE", "/v1/responses/resp_1", Some(Operation::DeleteResponse)),
-            ("POST", "/v1/responses/resp_1/cancel", Some(Operation::CancelResponse)),
+            (
+                "DELETE",
+                "/v1/responses/resp_1",
+                Some(Operation::DeleteResponse),
+            ),
+            (
+                "POST",
+                "/v1/responses/resp_1/cancel",
+                Some(Operation::CancelResponse),
+            ),
             (
                 "GET",
                 "/openai/v1/responses/resp_1/input_items?limit=5",
@@ -1441,7 +1471,11 @@ pub(crate) mod tests {
             ("POST", "/v1/responses/resp_1/other", None),
             ("POST", "/v1/cancel", None),
         ] {
-            assert_eq!(Operation::from_request(method, path), want, "{method} {path}");
+            assert_eq!(
+                Operation::from_request(method, path),
+                want,
+                "{method} {path}"
+            );
         }
         let names: Vec<&str> = [
             Operation::FetchResponse,
@@ -1454,7 +1488,12 @@ pub(crate) mod tests {
         .collect();
         assert_eq!(
             names,
-            ["fetch_response", "cancel_response", "delete_response", "list_input_items"]
+            [
+                "fetch_response",
+                "cancel_response",
+                "delete_response",
+                "list_input_items"
+            ]
         );
     }
 }

@@ -559,8 +559,8 @@ impl Meter {
         if let Some(once) = self.once.take() {
             once.settle(&mut m);
         }
-        let needs_counting = m.counted.is_none()
-            && (m.usage.output.is_none() || m.usage.input.is_none());
+        let needs_counting =
+            m.counted.is_none() && (m.usage.output.is_none() || m.usage.input.is_none());
         match (self.plan.take(), text) {
             (Some(plan), Some(text)) if needs_counting => {
                 let untexted = pieces.saturating_sub(texted);

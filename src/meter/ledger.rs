@@ -69,7 +69,11 @@ impl Ledger {
 
     /// Keys remembered now.
     pub fn len(&self) -> usize {
-        self.keys.lock().unwrap_or_else(|e| e.into_inner()).order.len()
+        self.keys
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .order
+            .len()
     }
 
     /// Whether no key is remembered.

@@ -1333,6 +1333,45 @@ mod tests {
     }
 
     #[test]
+    fn background_stream_resume_and_polls() {
+        let id = "resp_68b1c0d2e3f48193a5b6c7d8e9f0a1b20c3d4e5f6a7b8c9d";
+        let final_usage = Usage {
+            service_tier: Some(ServiceTier::Default),
+            ..usage(37, 150, 0, 128)
+        };
+        let mut s = summary(7, "o4-mini-2025-04-16", id, &["completed"]);
+        s.usage = final_usage;
+        s.done = 1;
+        expect("openai/responses_background_stream.sse", s);
+        // Resumed after event 11: the four text deltas, then completion.
+        let mut s = summary(4, "o4-mini-2025-04-16", id, &["completed"]);
+        s.usage = final_usage;
+        s.done = 1;
+        expect("openai/responses_resume_stream.sse", s);
+        for (file, status) in [
+            ("openai/responses_background_queued.json", "queued"),
+            (
+                "openai/responses_background_in_progress.json",
+                "in_progress",
+            ),
+        ] {
+            let s = fixture(file).run().0;
+            assert_eq!(
+                (s.usage, s.content_frames, s.finish),
+                (Usage::default(), 0, vec![status.to_owned()]),
+                "{file}: no usage and no output before the response finishes"
+            );
+        }
+        let s = fixture("openai/responses_background_completed.json")
+            .run()
+            .0;
+        assert_eq!(
+            s.usage, final_usage,
+            "the finished poll carries the final usage"
+        );
+    }
+
+    #[test]
     fn responses_whole_body() {
         let id = "resp_6887a1f3c2e08191b5a7d4e2f90c13ab0d9e4f6a7b8c9d01";
         let mut s = summary(1, "o4-mini-2025-04-16", id, &["completed"]);
@@ -1649,10 +1688,14 @@ mod tests {
             assert_eq!(scan, serde, "{}", String::from_utf8_lossy(data));
             scanned += usize::from(ChatChunk::scan(data.trim_ascii()).is_some());
         }
+        // Responses API events are not chat chunks: serde reads those.
+        let chat = payloads
+            .iter()
+            .filter(|p| !p.starts_with(br#"{"type":"response."#))
+            .count();
         assert!(
-            scanned * 2 > payloads.len(),
-            "the scan reads most chunks: {scanned} of {} fixture chunks and {} shapes",
-            payloads.len(),
+            scanned * 2 > chat,
+            "the scan reads most chunks: {scanned} of {chat} chat chunks and {} shapes",
             SHAPES.len()
         );
         // Model and id once per stream, whichever path read them.
