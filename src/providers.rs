@@ -243,6 +243,20 @@ impl Operation {
         )
     }
 
+    /// Whether the operation runs the model (chat, completions,
+    /// embeddings, …) rather than reading or managing what it produced
+    /// (fetching, cancelling or deleting a stored response, listing its
+    /// input items): those are timed as `gen_ai.client.operation.duration`.
+    pub fn is_inference(self) -> bool {
+        !matches!(
+            self,
+            Operation::FetchResponse
+                | Operation::CancelResponse
+                | Operation::DeleteResponse
+                | Operation::ResponseInputItems
+        )
+    }
+
     /// Whether a response to this operation reports usage that may be
     /// seen again (a stored response read back, a background response
     /// resumed or polled): its usage is counted once per response id.

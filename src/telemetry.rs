@@ -905,6 +905,9 @@ impl RequestTelemetry {
         let ttft = m.time_to_first_token.map(|d| d.as_secs_f64());
         let class = match m.request.operation {
             Some(op) if op.is_embeddings() => OpClass::Embeddings,
+            // Reading or managing a stored response: an operation other
+            // than inference, with token metrics only when it counts usage.
+            Some(op) if !op.is_inference() => OpClass::Unknown,
             Some(_) => OpClass::Inference,
             None => OpClass::Unknown,
         };
