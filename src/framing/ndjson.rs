@@ -22,6 +22,14 @@ pub struct NdjsonDecoder {
     tail: Vec<u8>,
     /// Set once the cap was exceeded; every later call returns it.
     failed: Option<FramingError>,
+    /// Oversize policy: skip a line over the cap (counted) instead of
+    /// failing (long batch result files, where one line must not end
+    /// the metering of the rest).
+    skip_oversize: bool,
+    /// Inside a line over the cap: its bytes are dropped up to its LF.
+    discarding: bool,
+    /// Lines skipped for being over the cap.
+    skipped: u64,
 }
 
 impl NdjsonDecoder {
@@ -32,6 +40,35 @@ impl NdjsonDecoder {
             max: max_line_bytes,
             tail: Vec::new(),
             failed: None,
+            skip_oversize: false,
+            discarding: false,
+            skipped: 0,
+        }
+    }
+
+    /// A decoder that skips (and counts) lines longer than
+    /// `max_line_bytes` instead of failing; at most that much of a line
+    /// is held.
+    pub fn skipping_oversize(max_line_bytes: usize) -> Self {
+        NdjsonDecoder {
+            skip_oversize: true,
+            ..NdjsonDecoder::new(max_line_bytes)
+        }
+    }
+
+    /// Lines skipped so far for being over the cap (skipping decoders).
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    /// Under the skipping policy, turn a cap error into a skipped line.
+    fn oversize(&mut self, result: Result<(), FramingError>) -> Result<(), FramingError> {
+        match result {
+            Err(FramingError::TooLarge { .. }) if self.skip_oversize => {
+                self.skipped += 1;
+                Ok(())
+            }
+            other => other,
         }
     }
 
@@ -57,8 +94,14 @@ impl NdjsonDecoder {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        let result = self.line_from_tail(on);
+        let result = if self.discarding {
+            Ok(())
+        } else {
+            let r = self.line_from_tail(on);
+            self.oversize(r)
+        };
         self.tail.clear();
+        self.discarding = false;
         if let Err(e) = &result {
             self.failed = Some(e.clone());
         }
@@ -73,21 +116,37 @@ impl NdjsonDecoder {
         let mut pos = 0;
         while let Some(i) = memchr(b'\n', &chunk[pos..]) {
             let end = pos + i;
-            if self.tail.is_empty() {
-                self.line(&chunk[pos..end], on)?;
+            if self.discarding {
+                // The rest of a line already counted as skipped.
+                self.discarding = false;
+            } else if self.tail.is_empty() {
+                let r = self.line(&chunk[pos..end], on);
+                self.oversize(r)?;
             } else {
                 self.tail.extend_from_slice(&chunk[pos..end]);
                 let result = self.line_from_tail(on);
                 self.tail.clear();
-                result?;
+                self.oversize(result)?;
             }
             pos = end + 1;
         }
+        if self.discarding {
+            return Ok(());
+        }
         let rest = &chunk[pos..];
-        self.check_partial(
+        let partial = self.check_partial(
             self.tail.len() + rest.len(),
             rest.last().or(self.tail.last()),
-        )?;
+        );
+        if partial.is_err() && self.skip_oversize {
+            // Never hold more than the cap: drop the line now, count it,
+            // and drop its bytes up to its line end.
+            self.skipped += 1;
+            self.tail.clear();
+            self.discarding = true;
+            return Ok(());
+        }
+        partial?;
         self.tail.extend_from_slice(rest);
         Ok(())
     }
@@ -299,5 +358,38 @@ mod tests {
     fn crlf_fixture_equals_lf_fixture() {
         let crlf = String::from_utf8_lossy(OLLAMA_CHAT).replace('\n', "\r\n");
         assert_eq!(frames(crlf.as_bytes()), frames(OLLAMA_CHAT));
+    }
+
+    #[test]
+    fn skipping_decoder_counts_oversize_lines_and_goes_on_at_every_split() {
+        let long = format!("{{\"x\":\"{}\"}}", "a".repeat(40));
+        let input = format!("{{\"a\":1}}\n{long}\r\n{{\"b\":2}}\n{long}\n{{\"c\":3}}\n{long}");
+        let input = input.as_bytes();
+        for at in 0..=input.len() {
+            for second in at..=input.len() {
+                let mut dec = NdjsonDecoder::skipping_oversize(16);
+                let mut seen = Vec::new();
+                let mut on = |f: Frame<'_>| {
+                    if let Frame::Json(line) = f {
+                        seen.push(String::from_utf8_lossy(line).into_owned());
+                    }
+                };
+                for piece in [&input[..at], &input[at..second], &input[second..]] {
+                    dec.feed(piece, &mut on)
+                        .expect("oversize lines are not errors");
+                }
+                dec.finish(&mut on).expect("finish");
+                assert_eq!(
+                    seen,
+                    strs(&["{\"a\":1}", "{\"b\":2}", "{\"c\":3}"]),
+                    "split at {at} and {second}"
+                );
+                assert_eq!(dec.skipped(), 3, "split at {at} and {second}");
+                assert!(
+                    dec.tail.capacity() <= 64,
+                    "the held tail stays near the cap"
+                );
+            }
+        }
     }
 }
