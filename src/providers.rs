@@ -5,6 +5,7 @@
 //! usage, a model name or an error, without building a `serde_json::Value`.
 
 pub mod anthropic;
+pub mod batch;
 pub mod bedrock;
 pub mod cohere;
 pub mod compat;
