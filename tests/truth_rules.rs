@@ -349,6 +349,43 @@ async fn an_openai_style_stream_without_a_finish_reason_is_incomplete_on_done_an
     }
 }
 
+#[tokio::test]
+async fn an_aborted_stream_is_billed_for_the_input_it_used() {
+    // Anthropic reports the input in `message_start`: a stream the
+    // upstream breaks off after the first text delta has used it all.
+    let events = sse_frames(include_bytes!("fixtures/anthropic/messages_stream.sse"));
+    let first_delta = events
+        .iter()
+        .position(|e| e.starts_with(b"event: content_block_delta"))
+        .unwrap();
+    let mut r = Reply::new(200).header("content-type", "text/event-stream");
+    for e in &events[..=first_delta] {
+        r = r.step(Step::Send(e.clone().into()));
+    }
+    // The head and the events reach the client before the break.
+    let r = r
+        .step(Step::Sleep(std::time::Duration::from_millis(200)))
+        .step(Step::Abort);
+    let mut rig = Rig::provider("anthropic", r).await;
+    let body = r#"{"model":"claude-sonnet-4-20250514","stream":true,"max_tokens":64,"messages":[{"role":"user","content":"hi"}]}"#;
+    let got = client::fetch(&rig.client, &rig.post("/v1/messages", body.into())).await;
+    assert_eq!(got.status, 200, "the stream started");
+    let span = rig.finish_only().await;
+    span.assert_outcome("upstream_error", "upstream_aborted");
+    assert_eq!(
+        span.attr(INPUT_TOKENS).as_i64(),
+        Some(472 + 2048),
+        "the input message_start reported (cache reads included) is kept: {:#?}",
+        span.attrs
+    );
+    let cost = span.attr("tokentap.cost.amount").as_f64().unwrap_or(0.0);
+    assert!(
+        cost > 0.0,
+        "the aborted stream is priced for its input: {:#?}",
+        span.attrs
+    );
+}
+
 /// Every `tokentap_outcome=~"…"` error selector in `text` (JSON-escaped
 /// quotes included), as sets of outcomes.
 fn error_selectors(text: &str) -> Vec<std::collections::BTreeSet<String>> {
