@@ -13,7 +13,7 @@ pub mod tokenize;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::providers::{Operation, ProviderKind, ServiceTier, UpstreamTiming, Usage};
+use crate::providers::{Operation, ProviderKind, ServerTool, ServiceTier, UpstreamTiming, Usage};
 
 /// How a request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -322,7 +322,70 @@ pub struct ServerTools {
     pub grounding: u32,
 }
 
+/// Distinct tool names kept per response; later names are counted in
+/// `client_calls` but not named (span attributes stay bounded).
+pub const MAX_TOOL_NAMES: usize = 16;
+
+/// Longest tool name kept, in bytes; longer names are cut at a character
+/// boundary.
+pub const MAX_TOOL_NAME_LEN: usize = 64;
+
+impl ToolUse {
+    /// Count one client tool call, named `name` when the wire named it.
+    /// Allocates only for a name not seen before in this response.
+    pub fn record_call(&mut self, name: Option<&str>) {
+        self.client_calls = self.client_calls.saturating_add(1);
+        let Some(name) = name.map(str::trim).filter(|n| !n.is_empty()) else {
+            return;
+        };
+        let name = cut(name, MAX_TOOL_NAME_LEN);
+        if self.names.len() < MAX_TOOL_NAMES && !self.names.iter().any(|n| &**n == name) {
+            self.names.push(Arc::from(name));
+        }
+    }
+
+    /// Whether no tool, client or server, was used.
+    pub fn is_empty(&self) -> bool {
+        self.client_calls == 0 && self.server.total() == 0
+    }
+}
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 impl ServerTools {
+    /// Calls of `tool`.
+    pub fn get(&self, tool: ServerTool) -> u32 {
+        match tool {
+            ServerTool::WebSearch => self.web_search,
+            ServerTool::WebFetch => self.web_fetch,
+            ServerTool::FileSearch => self.file_search,
+            ServerTool::CodeInterpreter => self.code_interpreter,
+            ServerTool::Grounding => self.grounding,
+        }
+    }
+
+    /// Set the calls of `tool`.
+    pub fn set(&mut self, tool: ServerTool, calls: u32) {
+        let slot = match tool {
+            ServerTool::WebSearch => &mut self.web_search,
+            ServerTool::WebFetch => &mut self.web_fetch,
+            ServerTool::FileSearch => &mut self.file_search,
+            ServerTool::CodeInterpreter => &mut self.code_interpreter,
+            ServerTool::Grounding => &mut self.grounding,
+        };
+        *slot = calls;
+    }
+
     /// All server-tool calls together.
     pub fn total(&self) -> u32 {
         self.web_search
