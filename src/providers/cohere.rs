@@ -79,6 +79,15 @@ impl CohereAdapter {
                 if let Some(kind) = delta_message.and_then(DeltaMessage::kind) {
                     out(Event::Content { pieces: 1, kind });
                 }
+                if doc.kind.as_ref().is_some_and(|k| k.as_str() == "tool-call-start") {
+                    // One call per start; its arguments follow as deltas.
+                    let call = delta_message.and_then(|m| m.tool_calls);
+                    let call = call.and_then(|r| serde_json::from_str::<ToolCall<'_>>(r.get()).ok());
+                    let name = call.as_ref().and_then(ToolCall::name);
+                    out(Event::ToolCall {
+                        name: name.as_ref().map(Str::as_str),
+                    });
+                }
             }
             Some("message-end") => {
                 if let Some(d) = &doc.delta {
@@ -94,6 +103,14 @@ impl CohereAdapter {
                     out(Event::Content {
                         pieces: 1,
                         kind: ContentKind::Visible,
+                    });
+                }
+                let calls = doc.message.as_ref().and_then(|m| m.tool_calls);
+                let calls = calls.and_then(|r| serde_json::from_str::<Vec<ToolCall<'_>>>(r.get()).ok());
+                for call in calls.iter().flatten() {
+                    let name = call.name();
+                    out(Event::ToolCall {
+                        name: name.as_ref().map(Str::as_str),
                     });
                 }
                 emit_end(doc.usage.as_ref(), doc.finish_reason.as_ref(), out);
@@ -214,8 +231,10 @@ fn message_has_content(s: &mut Scan<'_>) -> Option<bool> {
         }
         "tool_plan" | "tool_calls" => {
             seen.first(if key == "tool_plan" { 1 } else { 2 })?;
-            any |= s.raw(2)?.is_some_and(non_empty_raw);
-            Some(())
+            let has = s.raw(2)?.is_some_and(non_empty_raw);
+            any |= has;
+            // Tool calls are counted and named on the serde path.
+            (key == "tool_plan" || !has).then_some(())
         }
         _ => s.skip(2),
     })?;
@@ -349,6 +368,14 @@ impl HasContent for Part<'_> {
 struct ToolCall<'a> {
     #[serde(borrow)]
     function: Option<Function<'a>>,
+}
+
+impl<'a> ToolCall<'a> {
+    /// The function's name, when it is a non-empty string.
+    fn name(&self) -> Option<Str<'a>> {
+        let raw = self.function.as_ref()?.name.filter(|n| non_empty(Some(n)))?;
+        serde_json::from_str::<Str<'a>>(raw.get()).ok()
+    }
 }
 
 #[derive(Deserialize)]

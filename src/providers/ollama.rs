@@ -90,6 +90,9 @@ impl OllamaAdapter {
         if let Some(kind) = kind {
             out(Event::Content { pieces: 1, kind });
         }
+        if let Some(calls) = doc.message.as_ref().and_then(|m| m.tool_calls) {
+            emit_tool_calls(calls, out);
+        }
         let embeddings = self.operation.is_some_and(Operation::is_embeddings)
             || doc.embeddings.is_some()
             || doc.embedding.is_some();
@@ -262,6 +265,9 @@ fn scan_message(s: &mut Scan<'_>) -> Option<(bool, bool)> {
         };
         seen.first(bit)?;
         let has = s.raw(2)?.is_some_and(non_empty_raw);
+        if bit == 1 && has {
+            return None; // tool calls are counted and named on the serde path
+        }
         if bit == 2 {
             thinking |= has;
         } else {
@@ -312,6 +318,32 @@ struct Message<'a> {
     thinking: Option<&'a RawValue>,
     #[serde(borrow)]
     tool_calls: Option<&'a RawValue>,
+}
+
+/// Ollama sends each tool call whole, in one object: each is one call.
+fn emit_tool_calls(raw: &RawValue, out: &mut dyn FnMut(Event<'_>)) {
+    #[derive(Deserialize)]
+    struct Call<'a> {
+        #[serde(borrow)]
+        function: Option<Function<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Function<'a> {
+        #[serde(borrow)]
+        name: Option<Str<'a>>,
+    }
+    let Ok(calls) = serde_json::from_str::<Vec<Call<'_>>>(raw.get()) else {
+        return;
+    };
+    for call in &calls {
+        out(Event::ToolCall {
+            name: call
+                .function
+                .as_ref()
+                .and_then(|f| f.name.as_ref())
+                .map(Str::as_str),
+        });
+    }
 }
 
 impl Message<'_> {
