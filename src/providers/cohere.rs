@@ -547,9 +547,10 @@ mod tests {
                 "fixture scanned"
             );
         }
-        // Most shapes above are there to be left to serde; the plain ones
-        // must still take the scan.
-        assert!(scanned >= 10, "{scanned} bodies scanned");
+        // Most shapes above are there to be left to serde (tool calls
+        // too, to be counted and named); the plain ones must still take
+        // the scan.
+        assert!(scanned >= 9, "{scanned} bodies scanned");
     }
 
     #[test]

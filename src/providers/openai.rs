@@ -1126,7 +1126,6 @@ fn whole_message<'a>(s: &mut Scan<'a>) -> Option<(bool, bool, Option<&'a str>)> 
     let mut seen = Seen::default();
     // In `Message::text`'s order of preference.
     let mut texts: [Option<&'a str>; 4] = [None; 4];
-    let mut tools = false;
     s.object(3, |s, key| {
         let field = match key {
             "content" => 0,
@@ -1135,11 +1134,8 @@ fn whole_message<'a>(s: &mut Scan<'a>) -> Option<(bool, bool, Option<&'a str>)> 
             "refusal" => 3,
             "tool_calls" => {
                 seen.first(4)?;
-                if !s.null()? {
-                    tools = any_tool_call(s)?;
-                }
                 // Tool calls are counted and named on the serde path.
-                return (!tools).then_some(());
+                return s.raw(4)?.is_none_or(|r| !non_empty_raw(r)).then_some(());
             }
             "function_call" | "audio" => {
                 seen.first(if key == "audio" { 5 } else { 6 })?;
@@ -1154,40 +1150,10 @@ fn whole_message<'a>(s: &mut Scan<'a>) -> Option<(bool, bool, Option<&'a str>)> 
     let has = |t: Option<&str>| t.is_some_and(non_empty_raw);
     let text = texts.into_iter().flatten().find(|raw| non_empty_raw(raw));
     Some((
-        has(texts[0]) || has(texts[3]) || tools,
+        has(texts[0]) || has(texts[3]),
         has(texts[1]) || has(texts[2]),
         text.filter(|t| t.starts_with('"')),
     ))
-}
-
-/// `tool_calls`: whether any call names a function or carries arguments
-/// (`AnyContent<ToolCall>`).
-fn any_tool_call(s: &mut Scan<'_>) -> Option<bool> {
-    let mut any = false;
-    s.array(4, |s| {
-        let mut seen = Seen::default();
-        s.object(5, |s, key| {
-            if key != "function" {
-                return s.skip(6);
-            }
-            seen.first(0)?;
-            if s.null()? {
-                return Some(());
-            }
-            let mut fields = Seen::default();
-            s.object(6, |s, key| {
-                let bit = match key {
-                    "name" => 0,
-                    "arguments" => 1,
-                    _ => return s.skip(7),
-                };
-                fields.first(bit)?;
-                any |= s.raw(7)?.is_some_and(non_empty_raw);
-                Some(())
-            })
-        })
-    })?;
-    Some(any)
 }
 
 /// `incomplete_details.reason` (an object is required, as serde wants).
@@ -1409,6 +1375,9 @@ mod tests {
             ..usage(85, 18, 0, 0)
         };
         s.done = 1;
+        // One call however many argument deltas repeat its index.
+        s.tool_calls = 1;
+        s.tool_names = vec!["get_weather".into()];
         expect("openai/chat_stream_tool_calls.sse", s);
     }
 
