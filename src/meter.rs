@@ -300,8 +300,12 @@ pub struct ToolUse {
     /// `function_call` items, Anthropic `tool_use`, Gemini `functionCall`,
     /// Bedrock `toolUse`, Ollama and Cohere tool calls).
     pub client_calls: u32,
-    /// The client tools' names, in order of first call, each once.
+    /// The client tools' names, in order of first call, each once (at
+    /// most `MAX_TOOL_NAMES`, each cut to `MAX_TOOL_NAME_LEN` bytes).
     pub names: Vec<Arc<str>>,
+    /// Calls of each name in `names`, index for index; calls without a
+    /// name, or past the cap, are only in `client_calls`.
+    pub calls_by_name: Vec<u32>,
     /// Provider-run (server) tools, which the provider bills per call.
     pub server: ServerTools,
 }
@@ -339,9 +343,18 @@ impl ToolUse {
             return;
         };
         let name = cut(name, MAX_TOOL_NAME_LEN);
-        if self.names.len() < MAX_TOOL_NAMES && !self.names.iter().any(|n| &**n == name) {
+        if let Some(at) = self.names.iter().position(|n| &**n == name) {
+            self.calls_by_name[at] = self.calls_by_name[at].saturating_add(1);
+        } else if self.names.len() < MAX_TOOL_NAMES {
             self.names.push(Arc::from(name));
+            self.calls_by_name.push(1);
         }
+    }
+
+    /// Calls not attributed to a kept name (unnamed, or past the cap).
+    pub fn unnamed_calls(&self) -> u32 {
+        let named = self.calls_by_name.iter().fold(0u32, |a, n| a.saturating_add(*n));
+        self.client_calls.saturating_sub(named)
     }
 
     /// Whether no tool, client or server, was used.
