@@ -844,14 +844,29 @@ impl RequestTelemetry {
         match book.price(&request) {
             Priced::Cost(c) => {
                 let source = c.entry.source();
+                // A provider-reported cost already includes its tool fees.
+                let fees = (source != pricing::CostSource::Provider && m.tools.server.total() > 0)
+                    .then(|| {
+                        book.tool_fees(&pricing::tools::ToolRequest {
+                            route: &m.request.route,
+                            provider: m.request.provider,
+                            response_model: m.response_model.as_deref(),
+                            request_model: m.request.request_model.as_deref(),
+                            at: m.request.start_wall,
+                            tools: &m.tools.server,
+                        })
+                    });
+                let tools_usd = fees.map(|f| f.total);
+                let usd = c.usd + tools_usd.unwrap_or(0.0);
                 let span = recorded.then(|| SpanCost::Priced {
-                    usd: c.usd,
+                    usd,
                     source: source.as_str(),
                     estimated: c.estimated,
                     entry: c.entry.to_string(),
+                    tools: tools_usd,
                 });
                 let cost = CostRecord::Priced {
-                    usd: c.usd,
+                    usd,
                     source,
                     estimated: c.estimated,
                 };
