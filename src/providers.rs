@@ -1210,6 +1210,36 @@ pub(crate) mod tests {
         fixture!(Cohere, CohereChat, "cohere/chat_stream_tool.sse"),
         fixture!(Cohere, CohereChat, "cohere/chat.json"),
         fixture!(Anthropic, Messages, "anthropic/error.json"),
+        // Tool calls, client and provider-run (fixture_tests.rs).
+        fixture!(
+            Openai,
+            ChatCompletions,
+            "openai/chat_stream_parallel_tool_calls.sse"
+        ),
+        fixture!(
+            Openai,
+            ChatCompletions,
+            "openai/chat_stream_function_call.sse"
+        ),
+        fixture!(Openai, ChatCompletions, "openai/chat_tool_calls.json"),
+        fixture!(Openai, Responses, "openai/responses_tools_stream.sse"),
+        fixture!(Openai, Responses, "openai/responses_tools.json"),
+        fixture!(Anthropic, Messages, "anthropic/message_tools.json"),
+        fixture!(
+            Anthropic,
+            Messages,
+            "anthropic/messages_stream_web_search.sse"
+        ),
+        fixture!(Gemini, GenerateContent, "gemini/generate_tools.json"),
+        fixture!(
+            Gemini,
+            StreamGenerateContent,
+            "gemini/stream_generate_tools.sse"
+        ),
+        fixture!(Bedrock, Converse, "bedrock/converse_tools.json"),
+        fixture!(Ollama, OllamaChat, "ollama/chat_tools.json"),
+        fixture!(Ollama, OllamaChat, "ollama/chat_stream_tools.ndjson"),
+        fixture!(Cohere, CohereChat, "cohere/chat_tools.json"),
     ];
 
     /// The fixture called `name`.

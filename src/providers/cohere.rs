@@ -541,7 +541,9 @@ mod tests {
                 assert_eq!(scan, serde, "{}", String::from_utf8_lossy(&m));
             }
         }
-        for f in &fixtures {
+        // Tool calls are left to serde, to be counted and named.
+        let plain = |f: &&&[u8]| !f.windows(15).any(|w| w == b"\"tool_calls\":[{");
+        for f in fixtures.iter().filter(plain) {
             assert!(
                 WholeResponse::scan(f.trim_ascii()).is_some(),
                 "fixture scanned"
