@@ -353,7 +353,10 @@ impl ToolUse {
 
     /// Calls not attributed to a kept name (unnamed, or past the cap).
     pub fn unnamed_calls(&self) -> u32 {
-        let named = self.calls_by_name.iter().fold(0u32, |a, n| a.saturating_add(*n));
+        let named = self
+            .calls_by_name
+            .iter()
+            .fold(0u32, |a, n| a.saturating_add(*n));
         self.client_calls.saturating_sub(named)
     }
 

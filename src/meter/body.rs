@@ -157,7 +157,9 @@ impl Tally {
                 let seen = self.tools.server.get(tool).saturating_add(calls);
                 self.tools.server.set(tool, seen);
             }
-            Event::ServerToolUsage { tool, calls } => self.billed_tools[tool as usize] = Some(calls),
+            Event::ServerToolUsage { tool, calls } => {
+                self.billed_tools[tool as usize] = Some(calls)
+            }
         }
     }
 

@@ -136,15 +136,31 @@ impl Override {
         }
         let mut calls = CallRates::default();
         let per_call = [
-            ("web_search_per_call", raw.web_search_per_call, ServerTool::WebSearch),
-            ("web_fetch_per_call", raw.web_fetch_per_call, ServerTool::WebFetch),
-            ("file_search_per_call", raw.file_search_per_call, ServerTool::FileSearch),
+            (
+                "web_search_per_call",
+                raw.web_search_per_call,
+                ServerTool::WebSearch,
+            ),
+            (
+                "web_fetch_per_call",
+                raw.web_fetch_per_call,
+                ServerTool::WebFetch,
+            ),
+            (
+                "file_search_per_call",
+                raw.file_search_per_call,
+                ServerTool::FileSearch,
+            ),
             (
                 "code_interpreter_per_call",
                 raw.code_interpreter_per_call,
                 ServerTool::CodeInterpreter,
             ),
-            ("grounding_per_call", raw.grounding_per_call, ServerTool::Grounding),
+            (
+                "grounding_per_call",
+                raw.grounding_per_call,
+                ServerTool::Grounding,
+            ),
         ];
         for (name, value, tool) in per_call {
             if let Some(v) = value {

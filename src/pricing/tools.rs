@@ -170,8 +170,15 @@ mod tests {
             ..ServerTools::default()
         };
         let fees = book.tool_fees(&request(ProviderKind::Anthropic, &tools));
-        assert!((fees.total - 0.03).abs() < 1e-12, "3 searches at $0.01: {fees:?}");
-        assert_eq!(fees.per_tool[ServerTool::WebFetch as usize], 0.0, "fetches are free");
+        assert!(
+            (fees.total - 0.03).abs() < 1e-12,
+            "3 searches at $0.01: {fees:?}"
+        );
+        assert_eq!(
+            fees.per_tool[ServerTool::WebFetch as usize],
+            0.0,
+            "fetches are free"
+        );
         assert_eq!(fees.unpriced_calls, 0);
     }
 
@@ -184,8 +191,14 @@ mod tests {
             ..ServerTools::default()
         };
         let fees = book.tool_fees(&request(ProviderKind::Openai, &tools));
-        assert!((fees.total - 0.005).abs() < 1e-12, "2 file searches at $0.0025: {fees:?}");
-        assert_eq!(fees.unpriced_calls, 4, "code interpreter has no per-call rate");
+        assert!(
+            (fees.total - 0.005).abs() < 1e-12,
+            "2 file searches at $0.0025: {fees:?}"
+        );
+        assert_eq!(
+            fees.unpriced_calls, 4,
+            "code interpreter has no per-call rate"
+        );
     }
 
     #[test]
@@ -201,12 +214,18 @@ mod tests {
             ..ServerTools::default()
         };
         let fees = book.tool_fees(&request(ProviderKind::Anthropic, &tools));
-        assert!((fees.total - 0.10).abs() < 1e-12, "5 searches at $0.02: {fees:?}");
+        assert!(
+            (fees.total - 0.10).abs() < 1e-12,
+            "5 searches at $0.02: {fees:?}"
+        );
         let mut other = request(ProviderKind::Anthropic, &tools);
         other.response_model = Some("claude-opus-4-1");
         other.request_model = None;
         let fees = book.tool_fees(&other);
-        assert!((fees.total - 0.05).abs() < 1e-12, "other models keep $0.01: {fees:?}");
+        assert!(
+            (fees.total - 0.05).abs() < 1e-12,
+            "other models keep $0.01: {fees:?}"
+        );
     }
 
     #[test]
@@ -218,7 +237,13 @@ mod tests {
         }];
         let book = PriceBook::new(&config, None, std::iter::empty()).expect("valid entry");
         let at = When::of(SystemTime::now());
-        let quote = book.quote("default", ProviderKind::Gemini, "gemini-2.5-flash", at, None);
+        let quote = book.quote(
+            "default",
+            ProviderKind::Gemini,
+            "gemini-2.5-flash",
+            at,
+            None,
+        );
         assert!(
             matches!(quote, Some((crate::pricing::Entry::Table(_), _))),
             "token rates still come from the table"

@@ -386,7 +386,9 @@ impl<'a> Block<'a> {
     fn tool(&self) -> Option<ToolBlock<'_>> {
         match self.kind.as_ref()?.as_str() {
             "tool_use" => Some(ToolBlock::Client(
-                self.name.as_ref().map(|n| Str(std::borrow::Cow::Borrowed(n.as_str()))),
+                self.name
+                    .as_ref()
+                    .map(|n| Str(std::borrow::Cow::Borrowed(n.as_str()))),
             )),
             "server_tool_use" => server_tool(self.name.as_ref()?.as_str()).map(ToolBlock::Server),
             _ => None,

@@ -424,7 +424,11 @@ impl ModelJson<'_> {
             out(Event::Content { pieces: 1, kind });
         }
         let blocks = self.output.as_ref().and_then(|o| o.message.as_ref());
-        for block in blocks.and_then(|m| m.content.as_ref()).into_iter().flatten() {
+        for block in blocks
+            .and_then(|m| m.content.as_ref())
+            .into_iter()
+            .flatten()
+        {
             if let Some(tool) = block.tool_use.filter(|t| non_empty(Some(t))) {
                 let tool = serde_json::from_str::<ToolName<'_>>(tool.get()).ok();
                 out(Event::ToolCall {

@@ -79,10 +79,15 @@ impl CohereAdapter {
                 if let Some(kind) = delta_message.and_then(DeltaMessage::kind) {
                     out(Event::Content { pieces: 1, kind });
                 }
-                if doc.kind.as_ref().is_some_and(|k| k.as_str() == "tool-call-start") {
+                if doc
+                    .kind
+                    .as_ref()
+                    .is_some_and(|k| k.as_str() == "tool-call-start")
+                {
                     // One call per start; its arguments follow as deltas.
                     let call = delta_message.and_then(|m| m.tool_calls);
-                    let call = call.and_then(|r| serde_json::from_str::<ToolCall<'_>>(r.get()).ok());
+                    let call =
+                        call.and_then(|r| serde_json::from_str::<ToolCall<'_>>(r.get()).ok());
                     let name = call.as_ref().and_then(ToolCall::name);
                     out(Event::ToolCall {
                         name: name.as_ref().map(Str::as_str),
@@ -106,7 +111,8 @@ impl CohereAdapter {
                     });
                 }
                 let calls = doc.message.as_ref().and_then(|m| m.tool_calls);
-                let calls = calls.and_then(|r| serde_json::from_str::<Vec<ToolCall<'_>>>(r.get()).ok());
+                let calls =
+                    calls.and_then(|r| serde_json::from_str::<Vec<ToolCall<'_>>>(r.get()).ok());
                 for call in calls.iter().flatten() {
                     let name = call.name();
                     out(Event::ToolCall {
@@ -373,7 +379,11 @@ struct ToolCall<'a> {
 impl<'a> ToolCall<'a> {
     /// The function's name, when it is a non-empty string.
     fn name(&self) -> Option<Str<'a>> {
-        let raw = self.function.as_ref()?.name.filter(|n| non_empty(Some(n)))?;
+        let raw = self
+            .function
+            .as_ref()?
+            .name
+            .filter(|n| non_empty(Some(n)))?;
         serde_json::from_str::<Str<'a>>(raw.get()).ok()
     }
 }

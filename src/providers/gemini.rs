@@ -261,8 +261,13 @@ impl<'de: 'a, 'a> Deserialize<'de> for Candidates<'a> {
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Candidates<'a>, A::Error> {
                 let mut all = Candidates::default();
                 while let Some(mut c) = seq.next_element::<Candidate<'a>>()? {
-                    if let Some(g) = c.grounding_metadata.as_ref().and_then(|g| g.web_search_queries) {
-                        all.search_queries = Some(all.search_queries.unwrap_or(0).saturating_add(g.0));
+                    if let Some(g) = c
+                        .grounding_metadata
+                        .as_ref()
+                        .and_then(|g| g.web_search_queries)
+                    {
+                        all.search_queries =
+                            Some(all.search_queries.unwrap_or(0).saturating_add(g.0));
                     }
                     let parts = c.content.as_mut().and_then(|c| c.parts.as_mut());
                     if let Some(parts) = parts {

@@ -698,7 +698,10 @@ impl<'a> Choice<'a> {
     /// `u32::MAX`: one per choice).
     fn tool_starts(&mut self, into: &mut Vec<ToolStart<'a>>) {
         let choice = u64::from(self.index.unwrap_or(0)) << 32;
-        for msg in [self.delta.as_mut(), self.message.as_mut()].into_iter().flatten() {
+        for msg in [self.delta.as_mut(), self.message.as_mut()]
+            .into_iter()
+            .flatten()
+        {
             if let Some(calls) = msg.tool_calls.as_mut() {
                 into.extend(calls.starts.drain(..).map(|(index, name)| ToolStart {
                     key: index.map(|i| choice | u64::from(i)),
