@@ -599,7 +599,34 @@ pub trait Recorder: Send + 'static {
 
 #[cfg(test)]
 mod tests {
-    use super::PromptSize;
+    use super::{MAX_TOOL_NAME_LEN, MAX_TOOL_NAMES, PromptSize, ToolUse};
+
+    #[test]
+    fn tool_names_are_capped_in_number_and_length_and_counted_per_name() {
+        let mut t = ToolUse::default();
+        let long = "é".repeat(MAX_TOOL_NAME_LEN); // 2 bytes each
+        t.record_call(Some(&long));
+        assert_eq!(t.names[0].len(), MAX_TOOL_NAME_LEN, "cut to the byte cap");
+        assert!(long.starts_with(&*t.names[0]), "cut at a char boundary");
+        t.record_call(Some("get_weather"));
+        t.record_call(Some("get_weather"));
+        t.record_call(None);
+        t.record_call(Some("  "));
+        for i in 0..MAX_TOOL_NAMES + 5 {
+            t.record_call(Some(&format!("tool_{i}")));
+        }
+        assert_eq!(
+            t.names.len(),
+            MAX_TOOL_NAMES,
+            "at most {MAX_TOOL_NAMES} names"
+        );
+        assert_eq!(&*t.names[1], "get_weather");
+        assert_eq!(t.calls_by_name[1], 2, "repeat calls counted per name");
+        let all = 5 + MAX_TOOL_NAMES as u32 + 5;
+        assert_eq!(t.client_calls, all, "every call counted");
+        // 2 unnamed, and the 7 tools past the cap (2 names kept before them).
+        assert_eq!(t.unnamed_calls(), 2 + 7);
+    }
 
     #[test]
     fn prompt_size_classes_have_inclusive_upper_bounds_of_binary_thousands() {
