@@ -71,6 +71,8 @@ impl Case<'_> {
 
 const OPENAI_JSON: &[u8] = include_bytes!("../tests/fixtures/openai/chat.json");
 const ANTHROPIC_JSON: &[u8] = include_bytes!("../tests/fixtures/anthropic/message.json");
+const OPENAI_TOOL_CALLS: &[u8] =
+    include_bytes!("../tests/fixtures/openai/chat_stream_parallel_tool_calls.sse");
 
 fn cases<'a>(openai: &'a [u8], anthropic: &'a [u8]) -> Vec<Case<'a>> {
     let oa = |name, bodies| Case {
@@ -105,6 +107,11 @@ fn cases<'a>(openai: &'a [u8], anthropic: &'a [u8]) -> Vec<Case<'a>> {
         an(
             "anthropic_fixtures/event_per_chunk",
             ANTHROPIC_FIXTURES.iter().map(|f| per_event(f)).collect(),
+        ),
+        // Two parallel tool calls, each call's arguments in six deltas.
+        oa(
+            "openai_tool_calls/event_per_chunk",
+            vec![per_event(OPENAI_TOOL_CALLS)],
         ),
         Case {
             content_type: "application/json",

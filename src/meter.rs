@@ -14,7 +14,7 @@ pub mod tokenize;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::providers::{Operation, ProviderKind, ServiceTier, UpstreamTiming, Usage};
+use crate::providers::{Operation, ProviderKind, ServerTool, ServiceTier, UpstreamTiming, Usage};
 
 /// How a request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -334,8 +334,12 @@ pub struct ToolUse {
     /// `function_call` items, Anthropic `tool_use`, Gemini `functionCall`,
     /// Bedrock `toolUse`, Ollama and Cohere tool calls).
     pub client_calls: u32,
-    /// The client tools' names, in order of first call, each once.
+    /// The client tools' names, in order of first call, each once (at
+    /// most `MAX_TOOL_NAMES`, each cut to `MAX_TOOL_NAME_LEN` bytes).
     pub names: Vec<Arc<str>>,
+    /// Calls of each name in `names`, index for index; calls without a
+    /// name, or past the cap, are only in `client_calls`.
+    pub calls_by_name: Vec<u32>,
     /// Provider-run (server) tools, which the provider bills per call.
     pub server: ServerTools,
 }
@@ -356,7 +360,82 @@ pub struct ServerTools {
     pub grounding: u32,
 }
 
+/// Distinct tool names kept per response; later names are counted in
+/// `client_calls` but not named (span attributes stay bounded).
+pub const MAX_TOOL_NAMES: usize = 16;
+
+/// Longest tool name kept, in bytes; longer names are cut at a character
+/// boundary.
+pub const MAX_TOOL_NAME_LEN: usize = 64;
+
+impl ToolUse {
+    /// Count one client tool call, named `name` when the wire named it.
+    /// Allocates only for a name not seen before in this response.
+    pub fn record_call(&mut self, name: Option<&str>) {
+        self.client_calls = self.client_calls.saturating_add(1);
+        let Some(name) = name.map(str::trim).filter(|n| !n.is_empty()) else {
+            return;
+        };
+        let name = cut(name, MAX_TOOL_NAME_LEN);
+        if let Some(at) = self.names.iter().position(|n| &**n == name) {
+            self.calls_by_name[at] = self.calls_by_name[at].saturating_add(1);
+        } else if self.names.len() < MAX_TOOL_NAMES {
+            self.names.push(Arc::from(name));
+            self.calls_by_name.push(1);
+        }
+    }
+
+    /// Calls not attributed to a kept name (unnamed, or past the cap).
+    pub fn unnamed_calls(&self) -> u32 {
+        let named = self
+            .calls_by_name
+            .iter()
+            .fold(0u32, |a, n| a.saturating_add(*n));
+        self.client_calls.saturating_sub(named)
+    }
+
+    /// Whether no tool, client or server, was used.
+    pub fn is_empty(&self) -> bool {
+        self.client_calls == 0 && self.server.total() == 0
+    }
+}
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 impl ServerTools {
+    /// Calls of `tool`.
+    pub fn get(&self, tool: ServerTool) -> u32 {
+        match tool {
+            ServerTool::WebSearch => self.web_search,
+            ServerTool::WebFetch => self.web_fetch,
+            ServerTool::FileSearch => self.file_search,
+            ServerTool::CodeInterpreter => self.code_interpreter,
+            ServerTool::Grounding => self.grounding,
+        }
+    }
+
+    /// Set the calls of `tool`.
+    pub fn set(&mut self, tool: ServerTool, calls: u32) {
+        let slot = match tool {
+            ServerTool::WebSearch => &mut self.web_search,
+            ServerTool::WebFetch => &mut self.web_fetch,
+            ServerTool::FileSearch => &mut self.file_search,
+            ServerTool::CodeInterpreter => &mut self.code_interpreter,
+            ServerTool::Grounding => &mut self.grounding,
+        };
+        *slot = calls;
+    }
+
     /// All server-tool calls together.
     pub fn total(&self) -> u32 {
         self.web_search
@@ -554,7 +633,34 @@ pub trait Recorder: Send + 'static {
 
 #[cfg(test)]
 mod tests {
-    use super::PromptSize;
+    use super::{MAX_TOOL_NAME_LEN, MAX_TOOL_NAMES, PromptSize, ToolUse};
+
+    #[test]
+    fn tool_names_are_capped_in_number_and_length_and_counted_per_name() {
+        let mut t = ToolUse::default();
+        let long = "é".repeat(MAX_TOOL_NAME_LEN); // 2 bytes each
+        t.record_call(Some(&long));
+        assert_eq!(t.names[0].len(), MAX_TOOL_NAME_LEN, "cut to the byte cap");
+        assert!(long.starts_with(&*t.names[0]), "cut at a char boundary");
+        t.record_call(Some("get_weather"));
+        t.record_call(Some("get_weather"));
+        t.record_call(None);
+        t.record_call(Some("  "));
+        for i in 0..MAX_TOOL_NAMES + 5 {
+            t.record_call(Some(&format!("tool_{i}")));
+        }
+        assert_eq!(
+            t.names.len(),
+            MAX_TOOL_NAMES,
+            "at most {MAX_TOOL_NAMES} names"
+        );
+        assert_eq!(&*t.names[1], "get_weather");
+        assert_eq!(t.calls_by_name[1], 2, "repeat calls counted per name");
+        let all = 5 + MAX_TOOL_NAMES as u32 + 5;
+        assert_eq!(t.client_calls, all, "every call counted");
+        // 2 unnamed, and the 7 tools past the cap (2 names kept before them).
+        assert_eq!(t.unnamed_calls(), 2 + 7);
+    }
 
     #[test]
     fn prompt_size_classes_have_inclusive_upper_bounds_of_binary_thousands() {

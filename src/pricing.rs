@@ -13,6 +13,7 @@ mod date;
 pub mod overrides;
 pub mod rates;
 pub mod table;
+pub mod tools;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -580,7 +581,7 @@ fn counts(r: &Request<'_>) -> Option<Counts> {
 }
 
 /// `name` in lowercase, borrowed when it already is.
-fn lowercase(name: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn lowercase(name: &str) -> std::borrow::Cow<'_, str> {
     if name.bytes().any(|b| b.is_ascii_uppercase()) || !name.is_ascii() {
         std::borrow::Cow::Owned(name.to_lowercase())
     } else {

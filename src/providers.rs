@@ -650,6 +650,69 @@ pub enum Event<'a> {
     /// `finish_reason`, `message_stop`, `response.completed`; `[DONE]`
     /// alone is not one).
     Done,
+    /// A client tool call began (the model asks the client to run a tool):
+    /// given once per call, however many frames its arguments take.
+    /// `name` is the tool's name as the wire gives it, when this frame
+    /// names it.
+    ToolCall {
+        /// The tool's (function's) name.
+        name: Option<&'a str>,
+    },
+    /// The provider ran `calls` tools of one kind itself (a
+    /// `server_tool_use` block, a Responses `web_search_call` item,
+    /// grounding queries): added to what was seen before.
+    ServerToolCalls {
+        /// Which provider-run tool.
+        tool: ServerTool,
+        /// Calls seen in this frame.
+        calls: u32,
+    },
+    /// The provider's own count of billed calls of one provider-run tool
+    /// (Anthropic `usage.server_tool_use`): it replaces the calls counted
+    /// from the output for that tool. Cumulative; the latest wins.
+    ServerToolUsage {
+        /// Which provider-run tool.
+        tool: ServerTool,
+        /// Billed calls so far in this response.
+        calls: u32,
+    },
+}
+
+/// A tool the provider runs itself and bills per call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ServerTool {
+    /// Web search (Anthropic `web_search`, OpenAI `web_search_call`).
+    WebSearch,
+    /// Web fetch (Anthropic `web_fetch`).
+    WebFetch,
+    /// OpenAI `file_search_call`.
+    FileSearch,
+    /// OpenAI `code_interpreter_call`, Anthropic `code_execution`.
+    CodeInterpreter,
+    /// Gemini grounding with Google Search (per search query).
+    Grounding,
+}
+
+impl ServerTool {
+    /// Every kind, in `ServerTools` field order.
+    pub const ALL: [ServerTool; 5] = [
+        ServerTool::WebSearch,
+        ServerTool::WebFetch,
+        ServerTool::FileSearch,
+        ServerTool::CodeInterpreter,
+        ServerTool::Grounding,
+    ];
+
+    /// The lowercase name (span attribute suffix, price key stem).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerTool::WebSearch => "web_search",
+            ServerTool::WebFetch => "web_fetch",
+            ServerTool::FileSearch => "file_search",
+            ServerTool::CodeInterpreter => "code_interpreter",
+            ServerTool::Grounding => "grounding",
+        }
+    }
 }
 
 /// What kind of output a content frame carried: the model's reasoning
@@ -957,6 +1020,14 @@ pub(crate) mod tests {
         pub texts: Vec<String>,
         /// Events skipped as malformed (`Parser::malformed_events`).
         pub malformed: u64,
+        /// Client tool calls (`Event::ToolCall`).
+        pub tool_calls: u32,
+        /// Their names, in order, repeats kept (unnamed calls as "").
+        pub tool_names: Vec<String>,
+        /// Provider-run tool calls seen, per `ServerTool::ALL` index.
+        pub server_seen: [u32; 5],
+        /// The provider's billed counts, per `ServerTool::ALL` index.
+        pub server_billed: [Option<u32>; 5],
     }
 
     impl Summary {
@@ -976,6 +1047,14 @@ pub(crate) mod tests {
                     serde_json::from_str(literal).expect("Text carries a JSON string literal"),
                 ),
                 Event::Done => self.done = 1,
+                Event::ToolCall { name } => {
+                    self.tool_calls += 1;
+                    self.tool_names.push(name.unwrap_or("").to_owned());
+                }
+                Event::ServerToolCalls { tool, calls } => self.server_seen[tool as usize] += calls,
+                Event::ServerToolUsage { tool, calls } => {
+                    self.server_billed[tool as usize] = Some(calls)
+                }
             }
         }
     }
@@ -1220,6 +1299,36 @@ pub(crate) mod tests {
         fixture!(Cohere, CohereChat, "cohere/chat_stream_tool.sse"),
         fixture!(Cohere, CohereChat, "cohere/chat.json"),
         fixture!(Anthropic, Messages, "anthropic/error.json"),
+        // Tool calls, client and provider-run (fixture_tests.rs).
+        fixture!(
+            Openai,
+            ChatCompletions,
+            "openai/chat_stream_parallel_tool_calls.sse"
+        ),
+        fixture!(
+            Openai,
+            ChatCompletions,
+            "openai/chat_stream_function_call.sse"
+        ),
+        fixture!(Openai, ChatCompletions, "openai/chat_tool_calls.json"),
+        fixture!(Openai, Responses, "openai/responses_tools_stream.sse"),
+        fixture!(Openai, Responses, "openai/responses_tools.json"),
+        fixture!(Anthropic, Messages, "anthropic/message_tools.json"),
+        fixture!(
+            Anthropic,
+            Messages,
+            "anthropic/messages_stream_web_search.sse"
+        ),
+        fixture!(Gemini, GenerateContent, "gemini/generate_tools.json"),
+        fixture!(
+            Gemini,
+            StreamGenerateContent,
+            "gemini/stream_generate_tools.sse"
+        ),
+        fixture!(Bedrock, Converse, "bedrock/converse_tools.json"),
+        fixture!(Ollama, OllamaChat, "ollama/chat_tools.json"),
+        fixture!(Ollama, OllamaChat, "ollama/chat_stream_tools.ndjson"),
+        fixture!(Cohere, CohereChat, "cohere/chat_tools.json"),
     ];
 
     /// The fixture called `name`.

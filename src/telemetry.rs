@@ -63,9 +63,9 @@ use self::span::{TraceHeaders, error_type, inject_trace_context};
 use self::span_export::{BatchSettings, RecordExporter, SdkSpans, SpanPipeline};
 use self::span_record::{RequestSpan, SpanCost, SpanRecord, SpanStart, Tracing};
 use crate::config::TelemetryConfig;
-use crate::meter::{Measurement, Recorder, RequestFacts};
+use crate::meter::{Measurement, Recorder, RequestFacts, ToolUse};
 use crate::pricing::{self, PriceBook, Priced};
-use crate::providers::ProviderKind;
+use crate::providers::{ProviderKind, ServerTool};
 
 /// Longest wait for flush and shutdown.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -94,6 +94,8 @@ struct Inner {
     response_models: CardinalityGuard,
     tenants: CardinalityGuard,
     error_types: CardinalityGuard,
+    /// `gen_ai.tool.name` values (capped like models).
+    tool_names: CardinalityGuard,
     drops: Arc<DropCounts>,
     access_log: bool,
     live: Live,
@@ -275,6 +277,7 @@ impl Telemetry {
             response_models: CardinalityGuard::new(cfg.max_models),
             tenants: CardinalityGuard::new(cfg.max_tenants),
             error_types: CardinalityGuard::new(MAX_ERROR_TYPES),
+            tool_names: CardinalityGuard::new(cfg.max_models),
             drops,
             access_log: cfg.access_log,
             live,
@@ -841,14 +844,29 @@ impl RequestTelemetry {
         match book.price(&request) {
             Priced::Cost(c) => {
                 let source = c.entry.source();
+                // A provider-reported cost already includes its tool fees.
+                let fees = (source != pricing::CostSource::Provider && m.tools.server.total() > 0)
+                    .then(|| {
+                        book.tool_fees(&pricing::tools::ToolRequest {
+                            route: &m.request.route,
+                            provider: m.request.provider,
+                            response_model: m.response_model.as_deref(),
+                            request_model: m.request.request_model.as_deref(),
+                            at: m.request.start_wall,
+                            tools: &m.tools.server,
+                        })
+                    });
+                let tools_usd = fees.map(|f| f.total);
+                let usd = c.usd + tools_usd.unwrap_or(0.0);
                 let span = recorded.then(|| SpanCost::Priced {
-                    usd: c.usd,
+                    usd,
                     source: source.as_str(),
                     estimated: c.estimated,
                     entry: c.entry.to_string(),
+                    tools: tools_usd,
                 });
                 let cost = CostRecord::Priced {
-                    usd: c.usd,
+                    usd,
                     source,
                     estimated: c.estimated,
                 };
@@ -950,6 +968,37 @@ impl RequestTelemetry {
         ins.record_finish(&sets, &record);
         if !m.modalities.is_empty() {
             ins.record_modalities(&attrs[..all], &m.modalities, &record);
+        }
+        if !m.tools.is_empty() {
+            self.record_tools(&m.tools);
+        }
+    }
+
+    /// `tokentap.tool.calls` by name and `tokentap.tool.server_calls` by
+    /// tool, under the route and provider. Names pass the cardinality
+    /// guard; calls it refuses, unnamed ones and those past the
+    /// per-response name cap count under `other`.
+    fn record_tools(&self, tools: &ToolUse) {
+        let inner = &self.inner;
+        let ins = &inner.instruments;
+        let keep = |kv: &&KeyValue| matches!(kv.key.as_str(), ROUTE | GEN_AI_PROVIDER_NAME);
+        let mut attrs: Vec<KeyValue> = self.attrs.iter().filter(keep).cloned().collect();
+        let base = attrs.len();
+        let named = tools.names.iter().zip(&tools.calls_by_name);
+        let other = (tools.unnamed_calls() > 0).then_some((None, tools.unnamed_calls()));
+        for (name, calls) in named.map(|(n, c)| (Some(n), *c)).chain(other) {
+            let label = name.map_or_else(|| Arc::from(OTHER), |n| inner.tool_names.admit(n));
+            attrs.truncate(base);
+            attrs.push(KeyValue::new(GEN_AI_TOOL_NAME, label));
+            ins.tool_calls.add(u64::from(calls), &attrs);
+        }
+        for tool in ServerTool::ALL {
+            let calls = tools.server.get(tool);
+            if calls > 0 {
+                attrs.truncate(base);
+                attrs.push(KeyValue::new(SERVER_TOOL, tool.as_str()));
+                ins.server_tool_calls.add(u64::from(calls), &attrs);
+            }
         }
     }
 }

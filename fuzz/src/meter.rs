@@ -10,7 +10,7 @@
 //! - `response_bytes` is the number of bytes the upstream sent;
 //! - for a body the harness compressed, the figures (outcome, error type,
 //!   usage, tokens, content chunks, model, id, finish reasons, server
-//!   timings) equal those of the plain body, whole, split in two, and byte
+//!   timings, tools) equal those of the plain body, whole, split in two, and byte
 //!   by byte: decompression and chunking change nothing.
 
 use std::io::Write;
@@ -146,7 +146,7 @@ pub fn meter(plan: &Plan, encoding: Option<&str>, pieces: &[&[u8]]) -> Measureme
 /// What a measurement says that does not depend on the clock.
 pub fn figures(m: &Measurement) -> String {
     format!(
-        "{:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {} {:?} {:?}",
+        "{:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {} {:?} {:?} {:?}",
         m.outcome,
         m.error_type,
         m.status,
@@ -158,6 +158,7 @@ pub fn figures(m: &Measurement) -> String {
         m.content_chunks,
         m.finish_reasons,
         m.upstream_timing,
+        m.tools,
     )
 }
 

@@ -17,9 +17,12 @@ use super::drain::{DrainEnd, DrainLimits, Drains};
 use super::ledger::Ledger;
 use super::tokenize::{self, Plan};
 use super::{
-    Counted, Measurement, Outcome, Reasoning, Recorder, RequestFacts, TokenSource, Unmetered,
+    Counted, Measurement, Outcome, Reasoning, Recorder, RequestFacts, TokenSource, ToolUse,
+    Unmetered,
 };
-use crate::providers::{ContentKind, Event, Parser, ProviderKind, UpstreamTiming, Usage};
+use crate::providers::{
+    ContentKind, Event, Parser, ProviderKind, ServerTool, UpstreamTiming, Usage,
+};
 use crate::rewrite::UsageStripper;
 
 use crate::error::BoxError;
@@ -137,6 +140,11 @@ struct Tally {
     chunk_reasoning: bool,
     /// Pieces of frames that carried reasoning (a `Mixed` frame counts one).
     reasoning_pieces: u64,
+    /// Client tool calls and provider-run tools counted from the output.
+    tools: ToolUse,
+    /// Provider-run tool calls the provider billed (its usage), per
+    /// `ServerTool::ALL` index: these replace the counted ones.
+    billed_tools: [Option<u32>; 5],
 }
 
 impl Tally {
@@ -179,7 +187,27 @@ impl Tally {
                 }
             }
             Event::Done => self.done = true,
+            Event::ToolCall { name } => self.tools.record_call(name),
+            Event::ServerToolCalls { tool, calls } => {
+                let seen = self.tools.server.get(tool).saturating_add(calls);
+                self.tools.server.set(tool, seen);
+            }
+            Event::ServerToolUsage { tool, calls } => {
+                self.billed_tools[tool as usize] = Some(calls)
+            }
         }
+    }
+
+    /// The tools used: the provider's billed counts where it gave them,
+    /// else the calls seen in the output.
+    fn take_tools(&mut self) -> ToolUse {
+        let mut tools = std::mem::take(&mut self.tools);
+        for tool in ServerTool::ALL {
+            if let Some(billed) = self.billed_tools[tool as usize] {
+                tools.server.set(tool, billed);
+            }
+        }
+        tools
     }
 }
 
@@ -492,6 +520,7 @@ impl Meter {
         let since = |t: Option<Instant>| t.map(|t| t - start);
         let duration = start.elapsed();
         let mut tally = std::mem::take(&mut self.tally);
+        let tools = tally.take_tools();
         let (text, texted, pieces) = (tally.text.take(), tally.texted, tally.pieces);
         let (output_tokens, token_source) = match (tally.usage.output, tally.pieces) {
             (Some(n), _) => (Some(n), Some(TokenSource::Provider)),
@@ -553,7 +582,7 @@ impl Meter {
             pool_wait: self.pool_wait,
             request_overhead: self.request_overhead,
             modalities: super::ModalityTokens::default(),
-            tools: Default::default(),
+            tools,
             counted: None,
         };
         if let Some(once) = self.once.take() {

@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::date::{Day, When};
 use super::rates::{Rate, Rates, Unit};
+use super::tools::CallRates;
+use crate::providers::ServerTool;
 
 /// One override entry, as written in TOML (`[[prices]]`,
 /// `[[routes.prices]]`, or a `--prices` file). Prices are USD per million
@@ -50,6 +52,21 @@ pub struct PriceOverride {
     /// prices, or the table's when it gives none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale: Option<f64>,
+    /// Provider-run web search (USD per call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web_search_per_call: Option<f64>,
+    /// Provider-run web fetch (USD per call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web_fetch_per_call: Option<f64>,
+    /// Provider-run file search (USD per call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_search_per_call: Option<f64>,
+    /// Provider-run code interpreter / code execution (USD per call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code_interpreter_per_call: Option<f64>,
+    /// Grounding with Google Search (USD per search query).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grounding_per_call: Option<f64>,
 }
 
 /// A `--prices` file: a list of `[[prices]]` entries.
@@ -74,6 +91,8 @@ pub struct Override {
     pub rates: Rates,
     /// Its scale factor.
     pub scale: Option<f64>,
+    /// Its per-call rates of provider-run tools (USD per call).
+    pub calls: CallRates,
 }
 
 impl Override {
@@ -115,8 +134,47 @@ impl Override {
                 return Err(format!("`scale` = {s} must be a factor ≥ 0"));
             }
         }
-        if rates.is_empty() && raw.scale.is_none() {
-            return Err("give at least one price (`input`, `output`, …) or a `scale`".into());
+        let mut calls = CallRates::default();
+        let per_call = [
+            (
+                "web_search_per_call",
+                raw.web_search_per_call,
+                ServerTool::WebSearch,
+            ),
+            (
+                "web_fetch_per_call",
+                raw.web_fetch_per_call,
+                ServerTool::WebFetch,
+            ),
+            (
+                "file_search_per_call",
+                raw.file_search_per_call,
+                ServerTool::FileSearch,
+            ),
+            (
+                "code_interpreter_per_call",
+                raw.code_interpreter_per_call,
+                ServerTool::CodeInterpreter,
+            ),
+            (
+                "grounding_per_call",
+                raw.grounding_per_call,
+                ServerTool::Grounding,
+            ),
+        ];
+        for (name, value, tool) in per_call {
+            if let Some(v) = value {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(format!("`{name}` = {v} must be a price ≥ 0 (USD per call)"));
+                }
+                calls.set(tool, v);
+            }
+        }
+        if rates.is_empty() && raw.scale.is_none() && calls.is_empty() {
+            return Err(
+                "give at least one price (`input`, `output`, …, `web_search_per_call`, …) or a `scale`"
+                    .into(),
+            );
         }
         if !rates.is_empty()
             && rates.get(Unit::Input).is_none()
@@ -130,6 +188,7 @@ impl Override {
             since,
             rates,
             scale: raw.scale,
+            calls,
         })
     }
 

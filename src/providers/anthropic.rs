@@ -16,8 +16,8 @@ use serde_json::value::RawValue;
 
 use super::scan::{Scan, Seen};
 use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
-use super::wire::{AnyContent, HasContent, Str, non_empty, non_empty_raw, service_tier};
-use super::{AdapterError, ContentKind, Event, ServiceTier, Usage};
+use super::wire::{HasContent, Str, non_empty, non_empty_raw, service_tier};
+use super::{AdapterError, ContentKind, Event, ServerTool, ServiceTier, Usage};
 use super::{Operation, ProviderKind};
 use crate::framing::Frame;
 
@@ -94,8 +94,13 @@ impl AnthropicAdapter {
                 }
             }
             Some("content_block_start") => {
-                if let Some(kind) = doc.content_block.as_ref().and_then(Block::start_kind) {
-                    out(Event::Content { pieces: 1, kind });
+                if let Some(block) = &doc.content_block {
+                    if let Some(kind) = block.start_kind() {
+                        out(Event::Content { pieces: 1, kind });
+                    }
+                    if let Some(tool) = block.tool() {
+                        tool.emit(out);
+                    }
                 }
             }
             Some("content_block_delta") => {
@@ -114,6 +119,7 @@ impl AnthropicAdapter {
                 }
                 if let Some(usage) = &doc.usage {
                     out(Event::Usage(self.usage(usage)));
+                    usage.emit_server_tools(out);
                 }
             }
             Some("message_stop") => out(Event::Done),
@@ -143,14 +149,18 @@ impl AnthropicAdapter {
         if let Some(id) = m.id.filter(|s| !s.as_str().is_empty()) {
             out(Event::ResponseId(id.as_str()));
         }
-        if m.content.is_some_and(|c| c.0) {
+        if m.content.is_some_and(|c| c.any) {
             out(Event::Content {
                 pieces: 1,
                 kind: ContentKind::Visible,
             });
         }
+        for tool in m.content.iter().flat_map(|c| &c.tools) {
+            tool.emit(out);
+        }
         if let Some(usage) = m.usage {
             out(Event::Usage(self.usage(usage)));
+            usage.emit_server_tools(out);
         }
         if let Some(reason) = m.stop_reason {
             out(Event::FinishReason(reason.as_str()));
@@ -245,7 +255,7 @@ struct Doc<'a> {
     #[serde(borrow)]
     model: Option<Str<'a>>,
     #[serde(borrow)]
-    content: Option<AnyContent<Block<'a>>>,
+    content: Option<Blocks<'a>>,
     #[serde(borrow)]
     stop_reason: Option<Str<'a>>,
 }
@@ -266,7 +276,7 @@ struct MessageFields<'a> {
 struct MessageView<'s, 'a> {
     id: Option<&'s Str<'a>>,
     model: Option<&'s Str<'a>>,
-    content: Option<&'s AnyContent<Block<'a>>>,
+    content: Option<&'s Blocks<'a>>,
     usage: Option<&'s WireUsage>,
     stop_reason: Option<&'s Str<'a>>,
 }
@@ -283,9 +293,81 @@ struct Block<'a> {
     /// `redacted_thinking` payload.
     #[serde(borrow)]
     data: Option<&'a RawValue>,
+    /// A tool's name (`tool_use`, `server_tool_use`).
+    #[serde(borrow)]
+    name: Option<Str<'a>>,
 }
 
-impl Block<'_> {
+/// A tool block: a client call (`tool_use`, with its name) or a
+/// provider-run tool (`server_tool_use`).
+enum ToolBlock<'a> {
+    Client(Option<Str<'a>>),
+    Server(ServerTool),
+}
+
+impl ToolBlock<'_> {
+    fn emit(&self, out: &mut dyn FnMut(Event<'_>)) {
+        match self {
+            ToolBlock::Client(name) => out(Event::ToolCall {
+                name: name.as_ref().map(Str::as_str),
+            }),
+            ToolBlock::Server(tool) => out(Event::ServerToolCalls {
+                tool: *tool,
+                calls: 1,
+            }),
+        }
+    }
+}
+
+/// A message's `content`, folded while parsing: whether any block carries
+/// output (`Block::has_content`), and its tool blocks (allocates only
+/// when there are some).
+#[derive(Default)]
+struct Blocks<'a> {
+    any: bool,
+    tools: Vec<ToolBlock<'a>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Blocks<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Blocks<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an array of content blocks")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Blocks<'a>, A::Error> {
+                let mut blocks = Blocks::default();
+                while let Some(mut block) = seq.next_element::<Block<'a>>()? {
+                    blocks.any |= block.has_content();
+                    if let Some(tool) = block.take_tool() {
+                        blocks.tools.push(tool);
+                    }
+                }
+                Ok(blocks)
+            }
+        }
+        d.deserialize_seq(V(std::marker::PhantomData))
+    }
+}
+
+/// The provider-run tool a `server_tool_use` block's name stands for
+/// (`None` for ones not counted).
+fn server_tool(name: &str) -> Option<ServerTool> {
+    match name {
+        "web_search" => Some(ServerTool::WebSearch),
+        "web_fetch" => Some(ServerTool::WebFetch),
+        "code_execution" | "bash_code_execution" | "text_editor_code_execution" => {
+            Some(ServerTool::CodeInterpreter)
+        }
+        _ => None,
+    }
+}
+
+impl<'a> Block<'a> {
     /// A block start counts only when it already carries text; a tool
     /// call's start (name only) does not, its arguments follow as deltas.
     /// `thinking` and `redacted_thinking` (`data`) are reasoning.
@@ -298,6 +380,28 @@ impl Block<'_> {
 
     fn starts_with_content(&self) -> bool {
         self.start_kind().is_some()
+    }
+
+    /// The tool this block is, if any (borrowing its name).
+    fn tool(&self) -> Option<ToolBlock<'_>> {
+        match self.kind.as_ref()?.as_str() {
+            "tool_use" => Some(ToolBlock::Client(
+                self.name
+                    .as_ref()
+                    .map(|n| Str(std::borrow::Cow::Borrowed(n.as_str()))),
+            )),
+            "server_tool_use" => server_tool(self.name.as_ref()?.as_str()).map(ToolBlock::Server),
+            _ => None,
+        }
+    }
+
+    /// The tool this block is, if any, taking its name.
+    fn take_tool(&mut self) -> Option<ToolBlock<'a>> {
+        match self.kind.as_ref()?.as_str() {
+            "tool_use" => Some(ToolBlock::Client(self.name.take())),
+            "server_tool_use" => server_tool(self.name.as_ref()?.as_str()).map(ToolBlock::Server),
+            _ => None,
+        }
     }
 }
 
@@ -533,7 +637,8 @@ fn any_block_content(s: &mut Scan<'_>) -> Option<bool> {
             Some(())
         })?;
         any |= tool || output;
-        Some(())
+        // Tool blocks are counted and named on the serde path.
+        (!tool).then_some(())
     })?;
     Some(any)
 }
@@ -549,6 +654,7 @@ fn scan_usage(s: &mut Scan<'_>) -> Option<WireUsage> {
         cache_creation_input_tokens: None,
         cache_creation: None,
         service_tier: None,
+        server_tool_use: None,
     };
     s.object(1, |s, key| {
         let (bit, count) = match key {
@@ -567,6 +673,11 @@ fn scan_usage(s: &mut Scan<'_>) -> Option<WireUsage> {
                 seen.first(5)?;
                 u.service_tier = s.str_or_null()?.and_then(ServiceTier::parse);
                 return Some(());
+            }
+            // Provider-run tool counts are read on the serde path.
+            "server_tool_use" => {
+                seen.first(6)?;
+                return s.null()?.then_some(());
             }
             _ => return s.skip(2),
         };
@@ -608,6 +719,33 @@ struct WireUsage {
     /// `standard`, `priority` or `batch`.
     #[serde(default, deserialize_with = "service_tier")]
     service_tier: Option<ServiceTier>,
+    /// Provider-run tool calls billed so far (cumulative).
+    server_tool_use: Option<ServerToolUse>,
+}
+
+/// `usage.server_tool_use`: the billed provider-run tool calls.
+#[derive(Deserialize)]
+struct ServerToolUse {
+    web_search_requests: Option<u32>,
+    web_fetch_requests: Option<u32>,
+}
+
+impl WireUsage {
+    /// The billed provider-run tool counts, which replace the counted blocks.
+    fn emit_server_tools(&self, out: &mut dyn FnMut(Event<'_>)) {
+        let Some(u) = &self.server_tool_use else {
+            return;
+        };
+        let counts = [
+            (ServerTool::WebSearch, u.web_search_requests),
+            (ServerTool::WebFetch, u.web_fetch_requests),
+        ];
+        for (tool, calls) in counts {
+            if let Some(calls) = calls {
+                out(Event::ServerToolUsage { tool, calls });
+            }
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -738,9 +876,10 @@ mod tests {
             WholeMessage::scan(fixture("anthropic/message.json").body).is_some(),
             "the recorded message takes the scan"
         );
-        // Most shapes above are there to be left to serde; the plain ones
-        // must still take the scan.
-        assert!(scanned >= 15, "{scanned} bodies scanned");
+        // Most shapes above are there to be left to serde (tool blocks
+        // too, to be counted and named); the plain ones must still take
+        // the scan.
+        assert!(scanned >= 12, "{scanned} bodies scanned");
     }
 
     #[test]
@@ -906,6 +1045,9 @@ mod tests {
             1,
         );
         s.usage = usage(472, 89, 0, 1536);
+        // One client tool call, named at its block start.
+        s.tool_calls = 1;
+        s.tool_names = vec!["get_weather".into()];
         expect("anthropic/messages_stream_tool_use.sse", s);
     }
 

@@ -130,7 +130,15 @@ impl BedrockAdapter {
             b"metadata" => {
                 emit_usage_and_latency(ev.usage.as_ref(), ev.metrics.as_ref(), out);
             }
-            _ => {} // messageStart, contentBlockStart (a tool's name), contentBlockStop
+            b"contentBlockStart" => {
+                // A tool call starts with its name; its input follows as deltas.
+                if let Some(tool) = ev.start.as_ref().and_then(|s| s.tool_use.as_ref()) {
+                    out(Event::ToolCall {
+                        name: tool.name.as_ref().map(Str::as_str),
+                    });
+                }
+            }
+            _ => {} // messageStart, contentBlockStop
         }
         Ok(())
     }
@@ -198,6 +206,24 @@ struct ConverseEvent<'a> {
     stop_reason: Option<Str<'a>>,
     usage: Option<ConverseUsage>,
     metrics: Option<Metrics>,
+    /// `contentBlockStart`'s start (a tool call's name).
+    #[serde(borrow)]
+    start: Option<BlockStart<'a>>,
+}
+
+/// A `contentBlockStart`'s `start`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BlockStart<'a> {
+    #[serde(borrow)]
+    tool_use: Option<ToolName<'a>>,
+}
+
+/// A `toolUse` object, as far as its name.
+#[derive(Deserialize)]
+struct ToolName<'a> {
+    #[serde(borrow)]
+    name: Option<Str<'a>>,
 }
 
 /// A `contentBlockDelta`'s delta: text, tool input or reasoning text are
@@ -383,7 +409,7 @@ impl ModelJson<'_> {
                 .as_ref()
                 .and_then(|o| o.message.as_ref())
                 .and_then(|m| m.content.as_ref())
-                .is_some_and(|c| c.0);
+                .is_some_and(|c| c.iter().any(HasContent::has_content));
         // Nova's streamed chunks carry ConverseStream deltas, reasoning included.
         let nova = self
             .content_block_delta
@@ -396,6 +422,19 @@ impl ModelJson<'_> {
         );
         if let Some(kind) = kind {
             out(Event::Content { pieces: 1, kind });
+        }
+        let blocks = self.output.as_ref().and_then(|o| o.message.as_ref());
+        for block in blocks
+            .and_then(|m| m.content.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            if let Some(tool) = block.tool_use.filter(|t| non_empty(Some(t))) {
+                let tool = serde_json::from_str::<ToolName<'_>>(tool.get()).ok();
+                out(Event::ToolCall {
+                    name: tool.as_ref().and_then(|t| t.name.as_ref()).map(Str::as_str),
+                });
+            }
         }
         self.emit_family_usage(out);
         let nova_stop = self
@@ -501,8 +540,9 @@ struct ConverseOutput<'a> {
 
 #[derive(Deserialize)]
 struct ConverseMessage<'a> {
+    /// A whole message's blocks (read once per response).
     #[serde(borrow)]
-    content: Option<AnyContent<ContentBlock<'a>>>,
+    content: Option<Vec<ContentBlock<'a>>>,
 }
 
 /// A whole message's content block: text, a tool call or reasoning.

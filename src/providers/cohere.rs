@@ -79,6 +79,20 @@ impl CohereAdapter {
                 if let Some(kind) = delta_message.and_then(DeltaMessage::kind) {
                     out(Event::Content { pieces: 1, kind });
                 }
+                if doc
+                    .kind
+                    .as_ref()
+                    .is_some_and(|k| k.as_str() == "tool-call-start")
+                {
+                    // One call per start; its arguments follow as deltas.
+                    let call = delta_message.and_then(|m| m.tool_calls);
+                    let call =
+                        call.and_then(|r| serde_json::from_str::<ToolCall<'_>>(r.get()).ok());
+                    let name = call.as_ref().and_then(ToolCall::name);
+                    out(Event::ToolCall {
+                        name: name.as_ref().map(Str::as_str),
+                    });
+                }
             }
             Some("message-end") => {
                 if let Some(d) = &doc.delta {
@@ -94,6 +108,15 @@ impl CohereAdapter {
                     out(Event::Content {
                         pieces: 1,
                         kind: ContentKind::Visible,
+                    });
+                }
+                let calls = doc.message.as_ref().and_then(|m| m.tool_calls);
+                let calls =
+                    calls.and_then(|r| serde_json::from_str::<Vec<ToolCall<'_>>>(r.get()).ok());
+                for call in calls.iter().flatten() {
+                    let name = call.name();
+                    out(Event::ToolCall {
+                        name: name.as_ref().map(Str::as_str),
                     });
                 }
                 emit_end(doc.usage.as_ref(), doc.finish_reason.as_ref(), out);
@@ -214,8 +237,10 @@ fn message_has_content(s: &mut Scan<'_>) -> Option<bool> {
         }
         "tool_plan" | "tool_calls" => {
             seen.first(if key == "tool_plan" { 1 } else { 2 })?;
-            any |= s.raw(2)?.is_some_and(non_empty_raw);
-            Some(())
+            let has = s.raw(2)?.is_some_and(non_empty_raw);
+            any |= has;
+            // Tool calls are counted and named on the serde path.
+            (key == "tool_plan" || !has).then_some(())
         }
         _ => s.skip(2),
     })?;
@@ -349,6 +374,18 @@ impl HasContent for Part<'_> {
 struct ToolCall<'a> {
     #[serde(borrow)]
     function: Option<Function<'a>>,
+}
+
+impl<'a> ToolCall<'a> {
+    /// The function's name, when it is a non-empty string.
+    fn name(&self) -> Option<Str<'a>> {
+        let raw = self
+            .function
+            .as_ref()?
+            .name
+            .filter(|n| non_empty(Some(n)))?;
+        serde_json::from_str::<Str<'a>>(raw.get()).ok()
+    }
 }
 
 #[derive(Deserialize)]
@@ -514,15 +551,18 @@ mod tests {
                 assert_eq!(scan, serde, "{}", String::from_utf8_lossy(&m));
             }
         }
-        for f in &fixtures {
+        // Tool calls are left to serde, to be counted and named.
+        let plain = |f: &&&[u8]| !f.windows(15).any(|w| w == b"\"tool_calls\":[{");
+        for f in fixtures.iter().filter(plain) {
             assert!(
                 WholeResponse::scan(f.trim_ascii()).is_some(),
                 "fixture scanned"
             );
         }
-        // Most shapes above are there to be left to serde; the plain ones
-        // must still take the scan.
-        assert!(scanned >= 10, "{scanned} bodies scanned");
+        // Most shapes above are there to be left to serde (tool calls
+        // too, to be counted and named); the plain ones must still take
+        // the scan.
+        assert!(scanned >= 9, "{scanned} bodies scanned");
     }
 
     #[test]

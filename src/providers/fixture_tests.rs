@@ -720,3 +720,140 @@ fn streamed_content_types() {
     assert!(!is_stream_content_type("application/json"));
     assert!(!is_stream_content_type(""));
 }
+
+/// Client tool calls, their names, and provider-run tool counts (web
+/// search, web fetch, file search, code interpreter, grounding) of a
+/// fixture.
+#[track_caller]
+fn check_tools(name: &str, calls: u32, names: &[&str], server: [u32; 5]) {
+    let (s, log, result) = fixture(name).run();
+    assert_eq!(result, Ok(()), "{name}: parses without error");
+    assert_eq!(s.tool_calls, calls, "{name}: client tool calls\n{log:#?}");
+    assert_eq!(s.tool_names, names, "{name}: tool names, in order");
+    // The meter's rule: the provider's billed count wins over blocks seen.
+    let got: Vec<u32> = (0..5)
+        .map(|i| s.server_billed[i].unwrap_or(s.server_seen[i]))
+        .collect();
+    assert_eq!(got, server, "{name}: provider-run tools\n{log:#?}");
+}
+
+#[test]
+fn tool_calls_in_every_family_streamed_and_whole() {
+    let none = [0; 5];
+    // OpenAI chat: one call per index, however many argument deltas.
+    check_tools(
+        "openai/chat_stream_tool_calls.sse",
+        1,
+        &["get_weather"],
+        none,
+    );
+    check_tools(
+        "openai/chat_stream_parallel_tool_calls.sse",
+        2,
+        &["get_weather", "get_time"],
+        none,
+    );
+    check_tools(
+        "openai/chat_stream_function_call.sse",
+        1,
+        &["lookup_order"],
+        none,
+    );
+    check_tools(
+        "openai/chat_tool_calls.json",
+        3,
+        &["get_weather", "get_weather", "get_time"],
+        none,
+    );
+    // Responses: function_call items; web search, file search and code
+    // interpreter items are provider-run.
+    check_tools(
+        "openai/responses_tools_stream.sse",
+        1,
+        &["get_weather"],
+        [2, 0, 0, 0, 0],
+    );
+    check_tools(
+        "openai/responses_tools.json",
+        2,
+        &["open_ticket", "open_ticket"],
+        [1, 0, 1, 1, 0],
+    );
+    // Anthropic: usage.server_tool_use is authoritative (2 searches billed,
+    // one block seen).
+    check_tools(
+        "anthropic/message_tools.json",
+        2,
+        &["get_weather", "get_time"],
+        [2, 0, 0, 0, 0],
+    );
+    check_tools(
+        "anthropic/messages_stream_web_search.sse",
+        1,
+        &["get_weather"],
+        [1, 0, 0, 0, 0],
+    );
+    check_tools(
+        "anthropic/messages_stream_tool_use.sse",
+        1,
+        &["get_weather"],
+        none,
+    );
+    // Gemini: each functionCall part is a call; grounding counts queries.
+    check_tools(
+        "gemini/generate_tools.json",
+        2,
+        &["get_weather", "get_weather"],
+        [0, 0, 0, 0, 2],
+    );
+    check_tools(
+        "gemini/stream_generate_tools.sse",
+        2,
+        &["get_time", "get_weather"],
+        none,
+    );
+    // Bedrock Converse, whole and streamed (contentBlockStart.toolUse).
+    check_tools(
+        "bedrock/converse_tools.json",
+        2,
+        &["get_weather", "get_time"],
+        none,
+    );
+    let (stream, _, _) = fixture("bedrock/converse_stream_tool_use.eventstream").run();
+    assert_eq!(stream.tool_calls, 1, "ConverseStream: one toolUse start");
+    // Ollama sends each call whole.
+    check_tools(
+        "ollama/chat_tools.json",
+        2,
+        &["get_weather", "get_time"],
+        none,
+    );
+    check_tools(
+        "ollama/chat_stream_tools.ndjson",
+        2,
+        &["get_weather", "get_weather"],
+        none,
+    );
+    // Cohere v2: tool-call-start once per call; whole message.tool_calls.
+    check_tools("cohere/chat_stream_tool.sse", 1, &["get_weather"], none);
+    check_tools(
+        "cohere/chat_tools.json",
+        2,
+        &["get_weather", "get_weather"],
+        none,
+    );
+}
+
+#[test]
+fn text_only_fixtures_have_no_tool_calls() {
+    for name in [
+        "openai/chat_stream.sse",
+        "openai/responses_stream.sse",
+        "anthropic/messages_stream.sse",
+        "gemini/stream_generate.sse",
+        "ollama/chat_stream.ndjson",
+        "cohere/chat_stream.sse",
+    ] {
+        check_tools(name, 0, &[], [0; 5]);
+    }
+}

@@ -16,8 +16,8 @@ use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::spec::{FrameAdapter, JsonBody, ProviderSpec, Wire, never_response};
-use super::wire::{AnyKind, HasKind, Str, non_empty};
-use super::{AdapterError, ContentKind, Event, Operation, Usage};
+use super::wire::{HasKind, Str, non_empty};
+use super::{AdapterError, ContentKind, Event, Operation, ServerTool, Usage};
 use super::{ProviderKind, percent_decode};
 use crate::framing::Frame;
 
@@ -117,6 +117,20 @@ impl GeminiAdapter {
                 out(Event::Content {
                     pieces: if whole { 1 } else { candidates.pieces },
                     kind,
+                });
+            }
+            // Gemini sends each function call whole, in one part.
+            for name in &candidates.calls {
+                out(Event::ToolCall {
+                    name: name.as_ref().map(Str::as_str),
+                });
+            }
+            if let Some(queries) = candidates.search_queries {
+                // The grounding metadata lists the response's queries so
+                // far: the latest list is the count.
+                out(Event::ServerToolUsage {
+                    tool: ServerTool::Grounding,
+                    calls: queries,
                 });
             }
         }
@@ -230,6 +244,10 @@ struct Candidates<'a> {
     visible: bool,
     reasoning: bool,
     finish: Vec<Str<'a>>,
+    /// Function calls, by name (allocates only when there are some).
+    calls: Vec<Option<Str<'a>>>,
+    /// Google Search queries the grounding metadata lists, when present.
+    search_queries: Option<u32>,
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Candidates<'a> {
@@ -242,9 +260,21 @@ impl<'de: 'a, 'a> Deserialize<'de> for Candidates<'a> {
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Candidates<'a>, A::Error> {
                 let mut all = Candidates::default();
-                while let Some(c) = seq.next_element::<Candidate<'a>>()? {
+                while let Some(mut c) = seq.next_element::<Candidate<'a>>()? {
+                    if let Some(g) = c
+                        .grounding_metadata
+                        .as_ref()
+                        .and_then(|g| g.web_search_queries)
+                    {
+                        all.search_queries =
+                            Some(all.search_queries.unwrap_or(0).saturating_add(g.0));
+                    }
+                    let parts = c.content.as_mut().and_then(|c| c.parts.as_mut());
+                    if let Some(parts) = parts {
+                        all.calls.append(&mut parts.calls);
+                    }
                     let parts = c.content.as_ref().and_then(|c| c.parts.as_ref());
-                    if let Some(kind) = parts.and_then(AnyKind::kind) {
+                    if let Some(kind) = parts.and_then(Parts::kind) {
                         all.pieces = all.pieces.saturating_add(1);
                         all.visible |= kind.is_visible();
                         all.reasoning |= kind.is_reasoning();
@@ -269,12 +299,94 @@ struct Candidate<'a> {
     content: Option<Content<'a>>,
     #[serde(borrow)]
     finish_reason: Option<Str<'a>>,
+    grounding_metadata: Option<Grounding>,
+}
+
+/// A candidate's `groundingMetadata`: the Google Search queries run.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Grounding {
+    web_search_queries: Option<Count>,
+}
+
+/// The length of a JSON array, counted without keeping its elements.
+#[derive(Clone, Copy)]
+struct Count(u32);
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Count;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Count, A::Error> {
+                let mut n = 0u32;
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    n = n.saturating_add(1);
+                }
+                Ok(Count(n))
+            }
+        }
+        d.deserialize_seq(V)
+    }
 }
 
 #[derive(Deserialize)]
 struct Content<'a> {
     #[serde(borrow)]
-    parts: Option<AnyKind<Part<'a>>>,
+    parts: Option<Parts<'a>>,
+}
+
+/// `parts`, folded while parsing: what output they carry (as `AnyKind`
+/// folds it) and their function calls' names.
+#[derive(Default)]
+struct Parts<'a> {
+    visible: bool,
+    reasoning: bool,
+    calls: Vec<Option<Str<'a>>>,
+}
+
+impl Parts<'_> {
+    fn kind(&self) -> Option<ContentKind> {
+        ContentKind::of(self.visible, self.reasoning)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Parts<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Parts<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array of parts")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Parts<'a>, A::Error> {
+                let mut parts = Parts::default();
+                while let Some(part) = seq.next_element::<Part<'a>>()? {
+                    let (visible, reasoning) = part.kinds();
+                    parts.visible |= visible;
+                    parts.reasoning |= reasoning;
+                    if let Some(call) = part.function_call.filter(|c| non_empty(Some(c))) {
+                        parts.calls.push(call_name(call));
+                    }
+                }
+                Ok(parts)
+            }
+        }
+        d.deserialize_seq(V(PhantomData))
+    }
+}
+
+/// A `functionCall`'s name.
+fn call_name<'a>(call: &'a RawValue) -> Option<Str<'a>> {
+    #[derive(Deserialize)]
+    struct Call<'a> {
+        #[serde(borrow)]
+        name: Option<Str<'a>>,
+    }
+    serde_json::from_str::<Call<'a>>(call.get()).ok()?.name
 }
 
 /// One part: text (including thought summaries), a function call,

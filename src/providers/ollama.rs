@@ -90,6 +90,9 @@ impl OllamaAdapter {
         if let Some(kind) = kind {
             out(Event::Content { pieces: 1, kind });
         }
+        if let Some(calls) = doc.message.as_ref().and_then(|m| m.tool_calls) {
+            emit_tool_calls(calls, out);
+        }
         let embeddings = self.operation.is_some_and(Operation::is_embeddings)
             || doc.embeddings.is_some()
             || doc.embedding.is_some();
@@ -262,6 +265,9 @@ fn scan_message(s: &mut Scan<'_>) -> Option<(bool, bool)> {
         };
         seen.first(bit)?;
         let has = s.raw(2)?.is_some_and(non_empty_raw);
+        if bit == 1 && has {
+            return None; // tool calls are counted and named on the serde path
+        }
         if bit == 2 {
             thinking |= has;
         } else {
@@ -312,6 +318,32 @@ struct Message<'a> {
     thinking: Option<&'a RawValue>,
     #[serde(borrow)]
     tool_calls: Option<&'a RawValue>,
+}
+
+/// Ollama sends each tool call whole, in one object: each is one call.
+fn emit_tool_calls(raw: &RawValue, out: &mut dyn FnMut(Event<'_>)) {
+    #[derive(Deserialize)]
+    struct Call<'a> {
+        #[serde(borrow)]
+        function: Option<Function<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Function<'a> {
+        #[serde(borrow)]
+        name: Option<Str<'a>>,
+    }
+    let Ok(calls) = serde_json::from_str::<Vec<Call<'_>>>(raw.get()) else {
+        return;
+    };
+    for call in &calls {
+        out(Event::ToolCall {
+            name: call
+                .function
+                .as_ref()
+                .and_then(|f| f.name.as_ref())
+                .map(Str::as_str),
+        });
+    }
 }
 
 impl Message<'_> {
@@ -428,12 +460,14 @@ mod tests {
             "{} fixture lines",
             fixture_lines.len()
         );
-        // Every recorded line but the error object takes the scan.
+        // Every recorded line but the error object and tool calls (left to
+        // serde to be counted and named) takes the scan.
         for line in &fixture_lines {
             let is_error = line.windows(7).any(|w| w == b"\"error\"");
+            let tools = line.windows(15).any(|w| w == b"\"tool_calls\":[{");
             assert_eq!(
                 Line::scan(line.trim_ascii()).is_some(),
-                !is_error,
+                !is_error && !tools,
                 "{}",
                 String::from_utf8_lossy(line)
             );
@@ -451,9 +485,16 @@ mod tests {
                 assert_eq!(scan, serde, "{op:?} {}", String::from_utf8_lossy(&m));
             }
         }
-        // Most shapes above are there to be left to serde; the plain ones
-        // must still take the scan.
-        assert!(scanned >= fixture_lines.len() + 11, "{scanned} scanned");
+        // Most shapes above are there to be left to serde (tool calls too);
+        // the plain ones must still take the scan.
+        let tool_lines = fixture_lines
+            .iter()
+            .filter(|l| l.windows(15).any(|w| w == b"\"tool_calls\":[{"))
+            .count();
+        assert!(
+            scanned >= fixture_lines.len() - tool_lines + 10,
+            "{scanned} scanned"
+        );
         // Model once per response, whichever path read it.
         for op in ops {
             let (mut with, mut without) = (OllamaAdapter::new(op), OllamaAdapter::without_scan(op));

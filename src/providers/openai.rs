@@ -18,10 +18,10 @@ use serde_json::value::RawValue;
 use super::ProviderKind;
 use super::scan::{Scan, Seen};
 use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
-use super::wire::{AnyContent, HasContent, Str, non_empty, non_empty_raw, reported_cost};
+use super::wire::{HasContent, Str, non_empty, non_empty_raw, reported_cost};
 use super::{
-    AdapterError, ContentKind, Event, Operation, ReportedCost, ServiceTier, UpstreamTiming, Usage,
-    millis, seconds,
+    AdapterError, ContentKind, Event, Operation, ReportedCost, ServerTool, ServiceTier,
+    UpstreamTiming, Usage, millis, seconds,
 };
 use crate::framing::Frame;
 
@@ -37,6 +37,9 @@ pub struct OpenaiAdapter {
     id_seen: bool,
     /// Try the scan before serde (off only in tests that compare the two).
     scan: bool,
+    /// Streamed tool calls already counted, by `(choice << 32) | index`:
+    /// a call's argument deltas repeat its index.
+    tools_seen: Vec<u64>,
 }
 
 impl OpenaiAdapter {
@@ -48,6 +51,7 @@ impl OpenaiAdapter {
             model_seen: false,
             id_seen: false,
             scan: true,
+            tools_seen: Vec::new(),
         }
     }
 
@@ -139,6 +143,11 @@ impl OpenaiAdapter {
                     out(Event::Text(text.get()));
                 }
             }
+            for start in &choices.tools {
+                // A whole body lists each call once, without indexes.
+                let key = start.key.filter(|_| !whole);
+                self.tool_call(key, start.name.as_ref().map(Str::as_str), out);
+            }
         }
         let is_response_body = doc
             .object
@@ -149,6 +158,9 @@ impl OpenaiAdapter {
                 pieces: 1,
                 kind: ContentKind::Visible,
             });
+            if let Some(output) = doc.output {
+                output_items(output.get(), out);
+            }
         }
         // Groq reports streamed usage inside `x_groq`.
         let wire_usage = doc
@@ -202,6 +214,18 @@ impl OpenaiAdapter {
         }
     }
 
+    /// Count a tool call once: `key` (choice and index of a streamed call)
+    /// is remembered, so the call's later deltas are not counted again.
+    fn tool_call(&mut self, key: Option<u64>, name: Option<&str>, out: &mut dyn FnMut(Event<'_>)) {
+        if let Some(key) = key {
+            if self.tools_seen.contains(&key) {
+                return;
+            }
+            self.tools_seen.push(key);
+        }
+        out(Event::ToolCall { name });
+    }
+
     /// The events `on_json` gives for the same chunk, in the same order.
     fn on_chat_chunk(&mut self, c: &ChatChunk<'_>, out: &mut dyn FnMut(Event<'_>)) {
         self.identify(c.model, c.id, out);
@@ -227,11 +251,12 @@ impl OpenaiAdapter {
             }
         }
         let is_response_body = b.object == Some("response");
-        if is_response_body && b.output {
+        if let Some(output) = b.output.filter(|o| is_response_body && non_empty_raw(o)) {
             out(Event::Content {
                 pieces: 1,
                 kind: ContentKind::Visible,
             });
+            output_items(output, out);
         }
         if let Some(mut usage) = b.usage {
             let embeddings =
@@ -265,6 +290,11 @@ impl OpenaiAdapter {
             out(Event::Content { pieces: 1, kind });
             if let Some(delta) = doc.delta.filter(|d| d.get().starts_with('"')) {
                 out(Event::Text(delta.get()));
+            }
+        }
+        if kind == "response.output_item.added" {
+            if let Some(item) = &doc.item {
+                item.emit(out);
             }
         }
         let Some(response) = &doc.response else {
@@ -425,6 +455,51 @@ struct Doc<'a> {
     /// The tier the request was served at (chat bodies and chunks).
     #[serde(borrow)]
     service_tier: Option<Str<'a>>,
+    /// The item of a Responses `response.output_item.added` event.
+    #[serde(borrow)]
+    item: Option<OutputItem<'a>>,
+}
+
+/// A Responses output item, as far as tools go: its type and name.
+#[derive(Deserialize)]
+struct OutputItem<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<Str<'a>>,
+    #[serde(borrow)]
+    name: Option<Str<'a>>,
+}
+
+impl OutputItem<'_> {
+    /// The tool event this item is, if any: a client call
+    /// (`function_call`, `custom_tool_call`) or a provider-run tool.
+    fn emit(&self, out: &mut dyn FnMut(Event<'_>)) {
+        let server = match self.kind.as_ref().map(Str::as_str) {
+            Some("function_call" | "custom_tool_call") => {
+                out(Event::ToolCall {
+                    name: self.name.as_ref().map(Str::as_str),
+                });
+                return;
+            }
+            Some("web_search_call") => ServerTool::WebSearch,
+            Some("file_search_call") => ServerTool::FileSearch,
+            Some("code_interpreter_call") => ServerTool::CodeInterpreter,
+            _ => return,
+        };
+        out(Event::ServerToolCalls {
+            tool: server,
+            calls: 1,
+        });
+    }
+}
+
+/// The tool events of a whole Responses `output` array (read once per
+/// response; a malformed array only loses its tool counts).
+fn output_items(raw: &str, out: &mut dyn FnMut(Event<'_>)) {
+    if let Ok(items) = serde_json::from_str::<Vec<OutputItem<'_>>>(raw) {
+        for item in &items {
+            item.emit(out);
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -561,6 +636,16 @@ struct Choices<'a> {
     finish: Vec<Str<'a>>,
     /// The first content piece's text, as its JSON string literal.
     text: Option<&'a RawValue>,
+    /// Tool calls that start in this payload (allocates only when one does).
+    tools: Vec<ToolStart<'a>>,
+}
+
+/// A tool call's first appearance: it carries an id or a name.
+struct ToolStart<'a> {
+    /// `(choice << 32) | index` for a streamed call (its later deltas
+    /// repeat it); `None` when the payload gives no index.
+    key: Option<u64>,
+    name: Option<Str<'a>>,
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
@@ -573,7 +658,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Choices<'a>, A::Error> {
                 let mut choices = Choices::default();
-                while let Some(choice) = seq.next_element::<Choice<'a>>()? {
+                while let Some(mut choice) = seq.next_element::<Choice<'a>>()? {
+                    choice.tool_starts(&mut choices.tools);
                     let (visible, reasoning) = choice.kinds();
                     if visible || reasoning {
                         choices.visible |= visible;
@@ -598,6 +684,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
 
 #[derive(Deserialize)]
 struct Choice<'a> {
+    /// Raw, so an odd index (`-0`, a string) costs the tool key, not the chunk.
+    #[serde(borrow)]
+    index: Option<&'a RawValue>,
     #[serde(borrow)]
     delta: Option<Message<'a>>,
     #[serde(borrow)]
@@ -609,7 +698,40 @@ struct Choice<'a> {
     finish_reason: Option<Str<'a>>,
 }
 
+/// An `index` that is a plain non-negative integer; anything else is no
+/// index (the payload is still read: a peer's odd index must not cost the
+/// chunk's content and usage).
+fn lenient_index(raw: Option<&RawValue>) -> Option<u32> {
+    raw.and_then(|r| r.get().parse().ok())
+}
+
 impl<'a> Choice<'a> {
+    /// Move the tool calls that start here into `into`, keyed by this
+    /// choice's index and theirs (the legacy `function_call` is index
+    /// `u32::MAX`: one per choice).
+    fn tool_starts(&mut self, into: &mut Vec<ToolStart<'a>>) {
+        let choice = u64::from(lenient_index(self.index).unwrap_or(0)) << 32;
+        for msg in [self.delta.as_mut(), self.message.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(calls) = msg.tool_calls.as_mut() {
+                into.extend(calls.starts.drain(..).map(|(index, name)| ToolStart {
+                    key: index.map(|i| choice | u64::from(i)),
+                    name,
+                }));
+            }
+            if let Some(f) = &mut msg.function_call {
+                if non_empty(f.name) {
+                    into.push(ToolStart {
+                        key: Some(choice | u64::from(u32::MAX)),
+                        name: f.name_str(),
+                    });
+                }
+            }
+        }
+    }
+
     /// The text this choice carries, if it is a plain string.
     fn text(&self) -> Option<&'a RawValue> {
         let msg = self.delta.as_ref().or(self.message.as_ref());
@@ -642,7 +764,7 @@ struct Message<'a> {
     #[serde(borrow)]
     audio: Option<Audio<'a>>,
     #[serde(borrow)]
-    tool_calls: Option<AnyContent<ToolCall<'a>>>,
+    tool_calls: Option<ToolCalls<'a>>,
     /// The deprecated single `function_call`.
     #[serde(borrow)]
     function_call: Option<Function<'a>>,
@@ -671,7 +793,7 @@ impl<'a> Message<'a> {
                 .audio
                 .as_ref()
                 .is_some_and(|a| non_empty(a.data) || non_empty(a.transcript))
-            || self.tool_calls.as_ref().is_some_and(|t| t.0)
+            || self.tool_calls.as_ref().is_some_and(|t| t.any)
             || self
                 .function_call
                 .as_ref()
@@ -693,12 +815,49 @@ struct Audio<'a> {
 #[derive(Deserialize)]
 struct ToolCall<'a> {
     #[serde(borrow)]
+    index: Option<&'a RawValue>,
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow)]
     function: Option<Function<'a>>,
 }
 
 impl HasContent for ToolCall<'_> {
     fn has_content(&self) -> bool {
         self.function.as_ref().is_some_and(HasContent::has_content)
+    }
+}
+
+/// `tool_calls`, folded while parsing: whether any call carries content
+/// (as `AnyContent` says), and the calls that start here (an id or a
+/// name), by index and name.
+#[derive(Default)]
+struct ToolCalls<'a> {
+    any: bool,
+    starts: Vec<(Option<u32>, Option<Str<'a>>)>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ToolCalls<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = ToolCalls<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array of tool calls")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ToolCalls<'a>, A::Error> {
+                let mut calls = ToolCalls::default();
+                while let Some(call) = seq.next_element::<ToolCall<'a>>()? {
+                    calls.any |= call.has_content();
+                    let name = call.function.as_ref().and_then(|f| f.name_str());
+                    if name.is_some() || non_empty(call.id) {
+                        calls.starts.push((lenient_index(call.index), name));
+                    }
+                }
+                Ok(calls)
+            }
+        }
+        d.deserialize_seq(V(PhantomData))
     }
 }
 
@@ -713,6 +872,14 @@ struct Function<'a> {
 impl HasContent for Function<'_> {
     fn has_content(&self) -> bool {
         non_empty(self.name) || non_empty(self.arguments)
+    }
+}
+
+impl<'a> Function<'a> {
+    /// The function's name, when it is a non-empty string.
+    fn name_str(&self) -> Option<Str<'a>> {
+        let raw = self.name.filter(|n| non_empty(Some(n)))?;
+        serde_json::from_str::<Str<'a>>(raw.get()).ok()
     }
 }
 
@@ -852,8 +1019,8 @@ struct WholeBody<'a> {
     finish: [&'a str; MAX_FINISH_REASONS],
     finish_len: usize,
     usage: Option<Usage>,
-    /// The Responses `output` is present and not empty.
-    output: bool,
+    /// The Responses `output`, raw.
+    output: Option<&'a str>,
     status: Option<&'a str>,
     /// `incomplete_details` was an object; its `reason`.
     incomplete: Option<Option<&'a str>>,
@@ -891,7 +1058,7 @@ impl<'a> WholeBody<'a> {
                 }
                 "output" => {
                     seen.first(8)?;
-                    b.output = s.raw(1)?.is_some_and(non_empty_raw);
+                    b.output = s.raw(1)?;
                     return Some(());
                 }
                 "incomplete_details" => {
@@ -976,7 +1143,6 @@ fn whole_message<'a>(s: &mut Scan<'a>) -> Option<(bool, bool, Option<&'a str>)> 
     let mut seen = Seen::default();
     // In `Message::text`'s order of preference.
     let mut texts: [Option<&'a str>; 4] = [None; 4];
-    let mut tools = false;
     s.object(3, |s, key| {
         let field = match key {
             "content" => 0,
@@ -985,10 +1151,8 @@ fn whole_message<'a>(s: &mut Scan<'a>) -> Option<(bool, bool, Option<&'a str>)> 
             "refusal" => 3,
             "tool_calls" => {
                 seen.first(4)?;
-                if !s.null()? {
-                    tools = any_tool_call(s)?;
-                }
-                return Some(());
+                // Tool calls are counted and named on the serde path.
+                return s.raw(4)?.is_none_or(|r| !non_empty_raw(r)).then_some(());
             }
             "function_call" | "audio" => {
                 seen.first(if key == "audio" { 5 } else { 6 })?;
@@ -1003,40 +1167,10 @@ fn whole_message<'a>(s: &mut Scan<'a>) -> Option<(bool, bool, Option<&'a str>)> 
     let has = |t: Option<&str>| t.is_some_and(non_empty_raw);
     let text = texts.into_iter().flatten().find(|raw| non_empty_raw(raw));
     Some((
-        has(texts[0]) || has(texts[3]) || tools,
+        has(texts[0]) || has(texts[3]),
         has(texts[1]) || has(texts[2]),
         text.filter(|t| t.starts_with('"')),
     ))
-}
-
-/// `tool_calls`: whether any call names a function or carries arguments
-/// (`AnyContent<ToolCall>`).
-fn any_tool_call(s: &mut Scan<'_>) -> Option<bool> {
-    let mut any = false;
-    s.array(4, |s| {
-        let mut seen = Seen::default();
-        s.object(5, |s, key| {
-            if key != "function" {
-                return s.skip(6);
-            }
-            seen.first(0)?;
-            if s.null()? {
-                return Some(());
-            }
-            let mut fields = Seen::default();
-            s.object(6, |s, key| {
-                let bit = match key {
-                    "name" => 0,
-                    "arguments" => 1,
-                    _ => return s.skip(7),
-                };
-                fields.first(bit)?;
-                any |= s.raw(7)?.is_some_and(non_empty_raw);
-                Some(())
-            })
-        })
-    })?;
-    Some(any)
 }
 
 /// `incomplete_details.reason` (an object is required, as serde wants).
@@ -1262,6 +1396,9 @@ mod tests {
             ..usage(85, 18, 0, 0)
         };
         s.done = 1;
+        // One call however many argument deltas repeat its index.
+        s.tool_calls = 1;
+        s.tool_names = vec!["get_weather".into()];
         expect("openai/chat_stream_tool_calls.sse", s);
     }
 
@@ -1688,14 +1825,16 @@ mod tests {
             assert_eq!(scan, serde, "{}", String::from_utf8_lossy(data));
             scanned += usize::from(ChatChunk::scan(data.trim_ascii()).is_some());
         }
-        // Responses API events are not chat chunks: serde reads those.
-        let chat = payloads
-            .iter()
-            .filter(|p| !p.starts_with(br#"{"type":"response."#))
-            .count();
+        // Tool-call chunks and Responses events are serde's by design.
+        let serde_only = |p: &&Vec<u8>| {
+            let has = |needle: &[u8]| p.windows(needle.len()).any(|w| w == needle);
+            has(b"\"tool_calls\":[{") || has(b"\"function_call\":{") || has(b"\"type\":\"response.")
+        };
+        let plain = payloads.iter().filter(|p| !serde_only(p)).count();
         assert!(
-            scanned * 2 > chat,
-            "the scan reads most chunks: {scanned} of {chat} chat chunks and {} shapes",
+            scanned * 2 > plain,
+            "the scan reads most chunks: {scanned} of {} fixture chunks and {} shapes",
+            payloads.len(),
             SHAPES.len()
         );
         // Model and id once per stream, whichever path read them.

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::{ContentKind, ReportedCost, ServiceTier};
+use super::{ReportedCost, ServiceTier};
 
 /// A JSON value that is present and not `""`, `[]` or `{}` (`null` never
 /// reaches here: `Option` turns it into `None`).
@@ -55,48 +55,6 @@ impl<'de, T: Deserialize<'de> + HasContent> Deserialize<'de> for AnyContent<T> {
 pub(crate) trait HasKind {
     /// `(visible, reasoning)`: what output this element carries.
     fn kinds(&self) -> (bool, bool);
-}
-
-/// An array folded while parsing into "does any element carry visible
-/// output, does any carry reasoning" (no allocation).
-#[derive(Default, Clone, Copy)]
-pub(crate) struct AnyKind<T> {
-    pub visible: bool,
-    pub reasoning: bool,
-    _of: PhantomData<T>,
-}
-
-impl<T> AnyKind<T> {
-    /// The frame's content kind, `None` when nothing was output.
-    pub(crate) fn kind(&self) -> Option<ContentKind> {
-        ContentKind::of(self.visible, self.reasoning)
-    }
-}
-
-impl<'de, T: Deserialize<'de> + HasKind> Deserialize<'de> for AnyKind<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de> + HasKind> Visitor<'de> for V<T> {
-            type Value = AnyKind<T>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an array")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<AnyKind<T>, A::Error> {
-                let (mut visible, mut reasoning) = (false, false);
-                while let Some(item) = seq.next_element::<T>()? {
-                    let (v, r) = item.kinds();
-                    visible |= v;
-                    reasoning |= r;
-                }
-                Ok(AnyKind {
-                    visible,
-                    reasoning,
-                    _of: PhantomData,
-                })
-            }
-        }
-        d.deserialize_seq(V(PhantomData))
-    }
 }
 
 /// A JSON string borrowed from the payload when it has no escapes

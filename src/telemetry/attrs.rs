@@ -351,5 +351,31 @@ pub const COST_ESTIMATED: &str = "tokentap.cost.estimated";
 pub const COST_PRICE_ENTRY: &str = "tokentap.cost.price_entry";
 /// Span: tokens were used but the model has no price (no cost is set).
 pub const COST_UNPRICED: &str = "tokentap.cost.unpriced";
+/// Span: the part of `tokentap.cost.amount` that is provider-run tool
+/// fees (web search, grounding, …), when there were any.
+pub const COST_TOOLS: &str = "tokentap.cost.tools";
+// Tool calls (docs/METRICS.md#tool-calls).
+/// Counter: client tool calls, by tool name ({call}).
+pub const M_TOOL_CALLS: &str = "tokentap.tool.calls";
+/// Counter: provider-run tool calls, by tool ({call}).
+pub const M_SERVER_TOOL_CALLS: &str = "tokentap.tool.server_calls";
+/// Metric attribute: the tool's name (GenAI `gen_ai.tool.name`), capped.
+pub const GEN_AI_TOOL_NAME: &str = "gen_ai.tool.name";
+/// Metric attribute: the provider-run tool (`web_search`, …).
+pub const SERVER_TOOL: &str = "tokentap.tool.server";
+/// Span: client tool calls the response asked for.
+pub const TOOL_CALLS: &str = "tokentap.tool.calls";
+/// Span: their names, each once, in order of first call (capped).
+pub const TOOL_NAMES: &str = "tokentap.tool.names";
+/// Span: provider-run web searches.
+pub const SERVER_TOOL_WEB_SEARCH: &str = "tokentap.tool.server.web_search";
+/// Span: provider-run web fetches.
+pub const SERVER_TOOL_WEB_FETCH: &str = "tokentap.tool.server.web_fetch";
+/// Span: provider-run file searches.
+pub const SERVER_TOOL_FILE_SEARCH: &str = "tokentap.tool.server.file_search";
+/// Span: provider-run code interpreter / code execution calls.
+pub const SERVER_TOOL_CODE_INTERPRETER: &str = "tokentap.tool.server.code_interpreter";
+/// Span: grounding (Google Search) queries.
+pub const SERVER_TOOL_GROUNDING: &str = "tokentap.tool.server.grounding";
 /// Span: the service tier that priced the request (`default`, `flex`, `priority`, `batch`).
 pub const SERVICE_TIER: &str = "tokentap.service_tier";

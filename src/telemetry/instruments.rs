@@ -202,6 +202,10 @@ pub(super) struct Instruments {
     pub cost: Counter<f64>,
     /// `tokentap.cost.unpriced`: requests whose model has no price.
     pub cost_unpriced: Counter<u64>,
+    /// `tokentap.tool.calls`: client tool calls, by name.
+    pub tool_calls: Counter<u64>,
+    /// `tokentap.tool.server_calls`: provider-run tool calls, by tool.
+    pub server_tool_calls: Counter<u64>,
     /// Kept so the callback lives as long as the instruments.
     _dropped: Option<ObservableCounter<u64>>,
     /// End-of-request instruments bound per attribute set.
@@ -857,6 +861,16 @@ impl Instruments {
                 .u64_counter(M_COST_UNPRICED)
                 .with_unit("{request}")
                 .with_description("Requests that used tokens but whose model has no price.")
+                .build(),
+            tool_calls: meter
+                .u64_counter(M_TOOL_CALLS)
+                .with_unit("{call}")
+                .with_description("Tool calls the model asked the client to run, by tool name.")
+                .build(),
+            server_tool_calls: meter
+                .u64_counter(M_SERVER_TOOL_CALLS)
+                .with_unit("{call}")
+                .with_description("Tools the provider ran itself (and bills per call), by tool.")
                 .build(),
             _dropped: drops.map(|d| dropped_counter(meter, d)),
             finish_sets: bound_sets(),

@@ -9,7 +9,7 @@ use opentelemetry::{Array, KeyValue, StringValue, Value};
 
 use super::attrs::*;
 use crate::meter::{Measurement, Outcome, RequestFacts, Unmetered};
-use crate::providers::Operation;
+use crate::providers::{Operation, ServerTool};
 
 /// Where a span's attributes go: a `KeyValue` list for the SDK's span
 /// form, or straight into the OTLP protobuf (`otlp_wire`). One function per
@@ -209,6 +209,37 @@ pub(super) fn finish_attributes(m: &Measurement, a: &mut impl AttributeSink) {
         a.str(UNMETERED_DETAIL, detail);
     }
     upstream_timing_attributes(m, a);
+    tool_attributes(m, a);
+}
+
+/// `tokentap.tool.*`: client tool calls and their names, and each
+/// provider-run tool's calls; nothing when no tool was used.
+fn tool_attributes(m: &Measurement, a: &mut impl AttributeSink) {
+    let t = &m.tools;
+    if t.client_calls > 0 {
+        a.count(TOOL_CALLS, u64::from(t.client_calls));
+    }
+    if !t.names.is_empty() {
+        let names: Vec<String> = t.names.iter().map(|n| n.to_string()).collect();
+        a.strs(TOOL_NAMES, &names);
+    }
+    for tool in ServerTool::ALL {
+        let calls = t.server.get(tool);
+        if calls > 0 {
+            a.count(server_tool_attribute(tool), u64::from(calls));
+        }
+    }
+}
+
+/// The span attribute counting one provider-run tool.
+pub(super) fn server_tool_attribute(tool: ServerTool) -> &'static str {
+    match tool {
+        ServerTool::WebSearch => SERVER_TOOL_WEB_SEARCH,
+        ServerTool::WebFetch => SERVER_TOOL_WEB_FETCH,
+        ServerTool::FileSearch => SERVER_TOOL_FILE_SEARCH,
+        ServerTool::CodeInterpreter => SERVER_TOOL_CODE_INTERPRETER,
+        ServerTool::Grounding => SERVER_TOOL_GROUNDING,
+    }
 }
 
 /// Visible TTFT, time to first reasoning, thinking time, and whether the

@@ -168,6 +168,8 @@ pub(super) enum SpanCost {
         source: &'static str,
         estimated: bool,
         entry: String,
+        /// The provider-run tool fees inside `usd`, when there were any.
+        tools: Option<f64>,
     },
     Unpriced,
 }
@@ -212,12 +214,14 @@ impl RequestSpan {
                 source,
                 estimated,
                 entry,
+                tools,
             }) => {
                 a.float(COST_AMOUNT, *usd);
                 a.str(COST_CURRENCY, pricing::CURRENCY);
                 a.str(COST_SOURCE, source);
                 a.bool(COST_ESTIMATED, *estimated);
                 a.str(COST_PRICE_ENTRY, entry);
+                a.float_opt(COST_TOOLS, *tools);
             }
             Some(SpanCost::Unpriced) => a.bool(COST_UNPRICED, true),
             None => {}
@@ -398,13 +402,19 @@ pub(super) mod tests {
                 source,
                 estimated,
                 entry,
-            }) => span.set_attributes([
-                KeyValue::new(COST_AMOUNT, *usd),
-                KeyValue::new(COST_CURRENCY, pricing::CURRENCY),
-                KeyValue::new(COST_SOURCE, *source),
-                KeyValue::new(COST_ESTIMATED, *estimated),
-                KeyValue::new(COST_PRICE_ENTRY, entry.clone()),
-            ]),
+                tools,
+            }) => {
+                span.set_attributes([
+                    KeyValue::new(COST_AMOUNT, *usd),
+                    KeyValue::new(COST_CURRENCY, pricing::CURRENCY),
+                    KeyValue::new(COST_SOURCE, *source),
+                    KeyValue::new(COST_ESTIMATED, *estimated),
+                    KeyValue::new(COST_PRICE_ENTRY, entry.clone()),
+                ]);
+                if let Some(tools) = tools {
+                    span.set_attribute(KeyValue::new(COST_TOOLS, *tools));
+                }
+            }
             Some(SpanCost::Unpriced) => span.set_attribute(KeyValue::new(COST_UNPRICED, true)),
             None => {}
         }
@@ -445,7 +455,12 @@ pub(super) mod tests {
             source: "builtin",
             estimated: false,
             entry: "openai/gpt-4o@2025-01-01".into(),
+            tools: Some(0.02),
         };
+        streamed.tools.record_call(Some("get_weather"));
+        streamed.tools.record_call(Some("get_weather"));
+        streamed.tools.record_call(None);
+        streamed.tools.server.web_search = 2;
         out.push((streamed, Some("priority"), Some(priced)));
         let mut failed = measurement(facts(Some("m"), None, true));
         failed.outcome = Outcome::UpstreamError;

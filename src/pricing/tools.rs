@@ -1,0 +1,259 @@
+//! Provider-run tool fees: a request's server-tool calls (web search,
+//! web fetch, file search, code interpreter, grounding queries), its
+//! provider, model and time in; the fee per tool and in all (USD) out.
+//!
+//! Rates are USD per call: built in per provider from the providers'
+//! published prices (docs/COST.md gives each source and date), under
+//! `*_per_call` keys of `[[prices]]` entries (a route's, the config's,
+//! then a `--prices` file's; the first entry covering the model that sets
+//! a tool's rate wins for that tool). A `scale` does not apply to them.
+
+use std::time::SystemTime;
+
+use super::date::When;
+use super::{PriceBook, lowercase};
+use crate::meter::ServerTools;
+use crate::providers::{ProviderKind, ServerTool};
+
+/// USD per call of each provider-run tool, indexed by `ServerTool`;
+/// `None` where no rate is known.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CallRates(pub [Option<f64>; 5]);
+
+impl CallRates {
+    /// The rate of `tool`, if known.
+    pub fn get(&self, tool: ServerTool) -> Option<f64> {
+        self.0[tool as usize]
+    }
+
+    /// Set the rate of `tool`.
+    pub fn set(&mut self, tool: ServerTool, usd: f64) {
+        self.0[tool as usize] = Some(usd);
+    }
+
+    /// Whether no tool has a rate.
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(Option::is_none)
+    }
+
+    /// The built-in rates of `provider` (docs/COST.md#provider-run-tools).
+    pub fn builtin(provider: ProviderKind) -> CallRates {
+        use ProviderKind as K;
+        let mut r = CallRates::default();
+        match provider {
+            // Web search $10 per 1,000 searches; web fetch has no fee
+            // beyond its tokens. Vertex serves Claude with the same tools.
+            K::Anthropic => {
+                r.set(ServerTool::WebSearch, 10.0 / 1000.0);
+                r.set(ServerTool::WebFetch, 0.0);
+            }
+            K::Vertex => {
+                r.set(ServerTool::WebSearch, 10.0 / 1000.0);
+                r.set(ServerTool::WebFetch, 0.0);
+                r.set(ServerTool::Grounding, 14.0 / 1000.0);
+            }
+            // Web search $10 per 1,000 calls; file search $2.50 per 1,000.
+            // Code interpreter is billed per container, not per call.
+            K::Openai => {
+                r.set(ServerTool::WebSearch, 10.0 / 1000.0);
+                r.set(ServerTool::FileSearch, 2.5 / 1000.0);
+            }
+            // Grounding with Google Search: $14 per 1,000 search queries.
+            K::Gemini => r.set(ServerTool::Grounding, 14.0 / 1000.0),
+            _ => {}
+        }
+        r
+    }
+}
+
+/// What a request's provider-run tools cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ToolFees {
+    /// USD per tool, indexed by `ServerTool`.
+    pub per_tool: [f64; 5],
+    /// USD in all.
+    pub total: f64,
+    /// Calls of tools with no known rate (not in `total`).
+    pub unpriced_calls: u32,
+}
+
+/// One request's provider-run tool calls, as pricing sees them.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolRequest<'a> {
+    /// Route name (selects the route's overrides).
+    pub route: &'a str,
+    /// The provider that answered.
+    pub provider: ProviderKind,
+    /// Model the response named (tried first).
+    pub response_model: Option<&'a str>,
+    /// Model the request named.
+    pub request_model: Option<&'a str>,
+    /// When the request arrived.
+    pub at: SystemTime,
+    /// The calls.
+    pub tools: &'a ServerTools,
+}
+
+impl PriceBook {
+    /// The per-call rates that apply to a request: per tool, the first
+    /// override covering either model name that sets it, else the
+    /// provider's built-in rate.
+    pub fn call_rates(&self, r: &ToolRequest<'_>) -> CallRates {
+        let mut rates = CallRates::builtin(r.provider);
+        let at = When::of(r.at);
+        let lists = [
+            self.routes.get(r.route).map(|b| &**b).unwrap_or(&[]),
+            &*self.config,
+            &*self.file,
+        ];
+        let names = [r.response_model, r.request_model];
+        for tool in ServerTool::ALL {
+            let set = names.into_iter().flatten().find_map(|name| {
+                let model = lowercase(name);
+                lists
+                    .iter()
+                    .flat_map(|l| l.iter())
+                    .filter(|o| o.covers(r.provider.config_name(), &model, at))
+                    .find_map(|o| o.calls.get(tool))
+            });
+            if let Some(usd) = set {
+                rates.set(tool, usd);
+            }
+        }
+        rates
+    }
+
+    /// The fees of a request's provider-run tool calls.
+    pub fn tool_fees(&self, r: &ToolRequest<'_>) -> ToolFees {
+        let mut fees = ToolFees::default();
+        if r.tools.total() == 0 {
+            return fees;
+        }
+        let rates = self.call_rates(r);
+        for tool in ServerTool::ALL {
+            let calls = r.tools.get(tool);
+            match rates.get(tool) {
+                Some(usd) => {
+                    let fee = f64::from(calls) * usd;
+                    fees.per_tool[tool as usize] = fee;
+                    fees.total += fee;
+                }
+                None => fees.unpriced_calls = fees.unpriced_calls.saturating_add(calls),
+            }
+        }
+        fees
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pricing::PriceOverride;
+
+    fn request<'a>(provider: ProviderKind, tools: &'a ServerTools) -> ToolRequest<'a> {
+        ToolRequest {
+            route: "default",
+            provider,
+            response_model: Some("claude-sonnet-4-5-20250929"),
+            request_model: Some("claude-sonnet-4-5"),
+            at: SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_780_000_000),
+            tools,
+        }
+    }
+
+    #[test]
+    fn anthropic_web_search_is_ten_dollars_per_thousand() {
+        let book = PriceBook::table_only().expect("table");
+        let tools = ServerTools {
+            web_search: 3,
+            web_fetch: 2,
+            ..ServerTools::default()
+        };
+        let fees = book.tool_fees(&request(ProviderKind::Anthropic, &tools));
+        assert!(
+            (fees.total - 0.03).abs() < 1e-12,
+            "3 searches at $0.01: {fees:?}"
+        );
+        assert_eq!(
+            fees.per_tool[ServerTool::WebFetch as usize],
+            0.0,
+            "fetches are free"
+        );
+        assert_eq!(fees.unpriced_calls, 0);
+    }
+
+    #[test]
+    fn tools_without_a_rate_are_counted_as_unpriced() {
+        let book = PriceBook::table_only().expect("table");
+        let tools = ServerTools {
+            code_interpreter: 4,
+            file_search: 2,
+            ..ServerTools::default()
+        };
+        let fees = book.tool_fees(&request(ProviderKind::Openai, &tools));
+        assert!(
+            (fees.total - 0.005).abs() < 1e-12,
+            "2 file searches at $0.0025: {fees:?}"
+        );
+        assert_eq!(
+            fees.unpriced_calls, 4,
+            "code interpreter has no per-call rate"
+        );
+    }
+
+    #[test]
+    fn a_per_call_override_beats_the_builtin_rate_for_its_models_only() {
+        let config = [PriceOverride {
+            model: "claude-sonnet-*".into(),
+            web_search_per_call: Some(0.02),
+            ..PriceOverride::default()
+        }];
+        let book = PriceBook::new(&config, None, std::iter::empty()).expect("valid entry");
+        let tools = ServerTools {
+            web_search: 5,
+            ..ServerTools::default()
+        };
+        let fees = book.tool_fees(&request(ProviderKind::Anthropic, &tools));
+        assert!(
+            (fees.total - 0.10).abs() < 1e-12,
+            "5 searches at $0.02: {fees:?}"
+        );
+        let mut other = request(ProviderKind::Anthropic, &tools);
+        other.response_model = Some("claude-opus-4-1");
+        other.request_model = None;
+        let fees = book.tool_fees(&other);
+        assert!(
+            (fees.total - 0.05).abs() < 1e-12,
+            "other models keep $0.01: {fees:?}"
+        );
+    }
+
+    #[test]
+    fn a_per_call_only_entry_leaves_token_prices_to_the_table() {
+        let config = [PriceOverride {
+            model: "*".into(),
+            grounding_per_call: Some(0.035),
+            ..PriceOverride::default()
+        }];
+        let book = PriceBook::new(&config, None, std::iter::empty()).expect("valid entry");
+        let at = When::of(SystemTime::now());
+        let quote = book.quote(
+            "default",
+            ProviderKind::Gemini,
+            "gemini-2.5-flash",
+            at,
+            None,
+        );
+        assert!(
+            matches!(quote, Some((crate::pricing::Entry::Table(_), _))),
+            "token rates still come from the table"
+        );
+        let bad = PriceOverride {
+            model: "*".into(),
+            web_search_per_call: Some(-1.0),
+            ..PriceOverride::default()
+        };
+        let err = PriceBook::new(&[bad], None, std::iter::empty()).expect_err("negative rate");
+        assert!(err.0.contains("web_search_per_call"), "{err}");
+    }
+}
