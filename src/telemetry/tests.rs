@@ -861,7 +861,7 @@ fn exemplars_carry_the_span_trace_id_on_their_own_buckets() {
     let h = harness_with_pull(InMemoryMetricExporter::default());
     let t = &h.telemetry;
     let f = facts(Some("gpt-4o"), None, true);
-    run(&t, f, &traceparent_headers(), &[3, 80]);
+    run(t, f, &traceparent_headers(), &[3, 80]);
     let om = t
         .scrape(prometheus::Format::OpenMetrics)
         .expect("OpenMetrics scrape");
