@@ -1547,3 +1547,47 @@ fn a_session_dropped_before_its_end_still_exports_its_span_once() {
     session.refused(&f, "handshake_refused");
     assert_eq!(h.finished_spans().len(), 2, "refused once, nothing on drop");
 }
+
+#[test]
+fn a_session_span_is_kept_when_one_of_its_responses_is() {
+    let mut cfg = config();
+    cfg.sampling.ratio = 0.0;
+    let h = harness(cfg);
+    let f = facts(Some("gpt-4o-realtime"), None, true);
+    let summary = crate::meter::session::SessionSummary::default();
+    let reason = |s: &SpanData| attr(&s.attributes, SAMPLING_REASON).cloned();
+
+    // The pair's first response is kept: its session too.
+    let first = h.telemetry.begin_session(&f, &HeaderMap::new());
+    Box::new(first.begin_child(&f)).finish(measurement(f.clone()));
+    first.finish(&f, &summary);
+    // An ordinary response at ratio 0 is dropped, and so is its session.
+    let quiet = h.telemetry.begin_session(&f, &HeaderMap::new());
+    Box::new(quiet.begin_child(&f)).finish(measurement(f.clone()));
+    quiet.finish(&f, &summary);
+    // A failed response is kept, and its session with it.
+    let failing = h.telemetry.begin_session(&f, &HeaderMap::new());
+    let mut failed = measurement(f.clone());
+    failed.outcome = crate::meter::Outcome::UpstreamError;
+    failed.error_type = Some("server_error".into());
+    Box::new(failing.begin_child(&f)).finish(failed);
+    failing.finish(&f, &summary);
+
+    let spans = h.finished_spans();
+    let got: Vec<(String, Option<Value>)> = spans
+        .iter()
+        .map(|s| (s.name.to_string(), reason(s)))
+        .collect();
+    let want = |name: &str, r: &str| (name.to_owned(), Some(Value::from(r.to_owned())));
+    assert_eq!(
+        got,
+        vec![
+            want("chat gpt-4o-realtime", "first_of_pair"),
+            want("websocket gpt-4o-realtime", "response"),
+            want("chat gpt-4o-realtime", "error"),
+            want("websocket gpt-4o-realtime", "response"),
+        ],
+        "the quiet session and its response are not exported"
+    );
+    h.telemetry.shutdown();
+}
