@@ -574,6 +574,9 @@ pub struct TelemetryConfig {
     pub access_log: bool,
     /// `text` or `json`.
     pub log_format: LogFormat,
+    /// Which finished requests' spans are exported (`[telemetry.sampling]`);
+    /// metrics always count every request.
+    pub sampling: SamplingConfig,
     /// Live statistics for the dashboard and slowdown detection (`[live]`).
     #[serde(skip)]
     pub live: LiveConfig,
@@ -605,8 +608,43 @@ impl Default for TelemetryConfig {
             redact_headers: Vec::new(),
             access_log: true,
             log_format: LogFormat::Text,
+            sampling: SamplingConfig::default(),
             live: LiveConfig::default(),
             slo: SloSettings::default(),
+        }
+    }
+}
+
+/// `[telemetry.sampling]`: which spans are exported, decided when each
+/// request ends. Failed, cut, malformed, slow and stalled requests are
+/// always kept; the ratio picks among the rest by trace id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SamplingConfig {
+    /// Share of ordinary requests whose span is exported, 0 to 1.
+    #[serde(deserialize_with = "units::ratio")]
+    pub ratio: f64,
+    /// Always keep a request whose time to first token is above this.
+    #[serde(with = "units::opt_positive", skip_serializing_if = "Option::is_none")]
+    pub keep_ttft_over: Option<Duration>,
+    /// Always keep a request with a gap between content chunks above this.
+    #[serde(with = "units::opt_positive", skip_serializing_if = "Option::is_none")]
+    pub keep_stall_over: Option<Duration>,
+    /// Always keep a request that ran longer than this.
+    #[serde(with = "units::opt_positive", skip_serializing_if = "Option::is_none")]
+    pub keep_duration_over: Option<Duration>,
+    /// Keep every request whose incoming `traceparent` is sampled.
+    pub respect_parent: bool,
+}
+
+impl Default for SamplingConfig {
+    fn default() -> Self {
+        SamplingConfig {
+            ratio: 1.0,
+            keep_ttft_over: None,
+            keep_stall_over: None,
+            keep_duration_over: None,
+            respect_parent: false,
         }
     }
 }

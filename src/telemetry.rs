@@ -22,6 +22,7 @@ mod otlp_http;
 mod otlp_wire;
 pub mod prometheus;
 mod push;
+mod sampling;
 mod session;
 pub mod slo;
 mod span;
@@ -116,14 +117,6 @@ struct Inner {
     prices: ArcSwapOption<PriceBook>,
 }
 
-impl Inner {
-    /// Where the finished span started as `start` goes: a record is built
-    /// only for a sampled span with a span pipeline to take it.
-    fn span_pipeline(&self, start: &SpanStart) -> Option<&SpanPipeline> {
-        self.spans.as_ref().filter(|_| start.sampled)
-    }
-}
-
 /// Telemetry could not start (bad exporter settings).
 #[derive(Debug, thiserror::Error)]
 #[error("telemetry: {0}")]
@@ -156,7 +149,7 @@ impl Telemetry {
         pull: Option<PullReader>,
     ) -> Result<Telemetry, TelemetryError> {
         let drops = Arc::new(DropCounts::default());
-        let tracing = Tracing::default();
+        let tracing = Tracing::new(sampling::Sampler::new(&cfg.sampling));
         let resource = resource(cfg);
         let mut traces = None;
         let mut meters = SdkMeterProvider::builder();
@@ -215,7 +208,7 @@ impl Telemetry {
         M: PushMetricExporter,
     {
         let drops = Arc::new(DropCounts::default());
-        let tracing = Tracing::default();
+        let tracing = Tracing::new(sampling::Sampler::new(&cfg.sampling));
         let resource = resource(cfg);
         let spans = SdkSpans::new(spans, &resource, scope(), tracing.max_attributes());
         let (traces, meters) = with_exporters(
@@ -354,7 +347,8 @@ impl Telemetry {
             attrs.push(KeyValue::new(TENANT, tenant.clone()));
         }
         attrs.push(KeyValue::new(GEN_AI_REQUEST_STREAM, facts.stream));
-        let (in_flight, concurrency) = inner.in_flight.enter(&facts.route, model.as_ref());
+        let (in_flight, concurrency, first_of_pair) =
+            inner.in_flight.enter(&facts.route, model.as_ref());
         let live = inner.live.begin(SeriesKey {
             route: facts.route.clone(),
             model,
@@ -386,6 +380,8 @@ impl Telemetry {
             live,
             _in_flight: in_flight,
             in_flight_at_start: concurrency,
+            first_of_pair,
+            session_kept: None,
             frame_overhead: None,
         }
     }
@@ -725,6 +721,11 @@ pub struct RequestTelemetry {
     _in_flight: InFlightGuard,
     /// The count it found when it started, itself included.
     in_flight_at_start: u64,
+    /// The first request its (route, model) pair has seen.
+    first_of_pair: bool,
+    /// A WebSocket response: set when its span is kept, so its session's
+    /// span is kept too.
+    session_kept: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// `tokentap.proxy.overhead` for response frames, bound at the first
     /// sampled frame.
     frame_overhead: Option<BoundHistogram<f64>>,
@@ -791,19 +792,36 @@ impl Recorder for RequestTelemetry {
         if let Some(g) = &this.gaps {
             g.record();
         }
-        let spans = this.inner.span_pipeline(&this.span);
-        let (cost, tier, span_cost) = this.record_cost(&m, spans.is_some());
-        this.record_metrics(&m, cost);
+        // The sampling decision, made now that the request is over; only
+        // with a span pipeline (nothing is exported without one). A
+        // dropped span costs this decision and nothing more: no record,
+        // no cost facts, no exemplar.
+        let kept = this.inner.spans.as_ref().and_then(|spans| {
+            // Breached SLOs for this route and model: one atomic load when none.
+            let slo = this.inner.slo.as_ref();
+            let slo = slo.and_then(|s| s.mark(this.live.key()));
+            let kept = this.inner.tracing.sampler.decide(
+                &m,
+                &this.span.head,
+                slo.is_some(),
+                this.first_of_pair,
+            )?;
+            Some((spans, slo, kept))
+        });
+        if kept.is_some()
+            && let Some(flag) = &this.session_kept
+        {
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let (cost, tier, span_cost) = this.record_cost(&m, kept.is_some());
+        this.record_metrics(&m, cost, kept.is_some());
         this.record_live(&m, cost);
         if this.inner.access_log {
             access_log(&m, &this.span.context);
         }
-        let Some(spans) = spans else {
+        let Some((spans, slo, kept)) = kept else {
             return;
         };
-        // Breached SLOs for this route and model: one atomic load when none.
-        let slo = this.inner.slo.as_ref();
-        let slo = slo.and_then(|s| s.mark(this.live.key()));
         spans.push(SpanRecord::Request(Box::new(RequestSpan {
             start: this.span,
             m,
@@ -811,6 +829,7 @@ impl Recorder for RequestTelemetry {
             tier,
             cost: span_cost,
             slo,
+            kept,
         })));
     }
 }
@@ -901,7 +920,9 @@ impl RequestTelemetry {
         inner.live.finish(sample);
     }
 
-    fn record_metrics(&self, m: &Measurement, cost: Option<CostRecord>) {
+    /// The metrics of every request; `exported`: its span is exported, so
+    /// its trace id may serve as an exemplar.
+    fn record_metrics(&self, m: &Measurement, cost: Option<CostRecord>, exported: bool) {
         let inner = &self.inner;
         let ins = &inner.instruments;
         // Room for the end-of-request attributes, so none reallocates.
@@ -948,7 +969,11 @@ impl RequestTelemetry {
             request_overhead: m.request_overhead.map(|d| d.as_secs_f64()),
             cache_read_tokens: m.usage.cache_read,
             cache_write_tokens: m.usage.cache_creation,
-            trace: exemplars::TraceMark::new(&self.span.context, m.request.start_wall + m.duration),
+            trace: exported
+                .then(|| {
+                    exemplars::TraceMark::new(&self.span.context, m.request.start_wall + m.duration)
+                })
+                .flatten(),
             cost,
         };
         // The TTFT and prefill histograms take the same set plus the prompt

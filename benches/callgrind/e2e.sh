@@ -11,7 +11,8 @@
 # Ports 14318, 18080 and 19090 on 127.0.0.1 must be free (or set SINK_PORT,
 # PROXY_PORT and SIM_PORT to run several profiles side by side).
 # Environment: WHOLE=1 sends non-streamed requests (one JSON body each)
-# instead of streams; EXPORT=off turns OTLP export off (otlp_enabled = false).
+# instead of streams; EXPORT=off turns OTLP export off (otlp_enabled = false);
+# RATIO=0.01 sets telemetry.sampling.ratio (spans exported, default 1).
 # NOVG=1 runs the target natively instead (wall clock: load-dependent) and
 # prints its user and system CPU per request from /proc/PID/stat.
 # Last line: Ir per request (total Ir of cg.out.1 / `requests` in load.json).
@@ -51,6 +52,7 @@ name = "fast"
 prefix = "/fast"
 upstream = "http://127.0.0.1:$SIMP"
 CONF
+[ -n "${RATIO:-}" ] && printf '\n[telemetry.sampling]\nratio = %s\n' "$RATIO" >> tt.toml
 case ${TARGET:-tokentap} in
 tokentap) CMD=("$BIN/tokentap" --config tt.toml) ;;
 floor) CMD=("$BIN/tokentap-bench" floor --listen 127.0.0.1:$PROXY --upstream /fast=http://127.0.0.1:$SIMP) ;;

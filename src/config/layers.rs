@@ -261,7 +261,51 @@ pub(super) fn otel_env(env: &[(String, String)]) -> Result<Vec<Layer>, ConfigErr
     if get("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
         put("OTEL_SDK_DISABLED", "otlp_enabled", Value::from(false));
     }
+    if let Some(sampler) = get("OTEL_TRACES_SAMPLER") {
+        let (ratio, parent) =
+            otel_sampler(&sampler, get("OTEL_TRACES_SAMPLER_ARG")).map_err(|message| {
+                ConfigError::Invalid {
+                    key: "telemetry.sampling.ratio".into(),
+                    origin: env_source("OTEL_TRACES_SAMPLER"),
+                    message,
+                }
+            })?;
+        put("OTEL_TRACES_SAMPLER", "sampling.ratio", Value::from(ratio));
+        put(
+            "OTEL_TRACES_SAMPLER",
+            "sampling.respect_parent",
+            Value::from(parent),
+        );
+    }
     Ok(layers)
+}
+
+/// The standard samplers as `[telemetry.sampling]`: the ratio (`always_on`
+/// 1, `always_off` 0, `traceidratio` its argument, default 1) and whether
+/// a sampled parent keeps the span (`parentbased_*`). A ratio outside
+/// 0..=1 is passed on to fail validation, naming the key.
+fn otel_sampler(name: &str, arg: Option<String>) -> Result<(f64, bool), String> {
+    let (parent, base) = match name.strip_prefix("parentbased_") {
+        Some(base) => (true, base),
+        None => (false, name),
+    };
+    let ratio = match base {
+        "always_on" => 1.0,
+        "always_off" => 0.0,
+        "traceidratio" => match arg {
+            None => 1.0,
+            Some(a) => a.parse::<f64>().map_err(|_| {
+                format!("OTEL_TRACES_SAMPLER_ARG `{a}` is not a number from 0 to 1")
+            })?,
+        },
+        _ => {
+            return Err(format!(
+                "OTEL_TRACES_SAMPLER `{name}` is not one tokentap knows: always_on, always_off, \
+                 traceidratio, or one of them after parentbased_"
+            ));
+        }
+    };
+    Ok((ratio, parent))
 }
 
 /// The config file, checked for syntax here so a typo reports the file.

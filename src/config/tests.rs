@@ -1250,3 +1250,78 @@ fn config_semconv_needs_a_restart() {
         "instruments record by the switch read at start-up"
     );
 }
+
+#[test]
+fn sampling_reads_from_file_env_and_otel_and_names_bad_keys() {
+    let c = load_ok(&["--upstream", "http://127.0.0.1:9"], &[]);
+    assert_eq!(
+        c.telemetry.sampling,
+        crate::config::SamplingConfig::default()
+    );
+    assert_eq!(c.telemetry.sampling.ratio, 1.0, "default: every span");
+    let f = TempToml::new(&format!(
+        "[telemetry.sampling]\nratio = 0.01\nkeep_ttft_over = \"2s\"\nkeep_stall_over = \"1s\"\n\
+         keep_duration_over = \"60s\"\nrespect_parent = true\n{ROUTES}"
+    ));
+    let c = load_ok(&["--config", &f.path()], &[]);
+    let s = &c.telemetry.sampling;
+    assert_eq!(s.ratio, 0.01);
+    assert_eq!(s.keep_ttft_over, Some(Duration::from_secs(2)));
+    assert_eq!(s.keep_stall_over, Some(Duration::from_secs(1)));
+    assert_eq!(s.keep_duration_over, Some(Duration::from_secs(60)));
+    assert!(s.respect_parent);
+    let c = load_ok(
+        &["--upstream", "http://127.0.0.1:9"],
+        &[
+            ("TOKENTAP_TELEMETRY__SAMPLING__RATIO", "0.25"),
+            ("TOKENTAP_TELEMETRY__SAMPLING__KEEP_TTFT_OVER", "500ms"),
+        ],
+    );
+    assert_eq!(c.telemetry.sampling.ratio, 0.25);
+    assert_eq!(
+        c.telemetry.sampling.keep_ttft_over,
+        Some(Duration::from_millis(500))
+    );
+    for (sampler, arg, ratio, parent) in [
+        ("always_off", None, 0.0, false),
+        ("traceidratio", Some("0.1"), 0.1, false),
+        ("parentbased_traceidratio", Some("0.5"), 0.5, true),
+        ("parentbased_always_on", None, 1.0, true),
+    ] {
+        let mut vars = vec![("OTEL_TRACES_SAMPLER", sampler)];
+        vars.extend(arg.map(|a| ("OTEL_TRACES_SAMPLER_ARG", a)));
+        let c = load_ok(&["--upstream", "http://127.0.0.1:9"], &vars);
+        let s = &c.telemetry.sampling;
+        assert_eq!((s.ratio, s.respect_parent), (ratio, parent), "{sampler}");
+    }
+    for (body, words) in [
+        (
+            "ratio = 1.5",
+            &["telemetry.sampling.ratio", "from 0 to 1"][..],
+        ),
+        ("ratio = -0.1", &["telemetry.sampling.ratio", "from 0 to 1"]),
+        (
+            "keep_ttft_over = \"soon\"",
+            &["telemetry.sampling.keep_ttft_over"],
+        ),
+        (
+            "keep_stall_over = \"0s\"",
+            &["telemetry.sampling.keep_stall_over", "longer than zero"],
+        ),
+        ("keep_duration = \"1s\"", &["keep_duration"]),
+    ] {
+        let f = TempToml::new(&format!("[telemetry.sampling]\n{body}\n{ROUTES}"));
+        let e = load_err(&["--config", &f.path()], &[]);
+        assert_mentions(&e, words);
+    }
+    let e = load_err(
+        &["--upstream", "http://127.0.0.1:9"],
+        &[("TOKENTAP_TELEMETRY__SAMPLING__RATIO", "2")],
+    );
+    assert_mentions(&e, &["telemetry.sampling.ratio", "from 0 to 1"]);
+    let e = load_err(
+        &["--upstream", "http://127.0.0.1:9"],
+        &[("OTEL_TRACES_SAMPLER", "jaeger_remote")],
+    );
+    assert_mentions(&e, &["telemetry.sampling.ratio", "OTEL_TRACES_SAMPLER"]);
+}

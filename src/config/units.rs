@@ -112,6 +112,17 @@ pub(super) fn at_least_one<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::
     Ok(n)
 }
 
+/// A share from 0 to 1 inclusive (`0.01`, `1`).
+pub(super) fn ratio<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let v = f64::deserialize(d)?;
+    if !(0.0..=1.0).contains(&v) {
+        return Err(de::Error::custom(format!(
+            "{v} is not a share: use a number from 0 to 1 (0.01 = one request in a hundred)"
+        )));
+    }
+    Ok(v)
+}
+
 /// Written in place of secrets when the effective config is shown.
 pub(super) const REDACTED: &str = "<redacted>";
 

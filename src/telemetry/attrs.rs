@@ -193,6 +193,10 @@ pub const ROUTE: &str = "tokentap.route";
 pub const TENANT: &str = "tokentap.tenant";
 /// How the request ended (`complete`, `client_cancelled`, ...).
 pub const OUTCOME: &str = "tokentap.outcome";
+/// Span: why the span was exported (`error`, `slow_ttft`, `ratio`, …).
+pub const SAMPLING_REASON: &str = "tokentap.sampling.reason";
+/// Span: how many requests an exported span stands for (1 / probability).
+pub const SAMPLING_WEIGHT: &str = "tokentap.sampling.weight";
 /// `tokentap.outcome` of a request that matched no route (answered 404,
 /// never forwarded, so it has no route, provider or measurement).
 pub const OUTCOME_NO_ROUTE: &str = "no_route";

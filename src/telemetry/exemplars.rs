@@ -24,15 +24,15 @@ pub(super) struct TraceMark {
 }
 
 impl TraceMark {
-    /// A mark for a sampled span's trace id; `None` for an unsampled or
-    /// invalid one (its trace is never exported, so it would lead nowhere).
+    /// A mark for an exported span's trace id; `None` for an invalid one.
+    /// Only call it for a span that is exported: another would lead
+    /// nowhere.
     pub(super) fn new(
         span: &opentelemetry::trace::SpanContext,
         time: SystemTime,
     ) -> Option<TraceMark> {
         let trace_id = u128::from_be_bytes(span.trace_id().to_bytes());
-        (span.is_valid() && span.is_sampled() && trace_id != 0)
-            .then_some(TraceMark { trace_id, time })
+        (span.is_valid() && trace_id != 0).then_some(TraceMark { trace_id, time })
     }
 }
 
@@ -326,7 +326,7 @@ mod tests {
     }
 
     #[test]
-    fn unsampled_or_invalid_spans_give_no_mark() {
+    fn invalid_spans_give_no_mark() {
         use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
         let cx = |flags| {
             SpanContext::new(
@@ -339,7 +339,10 @@ mod tests {
         };
         let now = SystemTime::UNIX_EPOCH;
         assert!(TraceMark::new(&cx(TraceFlags::SAMPLED), now).is_some());
-        assert!(TraceMark::new(&cx(TraceFlags::default()), now).is_none());
+        assert!(
+            TraceMark::new(&cx(TraceFlags::default()), now).is_some(),
+            "the flag sent upstream does not decide export; the caller does"
+        );
         assert!(TraceMark::new(&SpanContext::empty_context(), now).is_none());
     }
 

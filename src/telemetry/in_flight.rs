@@ -42,13 +42,20 @@ impl Drop for InFlightGuard {
 impl InFlight {
     /// A request to `route` and `model` starts: the guard that holds it in
     /// the count, and the count with it included (≥ 1).
-    pub(super) fn enter(&self, route: &Arc<str>, model: Option<&Arc<str>>) -> (InFlightGuard, u64) {
-        let counter = self.counter(route, model);
+    /// Also whether this request is the first its pair has seen (span
+    /// sampling keeps it: the pairs are bounded, so is this).
+    pub(super) fn enter(
+        &self,
+        route: &Arc<str>,
+        model: Option<&Arc<str>>,
+    ) -> (InFlightGuard, u64, bool) {
+        let (counter, first) = self.counter(route, model);
         let now = counter.fetch_add(1, Ordering::Relaxed) + 1;
-        (InFlightGuard(counter), now)
+        (InFlightGuard(counter), now, first)
     }
 
-    fn counter(&self, route: &Arc<str>, model: Option<&Arc<str>>) -> Arc<AtomicU64> {
+    /// The pair's counter, and whether this call created it.
+    fn counter(&self, route: &Arc<str>, model: Option<&Arc<str>>) -> (Arc<AtomicU64>, bool) {
         let key = (route.clone(), model.cloned());
         // A poisoned lock only means a panic elsewhere mid-insert; the map
         // itself is still valid.
@@ -58,10 +65,12 @@ impl InFlight {
             .unwrap_or_else(|e| e.into_inner())
             .get(&key)
         {
-            return c.clone();
+            return (c.clone(), false);
         }
         let mut counts = self.counts.write().unwrap_or_else(|e| e.into_inner());
-        counts.entry(key).or_default().clone()
+        // Another request may have created it between the two locks.
+        let first = !counts.contains_key(&key);
+        (counts.entry(key).or_default().clone(), first)
     }
 
     /// Every pair's count now: (route, model, requests in flight).
@@ -83,21 +92,24 @@ mod tests {
         let f = InFlight::default();
         let (route, other_route): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
         let model: Arc<str> = "m".into();
-        let (g1, n1) = f.enter(&route, Some(&model));
-        let (g2, n2) = f.enter(&route, Some(&model));
-        let (_g3, n3) = f.enter(&other_route, Some(&model));
-        let (_g4, n4) = f.enter(&route, None);
+        let (g1, n1, _) = f.enter(&route, Some(&model));
+        let (g2, n2, _) = f.enter(&route, Some(&model));
+        let (_g3, n3, _) = f.enter(&other_route, Some(&model));
+        let (_g4, n4, _) = f.enter(&route, None);
         assert_eq!((n1, n2), (1, 2), "same pair counts up, itself included");
         assert_eq!(
             (n3, n4),
             (1, 1),
             "another route or no model is its own pair"
         );
+        let (_g, _, first) = f.enter(&route, Some(&model));
+        let (_h, _, again) = f.enter(&"c".into(), None);
+        assert!(!first && again, "first only for a pair never seen");
         drop((g1, g2));
-        let (_g5, n5) = f.enter(&route, Some(&model));
-        assert_eq!(n5, 1, "finished requests leave the count");
+        let (_g5, n5, _) = f.enter(&route, Some(&model));
+        assert_eq!(n5, 2, "finished requests leave the count");
         let mut snap = f.snapshot();
         snap.sort();
-        assert_eq!(snap.len(), 3, "one entry per pair seen: {snap:?}");
+        assert_eq!(snap.len(), 4, "one entry per pair seen: {snap:?}");
     }
 }

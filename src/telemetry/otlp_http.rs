@@ -506,14 +506,14 @@ mod tests {
                 ),
                 parent: SpanId::INVALID,
                 parent_remote: false,
-                sampled: true,
-                sampler_attributes: Vec::new(),
+                head: Default::default(),
             },
             name: name.to_owned(),
             start_time: SystemTime::UNIX_EPOCH + Duration::from_secs(1),
             end_time: SystemTime::UNIX_EPOCH + Duration::from_secs(2),
             attributes: vec![opentelemetry::KeyValue::new("tokentap.route", "r")],
             error: None,
+            kept: super::super::sampling::Kept::always(super::super::sampling::Reason::All),
         }))
     }
 

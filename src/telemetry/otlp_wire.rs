@@ -168,13 +168,14 @@ fn put_len(out: &mut Vec<u8>, at: usize) {
 fn span_body(r: &SpanRecord, max_attributes: usize, out: &mut Vec<u8>) {
     let SpanHead {
         start,
+        context,
         name,
         start_time,
         end_time,
         first_token,
         error,
     } = r.head();
-    let cx = &start.context;
+    let cx = &context;
     bytes_field(1, &cx.trace_id().to_bytes(), out);
     bytes_field(2, &cx.span_id().to_bytes(), out);
     string_field(3, &cx.trace_state().header(), out);

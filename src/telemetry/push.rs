@@ -190,3 +190,100 @@ fn collect_and_export<E: PushMetricExporter>(
     }
     futures_executor::block_on(exporter.export(rm))
 }
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods, reason = "tests wait on deadlines")]
+mod tests {
+    use opentelemetry::metrics::MeterProvider as _;
+    use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+    use opentelemetry_sdk::metrics::{InMemoryMetricExporter, SdkMeterProvider};
+
+    use super::*;
+
+    /// A provider whose only reader pushes to `exporter` every `interval`.
+    fn provider(exporter: &InMemoryMetricExporter, interval: Duration) -> SdkMeterProvider {
+        let push = PushReader::new(PullReader::new(), exporter.clone(), interval);
+        SdkMeterProvider::builder().with_reader(push).build()
+    }
+
+    /// The counter `c`'s value in each export so far.
+    fn values(exporter: &InMemoryMetricExporter) -> Vec<u64> {
+        let all = exporter.get_finished_metrics().expect("in-memory metrics");
+        all.iter()
+            .flat_map(|rm| rm.scope_metrics())
+            .flat_map(|s| s.metrics())
+            .filter(|m| m.name() == "c")
+            .filter_map(|m| match m.data() {
+                AggregatedMetrics::U64(MetricData::Sum(s)) => {
+                    Some(s.data_points().map(|p| p.value()).sum())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn flush_exports_the_running_total_and_nothing_while_empty() {
+        let exporter = InMemoryMetricExporter::default();
+        let p = provider(&exporter, Duration::from_secs(3600));
+        p.force_flush().expect("flush");
+        assert!(
+            exporter.get_finished_metrics().expect("metrics").is_empty(),
+            "nothing recorded: nothing exported"
+        );
+        let c = p.meter("t").u64_counter("c").build();
+        c.add(2, &[]);
+        p.force_flush().expect("flush");
+        c.add(3, &[]);
+        p.force_flush().expect("flush");
+        assert_eq!(
+            values(&exporter),
+            vec![2, 5],
+            "cumulative totals, one per flush"
+        );
+        p.shutdown().expect("shutdown");
+    }
+
+    #[test]
+    fn exports_on_schedule_and_once_more_at_shutdown() {
+        let exporter = InMemoryMetricExporter::default();
+        let p = provider(&exporter, Duration::from_millis(40));
+        let c = p.meter("t").u64_counter("c").build();
+        c.add(1, &[]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while values(&exporter).len() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            values(&exporter).len() >= 2,
+            "at least two timed exports within 10 s at a 40 ms interval"
+        );
+        c.add(6, &[]);
+        p.shutdown().expect("shutdown exports a last time");
+        assert_eq!(
+            values(&exporter).last(),
+            Some(&7),
+            "the shutdown's own export carries the last total"
+        );
+        assert!(
+            p.force_flush().is_err(),
+            "after shutdown the export thread is gone"
+        );
+    }
+
+    #[test]
+    fn zero_interval_is_the_sdk_default() {
+        let exporter = InMemoryMetricExporter::default();
+        let p = provider(&exporter, Duration::ZERO);
+        let c = p.meter("t").u64_counter("c").build();
+        c.add(1, &[]);
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            values(&exporter).is_empty(),
+            "no timed export within 200 ms: the interval is the 60 s default"
+        );
+        p.force_flush().expect("flush");
+        assert_eq!(values(&exporter), vec![1]);
+        p.shutdown().expect("shutdown");
+    }
+}

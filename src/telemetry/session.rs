@@ -2,6 +2,7 @@
 //! in; the session span (parent of its response spans, which are recorded
 //! like any request's) and the upstream `traceparent` out.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -11,6 +12,7 @@ use opentelemetry::trace::TraceContextExt;
 use opentelemetry::{Context, KeyValue};
 
 use super::attrs::*;
+use super::sampling::{Kept, Reason};
 use super::span::{TraceHeaders, inject_trace_context, start_attributes};
 use super::span_record::{SpanParts, SpanRecord, SpanStart, span_name};
 use super::{RequestTelemetry, Telemetry};
@@ -36,8 +38,10 @@ struct SessionStart {
     /// The session's own context, parent of its response spans.
     cx: Context,
     /// Name, start time and start attributes; taken when the span ends
-    /// (`None` once it has, or when it is not sampled).
+    /// (`None` once it has, or without a span pipeline).
     open: Mutex<Option<(String, SystemTime, Vec<KeyValue>)>>,
+    /// Set when one of its responses' spans is kept: the session's is too.
+    response_kept: Arc<AtomicBool>,
 }
 
 impl Telemetry {
@@ -47,10 +51,9 @@ impl Telemetry {
         let inner = &self.inner;
         let parent = inner.propagator.extract(&TraceHeaders(headers));
         let start = inner.tracing.start(&parent);
-        let open = inner.span_pipeline(&start).is_some().then(|| {
+        let open = inner.spans.is_some().then(|| {
             let mut attributes = Vec::new();
             start_attributes(facts, &mut attributes);
-            attributes.extend(start.sampler_attributes.iter().cloned());
             (
                 span_name("websocket", facts.request_model.as_deref()),
                 facts.start_wall,
@@ -64,6 +67,7 @@ impl Telemetry {
                 cx: Context::new().with_remote_span_context(start.context.clone()),
                 start,
                 open: Mutex::new(open),
+                response_kept: Arc::default(),
             }),
         }
     }
@@ -71,13 +75,28 @@ impl Telemetry {
 
 impl SessionStart {
     /// End the span with `more` attributes and `error` as its status (unset
-    /// when `None`), if it is recorded and not ended yet.
+    /// when `None`), if it is recorded and not ended yet, and export it if
+    /// sampling keeps it: a failed handshake, a session one of whose
+    /// responses was kept, or what the parent and the ratio say.
     fn end(&self, more: Vec<KeyValue>, error: Option<String>, end_time: SystemTime) {
         let Some(spans) = &self.telemetry.inner.spans else {
             return;
         };
         let open = self.open.lock().ok().and_then(|mut o| o.take());
         let Some((name, start_time, mut attributes)) = open else {
+            return;
+        };
+        let sampler = &self.telemetry.inner.tracing.sampler;
+        let kept = if error.is_some() {
+            Some(Kept::always(Reason::Error))
+        } else {
+            sampler.ordinary(&self.start.head).or_else(|| {
+                self.response_kept
+                    .load(Ordering::Relaxed)
+                    .then(|| Kept::always(Reason::Response))
+            })
+        };
+        let Some(kept) = kept else {
             return;
         };
         attributes.extend(more);
@@ -88,6 +107,7 @@ impl SessionStart {
             end_time,
             attributes,
             error,
+            kept,
         })));
     }
 }
@@ -113,7 +133,9 @@ impl SessionTelemetry {
 
     /// Start a response's telemetry, its span a child of the session's.
     pub fn begin_child(&self, facts: &RequestFacts) -> RequestTelemetry {
-        self.span.telemetry.begin_in(facts, &self.span.cx)
+        let mut child = self.span.telemetry.begin_in(facts, &self.span.cx);
+        child.session_kept = Some(self.span.response_kept.clone());
+        child
     }
 
     /// The handshake did not switch protocols (refused, failed or answered

@@ -359,14 +359,14 @@ mod tests {
                 context: opentelemetry::trace::SpanContext::empty_context(),
                 parent: opentelemetry::trace::SpanId::INVALID,
                 parent_remote: false,
-                sampled: true,
-                sampler_attributes: Vec::new(),
+                head: Default::default(),
             },
             name: format!("s{i}"),
             start_time: std::time::UNIX_EPOCH,
             end_time: std::time::UNIX_EPOCH,
             attributes: Vec::new(),
             error: None,
+            kept: super::super::sampling::Kept::always(super::super::sampling::Reason::All),
         }))
     }
 

@@ -13,25 +13,24 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 use opentelemetry::trace::{
-    Event, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
+    Event, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
 };
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
-use opentelemetry_sdk::trace::{
-    Config, SamplingDecision, ShouldSample, SpanData, SpanEvents, SpanLinks,
-};
+use opentelemetry_sdk::trace::{Config, SpanData, SpanEvents, SpanLinks};
 
 use super::attrs::*;
+use super::sampling::{self, Head, Kept, Sampler};
 use super::span::{AttributeSink, error_type, finish_attributes, operation_name, start_attributes};
 use crate::meter::Measurement;
 use crate::pricing;
 
-/// Sampling and ids for new spans, as the SDK tracer decides them: the
-/// standard sampler from `OTEL_TRACES_SAMPLER`/`OTEL_TRACES_SAMPLER_ARG`
-/// (the SDK's own object, called here), random ids, the parent from the
-/// context.
+/// Ids and the start of sampling for new spans: random ids, the parent
+/// from the context, and what `[telemetry.sampling]` can tell when the
+/// request starts (`Head`); the span itself is kept or dropped when it
+/// ends (`Sampler::decide`).
 #[derive(Debug)]
 pub(super) struct Tracing {
-    sampler: Box<dyn ShouldSample>,
+    pub(super) sampler: Sampler,
     /// `OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT` (128 by default).
     max_attributes: usize,
     /// After `shutdown` new spans get no context, as from a shut-down
@@ -41,51 +40,44 @@ pub(super) struct Tracing {
 
 impl Default for Tracing {
     fn default() -> Self {
-        let config = Config::default();
-        Tracing {
-            sampler: config.sampler,
-            max_attributes: config.span_limits.max_attributes_per_span as usize,
-            shut_down: AtomicBool::new(false),
-        }
+        Tracing::new(Sampler::default())
     }
 }
 
-/// A span's identity once started: its context, its parent, whether it
-/// is recorded (sampled), and what the sampler added.
+/// A span's identity once started: its context, its parent, and what was
+/// known of sampling then.
 #[derive(Debug, Clone)]
 pub(super) struct SpanStart {
     pub(super) context: SpanContext,
     pub(super) parent: SpanId,
     pub(super) parent_remote: bool,
-    /// Sampled: a record goes out when the span ends.
-    pub(super) sampled: bool,
-    /// Attributes the sampler returned (none for the standard samplers).
-    pub(super) sampler_attributes: Vec<KeyValue>,
+    /// The start's verdict; the context's sampled flag (sent upstream)
+    /// says `head.sampled()`.
+    pub(super) head: Head,
 }
 
 impl Tracing {
-    #[cfg(test)]
-    pub(super) fn with_sampler(sampler: impl ShouldSample + 'static) -> Tracing {
+    pub(super) fn new(sampler: Sampler) -> Tracing {
+        let config = Config::default();
         Tracing {
-            sampler: Box::new(sampler),
-            ..Tracing::default()
+            sampler,
+            max_attributes: config.span_limits.max_attributes_per_span as usize,
+            shut_down: AtomicBool::new(false),
         }
     }
 
     /// Start a CLIENT span under `parent` (the client's extracted context,
-    /// or a session span's). Decides exactly as `SdkTracer` does: the
-    /// parent's trace id or a new one, a new span id, the sampler's
-    /// decision and trace state; a dropped span keeps its ids with flags
-    /// 00. The standard samplers read neither the name nor the
-    /// attributes, so none are built for them.
+    /// or a session span's): the parent's trace id or a new one, a new
+    /// span id, the parent's trace state, and the sampled flag the start
+    /// can already decide (the ratio's pick, or a sampled remote parent
+    /// under `respect_parent`).
     pub(super) fn start(&self, parent: &Context) -> SpanStart {
         if self.shut_down.load(Ordering::Relaxed) {
             return SpanStart {
                 context: SpanContext::empty_context(),
                 parent: SpanId::INVALID,
                 parent_remote: false,
-                sampled: false,
-                sampler_attributes: Vec::new(),
+                head: Head::default(),
             };
         }
         let span_id = new_span_id();
@@ -96,23 +88,22 @@ impl Tracing {
         } else {
             (new_trace_id(), None)
         };
-        let result =
-            self.sampler
-                .should_sample(Some(parent), trace_id, "", &SpanKind::Client, &[], &[]);
+        let head = self
+            .sampler
+            .head(u128::from_be_bytes(trace_id.to_bytes()), psc);
         let flags = psc.map_or(TraceFlags::default(), SpanContext::trace_flags);
-        let (flags, sampled) = match result.decision {
-            SamplingDecision::RecordAndSample => (flags.with_sampled(true), true),
-            // Recorded but not sampled: the batch processor never exported
-            // those, so no record either.
-            SamplingDecision::RecordOnly => (flags.with_sampled(false), false),
-            SamplingDecision::Drop => (TraceFlags::default(), false),
-        };
+        let state = psc.map_or_else(TraceState::default, |p| p.trace_state().clone());
         SpanStart {
-            context: SpanContext::new(trace_id, span_id, flags, false, result.trace_state),
+            context: SpanContext::new(
+                trace_id,
+                span_id,
+                flags.with_sampled(head.sampled()),
+                false,
+                state,
+            ),
             parent: psc.map_or(SpanId::INVALID, SpanContext::span_id),
             parent_remote: psc.is_some_and(SpanContext::is_remote),
-            sampled,
-            sampler_attributes: result.attributes,
+            head,
         }
     }
 
@@ -124,6 +115,21 @@ impl Tracing {
     pub(super) fn max_attributes(&self) -> usize {
         self.max_attributes
     }
+}
+
+/// `cx` as exported: sampled, with the threshold `kept` was decided at in
+/// its trace state (or none, when the probability is not known).
+fn exported_context(cx: &SpanContext, kept: &Kept) -> SpanContext {
+    if !cx.is_valid() {
+        return cx.clone();
+    }
+    SpanContext::new(
+        cx.trace_id(),
+        cx.span_id(),
+        cx.trace_flags().with_sampled(true),
+        cx.is_remote(),
+        sampling::with_threshold(cx.trace_state(), kept.th),
+    )
 }
 
 /// A random non-zero trace id.
@@ -158,6 +164,8 @@ pub(super) struct RequestSpan {
     pub(super) cost: Option<SpanCost>,
     /// The SLO mark (`slo`), when any SLO of the route and model is breached.
     pub(super) slo: Option<KeyValue>,
+    /// Why the span is exported and what it stands for.
+    pub(super) kept: Kept,
 }
 
 /// The cost facts on a span.
@@ -184,6 +192,14 @@ pub(super) struct SpanParts {
     pub(super) attributes: Vec<KeyValue>,
     /// An error status's description; `None` leaves the status unset.
     pub(super) error: Option<String>,
+    /// Why the span is exported and what it stands for.
+    pub(super) kept: Kept,
+}
+
+/// `tokentap.sampling.reason` and, when known, `tokentap.sampling.weight`.
+fn sampling_attributes(kept: &Kept, a: &mut impl AttributeSink) {
+    a.str(SAMPLING_REASON, kept.reason.as_str());
+    a.float_opt(SAMPLING_WEIGHT, kept.weight);
 }
 
 /// The span name: operation and requested model (`chat gpt-4o`).
@@ -196,15 +212,12 @@ pub(super) fn span_name(op: &str, model: Option<&str>) -> String {
 
 impl RequestSpan {
     /// Every attribute of the span, in the order the SDK span had them:
-    /// start attributes, in-flight, the sampler's, service tier and cost,
-    /// the SLO mark, then the finish attributes.
+    /// start attributes, in-flight, service tier and cost, the SLO mark,
+    /// the finish attributes, then sampling's reason and weight.
     fn attributes(&self, a: &mut impl AttributeSink) {
         let m = &self.m;
         start_attributes(&m.request, a);
         a.count(IN_FLIGHT, self.in_flight);
-        for kv in &self.start.sampler_attributes {
-            a.key_value(kv);
-        }
         if let Some(tier) = self.tier {
             a.str(SERVICE_TIER, tier);
         }
@@ -230,6 +243,7 @@ impl RequestSpan {
             a.key_value(mark);
         }
         finish_attributes(m, a);
+        sampling_attributes(&self.kept, a);
     }
 }
 
@@ -238,6 +252,9 @@ impl RequestSpan {
 #[derive(Debug)]
 pub(super) struct SpanHead<'a> {
     pub(super) start: &'a SpanStart,
+    /// The exported context: sampled, its trace state carrying the
+    /// sampling threshold (`ot=th:…`) when it is known.
+    pub(super) context: SpanContext,
     /// The name: a word and, after a space, a model (`chat gpt-4o`).
     pub(super) name: (&'a str, Option<&'a str>),
     pub(super) start_time: SystemTime,
@@ -257,6 +274,7 @@ impl SpanRecord {
                 let start = m.request.start_wall;
                 SpanHead {
                     start: &r.start,
+                    context: exported_context(&r.start.context, &r.kept),
                     name: (
                         operation_name(&m.request),
                         m.request.request_model.as_deref(),
@@ -269,6 +287,7 @@ impl SpanRecord {
             }
             SpanRecord::Session(s) => SpanHead {
                 start: &s.start,
+                context: exported_context(&s.start.context, &s.kept),
                 name: (&s.name, None),
                 start_time: s.start_time,
                 end_time: s.end_time,
@@ -282,7 +301,10 @@ impl SpanRecord {
     pub(super) fn attributes(&self, a: &mut impl AttributeSink) {
         match self {
             SpanRecord::Request(r) => r.attributes(a),
-            SpanRecord::Session(s) => s.attributes.iter().for_each(|kv| a.key_value(kv)),
+            SpanRecord::Session(s) => {
+                s.attributes.iter().for_each(|kv| a.key_value(kv));
+                sampling_attributes(&s.kept, a);
+            }
         }
     }
 
@@ -305,7 +327,7 @@ impl SpanRecord {
                 .push(Event::new(EVENT_FIRST_TOKEN, at, Vec::new(), 0));
         }
         SpanData {
-            span_context: head.start.context.clone(),
+            span_context: head.context.clone(),
             parent_span_id: head.start.parent,
             parent_span_is_remote: head.start.parent_remote,
             span_kind: SpanKind::Client,
@@ -333,12 +355,22 @@ pub(super) mod tests {
     use opentelemetry::propagation::TextMapPropagator;
     use opentelemetry::trace::{Span as _, TraceState, Tracer as _, TracerProvider as _};
     use opentelemetry_sdk::propagation::TraceContextPropagator;
-    use opentelemetry_sdk::trace::{IdGenerator, InMemorySpanExporter, Sampler, SdkTracerProvider};
+    use opentelemetry_sdk::trace::{IdGenerator, InMemorySpanExporter, SdkTracerProvider};
 
+    use super::super::sampling::Reason;
     use super::super::span::{TraceHeaders, inject_trace_context};
     use super::super::tests::{facts, measurement};
     use super::*;
+    use crate::config::SamplingConfig;
     use crate::meter::{Outcome, Unmetered};
+
+    fn tracing(ratio: f64, respect_parent: bool) -> Tracing {
+        Tracing::new(Sampler::new(&SamplingConfig {
+            ratio,
+            respect_parent,
+            ..SamplingConfig::default()
+        }))
+    }
 
     /// Hands the SDK the ids tokentap's own path picked.
     #[derive(Debug)]
@@ -424,6 +456,7 @@ pub(super) mod tests {
         let begin = m.request.start_wall;
         let mut finish = Vec::new();
         finish_attributes(m, &mut finish);
+        sampling_attributes(&r.kept, &mut finish);
         span.set_attributes(finish);
         if let Some(ttft) = m.time_to_first_token {
             span.add_event_with_timestamp(EVENT_FIRST_TOKEN, begin + ttft, Vec::new());
@@ -434,7 +467,11 @@ pub(super) mod tests {
         span.end_with_timestamp(begin + m.duration);
         let mut got = spans.get_finished_spans().expect("spans");
         assert!(got.len() <= 1);
-        got.pop()
+        // The exported context carries the sampling threshold.
+        got.pop().map(|mut s| {
+            s.span_context = exported_context(&s.span_context, &r.kept);
+            s
+        })
     }
 
     /// Measurements covering every optional part of the span.
@@ -500,12 +537,26 @@ pub(super) mod tests {
                         tier,
                         cost: cost.clone(),
                         slo,
+                        kept: Kept::always(Reason::All),
                     })));
                 }
             }
         }
+        // A parent's decision without a threshold (no `th`, no weight),
+        // and one picked by a ratio.
         if let Some(SpanRecord::Request(r)) = out.get_mut(1) {
-            r.start.sampler_attributes = vec![KeyValue::new("sampler.rule", "keep-all")];
+            r.kept = Kept {
+                reason: Reason::Parent,
+                th: None,
+                weight: None,
+            };
+        }
+        if let Some(SpanRecord::Request(r)) = out.get_mut(2) {
+            r.kept = Kept {
+                reason: Reason::Ratio,
+                th: sampling::threshold(0.01),
+                weight: Some(99.99771123402633),
+            };
         }
         let session = |error: Option<&str>, attributes: Vec<KeyValue>| {
             SpanRecord::Session(Box::new(SpanParts {
@@ -515,6 +566,7 @@ pub(super) mod tests {
                 end_time: UNIX_EPOCH + Duration::from_millis(1_764_000_004_500),
                 attributes,
                 error: error.map(str::to_owned),
+                kept: Kept::always(Reason::Response),
             }))
         };
         out.push(session(
@@ -569,15 +621,17 @@ pub(super) mod tests {
                         tier,
                         cost: cost.clone(),
                         slo,
+                        kept: Kept::always(Reason::Error),
                     };
                     let Some(sdk) = by_sdk(&record, &cx) else {
-                        // The SDK exported nothing: no record either.
-                        assert!(!record.start.sampled, "{header:?}");
+                        // The SDK's parent-based sampler exported nothing.
                         assert!(header.is_some_and(|h| h.ends_with("-00")));
                         continue;
                     };
-                    assert!(record.start.sampled);
-                    assert_eq!(record.start.context, sdk.span_context, "{header:?}");
+                    assert!(record.start.context.is_sampled());
+                    let exported = exported_context(&record.start.context, &record.kept);
+                    assert_eq!(exported, sdk.span_context, "{header:?}");
+                    assert_eq!(exported.trace_state().get("ot"), Some("th:0"));
                     let ours = SpanRecord::Request(Box::new(record)).span_data(&scope(), 128);
                     assert_eq!(ours, sdk, "{header:?}");
                     n += 1;
@@ -588,10 +642,10 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn always_off_samples_nothing_but_still_injects_a_traceparent() {
-        let t = Tracing::with_sampler(Sampler::AlwaysOff);
+    fn ratio_zero_flags_nothing_but_still_injects_a_traceparent() {
+        let t = tracing(0.0, false);
         let s = t.start(&Context::new());
-        assert!(!s.sampled);
+        assert!(!s.head.sampled());
         assert!(s.context.is_valid());
         let mut h = HeaderMap::new();
         inject_trace_context(&s.context, &mut h);
@@ -601,24 +655,19 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn trace_id_ratio_decides_as_the_sdk_sampler() {
+    fn the_upstream_flag_is_the_ratio_pick_from_the_trace_id() {
         for ratio in [0.0, 0.25, 1.0] {
-            let t = Tracing::with_sampler(Sampler::TraceIdRatioBased(ratio));
+            let t = tracing(ratio, false);
+            let th = sampling::threshold(ratio);
             let mut sampled = 0;
             for _ in 0..400 {
                 let s = t.start(&Context::new());
-                let want = Sampler::TraceIdRatioBased(ratio).should_sample(
-                    None,
-                    s.context.trace_id(),
-                    "",
-                    &SpanKind::Client,
-                    &[],
-                    &[],
-                );
-                let want = want.decision == SamplingDecision::RecordAndSample;
-                assert_eq!(s.sampled, want);
+                let rv =
+                    u128::from_be_bytes(s.context.trace_id().to_bytes()) as u64 & ((1 << 56) - 1);
+                let want = th.is_some_and(|th| rv >= th);
+                assert_eq!(s.head.by_ratio, want);
                 assert_eq!(s.context.is_sampled(), want);
-                sampled += usize::from(s.sampled);
+                sampled += usize::from(want);
             }
             match ratio {
                 0.0 => assert_eq!(sampled, 0),
@@ -629,12 +678,12 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn parent_based_follows_remote_parents_and_keeps_their_state() {
-        let t = Tracing::with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOff)));
+    fn respect_parent_follows_sampled_remote_parents_and_keeps_their_state() {
+        let t = tracing(0.0, true);
         let on = t.start(&parent(Some(
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
         )));
-        assert!(on.sampled && on.context.is_sampled());
+        assert!(on.head.by_parent && on.context.is_sampled());
         assert!(on.parent_remote);
         assert_eq!(
             on.parent,
@@ -648,13 +697,17 @@ pub(super) mod tests {
         let off = t.start(&parent(Some(
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
         )));
-        assert!(!off.sampled && !off.context.is_sampled());
+        assert!(!off.head.sampled() && !off.context.is_sampled());
         assert!(off.parent_remote);
         let root = t.start(&Context::new());
-        assert!(!root.sampled, "no parent: the root sampler (always off)");
+        assert!(!root.head.sampled(), "no parent: ratio 0");
         assert_eq!(root.parent, SpanId::INVALID);
         assert!(!root.parent_remote);
         assert_eq!(root.context.trace_state(), &TraceState::default());
+        let ignored = tracing(0.0, false).start(&parent(Some(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        )));
+        assert!(!ignored.context.is_sampled(), "respect_parent off");
     }
 
     #[test]

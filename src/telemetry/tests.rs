@@ -252,8 +252,8 @@ fn span_continues_client_trace_with_genai_name_kind_and_times() {
     assert!(s.parent_span_is_remote, "parent came from traceparent");
     assert_eq!(
         s.span_context.trace_state().header(),
-        "vendor=abc",
-        "tracestate carried over"
+        "ot=th:0,vendor=abc",
+        "tracestate carried over, the sampling threshold added (ratio 1: th 0)"
     );
     assert_eq!(
         s.start_time, start,
@@ -858,9 +858,10 @@ fn exemplar_lines(om: &str) -> Vec<(&str, &str)> {
 
 #[test]
 fn exemplars_carry_the_span_trace_id_on_their_own_buckets() {
-    let t = Telemetry::init_with_prometheus(&config()).expect("init with a pull reader");
+    let h = harness_with_pull(InMemoryMetricExporter::default());
+    let t = &h.telemetry;
     let f = facts(Some("gpt-4o"), None, true);
-    run(&t, f, &traceparent_headers(), &[3, 80]);
+    run(t, f, &traceparent_headers(), &[3, 80]);
     let om = t
         .scrape(prometheus::Format::OpenMetrics)
         .expect("OpenMetrics scrape");
@@ -911,22 +912,60 @@ fn exemplars_carry_the_span_trace_id_on_their_own_buckets() {
 }
 
 #[test]
-fn unsampled_traces_and_push_only_telemetry_keep_no_exemplars() {
-    let t = Telemetry::init_with_prometheus(&config()).expect("init with a pull reader");
-    let mut headers = HeaderMap::new();
-    let unsampled = format!("00-{PARENT_TRACE}-{PARENT_SPAN}-00");
-    headers.insert("traceparent", unsampled.parse().expect("hv"));
-    run(&t, facts(Some("gpt-4o"), None, true), &headers, &[3]);
-    let om = t.scrape(prometheus::Format::OpenMetrics).expect("scrape");
-    assert!(
-        om.contains("gen_ai_server_time_to_first_token_seconds_count"),
-        "the request was counted:\n{om}"
-    );
+fn dropped_spans_and_push_only_telemetry_keep_no_exemplars() {
+    // A span the ratio drops, and every span when nothing exports them.
+    let mut cfg = config();
+    cfg.sampling.ratio = 0.0;
+    let dropped = harness_with_pull_cfg(cfg, InMemoryMetricExporter::default());
+    let no_export = Telemetry::init_with_prometheus(&config()).expect("init with a pull reader");
+    for t in [&dropped.telemetry, &no_export] {
+        // The pair's first request is kept (first_of_pair); the second,
+        // on the parent's trace, is ordinary.
+        run(
+            t,
+            facts(Some("gpt-4o"), None, true),
+            &HeaderMap::new(),
+            &[3],
+        );
+        run(
+            t,
+            facts(Some("gpt-4o"), None, true),
+            &traceparent_headers(),
+            &[3],
+        );
+        let om = t.scrape(prometheus::Format::OpenMetrics).expect("scrape");
+        let counted = om
+            .lines()
+            .filter(|l| l.starts_with("gen_ai_server_time_to_first_token_seconds_count{"))
+            .all(|l| l.ends_with(" 2"));
+        assert!(
+            counted && om.contains("gen_ai_server_time_to_first_token_seconds_count{"),
+            "both requests were counted:\n{om}"
+        );
+        assert!(
+            !om.contains(PARENT_TRACE),
+            "a span that is not exported has no exemplar pointing at it:\n{om}"
+        );
+    }
+    let om = no_export
+        .scrape(prometheus::Format::OpenMetrics)
+        .expect("scrape");
     assert!(
         exemplar_lines(&om).is_empty(),
-        "an unsampled trace is never exported, so no exemplar points at it:\n{om}"
+        "without span export no span is exported, so no exemplar at all:\n{om}"
     );
-    t.shutdown();
+    let spans = dropped.finished_spans();
+    assert_eq!(
+        spans.len(),
+        1,
+        "ratio 0 exported only the pair's first request"
+    );
+    assert_eq!(
+        attr(&spans[0].attributes, SAMPLING_REASON),
+        Some(&Value::from("first_of_pair"))
+    );
+    dropped.telemetry.shutdown();
+    no_export.shutdown();
 
     let h = harness(config());
     run(
@@ -1250,9 +1289,13 @@ fn digest(rm: &ResourceMetrics) -> Digest {
 /// `init_with` plus the Prometheus pull reader; the exporter's temporality
 /// decides how many readers there are.
 fn harness_with_pull(metrics: InMemoryMetricExporter) -> Harness {
+    harness_with_pull_cfg(config(), metrics)
+}
+
+fn harness_with_pull_cfg(cfg: TelemetryConfig, metrics: InMemoryMetricExporter) -> Harness {
     let spans = InMemorySpanExporter::default();
     let telemetry = Telemetry::init_exporters(
-        &config(),
+        &cfg,
         spans.clone(),
         metrics.clone(),
         Some(PullReader::new()),
@@ -1503,4 +1546,48 @@ fn a_session_dropped_before_its_end_still_exports_its_span_once() {
     let session = h.telemetry.begin_session(&f, &HeaderMap::new());
     session.refused(&f, "handshake_refused");
     assert_eq!(h.finished_spans().len(), 2, "refused once, nothing on drop");
+}
+
+#[test]
+fn a_session_span_is_kept_when_one_of_its_responses_is() {
+    let mut cfg = config();
+    cfg.sampling.ratio = 0.0;
+    let h = harness(cfg);
+    let f = facts(Some("gpt-4o-realtime"), None, true);
+    let summary = crate::meter::session::SessionSummary::default();
+    let reason = |s: &SpanData| attr(&s.attributes, SAMPLING_REASON).cloned();
+
+    // The pair's first response is kept: its session too.
+    let first = h.telemetry.begin_session(&f, &HeaderMap::new());
+    Box::new(first.begin_child(&f)).finish(measurement(f.clone()));
+    first.finish(&f, &summary);
+    // An ordinary response at ratio 0 is dropped, and so is its session.
+    let quiet = h.telemetry.begin_session(&f, &HeaderMap::new());
+    Box::new(quiet.begin_child(&f)).finish(measurement(f.clone()));
+    quiet.finish(&f, &summary);
+    // A failed response is kept, and its session with it.
+    let failing = h.telemetry.begin_session(&f, &HeaderMap::new());
+    let mut failed = measurement(f.clone());
+    failed.outcome = crate::meter::Outcome::UpstreamError;
+    failed.error_type = Some("server_error".into());
+    Box::new(failing.begin_child(&f)).finish(failed);
+    failing.finish(&f, &summary);
+
+    let spans = h.finished_spans();
+    let got: Vec<(String, Option<Value>)> = spans
+        .iter()
+        .map(|s| (s.name.to_string(), reason(s)))
+        .collect();
+    let want = |name: &str, r: &str| (name.to_owned(), Some(Value::from(r.to_owned())));
+    assert_eq!(
+        got,
+        vec![
+            want("chat gpt-4o-realtime", "first_of_pair"),
+            want("websocket gpt-4o-realtime", "response"),
+            want("chat gpt-4o-realtime", "error"),
+            want("websocket gpt-4o-realtime", "response"),
+        ],
+        "the quiet session and its response are not exported"
+    );
+    h.telemetry.shutdown();
 }

@@ -245,6 +245,7 @@ impl Collector {
                             name: s.name.clone(),
                             trace_id: hex(&s.trace_id),
                             span_id: hex(&s.span_id),
+                            trace_state: s.trace_state.clone(),
                             parent_span_id: hex(&s.parent_span_id),
                             kind: s.kind,
                             start_ns: s.start_time_unix_nano,
@@ -691,6 +692,8 @@ pub(crate) struct SpanRec {
     /// Lowercase hex.
     pub trace_id: String,
     pub span_id: String,
+    /// W3C `tracestate` as exported.
+    pub trace_state: String,
     /// Empty for a root span.
     pub parent_span_id: String,
     /// OTLP span kind (2 = server, 3 = client).
