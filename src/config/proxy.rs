@@ -62,6 +62,10 @@ impl ProxyUrl {
         let mut authority: Authority = host_port
             .parse()
             .map_err(|_| format!("`{host_port}` is not a host[:port]"))?;
+        let port_text = host_port.rsplit_once(':').map(|(_, p)| p);
+        if port_text.is_some_and(|p| !p.contains(']') && p.parse::<u16>().is_err()) {
+            return Err(format!("`{host_port}` is not a host[:port]"));
+        }
         if authority.host().is_empty() {
             return Err("the proxy URL has no host".into());
         }
