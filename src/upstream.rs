@@ -242,6 +242,16 @@ impl UpstreamError {
         ProxyError::new(side, status, code, self.to_string())
     }
 
+    /// Opening a connection failed: classified, and a forward proxy's
+    /// refusal logged as a warning (its cause is the operator's to fix).
+    fn connect_failed(err: BoxError) -> UpstreamError {
+        let failed = UpstreamError::classify_connect(err);
+        if let UpstreamError::Proxy(message) = &failed {
+            tracing::warn!(error = %message, "the egress proxy refused an upstream connection");
+        }
+        failed
+    }
+
     /// Opening a connection failed.
     fn classify_connect(err: BoxError) -> UpstreamError {
         let chain = error_chain(&*err);
@@ -611,7 +621,7 @@ impl Client {
                 .connector(Http2Mode::Never, &via, true)
                 .oneshot(uri)
                 .await
-                .map_err(UpstreamError::classify_connect)?;
+                .map_err(UpstreamError::connect_failed)?;
             let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
                 .handshake(io)
                 .await
@@ -689,7 +699,7 @@ impl Client {
             .connector(mode, &key.3, tunnel_all)
             .oneshot(uri.clone())
             .await
-            .map_err(UpstreamError::classify_connect)?;
+            .map_err(UpstreamError::connect_failed)?;
         let exchange = |e: hyper::Error| UpstreamError::classify_exchange(&e);
         let tls = matches!(io, hyper_rustls::MaybeHttpsStream::Https(_));
         let h2 = match mode {

@@ -79,6 +79,12 @@ fn sample(running: &tokentap::app::Running, metric: &str, route: &str) -> f64 {
         .sum()
 }
 
+/// One serving thread: connections are pooled per thread, and the tests
+/// count them.
+fn one_thread() -> Toml {
+    Toml::new().set("server", "threads", "1")
+}
+
 /// A route `name` on `/name` to `upstream`, with extra TOML lines.
 fn route(toml: Toml, name: &str, upstream: &str, extra: &str) -> Toml {
     toml.route_with(name, &format!("/{name}"), upstream, "openai", extra)
@@ -108,7 +114,7 @@ async fn https_goes_through_the_tunnel_and_no_proxy_bypasses_it() {
     let (tunnelled, via_proxy) = tls_upstream(&ca, reply.clone()).await;
     let (bypassed, direct) = tls_upstream(&ca, reply.clone()).await;
     let proxy = ForwardProxy::start(OnConnect::Tunnel).await;
-    let toml = Toml::new().set("upstream", "ca_file", &q(&ca_file.display().to_string()));
+    let toml = one_thread().set("upstream", "ca_file", &q(&ca_file.display().to_string()));
     let toml = route(toml, "tunnelled", &tunnelled.url("localhost"), "");
     let toml = route(toml, "bypassed", &bypassed.url("localhost"), "");
     let no_proxy = format!("example.internal, localhost:{}", bypassed.addr.port());
@@ -176,7 +182,7 @@ async fn http2_upstreams_work_through_the_tunnel() {
     })
     .await;
     let proxy = ForwardProxy::start(OnConnect::Tunnel).await;
-    let toml = Toml::new().set("upstream", "ca_file", &q(&ca_file.display().to_string()));
+    let toml = one_thread().set("upstream", "ca_file", &q(&ca_file.display().to_string()));
     let toml = route(toml, "h2", &up.tls.url("localhost"), "");
     let running = start(&toml, &[("HTTPS_PROXY", &proxy.url(None))]).await;
     for _ in 0..3 {
