@@ -411,3 +411,28 @@ async fn an_unsupported_proxy_variable_stops_the_binary_naming_it() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn otlp_http_export_goes_through_the_proxy() {
+    use support::upstream::Upstream;
+    let up = Upstream::fixed_json(r#"{"id":"c","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#).await;
+    let proxy = ForwardProxy::start(OnConnect::Refuse(403, "Forbidden")).await;
+    // The collector is never reached: the proxy refuses, and records the ask.
+    let toml = route(Toml::new(), "r", &up.url(), r#"proxy = "none""#)
+        .otlp("http://collector.example:4318", "http/protobuf");
+    let bin = Bin::start(&toml, &[], &[("HTTP_PROXY", &proxy.url(None))]).await;
+    let req = Req::post_json(bin.addr, "/r/v1/chat/completions", CHAT);
+    let got = fetch(&http1(), &req).await;
+    assert_eq!(got.status, 200, "{}", got.text());
+    let deadline = std::time::Instant::now() + STEP_TIMEOUT;
+    while connects(&proxy.asked()).is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let asked = connects(&proxy.asked());
+    assert!(
+        !asked.is_empty() && asked.iter().all(|t| t == "collector.example:4318"),
+        "export asked the proxy for the collector: {asked:?}"
+    );
+    assert_eq!(up.exchanges().len(), 1, "the route itself went direct");
+    drop(bin);
+}

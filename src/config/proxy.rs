@@ -78,6 +78,12 @@ impl ProxyUrl {
             None => (None, format!("http://{authority}")),
             Some(u) => {
                 let (user, password) = u.split_once(':').unwrap_or((u, ""));
+                if password == super::units::REDACTED {
+                    // Copied from `/config`: never send the placeholder.
+                    return Err(format!(
+                        "the password is `{password}` (as `/config` shows it): put the real one back"
+                    ));
+                }
                 let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
                 let pair = format!("{}:{}", decode(user), decode(password));
                 let token = base64::engine::general_purpose::STANDARD.encode(pair);
@@ -288,6 +294,26 @@ mod tests {
             assert!(err.contains(says), "{url}: {err}");
         }
         assert_eq!(RouteProxy::parse("NONE"), Ok(RouteProxy::Direct));
+        let err = ProxyUrl::parse("http://u:<redacted>@p:1").expect_err("placeholder");
+        assert!(err.contains("put the real one back"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_route_proxy_names_the_key() {
+        let toml = |proxy: &str| {
+            format!("[[routes]]\nname = \"r\"\nupstream = \"https://x.example\"\nproxy = \"{proxy}\"\n")
+        };
+        let err = crate::config::from_toml(&toml("socks5://s:1080")).expect_err("socks");
+        assert_eq!(err.key(), Some("routes.0.proxy"), "{err}");
+        assert!(err.to_string().contains("socks5:// proxies are not supported"), "{err}");
+        let ok = crate::config::from_toml(&toml("http://u:pw-x7q@p:3128")).expect("valid");
+        let RouteProxy::Via(url) = &ok.routes[0].proxy else {
+            panic!("an explicit proxy: {:?}", ok.routes[0].proxy)
+        };
+        assert_eq!(url.authority().as_str(), "p:3128");
+        let shown = ok.redacted_toml();
+        assert!(shown.contains(r#"proxy = "http://u:<redacted>@p:3128""#), "{shown}");
+        assert!(!shown.contains("pw-x7q"), "{shown}");
     }
 
     #[test]
