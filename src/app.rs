@@ -170,7 +170,8 @@ impl Running {
             return Err(ReloadError::RestartRequired { key });
         }
         let client = if client_changed(&current.config.upstream, &config.upstream) {
-            Client::new(&config.upstream, Egress::from_env(&config.proxy_env)).map_err(|e| ReloadError::Upstream(e.to_string()))?
+            Client::new(&config.upstream, Egress::from_env(&config.proxy_env))
+                .map_err(|e| ReloadError::Upstream(e.to_string()))?
         } else {
             current.client.clone()
         };

@@ -35,7 +35,8 @@ use support::tls::{TestCa, TlsUpstream};
 use support::upstream::Reply;
 use support::{STEP_TIMEOUT, faulty, within};
 
-const CHAT: &str = r#"{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+const CHAT: &str =
+    r#"{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
 
 /// A TLS upstream for `localhost` serving HTTP/1.1 with `reply`.
 async fn tls_upstream(ca: &TestCa, reply: Reply) -> (TlsUpstream, Arc<AtomicUsize>) {
@@ -136,7 +137,7 @@ async fn https_goes_through_the_tunnel_and_no_proxy_bypasses_it() {
     let target = format!("localhost:{}", tunnelled.addr.port());
     assert_eq!(
         connects(&asked),
-        [target.clone()],
+        std::slice::from_ref(&target),
         "one CONNECT to the upstream; the second request reused the tunnelled connection"
     );
     // base64("team/a:s3cr@t")
@@ -156,7 +157,10 @@ async fn https_goes_through_the_tunnel_and_no_proxy_bypasses_it() {
         "gen_ai_client_inference_usage_output_tokens_total",
         "tunnelled",
     );
-    assert_eq!(out, 6.0, "3 output tokens per request, metered through the tunnel");
+    assert_eq!(
+        out, 6.0,
+        "3 output tokens per request, metered through the tunnel"
+    );
 
     let got = chat(&running, "bypassed").await;
     assert_eq!(got.status, 200, "{}", got.text());
@@ -190,9 +194,17 @@ async fn http2_upstreams_work_through_the_tunnel() {
         assert_eq!(got.status, 200, "{}", got.text());
         assert!(got.text().contains("[DONE]"), "{}", got.text());
     }
-    assert_eq!(up.tls.alpn(), [Some("h2".to_owned())], "h2 by ALPN inside the tunnel");
+    assert_eq!(
+        up.tls.alpn(),
+        [Some("h2".to_owned())],
+        "h2 by ALPN inside the tunnel"
+    );
     assert_eq!(up.seen.streams.load(Ordering::SeqCst), 3);
-    assert_eq!(connects(&proxy.asked()).len(), 1, "one shared HTTP/2 connection");
+    assert_eq!(
+        connects(&proxy.asked()).len(),
+        1,
+        "one shared HTTP/2 connection"
+    );
     running.shutdown().await;
 }
 
@@ -201,7 +213,11 @@ async fn a_refused_connect_is_a_clear_502() {
     let ca = TestCa::new();
     let (up, requests) = tls_upstream(&ca, script::openai_chat_json("m", "x", (1, 1))).await;
     for (status, reason, says) in [
-        (407, "Proxy Authentication Required", "rejected the credentials"),
+        (
+            407,
+            "Proxy Authentication Required",
+            "rejected the credentials",
+        ),
         (403, "Forbidden", "does not allow this destination"),
         (502, "Bad Gateway", "502 Bad Gateway"),
     ] {
@@ -264,7 +280,11 @@ async fn a_route_choice_wins_over_the_environment() {
     let asked = own.asked();
     assert_eq!(connects(&asked), [format!("localhost:{}", up.addr.port())]);
     assert_eq!(asked[0].authorization.as_deref(), Some("Basic c3ZjOnB3"));
-    assert_eq!(up.accepted(), 2, "direct and proxied connections are pooled apart");
+    assert_eq!(
+        up.accepted(),
+        2,
+        "direct and proxied connections are pooled apart"
+    );
     running.shutdown().await;
 }
 
@@ -347,9 +367,11 @@ async fn the_binary_reads_the_variables_and_config_shows_them_redacted() {
     let reply = script::openai_chat_json("m", "ok", (2, 1));
     let (up, requests) = tls_upstream(&ca, reply.clone()).await;
     let proxy = ForwardProxy::start(OnConnect::Tunnel).await;
-    let toml = Toml::new()
-        .top("admin_listen", &q("127.0.0.1:0"))
-        .set("upstream", "ca_file", &q(&ca_file.display().to_string()));
+    let toml = Toml::new().top("admin_listen", &q("127.0.0.1:0")).set(
+        "upstream",
+        "ca_file",
+        &q(&ca_file.display().to_string()),
+    );
     let toml = route(toml, "env", &up.url("localhost"), "");
     let toml = route(
         toml,
@@ -368,7 +390,10 @@ async fn the_binary_reads_the_variables_and_config_shows_them_redacted() {
     let got = fetch(&http1(), &req).await;
     assert_eq!(got.status, 200, "{}", got.text());
     assert_eq!(requests.load(Ordering::SeqCst), 1);
-    assert_eq!(connects(&proxy.asked()), [format!("localhost:{}", up.addr.port())]);
+    assert_eq!(
+        connects(&proxy.asked()),
+        [format!("localhost:{}", up.addr.port())]
+    );
 
     let admin = bin.admin_addr().await;
     let config = fetch(&http1(), &Req::get(admin, "/config")).await.text();

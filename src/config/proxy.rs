@@ -271,7 +271,10 @@ mod tests {
         assert_eq!(auth, "Basic dXNAZXI6cDpzcw==");
         assert!(auth.is_sensitive());
         assert_eq!(p.redacted(), "http://us%40er:<redacted>@proxy.corp:3128");
-        assert!(!format!("{p:?}").contains("p%3Ass"), "Debug hides the password");
+        assert!(
+            !format!("{p:?}").contains("p%3Ass"),
+            "Debug hides the password"
+        );
         let bare = ProxyUrl::parse("proxy.corp").expect("bare host");
         assert_eq!(bare.authority().as_str(), "proxy.corp:80");
         assert!(bare.authorization().is_none());
@@ -283,7 +286,10 @@ mod tests {
     fn unsupported_proxies_say_so() {
         for (url, says) in [
             ("socks5://proxy:1080", "socks5:// proxies are not supported"),
-            ("socks5h://proxy:1080", "socks5h:// proxies are not supported"),
+            (
+                "socks5h://proxy:1080",
+                "socks5h:// proxies are not supported",
+            ),
             ("https://proxy:443", "https:// proxies"),
             ("ftp://proxy", "unsupported proxy scheme `ftp`"),
             ("http://proxy:3128/path", "no path"),
@@ -301,18 +307,27 @@ mod tests {
     #[test]
     fn a_bad_route_proxy_names_the_key() {
         let toml = |proxy: &str| {
-            format!("[[routes]]\nname = \"r\"\nupstream = \"https://x.example\"\nproxy = \"{proxy}\"\n")
+            format!(
+                "[[routes]]\nname = \"r\"\nupstream = \"https://x.example\"\nproxy = \"{proxy}\"\n"
+            )
         };
         let err = crate::config::from_toml(&toml("socks5://s:1080")).expect_err("socks");
         assert_eq!(err.key(), Some("routes.0.proxy"), "{err}");
-        assert!(err.to_string().contains("socks5:// proxies are not supported"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("socks5:// proxies are not supported"),
+            "{err}"
+        );
         let ok = crate::config::from_toml(&toml("http://u:pw-x7q@p:3128")).expect("valid");
         let RouteProxy::Via(url) = &ok.routes[0].proxy else {
             panic!("an explicit proxy: {:?}", ok.routes[0].proxy)
         };
         assert_eq!(url.authority().as_str(), "p:3128");
         let shown = ok.redacted_toml();
-        assert!(shown.contains(r#"proxy = "http://u:<redacted>@p:3128""#), "{shown}");
+        assert!(
+            shown.contains(r#"proxy = "http://u:<redacted>@p:3128""#),
+            "{shown}"
+        );
         assert!(!shown.contains("pw-x7q"), "{shown}");
     }
 
@@ -327,9 +342,15 @@ mod tests {
         ]))
         .expect("valid");
         let https = env.https.expect("https proxy");
-        assert_eq!((https.var.as_str(), https.url.redacted()), ("https_proxy", "http://lower:2"));
+        assert_eq!(
+            (https.var.as_str(), https.url.redacted()),
+            ("https_proxy", "http://lower:2")
+        );
         let http = env.http.expect("ALL_PROXY fills in");
-        assert_eq!((http.var.as_str(), http.url.redacted()), ("ALL_PROXY", "http://all:3"));
+        assert_eq!(
+            (http.var.as_str(), http.url.redacted()),
+            ("ALL_PROXY", "http://all:3")
+        );
         assert_eq!(env.no_proxy, Some(("NO_PROXY".into(), "internal".into())));
         assert_eq!(ProxyEnv::from_vars(&[]), Ok(ProxyEnv::default()));
         let (var, message) =
@@ -347,7 +368,10 @@ mod tests {
         .expect("valid");
         let text = env.describe();
         assert!(!text.contains("secret"), "{text}");
-        assert!(text.contains("(from HTTPS_PROXY): http://u:<redacted>@p:3128"), "{text}");
+        assert!(
+            text.contains("(from HTTPS_PROXY): http://u:<redacted>@p:3128"),
+            "{text}"
+        );
         assert!(text.contains("(no_proxy): .internal,10.0.0.0/8"), "{text}");
     }
 }

@@ -319,11 +319,7 @@ fn target(dst: &Uri) -> Result<String, BoxError> {
 /// answer's head and nothing after it: the destination speaks first only
 /// after tokentap did (TLS, HTTP), so bytes after the head are a broken
 /// proxy.
-async fn connect(
-    stream: &mut TcpStream,
-    target: &str,
-    proxy: &ProxyUrl,
-) -> Result<(), BoxError> {
+async fn connect(stream: &mut TcpStream, target: &str, proxy: &ProxyUrl) -> Result<(), BoxError> {
     let mut ask = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n").into_bytes();
     if let Some(auth) = proxy.authorization() {
         ask.extend_from_slice(b"Proxy-Authorization: ");
@@ -400,8 +396,14 @@ mod tests {
         assert!(exempt(list, "https://internal.corp/v1"));
         assert!(exempt(list, "https://api.internal.corp/"));
         assert!(exempt(list, "https://INTERNAL.corp/"), "case-insensitive");
-        assert!(!exempt(list, "https://notinternal.corp/"), "not a suffix match");
-        assert!(exempt(list, "https://example.com/"), "leading dot: the domain too");
+        assert!(
+            !exempt(list, "https://notinternal.corp/"),
+            "not a suffix match"
+        );
+        assert!(
+            exempt(list, "https://example.com/"),
+            "leading dot: the domain too"
+        );
         assert!(exempt(list, "https://a.b.example.com:8443/"), "any port");
         assert!(!exempt(list, "https://example.com.evil/"));
         assert!(!exempt("", "https://example.com/"));
@@ -447,7 +449,11 @@ mod tests {
 
     fn env(https: Option<&str>, http: Option<&str>, no: Option<&str>) -> Egress {
         let mut vars = Vec::new();
-        for (k, v) in [("HTTPS_PROXY", https), ("HTTP_PROXY", http), ("NO_PROXY", no)] {
+        for (k, v) in [
+            ("HTTPS_PROXY", https),
+            ("HTTP_PROXY", http),
+            ("NO_PROXY", no),
+        ] {
             if let Some(v) = v {
                 vars.push((k.to_owned(), v.to_owned()));
             }
@@ -462,8 +468,14 @@ mod tests {
         let https: Uri = "https://api.example/".parse().expect("uri");
         let http: Uri = "http://api.example/".parse().expect("uri");
         let skipped: Uri = "https://skip.me/".parse().expect("uri");
-        assert_eq!(shown(e.via(&RouteProxy::Env, &https)).as_deref(), Some("http://sp:1"));
-        assert_eq!(shown(e.via(&RouteProxy::Env, &http)).as_deref(), Some("http://p:2"));
+        assert_eq!(
+            shown(e.via(&RouteProxy::Env, &https)).as_deref(),
+            Some("http://sp:1")
+        );
+        assert_eq!(
+            shown(e.via(&RouteProxy::Env, &http)).as_deref(),
+            Some("http://p:2")
+        );
         assert_eq!(e.via(&RouteProxy::Env, &skipped), None, "NO_PROXY");
         assert_eq!(e.via(&RouteProxy::Direct, &https), None, "\"none\" wins");
         let own = RouteProxy::parse("http://own:3").expect("valid");
@@ -515,11 +527,20 @@ mod tests {
         let failure = err.downcast_ref::<ProxyFailure>().expect("a proxy failure");
         assert_eq!(failure.status(), Some(407));
         let text = failure.to_string();
-        assert!(text.contains(&format!("proxy http://u:<redacted>@{addr}")), "{text}");
+        assert!(
+            text.contains(&format!("proxy http://u:<redacted>@{addr}")),
+            "{text}"
+        );
         assert!(text.contains("407 Proxy Authentication Required"), "{text}");
         assert!(!text.contains("pw"), "{text}");
         let head = server.await.expect("server");
-        assert!(head.starts_with("CONNECT api.example:443 HTTP/1.1\r\n"), "{head}");
-        assert!(head.contains("Proxy-Authorization: Basic dTpwdw==\r\n"), "{head}");
+        assert!(
+            head.starts_with("CONNECT api.example:443 HTTP/1.1\r\n"),
+            "{head}"
+        );
+        assert!(
+            head.contains("Proxy-Authorization: Basic dTpwdw==\r\n"),
+            "{head}"
+        );
     }
 }

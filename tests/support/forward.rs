@@ -100,13 +100,11 @@ async fn serve(mut client: TcpStream, on_connect: OnConnect, seen: Arc<Mutex<Vec
         parts.next().unwrap_or("").to_owned(),
         parts.next().unwrap_or("").to_owned(),
     );
-    let authorization = lines
-        .clone()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("proxy-authorization")
-                .then(|| v.trim().to_owned())
-        });
+    let authorization = lines.clone().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("proxy-authorization")
+            .then(|| v.trim().to_owned())
+    });
     seen.lock().unwrap().push(Asked {
         method: method.clone(),
         target: target.clone(),
