@@ -312,7 +312,7 @@ mod tests {
             )
         };
         let err = crate::config::from_toml(&toml("socks5://s:1080")).expect_err("socks");
-        assert_eq!(err.key(), Some("routes.0.proxy"), "{err}");
+        assert_eq!(err.key(), Some("routes[0].proxy"), "{err}");
         assert!(
             err.to_string()
                 .contains("socks5:// proxies are not supported"),
