@@ -23,7 +23,7 @@ use crate::route::Router;
 use crate::server::Shards;
 use crate::server::tls::Tls;
 use crate::telemetry::Telemetry;
-use crate::upstream::{Client, Shard};
+use crate::upstream::{Client, Egress, Shard};
 use crate::websocket::Sessions;
 
 /// How long stopped drains get to record before telemetry is flushed.
@@ -170,7 +170,8 @@ impl Running {
             return Err(ReloadError::RestartRequired { key });
         }
         let client = if client_changed(&current.config.upstream, &config.upstream) {
-            Client::new(&config.upstream).map_err(|e| ReloadError::Upstream(e.to_string()))?
+            Client::new(&config.upstream, Egress::from_env(&config.proxy_env))
+                .map_err(|e| ReloadError::Upstream(e.to_string()))?
         } else {
             current.client.clone()
         };
@@ -268,7 +269,7 @@ fn client_changed(old: &UpstreamConfig, new: &UpstreamConfig) -> bool {
 /// What start-up reads besides the configuration itself (the CA file),
 /// checked without binding anything: `tokentap check`.
 pub fn check(config: &Config) -> anyhow::Result<()> {
-    Client::new(&config.upstream)?;
+    Client::new(&config.upstream, Egress::from_env(&config.proxy_env))?;
     price_book(config)?;
     Ok(())
 }
@@ -359,7 +360,7 @@ pub fn price_report(args: &PriceQuery<'_>) -> anyhow::Result<String> {
 
 /// Bind the listener and start serving. Must run inside a tokio runtime.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
-    let client = Client::new(&config.upstream)?;
+    let client = Client::new(&config.upstream, Egress::from_env(&config.proxy_env))?;
     let tls = config
         .tls
         .as_ref()

@@ -10,6 +10,7 @@
 
 mod layers;
 mod parse;
+pub mod proxy;
 mod raw;
 mod restart;
 pub mod sigv4;
@@ -69,6 +70,9 @@ pub struct Config {
     /// A file of `[[prices]]` entries (`--prices`), read at start-up and on
     /// every reload; checked after the config file's entries.
     pub prices_file: Option<PathBuf>,
+    /// The egress proxy variables (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`,
+    /// `NO_PROXY`) of the environment the configuration was loaded from.
+    pub proxy_env: proxy::ProxyEnv,
 }
 
 /// `[server]`: listener limits and shutdown (restart-only: see [`RESTART_ONLY`]).
@@ -300,6 +304,9 @@ pub struct RouteConfig {
     pub on_client_disconnect: OnClientDisconnect,
     /// Upstream protocol: HTTP/2 when ALPN picks it, always, or never.
     pub http2: Http2Mode,
+    /// Egress proxy for this route's upstream: as the environment says,
+    /// none, or a given one (`routes[].proxy`).
+    pub proxy: proxy::RouteProxy,
     /// Price overrides for this route's requests (`[[routes.prices]]`),
     /// checked before the global ones.
     pub prices: Vec<PriceOverride>,
@@ -908,7 +915,14 @@ pub fn load_with_env(cli: &Overrides, env: &[(String, String)]) -> Result<Config
     for layer in layers::cli(cli)? {
         fig = fig.merge(layer);
     }
-    validate::build(&fig)
+    let mut config = validate::build(&fig)?;
+    config.proxy_env =
+        proxy::ProxyEnv::from_vars(env).map_err(|(var, message)| ConfigError::Invalid {
+            key: var.clone(),
+            origin: format!("environment variable {var}"),
+            message,
+        })?;
+    Ok(config)
 }
 
 /// The config file `load` reads: `--config`, else `TOKENTAP_CONFIG`.
@@ -951,8 +965,14 @@ impl Config {
     /// The effective configuration as TOML that [`from_toml`] reads back,
     /// with the tenant salt and OTLP header values replaced by `<redacted>`.
     pub fn redacted_toml(&self) -> String {
-        toml::to_string_pretty(&raw::RawConfig::redacted(self))
-            .unwrap_or_else(|e| format!("# cannot render the configuration: {e}\n"))
+        let body = toml::to_string_pretty(&raw::RawConfig::redacted(self))
+            .unwrap_or_else(|e| format!("# cannot render the configuration: {e}\n"));
+        // The proxy variables are not keys of the file: comments, so the
+        // text still reads back.
+        match self.proxy_env.describe() {
+            env if env.is_empty() => body,
+            env => format!("{env}\n{body}"),
+        }
     }
 
     /// The first key (see [`RESTART_ONLY`]) that differs in `new` but is

@@ -32,6 +32,8 @@ pub struct Route {
     pub on_client_disconnect: crate::config::OnClientDisconnect,
     /// Upstream protocol choice (`routes[].http2`).
     pub http2: crate::config::Http2Mode,
+    /// Egress proxy choice (`routes[].proxy`).
+    pub proxy: crate::config::proxy::RouteProxy,
     /// `server.address` for telemetry.
     pub server_address: Arc<str>,
     /// `server.port` for telemetry.
@@ -80,6 +82,7 @@ impl Route {
             sigv4: cfg.sigv4.clone(),
             on_client_disconnect: cfg.on_client_disconnect,
             http2: cfg.http2,
+            proxy: cfg.proxy.clone(),
         }
     }
 
@@ -203,6 +206,7 @@ mod tests {
             sigv4: None,
             on_client_disconnect: crate::config::OnClientDisconnect::Cancel,
             http2: crate::config::Http2Mode::Auto,
+            proxy: Default::default(),
         }
     }
 

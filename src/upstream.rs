@@ -27,11 +27,13 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use tower::{Service, ServiceExt};
 
+use crate::config::proxy::RouteProxy;
 use crate::config::{Http2Mode, UpstreamConfig};
 use crate::error::{BoxError, ProxyError, Side, error_response};
 use crate::sniff::Replay;
 
 mod conn;
+pub mod egress;
 mod h2pool;
 pub mod sigv4;
 mod tap;
@@ -39,6 +41,7 @@ mod tap;
 /// An upstream connection's transport (TCP, or TLS over TCP).
 pub use conn::Io as UpstreamIo;
 pub use conn::Shard;
+pub use egress::Egress;
 
 /// A response head `Client::send` got, and how long the request waited
 /// for an upstream connection or HTTP/2 stream slot before it could be
@@ -67,17 +70,23 @@ pub struct PoolFigures {
 /// The request body type sent upstream.
 pub type UpstreamBody = Replay<Incoming>;
 
-type Connector = RetryConnect<HttpsConnector<HttpConnector>>;
+type Connector = RetryConnect<HttpsConnector<egress::Dial>>;
 
 /// Pooled upstream client, shared by every request.
 #[derive(Debug, Clone)]
 pub struct Client {
-    /// ALPN offering h2 and http/1.1 (`routes.http2 = "auto"`).
-    connector: Connector,
-    /// ALPN offering h2 only (`always`).
-    connector_h2: Connector,
-    /// ALPN offering http/1.1 only (`never`).
-    connector_h1: Connector,
+    /// TCP connector under every connection (to the upstream or its proxy).
+    tcp: HttpConnector,
+    /// TLS settings with ALPN offering h2 and http/1.1 (`routes.http2 =
+    /// "auto"`), h2 only (`always`), http/1.1 only (`never`).
+    tls_auto: Arc<rustls::ClientConfig>,
+    tls_h2: Arc<rustls::ClientConfig>,
+    tls_h1: Arc<rustls::ClientConfig>,
+    connect_retries: u32,
+    connect_retry_backoff: Duration,
+    connect_timeout: Duration,
+    /// Which destinations go through which forward proxy.
+    egress: Arc<Egress>,
     h1: Arc<conn::Pool>,
     h2: Arc<h2pool::H2Pool>,
     h2_builder: hyper::client::conn::http2::Builder<hyper_util::rt::TokioExecutor>,
@@ -180,6 +189,9 @@ pub enum UpstreamError {
     /// The upstream broke the HTTP exchange.
     #[error("upstream protocol error: {0}")]
     Protocol(String),
+    /// The forward proxy refused the CONNECT or answered it unusably.
+    #[error("upstream not reached through the egress proxy: {0}")]
+    Proxy(String),
     /// Every HTTP/2 connection to the host was at its stream limit, the
     /// connection cap was reached, and no slot came free in time.
     #[error(
@@ -209,6 +221,7 @@ impl UpstreamError {
             UpstreamError::Reset(_) => "upstream_reset",
             UpstreamError::Protocol(_) => "upstream_protocol_error",
             UpstreamError::QueueTimeout(_) => "upstream_queue_timeout",
+            UpstreamError::Proxy(_) => "upstream_proxy_error",
         }
     }
 
@@ -229,9 +242,22 @@ impl UpstreamError {
         ProxyError::new(side, status, code, self.to_string())
     }
 
+    /// Opening a connection failed: classified, and a forward proxy's
+    /// refusal logged as a warning (its cause is the operator's to fix).
+    fn connect_failed(err: BoxError) -> UpstreamError {
+        let failed = UpstreamError::classify_connect(err);
+        if let UpstreamError::Proxy(message) = &failed {
+            tracing::warn!(error = %message, "the egress proxy refused an upstream connection");
+        }
+        failed
+    }
+
     /// Opening a connection failed.
     fn classify_connect(err: BoxError) -> UpstreamError {
         let chain = error_chain(&*err);
+        if egress::refusal(&*err).is_some() {
+            return UpstreamError::Proxy(chain);
+        }
         if is_tls_failure(&*err) {
             return UpstreamError::Tls(chain);
         }
@@ -305,8 +331,9 @@ fn error_chain(err: &(dyn StdError + 'static)) -> String {
 }
 
 impl Client {
-    /// Build the pooled client. Must run inside the tokio runtime.
-    pub fn new(cfg: &UpstreamConfig) -> Result<Client, BuildError> {
+    /// Build the pooled client; `egress` says which destinations go through
+    /// which forward proxy. Must run inside the tokio runtime.
+    pub fn new(cfg: &UpstreamConfig, egress: Egress) -> Result<Client, BuildError> {
         let mut roots = rustls::RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
         if let Some(path) = &cfg.ca_file {
@@ -329,19 +356,11 @@ impl Client {
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(cfg.connect_timeout));
-        let builder = || {
-            hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config(tls.clone())
-                .https_or_http()
+        let alpn = |protocols: &[&[u8]]| {
+            let mut c = tls.clone();
+            c.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
+            Arc::new(c)
         };
-        let retry = |inner| RetryConnect {
-            inner,
-            retries: cfg.connect_retries,
-            backoff: cfg.connect_retry_backoff,
-        };
-        let connector = retry(builder().enable_all_versions().wrap_connector(http.clone()));
-        let connector_h2 = retry(builder().enable_http2().wrap_connector(http.clone()));
-        let connector_h1 = retry(builder().enable_http1().wrap_connector(http));
 
         let limits = h2pool::Limits {
             max_connections: cfg.http2_max_connections_per_host,
@@ -350,9 +369,14 @@ impl Client {
             idle_timeout: cfg.pool_idle_timeout,
         };
         Ok(Client {
-            connector,
-            connector_h2,
-            connector_h1,
+            tcp: http,
+            tls_auto: alpn(&[b"h2", b"http/1.1"]),
+            tls_h2: alpn(&[b"h2"]),
+            tls_h1: alpn(&[b"http/1.1"]),
+            connect_retries: cfg.connect_retries,
+            connect_retry_backoff: cfg.connect_retry_backoff,
+            connect_timeout: cfg.connect_timeout,
+            egress: Arc::new(egress),
             h1: conn::Pool::new(cfg.pool_max_idle_per_host, cfg.pool_idle_timeout),
             h2: h2pool::H2Pool::new(limits),
             h2_builder: h2_builder(cfg),
@@ -364,9 +388,10 @@ impl Client {
 
     /// A client for tokentap's own requests (SLO webhooks, demo traffic):
     /// webpki roots, no connect retries, no head timeout (the caller
-    /// bounds the exchange), a few idle connections per host.
-    pub fn internal(connect_timeout: Duration) -> Result<Client, BuildError> {
-        Client::new(&UpstreamConfig {
+    /// bounds the exchange), a few idle connections per host, forward
+    /// proxies as `egress` says.
+    pub fn internal(connect_timeout: Duration, egress: Egress) -> Result<Client, BuildError> {
+        let cfg = UpstreamConfig {
             connect_timeout,
             idle_timeout: None,
             total_timeout: None,
@@ -379,7 +404,30 @@ impl Client {
             drain_max_bytes: 0,
             max_drains: 0,
             ..UpstreamConfig::default()
-        })
+        };
+        Client::new(&cfg, egress)
+    }
+
+    /// A connector for one new connection: the ALPN offer `mode` asks for,
+    /// through `via` when set (tunnelling plain-HTTP destinations too when
+    /// `tunnel_all`).
+    fn connector(&self, mode: Http2Mode, via: &egress::Via, tunnel_all: bool) -> Connector {
+        let tls = match mode {
+            Http2Mode::Auto => &self.tls_auto,
+            Http2Mode::Always => &self.tls_h2,
+            Http2Mode::Never => &self.tls_h1,
+        };
+        let dial = egress::Dial {
+            tcp: self.tcp.clone(),
+            via: via.clone(),
+            tunnel_all,
+            timeout: self.connect_timeout,
+        };
+        RetryConnect {
+            inner: HttpsConnector::from((dial, tls.clone())),
+            retries: self.connect_retries,
+            backoff: self.connect_retry_backoff,
+        }
     }
 
     /// Send a request whose whole body is `body` (tokentap's own requests).
@@ -410,7 +458,19 @@ impl Client {
         shard: Shard,
         mode: Http2Mode,
     ) -> Result<Sent, UpstreamError> {
-        let fut = self.exchange(req, shard, mode);
+        self.send_via(req, shard, mode, &RouteProxy::Env).await
+    }
+
+    /// [`Client::send`] for a route whose egress proxy choice is `proxy`
+    /// (`routes[].proxy`).
+    pub async fn send_via(
+        &self,
+        req: Request<UpstreamBody>,
+        shard: Shard,
+        mode: Http2Mode,
+        proxy: &RouteProxy,
+    ) -> Result<Sent, UpstreamError> {
+        let fut = self.exchange(req, shard, mode, proxy);
         match self.head_timeout {
             Some(limit) => tokio::time::timeout(limit, fut).await.map_err(|_| {
                 UpstreamError::Timeout("no response head within upstream.idle_timeout")
@@ -438,6 +498,7 @@ impl Client {
         mut req: Request<UpstreamBody>,
         shard: Shard,
         mode: Http2Mode,
+        proxy: &RouteProxy,
     ) -> Result<Sent, UpstreamError> {
         #[allow(
             clippy::disallowed_methods,
@@ -450,7 +511,11 @@ impl Client {
                 "not an absolute URI: {uri}"
             )));
         };
-        let key = (scheme.clone(), authority.clone(), shard);
+        let via = self.egress.via(proxy, &uri);
+        // Plain HTTP/1 through a proxy names the destination in the
+        // request line (absolute form) instead of a tunnel.
+        let absolute = via.is_some() && *scheme == http::uri::Scheme::HTTP;
+        let key = (scheme.clone(), authority.clone(), shard, via);
         // A connection found closed before it took the request gives it back
         // unsent; it then goes on another. Pooled connections are tried in
         // turn; a fresh one only once more.
@@ -492,7 +557,10 @@ impl Client {
                     }
                 }
                 Conn::H1(h1) => {
-                    let added_host = to_h1_form(&mut req);
+                    let added_host = match &key.3 {
+                        Some(proxy) if absolute => to_proxy_form(&mut req, proxy),
+                        _ => to_h1_form(&mut req),
+                    };
                     match h1.send(req).await {
                         Ok((res, h1)) => {
                             let pool = self.h1.clone();
@@ -508,6 +576,9 @@ impl Client {
                             *back.uri_mut() = uri.clone();
                             if added_host {
                                 back.headers_mut().remove(header::HOST);
+                            }
+                            if absolute {
+                                back.headers_mut().remove(header::PROXY_AUTHORIZATION);
                             }
                             *back
                         }
@@ -531,20 +602,26 @@ impl Client {
     /// `http/1.1` by ALPN. The connection runs in a task on the current
     /// runtime; after a `101` the response hands its transport over
     /// through `hyper::upgrade::on`.
-    pub async fn upgrade<B>(&self, mut req: Request<B>) -> Result<Response<Incoming>, UpstreamError>
+    pub async fn upgrade<B>(
+        &self,
+        mut req: Request<B>,
+        proxy: &RouteProxy,
+    ) -> Result<Response<Incoming>, UpstreamError>
     where
         B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: Into<BoxError>,
     {
         let uri = req.uri().clone();
         let exchange = |e: hyper::Error| UpstreamError::classify_exchange(&e);
+        // Through a proxy the upgrade always goes in a tunnel: a proxy
+        // forwarding absolute-form requests would not relay the upgrade.
+        let via = self.egress.via(proxy, &uri);
         let fut = async {
             let io = self
-                .connector_h1
-                .clone()
+                .connector(Http2Mode::Never, &via, true)
                 .oneshot(uri)
                 .await
-                .map_err(UpstreamError::classify_connect)?;
+                .map_err(UpstreamError::connect_failed)?;
             let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
                 .handshake(io)
                 .await
@@ -616,16 +693,13 @@ impl Client {
         mode: Http2Mode,
         opening: Option<h2pool::Opening>,
     ) -> Result<Conn, UpstreamError> {
-        let connector = match mode {
-            Http2Mode::Auto => &self.connector,
-            Http2Mode::Always => &self.connector_h2,
-            Http2Mode::Never => &self.connector_h1,
-        };
-        let io = connector
-            .clone()
+        // h2c with prior knowledge needs a tunnel; HTTP/1 goes in absolute form.
+        let tunnel_all = mode == Http2Mode::Always;
+        let io = self
+            .connector(mode, &key.3, tunnel_all)
             .oneshot(uri.clone())
             .await
-            .map_err(UpstreamError::classify_connect)?;
+            .map_err(UpstreamError::connect_failed)?;
         let exchange = |e: hyper::Error| UpstreamError::classify_exchange(&e);
         let tls = matches!(io, hyper_rustls::MaybeHttpsStream::Https(_));
         let h2 = match mode {
@@ -768,7 +842,10 @@ where
             for n in 0..this.retries {
                 let err = match result {
                     Ok(conn) => return Ok(conn),
-                    Err(e) if is_tls_failure(&*e) => return Err(e),
+                    // The same server (or proxy) would fail the same way.
+                    Err(e) if is_tls_failure(&*e) || egress::refusal(&*e).is_some() => {
+                        return Err(e);
+                    }
                     Err(e) => e,
                 };
                 let wait = this.delay(n);
@@ -852,6 +929,20 @@ fn to_h1_form<B>(req: &mut Request<B>) -> bool {
         .cloned()
         .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
     *req.uri_mut() = Uri::from(target);
+    added
+}
+
+/// Put `req` in the form a forward proxy takes for plain HTTP: the
+/// absolute URI as the request target, `Host` from it, and the proxy's
+/// credentials. Returns whether `Host` was added.
+fn to_proxy_form<B>(req: &mut Request<B>, proxy: &crate::config::proxy::ProxyUrl) -> bool {
+    let uri = req.uri().clone();
+    let added = to_h1_form(req);
+    *req.uri_mut() = uri;
+    if let Some(auth) = proxy.authorization() {
+        req.headers_mut()
+            .insert(header::PROXY_AUTHORIZATION, auth.clone());
+    }
     added
 }
 

@@ -158,6 +158,8 @@ pub struct Handshake<'a> {
     /// The route's upstream speaks only HTTP/2 (`http2 = "always"`): the
     /// HTTP/1.1 upgrade tokentap sends upstream cannot reach it.
     pub upstream_http2_only: bool,
+    /// The route's egress proxy choice (`routes[].proxy`).
+    pub proxy: crate::config::proxy::RouteProxy,
 }
 
 /// The answer to an upgrade request.
@@ -206,7 +208,7 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
     parts.version = Version::HTTP_11;
     let request = Request::from_parts(parts, Empty::<Bytes>::new());
 
-    let mut res = match h.client.upgrade(request).await {
+    let mut res = match h.client.upgrade(request, &h.proxy).await {
         Ok(res) => res,
         Err(e) => {
             tracing::debug!(route = %h.facts.route, error = %e, "upstream upgrade failed");

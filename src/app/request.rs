@@ -169,7 +169,12 @@ async fn forward(
     prepared.meter.on_send();
     let res = match state
         .client
-        .send(upstream_req, shard, admitted.route.http2)
+        .send_via(
+            upstream_req,
+            shard,
+            admitted.route.http2,
+            &admitted.route.proxy,
+        )
         .await
     {
         Ok(sent) => {
@@ -589,6 +594,7 @@ async fn websocket_session(
         facts,
         path_and_query,
         upstream_http2_only: route.http2 == Http2Mode::Always,
+        proxy: route.proxy.clone(),
     };
     match websocket::upgrade(handshake, req).await {
         websocket::Answer::Local(res) => res.map(ProxyBody::Local),

@@ -108,6 +108,11 @@ pub(super) struct RawRoute {
     /// `[[routes.prices]]`: price overrides for this route only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prices: Vec<PriceOverride>,
+    /// Egress proxy for this route: `"none"` (straight to the upstream) or
+    /// `http://[user:password@]host:port`; unset = the `HTTPS_PROXY` family
+    /// of environment variables. The password is redacted in `/config`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<String>,
 }
 
 fn is_auto(m: &Http2Mode) -> bool {
@@ -247,6 +252,7 @@ impl RawConfig {
                     },
                     http2: r.http2,
                     prices: r.prices.clone(),
+                    proxy: r.proxy.shown(),
                 })
                 .collect(),
             sniff: c.sniff.clone(),

@@ -246,6 +246,8 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
             .as_deref()
             .map(|p| file(&cx, "prices_file", p).map(|()| p.to_owned()))
             .transpose()?,
+        // Filled in by `load_with_env` from the environment it reads.
+        proxy_env: Default::default(),
     })
 }
 
@@ -474,6 +476,13 @@ fn routes(
             sigv4,
             on_client_disconnect,
             http2: r.http2,
+            proxy: r
+                .proxy
+                .as_deref()
+                .map(super::proxy::RouteProxy::parse)
+                .transpose()
+                .map_err(|m| cx.invalid(&at("proxy"), m))?
+                .unwrap_or_default(),
             prices: prices(cx, &at("prices"), &r.prices)?,
         });
     }

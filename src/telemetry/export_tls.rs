@@ -25,6 +25,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::TelemetryError;
 use crate::config::TelemetryConfig;
+use crate::config::proxy::{ProxyEnv, RouteProxy};
+use crate::upstream::Egress;
+use crate::upstream::egress::Dial;
 
 /// Largest collector response read (they are a few bytes).
 const MAX_RESPONSE_BYTES: usize = 1 << 20;
@@ -199,8 +202,26 @@ pub(crate) struct CollectorClient {
 
 #[derive(Debug, Clone)]
 enum Scheme {
-    Plain(Client<HttpConnector, Full<Bytes>>),
-    Tls(Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>),
+    Plain(Client<Dial, Full<Bytes>>),
+    Tls(Client<hyper_rustls::HttpsConnector<Dial>, Full<Bytes>>),
+}
+
+/// The connector to `endpoint`: straight, or through the egress proxy the
+/// environment names for it (a CONNECT tunnel for either scheme: this
+/// client does not write absolute-form requests).
+fn dial(endpoint: &str, tcp: HttpConnector, timeout: Duration) -> Result<Dial, TelemetryError> {
+    let proxies = ProxyEnv::from_process()
+        .map_err(|(var, m)| TelemetryError(format!("OTLP/HTTP export: {var}: {m}")))?;
+    let via = endpoint
+        .parse::<http::Uri>()
+        .ok()
+        .and_then(|uri| Egress::from_env(&proxies).via(&RouteProxy::Env, &uri));
+    Ok(Dial {
+        tcp,
+        via,
+        tunnel_all: true,
+        timeout,
+    })
 }
 
 impl CollectorClient {
@@ -218,7 +239,10 @@ impl CollectorClient {
         let mut http = HttpConnector::new();
         http.set_connect_timeout(Some(timeout));
         let client = match is_https(endpoint) {
-            false => Scheme::Plain(Client::builder(TokioExecutor::new()).build(http)),
+            false => {
+                let dial = dial(endpoint, http, timeout)?;
+                Scheme::Plain(Client::builder(TokioExecutor::new()).build(dial))
+            }
             true => {
                 let tls = ExportTls::for_signal(cfg, signal)?;
                 http.enforce_http(false);
@@ -226,7 +250,7 @@ impl CollectorClient {
                     .with_tls_config(tls.rustls()?)
                     .https_only()
                     .enable_http1()
-                    .wrap_connector(http);
+                    .wrap_connector(dial(endpoint, http, timeout)?);
                 Scheme::Tls(Client::builder(TokioExecutor::new()).build(connector))
             }
         };

@@ -116,8 +116,10 @@ pub enum SendError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Shard(pub usize);
 
-/// Pool key: where a connection goes, and the serving thread that uses it.
-pub(super) type Key = (Scheme, Authority, Shard);
+/// Pool key: where a connection goes, the serving thread that uses it,
+/// and the forward proxy it goes through (so proxied and direct
+/// connections never mix).
+pub(super) type Key = (Scheme, Authority, Shard, super::egress::Via);
 
 /// Idle HTTP/1 connections by destination, newest last. Idle connections
 /// are not polled; one is checked when it is taken (a connection the peer

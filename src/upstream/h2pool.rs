@@ -301,7 +301,7 @@ impl H2Pool {
             .iter()
             .map(|(k, h)| (k.clone(), h.clone()))
             .collect();
-        for ((scheme, authority, _), host) in hosts {
+        for ((scheme, authority, _, _), host) in hosts {
             let st = lock(&host.state);
             if st.proto == Proto::H1 {
                 continue;

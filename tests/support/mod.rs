@@ -9,6 +9,7 @@
 
 pub(crate) mod client;
 pub(crate) mod faulty;
+pub(crate) mod forward;
 pub(crate) mod frames;
 pub(crate) mod h2up;
 pub(crate) mod inspect;

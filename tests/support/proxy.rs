@@ -251,11 +251,13 @@ pub(crate) fn bin_path() -> &'static str {
 }
 
 /// A command for the tokentap binary with a clean environment: no `OTEL_*`
-/// or `TOKENTAP_*` variables leak in from the caller.
+/// or `TOKENTAP_*` variables, and no egress proxy (`HTTPS_PROXY` …), leak
+/// in from the caller.
 pub(crate) fn bin_command() -> Command {
     let mut c = Command::new(bin_path());
     for (k, _) in std::env::vars() {
-        if k.starts_with("OTEL_") || k.starts_with("TOKENTAP_") || k == "RUST_LOG" {
+        let proxy_var = k.to_ascii_lowercase().ends_with("_proxy");
+        if k.starts_with("OTEL_") || k.starts_with("TOKENTAP_") || k == "RUST_LOG" || proxy_var {
             c.env_remove(k);
         }
     }

@@ -17,8 +17,9 @@ use tokio::time::Instant;
 
 use super::super::attrs::*;
 use super::eval::{Change, Objective, Transition};
+use crate::config::proxy::ProxyEnv;
 use crate::config::{AlertFormat, AlertsConfig};
-use crate::upstream::Client;
+use crate::upstream::{Client, Egress};
 
 /// Events waiting for the sender; more are dropped and counted.
 const QUEUE: usize = 256;
@@ -257,7 +258,9 @@ impl Webhook {
     /// HTTP/1.1 or HTTP/2 by ALPN). Must run inside the
     /// tokio runtime.
     pub fn new(cfg: &AlertsConfig) -> Result<Webhook, String> {
-        let client = Client::internal(cfg.timeout).map_err(|e| e.to_string())?;
+        let proxies = ProxyEnv::from_process().map_err(|(var, m)| format!("{var}: {m}"))?;
+        let client =
+            Client::internal(cfg.timeout, Egress::from_env(&proxies)).map_err(|e| e.to_string())?;
         Ok(Webhook {
             client,
             url: cfg.webhook_url.clone(),
