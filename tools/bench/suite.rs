@@ -18,10 +18,11 @@ use serde::Serialize;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::cores::{self, Cores, Pinning};
 use crate::h2;
 use crate::load::{self, Api, Report, Spec};
 use crate::procs;
-use crate::targets::{self, Binaries, Class, Kind, Target, Upstreams};
+use crate::targets::{self, Binaries, Class, Kind, Placement, Target, Upstreams};
 use crate::ws::{self, WS_WORKLOADS, WsReport, WsWorkload};
 
 /// `tokentap-bench suite` flags.
@@ -59,6 +60,26 @@ pub(crate) struct SuiteArgs {
     /// Directory holding the `tokentap` binary (default: next to this binary)
     #[arg(long)]
     pub bin_dir: Option<PathBuf>,
+    /// Pin each proxy (nginx, Envoy, the floor, tokentap) to these cores
+    /// (`0`, `0,2`, `0-3`) with `taskset -c`; the proxies then run as many
+    /// workers as cores unless --workers says otherwise
+    #[arg(long)]
+    pub proxy_cores: Option<String>,
+    /// With --proxy-cores: the cores of the load generator, the simulators
+    /// and the OTLP sink (this process and its other children); default:
+    /// every other core this process may use
+    #[arg(long, requires = "proxy_cores")]
+    pub load_cores: Option<String>,
+    /// Workers per proxy: nginx `worker_processes`, Envoy `--concurrency`,
+    /// the floor's `--threads`, tokentap's `server.threads` (default: the
+    /// number of proxy cores when pinned, else each proxy's usual)
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// With --proxy-cores: run the whole suite once per count in this list
+    /// (e.g. `1,2,4`), each on the first N proxy cores with N workers, and
+    /// end with throughput by core count
+    #[arg(long, value_delimiter = ',', requires = "proxy_cores")]
+    pub scale: Vec<usize>,
 }
 
 /// One load pattern.
@@ -162,11 +183,148 @@ struct Plan {
     h2_streams: usize,
     memory_streams: usize,
     dir: PathBuf,
+    place: Placement,
+}
+
+/// What one pass of the suite measured, for the scaling summary.
+struct Outcome {
+    runs: Vec<Run>,
+    workers: usize,
+}
+
+/// Resolve --proxy-cores and --load-cores against the cores this process
+/// may use; none without --proxy-cores.
+fn pinning(args: &SuiteArgs) -> Result<Option<Pinning>, String> {
+    let Some(proxy) = args.proxy_cores.as_deref() else {
+        return Ok(None);
+    };
+    let proxy = Cores::parse(proxy)?;
+    let load = args.load_cores.as_deref().map(Cores::parse).transpose()?;
+    Pinning::split(&cores::allowed()?, &proxy, load.as_ref()).map(Some)
+}
+
+/// The passes a run makes: one placement each (several with --scale).
+fn placements(args: &SuiteArgs, pin: Option<&Pinning>) -> Result<Vec<Placement>, String> {
+    let Some(pin) = pin else {
+        return Ok(vec![Placement {
+            cores: None,
+            workers: args.workers,
+        }]);
+    };
+    if args.scale.is_empty() {
+        return Ok(vec![Placement {
+            cores: Some(pin.proxy.clone()),
+            workers: Some(args.workers.unwrap_or(pin.proxy.len())),
+        }]);
+    }
+    args.scale
+        .iter()
+        .map(|&n| {
+            if n == 0 || n > pin.proxy.len() {
+                return Err(format!(
+                    "--scale {n}: needs 1 to {} (the proxy cores given)",
+                    pin.proxy.len()
+                ));
+            }
+            Ok(Placement {
+                cores: Some(pin.proxy.first(n)),
+                workers: Some(n),
+            })
+        })
+        .collect()
 }
 
 pub(crate) async fn run(args: SuiteArgs) -> Result<(), String> {
+    let pin = pinning(&args)?;
+    let passes = placements(&args, pin.as_ref())?;
+    if let Some(p) = &pin {
+        // Before the sink and the simulators start: they inherit it.
+        cores::pin_self(&p.load)?;
+        eprintln!(
+            "pinned: proxies on cores {}, load generator, simulators and OTLP sink on {}",
+            p.proxy.list(),
+            p.load.list()
+        );
+    }
+    if passes.len() == 1 {
+        return run_once(&args, &passes[0]).await.map(|_| ());
+    }
+    let mut outcomes = Vec::new();
+    let mut failed = None;
+    for place in &passes {
+        match run_once(&args, place).await {
+            Ok(o) => outcomes.push(o),
+            Err(e) => {
+                eprintln!("pass with {:?} workers: {e}", place.workers);
+                failed = Some(e);
+            }
+        }
+    }
+    let table = scaling_report(&outcomes);
+    println!("{table}");
+    if let Some(dir) = outcomes
+        .first()
+        .and_then(|o| o.runs.first())
+        .map(|_| &args.out)
+    {
+        write(&dir.join("scaling.md"), &table)?;
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+/// Throughput by worker count (medians over rounds), and the factor over
+/// the smallest count, per workload and proxy.
+fn scaling_report(outcomes: &[Outcome]) -> String {
+    let mut s = String::new();
+    let Some(base) = outcomes.iter().min_by_key(|o| o.workers) else {
+        return s;
+    };
+    let _ = writeln!(
+        s,
+        "### Throughput by proxy cores (N pinned cores, N workers; medians of the rounds; × = vs {} core(s))\n",
+        base.workers
+    );
+    let counts: Vec<String> = outcomes
+        .iter()
+        .map(|o| format!("{} core(s)", o.workers))
+        .collect();
+    let _ = writeln!(s, "| workload | target | {} |", counts.join(" | "));
+    let _ = writeln!(s, "|---|---|{}", "---|".repeat(outcomes.len()));
+    let rps = |o: &Outcome, wl: &str, t: &str| {
+        stat(
+            o.runs
+                .iter()
+                .filter(|r| r.workload == wl && r.target == t)
+                .map(|r| r.load.rps)
+                .collect(),
+        )
+        .map(|(m, _)| m)
+    };
+    let mut seen: Vec<(&'static str, &'static str)> = Vec::new();
+    for r in &base.runs {
+        if r.target != "direct" && !seen.contains(&(r.workload, r.target)) {
+            seen.push((r.workload, r.target));
+        }
+    }
+    for (wl, t) in seen {
+        let first = rps(base, wl, t);
+        let cells: Vec<String> = outcomes
+            .iter()
+            .map(|o| match (rps(o, wl, t), first) {
+                (Some(v), Some(b)) if b > 0.0 => format!("{v:.0} ({:.2}×)", v / b),
+                (Some(v), _) => format!("{v:.0}"),
+                _ => "–".into(),
+            })
+            .collect();
+        let _ = writeln!(s, "| {wl} | {t} | {} |", cells.join(" | "));
+    }
+    s
+}
+
+/// One pass of the suite with the proxies placed as `place` says.
+async fn run_once(args: &SuiteArgs, place: &Placement) -> Result<Outcome, String> {
     let bins = Binaries::find(targets::tokentap_bin(args.bin_dir.as_deref())?);
-    let mut plan = plan(&args, &bins)?;
+    let mut plan = plan(args, &bins, place)?;
     std::fs::create_dir_all(&plan.dir).map_err(|e| format!("{}: {e}", plan.dir.display()))?;
     // nginx resolves relative paths against its prefix: hand out absolute ones.
     plan.dir =
@@ -180,7 +338,7 @@ pub(crate) async fn run(args: SuiteArgs) -> Result<(), String> {
     let ups = Upstreams::start(&bins.tokentap, &plan.dir)?;
     let mut running = Vec::new();
     for kind in &plan.kinds {
-        match targets::start(*kind, &bins, &ups, &plan.dir, sink_addr) {
+        match targets::start(*kind, &bins, &ups, &plan.dir, sink_addr, &plan.place) {
             Ok(t) => running.push(t),
             Err(e) => eprintln!("skipping {}: {e}", kind.name()),
         }
@@ -313,7 +471,10 @@ pub(crate) async fn run(args: SuiteArgs) -> Result<(), String> {
     if errors > 0 {
         eprintln!("note: {errors} request errors in total (see runs.jsonl)");
     }
-    Ok(())
+    Ok(Outcome {
+        runs,
+        workers: plan.place.workers.unwrap_or(0),
+    })
 }
 
 fn write(path: &Path, text: &str) -> Result<(), String> {
@@ -348,7 +509,7 @@ fn warn_open_files(streams: usize) {
     );
 }
 
-fn plan(args: &SuiteArgs, bins: &Binaries) -> Result<Plan, String> {
+fn plan(args: &SuiteArgs, bins: &Binaries, place: &Placement) -> Result<Plan, String> {
     let q = args.quick;
     let kinds = if args.targets.is_empty() {
         let mut k = vec![Kind::Direct];
@@ -415,9 +576,12 @@ fn plan(args: &SuiteArgs, bins: &Binaries) -> Result<Plan, String> {
         ws_workloads,
         h2_streams: args.h2_streams.unwrap_or(if q { 0 } else { 500 }),
         memory_streams: args.memory_streams.unwrap_or(if q { 200 } else { 9900 }),
-        dir: args
-            .out
-            .join(format!("{}{stamp}", if q { "quick-" } else { "" })),
+        dir: args.out.join(format!(
+            "{}{stamp}{}",
+            if q { "quick-" } else { "" },
+            place.workers.map_or(String::new(), |n| format!("-w{n}"))
+        )),
+        place: place.clone(),
     })
 }
 
@@ -609,7 +773,7 @@ async fn h2_scenario(plan: &Plan, bins: &Binaries) -> Result<Vec<H2Run>, String>
     )?;
     let mut proc = procs::Proc::spawn(
         "tokentap (h2 upstream)",
-        targets::tokentap_command(&bins.tokentap, &conf),
+        targets::tokentap_command(&bins.tokentap, &conf, plan.place.cores.as_ref()),
         &dir.join("out.log"),
     )?;
     procs::wait_port(targets::addr(port), Duration::from_secs(20), &mut proc)?;
@@ -721,7 +885,7 @@ async fn memory_run(
     plan: &Plan,
     sink: std::net::SocketAddr,
 ) -> Result<Memory, String> {
-    let mut target = targets::start(kind, bins, ups, &plan.dir.join("memory"), sink)?;
+    let mut target = targets::start(kind, bins, ups, &plan.dir.join("memory"), sink, &plan.place)?;
     // Warm the path once (pools, lazy statics) before the idle reading.
     let _ = fetch(target.addr(Class::Fast), Class::Fast, Api::Chat, true).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
