@@ -1136,6 +1136,17 @@ fn report(
             fmt(paired("stream_c1", p, &p50), 3, "")
         });
     }
+    if runs.iter().any(|r| r.workload == "stream_c1") {
+        row("added TTFT p99, streaming c1 (ms)", &|p| {
+            fmt(paired("stream_c1", p, &p99), 3, "")
+        });
+    }
+    if runs.iter().any(|r| r.workload == "nonstream_c16") {
+        // A non-streamed request's TTFT is its whole body.
+        row("added p99, non-streaming c16 (ms)", &|p| {
+            fmt(paired("nonstream_c16", p, &p99), 3, "")
+        });
+    }
     if runs.iter().any(|r| r.workload == "paced_c64") {
         row("added TTFT p99, 10 ms/token c64 (ms)", &|p| {
             fmt(paired("paced_c64", p, &p99), 3, "")
@@ -1162,6 +1173,14 @@ fn report(
             (
                 "nonstream_c16",
                 "proxy CPU per request vs nginx's in the same round, non-streaming c16",
+            ),
+            (
+                "nonstream_c64",
+                "proxy CPU per request vs nginx's in the same round, non-streaming c64",
+            ),
+            (
+                "stream_c1",
+                "proxy CPU per stream vs nginx's in the same round, c1",
             ),
             (
                 "stream_c64",
