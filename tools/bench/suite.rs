@@ -190,6 +190,7 @@ struct Plan {
 struct Outcome {
     runs: Vec<Run>,
     workers: usize,
+    dir: PathBuf,
 }
 
 /// Resolve --proxy-cores and --load-cores against the cores this process
@@ -262,12 +263,10 @@ pub(crate) async fn run(args: SuiteArgs) -> Result<(), String> {
     }
     let table = scaling_report(&outcomes);
     println!("{table}");
-    if let Some(dir) = outcomes
-        .first()
-        .and_then(|o| o.runs.first())
-        .map(|_| &args.out)
-    {
-        write(&dir.join("scaling.md"), &table)?;
+    if let Some(first) = outcomes.first() {
+        let path = first.dir.join("scaling.md");
+        write(&path, &table)?;
+        eprintln!("scaling summary in {}", path.display());
     }
     failed.map_or(Ok(()), Err)
 }
@@ -474,6 +473,7 @@ async fn run_once(args: &SuiteArgs, place: &Placement) -> Result<Outcome, String
     Ok(Outcome {
         runs,
         workers: plan.place.workers.unwrap_or(0),
+        dir: plan.dir,
     })
 }
 
@@ -1301,6 +1301,79 @@ mod tests {
             cpu_per_req_ms: Some(cpu),
             peak_rss_mib: None,
         }
+    }
+
+    fn args(line: &[&str]) -> SuiteArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            suite: SuiteArgs,
+        }
+        <Cli as clap::Parser>::try_parse_from(std::iter::once("suite").chain(line.iter().copied()))
+            .expect("flags parse")
+            .suite
+    }
+
+    #[test]
+    fn pinned_passes_take_the_first_n_proxy_cores_with_n_workers() {
+        let pin = Pinning::split(
+            &Cores::parse("0-15").expect("cores"),
+            &Cores::parse("0-3").expect("cores"),
+            None,
+        )
+        .expect("split");
+        let one = placements(&args(&["--proxy-cores", "0-3"]), Some(&pin)).expect("one pass");
+        assert_eq!(one.len(), 1);
+        assert_eq!(
+            one[0].cores.as_ref().map(Cores::list).as_deref(),
+            Some("0-3")
+        );
+        assert_eq!(one[0].workers, Some(4), "one worker per pinned core");
+        let w2 = placements(
+            &args(&["--proxy-cores", "0-3", "--workers", "2"]),
+            Some(&pin),
+        )
+        .expect("one pass");
+        assert_eq!(w2[0].workers, Some(2), "--workers overrides");
+        let sc = placements(
+            &args(&["--proxy-cores", "0-3", "--scale", "1,2,4"]),
+            Some(&pin),
+        )
+        .expect("three passes");
+        let got: Vec<(String, Option<usize>)> = sc
+            .iter()
+            .map(|p| {
+                (
+                    p.cores.as_ref().map(Cores::list).unwrap_or_default(),
+                    p.workers,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("0".to_owned(), Some(1)),
+                ("0-1".to_owned(), Some(2)),
+                ("0-3".to_owned(), Some(4))
+            ]
+        );
+        for bad in ["0", "5"] {
+            let a = args(&["--proxy-cores", "0-3", "--scale", bad]);
+            assert!(placements(&a, Some(&pin)).is_err(), "--scale {bad} refused");
+        }
+        let free = placements(&args(&[]), None).expect("unpinned");
+        assert!(free[0].cores.is_none() && free[0].workers.is_none());
+        assert!(
+            <SuiteArgsOnly as clap::Parser>::try_parse_from(["suite", "--load-cores", "1"])
+                .is_err(),
+            "--load-cores without --proxy-cores is refused"
+        );
+    }
+
+    #[derive(clap::Parser)]
+    struct SuiteArgsOnly {
+        #[command(flatten)]
+        _suite: SuiteArgs,
     }
 
     #[test]
