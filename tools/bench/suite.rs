@@ -138,6 +138,9 @@ pub(crate) struct Run {
     /// Proxy CPU (user + system) inside the measurement window.
     pub cpu_ms: Option<f64>,
     pub cpu_per_req_ms: Option<f64>,
+    /// The user-space and kernel shares of `cpu_per_req_ms`.
+    pub user_per_req_ms: Option<f64>,
+    pub system_per_req_ms: Option<f64>,
     /// Proxy peak RSS during the run (VmHWM, reset before it).
     pub peak_rss_mib: Option<f64>,
 }
@@ -604,10 +607,10 @@ async fn one_run(round: usize, wl: &Workload, target: &Target, plan: &Plan, tck:
     let cpu = tokio::spawn(async move {
         let (start, end): (Instant, Instant) = rx.await.ok()?;
         tokio::time::sleep_until(start).await;
-        let a = procs::cpu_ticks(&cpu_pids);
+        let a = procs::cpu_ticks_split(&cpu_pids);
         tokio::time::sleep_until(end).await;
-        let b = procs::cpu_ticks(&cpu_pids);
-        Some(b.saturating_sub(a))
+        let b = procs::cpu_ticks_split(&cpu_pids);
+        Some((b.0.saturating_sub(a.0), b.1.saturating_sub(a.1)))
     });
     let report = load::run(spec, |s, e| {
         let _ = tx.send((s, e));
@@ -615,15 +618,21 @@ async fn one_run(round: usize, wl: &Workload, target: &Target, plan: &Plan, tck:
     .await;
     let ticks = cpu.await.ok().flatten();
     let has_proc = !pids.is_empty();
-    let cpu_ms = ticks.filter(|_| has_proc).map(|t| t as f64 * 1000.0 / tck);
+    let ms = |t: u64| t as f64 * 1000.0 / tck;
+    let split = ticks.filter(|_| has_proc);
+    let cpu_ms = split.map(|(u, s)| ms(u + s));
+    let per_req = |v: Option<f64>| {
+        v.filter(|_| report.requests > 0)
+            .map(|c| c / report.requests as f64)
+    };
     let peak = has_proc.then(|| procs::status_kib(&pids, "VmHWM") as f64 / 1024.0);
     Run {
         round,
         workload: wl.name,
         target: target.kind.name(),
-        cpu_per_req_ms: cpu_ms
-            .filter(|_| report.requests > 0)
-            .map(|c| c / report.requests as f64),
+        cpu_per_req_ms: per_req(cpu_ms),
+        user_per_req_ms: per_req(split.map(|(u, _)| ms(u))),
+        system_per_req_ms: per_req(split.map(|(_, s)| ms(s))),
         cpu_ms,
         peak_rss_mib: peak,
         load: report,
@@ -1164,6 +1173,28 @@ fn report(
     row("proxy CPU per 100-token stream, c64 (ms)", &|p| {
         fmt(own("stream_c64", p, &cpu), 4, "")
     });
+    // Natively, a proxy's gap to nginx shows in one of the two: user time
+    // follows instructions (callgrind), system time the syscalls.
+    for (wl, label) in [
+        (
+            "nonstream_c16",
+            "proxy CPU per request, non-streaming c16, user / system (ms)",
+        ),
+        (
+            "stream_c64",
+            "proxy CPU per 100-token stream, c64, user / system (ms)",
+        ),
+    ] {
+        if runs.iter().any(|r| r.workload == wl) {
+            row(label, &|p| {
+                format!(
+                    "{} / {}",
+                    fmt(own(wl, p, &|r| r.user_per_req_ms), 4, ""),
+                    fmt(own(wl, p, &|r| r.system_per_req_ms), 4, "")
+                )
+            });
+        }
+    }
     // Rounds share the machine's load, so a ratio within a round moves
     // less than either figure across rounds.
     let cpu_ratio =
@@ -1299,6 +1330,8 @@ mod tests {
             load: Report::default(),
             cpu_ms: None,
             cpu_per_req_ms: Some(cpu),
+            user_per_req_ms: None,
+            system_per_req_ms: None,
             peak_rss_mib: None,
         }
     }
