@@ -13,6 +13,12 @@
 # Other flags go to `tokentap-bench suite` (--rounds, --duration, --targets,
 # --workloads, --memory-streams, --h2-streams, --out; see
 # `tokentap-bench suite --help`).
+# Pinned runs (needs taskset from util-linux):
+#   scripts/bench.sh --proxy-cores 0 --load-cores 1       each proxy on core 0,
+#                                    load, simulators and OTLP sink on core 1
+#   scripts/bench.sh --proxy-cores 0-3 --load-cores 4-15 --scale 1,2,4
+#                                    one pass per core count (N cores, N
+#                                    workers), then throughput by cores
 # Wrapper flags: --release / --debug pick the build profile, --no-install
 # skips installing nginx and Envoy.
 #

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use clap::Parser as _;
 
+mod cores;
 mod floor;
 mod h2;
 mod hist;

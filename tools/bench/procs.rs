@@ -135,13 +135,22 @@ pub(crate) fn open_files_limit() -> Option<(u64, u64)> {
 
 /// User + system CPU time of `pids`, in clock ticks.
 pub(crate) fn cpu_ticks(pids: &[u32]) -> u64 {
+    let (user, system) = cpu_ticks_split(pids);
+    user + system
+}
+
+/// User and system CPU time of `pids`, apart, in clock ticks.
+pub(crate) fn cpu_ticks_split(pids: &[u32]) -> (u64, u64) {
     pids.iter()
         .filter_map(|&p| {
             let f = stat_fields(p)?;
             // utime is field 14, stime field 15.
-            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+            Some((
+                f.get(11)?.parse::<u64>().ok()?,
+                f.get(12)?.parse::<u64>().ok()?,
+            ))
         })
-        .sum()
+        .fold((0, 0), |(u, s), (a, b)| (u + a, s + b))
 }
 
 /// Sum of a `/proc/PID/status` field (`VmRSS`, `VmHWM`) over `pids`, in KiB.

@@ -249,7 +249,7 @@ fn start_tokentap(
     );
     let path = dir.join("tokentap.toml");
     std::fs::write(&path, conf).map_err(|e| format!("{}: {e}", path.display()))?;
-    let cmd = targets::tokentap_command(bin, &path);
+    let cmd = targets::tokentap_command(bin, &path, None);
     let mut proc = Proc::spawn("tokentap", cmd, &dir.join("tokentap.log"))?;
     wait_port(addr(port), Duration::from_secs(20), &mut proc)?;
     wait_port(addr(admin_port), Duration::from_secs(20), &mut proc)?;

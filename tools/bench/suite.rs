@@ -18,10 +18,11 @@ use serde::Serialize;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::cores::{self, Cores, Pinning};
 use crate::h2;
 use crate::load::{self, Api, Report, Spec};
 use crate::procs;
-use crate::targets::{self, Binaries, Class, Kind, Target, Upstreams};
+use crate::targets::{self, Binaries, Class, Kind, Placement, Target, Upstreams};
 use crate::ws::{self, WS_WORKLOADS, WsReport, WsWorkload};
 
 /// `tokentap-bench suite` flags.
@@ -59,6 +60,26 @@ pub(crate) struct SuiteArgs {
     /// Directory holding the `tokentap` binary (default: next to this binary)
     #[arg(long)]
     pub bin_dir: Option<PathBuf>,
+    /// Pin each proxy (nginx, Envoy, the floor, tokentap) to these cores
+    /// (`0`, `0,2`, `0-3`) with `taskset -c`; the proxies then run as many
+    /// workers as cores unless --workers says otherwise
+    #[arg(long)]
+    pub proxy_cores: Option<String>,
+    /// With --proxy-cores: the cores of the load generator, the simulators
+    /// and the OTLP sink (this process and its other children); default:
+    /// every other core this process may use
+    #[arg(long, requires = "proxy_cores")]
+    pub load_cores: Option<String>,
+    /// Workers per proxy: nginx `worker_processes`, Envoy `--concurrency`,
+    /// the floor's `--threads`, tokentap's `server.threads` (default: the
+    /// number of proxy cores when pinned, else each proxy's usual)
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// With --proxy-cores: run the whole suite once per count in this list
+    /// (e.g. `1,2,4`), each on the first N proxy cores with N workers, and
+    /// end with throughput by core count
+    #[arg(long, value_delimiter = ',', requires = "proxy_cores")]
+    pub scale: Vec<usize>,
 }
 
 /// One load pattern.
@@ -117,6 +138,9 @@ pub(crate) struct Run {
     /// Proxy CPU (user + system) inside the measurement window.
     pub cpu_ms: Option<f64>,
     pub cpu_per_req_ms: Option<f64>,
+    /// The user-space and kernel shares of `cpu_per_req_ms`.
+    pub user_per_req_ms: Option<f64>,
+    pub system_per_req_ms: Option<f64>,
     /// Proxy peak RSS during the run (VmHWM, reset before it).
     pub peak_rss_mib: Option<f64>,
 }
@@ -162,11 +186,147 @@ struct Plan {
     h2_streams: usize,
     memory_streams: usize,
     dir: PathBuf,
+    place: Placement,
+}
+
+/// What one pass of the suite measured, for the scaling summary.
+struct Outcome {
+    runs: Vec<Run>,
+    workers: usize,
+    dir: PathBuf,
+}
+
+/// Resolve --proxy-cores and --load-cores against the cores this process
+/// may use; none without --proxy-cores.
+fn pinning(args: &SuiteArgs) -> Result<Option<Pinning>, String> {
+    let Some(proxy) = args.proxy_cores.as_deref() else {
+        return Ok(None);
+    };
+    let proxy = Cores::parse(proxy)?;
+    let load = args.load_cores.as_deref().map(Cores::parse).transpose()?;
+    Pinning::split(&cores::allowed()?, &proxy, load.as_ref()).map(Some)
+}
+
+/// The passes a run makes: one placement each (several with --scale).
+fn placements(args: &SuiteArgs, pin: Option<&Pinning>) -> Result<Vec<Placement>, String> {
+    let Some(pin) = pin else {
+        return Ok(vec![Placement {
+            cores: None,
+            workers: args.workers,
+        }]);
+    };
+    if args.scale.is_empty() {
+        return Ok(vec![Placement {
+            cores: Some(pin.proxy.clone()),
+            workers: Some(args.workers.unwrap_or(pin.proxy.len())),
+        }]);
+    }
+    args.scale
+        .iter()
+        .map(|&n| {
+            if n == 0 || n > pin.proxy.len() {
+                return Err(format!(
+                    "--scale {n}: needs 1 to {} (the proxy cores given)",
+                    pin.proxy.len()
+                ));
+            }
+            Ok(Placement {
+                cores: Some(pin.proxy.first(n)),
+                workers: Some(n),
+            })
+        })
+        .collect()
 }
 
 pub(crate) async fn run(args: SuiteArgs) -> Result<(), String> {
+    let pin = pinning(&args)?;
+    let passes = placements(&args, pin.as_ref())?;
+    if let Some(p) = &pin {
+        // Before the sink and the simulators start: they inherit it.
+        cores::pin_self(&p.load)?;
+        eprintln!(
+            "pinned: proxies on cores {}, load generator, simulators and OTLP sink on {}",
+            p.proxy.list(),
+            p.load.list()
+        );
+    }
+    if passes.len() == 1 {
+        return run_once(&args, &passes[0]).await.map(|_| ());
+    }
+    let mut outcomes = Vec::new();
+    let mut failed = None;
+    for place in &passes {
+        match run_once(&args, place).await {
+            Ok(o) => outcomes.push(o),
+            Err(e) => {
+                eprintln!("pass with {:?} workers: {e}", place.workers);
+                failed = Some(e);
+            }
+        }
+    }
+    let table = scaling_report(&outcomes);
+    println!("{table}");
+    if let Some(first) = outcomes.first() {
+        let path = first.dir.join("scaling.md");
+        write(&path, &table)?;
+        eprintln!("scaling summary in {}", path.display());
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+/// Throughput by worker count (medians over rounds), and the factor over
+/// the smallest count, per workload and proxy.
+fn scaling_report(outcomes: &[Outcome]) -> String {
+    let mut s = String::new();
+    let Some(base) = outcomes.iter().min_by_key(|o| o.workers) else {
+        return s;
+    };
+    let _ = writeln!(
+        s,
+        "### Throughput by proxy cores (N pinned cores, N workers; medians of the rounds; × = vs {} core(s))\n",
+        base.workers
+    );
+    let counts: Vec<String> = outcomes
+        .iter()
+        .map(|o| format!("{} core(s)", o.workers))
+        .collect();
+    let _ = writeln!(s, "| workload | target | {} |", counts.join(" | "));
+    let _ = writeln!(s, "|---|---|{}", "---|".repeat(outcomes.len()));
+    let rps = |o: &Outcome, wl: &str, t: &str| {
+        stat(
+            o.runs
+                .iter()
+                .filter(|r| r.workload == wl && r.target == t)
+                .map(|r| r.load.rps)
+                .collect(),
+        )
+        .map(|(m, _)| m)
+    };
+    let mut seen: Vec<(&'static str, &'static str)> = Vec::new();
+    for r in &base.runs {
+        if r.target != "direct" && !seen.contains(&(r.workload, r.target)) {
+            seen.push((r.workload, r.target));
+        }
+    }
+    for (wl, t) in seen {
+        let first = rps(base, wl, t);
+        let cells: Vec<String> = outcomes
+            .iter()
+            .map(|o| match (rps(o, wl, t), first) {
+                (Some(v), Some(b)) if b > 0.0 => format!("{v:.0} ({:.2}×)", v / b),
+                (Some(v), _) => format!("{v:.0}"),
+                _ => "–".into(),
+            })
+            .collect();
+        let _ = writeln!(s, "| {wl} | {t} | {} |", cells.join(" | "));
+    }
+    s
+}
+
+/// One pass of the suite with the proxies placed as `place` says.
+async fn run_once(args: &SuiteArgs, place: &Placement) -> Result<Outcome, String> {
     let bins = Binaries::find(targets::tokentap_bin(args.bin_dir.as_deref())?);
-    let mut plan = plan(&args, &bins)?;
+    let mut plan = plan(args, &bins, place)?;
     std::fs::create_dir_all(&plan.dir).map_err(|e| format!("{}: {e}", plan.dir.display()))?;
     // nginx resolves relative paths against its prefix: hand out absolute ones.
     plan.dir =
@@ -180,7 +340,7 @@ pub(crate) async fn run(args: SuiteArgs) -> Result<(), String> {
     let ups = Upstreams::start(&bins.tokentap, &plan.dir)?;
     let mut running = Vec::new();
     for kind in &plan.kinds {
-        match targets::start(*kind, &bins, &ups, &plan.dir, sink_addr) {
+        match targets::start(*kind, &bins, &ups, &plan.dir, sink_addr, &plan.place) {
             Ok(t) => running.push(t),
             Err(e) => eprintln!("skipping {}: {e}", kind.name()),
         }
@@ -313,7 +473,11 @@ pub(crate) async fn run(args: SuiteArgs) -> Result<(), String> {
     if errors > 0 {
         eprintln!("note: {errors} request errors in total (see runs.jsonl)");
     }
-    Ok(())
+    Ok(Outcome {
+        runs,
+        workers: plan.place.workers.unwrap_or(0),
+        dir: plan.dir,
+    })
 }
 
 fn write(path: &Path, text: &str) -> Result<(), String> {
@@ -348,7 +512,7 @@ fn warn_open_files(streams: usize) {
     );
 }
 
-fn plan(args: &SuiteArgs, bins: &Binaries) -> Result<Plan, String> {
+fn plan(args: &SuiteArgs, bins: &Binaries, place: &Placement) -> Result<Plan, String> {
     let q = args.quick;
     let kinds = if args.targets.is_empty() {
         let mut k = vec![Kind::Direct];
@@ -415,9 +579,12 @@ fn plan(args: &SuiteArgs, bins: &Binaries) -> Result<Plan, String> {
         ws_workloads,
         h2_streams: args.h2_streams.unwrap_or(if q { 0 } else { 500 }),
         memory_streams: args.memory_streams.unwrap_or(if q { 200 } else { 9900 }),
-        dir: args
-            .out
-            .join(format!("{}{stamp}", if q { "quick-" } else { "" })),
+        dir: args.out.join(format!(
+            "{}{stamp}{}",
+            if q { "quick-" } else { "" },
+            place.workers.map_or(String::new(), |n| format!("-w{n}"))
+        )),
+        place: place.clone(),
     })
 }
 
@@ -440,10 +607,10 @@ async fn one_run(round: usize, wl: &Workload, target: &Target, plan: &Plan, tck:
     let cpu = tokio::spawn(async move {
         let (start, end): (Instant, Instant) = rx.await.ok()?;
         tokio::time::sleep_until(start).await;
-        let a = procs::cpu_ticks(&cpu_pids);
+        let a = procs::cpu_ticks_split(&cpu_pids);
         tokio::time::sleep_until(end).await;
-        let b = procs::cpu_ticks(&cpu_pids);
-        Some(b.saturating_sub(a))
+        let b = procs::cpu_ticks_split(&cpu_pids);
+        Some((b.0.saturating_sub(a.0), b.1.saturating_sub(a.1)))
     });
     let report = load::run(spec, |s, e| {
         let _ = tx.send((s, e));
@@ -451,15 +618,21 @@ async fn one_run(round: usize, wl: &Workload, target: &Target, plan: &Plan, tck:
     .await;
     let ticks = cpu.await.ok().flatten();
     let has_proc = !pids.is_empty();
-    let cpu_ms = ticks.filter(|_| has_proc).map(|t| t as f64 * 1000.0 / tck);
+    let ms = |t: u64| t as f64 * 1000.0 / tck;
+    let split = ticks.filter(|_| has_proc);
+    let cpu_ms = split.map(|(u, s)| ms(u + s));
+    let per_req = |v: Option<f64>| {
+        v.filter(|_| report.requests > 0)
+            .map(|c| c / report.requests as f64)
+    };
     let peak = has_proc.then(|| procs::status_kib(&pids, "VmHWM") as f64 / 1024.0);
     Run {
         round,
         workload: wl.name,
         target: target.kind.name(),
-        cpu_per_req_ms: cpu_ms
-            .filter(|_| report.requests > 0)
-            .map(|c| c / report.requests as f64),
+        cpu_per_req_ms: per_req(cpu_ms),
+        user_per_req_ms: per_req(split.map(|(u, _)| ms(u))),
+        system_per_req_ms: per_req(split.map(|(_, s)| ms(s))),
         cpu_ms,
         peak_rss_mib: peak,
         load: report,
@@ -609,7 +782,7 @@ async fn h2_scenario(plan: &Plan, bins: &Binaries) -> Result<Vec<H2Run>, String>
     )?;
     let mut proc = procs::Proc::spawn(
         "tokentap (h2 upstream)",
-        targets::tokentap_command(&bins.tokentap, &conf),
+        targets::tokentap_command(&bins.tokentap, &conf, plan.place.cores.as_ref()),
         &dir.join("out.log"),
     )?;
     procs::wait_port(targets::addr(port), Duration::from_secs(20), &mut proc)?;
@@ -721,7 +894,7 @@ async fn memory_run(
     plan: &Plan,
     sink: std::net::SocketAddr,
 ) -> Result<Memory, String> {
-    let mut target = targets::start(kind, bins, ups, &plan.dir.join("memory"), sink)?;
+    let mut target = targets::start(kind, bins, ups, &plan.dir.join("memory"), sink, &plan.place)?;
     // Warm the path once (pools, lazy statics) before the idle reading.
     let _ = fetch(target.addr(Class::Fast), Class::Fast, Api::Chat, true).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -972,6 +1145,17 @@ fn report(
             fmt(paired("stream_c1", p, &p50), 3, "")
         });
     }
+    if runs.iter().any(|r| r.workload == "stream_c1") {
+        row("added TTFT p99, streaming c1 (ms)", &|p| {
+            fmt(paired("stream_c1", p, &p99), 3, "")
+        });
+    }
+    if runs.iter().any(|r| r.workload == "nonstream_c16") {
+        // A non-streamed request's TTFT is its whole body.
+        row("added p99, non-streaming c16 (ms)", &|p| {
+            fmt(paired("nonstream_c16", p, &p99), 3, "")
+        });
+    }
     if runs.iter().any(|r| r.workload == "paced_c64") {
         row("added TTFT p99, 10 ms/token c64 (ms)", &|p| {
             fmt(paired("paced_c64", p, &p99), 3, "")
@@ -989,6 +1173,28 @@ fn report(
     row("proxy CPU per 100-token stream, c64 (ms)", &|p| {
         fmt(own("stream_c64", p, &cpu), 4, "")
     });
+    // Natively, a proxy's gap to nginx shows in one of the two: user time
+    // follows instructions (callgrind), system time the syscalls.
+    for (wl, label) in [
+        (
+            "nonstream_c16",
+            "proxy CPU per request, non-streaming c16, user / system (ms)",
+        ),
+        (
+            "stream_c64",
+            "proxy CPU per 100-token stream, c64, user / system (ms)",
+        ),
+    ] {
+        if runs.iter().any(|r| r.workload == wl) {
+            row(label, &|p| {
+                format!(
+                    "{} / {}",
+                    fmt(own(wl, p, &|r| r.user_per_req_ms), 4, ""),
+                    fmt(own(wl, p, &|r| r.system_per_req_ms), 4, "")
+                )
+            });
+        }
+    }
     // Rounds share the machine's load, so a ratio within a round moves
     // less than either figure across rounds.
     let cpu_ratio =
@@ -998,6 +1204,14 @@ fn report(
             (
                 "nonstream_c16",
                 "proxy CPU per request vs nginx's in the same round, non-streaming c16",
+            ),
+            (
+                "nonstream_c64",
+                "proxy CPU per request vs nginx's in the same round, non-streaming c64",
+            ),
+            (
+                "stream_c1",
+                "proxy CPU per stream vs nginx's in the same round, c1",
             ),
             (
                 "stream_c64",
@@ -1116,8 +1330,83 @@ mod tests {
             load: Report::default(),
             cpu_ms: None,
             cpu_per_req_ms: Some(cpu),
+            user_per_req_ms: None,
+            system_per_req_ms: None,
             peak_rss_mib: None,
         }
+    }
+
+    fn args(line: &[&str]) -> SuiteArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            suite: SuiteArgs,
+        }
+        <Cli as clap::Parser>::try_parse_from(std::iter::once("suite").chain(line.iter().copied()))
+            .expect("flags parse")
+            .suite
+    }
+
+    #[test]
+    fn pinned_passes_take_the_first_n_proxy_cores_with_n_workers() {
+        let pin = Pinning::split(
+            &Cores::parse("0-15").expect("cores"),
+            &Cores::parse("0-3").expect("cores"),
+            None,
+        )
+        .expect("split");
+        let one = placements(&args(&["--proxy-cores", "0-3"]), Some(&pin)).expect("one pass");
+        assert_eq!(one.len(), 1);
+        assert_eq!(
+            one[0].cores.as_ref().map(Cores::list).as_deref(),
+            Some("0-3")
+        );
+        assert_eq!(one[0].workers, Some(4), "one worker per pinned core");
+        let w2 = placements(
+            &args(&["--proxy-cores", "0-3", "--workers", "2"]),
+            Some(&pin),
+        )
+        .expect("one pass");
+        assert_eq!(w2[0].workers, Some(2), "--workers overrides");
+        let sc = placements(
+            &args(&["--proxy-cores", "0-3", "--scale", "1,2,4"]),
+            Some(&pin),
+        )
+        .expect("three passes");
+        let got: Vec<(String, Option<usize>)> = sc
+            .iter()
+            .map(|p| {
+                (
+                    p.cores.as_ref().map(Cores::list).unwrap_or_default(),
+                    p.workers,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("0".to_owned(), Some(1)),
+                ("0-1".to_owned(), Some(2)),
+                ("0-3".to_owned(), Some(4))
+            ]
+        );
+        for bad in ["0", "5"] {
+            let a = args(&["--proxy-cores", "0-3", "--scale", bad]);
+            assert!(placements(&a, Some(&pin)).is_err(), "--scale {bad} refused");
+        }
+        let free = placements(&args(&[]), None).expect("unpinned");
+        assert!(free[0].cores.is_none() && free[0].workers.is_none());
+        assert!(
+            <SuiteArgsOnly as clap::Parser>::try_parse_from(["suite", "--load-cores", "1"])
+                .is_err(),
+            "--load-cores without --proxy-cores is refused"
+        );
+    }
+
+    #[derive(clap::Parser)]
+    struct SuiteArgsOnly {
+        #[command(flatten)]
+        _suite: SuiteArgs,
     }
 
     #[test]

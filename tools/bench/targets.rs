@@ -9,7 +9,19 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use crate::cores::{self, Cores};
 use crate::procs::{Proc, free_port, wait_port};
+
+/// Where a proxy runs and with how many workers: `cores` for `taskset -c`
+/// (none: unpinned), `workers` for nginx's `worker_processes`, Envoy's
+/// `--concurrency`, the floor's `--threads` and tokentap's `server.threads`
+/// (none: each one's usual, two for nginx and Envoy, one per CPU for the
+/// floor and tokentap).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Placement {
+    pub cores: Option<Cores>,
+    pub workers: Option<usize>,
+}
 
 /// The simulated upstreams, by route prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,8 +237,8 @@ pub(crate) fn tokentap_bin(bin_dir: Option<&Path>) -> Result<PathBuf, String> {
 
 /// `tokentap --config CONF`, with no `OTEL_*` or `TOKENTAP_*` variable
 /// from this environment (they would change the configuration under test).
-pub(crate) fn tokentap_command(bin: &Path, conf: &Path) -> Command {
-    let mut cmd = Command::new(bin);
+pub(crate) fn tokentap_command(bin: &Path, conf: &Path, cores: Option<&Cores>) -> Command {
+    let mut cmd = cores::command(bin, cores);
     cmd.arg("--config").arg(conf);
     for (k, _) in std::env::vars_os() {
         if let Some(k) = k.to_str() {
@@ -253,7 +265,9 @@ pub(crate) fn start(
     ups: &Upstreams,
     dir: &Path,
     otlp: SocketAddr,
+    place: &Placement,
 ) -> Result<Target, String> {
+    let pin = place.cores.as_ref();
     let sim_ports = ups.ports;
     let ws_port = ups.ws_port;
     if kind == Kind::Direct {
@@ -274,8 +288,11 @@ pub(crate) fn start(
         Kind::Nginx => {
             let bin = bins.nginx.as_ref().ok_or("nginx is not installed")?;
             let conf = dir.join("nginx.conf");
-            write(&conf, &nginx_conf(port, ups, &dir))?;
-            let mut cmd = Command::new(bin);
+            write(
+                &conf,
+                &nginx_conf(port, ups, &dir, place.workers.unwrap_or(2)),
+            )?;
+            let mut cmd = cores::command(bin, pin);
             cmd.arg("-p")
                 .arg(&dir)
                 .arg("-c")
@@ -288,16 +305,20 @@ pub(crate) fn start(
             let bin = bins.envoy.as_ref().ok_or("envoy is not installed")?;
             let conf = dir.join("envoy.yaml");
             write(&conf, &envoy_conf(port, ups))?;
-            let mut cmd = Command::new(bin);
+            let mut cmd = cores::command(bin, pin);
+            let concurrency = place.workers.unwrap_or(2).to_string();
             cmd.arg("-c")
                 .arg(&conf)
-                .args(["--concurrency", "2", "--log-level", "error"])
+                .args(["--concurrency", &concurrency, "--log-level", "error"])
                 .arg("--disable-hot-restart");
             Proc::spawn("envoy", cmd, &log)?
         }
         Kind::Floor => {
-            let mut cmd = Command::new(std::env::current_exe().map_err(|e| e.to_string())?);
-            cmd.args(["floor", "--listen", &format!("127.0.0.1:{port}")]);
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            let mut cmd = cores::command(&exe, pin);
+            let threads = place.workers.unwrap_or(0).to_string();
+            cmd.args(["floor", "--listen", &format!("127.0.0.1:{port}")])
+                .args(["--threads", &threads]);
             for class in CLASSES {
                 let route = format!("{}=http://127.0.0.1:{}", class.prefix(), ups.port(class));
                 cmd.arg("--upstream").arg(route);
@@ -308,9 +329,15 @@ pub(crate) fn start(
             let conf = dir.join("tokentap.toml");
             write(
                 &conf,
-                &tokentap_conf(port, ups, (kind == Kind::Tokentap).then_some(otlp)),
+                &tokentap_conf(
+                    port,
+                    ups,
+                    (kind == Kind::Tokentap).then_some(otlp),
+                    place.workers.unwrap_or(0),
+                ),
             )?;
-            Proc::spawn(kind.name(), tokentap_command(&bins.tokentap, &conf), &log)?
+            let cmd = tokentap_command(&bins.tokentap, &conf, pin);
+            Proc::spawn(kind.name(), cmd, &log)?
         }
     };
     wait_port(addr(port), Duration::from_secs(20), &mut proc)?;
@@ -328,11 +355,11 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
 }
 
 /// nginx as a streaming reverse proxy: no response buffering, HTTP/1.1
-/// keep-alive to the upstream, no access log, two workers (one per core).
-fn nginx_conf(port: u16, ups: &Upstreams, dir: &Path) -> String {
+/// keep-alive to the upstream, no access log, `workers` worker processes.
+fn nginx_conf(port: u16, ups: &Upstreams, dir: &Path, workers: usize) -> String {
     let d = dir.display();
     let mut s = format!(
-        "daemon off;\nmaster_process on;\nuser root;\nworker_processes 2;\nworker_rlimit_nofile 20000;\npid {d}/nginx.pid;\nerror_log {d}/error.log error;\nevents {{ worker_connections 20000; multi_accept on; }}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  keepalive_requests 1000000;\n  keepalive_timeout 120s;\n"
+        "daemon off;\nmaster_process on;\nuser root;\nworker_processes {workers};\nworker_rlimit_nofile 20000;\npid {d}/nginx.pid;\nerror_log {d}/error.log error;\nevents {{ worker_connections 20000; multi_accept on; }}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  keepalive_requests 1000000;\n  keepalive_timeout 120s;\n"
     );
     for class in CLASSES {
         let _ = writeln!(
@@ -410,9 +437,9 @@ fn envoy_conf(port: u16, ups: &Upstreams) -> String {
 
 /// tokentap with metering on, tenants from the API key (the salted-hash
 /// path), and OTLP/HTTP export to the suite's sink (or export off).
-fn tokentap_conf(port: u16, ups: &Upstreams, otlp: Option<SocketAddr>) -> String {
+fn tokentap_conf(port: u16, ups: &Upstreams, otlp: Option<SocketAddr>, threads: usize) -> String {
     let mut s = format!(
-        "listen = \"127.0.0.1:{port}\"\n\n[server]\nmax_connections = 20000\n\n[upstream]\npool_max_idle_per_host = 1024\n\n[tenant]\nsources = [\"header\", \"body\", \"api_key\"]\nsalt = \"bench-salt\"\n\n[telemetry]\naccess_log = false\n"
+        "listen = \"127.0.0.1:{port}\"\n\n[server]\nmax_connections = 20000\nthreads = {threads}\n\n[upstream]\npool_max_idle_per_host = 1024\n\n[tenant]\nsources = [\"header\", \"body\", \"api_key\"]\nsalt = \"bench-salt\"\n\n[telemetry]\naccess_log = false\n"
     );
     match otlp {
         Some(a) => {
