@@ -266,12 +266,45 @@ fn client_changed(old: &UpstreamConfig, new: &UpstreamConfig) -> bool {
     new.ca_file.is_some() || old != new
 }
 
-/// What start-up reads besides the configuration itself (the CA file),
-/// checked without binding anything: `tokentap check`.
+/// What start-up reads from disk besides the configuration itself: the
+/// upstream client (its CA file), the listeners' certificates and keys
+/// (checked to fit), the price overrides and export's TLS files. Start-up
+/// and `tokentap check` both read them here, so they refuse the same files.
+struct Loaded {
+    client: Client,
+    tls: Option<Arc<Tls>>,
+    admin_tls: Option<Arc<Tls>>,
+    prices: PriceBook,
+}
+
+impl Loaded {
+    /// Read every file `config` names. Must run inside a tokio runtime.
+    fn read(config: &Config) -> anyhow::Result<Loaded> {
+        let client = Client::new(&config.upstream, Egress::from_env(&config.proxy_env))?;
+        let tls = config
+            .tls
+            .as_ref()
+            .map(|t| Tls::load("proxy", t))
+            .transpose()?;
+        let admin_tls = match (&config.admin_listen, &config.admin.tls) {
+            (Some(_), Some(t)) => Some(Tls::load("admin", t)?),
+            _ => None,
+        };
+        let prices = price_book(config)?;
+        Telemetry::check_files(&config.telemetry)?;
+        Ok(Loaded {
+            client,
+            tls,
+            admin_tls,
+            prices,
+        })
+    }
+}
+
+/// Everything start-up reads (see [`Loaded`]), checked without binding
+/// anything or starting exporters: `tokentap check`.
 pub fn check(config: &Config) -> anyhow::Result<()> {
-    Client::new(&config.upstream, Egress::from_env(&config.proxy_env))?;
-    price_book(config)?;
-    Ok(())
+    Loaded::read(config).map(drop)
 }
 
 /// The prices a configuration defines: the embedded table under its
@@ -360,16 +393,12 @@ pub fn price_report(args: &PriceQuery<'_>) -> anyhow::Result<String> {
 
 /// Bind the listener and start serving. Must run inside a tokio runtime.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
-    let client = Client::new(&config.upstream, Egress::from_env(&config.proxy_env))?;
-    let tls = config
-        .tls
-        .as_ref()
-        .map(|t| Tls::load("proxy", t))
-        .transpose()?;
-    let admin_tls = match (&config.admin_listen, &config.admin.tls) {
-        (Some(_), Some(t)) => Some(Tls::load("admin", t)?),
-        _ => None,
-    };
+    let Loaded {
+        client,
+        tls,
+        admin_tls,
+        prices,
+    } = Loaded::read(&config)?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("listen {}: {e}", config.listen))?;
@@ -383,7 +412,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         None => Telemetry::init(&config.telemetry)?,
     });
     telemetry.observe_certificates(tls.iter().chain(admin_tls.iter()).cloned().collect());
-    telemetry.set_prices(Arc::new(price_book(&config)?));
+    telemetry.set_prices(Arc::new(prices));
     let readiness = Readiness::new();
     let config_view = ConfigView::new(&config);
     let sessions = Sessions::new();

@@ -9,6 +9,7 @@ use clap::builder::TypedValueParser as _;
 
 use crate::config::{self, LogFormat, OtlpProtocol};
 use crate::demo::DemoArgs;
+use crate::providers::ProviderKind;
 use crate::simulate::SimulateArgs;
 
 /// `tokentap [FLAGS]` or `tokentap SUBCOMMAND [ITS FLAGS]`.
@@ -106,10 +107,8 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "URL")]
     pub upstream: Option<String>,
 
-    /// API family of --upstream (openai, anthropic, gemini, vertex, ollama, bedrock, azure, cohere,
-    /// vllm, llamacpp, tgi, mistral, groq, deepseek, openrouter, together, lmstudio, perplexity,
-    /// xai); detected from the path when omitted
-    #[arg(long, value_name = "NAME", requires = "upstream")]
+    /// API family of --upstream; detected from the path when omitted
+    #[arg(long, value_name = "NAME", requires = "upstream", value_parser = provider_arg())]
     pub provider: Option<String>,
 
     /// Proxy listen address [config: listen; default: 127.0.0.1:8080]
@@ -212,6 +211,12 @@ fn admin_listen_arg(s: &str) -> Result<String, String> {
     }
 }
 
+/// `--provider`: one of the registered providers' config names (the list
+/// `--help` shows comes from the registry, so a new provider is in it).
+fn provider_arg() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(ProviderKind::ALL.map(ProviderKind::config_name))
+}
+
 fn log_format_arg() -> impl clap::builder::TypedValueParser<Value = LogFormat> {
     clap::builder::PossibleValuesParser::new(["text", "json"]).map(|s| match s.as_str() {
         "json" => LogFormat::Json,
@@ -247,6 +252,32 @@ mod tests {
         let o = p.overrides();
         assert_eq!(o.log_format, Some(LogFormat::Json));
         assert_eq!(o.listen, p.listen);
+    }
+
+    #[test]
+    fn provider_help_and_values_come_from_the_registry() {
+        use clap::CommandFactory as _;
+        let mut cmd = Cli::command();
+        let help = cmd
+            .find_subcommand_mut("run")
+            .expect("run")
+            .render_long_help()
+            .to_string();
+        for kind in ProviderKind::ALL {
+            let name = kind.config_name();
+            assert!(
+                help.contains(name),
+                "`run --help` lists provider {name}:\n{help}"
+            );
+            let Ok(Command::Run(p)) = parse(&["--upstream", "http://x", "--provider", name]) else {
+                panic!("--provider {name} is accepted");
+            };
+            assert_eq!(p.provider.as_deref(), Some(name));
+        }
+        assert!(
+            parse(&["--upstream", "http://x", "--provider", "nosuch"]).is_err(),
+            "an unregistered provider is refused while parsing"
+        );
     }
 
     #[test]

@@ -475,6 +475,16 @@ pub enum OtlpProtocol {
     HttpProtobuf,
 }
 
+impl OtlpProtocol {
+    /// The name as written in config and `OTEL_EXPORTER_OTLP_PROTOCOL`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OtlpProtocol::Grpc => "grpc",
+            OtlpProtocol::HttpProtobuf => "http/protobuf",
+        }
+    }
+}
+
 /// Which generation of GenAI metric names telemetry emits
 /// (`telemetry.semconv`; docs/METRICS.md, "Semantic conventions version").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -517,7 +527,7 @@ pub enum LogFormat {
 #[serde(deny_unknown_fields, default)]
 pub struct TelemetryConfig {
     /// OTLP export on/off; unset = on exactly when an endpoint is configured
-    /// (validation resolves it, so it is always set after loading).
+    /// (validation sets it to `true` then; it stays unset with no endpoint).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub otlp_enabled: Option<bool>,
     /// CA bundle (PEM) the collector's certificate is verified against

@@ -22,11 +22,11 @@ use crate::upstream::Client;
 /// `tokentap demo` flags (`--listen` and `--admin-listen` apply too).
 #[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct DemoArgs {
-    /// Requests in flight at once
-    #[arg(long, default_value_t = 6)]
+    /// Requests in flight at once (≥ 1)
+    #[arg(long, default_value_t = 6, value_parser = crate::simulate::at_least_one_arg::<usize>)]
     pub concurrency: usize,
-    /// Stop after this many seconds (default: run until Ctrl-C)
-    #[arg(long)]
+    /// Stop after this many seconds (≥ 1; default: run until Ctrl-C)
+    #[arg(long, value_parser = crate::simulate::at_least_one_arg::<u64>)]
     pub duration: Option<u64>,
 }
 

@@ -29,13 +29,27 @@ fn main() -> ExitCode {
     let config = match config::load(&flags) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("tokentap: configuration error: {e}");
+            // Logging as asked for by flag or env, so `--log-format json`
+            // gets its error as JSON too.
+            let _logs = tokentap::telemetry::init_logging(early_log_format(&flags));
+            tokentap::telemetry::fatal(&format!("configuration error: {e}"));
             return ExitCode::from(START_FAILED);
         }
     };
     let _logs = tokentap::telemetry::init_logging(config.telemetry.log_format);
     // `run` fails only while starting (binding, CA files, exporters).
     block_on(run(flags, config, watch), START_FAILED)
+}
+
+/// The log format before (or without) a loaded configuration: the flag,
+/// else `TOKENTAP_TELEMETRY__LOG_FORMAT`, else text.
+fn early_log_format(flags: &Overrides) -> config::LogFormat {
+    let env = std::env::var("TOKENTAP_TELEMETRY__LOG_FORMAT").unwrap_or_default();
+    match flags.log_format {
+        Some(f) => f,
+        None if env.trim().eq_ignore_ascii_case("json") => config::LogFormat::Json,
+        None => config::LogFormat::Text,
+    }
 }
 
 /// `tokentap check`: the configuration as start-up loads it (layers, env,
@@ -145,9 +159,11 @@ async fn run(
         "http"
     };
     let running = tokentap::app::start(config).await?;
+    // As JSON text: the JSON log writes it as an array (`LIST_FIELDS`).
+    let routes = serde_json::to_string(&routes).unwrap_or_default();
     tracing::info!(
         target: tokentap::telemetry::STARTUP_TARGET,
-        routes = ?routes,
+        routes = %routes,
         scheme,
         "tokentap listening on {}",
         running.addr

@@ -239,6 +239,10 @@ pub struct Measurement {
     pub status: u16,
     /// `error.type`, when the outcome is not `Complete`.
     pub error_type: Option<String>,
+    /// Why the upstream failed before a response head (connection refused,
+    /// DNS, TLS verification, timeout), for the access log only: unbounded
+    /// text, never a metric label.
+    pub error_cause: Option<String>,
     /// Model the provider reported in its response.
     pub response_model: Option<String>,
     /// Response id the provider assigned.

@@ -32,23 +32,9 @@ pub const CURRENCY: &str = "USD";
 /// The genai-prices provider id whose prices apply to `kind`; `None` for
 /// self-hosted servers (priced only by overrides).
 pub fn table_provider(kind: ProviderKind) -> Option<&'static str> {
-    use ProviderKind as K;
-    Some(match kind {
-        K::Openai => "openai",
-        K::Anthropic => "anthropic",
-        K::Gemini | K::Vertex => "google",
-        K::Bedrock => "aws",
-        K::Azure => "azure",
-        K::Cohere => "cohere",
-        K::Mistral => "mistral",
-        K::Groq => "groq",
-        K::Deepseek => "deepseek",
-        K::Openrouter => "openrouter",
-        K::Together => "together",
-        K::Perplexity => "perplexity",
-        K::Xai => "x-ai",
-        K::Ollama | K::Vllm | K::Llamacpp | K::Lmstudio | K::Tgi => return None,
-    })
+    // Each provider's spec names its table id (`price_table`), so adding a
+    // provider never touches pricing.
+    kind.spec().price_table
 }
 
 /// Where a cost came from (`tokentap.cost.source`).
@@ -474,6 +460,19 @@ impl PriceBook {
                 };
                 if let Some(r) = resolved {
                     describe_table_entry(&mut out, &r);
+                    // A tier the entry has no price for is billed at the
+                    // standard rate: say so rather than show it silently.
+                    match tier {
+                        Some(t) if t != ServiceTier::Default && r.variants == 0 => {
+                            let _ = writeln!(
+                                out,
+                                "note: the table has no {} price for this model; the standard \
+                                 rates below apply",
+                                t.as_str()
+                            );
+                        }
+                        _ => {}
+                    }
                 }
                 let _ = writeln!(out, "rates (USD per million tokens):");
                 let probe = rates;

@@ -82,21 +82,28 @@ registry! {
     /// Hugging Face Text Generation Inference (`/generate_stream`, `/v1`).
     Tgi => tgi::SPEC,
     /// Mistral AI.
-    Mistral => compat::openai_compatible(ProviderKind::Mistral, "mistral_ai", "mistral"),
+    Mistral => compat::openai_compatible(ProviderKind::Mistral, "mistral_ai", "mistral")
+        .priced_as("mistral"),
     /// Groq.
-    Groq => compat::openai_compatible(ProviderKind::Groq, "groq", "groq"),
+    Groq => compat::openai_compatible(ProviderKind::Groq, "groq", "groq")
+        .priced_as("groq"),
     /// DeepSeek.
-    Deepseek => compat::openai_compatible(ProviderKind::Deepseek, "deepseek", "deepseek"),
+    Deepseek => compat::openai_compatible(ProviderKind::Deepseek, "deepseek", "deepseek")
+        .priced_as("deepseek"),
     /// OpenRouter.
-    Openrouter => compat::openai_compatible(ProviderKind::Openrouter, "openrouter", "openrouter"),
+    Openrouter => compat::openai_compatible(ProviderKind::Openrouter, "openrouter", "openrouter")
+        .priced_as("openrouter"),
     /// Together AI.
-    Together => compat::openai_compatible(ProviderKind::Together, "together", "together"),
+    Together => compat::openai_compatible(ProviderKind::Together, "together", "together")
+        .priced_as("together"),
     /// LM Studio.
     Lmstudio => compat::openai_compatible(ProviderKind::Lmstudio, "lmstudio", "lmstudio"),
     /// Perplexity.
-    Perplexity => compat::openai_compatible(ProviderKind::Perplexity, "perplexity", "perplexity"),
+    Perplexity => compat::openai_compatible(ProviderKind::Perplexity, "perplexity", "perplexity")
+        .priced_as("perplexity"),
     /// xAI.
-    Xai => compat::openai_compatible(ProviderKind::Xai, "x_ai", "xai"),
+    Xai => compat::openai_compatible(ProviderKind::Xai, "x_ai", "xai")
+        .priced_as("x-ai"),
 }
 
 impl ProviderKind {

@@ -262,11 +262,19 @@ where
         // One drain per serving thread: the thread's name tells them apart.
         let current = std::thread::current();
         let thread = current.name().unwrap_or("serving thread");
+        // Every connection, HTTP/1.1 and HTTP/2, plaintext or TLS, is a task;
+        // `graceful` alone would count only the HTTP/2 ones.
+        while self.tasks.try_join_next().is_some() {}
+        let open = self.tasks.len();
+        if open == 0 {
+            tracing::info!(thread, "draining: no connections open; done");
+            return;
+        }
         tracing::info!(
             thread,
-            connections = self.graceful.count(),
-            ?grace,
-            "draining"
+            connections = open,
+            grace = %humantime::format_duration(grace),
+            "draining: waiting for in-flight requests, at most server.shutdown_grace"
         );
         let (graceful, tasks) = (self.graceful, &mut self.tasks);
         // HTTP/1 connections are not watched by `graceful`: their tasks are

@@ -26,24 +26,53 @@ use tokio::time::Sleep;
 /// How one simulated model behaves.
 #[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct Profile {
-    /// Median time to first token, in milliseconds
-    #[arg(long = "ttft-ms", default_value_t = 300.0)]
+    /// Median time to first token, in milliseconds (≥ 0)
+    #[arg(long = "ttft-ms", default_value_t = 300.0, value_parser = non_negative_arg)]
     pub ttft_ms: f64,
-    /// Spread of TTFT and of the token rate, as a share of the median (0 = exact)
-    #[arg(long, default_value_t = 0.2)]
+    /// Spread of TTFT and of the token rate, as a share of the median (0..1; 0 = exact)
+    #[arg(long, default_value_t = 0.2, value_parser = share_arg)]
     pub jitter: f64,
-    /// Decode rate in tokens per second (0 = as fast as possible)
-    #[arg(long = "tokens-per-second", default_value_t = 50.0)]
+    /// Decode rate in tokens per second (≥ 0; 0 = as fast as possible)
+    #[arg(long = "tokens-per-second", default_value_t = 50.0, value_parser = non_negative_arg)]
     pub tokens_per_second: f64,
     /// Output tokens per answer (when the request sets no max_tokens below it)
     #[arg(long, default_value_t = 100)]
     pub tokens: u32,
     /// Share of requests answered with a 500 error (0..1)
-    #[arg(long = "error-rate", default_value_t = 0.0)]
+    #[arg(long = "error-rate", default_value_t = 0.0, value_parser = share_arg)]
     pub error_rate: f64,
     /// Share of requests that run 5× slower (0..1)
-    #[arg(long = "slow-rate", default_value_t = 0.0)]
+    #[arg(long = "slow-rate", default_value_t = 0.0, value_parser = share_arg)]
     pub slow_rate: f64,
+}
+
+/// A flag that is a share: a number from 0 to 1 (`--error-rate 0.05`).
+pub fn share_arg(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        Ok(v) => Err(format!("{v} is outside 0..1: a share, e.g. 0.05 for 5 %")),
+        Err(_) => Err(format!("`{s}` is not a number from 0 to 1")),
+    }
+}
+
+/// A flag that is a finite number ≥ 0 (a time, a rate).
+pub fn non_negative_arg(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        Ok(v) => Err(format!("{v} is not a finite number ≥ 0")),
+        Err(_) => Err(format!("`{s}` is not a number ≥ 0")),
+    }
+}
+
+/// A flag that is a count ≥ 1 (`--concurrency`, `--duration` in seconds).
+pub fn at_least_one_arg<T: std::str::FromStr + PartialOrd + From<u8>>(
+    s: &str,
+) -> Result<T, String> {
+    match s.trim().parse::<T>() {
+        Ok(v) if v >= T::from(1) => Ok(v),
+        Ok(_) => Err(format!("{s} is below 1: give a whole number ≥ 1")),
+        Err(_) => Err(format!("`{s}` is not a whole number ≥ 1")),
+    }
 }
 
 impl Default for Profile {

@@ -138,6 +138,12 @@ impl Telemetry {
         Telemetry::init_readers(cfg, None)
     }
 
+    /// Read the TLS files export is configured with (CA bundle, client
+    /// certificate and key), as the exporters do, without starting them.
+    pub fn check_files(cfg: &TelemetryConfig) -> Result<(), TelemetryError> {
+        export_tls::check_files(cfg)
+    }
+
     /// Like `init`, plus a cumulative pull reader on the same meter provider
     /// for `scrape` (the admin listener's `/metrics`).
     pub fn init_with_prometheus(cfg: &TelemetryConfig) -> Result<Telemetry, TelemetryError> {
@@ -158,23 +164,29 @@ impl Telemetry {
             let spans = export::otlp_spans(cfg, &resource, scope(), tracing.max_attributes())?;
             let metrics = export::otlp_metrics(cfg)?;
             tracing::info!(
-                endpoint = cfg.otlp_endpoint.as_deref().unwrap_or("the OTLP default (localhost)"),
-                protocol = ?cfg.otlp_protocol,
+                endpoint = cfg
+                    .otlp_endpoint
+                    .as_deref()
+                    .unwrap_or("the OTLP default (localhost)"),
+                protocol = cfg.otlp_protocol.as_str(),
                 "OTLP export on"
             );
             let (pipeline, with_reader) =
                 with_exporters(cfg, &drops, meters, spans, metrics, pull.as_ref());
             (traces, meters) = (Some(pipeline), with_reader);
         } else {
-            let why = match cfg.otlp_endpoint {
-                None => "no collector endpoint is configured",
-                Some(_) => "disabled (telemetry.otlp_enabled = false or OTEL_SDK_DISABLED=true)",
-            };
-            tracing::info!(
-                "OTLP export is off: {why}; /metrics and the dashboard work without it; to export, \
-                 set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://localhost:4318), --otlp-endpoint \
-                 or telemetry.otlp_endpoint"
-            );
+            match cfg.otlp_enabled {
+                // Turned off on purpose: no advice to turn it on.
+                Some(false) => tracing::info!(
+                    "OTLP export is off (telemetry.otlp_enabled = false or \
+                     OTEL_SDK_DISABLED=true); /metrics and the dashboard work without it"
+                ),
+                _ => tracing::info!(
+                    "OTLP export is off: no collector endpoint is configured; /metrics and the \
+                     dashboard work without it; to export, set OTEL_EXPORTER_OTLP_ENDPOINT \
+                     (e.g. http://localhost:4318), --otlp-endpoint or telemetry.otlp_endpoint"
+                ),
+            }
             if let Some(r) = &pull {
                 meters = meters.with_reader(r.clone());
             }

@@ -186,6 +186,7 @@ fn measurement(request: RequestFacts) -> Measurement {
         outcome: Outcome::Complete,
         status: 200,
         error_type: None,
+        error_cause: None,
         response_model: model,
         response_id: Some("chatcmpl-abuse".into()),
         finish_reasons: vec!["stop".into()],

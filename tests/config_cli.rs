@@ -193,6 +193,23 @@ async fn sigterm_drains_in_flight_streams_and_refuses_new_connections() {
         "tokentap exits 0 after a graceful drain, got {status:?}; output:\n{}",
         bin.output()
     );
+    // The drain line counts the HTTP/1.1 connection in flight and says the
+    // grace period configured; no thread claims zero while one waits.
+    let out = bin.output();
+    let waiting: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("draining: waiting"))
+        .collect();
+    assert!(
+        waiting.len() == 1
+            && waiting[0].contains("connections=1")
+            && waiting[0].contains("grace=10s"),
+        "one thread drains one HTTP/1.1 connection for at most 10s:\n{out}"
+    );
+    assert!(
+        !out.contains("connections=0"),
+        "no drain line counts zero:\n{out}"
+    );
 }
 
 #[tokio::test]
@@ -268,5 +285,195 @@ async fn bad_env_value_is_an_error_naming_the_variable() {
     assert!(
         out.contains("connect_timeout") || out.contains("CONNECT_TIMEOUT"),
         "the error names the key; output:\n{out}"
+    );
+}
+
+/// `check` reads the certificate and key exactly as start-up does: a key
+/// that does not fit its certificate, or the two files swapped, fails both
+/// with exit code 2, so `check && kill -HUP` never lets one through.
+#[tokio::test]
+async fn check_refuses_the_tls_files_run_refuses() {
+    use support::tls::{TestCa, write_pem};
+    let dir = Scratch::new("check-tls");
+    let ca = TestCa::new();
+    let one = write_pem(&dir, "one", &ca.leaf(&["localhost"]));
+    let two = write_pem(&dir, "two", &ca.leaf(&["localhost"]));
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let base = [
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    let (status, out) = run_bin(
+        &[
+            &["check"][..],
+            &base,
+            &["--tls-cert", &path(&one.cert), "--tls-key", &path(&one.key)],
+        ]
+        .concat(),
+        &[],
+    )
+    .await;
+    assert_eq!(status.code(), Some(0), "a fitting pair is OK:\n{out}");
+    for (what, cert, key) in [
+        ("a key of another certificate", &one.cert, &two.key),
+        ("a swapped pair", &one.key, &one.cert),
+    ] {
+        let tls = ["--tls-cert", &path(cert), "--tls-key", &path(key)];
+        for sub in ["check", "run"] {
+            let args = [&[sub][..], &base, &["--admin-listen", "off"], &tls].concat();
+            let (status, out) = run_bin(&args, &[("OTEL_SDK_DISABLED", "true")]).await;
+            assert_eq!(
+                status.code(),
+                Some(2),
+                "`{sub}` refuses {what} with exit code 2:\n{out}"
+            );
+            assert!(
+                !out.contains("configuration OK") && !out.contains("listening on"),
+                "`{sub}` neither accepts nor serves {what}:\n{out}"
+            );
+        }
+    }
+}
+
+/// Every stderr line of `stderr` parsed as JSON; panics naming a line that
+/// is not a JSON object.
+fn json_lines(stderr: &str, what: &str) -> Vec<serde_json::Value> {
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| match serde_json::from_str::<serde_json::Value>(l) {
+            Ok(v) if v.is_object() => v,
+            _ => panic!("{what}: a line that is not a JSON object: {l}\nall output:\n{stderr}"),
+        })
+        .collect();
+    assert!(!lines.is_empty(), "{what}: no lines at all");
+    lines
+}
+
+/// `--log-format json` is JSON on every line: a configuration error, the
+/// start-up lines (with `routes` an array) and the drain.
+#[tokio::test]
+async fn json_log_format_is_json_on_every_line() {
+    let (status, out) = run_bin(
+        &["--upstream", "http://127.0.0.1:9", "--log-format", "json"],
+        &[("TOKENTAP_SERVER__MAX_CONNECTIONS", "lots")],
+    )
+    .await;
+    assert_eq!(status.code(), Some(2), "a bad value stops start-up:\n{out}");
+    let lines = json_lines(&out, "a failing start");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.to_string().contains("server.max_connections")),
+        "the error names the key, as JSON:\n{out}"
+    );
+    let bin = Bin::start_args(
+        &[
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "off",
+            "--log-format",
+            "json",
+        ],
+        &[("OTEL_SDK_DISABLED", "true")],
+    )
+    .await;
+    let out = bin.stop().await;
+    let lines = json_lines(&out, "a normal start and stop");
+    let drains: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("draining"))
+        })
+        .collect();
+    assert!(
+        !drains.is_empty()
+            && drains
+                .iter()
+                .all(|l| l["message"] == "draining: no connections open; done"
+                    && l.get("grace").is_none()),
+        "an idle stop says nothing was open and names no grace period:\n{out}"
+    );
+    let banner = lines
+        .iter()
+        .find(|l| l.get("routes").is_some())
+        .unwrap_or_else(|| panic!("a start-up line carries routes:\n{out}"));
+    let routes = banner["routes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("routes is an array:\n{out}"));
+    assert!(
+        routes.len() == 1
+            && routes[0]
+                .as_str()
+                .is_some_and(|r| r.starts_with("default / -> http://127.0.0.1:9")),
+        "routes lists the one route:\n{out}"
+    );
+}
+
+/// A dead upstream: each access-log line says why (connection refused), not
+/// only `upstream_unreachable`, and a WARN says so too, once for three
+/// failures in a row (rate-limited), even with `RUST_LOG=warn`.
+#[tokio::test]
+async fn a_dead_upstream_is_explained_in_the_access_log_and_one_warning() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let bin = Bin::start_args(
+        &[
+            "--upstream",
+            &dead,
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "off",
+        ],
+        &[
+            ("OTEL_SDK_DISABLED", "true"),
+            ("RUST_LOG", "warn,tokentap::access=info"),
+        ],
+    )
+    .await;
+    let c = client::http1();
+    for _ in 0..3 {
+        let got = client::fetch(
+            &c,
+            &Req::post_json(bin.addr, CHAT, script::openai_request("m", false, None)),
+        )
+        .await;
+        assert_eq!(got.status, 502, "a dead upstream is a 502: {}", got.text());
+    }
+    let out = bin.stop().await;
+    let access: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("upstream_unreachable") && l.contains("request"))
+        .filter(|l| l.contains("tokentap::access"))
+        .collect();
+    assert_eq!(access.len(), 3, "three access-log lines:\n{out}");
+    for line in &access {
+        assert!(
+            line.contains("cause=") && line.to_lowercase().contains("refused"),
+            "the access log says the connection was refused: {line}"
+        );
+    }
+    let warnings: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("upstream request failed"))
+        .collect();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one WARN for three failures within the interval:\n{out}"
+    );
+    assert!(
+        warnings[0].to_lowercase().contains("refused"),
+        "the WARN names the cause: {}",
+        warnings[0]
     );
 }

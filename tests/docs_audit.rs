@@ -13,6 +13,27 @@ const DOCS: [(&str, &str); 2] = [
     ("docs/CONFIG.md", include_str!("../docs/CONFIG.md")),
 ];
 
+/// Every Markdown file a user reads.
+const ALL_DOCS: [(&str, &str); 11] = [
+    ("README.md", include_str!("../README.md")),
+    ("CONTRIBUTING.md", include_str!("../CONTRIBUTING.md")),
+    (
+        "docs/ARCHITECTURE.md",
+        include_str!("../docs/ARCHITECTURE.md"),
+    ),
+    ("docs/BENCHMARKS.md", include_str!("../docs/BENCHMARKS.md")),
+    ("docs/CONFIG.md", include_str!("../docs/CONFIG.md")),
+    ("docs/COST.md", include_str!("../docs/COST.md")),
+    ("docs/DEPLOYMENT.md", include_str!("../docs/DEPLOYMENT.md")),
+    ("docs/METRICS.md", include_str!("../docs/METRICS.md")),
+    ("docs/PROVIDERS.md", include_str!("../docs/PROVIDERS.md")),
+    (
+        "docs/RELIABILITY.md",
+        include_str!("../docs/RELIABILITY.md"),
+    ),
+    ("examples/README.md", include_str!("../examples/README.md")),
+];
+
 fn help(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_tokentap"))
         .args(args)
@@ -147,13 +168,13 @@ fn known_keys(section: &str) -> BTreeSet<String> {
     list.split(", ").map(|k| k.trim().to_owned()).collect()
 }
 
-#[test]
-fn documented_config_keys_exist() {
-    let doc = DOCS[1].1;
+/// `(section, key)` of every row of docs/CONFIG.md's `| key |` tables;
+/// section `""` is the top level, `routes` is `[[routes]]`.
+fn documented_keys() -> Vec<(String, String)> {
     let mut section: Option<String> = None;
     let mut key_table = false;
-    let mut checked = 0;
-    for line in doc.lines() {
+    let mut keys = Vec::new();
+    for line in DOCS[1].1.lines() {
         // Only rows of `| key | … |` tables name keys.
         if line.starts_with("| key |") {
             key_table = true;
@@ -175,15 +196,140 @@ fn documented_config_keys_exist() {
         let Some(cell) = line.strip_prefix("| `").filter(|_| key_table) else {
             continue;
         };
-        let key = cell.split('`').next().unwrap();
+        keys.push((s.clone(), cell.split('`').next().unwrap().to_owned()));
+    }
+    keys
+}
+
+#[test]
+fn documented_config_keys_exist() {
+    let keys = documented_keys();
+    for (s, key) in &keys {
         let known = known_keys(s);
         assert!(
             known.contains(key),
             "docs/CONFIG.md documents `{key}` in [{s}], which the loader does not know (knows: {known:?})"
         );
-        checked += 1;
     }
-    assert!(checked > 40, "the audit saw the key tables ({checked})");
+    assert!(
+        keys.len() > 40,
+        "the audit saw the key tables ({})",
+        keys.len()
+    );
+}
+
+const EXAMPLE: &str = include_str!("../config/tokentap.toml");
+
+/// Sub-tables of the example whose keys are those of a documented section.
+const SAME_KEYS_AS: [(&str, &str); 2] = [("admin.tls", "tls"), ("routes.prices", "prices")];
+
+/// `(section, key)` of every key the example sets or shows commented out
+/// (`# key = …`, `# [section]`); a sub-table `[a.b]` counts as key `b` of
+/// `a`. Keys inside a sub-table CONFIG.md gives no table of its own (free
+/// tables such as `otlp_headers`, `[routes.sigv4]`) are left out.
+fn example_keys(documented: &BTreeSet<&str>) -> BTreeSet<(String, String)> {
+    let mut section = String::new();
+    let mut keys = BTreeSet::new();
+    for line in EXAMPLE.lines() {
+        let line = line.strip_prefix("# ").unwrap_or(line);
+        if line.starts_with('[') {
+            let name = line.split(']').next().unwrap().trim_start_matches('[');
+            section = name.to_owned();
+            if let Some((parent, child)) = name.rsplit_once('.') {
+                keys.insert((parent.to_owned(), child.to_owned()));
+            }
+            continue;
+        }
+        let Some((key, _)) = line.split_once(" = ") else {
+            continue;
+        };
+        if key.is_empty()
+            || !key
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        {
+            continue;
+        }
+        let owner = SAME_KEYS_AS
+            .iter()
+            .find(|(table, _)| *table == section)
+            .map_or(section.as_str(), |(_, same)| same);
+        if documented.contains(owner) {
+            keys.insert((owner.to_owned(), key.to_owned()));
+        }
+    }
+    keys
+}
+
+/// config/tokentap.toml says it has every key: each key of CONFIG.md's
+/// tables is in it (set or commented out), each key in it is in a table,
+/// and it loads.
+#[test]
+fn example_config_has_every_documented_key_and_no_other() {
+    let documented: BTreeSet<(String, String)> = documented_keys().into_iter().collect();
+    let sections: BTreeSet<&str> = documented.iter().map(|(s, _)| s.as_str()).collect();
+    let example = example_keys(&sections);
+    let show = |(s, k): &(String, String)| match s.as_str() {
+        "" => format!("`{k}` (top level)"),
+        s => format!("`{s}.{k}`"),
+    };
+    let missing: Vec<String> = documented.difference(&example).map(show).collect();
+    assert!(
+        missing.is_empty(),
+        "config/tokentap.toml lacks these keys of docs/CONFIG.md (add each, set or as `# key = …` \
+         in its section): {missing:?}"
+    );
+    let undocumented: Vec<String> = example.difference(&documented).map(show).collect();
+    assert!(
+        undocumented.is_empty(),
+        "config/tokentap.toml has keys docs/CONFIG.md's tables lack: {undocumented:?}"
+    );
+    assert!(
+        example.len() > 80,
+        "the audit read the example ({})",
+        example.len()
+    );
+    tokentap::config::from_toml(EXAMPLE).expect("config/tokentap.toml loads");
+}
+
+/// A Markdown table row must follow a row or be a header row (the next
+/// line its `|---|` delimiter): a row cut off from its table by a code
+/// block or prose renders as a line of text. A code fence holds nothing
+/// but its language.
+#[test]
+fn table_rows_belong_to_a_table() {
+    let mut checked = 0;
+    for (name, doc) in ALL_DOCS {
+        let lines: Vec<&str> = doc.lines().collect();
+        let mut fenced = false;
+        for (i, line) in lines.iter().enumerate() {
+            if let Some(info) = line.trim_start().strip_prefix("```") {
+                // A fence carries at most a language name; text after it
+                // means the fence was glued to prose and renders wrong.
+                assert!(
+                    info.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'),
+                    "{name}:{}: `{line}` is a code fence with text after it",
+                    i + 1
+                );
+                fenced = !fenced;
+                continue;
+            }
+            if fenced || !line.starts_with('|') {
+                continue;
+            }
+            let after_row = i > 0 && lines[i - 1].starts_with('|');
+            let header = lines.get(i + 1).is_some_and(|n| {
+                n.starts_with("|-") || n.starts_with("| -") || n.starts_with("|:")
+            });
+            assert!(
+                after_row || header,
+                "{name}:{}: `{line}` is a table row with no table above it (it renders as text)",
+                i + 1
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 300, "the audit saw the tables ({checked})");
 }
 
 #[test]
@@ -197,4 +343,60 @@ fn shipped_toml_names_every_provider() {
             "config/tokentap.toml's provider comment names \"{name}\""
         );
     }
+}
+
+/// The TOML blocks of `doc`, in order.
+fn toml_blocks(doc: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in doc.lines() {
+        match (&mut current, line.trim_start()) {
+            (None, "```toml") => current = Some(String::new()),
+            (Some(b), "```") => {
+                blocks.push(std::mem::take(b));
+                current = None;
+            }
+            (Some(b), _) => {
+                b.push_str(line);
+                b.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    blocks
+}
+
+/// CONFIG.md's advice for scraping the admin listener from another host
+/// loads as written (with a token file in place), while the address alone
+/// is refused, as the advice says.
+#[test]
+fn admin_advice_for_another_host_loads() {
+    let block = toml_blocks(DOCS[1].1)
+        .into_iter()
+        .find(|b| b.contains("admin_listen = \"0.0.0.0:9464\""))
+        .expect("CONFIG.md shows admin_listen beyond loopback in a toml block");
+    let route = "[[routes]]\nname = \"a\"\nupstream = \"http://127.0.0.1:9\"\n";
+    let dir = std::env::temp_dir().join(format!("tokentap-admin-advice-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "0123456789abcdef-a-test-token\n").unwrap();
+    let mut text = block.clone();
+    for line in block.lines() {
+        if let Some(path) = line.strip_prefix("token_file = ") {
+            text = text.replace(path, &format!("{:?}", token.display().to_string()));
+        }
+    }
+    let (top, tables) = text.split_at(text.find("\n[").map_or(text.len(), |i| i + 1));
+    let advice = format!("{top}{route}{tables}");
+    let loaded = tokentap::config::from_toml(&advice);
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = loaded {
+        panic!("the advice is refused: {e}\n{advice}");
+    }
+    let alone = format!("admin_listen = \"0.0.0.0:9464\"\n{route}");
+    let e = tokentap::config::from_toml(&alone).expect_err("an open admin listener is refused");
+    assert!(
+        e.to_string().contains("admin"),
+        "the refusal names the admin listener: {e}"
+    );
 }

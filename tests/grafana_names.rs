@@ -40,6 +40,24 @@ const CHAT: &str = "/v1/chat/completions";
 const DASHBOARD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/grafana/tokentap.json");
 const RULES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/alerts.yml");
 
+const METRICS_DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/METRICS.md");
+
+/// The Prometheus families docs/METRICS.md's mapping table names: the first
+/// code span of each row's third column, under `## Prometheus`.
+fn mapped_families(doc: &str) -> BTreeSet<String> {
+    let section = doc
+        .split("\n## ")
+        .find(|s| s.starts_with("Prometheus\n"))
+        .expect("METRICS.md has a Prometheus section");
+    section
+        .lines()
+        .filter(|l| l.starts_with("| "))
+        .filter_map(|l| l.split(" | ").nth(2))
+        .filter_map(|cell| cell.split('`').nth(1))
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Series Prometheus makes itself; never in tokentap's /metrics.
 const PROMETHEUS_OWN: &[&str] = &["up", "ALERTS", "ALERTS_FOR_STATE"];
 /// Exported only when a listener serves TLS (this test's proxy is
@@ -644,6 +662,23 @@ async fn dashboard_and_rules_name_only_exported_metrics() {
             "{metric} carries {label}:\n{text}"
         );
     }
+
+    let mapped = mapped_families(&std::fs::read_to_string(METRICS_DOC).unwrap());
+    let unmapped: Vec<&String> = exported
+        .families
+        .iter()
+        .filter(|f| !mapped.contains(f.as_str()))
+        .collect();
+    assert!(
+        unmapped.is_empty(),
+        "docs/METRICS.md's Prometheus mapping lacks families /metrics exposes: {unmapped:?} \
+         (mapped: {mapped:?})"
+    );
+    assert!(
+        exported.families.len() > 25,
+        "the scrape had the families: {:?}",
+        exported.families
+    );
 
     let dash: Value = serde_json::from_str(&std::fs::read_to_string(DASHBOARD).unwrap())
         .expect("tokentap.json is JSON");

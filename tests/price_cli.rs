@@ -74,3 +74,33 @@ fn overrides_and_unpriced_models_are_explained() {
     assert!(err.contains("--at `June`"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A tier the table has no price for is not shown silently at the
+/// standard rate: the account says the standard rates apply.
+#[test]
+fn a_tier_without_its_own_price_is_noted() {
+    let (code, out, err) = price(&["openai", "gpt-4o", "--service-tier", "flex"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "note: the table has no flex price for this model; the standard rates below apply"
+        ),
+        "gpt-4o has no flex price:\n{out}"
+    );
+    let (code, out, err) = price(&[
+        "openai",
+        "gpt-5",
+        "--service-tier",
+        "flex",
+        "--at",
+        "2026-11-01",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("variant applied: service_tier=flex")
+            && !out.contains("note: the table has no"),
+        "gpt-5 has a flex price, and no note:\n{out}"
+    );
+    let (_, out, _) = price(&["openai", "gpt-4o"]);
+    assert!(!out.contains("note:"), "no tier asked, no note:\n{out}");
+}

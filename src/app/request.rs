@@ -17,7 +17,7 @@ use hyper::body::Incoming;
 
 use super::State;
 use crate::config::{Http2Mode, OnClientDisconnect};
-use crate::error::{BoxError, ProxyError};
+use crate::error::{BoxError, ProxyError, Side};
 use crate::meter::body::{Meter, MeteredBody};
 use crate::meter::drain::DrainLimits;
 use crate::meter::{Arrival, RequestBody, RequestFacts, Unmetered};
@@ -130,11 +130,73 @@ impl Failure {
             }
             Record::Fail(mut meter) => {
                 tracing::debug!(route = %meter.facts().route, code = error.code(), error = %error, "request failed");
-                meter.fail(error.status().as_u16(), error.code());
+                let cause = error.to_string();
+                if error.side() == Side::Upstream {
+                    UPSTREAM_WARNINGS.warn(&meter.facts().route, error.code(), &cause);
+                }
+                meter.fail_because(error.status().as_u16(), error.code(), Some(&cause));
             }
             Record::Cancelled(meter) => drop(meter),
         }
         error.to_response()
+    }
+}
+
+/// Upstream failures (no response head) are logged at WARN at most once
+/// per this interval; the line says how many more there were since.
+const UPSTREAM_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The rate limit of the upstream-failure WARN, shared by every thread.
+static UPSTREAM_WARNINGS: RateLimitedWarn = RateLimitedWarn::new();
+
+/// One WARN per [`UPSTREAM_WARN_EVERY`]: the first failure logs at once,
+/// later ones within the interval are counted and reported with the next.
+struct RateLimitedWarn {
+    /// Milliseconds since `epoch` of the last WARN, plus one (0 = never).
+    last: std::sync::atomic::AtomicU64,
+    suppressed: std::sync::atomic::AtomicU64,
+    epoch: std::sync::OnceLock<std::time::Instant>,
+}
+
+impl RateLimitedWarn {
+    const fn new() -> RateLimitedWarn {
+        RateLimitedWarn {
+            last: std::sync::atomic::AtomicU64::new(0),
+            suppressed: std::sync::atomic::AtomicU64::new(0),
+            epoch: std::sync::OnceLock::new(),
+        }
+    }
+
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a log rate limit, not a measurement"
+    )]
+    fn warn(&self, route: &str, code: &str, cause: &str) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let epoch = *self.epoch.get_or_init(std::time::Instant::now);
+        let now = u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX) + 1;
+        let last = self.last.load(Relaxed);
+        let every = u64::try_from(UPSTREAM_WARN_EVERY.as_millis()).unwrap_or(u64::MAX);
+        let due = last == 0 || now.saturating_sub(last) >= every;
+        if !due
+            || self
+                .last
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_err()
+        {
+            self.suppressed.fetch_add(1, Relaxed);
+            return;
+        }
+        let more = self.suppressed.swap(0, Relaxed);
+        tracing::warn!(
+            route,
+            error = code,
+            cause,
+            more_since_last_warning = more,
+            "upstream request failed before a response; further failures are logged at most \
+             every {}s (each is in the access log)",
+            UPSTREAM_WARN_EVERY.as_secs()
+        );
     }
 }
 

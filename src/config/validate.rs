@@ -581,8 +581,12 @@ fn telemetry(
         ));
     }
     Ok(TelemetryConfig {
-        // No endpoint anywhere: export stays off (see CONFIG.md for why).
-        otlp_enabled: Some(t.otlp_enabled.unwrap_or(t.otlp_endpoint.is_some())),
+        // No endpoint anywhere: export stays off (see CONFIG.md for why);
+        // it stays `None` then, so the start-up line can tell "off because
+        // nothing is configured" from an explicit `false`.
+        otlp_enabled: t
+            .otlp_enabled
+            .or_else(|| t.otlp_endpoint.is_some().then_some(true)),
         live,
         slo,
         ..t.clone()

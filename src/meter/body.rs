@@ -477,13 +477,18 @@ impl Meter {
     /// to the client and the error code. A 504 means tokentap gave up
     /// waiting (connect or head timeout): outcome `upstream_timeout`.
     pub fn fail(&mut self, status: u16, code: &str) {
+        self.fail_because(status, code, None);
+    }
+
+    /// As [`Meter::fail`], with why it failed (`cause`, for the access log).
+    pub fn fail_because(&mut self, status: u16, code: &str, cause: Option<&str>) {
         self.status = status;
         let outcome = if status == 504 {
             Outcome::UpstreamTimeout
         } else {
             Outcome::UpstreamError
         };
-        self.record(outcome, Some(code.to_owned()));
+        self.record_caused(outcome, Some(code.to_owned()), cause.map(str::to_owned));
     }
 
     /// The client went away: record `client_cancelled` with this `error.type`.
@@ -513,6 +518,15 @@ impl Meter {
     }
 
     fn record(&mut self, outcome: Outcome, error_type: Option<String>) {
+        self.record_caused(outcome, error_type, None);
+    }
+
+    fn record_caused(
+        &mut self,
+        outcome: Outcome,
+        error_type: Option<String>,
+        error_cause: Option<String>,
+    ) {
         let Some(recorder) = self.recorder.take() else {
             return;
         };
@@ -561,6 +575,7 @@ impl Meter {
             outcome,
             status: self.status,
             error_type,
+            error_cause,
             response_model: tally.model,
             response_id: tally.response_id,
             finish_reasons: tally.finish_reasons,

@@ -383,6 +383,7 @@ impl SessionMeter {
             outcome,
             status: 101,
             error_type: error_type.filter(|_| outcome != Outcome::Complete),
+            error_cause: None,
             response_model: self.model.clone(),
             response_id: r.id,
             finish_reasons: r.finish_reason.into_iter().collect(),

@@ -789,6 +789,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
     detect_path: |path, op| op == Some(Operation::Messages) || path.ends_with("/complete"),
     detect_response: never_response,
     model_from_path: no_model,
+    price_table: Some("anthropic"),
     wire: &WIRE,
 };
 

@@ -610,6 +610,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
     detect_path: |_, op| WIRE.owns(op),
     detect_response: |ct| ct.is("application/vnd.amazon.eventstream"),
     model_from_path: model_id,
+    price_table: Some("aws"),
     wire: &WIRE,
 };
 

@@ -454,6 +454,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
     detect_path: |_, op| WIRE.owns(op),
     detect_response: never_response,
     model_from_path: no_model,
+    price_table: Some("cohere"),
     wire: &WIRE,
 };
 

@@ -21,6 +21,7 @@ pub const fn openai_compatible(
         detect_response: never_response,
         model_from_path: no_model,
         wire: &openai::WIRE,
+        price_table: None,
     }
 }
 
@@ -28,7 +29,7 @@ pub const fn openai_compatible(
 pub const AZURE: ProviderSpec = ProviderSpec {
     detect_path: |path, operation| openai::WIRE.owns(operation) && path.contains("/deployments/"),
     model_from_path: deployment,
-    ..openai_compatible(ProviderKind::Azure, "azure.ai.openai", "azure")
+    ..openai_compatible(ProviderKind::Azure, "azure.ai.openai", "azure").priced_as("azure")
 };
 
 /// The deployment name in `/deployments/{deployment}/...`: Azure's model.

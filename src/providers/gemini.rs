@@ -478,6 +478,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
     detect_path: |path, op| google_method(op) && !vertex_path(path),
     detect_response: never_response,
     model_from_path: google_model,
+    price_table: Some("google"),
     wire: &WIRE,
 };
 

@@ -388,6 +388,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
     detect_path: |_, op| WIRE.owns(op),
     detect_response: |ct| ct.is("application/x-ndjson"),
     model_from_path: no_model,
+    price_table: None,
     wire: &WIRE,
 };
 

@@ -1299,6 +1299,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
     detect_path: |path, op| WIRE.owns(op) && !path.contains("/deployments/"),
     detect_response: never_response,
     model_from_path: no_model,
+    price_table: Some("openai"),
     wire: &WIRE,
 };
 

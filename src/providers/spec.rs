@@ -32,6 +32,19 @@ pub struct ProviderSpec {
     /// The wire format it speaks when the operation does not decide
     /// (OpenAI-compatible servers speak `openai::WIRE`).
     pub wire: &'static Wire,
+    /// The provider's id in the embedded price table (`openai`, `google`,
+    /// `aws`, …); `None` for self-hosted servers, priced only by overrides.
+    pub price_table: Option<&'static str>,
+}
+
+impl ProviderSpec {
+    /// This spec, priced from the table's provider `id`.
+    pub const fn priced_as(self, id: &'static str) -> ProviderSpec {
+        ProviderSpec {
+            price_table: Some(id),
+            ..self
+        }
+    }
 }
 
 /// One wire format: the adapter that reads it, how its bodies are framed,

@@ -262,6 +262,22 @@ impl CollectorClient {
     }
 }
 
+/// Read every CA, certificate and key file export is configured with, the
+/// way the OTLP/HTTP client reads them (a key must fit its certificate):
+/// start-up and `tokentap check` refuse the same files.
+pub(crate) fn check_files(cfg: &TelemetryConfig) -> Result<(), TelemetryError> {
+    if cfg.otlp_enabled != Some(true) {
+        return Ok(());
+    }
+    for signal in [Signal::Traces, Signal::Metrics] {
+        let tls = ExportTls::for_signal(cfg, signal)?;
+        if tls.is_set() {
+            tls.rustls()?;
+        }
+    }
+    Ok(())
+}
+
 /// Whether `endpoint` is an `https://` URL (any case).
 pub(crate) fn is_https(endpoint: &str) -> bool {
     endpoint

@@ -27,6 +27,7 @@ pub(super) fn access_log(m: &Measurement, sc: &opentelemetry::trace::SpanContext
         max_stall_ms = m.max_gap.map(millis),
         duration_ms = millis(m.duration),
         error = m.error_type.as_deref(),
+        cause = m.error_cause.as_deref(),
         trace_id = sc.is_valid().then(|| sc.trace_id().to_string()).as_deref(),
         "request"
     );
@@ -99,13 +100,72 @@ pub fn init_logging(format: LogFormat) -> Option<LogGuard> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let installed = match format {
         LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .map_event_format(JsonLists)
+            .try_init(),
     };
     let guard = installed.ok().map(|()| guard)?;
     if let Some(e) = bad {
         tracing::warn!(target: STARTUP_TARGET, error = %e, "RUST_LOG ignored; logging at info");
     }
     Some(guard)
+}
+
+/// Start-up fields whose value is a list, recorded as its JSON text
+/// (`routes = %json`): the JSON log writes them as arrays, not strings.
+const LIST_FIELDS: [&str; 1] = ["routes"];
+
+/// The JSON event format, with the [`LIST_FIELDS`] of start-up lines
+/// written as JSON arrays. Other lines (the access log) pass untouched.
+struct JsonLists<F>(F);
+
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for JsonLists<F>
+where
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let has_list = event.metadata().target() == STARTUP_TARGET
+            && event.fields().any(|f| LIST_FIELDS.contains(&f.name()));
+        if !has_list {
+            return self.0.format_event(ctx, writer, event);
+        }
+        let mut line = String::new();
+        self.0.format_event(
+            ctx,
+            tracing_subscriber::fmt::format::Writer::new(&mut line),
+            event,
+        )?;
+        writer.write_str(&expand_lists(&line))
+    }
+}
+
+/// `line` (one JSON object) with each [`LIST_FIELDS`] string that holds a
+/// JSON array replaced by that array; anything else unchanged.
+fn expand_lists(line: &str) -> String {
+    use serde_json::Value;
+    let Ok(Value::Object(mut object)) = serde_json::from_str::<Value>(line.trim_end()) else {
+        return line.to_owned();
+    };
+    for field in LIST_FIELDS {
+        let list = object
+            .get(field)
+            .and_then(Value::as_str)
+            .and_then(|s| serde_json::from_str::<Value>(s).ok())
+            .filter(Value::is_array);
+        if let Some(list) = list {
+            object.insert(field.to_owned(), list);
+        }
+    }
+    format!("{}\n", Value::Object(object))
 }
 
 /// The filter for `RUST_LOG` (`None` or blank = `info`), with
@@ -140,6 +200,26 @@ pub fn log_filter(rust_log: Option<&str>) -> (tracing_subscriber::EnvFilter, Opt
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn list_fields_become_arrays_and_other_lines_stay() {
+        let line = "{\"routes\":\"[\\\"a / -> http://x\\\"]\",\"message\":\"m\"}\n";
+        let out: serde_json::Value =
+            serde_json::from_str(&super::expand_lists(line)).expect("json");
+        assert_eq!(
+            out["routes"],
+            serde_json::json!(["a / -> http://x"]),
+            "{out}"
+        );
+        assert_eq!(out["message"], "m");
+        let plain = "{\"routes\":\"not a list\"}\n";
+        assert_eq!(
+            super::expand_lists(plain),
+            plain,
+            "a string that is no array stays"
+        );
+        assert_eq!(super::expand_lists("text line\n"), "text line\n");
+    }
+
     use std::io::Write;
     use std::sync::{Arc, Mutex};
 

@@ -99,6 +99,7 @@ pub(super) fn measurement(request: RequestFacts) -> Measurement {
         outcome: Outcome::Complete,
         status: 200,
         error_type: None,
+        error_cause: None,
         response_model: Some("gpt-4o-2024-08-06".into()),
         response_id: Some("chatcmpl-1".into()),
         finish_reasons: vec!["stop".into()],

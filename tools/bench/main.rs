@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser as _;
+use tokentap::simulate::{at_least_one_arg, non_negative_arg};
 
 mod cores;
 mod floor;
@@ -68,13 +69,14 @@ struct LoadArgs {
     /// Ask for a streamed answer
     #[arg(long)]
     stream: bool,
-    #[arg(long, default_value_t = 64)]
+    /// Requests in flight at once (≥ 1)
+    #[arg(long, default_value_t = 64, value_parser = at_least_one_arg::<usize>)]
     concurrency: usize,
-    /// Seconds measured
-    #[arg(long, default_value_t = 10.0)]
+    /// Seconds measured (≥ 0)
+    #[arg(long, default_value_t = 10.0, value_parser = non_negative_arg)]
     duration: f64,
-    /// Seconds of warm-up before the measured window
-    #[arg(long, default_value_t = 1.0)]
+    /// Seconds of warm-up before the measured window (≥ 0)
+    #[arg(long, default_value_t = 1.0, value_parser = non_negative_arg)]
     warmup: f64,
     #[arg(long)]
     max_tokens: Option<u32>,

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use tokentap::simulate::{at_least_one_arg, non_negative_arg};
 
 use tokio::time::Instant;
 
@@ -36,8 +37,8 @@ pub(crate) struct SoakArgs {
     /// How long to drive load (e.g. 30m, 2m, 20s)
     #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
     pub duration: Duration,
-    /// Requests in flight at once (one per connection)
-    #[arg(long, default_value_t = 24)]
+    /// Requests in flight at once (one per connection; ≥ 1)
+    #[arg(long, default_value_t = 24, value_parser = at_least_one_arg::<usize>)]
     pub concurrency: usize,
     /// Seed of the scripted exchanges (default: from the clock); the same
     /// seed gives the same sequence of exchanges
@@ -52,7 +53,7 @@ pub(crate) struct SoakArgs {
     pub scrape_every: Duration,
     /// Largest allowed growth of tokentap's RSS from the end of warm-up to
     /// the end of the load, in MiB
-    #[arg(long, default_value_t = 32.0)]
+    #[arg(long, default_value_t = 32.0, value_parser = non_negative_arg)]
     pub max_rss_growth_mib: f64,
     /// Directory for results (a timestamped folder is made inside)
     #[arg(long, default_value = "target/soak-results")]

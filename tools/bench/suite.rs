@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+use tokentap::simulate::{at_least_one_arg, non_negative_arg};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -31,14 +32,14 @@ pub(crate) struct SuiteArgs {
     /// CI smoke: 1 round of 1 s runs, fewer workloads, 200 held streams
     #[arg(long)]
     pub quick: bool,
-    /// Interleaved rounds (default 3, quick 1)
-    #[arg(long)]
+    /// Interleaved rounds (≥ 1; default 3, quick 1)
+    #[arg(long, value_parser = at_least_one_arg::<usize>)]
     pub rounds: Option<usize>,
-    /// Seconds measured per run (default 10, quick 1)
-    #[arg(long)]
+    /// Seconds measured per run (≥ 0; default 10, quick 1)
+    #[arg(long, value_parser = non_negative_arg)]
     pub duration: Option<f64>,
-    /// Seconds of warm-up before each run's window (default 1, quick 0.3)
-    #[arg(long)]
+    /// Seconds of warm-up before each run's window (≥ 0; default 1, quick 0.3)
+    #[arg(long, value_parser = non_negative_arg)]
     pub warmup: Option<f64>,
     /// Targets, comma-separated (default: direct and every installed proxy):
     /// direct,nginx,envoy,floor,tokentap,tokentap-noexport
