@@ -1,9 +1,18 @@
 //! The docs against the binary: every `tokentap …` command in README.md
 //! and docs/CONFIG.md names a subcommand that exists and flags its
 //! `--help` lists; every key in CONFIG.md's key tables is a key the config
-//! loader knows; the shipped TOML names every provider.
+//! loader knows, and is in config/tokentap.toml, which has no other keys
+//! and loads; CONFIG.md's advice for an admin listener beyond loopback
+//! loads; every Markdown table row sits in its table and every code fence
+//! is clean; a flag whose help states a range refuses values outside it;
+//! the shipped TOML names every provider. (tests/grafana_names.rs checks
+//! METRICS.md's Prometheus mapping against a real scrape.)
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a deadline for a child process that should have refused its flags"
+)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -399,4 +408,76 @@ fn admin_advice_for_another_host_loads() {
         e.to_string().contains("admin"),
         "the refusal names the admin listener: {e}"
     );
+}
+
+/// Values outside the range a flag's help states: `0..1` (a share),
+/// `≥ 0`, `≥ 1`.
+fn out_of_range(help: &str) -> &'static [&'static str] {
+    if help.contains("0..1") {
+        &["2", "-0.5"]
+    } else if help.contains("≥ 0") {
+        &["-1"]
+    } else if help.contains("≥ 1") {
+        &["0"]
+    } else {
+        &[]
+    }
+}
+
+/// Each flag of `simulate` and `demo` whose help states a range refuses a
+/// value outside it (exit code 2, naming the flag) instead of running.
+#[test]
+fn flag_ranges_in_help_are_enforced() {
+    let mut checked = 0;
+    for sub in ["simulate", "demo"] {
+        let text = help(&[sub]);
+        let mut flags: Vec<(String, String)> = Vec::new();
+        for line in text.lines() {
+            let t = line.trim_start();
+            if t.starts_with("--") || (t.starts_with('-') && t.contains(", --")) {
+                let flag = t.split(['-', ',', ' ']).find(|w| !w.is_empty()).unwrap_or("");
+                let long = t.split_whitespace().find(|w| w.starts_with("--")).unwrap_or(flag);
+                flags.push((long.trim_end_matches(',').to_owned(), String::new()));
+            } else if let Some((_, h)) = flags.last_mut() {
+                h.push_str(t);
+                h.push(' ');
+            }
+        }
+        for (flag, text) in &flags {
+            for value in out_of_range(text) {
+                let mut child = Command::new(env!("CARGO_BIN_EXE_tokentap"))
+                    // `--flag=value`, so a negative value is a value.
+                    .args([sub, "--listen", "127.0.0.1:0", &format!("{flag}={value}")])
+                    .env_remove("TOKENTAP_CONFIG")
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+                let status = loop {
+                    if let Some(s) = child.try_wait().unwrap() {
+                        break Some(s);
+                    }
+                    if std::time::Instant::now() > deadline {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break None;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                };
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                assert_eq!(
+                    status.and_then(|s| s.code()),
+                    Some(2),
+                    "`tokentap {sub} {flag} {value}` must be refused (its help: {text}); stderr: {err}"
+                );
+                assert!(err.contains(flag.as_str()), "the error names {flag}: {err}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 8, "the audit tried the ranged flags ({checked})");
 }
