@@ -23,7 +23,7 @@ const DOCS: [(&str, &str); 2] = [
 ];
 
 /// Every Markdown file a user reads.
-const ALL_DOCS: [(&str, &str); 11] = [
+const ALL_DOCS: [(&str, &str); 12] = [
     ("README.md", include_str!("../README.md")),
     ("CONTRIBUTING.md", include_str!("../CONTRIBUTING.md")),
     (
@@ -31,6 +31,10 @@ const ALL_DOCS: [(&str, &str); 11] = [
         include_str!("../docs/ARCHITECTURE.md"),
     ),
     ("docs/BENCHMARKS.md", include_str!("../docs/BENCHMARKS.md")),
+    (
+        "docs/BENCHMARKS-HISTORY.md",
+        include_str!("../docs/BENCHMARKS-HISTORY.md"),
+    ),
     ("docs/CONFIG.md", include_str!("../docs/CONFIG.md")),
     ("docs/COST.md", include_str!("../docs/COST.md")),
     ("docs/DEPLOYMENT.md", include_str!("../docs/DEPLOYMENT.md")),
