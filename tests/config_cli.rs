@@ -383,6 +383,9 @@ async fn json_log_format_is_json_on_every_line() {
         &[("OTEL_SDK_DISABLED", "true")],
     )
     .await;
+    // SIGTERM is handled once start-up has finished, a moment after the
+    // `listening on` line.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let out = bin.stop().await;
     let lines = json_lines(&out, "a normal start and stop");
     let drains: Vec<&serde_json::Value> = lines
@@ -475,5 +478,47 @@ async fn a_dead_upstream_is_explained_in_the_access_log_and_one_warning() {
         warnings[0].to_lowercase().contains("refused"),
         "the WARN names the cause: {}",
         warnings[0]
+    );
+}
+
+/// The OTLP start-up line names the protocol as configured
+/// (`http/protobuf`), and export turned off on purpose gets no advice to
+/// set an endpoint; with nothing configured, the advice is there.
+#[tokio::test]
+async fn the_otlp_start_up_line_is_plain_and_fits_the_setting() {
+    let base = [
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "off",
+    ];
+    let line = |out: &str| {
+        out.lines()
+            .find(|l| l.contains("OTLP export"))
+            .unwrap_or_else(|| panic!("an OTLP start-up line:\n{out}"))
+            .to_owned()
+    };
+    let on = Bin::start_args(&[&base[..], &["--otlp-endpoint", "http://127.0.0.1:9"]].concat(), &[])
+        .await
+        .stop()
+        .await;
+    let on = line(&on);
+    assert!(
+        on.contains("OTLP export on") && on.contains("http/protobuf") && !on.contains("HttpProtobuf"),
+        "the protocol as written in config: {on}"
+    );
+    let off = Bin::start_args(&base, &[("OTEL_SDK_DISABLED", "true")]).await.stop().await;
+    let off = line(&off);
+    assert!(
+        off.contains("OTLP export is off") && !off.contains("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        "turned off on purpose, no advice to turn it on: {off}"
+    );
+    let unset = Bin::start_args(&base, &[]).await.stop().await;
+    let unset = line(&unset);
+    assert!(
+        unset.contains("no collector endpoint") && unset.contains("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        "nothing configured: how to turn it on: {unset}"
     );
 }
