@@ -6,6 +6,8 @@
 //! tenant; an `[[slo]]` that breaches at once, with a webhook that accepts
 //! its events; so every family and label exists), `/metrics` is scraped,
 //! and every PromQL expression in both files is checked against the scrape.
+//! The same scrape holds docs/METRICS.md to its word: every family it
+//! exposes is a row of the Prometheus mapping table there.
 //!
 //! The check, per expression:
 //! - every metric name must be a sample name in the scrape
