@@ -500,16 +500,24 @@ async fn the_otlp_start_up_line_is_plain_and_fits_the_setting() {
             .unwrap_or_else(|| panic!("an OTLP start-up line:\n{out}"))
             .to_owned()
     };
-    let on = Bin::start_args(&[&base[..], &["--otlp-endpoint", "http://127.0.0.1:9"]].concat(), &[])
+    let on = Bin::start_args(
+        &[&base[..], &["--otlp-endpoint", "http://127.0.0.1:9"]].concat(),
+        &[],
+    )
+    .await
+    .stop()
+    .await;
+    let on = line(&on);
+    assert!(
+        on.contains("OTLP export on")
+            && on.contains("http/protobuf")
+            && !on.contains("HttpProtobuf"),
+        "the protocol as written in config: {on}"
+    );
+    let off = Bin::start_args(&base, &[("OTEL_SDK_DISABLED", "true")])
         .await
         .stop()
         .await;
-    let on = line(&on);
-    assert!(
-        on.contains("OTLP export on") && on.contains("http/protobuf") && !on.contains("HttpProtobuf"),
-        "the protocol as written in config: {on}"
-    );
-    let off = Bin::start_args(&base, &[("OTEL_SDK_DISABLED", "true")]).await.stop().await;
     let off = line(&off);
     assert!(
         off.contains("OTLP export is off") && !off.contains("OTEL_EXPORTER_OTLP_ENDPOINT"),

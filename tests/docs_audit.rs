@@ -439,8 +439,14 @@ fn flag_ranges_in_help_are_enforced() {
         for line in text.lines() {
             let t = line.trim_start();
             if t.starts_with("--") || (t.starts_with('-') && t.contains(", --")) {
-                let flag = t.split(['-', ',', ' ']).find(|w| !w.is_empty()).unwrap_or("");
-                let long = t.split_whitespace().find(|w| w.starts_with("--")).unwrap_or(flag);
+                let flag = t
+                    .split(['-', ',', ' '])
+                    .find(|w| !w.is_empty())
+                    .unwrap_or("");
+                let long = t
+                    .split_whitespace()
+                    .find(|w| w.starts_with("--"))
+                    .unwrap_or(flag);
                 flags.push((long.trim_end_matches(',').to_owned(), String::new()));
             } else if let Some((_, h)) = flags.last_mut() {
                 h.push_str(t);
