@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tokentap::simulate::{at_least_one_arg, non_negative_arg};
 
+use tokentap::simulate::{at_least_one_arg, non_negative_arg};
 use tokio::time::Instant;
 
 use crate::procs::{self, Proc, free_port, wait_port};

@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use tokentap::simulate::{at_least_one_arg, non_negative_arg};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
+use tokentap::simulate::{at_least_one_arg, non_negative_arg};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
