@@ -149,3 +149,37 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::Cli;
+
+    /// Flags whose help states a range refuse values outside it while
+    /// parsing (a negative duration would panic in `Duration::from_secs_f64`).
+    #[test]
+    fn ranged_flags_refuse_values_outside_their_range() {
+        let parse = |args: &[&str]| Cli::try_parse_from(["tokentap-bench"].iter().chain(args));
+        let load = ["load", "--addr", "127.0.0.1:1"];
+        assert!(parse(&load).is_ok(), "the defaults are in range");
+        for bad in [
+            "--duration=-1",
+            "--warmup=-0.5",
+            "--duration=inf",
+            "--concurrency=0",
+        ] {
+            let args = [&load[..], &[bad]].concat();
+            let err = parse(&args).expect_err(bad).to_string();
+            let flag = bad.split('=').next().unwrap_or(bad);
+            assert!(err.contains(flag), "{bad}: the error names {flag}: {err}");
+        }
+        for bad in [
+            ["suite", "--rounds=0"],
+            ["suite", "--duration=-2"],
+            ["soak", "--concurrency=0"],
+        ] {
+            assert!(parse(&bad).is_err(), "{bad:?} is refused");
+        }
+    }
+}
