@@ -56,6 +56,11 @@ fn early_log_format(flags: &Overrides) -> config::LogFormat {
 /// flags, and the files it refers to), printed redacted on stdout; errors
 /// on stderr and exit code 2.
 fn check(flags: &Overrides) -> ExitCode {
+    // Text stays plain `eprintln!`; JSON goes through the subscriber.
+    let _logs = match early_log_format(flags) {
+        config::LogFormat::Json => tokentap::telemetry::init_logging(config::LogFormat::Json),
+        config::LogFormat::Text => None,
+    };
     // The upstream client is built as start-up builds it, which needs a runtime.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -78,11 +83,15 @@ fn check(flags: &Overrides) -> ExitCode {
     match checked {
         Ok(c) => {
             print!("{}", c.redacted_toml());
-            eprintln!("tokentap: configuration OK");
+            if tracing::dispatcher::has_been_set() {
+                tracing::info!(target: tokentap::telemetry::STARTUP_TARGET, "tokentap: configuration OK");
+            } else {
+                eprintln!("tokentap: configuration OK");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("tokentap: {e}");
+            tokentap::telemetry::fatal(&e);
             ExitCode::from(START_FAILED)
         }
     }

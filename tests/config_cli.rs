@@ -369,6 +369,19 @@ async fn json_log_format_is_json_on_every_line() {
             .any(|l| l.to_string().contains("server.max_connections")),
         "the error names the key, as JSON:\n{out}"
     );
+    let (status, out) = run_bin(
+        &[
+            "check",
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--log-format",
+            "json",
+        ],
+        &[("TOKENTAP_SERVER__MAX_CONNECTIONS", "lots")],
+    )
+    .await;
+    assert_eq!(status.code(), Some(2), "check refuses it too:\n{out}");
+    json_lines(&out, "a failing check");
     let bin = Bin::start_args(
         &[
             "--upstream",
