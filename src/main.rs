@@ -29,9 +29,14 @@ fn main() -> ExitCode {
     let config = match config::load(&flags) {
         Ok(c) => c,
         Err(e) => {
-            // Logging as asked for by flag or env, so `--log-format json`
-            // gets its error as JSON too.
-            let _logs = tokentap::telemetry::init_logging(early_log_format(&flags));
+            // `--log-format json` gets its error as JSON too; text stays a
+            // plain line.
+            let _logs = match early_log_format(&flags) {
+                config::LogFormat::Json => {
+                    tokentap::telemetry::init_logging(config::LogFormat::Json)
+                }
+                config::LogFormat::Text => None,
+            };
             tokentap::telemetry::fatal(&format!("configuration error: {e}"));
             return ExitCode::from(START_FAILED);
         }
