@@ -248,7 +248,11 @@ fn example_keys(documented: &BTreeSet<&str>) -> BTreeSet<(String, String)> {
         if line.starts_with('[') {
             let name = line.split(']').next().unwrap().trim_start_matches('[');
             section = name.to_owned();
-            if let Some((parent, child)) = name.rsplit_once('.') {
+            // A sub-table with a key table of its own (`[telemetry.sampling]`)
+            // is a section, not a key of its parent's table.
+            if let Some((parent, child)) =
+                name.rsplit_once('.').filter(|_| !documented.contains(name))
+            {
                 keys.insert((parent.to_owned(), child.to_owned()));
             }
             continue;
