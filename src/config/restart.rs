@@ -22,6 +22,8 @@ pub const RESTART_ONLY: &[&str] = &[
     "meter.tokenizer",
     "meter.max_counted_ids",
     "upstream.max_drains",
+    "sessions.max_sessions",
+    "sessions.idle_timeout",
     "telemetry",
     "live",
     "slo",
