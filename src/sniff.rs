@@ -579,6 +579,40 @@ mod tests {
     }
 
     #[test]
+    fn the_session_field_is_read_by_scan_or_serde_alike() {
+        let keys = |d: &str| d.split('.').map(str::to_owned).collect::<Vec<_>>();
+        let path = keys("metadata.session_id");
+        for (body, want) in [
+            (r#"{"metadata":{"user_id":"u","session_id":"s-1"},"model":"m"}"#, Some("s-1")),
+            (r#"{"model":"m","messages":[{"metadata":{"session_id":"no"}}]}"#, None),
+            (r#"{"metadata":{"session_id":5}}"#, None),
+            (r#"{"metadata":null}"#, None),
+            (r#"{"metadata":"s"}"#, None),
+            (r#"{"metadata":{"session_id":{"x":"y"}}}"#, None),
+            // Left to serde by the scan: escapes, a repeated key.
+            (r#"{"metadata":{"session_id":"a\/b"}}"#, Some("a/b")),
+            (r#"{"meta\u0064ata":{"session_id":"esc"}}"#, Some("esc")),
+            (r#"{"metadata":{"session_id":"one","session_id":"two"}}"#, Some("two")),
+            ("{\"metadata\":{\"session_id\":\"s\"}", None),
+        ] {
+            assert_eq!(field(body.as_bytes(), &path).as_deref(), want, "{body}");
+        }
+        assert_eq!(
+            field(br#"{"sid":"top"}"#, &keys("sid")).as_deref(),
+            Some("top")
+        );
+        let sniffed = parse_with(
+            br#"{"model":"m","metadata":{"session_id":"s-9"}}"#,
+            Some(&path),
+        );
+        assert_eq!(
+            (sniffed.model.as_deref(), sniffed.session.as_deref()),
+            (Some("m"), Some("s-9"))
+        );
+        assert_eq!(parse(br#"{"metadata":{"session_id":"s"}}"#).session, None);
+    }
+
+    #[test]
     fn parses_openai_and_anthropic_fields() {
         let s = parse(br#"{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":false},"user":"u1","messages":[{"role":"user","content":"hi"}]}"#);
         assert_eq!(s.model.as_deref(), Some("gpt-4o"));
