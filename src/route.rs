@@ -364,7 +364,11 @@ mod tests {
             "an invalid id falls through to the next source"
         );
         cfg.sources.clear();
-        assert_eq!(resolve_session(&cfg, &h, Some("b")), None, "no sources, no session");
+        assert_eq!(
+            resolve_session(&cfg, &h, Some("b")),
+            None,
+            "no sources, no session"
+        );
     }
 
     #[test]
@@ -381,7 +385,10 @@ mod tests {
         let a = session_id(long_a.as_bytes(), 32).expect("shortened");
         let b = session_id(long_b.as_bytes(), 32).expect("shortened");
         assert_eq!(a.len(), 32, "{a}");
-        assert!(a.starts_with(&"p".repeat(15)) && a.as_bytes()[15] == b'~', "{a}");
+        assert!(
+            a.starts_with(&"p".repeat(15)) && a.as_bytes()[15] == b'~',
+            "{a}"
+        );
         assert_ne!(a, b, "ids sharing a prefix stay apart");
         assert_eq!(
             session_id(long_a.as_bytes(), 32),

@@ -336,12 +336,18 @@ impl<'de> serde::de::Visitor<'de> for At<'_> {
         Ok(None)
     }
 
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Option<String>, A::Error> {
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> Result<Option<String>, A::Error> {
         while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
         Ok(None)
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> Result<Option<String>, A::Error> {
         let mut out = None;
         while let Some(wanted) = map.next_key_seed(KeyIs(self.0.first()))? {
             if wanted {
@@ -583,8 +589,14 @@ mod tests {
         let keys = |d: &str| d.split('.').map(str::to_owned).collect::<Vec<_>>();
         let path = keys("metadata.session_id");
         for (body, want) in [
-            (r#"{"metadata":{"user_id":"u","session_id":"s-1"},"model":"m"}"#, Some("s-1")),
-            (r#"{"model":"m","messages":[{"metadata":{"session_id":"no"}}]}"#, None),
+            (
+                r#"{"metadata":{"user_id":"u","session_id":"s-1"},"model":"m"}"#,
+                Some("s-1"),
+            ),
+            (
+                r#"{"model":"m","messages":[{"metadata":{"session_id":"no"}}]}"#,
+                None,
+            ),
             (r#"{"metadata":{"session_id":5}}"#, None),
             (r#"{"metadata":null}"#, None),
             (r#"{"metadata":"s"}"#, None),
@@ -592,7 +604,10 @@ mod tests {
             // Left to serde by the scan: escapes, a repeated key.
             (r#"{"metadata":{"session_id":"a\/b"}}"#, Some("a/b")),
             (r#"{"meta\u0064ata":{"session_id":"esc"}}"#, Some("esc")),
-            (r#"{"metadata":{"session_id":"one","session_id":"two"}}"#, Some("two")),
+            (
+                r#"{"metadata":{"session_id":"one","session_id":"two"}}"#,
+                Some("two"),
+            ),
             ("{\"metadata\":{\"session_id\":\"s\"}", None),
         ] {
             assert_eq!(field(body.as_bytes(), &path).as_deref(), want, "{body}");

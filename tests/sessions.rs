@@ -4,6 +4,10 @@
 //! configured header and a body field name the session; each span carries
 //! `gen_ai.conversation.id`; a session's rollup equals the sum of its
 //! spans' `gen_ai.usage.*` and cost; the id never becomes a metric label.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests set deadlines with the clock"
+)]
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 mod support;
@@ -199,10 +203,20 @@ async fn a_configured_header_and_a_body_field_name_the_session() {
     send(&rig, plain(), &[("x-my-session", "from-header")]).await;
     send(&rig, body_with("from-body"), &[]).await;
     // Sources are tried in order: the header before the body.
-    send(&rig, body_with("ignored"), &[("x-my-session", "from-header")]).await;
+    send(
+        &rig,
+        body_with("ignored"),
+        &[("x-my-session", "from-header")],
+    )
+    .await;
     // A header value that is not printable ASCII is refused: the next
     // source (the body) names the session.
-    send(&rig, body_with("from-body"), &[("x-my-session", "tab\there")]).await;
+    send(
+        &rig,
+        body_with("from-body"),
+        &[("x-my-session", "tab\there")],
+    )
+    .await;
     send(
         &rig,
         plain(),

@@ -114,7 +114,9 @@ pub(super) fn sessions(state: &AdminState, query: Option<&str>) -> Response<Full
                 let shown: String = id.chars().take(200).collect();
                 return error_response(
                     StatusCode::NOT_FOUND,
-                    &format!("no session {shown:?} (unknown, idle past sessions.idle_timeout, or evicted)"),
+                    &format!(
+                        "no session {shown:?} (unknown, idle past sessions.idle_timeout, or evicted)"
+                    ),
                     "unknown_session",
                 );
             }

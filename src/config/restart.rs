@@ -135,7 +135,11 @@ mod tests {
             ("", "[meter]\ntokenizer = false", "meter.tokenizer"),
             ("", "[upstream]\nmax_drains = 3", "upstream.max_drains"),
             ("", "[sessions]\nmax_sessions = 3", "sessions.max_sessions"),
-            ("", "[sessions]\nidle_timeout = \"1m\"", "sessions.idle_timeout"),
+            (
+                "",
+                "[sessions]\nidle_timeout = \"1m\"",
+                "sessions.idle_timeout",
+            ),
             (
                 "[telemetry]\notlp_enabled = true",
                 "[telemetry]\notlp_enabled = true\notlp_endpoint = \"http://127.0.0.1:4318\"",

@@ -129,7 +129,10 @@ fn config_defaults_with_upstream_flag() {
     );
     assert_eq!(c.tenant.header.as_str(), "x-tenant-id");
     assert_eq!(c.tenant.salt, "tokentap");
-    assert_eq!(c.sessions.sources, vec![crate::config::SessionSource::Agents]);
+    assert_eq!(
+        c.sessions.sources,
+        vec![crate::config::SessionSource::Agents]
+    );
     assert_eq!(
         (c.sessions.max_id_length, c.sessions.max_sessions),
         (128, 10_000)
@@ -421,14 +424,26 @@ fn config_bad_values_in_file_name_key_and_file() {
         ("[tenant]\nsources = [\"cookie\"]\n", "tenant.sources"),
         ("[tenant]\nheader = \"bad header\"\n", "tenant.header"),
         ("[sessions]\nsources = [\"cookie\"]\n", "sessions.sources"),
-        ("[sessions]\nsources = [\"agents\", \"agents\"]\n", "sessions.sources"),
+        (
+            "[sessions]\nsources = [\"agents\", \"agents\"]\n",
+            "sessions.sources",
+        ),
         ("[sessions]\nheader = \"bad header\"\n", "sessions.header"),
-        ("[sessions]\nbody_field = \"metadata..id\"\n", "sessions.body_field"),
+        (
+            "[sessions]\nbody_field = \"metadata..id\"\n",
+            "sessions.body_field",
+        ),
         ("[sessions]\nbody_field = \"\"\n", "sessions.body_field"),
         ("[sessions]\nmax_id_length = 8\n", "sessions.max_id_length"),
         ("[sessions]\nmax_sessions = 0\n", "sessions.max_sessions"),
-        ("[sessions]\nidle_timeout = \"0s\"\n", "sessions.idle_timeout"),
-        ("[sessions]\nsession_header = \"x\"\n", "sessions.session_header"),
+        (
+            "[sessions]\nidle_timeout = \"0s\"\n",
+            "sessions.idle_timeout",
+        ),
+        (
+            "[sessions]\nsession_header = \"x\"\n",
+            "sessions.session_header",
+        ),
         (
             "[telemetry]\nlog_format = \"xml\"\n",
             "telemetry.log_format",

@@ -155,7 +155,12 @@ impl SessionRollups {
                 t.unlink(i);
                 i
             }
-            None => t.insert(id.clone(), end, m.request.start_wall, self.limits.max_sessions),
+            None => t.insert(
+                id.clone(),
+                end,
+                m.request.start_wall,
+                self.limits.max_sessions,
+            ),
         };
         t.push_front(i);
         let slot = &mut t.slots[i as usize];

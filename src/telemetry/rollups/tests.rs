@@ -1,11 +1,11 @@
 use opentelemetry::{KeyValue, Value};
 
 use super::super::attrs::*;
-use crate::pricing::CostSource;
 use super::super::span::finish_attributes;
 use super::super::tests::{facts, measurement};
 use super::*;
 use crate::meter::Outcome;
+use crate::pricing::CostSource;
 
 fn limits(max_sessions: usize, idle: Duration) -> SessionLimits {
     SessionLimits {
@@ -233,5 +233,8 @@ fn the_ttft_median_is_within_its_stated_bound() {
     assert_eq!(TtftHistogram::default().median(), None);
     let mut h = TtftHistogram::default();
     h.add(Duration::from_secs(10_000));
-    assert!(h.median().is_some_and(|p| p > 500.0), "large values fold into the top bucket");
+    assert!(
+        h.median().is_some_and(|p| p > 500.0),
+        "large values fold into the top bucket"
+    );
 }
