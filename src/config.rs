@@ -528,9 +528,9 @@ pub struct SessionsConfig {
     /// shortened deterministically (docs/CONFIG.md).
     #[serde(deserialize_with = "units::session_id_length")]
     pub max_id_length: usize,
-    /// Sessions whose rollups are kept; the least recently seen goes first
-    /// (restart-only).
-    #[serde(deserialize_with = "units::at_least_one")]
+    /// Sessions whose rollups are kept (1 to 10,000,000); the least
+    /// recently seen goes first (restart-only).
+    #[serde(deserialize_with = "units::session_count")]
     pub max_sessions: usize,
     /// A session not seen for this long is forgotten (restart-only).
     #[serde(with = "units::positive")]

@@ -437,6 +437,10 @@ fn config_bad_values_in_file_name_key_and_file() {
         ("[sessions]\nmax_id_length = 8\n", "sessions.max_id_length"),
         ("[sessions]\nmax_sessions = 0\n", "sessions.max_sessions"),
         (
+            "[sessions]\nmax_sessions = 10000001\n",
+            "sessions.max_sessions",
+        ),
+        (
             "[sessions]\nidle_timeout = \"0s\"\n",
             "sessions.idle_timeout",
         ),

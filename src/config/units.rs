@@ -336,6 +336,17 @@ pub(super) fn session_id_length<'de, D: Deserializer<'de>>(d: D) -> Result<usize
     Ok(n)
 }
 
+/// Sessions kept: 1 to 10,000,000 (about 4 GB of rollups at the top).
+pub(super) fn session_count<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let n = usize::deserialize(d)?;
+    if !(1..=10_000_000).contains(&n) {
+        return Err(de::Error::custom(format!(
+            "must be between 1 and 10000000, got {n}"
+        )));
+    }
+    Ok(n)
+}
+
 /// An optional OTLP collector endpoint: an http(s) URL with a host.
 pub(super) fn endpoint<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     parse::endpoint_url(&String::deserialize(d)?)

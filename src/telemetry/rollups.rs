@@ -265,7 +265,8 @@ impl Table {
             }
             None => {
                 self.slots.push(slot);
-                u32::try_from(self.slots.len() - 1).unwrap_or(NIL)
+                // `sessions.max_sessions` is at most 10^7, far below `NIL`.
+                u32::try_from(self.slots.len() - 1).unwrap_or(NIL - 1)
             }
         };
         self.index.insert(id, i);
