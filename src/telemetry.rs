@@ -826,7 +826,9 @@ impl Recorder for RequestTelemetry {
         this.record_metrics(&m, cost, kept.is_some());
         this.record_live(&m, cost);
         // Every request, sampled or not; one lock, only with a session.
-        this.inner.rollups.record(&m, cost);
+        this.inner
+            .rollups
+            .record(&m, rollups::RequestCost::of(cost));
         if this.inner.access_log {
             access_log(&m, &this.span.context);
         }

@@ -71,6 +71,28 @@ struct Rollup {
     ttft: TtftHistogram,
 }
 
+/// What pricing said about a request, as its span carries it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RequestCost {
+    /// `tokentap.cost.amount`, in USD.
+    Priced(f64),
+    /// Tokens were used but the model has no price (`tokentap.cost.unpriced`).
+    Unpriced,
+    /// Nothing to price, or no price book.
+    None,
+}
+
+impl RequestCost {
+    /// The cost `record_cost` worked out for the span and the counters.
+    pub(super) fn of(cost: Option<CostRecord>) -> RequestCost {
+        match cost {
+            Some(CostRecord::Priced { usd, .. }) => RequestCost::Priced(usd),
+            Some(CostRecord::Unpriced) => RequestCost::Unpriced,
+            None => RequestCost::None,
+        }
+    }
+}
+
 /// Which order `list` gives sessions in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SortBy {
@@ -141,9 +163,8 @@ impl SessionRollups {
     }
 
     /// Add one finished request to its session's rollup; `cost` is what
-    /// priced its span (`tokentap.cost.amount` or `.unpriced`; `None`
-    /// without a price book). Requests without a session are ignored.
-    pub(super) fn record(&self, m: &Measurement, cost: Option<CostRecord>) {
+    /// its span says it cost. Requests without a session are ignored.
+    pub fn record(&self, m: &Measurement, cost: RequestCost) {
         let Some(id) = &m.request.session else {
             return;
         };
@@ -361,7 +382,7 @@ impl Rollup {
 
     /// The request's figures, read as `span::finish_attributes` writes the
     /// span's `gen_ai.usage.*` (a unit test holds the two together).
-    fn add(&mut self, m: &Measurement, cost: Option<CostRecord>) {
+    fn add(&mut self, m: &Measurement, cost: RequestCost) {
         let add = |sum: &mut u64, v: Option<u64>| *sum = sum.saturating_add(v.unwrap_or(0));
         self.requests += 1;
         add(&mut self.input, m.usage.input);
@@ -370,9 +391,9 @@ impl Rollup {
         add(&mut self.cache_write, m.usage.cache_creation);
         add(&mut self.reasoning, m.reasoning.tokens);
         match cost {
-            Some(CostRecord::Priced { usd, .. }) => self.cost_usd += usd,
-            Some(CostRecord::Unpriced) => self.unpriced += 1,
-            None => {}
+            RequestCost::Priced(usd) => self.cost_usd += usd,
+            RequestCost::Unpriced => self.unpriced += 1,
+            RequestCost::None => {}
         }
         add(&mut self.tool_calls, Some(u64::from(m.tools.client_calls)));
         add(

@@ -25,12 +25,12 @@ fn request(session: &str, base: Instant, end_ms: u64) -> Measurement {
     m
 }
 
-fn priced(usd: f64) -> Option<CostRecord> {
-    Some(CostRecord::Priced {
+fn priced(usd: f64) -> RequestCost {
+    RequestCost::of(Some(CostRecord::Priced {
         usd,
         source: CostSource::Table,
         estimated: false,
-    })
+    }))
 }
 
 fn int(attrs: &[KeyValue], key: &str) -> u64 {
@@ -69,7 +69,7 @@ fn a_rollup_is_the_sum_of_its_spans_usage_and_cost() {
     c.reasoning = Default::default();
     c.time_to_first_token = None;
     c.duration = Duration::from_millis(100);
-    ms.push((c, Some(CostRecord::Unpriced)));
+    ms.push((c, RequestCost::of(Some(CostRecord::Unpriced))));
     ms.push((request("other", base, 30), priced(7.0)));
 
     let mut want = [0u64; 5];
@@ -90,7 +90,7 @@ fn a_rollup_is_the_sum_of_its_spans_usage_and_cost() {
         ]) {
             *sum += int(&attrs, key);
         }
-        if let Some(CostRecord::Priced { usd, .. }) = c {
+        if let RequestCost::Priced(usd) = c {
             cost += usd;
         }
     }
@@ -134,11 +134,11 @@ fn the_table_keeps_at_most_max_sessions_evicting_the_least_recently_seen() {
     let rollups = SessionRollups::new(limits(3, Duration::from_secs(3600)));
     let base = Instant::now();
     for (i, id) in ["a", "b", "c"].into_iter().enumerate() {
-        rollups.record(&request(id, base, i as u64), None);
+        rollups.record(&request(id, base, i as u64), RequestCost::None);
     }
     // `a` is seen again, so `b` is now the least recently seen.
-    rollups.record(&request("a", base, 3), None);
-    rollups.record(&request("d", base, 4), None);
+    rollups.record(&request("a", base, 3), RequestCost::None);
+    rollups.record(&request("d", base, 4), RequestCost::None);
     assert_eq!(rollups.counts(), (3, 1), "three kept, one evicted");
     assert!(rollups.get("b").is_none(), "b was evicted");
     for id in ["a", "c", "d"] {
@@ -146,7 +146,7 @@ fn the_table_keeps_at_most_max_sessions_evicting_the_least_recently_seen() {
     }
     assert_eq!(rollups.get("a").map(|s| s.requests), Some(2));
     for i in 0..100u64 {
-        rollups.record(&request(&format!("x{i}"), base, 10 + i), None);
+        rollups.record(&request(&format!("x{i}"), base, 10 + i), RequestCost::None);
     }
     assert_eq!(rollups.counts().0, 3, "never more than max_sessions");
     let kept: Vec<String> = rollups
@@ -181,7 +181,7 @@ fn idle_sessions_are_forgotten() {
     );
     // Reading expires against the clock: a short timeout forgets everything.
     let short = SessionRollups::new(limits(10, Duration::from_millis(1)));
-    short.record(&request("s", base, 0), None);
+    short.record(&request("s", base, 0), RequestCost::None);
     std::thread::sleep(Duration::from_millis(20));
     assert!(short.list(SortBy::LastSeen, 10).is_empty());
     assert!(short.get("s").is_none());
