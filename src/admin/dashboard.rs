@@ -1,8 +1,9 @@
 //! The live dashboard: `GET /` gives one self-contained HTML page embedded in
 //! the binary (no CDN, no external fonts: it works offline); `GET /api/live`
 //! gives the latest live-statistics `Snapshot` as JSON, which the page polls
-//! every second, with the WebSocket sessions relayed now added. See
-//! docs/METRICS.md for the JSON.
+//! every second, with the WebSocket sessions relayed now added;
+//! `GET /api/sessions` gives the agent sessions' rollups, which the page's
+//! sessions view reads. See docs/METRICS.md for the JSON.
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
@@ -122,9 +123,11 @@ pub(super) fn sessions(state: &AdminState, query: Option<&str>) -> Response<Full
             }
         },
         None => {
+            // Listing expires idle sessions first; count after it.
+            let sessions = rollups.list(order, limit);
             let (kept, evicted) = rollups.counts();
             serde_json::to_vec(&SessionsJson {
-                sessions: rollups.list(order, limit),
+                sessions,
                 kept,
                 max_sessions: rollups.max_sessions(),
                 evicted,
