@@ -77,6 +77,7 @@ fn measurement(session: Arc<str>, base: Instant, i: u64) -> Measurement {
         request_overhead: None,
         modalities: Default::default(),
         tools: Default::default(),
+        counted: None,
     }
 }
 
