@@ -296,7 +296,7 @@ pub async fn handle<B>(state: Arc<AdminState>, req: Request<B>) -> Response<Full
     let path = req.uri().path();
     let known = matches!(
         path,
-        "/metrics" | "/healthz" | "/readyz" | "/config" | "/" | "/api/live"
+        "/metrics" | "/healthz" | "/readyz" | "/config" | "/" | "/api/live" | "/api/sessions"
     );
     if !matches!(*req.method(), Method::GET | Method::HEAD) {
         return if known {
@@ -321,6 +321,7 @@ pub async fn handle<B>(state: Arc<AdminState>, req: Request<B>) -> Response<Full
         ),
         "/" => dashboard::page(),
         "/api/live" => dashboard::live(&state),
+        "/api/sessions" => dashboard::sessions(&state, req.uri().query()),
         _ => not_found(path),
     }
 }

@@ -63,6 +63,8 @@ pub struct Config {
     pub websocket: WebsocketConfig,
     /// Tenant attribution settings (`[tenant]`).
     pub tenant: TenantConfig,
+    /// Agent session ids and their rollups (`[sessions]`).
+    pub sessions: SessionsConfig,
     /// Export and telemetry settings (`[telemetry]`).
     pub telemetry: TelemetryConfig,
     /// Price overrides for every route (`[[prices]]`), first match wins.
@@ -464,6 +466,115 @@ impl Default for TenantConfig {
     }
 }
 
+/// Where a request's agent session id comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionSource {
+    /// The configured header (`sessions.header`).
+    Header,
+    /// The configured JSON body field (`sessions.body_field`).
+    Body,
+    /// The headers coding agents send: `x-claude-code-session-id`,
+    /// `session_id`, `conversation_id`, `x-session-affinity`,
+    /// `x-litellm-session-id`, in that order.
+    Agents,
+}
+
+/// A JSON body field named by its path of object keys
+/// (`metadata.session_id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BodyField(Vec<String>);
+
+impl BodyField {
+    /// The field `dotted` names: object keys separated by `.`, none empty.
+    pub fn parse(dotted: &str) -> Result<BodyField, String> {
+        let keys: Vec<String> = dotted.split('.').map(str::to_owned).collect();
+        if dotted.is_empty() || keys.iter().any(|k| k.trim().is_empty() || k.trim() != k) {
+            return Err(format!(
+                "`{dotted}` is not a dotted path of JSON object keys, like `metadata.session_id`"
+            ));
+        }
+        Ok(BodyField(keys))
+    }
+
+    /// The object keys, outermost first.
+    pub fn keys(&self) -> &[String] {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for BodyField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.join("."))
+    }
+}
+
+/// `[sessions]`: which request belongs to which agent session
+/// (`gen_ai.conversation.id` on spans, never a metric label) and the
+/// bounded per-session rollups `/api/sessions` serves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionsConfig {
+    /// Sources tried in order; the first that yields a valid id wins
+    /// (empty = no sessions).
+    #[serde(with = "units::session_sources")]
+    pub sources: Vec<SessionSource>,
+    /// Header for `SessionSource::Header`, lowercase.
+    #[serde(with = "units::header")]
+    pub header: http::HeaderName,
+    /// JSON body field for `SessionSource::Body` (a string value).
+    #[serde(with = "units::body_field")]
+    pub body_field: BodyField,
+    /// Longest id kept as is (bytes, 16 to 1024); longer ones are
+    /// shortened deterministically (docs/CONFIG.md).
+    #[serde(deserialize_with = "units::session_id_length")]
+    pub max_id_length: usize,
+    /// Sessions whose rollups are kept (1 to 10,000,000); the least
+    /// recently seen goes first (restart-only).
+    #[serde(deserialize_with = "units::session_count")]
+    pub max_sessions: usize,
+    /// A session not seen for this long is forgotten (restart-only).
+    #[serde(with = "units::positive")]
+    pub idle_timeout: Duration,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        SessionsConfig {
+            sources: vec![SessionSource::Agents],
+            header: http::HeaderName::from_static("x-session-id"),
+            body_field: BodyField(vec!["metadata".into(), "session_id".into()]),
+            max_id_length: 128,
+            max_sessions: 10_000,
+            idle_timeout: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+impl SessionsConfig {
+    /// The rollup bounds, which telemetry reads once at start-up.
+    pub fn limits(&self) -> SessionLimits {
+        SessionLimits {
+            max_sessions: self.max_sessions,
+            idle_timeout: self.idle_timeout,
+        }
+    }
+}
+
+/// The bounds of the per-session rollups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// Sessions kept; the least recently seen goes first.
+    pub max_sessions: usize,
+    /// A session not seen for this long is forgotten.
+    pub idle_timeout: Duration,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionsConfig::default().limits()
+    }
+}
+
 /// OTLP transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum OtlpProtocol {
@@ -600,6 +711,9 @@ pub struct TelemetryConfig {
     /// Slowdown detection (`[[slo]]`) and its webhook (`[alerts]`).
     #[serde(skip)]
     pub slo: SloSettings,
+    /// Session rollup bounds (`[sessions]` `max_sessions`, `idle_timeout`).
+    #[serde(skip)]
+    pub sessions: SessionLimits,
 }
 
 impl Default for TelemetryConfig {
@@ -628,6 +742,7 @@ impl Default for TelemetryConfig {
             sampling: SamplingConfig::default(),
             live: LiveConfig::default(),
             slo: SloSettings::default(),
+            sessions: SessionLimits::default(),
         }
     }
 }

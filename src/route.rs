@@ -7,7 +7,7 @@ use http::uri::{PathAndQuery, Scheme};
 use http::{HeaderMap, Uri};
 use sha2::{Digest, Sha256};
 
-use crate::config::{RouteConfig, TenantConfig, TenantSource};
+use crate::config::{RouteConfig, SessionSource, SessionsConfig, TenantConfig, TenantSource};
 use crate::providers::ProviderKind;
 
 /// A configured route, prepared for matching.
@@ -173,6 +173,72 @@ fn api_key(headers: &HeaderMap) -> Option<&[u8]> {
     })
 }
 
+/// The headers coding agents send their session id in, in the order
+/// `SessionSource::Agents` tries them: Claude Code, Codex (two), OpenCode,
+/// LiteLLM.
+pub const AGENT_SESSION_HEADERS: [&str; 5] = [
+    "x-claude-code-session-id",
+    "session_id",
+    "conversation_id",
+    "x-session-affinity",
+    "x-litellm-session-id",
+];
+
+/// Resolve the agent session id from the configured sources, in order:
+/// the first that yields a valid id (see [`session_id`]) wins.
+/// `body_session` is the sniffed `sessions.body_field` of the request body.
+pub fn resolve_session(
+    cfg: &SessionsConfig,
+    headers: &HeaderMap,
+    body_session: Option<&str>,
+) -> Option<Arc<str>> {
+    let max = cfg.max_id_length;
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| session_id(v.as_bytes(), max))
+    };
+    cfg.sources.iter().find_map(|source| match source {
+        SessionSource::Header => header(cfg.header.as_str()),
+        SessionSource::Body => body_session.and_then(|v| session_id(v.as_bytes(), max)),
+        SessionSource::Agents => AGENT_SESSION_HEADERS.iter().find_map(|h| header(h)),
+    })
+}
+
+/// A session id as kept: surrounding whitespace trimmed; `None` when empty
+/// or when any byte is not printable ASCII (space to `~`), so nothing a
+/// terminal or log reader would interpret gets through. An id longer than
+/// `max` bytes becomes its first `max − 17` bytes, `~` and the first 16
+/// hex digits of its SHA-256: deterministic (the same id gives the same
+/// value on every replica) and still distinct from other long ids that
+/// share the prefix.
+pub fn session_id(raw: &[u8], max: usize) -> Option<Arc<str>> {
+    let id = raw.trim_ascii();
+    if id.is_empty() || !id.iter().all(|b| (b' '..=b'~').contains(b)) {
+        return None;
+    }
+    // Printable ASCII is UTF-8.
+    let text = std::str::from_utf8(id).ok()?;
+    if text.len() <= max {
+        return Some(Arc::from(text));
+    }
+    let keep = max.saturating_sub(17);
+    let digest = Sha256::digest(id);
+    let mut out = String::with_capacity(max);
+    out.push_str(&text[..keep]);
+    out.push('~');
+    push_hex(&mut out, &digest[..8]);
+    Some(Arc::from(out))
+}
+
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+}
+
 /// `key-` + the first 12 hex digits of SHA-256(salt ‖ key): stable across
 /// replicas, useless for recovering the key.
 fn key_hash(salt: &str, key: &[u8]) -> String {
@@ -263,6 +329,71 @@ mod tests {
         assert_eq!(
             r.upstream_uri(&uri).expect("uri").to_string(),
             "https://api.openai.com/"
+        );
+    }
+
+    #[test]
+    fn session_sources_in_order_and_every_agent_header() {
+        let mut cfg = SessionsConfig::default();
+        for name in AGENT_SESSION_HEADERS {
+            let mut h = HeaderMap::new();
+            h.insert(name, " s-1 ".parse().expect("hv"));
+            assert_eq!(
+                resolve_session(&cfg, &h, None).as_deref(),
+                Some("s-1"),
+                "default sources read {name}"
+            );
+        }
+        let mut h = HeaderMap::new();
+        h.insert("conversation_id", "codex-b".parse().expect("hv"));
+        h.insert("x-claude-code-session-id", "claude-a".parse().expect("hv"));
+        h.insert("x-session-id", "custom".parse().expect("hv"));
+        assert_eq!(
+            resolve_session(&cfg, &h, Some("from-body")).as_deref(),
+            Some("claude-a"),
+            "agents only by default, Claude Code's header first"
+        );
+        cfg.sources = vec![SessionSource::Body, SessionSource::Header];
+        assert_eq!(
+            resolve_session(&cfg, &h, Some("from-body")).as_deref(),
+            Some("from-body")
+        );
+        assert_eq!(
+            resolve_session(&cfg, &h, Some("bad\u{7f}")).as_deref(),
+            Some("custom"),
+            "an invalid id falls through to the next source"
+        );
+        cfg.sources.clear();
+        assert_eq!(
+            resolve_session(&cfg, &h, Some("b")),
+            None,
+            "no sources, no session"
+        );
+    }
+
+    #[test]
+    fn session_ids_are_printable_and_bounded_deterministically() {
+        assert_eq!(session_id(b"  abc  ", 128).as_deref(), Some("abc"));
+        assert_eq!(session_id(b"   ", 128), None);
+        for bad in [&b"a\tb"[..], b"a\x1bb", "caf\u{e9}".as_bytes(), b"a\x00"] {
+            assert_eq!(session_id(bad, 128), None, "{bad:?} is refused");
+        }
+        let exact = "x".repeat(32);
+        assert_eq!(session_id(exact.as_bytes(), 32).as_deref(), Some(&*exact));
+        let long_a = format!("{}a", "p".repeat(40));
+        let long_b = format!("{}b", "p".repeat(40));
+        let a = session_id(long_a.as_bytes(), 32).expect("shortened");
+        let b = session_id(long_b.as_bytes(), 32).expect("shortened");
+        assert_eq!(a.len(), 32, "{a}");
+        assert!(
+            a.starts_with(&"p".repeat(15)) && a.as_bytes()[15] == b'~',
+            "{a}"
+        );
+        assert_ne!(a, b, "ids sharing a prefix stay apart");
+        assert_eq!(
+            session_id(long_a.as_bytes(), 32),
+            Some(a),
+            "the same id is shortened the same way"
         );
     }
 

@@ -39,6 +39,9 @@ pub struct Sniffed {
     /// OpenAI Responses `background`, when given: the response goes on
     /// (and is billed) after the client leaves.
     pub background: Option<bool>,
+    /// The string at the session body field (`sessions.body_field`), when
+    /// one was asked for and the body has it.
+    pub session: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -230,6 +233,156 @@ fn by_scan(body: &[u8]) -> Option<Sniffed> {
     Some(out)
 }
 
+/// [`parse`], plus the string at `session_field` (object keys, outermost
+/// first) when one is given.
+pub fn parse_with(body: &[u8], session_field: Option<&[String]>) -> Sniffed {
+    let mut sniffed = parse(body);
+    if let Some(keys) = session_field
+        && sniffed.body == RequestBody::Sniffed
+    {
+        sniffed.session = field(body, keys);
+    }
+    sniffed
+}
+
+/// The string at `keys` (a path of object keys) in a JSON object body;
+/// `None` when the path is missing or leads to anything but a string. Read
+/// by the validating scan, or by serde where the scan is not sure (an
+/// escaped key or string, a repeated key: serde's last one wins).
+pub fn field(body: &[u8], keys: &[String]) -> Option<String> {
+    let scanned = Scan::new(body).and_then(|mut s| {
+        let found = field_by_scan(&mut s, keys, 0)?;
+        s.end().map(|()| found)
+    });
+    match scanned {
+        Some(found) => found.map(str::to_owned),
+        None => {
+            let mut de = serde_json::Deserializer::from_slice(body);
+            serde::de::DeserializeSeed::deserialize(At(keys), &mut de).ok()?
+        }
+    }
+}
+
+/// The scan's answer for the value at the cursor: `None` to give up,
+/// `Some(None)` for no string there. One pass: members off the path are
+/// skipped (and checked) where they stand.
+fn field_by_scan<'a>(s: &mut Scan<'a>, keys: &[String], depth: u32) -> Option<Option<&'a str>> {
+    let Some((first, rest)) = keys.split_first() else {
+        return match s.raw(depth)? {
+            // A string without escapes: its content; one with escapes is serde's.
+            Some(r) if r.starts_with('"') => {
+                let inner = &r[1..r.len() - 1];
+                (!inner.contains('\\')).then_some(Some(inner))
+            }
+            _ => Some(None),
+        };
+    };
+    if s.null()? {
+        return Some(None);
+    }
+    // Anything but an object or null on the path gives up: serde says none.
+    let (mut seen, mut found) = (Seen::default(), None);
+    s.object(depth, |s, key| {
+        if key == first {
+            seen.first(0)?;
+            found = field_by_scan(s, rest, depth + 1)?;
+            Some(())
+        } else {
+            s.skip(depth + 1)
+        }
+    })?;
+    Some(found)
+}
+
+/// Serde's walk to the wanted string: other members are skipped unread.
+struct At<'k>(&'k [String]);
+
+impl<'de> serde::de::DeserializeSeed<'de> for At<'_> {
+    type Value = Option<String>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for At<'_> {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Option<String>, E> {
+        Ok(self.0.is_empty().then(|| v.to_owned()))
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> Result<Option<String>, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> Result<Option<String>, A::Error> {
+        let mut out = None;
+        while let Some(wanted) = map.next_key_seed(KeyIs(self.0.first()))? {
+            if wanted {
+                out = map.next_value_seed(At(&self.0[1..]))?;
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Whether a map key is the wanted one, compared without a copy.
+struct KeyIs<'k>(Option<&'k String>);
+
+impl<'de> serde::de::DeserializeSeed<'de> for KeyIs<'_> {
+    type Value = bool;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl serde::de::Visitor<'_> for KeyIs<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<bool, E> {
+        Ok(self.0.is_some_and(|k| k == v))
+    }
+}
+
 /// The body forwarded upstream: the bytes already read, then whatever the
 /// client has not sent yet.
 #[derive(Debug)]
@@ -324,8 +477,22 @@ where
 /// off while being read (nothing is forwarded then).
 pub async fn sniff<B>(
     headers: &HeaderMap,
+    body: B,
+    limit: usize,
+) -> Result<(Sniffed, Replay<B>), B::Error>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    sniff_with(headers, body, limit, None).await
+}
+
+/// [`sniff`], also reading the string at `session_field` (object keys,
+/// outermost first) when one is given.
+pub async fn sniff_with<B>(
+    headers: &HeaderMap,
     mut body: B,
     limit: usize,
+    session_field: Option<&[String]>,
 ) -> Result<(Sniffed, Replay<B>), B::Error>
 where
     B: Body<Data = Bytes> + Unpin,
@@ -368,11 +535,11 @@ where
             body: RequestBody::Empty,
             ..Sniffed::default()
         },
-        1 => parse(&read[0]),
+        1 => parse_with(&read[0], session_field),
         _ => {
             let mut whole = Vec::with_capacity(total);
             read.iter().for_each(|b| whole.extend_from_slice(b));
-            parse(&whole)
+            parse_with(&whole, session_field)
         }
     };
     Ok((sniffed, Replay { read, rest: None }))
@@ -415,6 +582,49 @@ mod tests {
         assert_eq!((s.background, s.stream), (Some(true), Some(true)));
         assert_eq!(by_serde(br#"{"background":false}"#).background, Some(false));
         assert_eq!(parse(br#"{"model":"o3"}"#).background, None);
+    }
+
+    #[test]
+    fn the_session_field_is_read_by_scan_or_serde_alike() {
+        let keys = |d: &str| d.split('.').map(str::to_owned).collect::<Vec<_>>();
+        let path = keys("metadata.session_id");
+        for (body, want) in [
+            (
+                r#"{"metadata":{"user_id":"u","session_id":"s-1"},"model":"m"}"#,
+                Some("s-1"),
+            ),
+            (
+                r#"{"model":"m","messages":[{"metadata":{"session_id":"no"}}]}"#,
+                None,
+            ),
+            (r#"{"metadata":{"session_id":5}}"#, None),
+            (r#"{"metadata":null}"#, None),
+            (r#"{"metadata":"s"}"#, None),
+            (r#"{"metadata":{"session_id":{"x":"y"}}}"#, None),
+            // Left to serde by the scan: escapes, a repeated key.
+            (r#"{"metadata":{"session_id":"a\/b"}}"#, Some("a/b")),
+            (r#"{"meta\u0064ata":{"session_id":"esc"}}"#, Some("esc")),
+            (
+                r#"{"metadata":{"session_id":"one","session_id":"two"}}"#,
+                Some("two"),
+            ),
+            ("{\"metadata\":{\"session_id\":\"s\"}", None),
+        ] {
+            assert_eq!(field(body.as_bytes(), &path).as_deref(), want, "{body}");
+        }
+        assert_eq!(
+            field(br#"{"sid":"top"}"#, &keys("sid")).as_deref(),
+            Some("top")
+        );
+        let sniffed = parse_with(
+            br#"{"model":"m","metadata":{"session_id":"s-9"}}"#,
+            Some(&path),
+        );
+        assert_eq!(
+            (sniffed.model.as_deref(), sniffed.session.as_deref()),
+            (Some("m"), Some("s-9"))
+        );
+        assert_eq!(parse(br#"{"metadata":{"session_id":"s"}}"#).session, None);
     }
 
     #[test]

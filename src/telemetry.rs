@@ -22,6 +22,7 @@ mod otlp_http;
 mod otlp_wire;
 pub mod prometheus;
 mod push;
+pub mod rollups;
 mod sampling;
 mod session;
 pub mod slo;
@@ -115,6 +116,8 @@ struct Inner {
     prompt_size_class: bool,
     /// Prices for finished requests; swapped on reload, `None` = no pricing.
     prices: ArcSwapOption<PriceBook>,
+    /// Per-session totals (`/api/sessions`), every request with a session.
+    rollups: rollups::SessionRollups,
 }
 
 /// Telemetry could not start (bad exporter settings).
@@ -293,6 +296,7 @@ impl Telemetry {
             in_flight: Arc::default(),
             prompt_size_class: cfg.prompt_size_class,
             prices: ArcSwapOption::empty(),
+            rollups: rollups::SessionRollups::new(cfg.sessions),
         };
         let telemetry = Telemetry {
             inner: Arc::new(inner),
@@ -610,6 +614,11 @@ impl Telemetry {
         &self.inner.live
     }
 
+    /// Per-session rollups (`/api/sessions`, the dashboard).
+    pub fn sessions(&self) -> &rollups::SessionRollups {
+        &self.inner.rollups
+    }
+
     /// Telemetry dropped so far (also exported as `tokentap.telemetry.dropped`).
     pub fn dropped(&self) -> Dropped {
         Dropped {
@@ -828,6 +837,10 @@ impl Recorder for RequestTelemetry {
         let (cost, tier, span_cost) = this.record_cost(&m, kept.is_some());
         this.record_metrics(&m, cost, kept.is_some());
         this.record_live(&m, cost);
+        // Every request, sampled or not; one lock, only with a session.
+        this.inner
+            .rollups
+            .record(&m, rollups::RequestCost::of(cost));
         if this.inner.access_log {
             access_log(&m, &this.span.context);
         }

@@ -296,6 +296,58 @@ async fn in_process_100k_models_and_tenants_stay_capped() {
     );
 }
 
+/// Session ids are unbounded: 5,000 distinct ones through the real
+/// `begin` / `finish` path keep `sessions.max_sessions` rollups (the most
+/// recent), and none becomes a metric label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distinct_session_ids_stay_in_bounded_rollups_and_out_of_metrics() {
+    use tokentap::telemetry::rollups::SortBy;
+    let _serial = SERIAL.lock().await;
+    let text = config_toml("http://127.0.0.1:9")
+        .set("sessions", "max_sessions", "100")
+        .render();
+    let config = tokentap::config::from_toml(&text).unwrap();
+    let t = Telemetry::init_with_prometheus(&config.telemetry).unwrap();
+    let headers = HeaderMap::new();
+    let started = Instant::now();
+    for i in 0..5_000 {
+        let mut f = facts(0, 0);
+        f.session = Some(Arc::from(format!("abuse-session-{i}")));
+        let rec = Box::new(t.begin(&f, &headers));
+        rec.finish(measurement(f));
+    }
+    eprintln!(
+        "5,000 requests with new session ids in {:?}",
+        started.elapsed()
+    );
+    let rollups = t.sessions();
+    assert_eq!(
+        rollups.counts(),
+        (100, 4_900),
+        "100 sessions kept, the other 4,900 evicted"
+    );
+    let listed = rollups.list(SortBy::LastSeen, 1_000);
+    assert_eq!(listed.len(), 100, "the list is bounded too");
+    assert_eq!(listed[0].id, "abuse-session-4999", "the newest first");
+    assert!(
+        listed
+            .iter()
+            .all(|s| s.requests == 1 && s.input_tokens == 12),
+        "each kept session has its one request"
+    );
+    let scrape = t.scrape(Format::Text).unwrap();
+    assert!(
+        !scrape.contains("abuse-session"),
+        "a session id reached /metrics"
+    );
+    let requests: f64 = Scrape::parse(&scrape)
+        .named("tokentap_requests_total")
+        .map(|x| x.value)
+        .sum();
+    assert_eq!(requests, 5_000.0, "metrics still count every request");
+    t.shutdown();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn model_tenant_cross_product_stops_at_the_series_limit() {
     const LIMIT: usize = 500;

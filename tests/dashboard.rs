@@ -1,9 +1,11 @@
 //! The live dashboard end to end: a scripted upstream and the proxy with an
 //! admin listener on 127.0.0.1:0; streamed requests for two models go
-//! through the proxy; `/api/live` shows them; then the page is opened in a
+//! through the proxy, in two agent sessions; `/api/live` and
+//! `/api/sessions` show them; then the page is opened in a
 //! real headless chromium (`tests/browser/dashboard.test.mjs`, installed by
 //! `scripts/setup-browser-test.sh`), which must show both models and save a
-//! screenshot to `target/dashboard.png`. Missing node, chromium or
+//! screenshot to `target/dashboard.png`; the sessions view must list
+//! both sessions, the costlier first. Missing node, chromium or
 //! playwright-core fail the test with the install command; nothing is skipped.
 #![allow(
     clippy::disallowed_methods,
@@ -30,6 +32,9 @@ const CHAT: &str = "/v1/chat/completions";
 const FAST: &str = "gpt-4o-mini";
 const SLOW: &str = "gpt-4.1";
 const SETUP: &str = "scripts/setup-browser-test.sh";
+/// Agent sessions (Claude Code's header): four requests, then two.
+const SESSION_BIG: &str = "claude-session-big";
+const SESSION_SMALL: &str = "claude-session-small";
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -113,12 +118,15 @@ async fn dashboard_shows_requests_in_a_real_browser() {
     let sent = [FAST, SLOW, FAST, SLOW, FAST, SLOW];
     for (i, model) in sent.iter().enumerate() {
         let tenant = if i % 2 == 0 { "team-a" } else { "team-b" };
+        // Two agent sessions: four requests in one, two in the other.
+        let session = if i < 4 { SESSION_BIG } else { SESSION_SMALL };
         let req = Req::post_json(
             running.addr,
             CHAT,
             script::openai_request(model, true, None),
         )
-        .header("x-tenant-id", tenant);
+        .header("x-tenant-id", tenant)
+        .header("x-claude-code-session-id", session);
         let res = client::fetch(&http, &req).await;
         assert_eq!(res.status, 200, "{model} through the proxy: {}", res.text());
         assert!(res.text().contains("[DONE]"), "{model}: stream finished");
@@ -168,9 +176,37 @@ async fn dashboard_shows_requests_in_a_real_browser() {
         ttft(FAST)
     );
 
+    let sessions = get_json(admin, "/api/sessions?sort=cost").await;
+    let listed: Vec<(&str, u64)> = sessions["sessions"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| {
+                    (
+                        s["id"].as_str().unwrap_or(""),
+                        s["requests"].as_u64().unwrap_or(0),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        listed,
+        [(SESSION_BIG, 4), (SESSION_SMALL, 2)],
+        "both sessions, the costlier first: {sessions}"
+    );
+
     let screenshot = root().join("target/dashboard.png");
     let _ = std::fs::remove_file(&screenshot);
-    run_browser(&format!("http://{admin}/"), &chromium, &screenshot).await;
+    run_browser_with(
+        &format!("http://{admin}/"),
+        &chromium,
+        &screenshot,
+        &[FAST, SLOW],
+        &[],
+        &[SESSION_BIG, SESSION_SMALL],
+    )
+    .await;
     let png = std::fs::read(&screenshot)
         .unwrap_or_else(|e| panic!("no screenshot at {}: {e}", screenshot.display()));
     assert!(png.starts_with(b"\x89PNG"), "screenshot is a PNG");
@@ -179,16 +215,13 @@ async fn dashboard_shows_requests_in_a_real_browser() {
     running.shutdown().await;
 }
 
-async fn run_browser(url: &str, chromium: &Path, screenshot: &Path) {
-    run_browser_with(url, chromium, screenshot, &[FAST, SLOW], &[]).await;
-}
-
 async fn run_browser_with(
     url: &str,
     chromium: &Path,
     screenshot: &Path,
     models: &[&str],
     reasoners: &[&str],
+    sessions: &[&str],
 ) {
     let script = root().join("tests/browser/dashboard.test.mjs");
     let child = tokio::process::Command::new("node")
@@ -197,6 +230,7 @@ async fn run_browser_with(
         .env("TOKENTAP_DASHBOARD_URL", url)
         .env("TOKENTAP_EXPECT_MODELS", models.join(","))
         .env("TOKENTAP_EXPECT_REASONING", reasoners.join(","))
+        .env("TOKENTAP_EXPECT_SESSIONS", sessions.join(","))
         .env("TOKENTAP_SCREENSHOT", screenshot)
         .env("CHROMIUM", chromium)
         .stdin(Stdio::null())
@@ -335,6 +369,7 @@ async fn dashboard_shows_visible_ttft_for_reasoning_models() {
         &screenshot,
         &[REASONER, FAST],
         &[REASONER],
+        &[],
     )
     .await;
     assert!(

@@ -470,6 +470,41 @@ async fn a_realtime_response_is_measured_inside_its_session_span() {
     }
 }
 
+/// The session id from the handshake (here Claude Code's header) is on the
+/// session span and on each response span inside it.
+#[tokio::test]
+async fn a_websocket_session_and_its_responses_carry_the_session_id() {
+    use support::otlp::Collector;
+    let col = Collector::start().await;
+    let upstream = replay_upstream("openai_text.jsonl", Duration::from_millis(20)).await;
+    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
+    let (ws, _) = connect(
+        &proxy,
+        "/v1/realtime?model=gpt-realtime",
+        &[("x-claude-code-session-id", "ws-session-42")],
+    )
+    .await
+    .unwrap();
+    play_transcript(ws, "openai_text.jsonl").await;
+    let session = col
+        .wait_span(STEP_TIMEOUT, "session", |s| s.name.starts_with("websocket"))
+        .await;
+    let response = col
+        .wait_span(STEP_TIMEOUT, "response", |s| {
+            s.parent_span_id == session.span_id && s.name.starts_with("chat")
+        })
+        .await;
+    for span in [&session, &response] {
+        assert_eq!(
+            span.attr("gen_ai.conversation.id").as_str(),
+            Some("ws-session-42"),
+            "{} carries the session id",
+            span.name
+        );
+    }
+    proxy.shutdown().await;
+}
+
 /// Play the client side of a recorded transcript against `proxy`: send
 /// each `client` line, read each `server` line and check it arrived
 /// unchanged; then close.

@@ -1,8 +1,9 @@
 //! The live dashboard: `GET /` gives one self-contained HTML page embedded in
 //! the binary (no CDN, no external fonts: it works offline); `GET /api/live`
 //! gives the latest live-statistics `Snapshot` as JSON, which the page polls
-//! every second, with the WebSocket sessions relayed now added. See
-//! docs/METRICS.md for the JSON.
+//! every second, with the WebSocket sessions relayed now added;
+//! `GET /api/sessions` gives the agent sessions' rollups, which the page's
+//! sessions view reads. See docs/METRICS.md for the JSON.
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
@@ -12,6 +13,7 @@ use serde::Serialize;
 use super::{AdminState, respond};
 use crate::error::error_response;
 use crate::telemetry::live::Snapshot;
+use crate::telemetry::rollups::{SessionView, SortBy};
 
 const PAGE: &str = include_str!("dashboard.html");
 const HTML: &str = "text/html; charset=utf-8";
@@ -61,9 +63,120 @@ pub(super) fn live(state: &AdminState) -> Response<Full<Bytes>> {
     }
 }
 
+/// Sessions `/api/sessions` lists when no `limit` is given.
+const DEFAULT_SESSION_LIMIT: usize = 100;
+
+/// `/api/sessions`' list.
+#[derive(Serialize)]
+struct SessionsJson {
+    sessions: Vec<SessionView>,
+    /// Sessions kept now (before `limit`).
+    kept: usize,
+    /// `sessions.max_sessions`.
+    max_sessions: usize,
+    /// Sessions evicted to make room since start-up.
+    evicted: u64,
+}
+
+/// `GET /api/sessions[?id=…|?sort=last_seen|cost|wait&limit=N]`: the
+/// per-session rollups as JSON (docs/METRICS.md), or one session by id.
+pub(super) fn sessions(state: &AdminState, query: Option<&str>) -> Response<Full<Bytes>> {
+    let rollups = state.telemetry.sessions();
+    let (mut id, mut order, mut limit) = (None, SortBy::LastSeen, DEFAULT_SESSION_LIMIT);
+    for (key, value) in query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter_map(|kv| kv.split_once('='))
+    {
+        let bad = |what: &str| {
+            error_response(
+                StatusCode::BAD_REQUEST,
+                &format!("`{key}` must be {what}"),
+                "bad_request",
+            )
+        };
+        match key {
+            "id" => id = Some(percent_decode(value)),
+            "sort" => match SortBy::parse(value) {
+                Some(o) => order = o,
+                None => return bad("`last_seen`, `cost` or `wait`"),
+            },
+            "limit" => match value.parse() {
+                Ok(n) => limit = n,
+                Err(_) => return bad("a count"),
+            },
+            _ => {}
+        }
+    }
+    let body = match id {
+        Some(id) => match rollups.get(&id) {
+            Some(one) => serde_json::to_vec(&one),
+            None => {
+                let shown: String = id.chars().take(200).collect();
+                return error_response(
+                    StatusCode::NOT_FOUND,
+                    &format!(
+                        "no session {shown:?} (unknown, idle past sessions.idle_timeout, or evicted)"
+                    ),
+                    "unknown_session",
+                );
+            }
+        },
+        None => {
+            // Listing expires idle sessions first; count after it.
+            let sessions = rollups.list(order, limit);
+            let (kept, evicted) = rollups.counts();
+            serde_json::to_vec(&SessionsJson {
+                sessions,
+                kept,
+                max_sessions: rollups.max_sessions(),
+                evicted,
+            })
+        }
+    };
+    match body {
+        Ok(body) => respond(StatusCode::OK, JSON, body),
+        Err(e) => error_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("cannot render the sessions: {e}"),
+            "sessions_unavailable",
+        ),
+    }
+}
+
+/// A query value with `%XX` escapes and `+` decoded (bytes that do not
+/// form UTF-8 are replaced, so such an id matches nothing).
+fn percent_decode(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        let b = bytes[i];
+        if b == b'%'
+            && let (Some(h), Some(l)) = (
+                bytes.get(i + 1).and_then(|&b| hex(b)),
+                bytes.get(i + 2).and_then(|&b| hex(b)),
+            )
+        {
+            out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+            i += 3;
+            continue;
+        }
+        out.push(if b == b'+' { b' ' } else { b });
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn query_values_are_percent_decoded() {
+        assert_eq!(percent_decode("a%20b+c%2Fd%zz%4"), "a b c/d%zz%4");
+    }
 
     #[test]
     fn page_is_self_contained() {

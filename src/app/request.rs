@@ -16,7 +16,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 
 use super::State;
-use crate::config::{Http2Mode, OnClientDisconnect};
+use crate::config::{Http2Mode, OnClientDisconnect, SessionSource};
 use crate::error::{BoxError, ProxyError, Side};
 use crate::meter::body::{Meter, MeteredBody};
 use crate::meter::drain::DrainLimits;
@@ -351,8 +351,13 @@ async fn read_request(
         admitted,
         arrival,
     };
-    let Ok((sniffed, body)) = sniff::sniff(headers, body, state.config.sniff.max_body_bytes).await
-    else {
+    let sessions = &state.config.sessions;
+    let session_field = sessions
+        .sources
+        .contains(&SessionSource::Body)
+        .then(|| sessions.body_field.keys());
+    let limit = state.config.sniff.max_body_bytes;
+    let Ok((sniffed, body)) = sniff::sniff_with(headers, body, limit, session_field).await else {
         let error = ProxyError::client(
             StatusCode::BAD_REQUEST,
             "client_body_error",
@@ -376,6 +381,7 @@ async fn read_request(
         stream: providers::request_streams(admitted.operation, sniffed.stream),
         request_model,
         tenant,
+        session: route::resolve_session(sessions, headers, sniffed.session.as_deref()),
         request_body: sniffed.body,
         service_tier: sniffed.service_tier,
         ..admitted.facts(arrival)
@@ -639,7 +645,7 @@ async fn websocket_session(
         request_model: websocket::model_from_path(&path_and_query),
         stream: true,
         tenant: route::resolve_tenant(&state.config.tenant, req.headers(), None),
-        session: None,
+        session: route::resolve_session(&state.config.sessions, req.headers(), None),
         server_address: route.server_address.clone(),
         server_port: route.server_port,
         request_body: RequestBody::Empty,

@@ -12,8 +12,8 @@ use super::units::{self, REDACTED};
 use super::{AdminConfig, TlsConfig};
 use super::{
     AlertFormat, Config, DisconnectMode, Http2Mode, LiveConfig, MeterConfig, OnClientDisconnect,
-    ServerConfig, SloConfig, SniffConfig, TelemetryConfig, TenantConfig, TenantSource,
-    UpstreamConfig, WebsocketConfig,
+    ServerConfig, SessionSource, SessionsConfig, SloConfig, SniffConfig, TelemetryConfig,
+    TenantConfig, TenantSource, UpstreamConfig, WebsocketConfig,
 };
 use crate::pricing::PriceOverride;
 use crate::providers::ProviderKind;
@@ -49,6 +49,8 @@ pub(super) struct RawConfig {
     pub websocket: WebsocketConfig,
     /// Tenant resolution.
     pub tenant: TenantConfig,
+    /// Agent sessions.
+    pub sessions: SessionsConfig,
     /// Telemetry export and cardinality.
     pub telemetry: TelemetryConfig,
     /// Live statistics (dashboard, slowdown detection).
@@ -175,6 +177,7 @@ impl Default for RawConfig {
             meter: MeterConfig::default(),
             websocket: WebsocketConfig::default(),
             tenant: TenantConfig::default(),
+            sessions: SessionsConfig::default(),
             telemetry: TelemetryConfig::default(),
             live: LiveConfig::default(),
             slo: Vec::new(),
@@ -193,6 +196,17 @@ impl TenantSource {
             TenantSource::Body => "body",
             TenantSource::ApiKey => "api_key",
             TenantSource::ClientCert => "client_cert",
+        }
+    }
+}
+
+impl SessionSource {
+    /// The name used in config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionSource::Header => "header",
+            SessionSource::Body => "body",
+            SessionSource::Agents => "agents",
         }
     }
 }
@@ -259,6 +273,7 @@ impl RawConfig {
             meter: c.meter.clone(),
             websocket: c.websocket.clone(),
             tenant: c.tenant.clone(),
+            sessions: c.sessions.clone(),
             telemetry: t.clone(),
             live: t.live.clone(),
             slo: t.slo.slos.clone(),

@@ -22,6 +22,8 @@ pub const RESTART_ONLY: &[&str] = &[
     "meter.tokenizer",
     "meter.max_counted_ids",
     "upstream.max_drains",
+    "sessions.max_sessions",
+    "sessions.idle_timeout",
     "telemetry",
     "live",
     "slo",
@@ -132,6 +134,12 @@ mod tests {
             ),
             ("", "[meter]\ntokenizer = false", "meter.tokenizer"),
             ("", "[upstream]\nmax_drains = 3", "upstream.max_drains"),
+            ("", "[sessions]\nmax_sessions = 3", "sessions.max_sessions"),
+            (
+                "",
+                "[sessions]\nidle_timeout = \"1m\"",
+                "sessions.idle_timeout",
+            ),
             (
                 "[telemetry]\notlp_enabled = true",
                 "[telemetry]\notlp_enabled = true\notlp_endpoint = \"http://127.0.0.1:4318\"",
@@ -169,6 +177,7 @@ mod tests {
             "[sniff]\nmax_body_bytes = \"1KiB\"",
             "[meter]\nmax_frame_bytes = \"1KiB\"",
             "[tenant]\nsalt = \"other\"\nheader = \"x-team\"",
+            "[sessions]\nsources = [\"header\"]\nheader = \"x-run\"\nmax_id_length = 64",
             "watch_config = true",
         ] {
             assert_eq!(change("", after), None, "{after:?} reloads live");

@@ -129,6 +129,16 @@ fn config_defaults_with_upstream_flag() {
     );
     assert_eq!(c.tenant.header.as_str(), "x-tenant-id");
     assert_eq!(c.tenant.salt, "tokentap");
+    assert_eq!(
+        c.sessions.sources,
+        vec![crate::config::SessionSource::Agents]
+    );
+    assert_eq!(
+        (c.sessions.max_id_length, c.sessions.max_sessions),
+        (128, 10_000)
+    );
+    assert_eq!(c.sessions.body_field.to_string(), "metadata.session_id");
+    assert_eq!(c.telemetry.sessions, c.sessions.limits());
     let t = &c.telemetry;
     assert!(
         t.otlp_enabled != Some(true) && t.access_log,
@@ -413,6 +423,31 @@ fn config_bad_values_in_file_name_key_and_file() {
         ("listen = \"localhost\"\n", "listen"),
         ("[tenant]\nsources = [\"cookie\"]\n", "tenant.sources"),
         ("[tenant]\nheader = \"bad header\"\n", "tenant.header"),
+        ("[sessions]\nsources = [\"cookie\"]\n", "sessions.sources"),
+        (
+            "[sessions]\nsources = [\"agents\", \"agents\"]\n",
+            "sessions.sources",
+        ),
+        ("[sessions]\nheader = \"bad header\"\n", "sessions.header"),
+        (
+            "[sessions]\nbody_field = \"metadata..id\"\n",
+            "sessions.body_field",
+        ),
+        ("[sessions]\nbody_field = \"\"\n", "sessions.body_field"),
+        ("[sessions]\nmax_id_length = 8\n", "sessions.max_id_length"),
+        ("[sessions]\nmax_sessions = 0\n", "sessions.max_sessions"),
+        (
+            "[sessions]\nmax_sessions = 10000001\n",
+            "sessions.max_sessions",
+        ),
+        (
+            "[sessions]\nidle_timeout = \"0s\"\n",
+            "sessions.idle_timeout",
+        ),
+        (
+            "[sessions]\nsession_header = \"x\"\n",
+            "sessions.session_header",
+        ),
         (
             "[telemetry]\nlog_format = \"xml\"\n",
             "telemetry.log_format",

@@ -277,6 +277,76 @@ pub(super) mod tenant_sources {
     }
 }
 
+/// Session sources in order, each once (`header`, `body`, `agents`).
+pub(super) mod session_sources {
+    use super::*;
+    use crate::config::SessionSource;
+
+    pub(crate) fn serialize<S: Serializer>(v: &[SessionSource], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(v.iter().map(|t| t.as_str()))
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<SessionSource>, D::Error> {
+        let mut sources = Vec::new();
+        for name in names(d)? {
+            let s = match name.trim() {
+                "header" => SessionSource::Header,
+                "body" => SessionSource::Body,
+                "agents" => SessionSource::Agents,
+                other => {
+                    return Err(de::Error::custom(format!(
+                        "unknown session source `{other}`; expected `header`, `body` or `agents`"
+                    )));
+                }
+            };
+            if sources.contains(&s) {
+                return Err(de::Error::custom(format!("`{name}` is listed twice")));
+            }
+            sources.push(s);
+        }
+        Ok(sources)
+    }
+}
+
+/// A JSON body field as a dotted path (`metadata.session_id`).
+pub(super) mod body_field {
+    use super::*;
+    use crate::config::BodyField;
+
+    pub(crate) fn serialize<S: Serializer>(f: &BodyField, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&f.to_string())
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BodyField, D::Error> {
+        BodyField::parse(&String::deserialize(d)?).map_err(de::Error::custom)
+    }
+}
+
+/// The longest session id kept whole: 16 to 1024 bytes (shorter leaves no
+/// room for the hash a longer id is shortened to).
+pub(super) fn session_id_length<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let n = usize::deserialize(d)?;
+    if !(16..=1024).contains(&n) {
+        return Err(de::Error::custom(format!(
+            "must be between 16 and 1024 (bytes), got {n}"
+        )));
+    }
+    Ok(n)
+}
+
+/// Sessions kept: 1 to 10,000,000 (about 4 GB of rollups at the top).
+pub(super) fn session_count<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let n = usize::deserialize(d)?;
+    if !(1..=10_000_000).contains(&n) {
+        return Err(de::Error::custom(format!(
+            "must be between 1 and 10000000, got {n}"
+        )));
+    }
+    Ok(n)
+}
+
 /// An optional OTLP collector endpoint: an http(s) URL with a host.
 pub(super) fn endpoint<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     parse::endpoint_url(&String::deserialize(d)?)

@@ -239,7 +239,11 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         meter: raw.meter.clone(),
         websocket: raw.websocket.clone(),
         tenant: raw.tenant.clone(),
-        telemetry: telemetry(&cx, &raw.telemetry, live, slo)?,
+        sessions: raw.sessions.clone(),
+        telemetry: TelemetryConfig {
+            sessions: raw.sessions.limits(),
+            ..telemetry(&cx, &raw.telemetry, live, slo)?
+        },
         prices: prices(&cx, "prices", &raw.prices)?,
         prices_file: raw
             .prices_file

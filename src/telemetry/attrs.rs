@@ -143,6 +143,9 @@ pub const GEN_AI_REQUEST_STREAM: &str = "gen_ai.request.stream";
 pub const GEN_AI_RESPONSE_MODEL: &str = "gen_ai.response.model";
 /// Response id the provider assigned.
 pub const GEN_AI_RESPONSE_ID: &str = "gen_ai.response.id";
+/// Span attribute: the agent session the request belongs to (never a
+/// metric label: `[sessions]`).
+pub const GEN_AI_CONVERSATION_ID: &str = "gen_ai.conversation.id";
 /// Finish reasons the provider reported (string[]).
 pub const GEN_AI_RESPONSE_FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
 /// Span attribute: time to the first content chunk (s).

@@ -91,6 +91,7 @@ pub(super) fn start_attributes(facts: &RequestFacts, a: &mut impl AttributeSink)
     a.str(ROUTE, &facts.route);
     a.str_opt(TENANT, facts.tenant.as_deref());
     a.str(REQUEST_BODY, facts.request_body.as_str());
+    a.str_opt(GEN_AI_CONVERSATION_ID, facts.session.as_deref());
 }
 
 /// Read-only view of the client's headers that exposes only the W3C trace

@@ -477,7 +477,8 @@ pub(super) mod tests {
     /// Measurements covering every optional part of the span.
     fn measurements() -> Vec<(Measurement, Option<&'static str>, Option<SpanCost>)> {
         let mut out = Vec::new();
-        let plain = measurement(facts(Some("gpt-4o"), Some("team-a"), false));
+        let mut plain = measurement(facts(Some("gpt-4o"), Some("team-a"), false));
+        plain.request.session = Some("sess-é".into());
         out.push((plain.clone(), None, None));
         let mut streamed = measurement(facts(None, None, true));
         streamed.modalities.input_text = Some(10);

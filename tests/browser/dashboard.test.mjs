@@ -16,6 +16,10 @@
 //   TOKENTAP_EXPECT_REASONING  comma-separated models whose responses reasoned:
 //                           the reasoning table must show their visible TTFT
 //                           after their TTFT, and a thinking time (optional)
+//   TOKENTAP_EXPECT_SESSIONS  comma-separated agent session ids, costliest
+//                           first: the sessions view must list them in that
+//                           order by cost, with a cost, and by time waited
+//                           (optional)
 
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -28,6 +32,7 @@ const screenshot = resolve(process.env.TOKENTAP_SCREENSHOT ?? "target/dashboard.
 const executablePath = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const waitMs = Number(process.env.TOKENTAP_WAIT_MS ?? 20000);
 const reasoners = (process.env.TOKENTAP_EXPECT_REASONING ?? "").split(",").map(s => s.trim()).filter(Boolean);
+const sessions = (process.env.TOKENTAP_EXPECT_SESSIONS ?? "").split(",").map(s => s.trim()).filter(Boolean);
 
 function fail(message) {
   console.error(`dashboard test FAILED: ${message}`);
@@ -210,6 +215,43 @@ async function run(context, origin) {
   check(tenantsShown > 0, "no tenant spend row");
   const spend = snap.series.reduce((a, s) => a + s.window.cost.usd, 0);
   check(spend > 0, `api/live spend should be positive: ${spend}`);
+
+  // Agent sessions: the top by cost in the expected order, each with a
+  // cost, and every one in the top by time waited with a wait.
+  if (sessions.length) {
+    try {
+      await page.waitForFunction(
+        want => want.every(id => document.querySelector(`#sessions-cost-body tr[data-session="${id}"]`)),
+        sessions,
+        { timeout: waitMs, polling: 200 },
+      );
+    } catch {
+      const shown = await page.$$eval("#sessions-cost-body tr", trs => trs.map(tr => tr.innerText.replace(/\s+/g, " ")));
+      fail(`the sessions view never showed ${sessions.join(", ")} within ${waitMs} ms; table: ${JSON.stringify(shown)}`);
+    }
+    const byCost = await page.$$eval("#sessions-cost-body tr[data-session]", trs => trs.map(tr => ({
+      id: tr.dataset.session,
+      cells: [...tr.querySelectorAll("td")].map(td => td.textContent.trim()),
+    })));
+    check(JSON.stringify(byCost.map(r => r.id)) === JSON.stringify(sessions),
+      `sessions by cost should be ${JSON.stringify(sessions)}, shows ${JSON.stringify(byCost.map(r => r.id))}`);
+    for (const r of byCost) {
+      check(r.cells[1].startsWith("$") && number(r.cells[1]) > 0, `session ${r.id}: cost ${JSON.stringify(r.cells)}`);
+      check(number(r.cells[2]) > 0 && number(r.cells[3]) > 0 && number(r.cells[4]) > 0,
+        `session ${r.id}: requests and tokens ${JSON.stringify(r.cells)}`);
+    }
+    const byWait = await page.$$eval("#sessions-wait-body tr[data-session]", trs => trs.map(tr => ({
+      id: tr.dataset.session,
+      cells: [...tr.querySelectorAll("td")].map(td => td.textContent.trim()),
+    })));
+    for (const id of sessions) {
+      const r = byWait.find(x => x.id === id);
+      check(r && number(r.cells[1]) > 0 && number(r.cells[2]) > 0, `session ${id} by time waited: ${JSON.stringify(r)}`);
+    }
+    const api = await page.evaluate(async () => (await fetch("api/sessions?sort=cost", { cache: "no-store" })).json());
+    check(api.sessions.length === sessions.length && api.sessions[0].id === sessions[0] && api.sessions[0].cost_usd > 0,
+      `api/sessions agrees: ${JSON.stringify(api.sessions.map(x => [x.id, x.cost_usd]))}`);
+  }
 
   const status = await page.textContent("#status");
   check(/live/.test(status ?? ""), `status should say live, says ${JSON.stringify(status)}`);

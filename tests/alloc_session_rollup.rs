@@ -1,0 +1,118 @@
+//! Rolling a finished request into its session allocates only for a new
+//! session: once the session is known, recording its further requests
+//! (one lock, one lookup, a few additions) allocates nothing.
+//!
+//! Counted with dhat's allocator in its testing mode.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test builds request timestamps"
+)]
+#![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokentap::config::SessionLimits;
+use tokentap::meter::{Measurement, Outcome, RequestBody, RequestFacts, TokenSource};
+use tokentap::providers::{Operation, ProviderKind, Usage};
+use tokentap::telemetry::rollups::{RequestCost, SessionRollups, SortBy};
+
+#[global_allocator]
+static ALLOC: dhat::Alloc = dhat::Alloc;
+
+/// Allocations (blocks) made while `f` runs; this file holds one test, so
+/// nothing else allocates meanwhile but the test harness, which waits.
+fn allocations(f: impl FnOnce()) -> u64 {
+    let before = dhat::HeapStats::get().total_blocks;
+    f();
+    dhat::HeapStats::get().total_blocks - before
+}
+
+fn measurement(session: Arc<str>, base: Instant, i: u64) -> Measurement {
+    let request = RequestFacts {
+        route: Arc::from("openai"),
+        provider: ProviderKind::Openai,
+        operation: Some(Operation::ChatCompletions),
+        request_model: Some("gpt-4o".into()),
+        stream: true,
+        tenant: None,
+        session: Some(session),
+        server_address: Arc::from("api.openai.com"),
+        server_port: 443,
+        request_body: RequestBody::Sniffed,
+        service_tier: None,
+        start_wall: SystemTime::now(),
+        start: base + Duration::from_millis(i),
+    };
+    Measurement {
+        request,
+        outcome: Outcome::Complete,
+        status: 200,
+        error_type: None,
+        error_cause: None,
+        response_model: None,
+        response_id: None,
+        finish_reasons: Vec::new(),
+        usage: Usage {
+            input: Some(100),
+            output: Some(10),
+            cache_read: Some(60),
+            ..Usage::default()
+        },
+        output_tokens: Some(10),
+        token_source: Some(TokenSource::Provider),
+        content_chunks: 10,
+        time_to_headers: Some(Duration::from_millis(100)),
+        time_to_first_byte: Some(Duration::from_millis(120)),
+        time_to_first_token: Some(Duration::from_millis(150 + i % 500)),
+        time_to_last_token: Some(Duration::from_millis(900)),
+        reasoning: Default::default(),
+        duration: Duration::from_millis(950),
+        max_gap: None,
+        response_bytes: 1000,
+        unmetered: None,
+        malformed_events: 0,
+        upstream_timing: Default::default(),
+        pool_wait: None,
+        request_overhead: None,
+        modalities: Default::default(),
+        tools: Default::default(),
+        counted: None,
+    }
+}
+
+#[test]
+fn a_known_sessions_requests_are_rolled_up_without_allocating() {
+    let _profiler = dhat::Profiler::builder().testing().build();
+    let rollups = SessionRollups::new(SessionLimits::default());
+    let base = Instant::now();
+    let ids: Vec<Arc<str>> = (0..8).map(|i| Arc::from(format!("session-{i}"))).collect();
+    // Built before counting: the requests as the meter hands them over.
+    let requests: Vec<Measurement> = (0..4_000u64)
+        .map(|i| measurement(ids[(i % 8) as usize].clone(), base, i))
+        .collect();
+    let (first, rest) = requests.split_at(8);
+    for m in first {
+        rollups.record(m, RequestCost::Priced(0.001));
+    }
+    let n = allocations(|| {
+        for m in rest {
+            rollups.record(m, RequestCost::Priced(0.001));
+        }
+    });
+    assert_eq!(
+        n,
+        0,
+        "{} requests of known sessions allocated {n} blocks",
+        rest.len()
+    );
+    let listed = rollups.list(SortBy::Cost, 10);
+    assert_eq!(listed.len(), 8);
+    assert!(
+        listed
+            .iter()
+            .all(|s| s.requests == 500 && s.input_tokens == 50_000),
+        "every request was rolled up: {listed:?}"
+    );
+}
