@@ -9,6 +9,8 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::framing::ndjson::NdjsonDecoder;
+
 use super::anthropic::AnthropicAdapter;
 use super::openai::OpenaiAdapter;
 use super::{Event, FrameAdapter, Usage};
@@ -49,9 +51,110 @@ pub struct BatchTally {
     pub expired: u64,
     /// Lines that were not batch results (skipped, counted).
     pub unreadable: u64,
+    /// Lines over the line cap (skipped, counted).
+    pub oversize: u64,
     /// Usage per model, in order of first appearance; at most
     /// `MAX_MODELS` names, then `OTHER_MODEL`.
     pub models: Vec<(String, Usage)>,
+}
+
+/// Whether a downloaded file holds batch results, as far as read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Nothing but whitespace read yet.
+    Undecided,
+    /// The first line was a batch result line: every line is read.
+    Results,
+    /// Anything else (an uploaded input file, a PDF, binary): nothing more
+    /// is read.
+    Other,
+}
+
+/// A downloaded file read on the side: body chunks in, a `BatchTally` out
+/// when the file holds batch results. The first byte that is not
+/// whitespace must open a JSON object and the first line must be a batch
+/// result line, else the file is left alone; a line over the cap is
+/// counted (`BatchTally::oversize`) and skipped, never an error.
+#[derive(Debug)]
+pub struct BatchFile {
+    lines: NdjsonDecoder,
+    tally: BatchTally,
+    verdict: Verdict,
+}
+
+impl BatchFile {
+    /// A reader holding at most `max_line` bytes of a line.
+    pub fn new(max_line: usize) -> BatchFile {
+        BatchFile {
+            lines: NdjsonDecoder::skipping_oversize(max_line),
+            tally: BatchTally::default(),
+            verdict: Verdict::Undecided,
+        }
+    }
+
+    /// Read one chunk of the file.
+    pub fn feed(&mut self, chunk: &[u8]) {
+        if self.verdict == Verdict::Undecided {
+            match chunk.iter().find(|b| !b.is_ascii_whitespace()) {
+                None => return,
+                Some(b'{') => {}
+                Some(_) => {
+                    self.verdict = Verdict::Other;
+                    return;
+                }
+            }
+        }
+        if self.verdict == Verdict::Other {
+            return;
+        }
+        let (tally, verdict) = (&mut self.tally, &mut self.verdict);
+        // A skipping decoder returns no error for an oversized line; any
+        // other framing error cannot happen on NDJSON, and would only stop
+        // the count.
+        let _ = self
+            .lines
+            .feed(chunk, &mut |f| read_line(tally, verdict, f));
+        self.tally.oversize = self.lines.skipped();
+    }
+
+    /// The file ended: read a last line without a line end.
+    pub fn finish(&mut self) {
+        if self.verdict == Verdict::Other {
+            return;
+        }
+        let (tally, verdict) = (&mut self.tally, &mut self.verdict);
+        let _ = self.lines.finish(&mut |f| read_line(tally, verdict, f));
+        self.tally.oversize = self.lines.skipped();
+    }
+
+    /// Whether the file is known not to hold batch results.
+    pub fn is_other(&self) -> bool {
+        self.verdict == Verdict::Other
+    }
+
+    /// The totals, when the file held batch results.
+    pub fn tally(&self) -> Option<&BatchTally> {
+        (self.verdict == Verdict::Results).then_some(&self.tally)
+    }
+}
+
+fn read_line(tally: &mut BatchTally, verdict: &mut Verdict, frame: Frame<'_>) {
+    let Frame::Json(line) = frame else { return };
+    match verdict {
+        Verdict::Other => {}
+        Verdict::Results => {
+            tally.line(line);
+        }
+        Verdict::Undecided => {
+            let mut first = BatchTally::default();
+            *verdict = if first.line(line) {
+                *tally = first;
+                Verdict::Results
+            } else {
+                Verdict::Other
+            };
+        }
+    }
 }
 
 #[derive(Deserialize)]
