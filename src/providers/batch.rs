@@ -63,6 +63,8 @@ pub struct BatchTally {
 enum Verdict {
     /// Nothing but whitespace read yet.
     Undecided,
+    /// The file opens a JSON object; its first line is not complete yet.
+    Opened,
     /// The first line was a batch result line: every line is read.
     Results,
     /// Anything else (an uploaded input file, a PDF, binary): nothing more
@@ -97,7 +99,7 @@ impl BatchFile {
         if self.verdict == Verdict::Undecided {
             match chunk.iter().find(|b| !b.is_ascii_whitespace()) {
                 None => return,
-                Some(b'{') => {}
+                Some(b'{') => self.verdict = Verdict::Opened,
                 Some(_) => {
                     self.verdict = Verdict::Other;
                     return;
@@ -145,7 +147,7 @@ fn read_line(tally: &mut BatchTally, verdict: &mut Verdict, frame: Frame<'_>) {
         Verdict::Results => {
             tally.line(line);
         }
-        Verdict::Undecided => {
+        Verdict::Undecided | Verdict::Opened => {
             let mut first = BatchTally::default();
             *verdict = if first.line(line) {
                 *tally = first;
@@ -359,6 +361,61 @@ mod tests {
                 ("claude-haiku-4-5-20251001", Some(15), Some(9)),
             ]
         );
+    }
+
+    fn read_split(file: &[u8], at: usize, max_line: usize) -> BatchFile {
+        let mut f = BatchFile::new(max_line);
+        f.feed(&file[..at]);
+        f.feed(&file[at..]);
+        f.finish();
+        f
+    }
+
+    #[test]
+    fn a_results_file_reads_the_same_at_every_split() {
+        for file in [
+            &include_bytes!("../../tests/fixtures/openai/batch_output.jsonl")[..],
+            &include_bytes!("../../tests/fixtures/anthropic/batch_results.jsonl")[..],
+        ] {
+            let whole = tally(file);
+            for at in 0..=file.len() {
+                let f = read_split(file, at, 1 << 16);
+                assert_eq!(f.tally(), Some(&whole), "split at {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn other_files_are_left_alone_at_every_split() {
+        let input: &[u8] = b"{\"custom_id\":\"r1\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"model\":\"m\"}}\n";
+        let pdf: &[u8] = b"%PDF-1.7\n{\"result\":{\"type\":\"succeeded\"}}\n";
+        for file in [input, pdf] {
+            for at in 0..=file.len() {
+                let f = read_split(file, at, 1 << 16);
+                assert!(f.is_other() && f.tally().is_none(), "split at {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_oversized_line_is_counted_and_skipped() {
+        let file = include_bytes!("../../tests/fixtures/openai/batch_output.jsonl");
+        let longest = file
+            .split(|b| *b == b'\n')
+            .map(<[u8]>::len)
+            .max()
+            .unwrap_or(0);
+        let shortest = file
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(<[u8]>::len)
+            .min()
+            .unwrap_or(0);
+        let f = read_split(file, 7, longest - 1);
+        let t = f.tally().expect("the first line fits: read as results");
+        assert!(t.oversize >= 1, "the longest line is skipped: {t:?}");
+        assert_eq!(t.lines + t.oversize, 4, "every line read or skipped");
+        assert!(shortest < longest);
     }
 
     #[test]
