@@ -57,6 +57,10 @@ async fn a_100_mb_result_file_streams_through_with_bounded_memory() {
     let col = Collector::start().await;
     let toml = Toml::openai(&up.url()).otlp(&col.endpoint(), "grpc");
     let bin = Bin::start(&toml, &["--admin-listen", "off"], &[]).await;
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the test reports how long the download took"
+    )]
     let started = Instant::now();
     let pid = bin.child.id().unwrap();
     let before = peak_kib(pid);
