@@ -1615,6 +1615,8 @@ pub(crate) mod tests {
             "/v1/responses/resp_1",
             "/v1/responses/resp_1/cancel",
             "/v1/responses/resp_1/input_items",
+            "/v1/files/file-abc/content",
+            "/v1/messages/batches/msgbatch_1/results",
             "/v1/embeddings",
             "/v1/messages",
             "/v1beta/models/m:generateContent",
@@ -1678,6 +1680,18 @@ pub(crate) mod tests {
                 "/openai/v1/responses/resp_1/input_items?limit=5",
                 Some(Operation::ResponseInputItems),
             ),
+            (
+                "GET",
+                "/v1/files/file-abc/content",
+                Some(Operation::FileContent),
+            ),
+            (
+                "GET",
+                "/anthropic/v1/messages/batches/msgbatch_1/results",
+                Some(Operation::BatchResults),
+            ),
+            ("GET", "/v1/files/file-abc", None),
+            ("GET", "/v1/batches/b/results", None),
             ("POST", "/v1/responses/resp_1/other", None),
             ("POST", "/v1/cancel", None),
         ] {
