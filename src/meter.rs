@@ -301,6 +301,10 @@ pub struct Measurement {
     /// be seen again (stored and background responses, batch result
     /// files); `None` for every other request, whose usage always counts.
     pub counted: Option<Counted>,
+    /// A batch result file's totals (per model, lines by result) when the
+    /// download was one, read to its end and the file held batch results;
+    /// `None` otherwise. Its models are empty when `counted` is `Repeat`.
+    pub batch: Option<crate::providers::batch::BatchTally>,
 }
 
 /// Whether a response's usage was counted by this request. Usage is counted

@@ -178,6 +178,12 @@ pub enum Operation {
     ResponseInputItems,
     /// OpenAI `/embeddings`.
     Embeddings,
+    /// OpenAI `GET /files/{id}/content`: a file downloaded, metered when it
+    /// is a Batch output file.
+    FileContent,
+    /// Anthropic `GET /messages/batches/{id}/results`: a Message Batch's
+    /// results downloaded.
+    BatchResults,
     /// Anthropic `/messages`.
     Messages,
     /// Gemini / Vertex `models/{model}:generateContent`.
@@ -240,6 +246,8 @@ impl Operation {
             Operation::CancelResponse => "cancel_response",
             Operation::DeleteResponse => "delete_response",
             Operation::ResponseInputItems => "list_input_items",
+            Operation::FileContent => "file_content",
+            Operation::BatchResults => "batch_results",
         }
     }
 
@@ -262,7 +270,16 @@ impl Operation {
                 | Operation::CancelResponse
                 | Operation::DeleteResponse
                 | Operation::ResponseInputItems
+                | Operation::FileContent
+                | Operation::BatchResults
         )
+    }
+
+    /// Whether the response is a batch result file (JSONL, one result per
+    /// line, whatever its `Content-Type`): metered per model and counted
+    /// once per file or batch id.
+    pub fn is_batch_file(self) -> bool {
+        matches!(self, Operation::FileContent | Operation::BatchResults)
     }
 
     /// Whether a response to this operation reports usage that may be
@@ -291,7 +308,7 @@ impl Operation {
     /// (`/responses/{id}`) is read as `GET`'s `FetchResponse`.
     pub fn from_path(path: &str) -> Option<Operation> {
         let path = strip_query(path).trim_end_matches('/');
-        if let Some(op) = stored_response(path) {
+        if let Some(op) = stored_response(path).or_else(|| batch_file(path).map(|(op, _)| op)) {
             return Some(op);
         }
         let mut segments = path.split('/');
@@ -358,6 +375,23 @@ fn stored_response(path: &str) -> Option<Operation> {
         _ => return None,
     };
     (!before.is_empty() && rev.next()? == "responses").then_some(op)
+}
+
+/// A batch result file's operation and the id it is counted once under:
+/// `…/files/{id}/content` (OpenAI, the file id) and
+/// `…/messages/batches/{id}/results` (Anthropic, the batch id).
+pub fn batch_file(path: &str) -> Option<(Operation, &str)> {
+    let path = strip_query(path).trim_end_matches('/');
+    let mut rev = path.rsplit('/');
+    let (last, id, parent) = (rev.next()?, rev.next()?, rev.next()?);
+    if id.is_empty() {
+        return None;
+    }
+    match (last, parent) {
+        ("content", "files") => Some((Operation::FileContent, id)),
+        ("results", "batches") if rev.next()? == "messages" => Some((Operation::BatchResults, id)),
+        _ => None,
+    }
 }
 
 impl Operation {
@@ -832,6 +866,9 @@ pub enum Framing {
         /// Largest frame accepted (bytes).
         limit: usize,
     },
+    /// A downloaded file that may hold batch results (whatever its
+    /// `Content-Type`): read line by line into per-model totals.
+    Batch(Box<batch::BatchFile>),
     /// A whole JSON body, collected up to the frame limit.
     Json {
         /// Body bytes collected so far.
@@ -902,6 +939,35 @@ impl Parser {
         })
     }
 
+    /// A parser for a downloaded file (`Operation::is_batch_file`), whatever
+    /// its `Content-Type`: it meters the file when its first line is a
+    /// batch result line and leaves anything else alone. At most
+    /// `max_line` bytes of a line are held; longer lines are counted and
+    /// skipped.
+    pub fn for_batch_file(kind: ProviderKind, operation: Operation, max_line: usize) -> Parser {
+        Parser {
+            framing: Framing::Batch(Box::new(batch::BatchFile::new(max_line))),
+            adapter: Adapter::new(kind, Some(operation)),
+            provider: kind,
+            bad_frames: 0,
+        }
+    }
+
+    /// The batch result totals so far, when this parser reads a batch
+    /// result file and the file holds batch results.
+    pub fn batch(&self) -> Option<&batch::BatchTally> {
+        match &self.framing {
+            Framing::Batch(file) => file.tally(),
+            _ => None,
+        }
+    }
+
+    /// Whether this parser reads a downloaded file now known to hold no
+    /// batch results (it is passed on unmetered).
+    pub fn is_other_file(&self) -> bool {
+        matches!(&self.framing, Framing::Batch(file) if file.is_other())
+    }
+
     /// The provider whose response this parser reads (the label it is
     /// metered under).
     pub fn provider(&self) -> ProviderKind {
@@ -914,6 +980,7 @@ impl Parser {
         let skipped = match &self.framing {
             Framing::EventStream(dec) => dec.skipped(),
             Framing::JsonArray(dec) => dec.skipped(),
+            Framing::Batch(file) => file.tally().map_or(0, |t| t.unreadable),
             _ => 0,
         };
         self.bad_frames + skipped
@@ -944,6 +1011,10 @@ impl Parser {
             Framing::JsonArray(dec) => drive(adapter, bad, out, |on| dec.feed(chunk, on)),
             Framing::EventStream(dec) => drive(adapter, bad, out, |on| dec.feed(chunk, on)),
             Framing::ArrayOrJson { .. } => Ok(()),
+            Framing::Batch(file) => {
+                file.feed(chunk);
+                Ok(())
+            }
             Framing::Json { buf, limit } => {
                 if buf.len() + chunk.len() > *limit {
                     return Err(FramingError::TooLarge { limit: *limit }.into());
@@ -965,6 +1036,14 @@ impl Parser {
             Framing::JsonArray(dec) => drive(adapter, bad, out, |on| dec.finish(on)),
             Framing::EventStream(dec) => drive(adapter, bad, out, |on| dec.finish(on)),
             Framing::ArrayOrJson { .. } => Ok(()),
+            Framing::Batch(file) => {
+                file.finish();
+                if file.tally().is_some() {
+                    // A results file read to its end is whole.
+                    out(Event::Done);
+                }
+                Ok(())
+            }
             Framing::Json { buf, .. } => {
                 let body = std::mem::take(buf);
                 if body.iter().all(u8::is_ascii_whitespace) {
@@ -1536,6 +1615,8 @@ pub(crate) mod tests {
             "/v1/responses/resp_1",
             "/v1/responses/resp_1/cancel",
             "/v1/responses/resp_1/input_items",
+            "/v1/files/file-abc/content",
+            "/v1/messages/batches/msgbatch_1/results",
             "/v1/embeddings",
             "/v1/messages",
             "/v1beta/models/m:generateContent",
@@ -1599,6 +1680,18 @@ pub(crate) mod tests {
                 "/openai/v1/responses/resp_1/input_items?limit=5",
                 Some(Operation::ResponseInputItems),
             ),
+            (
+                "GET",
+                "/v1/files/file-abc/content",
+                Some(Operation::FileContent),
+            ),
+            (
+                "GET",
+                "/anthropic/v1/messages/batches/msgbatch_1/results",
+                Some(Operation::BatchResults),
+            ),
+            ("GET", "/v1/files/file-abc", None),
+            ("GET", "/v1/batches/b/results", None),
             ("POST", "/v1/responses/resp_1/other", None),
             ("POST", "/v1/cancel", None),
         ] {

@@ -834,8 +834,19 @@ impl Recorder for RequestTelemetry {
         {
             flag.store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        let (cost, tier, span_cost) = this.record_cost(&m, kept.is_some());
-        this.record_metrics(&m, cost, kept.is_some());
+        let recorded = kept.is_some();
+        let (cost, tier, span_cost) = match this.record_batch(&m, recorded) {
+            Some(batch) => {
+                // Each model's cost is already recorded under its label.
+                this.record_metrics(&m, None, recorded);
+                batch
+            }
+            None => {
+                let priced = this.record_cost(&m, recorded);
+                this.record_metrics(&m, priced.0, recorded);
+                priced
+            }
+        };
         this.record_live(&m, cost);
         // Every request, sampled or not; one lock, only with a session.
         this.inner
@@ -923,6 +934,88 @@ impl RequestTelemetry {
             ),
             Priced::Nothing => (None, tier, None),
         }
+    }
+
+    /// A batch result file counted here: each model's tokens and cost,
+    /// priced at batch rates, recorded once under that model's capped
+    /// label; the summed cost for the span and the live statistics.
+    /// `None` for any other request, and for a download that counts
+    /// nothing.
+    fn record_batch(
+        &self,
+        m: &Measurement,
+        recorded: bool,
+    ) -> Option<(Option<CostRecord>, Option<&'static str>, Option<SpanCost>)> {
+        let batch = m.batch.as_ref().filter(|b| !b.models.is_empty())?;
+        let inner = &self.inner;
+        let book = inner.prices.load();
+        let mut attrs = Vec::with_capacity(self.attrs.len() + 3);
+        attrs.extend_from_slice(&self.attrs);
+        attrs.push(KeyValue::new(OUTCOME, m.outcome.as_str()));
+        attrs.push(KeyValue::new(TOKENS_ESTIMATED, false));
+        let (mut usd, mut source, mut unpriced) = (0.0, None, false);
+        for (model, usage) in &batch.models {
+            attrs.truncate(self.attrs.len() + 2);
+            attrs.push(KeyValue::new(
+                GEN_AI_RESPONSE_MODEL,
+                inner.response_models.admit(model),
+            ));
+            let usage = crate::providers::Usage {
+                service_tier: Some(crate::providers::ServiceTier::Batch),
+                ..*usage
+            };
+            let request = pricing::Request {
+                route: &m.request.route,
+                provider: m.request.provider,
+                response_model: Some(model),
+                request_model: None,
+                usage: &usage,
+                counted_output: None,
+                estimated: false,
+                requested_tier: Some(crate::providers::ServiceTier::Batch),
+                at: m.request.start_wall,
+            };
+            let cost = match book.as_deref().map(|b| b.price(&request)) {
+                Some(Priced::Cost(c)) => {
+                    usd += c.usd;
+                    source.get_or_insert(c.entry.source());
+                    Some(CostRecord::Priced {
+                        usd: c.usd,
+                        source: c.entry.source(),
+                        estimated: false,
+                    })
+                }
+                Some(Priced::Unpriced) => {
+                    unpriced = true;
+                    Some(CostRecord::Unpriced)
+                }
+                Some(Priced::Nothing) | None => None,
+            };
+            inner.instruments.record_batch_model(&attrs, &usage, cost);
+        }
+        let (cost, span) = match source {
+            Some(source) => (
+                Some(CostRecord::Priced {
+                    usd,
+                    source,
+                    estimated: false,
+                }),
+                recorded.then(|| SpanCost::Priced {
+                    usd,
+                    source: source.as_str(),
+                    estimated: false,
+                    entry: "batch: per model".to_owned(),
+                    tools: None,
+                }),
+            ),
+            None if unpriced => (
+                Some(CostRecord::Unpriced),
+                recorded.then_some(SpanCost::Unpriced),
+            ),
+            None => (None, None),
+        };
+        let tier = recorded.then_some(crate::providers::ServiceTier::Batch.as_str());
+        Some((cost, tier, span))
     }
 
     /// One `try_send` to the live statistics; never waits.

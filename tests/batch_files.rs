@@ -1,15 +1,19 @@
 //! Batch result files through the real binary: a 100 MB OpenAI Batch
 //! output file downloaded through `GET /v1/files/{id}/content` arrives
-//! byte for byte while the proxy's peak resident memory (`VmHWM`) stays
-//! far below the file's size: the body is streamed, never buffered.
+//! byte for byte and is metered (every line the generator wrote, its
+//! tokens on the span) while the proxy's peak resident memory (`VmHWM`)
+//! stays far below the file's size: the body is streamed, never buffered.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 mod support;
 
+use std::time::{Duration, Instant};
+
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use support::client::{self, Req};
+use support::otlp::Collector;
 use support::proxy::{Bin, Toml};
 use support::upstream::{Reply, Upstream};
 
@@ -50,7 +54,14 @@ async fn a_100_mb_result_file_streams_through_with_bounded_memory() {
         reply = reply.send(piece.clone());
     }
     let up = Upstream::fixed(reply).await;
-    let bin = Bin::start(&Toml::openai(&up.url()), &["--admin-listen", "off"], &[]).await;
+    let col = Collector::start().await;
+    let toml = Toml::openai(&up.url()).otlp(&col.endpoint(), "grpc");
+    let bin = Bin::start(&toml, &["--admin-listen", "off"], &[]).await;
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the test reports how long the download took"
+    )]
+    let started = Instant::now();
     let pid = bin.child.id().unwrap();
     let before = peak_kib(pid);
     let req = Req::get(bin.addr, "/v1/files/file-abc123/content");
@@ -73,11 +84,30 @@ async fn a_100_mb_result_file_streams_through_with_bounded_memory() {
     }
     assert_eq!(mismatch, None, "bytes arrive identical");
     assert_eq!(got, piece.len() * PIECES, "every byte arrives");
+    let elapsed = started.elapsed();
     let peak = peak_kib(pid);
     eprintln!(
-        "proxy peak RSS: {before} KiB before, {peak} KiB after a {} MiB download",
+        "proxy peak RSS: {before} KiB before, {peak} KiB after a {} MiB download in {elapsed:?}",
         got >> 20
     );
+    let lines = (i * PIECES) as f64;
+    let mut span = None;
+    for _ in 0..200 {
+        span = col
+            .spans()
+            .into_iter()
+            .find(|s| s.attrs.contains_key("tokentap.batch.lines"));
+        if span.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let span = span.expect("the download's span, metered");
+    assert_eq!(span.num("tokentap.batch.lines"), lines, "every line read");
+    assert_eq!(span.num("tokentap.batch.succeeded"), lines);
+    assert_eq!(span.num("gen_ai.usage.input_tokens"), 23.0 * lines);
+    assert_eq!(span.num("gen_ai.usage.output_tokens"), 150.0 * lines);
+    assert_eq!(span.str("tokentap.usage.counted"), "first");
     assert!(
         peak < 64 * 1024,
         "peak RSS {peak} KiB must stay well below the {} MiB file",

@@ -214,6 +214,7 @@ fn measurement(request: RequestFacts) -> Measurement {
         modalities: Default::default(),
         tools: Default::default(),
         counted: None,
+        batch: None,
     }
 }
 

@@ -498,6 +498,13 @@ fn prepare(
         let goes_on = sniffed.background == Some(true) || op != Operation::Responses;
         meter.count_once_with(state.ledger.clone(), goes_on);
     }
+    if let Some((op, id)) = providers::batch_file(&admitted.path) {
+        let namespace = match op {
+            Operation::BatchResults => "batch",
+            _ => "file",
+        };
+        meter.count_batch_once_with(state.ledger.clone(), namespace, id.to_owned());
+    }
     if let Some(cfg) = &admitted.route.sigv4 {
         // The client signed for tokentap's address; sign again for the upstream.
         let signed = match body.whole() {
@@ -575,11 +582,19 @@ fn take_head(
         .provider
         .or_else(|| ProviderKind::detect_format(&format));
     let route = admitted.route;
-    let parser = match provider {
-        None => Err(Unmetered::UnknownFormat(
+    // A downloaded file's Content-Type says nothing (octet-stream,
+    // binary): its first line decides.
+    let batch_file = operation.filter(|op| op.is_batch_file() && head.status.is_success());
+    let parser = match (provider, batch_file) {
+        (None, _) => Err(Unmetered::UnknownFormat(
             "no provider configured or detected from the path or content type".into(),
         )),
-        Some(kind) => Parser::for_format(
+        (Some(kind), Some(op)) => Ok(Parser::for_batch_file(
+            kind,
+            op,
+            state.config.meter.max_frame_bytes,
+        )),
+        (Some(kind), None) => Parser::for_format(
             kind,
             operation,
             format.format,

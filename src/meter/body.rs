@@ -20,6 +20,7 @@ use super::{
     Counted, Measurement, Outcome, Reasoning, Recorder, RequestFacts, TokenSource, ToolUse,
     Unmetered,
 };
+use crate::providers::batch::BatchTally;
 use crate::providers::{
     ContentKind, Event, Parser, ProviderKind, ServerTool, UpstreamTiming, Usage,
 };
@@ -76,6 +77,37 @@ pub struct Meter {
     plan: Option<Plan>,
     /// Count the usage once per response id (stored and background responses).
     once: Option<CountOnce>,
+    /// Count a batch result file once per file or batch id.
+    batch_once: Option<BatchOnce>,
+    /// A batch result file's totals, once read to its end.
+    batch: Option<BatchTally>,
+}
+
+/// Counting a batch result file's usage once however often it is
+/// downloaded.
+#[derive(Debug)]
+struct BatchOnce {
+    ledger: Arc<Ledger>,
+    /// The ledger namespace (`file`, `batch`) and the id.
+    namespace: &'static str,
+    key: String,
+}
+
+impl BatchOnce {
+    /// Decide whether `m`'s batch totals count: a file read to its end is
+    /// counted by its first download only; one cut short counts nothing
+    /// and is not remembered, so a later whole download counts it.
+    fn settle(self, m: &mut Measurement) {
+        m.counted = match &mut m.batch {
+            None if !(200..300).contains(&m.status) => None,
+            None => Some(Counted::Withheld),
+            Some(_) if self.ledger.first(self.namespace, &self.key) => Some(Counted::First),
+            Some(tally) => {
+                tally.models.clear();
+                Some(Counted::Repeat)
+            }
+        };
+    }
 }
 
 /// Counting a response's usage once however often it is seen.
@@ -257,6 +289,8 @@ impl Meter {
             tally: Tally::default(),
             plan: None,
             once: None,
+            batch_once: None,
+            batch: None,
         }
     }
 
@@ -281,6 +315,21 @@ impl Meter {
             self.tally.text = None;
         }
         self.once = Some(CountOnce { ledger, goes_on });
+    }
+
+    /// Count this download's batch result totals once per `key` (a file
+    /// or batch id) in `namespace` of `ledger`.
+    pub fn count_batch_once_with(
+        &mut self,
+        ledger: Arc<Ledger>,
+        namespace: &'static str,
+        key: String,
+    ) {
+        self.batch_once = Some(BatchOnce {
+            ledger,
+            namespace,
+            key,
+        });
     }
 
     /// The request waited `wait` for an upstream connection or stream slot.
@@ -379,6 +428,12 @@ impl Meter {
         if fed.is_err() {
             self.malformed = true;
             self.parser = None;
+        } else if parser.is_other_file() {
+            self.stop_metering(Unmetered::UnknownFormat(
+                "a downloaded file that holds no batch results".into(),
+            ));
+            self.batch_once = None;
+            return;
         }
         self.content_at(now);
     }
@@ -438,6 +493,13 @@ impl Meter {
                 self.malformed = true;
             }
             self.malformed_events = parser.malformed_events();
+            self.batch = parser.batch().cloned();
+            if parser.is_other_file() {
+                self.unmetered = Some(Unmetered::UnknownFormat(
+                    "a downloaded file that holds no batch results".into(),
+                ));
+                self.batch_once = None;
+            }
             if self.tally.chunk_visible || self.tally.chunk_reasoning {
                 self.content_at(Instant::now());
             }
@@ -599,8 +661,12 @@ impl Meter {
             modalities: super::ModalityTokens::default(),
             tools,
             counted: None,
+            batch: self.batch.take(),
         };
         if let Some(once) = self.once.take() {
+            once.settle(&mut m);
+        }
+        if let Some(once) = self.batch_once.take() {
             once.settle(&mut m);
         }
         let needs_counting =

@@ -399,6 +399,7 @@ impl SessionMeter {
             modalities: r.modalities,
             tools: Default::default(),
             counted: None,
+            batch: None,
             time_to_first_byte: since(r.first),
             time_to_first_token: since(r.first),
             time_to_last_token: since(r.last),

@@ -771,6 +771,7 @@ pub const WIRE: Wire = Wire {
         Operation::Messages,
         Operation::RawPredict,
         Operation::StreamRawPredict,
+        Operation::BatchResults,
     ],
     request_streams: |op, body_stream| match op {
         Operation::StreamRawPredict => true,
@@ -786,7 +787,10 @@ pub const SPEC: ProviderSpec = ProviderSpec {
     kind: ProviderKind::Anthropic,
     name: "anthropic",
     config_name: "anthropic",
-    detect_path: |path, op| op == Some(Operation::Messages) || path.ends_with("/complete"),
+    detect_path: |path, op| {
+        matches!(op, Some(Operation::Messages | Operation::BatchResults))
+            || path.ends_with("/complete")
+    },
     detect_response: never_response,
     model_from_path: no_model,
     price_table: Some("anthropic"),

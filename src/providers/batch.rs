@@ -9,6 +9,8 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::framing::ndjson::NdjsonDecoder;
+
 use super::anthropic::AnthropicAdapter;
 use super::openai::OpenaiAdapter;
 use super::{Event, FrameAdapter, Usage};
@@ -49,9 +51,112 @@ pub struct BatchTally {
     pub expired: u64,
     /// Lines that were not batch results (skipped, counted).
     pub unreadable: u64,
+    /// Lines over the line cap (skipped, counted).
+    pub oversize: u64,
     /// Usage per model, in order of first appearance; at most
     /// `MAX_MODELS` names, then `OTHER_MODEL`.
     pub models: Vec<(String, Usage)>,
+}
+
+/// Whether a downloaded file holds batch results, as far as read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Nothing but whitespace read yet.
+    Undecided,
+    /// The file opens a JSON object; its first line is not complete yet.
+    Opened,
+    /// The first line was a batch result line: every line is read.
+    Results,
+    /// Anything else (an uploaded input file, a PDF, binary): nothing more
+    /// is read.
+    Other,
+}
+
+/// A downloaded file read on the side: body chunks in, a `BatchTally` out
+/// when the file holds batch results. The first byte that is not
+/// whitespace must open a JSON object and the first line must be a batch
+/// result line, else the file is left alone; a line over the cap is
+/// counted (`BatchTally::oversize`) and skipped, never an error.
+#[derive(Debug)]
+pub struct BatchFile {
+    lines: NdjsonDecoder,
+    tally: BatchTally,
+    verdict: Verdict,
+}
+
+impl BatchFile {
+    /// A reader holding at most `max_line` bytes of a line.
+    pub fn new(max_line: usize) -> BatchFile {
+        BatchFile {
+            lines: NdjsonDecoder::skipping_oversize(max_line),
+            tally: BatchTally::default(),
+            verdict: Verdict::Undecided,
+        }
+    }
+
+    /// Read one chunk of the file.
+    pub fn feed(&mut self, chunk: &[u8]) {
+        if self.verdict == Verdict::Undecided {
+            match chunk.iter().find(|b| !b.is_ascii_whitespace()) {
+                None => return,
+                Some(b'{') => self.verdict = Verdict::Opened,
+                Some(_) => {
+                    self.verdict = Verdict::Other;
+                    return;
+                }
+            }
+        }
+        if self.verdict == Verdict::Other {
+            return;
+        }
+        let (tally, verdict) = (&mut self.tally, &mut self.verdict);
+        // A skipping decoder returns no error for an oversized line; any
+        // other framing error cannot happen on NDJSON, and would only stop
+        // the count.
+        let _ = self
+            .lines
+            .feed(chunk, &mut |f| read_line(tally, verdict, f));
+        self.tally.oversize = self.lines.skipped();
+    }
+
+    /// The file ended: read a last line without a line end.
+    pub fn finish(&mut self) {
+        if self.verdict == Verdict::Other {
+            return;
+        }
+        let (tally, verdict) = (&mut self.tally, &mut self.verdict);
+        let _ = self.lines.finish(&mut |f| read_line(tally, verdict, f));
+        self.tally.oversize = self.lines.skipped();
+    }
+
+    /// Whether the file is known not to hold batch results.
+    pub fn is_other(&self) -> bool {
+        self.verdict == Verdict::Other
+    }
+
+    /// The totals, when the file held batch results.
+    pub fn tally(&self) -> Option<&BatchTally> {
+        (self.verdict == Verdict::Results).then_some(&self.tally)
+    }
+}
+
+fn read_line(tally: &mut BatchTally, verdict: &mut Verdict, frame: Frame<'_>) {
+    let Frame::Json(line) = frame else { return };
+    match verdict {
+        Verdict::Other => {}
+        Verdict::Results => {
+            tally.line(line);
+        }
+        Verdict::Undecided | Verdict::Opened => {
+            let mut first = BatchTally::default();
+            *verdict = if first.line(line) {
+                *tally = first;
+                Verdict::Results
+            } else {
+                Verdict::Other
+            };
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -256,6 +361,61 @@ mod tests {
                 ("claude-haiku-4-5-20251001", Some(15), Some(9)),
             ]
         );
+    }
+
+    fn read_split(file: &[u8], at: usize, max_line: usize) -> BatchFile {
+        let mut f = BatchFile::new(max_line);
+        f.feed(&file[..at]);
+        f.feed(&file[at..]);
+        f.finish();
+        f
+    }
+
+    #[test]
+    fn a_results_file_reads_the_same_at_every_split() {
+        for file in [
+            &include_bytes!("../../tests/fixtures/openai/batch_output.jsonl")[..],
+            &include_bytes!("../../tests/fixtures/anthropic/batch_results.jsonl")[..],
+        ] {
+            let whole = tally(file);
+            for at in 0..=file.len() {
+                let f = read_split(file, at, 1 << 16);
+                assert_eq!(f.tally(), Some(&whole), "split at {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn other_files_are_left_alone_at_every_split() {
+        let input: &[u8] = b"{\"custom_id\":\"r1\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"model\":\"m\"}}\n";
+        let pdf: &[u8] = b"%PDF-1.7\n{\"result\":{\"type\":\"succeeded\"}}\n";
+        for file in [input, pdf] {
+            for at in 0..=file.len() {
+                let f = read_split(file, at, 1 << 16);
+                assert!(f.is_other() && f.tally().is_none(), "split at {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_oversized_line_is_counted_and_skipped() {
+        let file = include_bytes!("../../tests/fixtures/openai/batch_output.jsonl");
+        let longest = file
+            .split(|b| *b == b'\n')
+            .map(<[u8]>::len)
+            .max()
+            .unwrap_or(0);
+        let shortest = file
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(<[u8]>::len)
+            .min()
+            .unwrap_or(0);
+        let f = read_split(file, 7, longest - 1);
+        let t = f.tally().expect("the first line fits: read as results");
+        assert!(t.oversize >= 1, "the longest line is skipped: {t:?}");
+        assert_eq!(t.lines + t.oversize, 4, "every line read or skipped");
+        assert!(shortest < longest);
     }
 
     #[test]

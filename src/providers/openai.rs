@@ -1285,6 +1285,7 @@ pub const WIRE: Wire = Wire {
         Operation::CancelResponse,
         Operation::DeleteResponse,
         Operation::ResponseInputItems,
+        Operation::FileContent,
     ],
     request_streams: |op, body_stream| op != Operation::Embeddings && body_stream.unwrap_or(false),
     adapter: |op| Box::new(OpenaiAdapter::new(op)),

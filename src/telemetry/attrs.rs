@@ -211,6 +211,23 @@ pub const TOKENS_SOURCE: &str = "tokentap.tokens.source";
 /// was counted by this request (`first`), already counted (`repeat`) or not
 /// final yet (`withheld`); absent for requests whose usage always counts.
 pub const USAGE_COUNTED: &str = "tokentap.usage.counted";
+/// Span attribute: the models of a batch result file, in order of first
+/// appearance, capped (string array).
+pub const BATCH_MODELS: &str = "tokentap.batch.models";
+/// Span attribute: a batch result file's result lines (int).
+pub const BATCH_LINES: &str = "tokentap.batch.lines";
+/// Span attribute: result lines that succeeded (int).
+pub const BATCH_SUCCEEDED: &str = "tokentap.batch.succeeded";
+/// Span attribute: result lines that errored (int).
+pub const BATCH_ERRORED: &str = "tokentap.batch.errored";
+/// Span attribute: result lines canceled (Anthropic; int).
+pub const BATCH_CANCELED: &str = "tokentap.batch.canceled";
+/// Span attribute: result lines expired (Anthropic; int).
+pub const BATCH_EXPIRED: &str = "tokentap.batch.expired";
+/// Span attribute: lines that were not batch results (int).
+pub const BATCH_UNREADABLE: &str = "tokentap.batch.unreadable_lines";
+/// Span attribute: lines over the line cap, skipped (int).
+pub const BATCH_OVERSIZE: &str = "tokentap.batch.oversize_lines";
 /// Span attribute: decode rate of streamed output ({token}/s).
 pub const DECODE_TPS: &str = "tokentap.decode.tokens_per_second";
 /// Span attribute: largest gap between content chunks (s).

@@ -1041,6 +1041,49 @@ impl Instruments {
 }
 
 impl Instruments {
+    /// One model's share of a batch result file: the token counters and
+    /// its cost under `attrs` (the request's, with that model's capped
+    /// label). The per-request instruments are recorded once per download
+    /// by `record_finish`; only these are recorded once per model.
+    pub(super) fn record_batch_model(
+        &self,
+        attrs: &[KeyValue],
+        usage: &crate::providers::Usage,
+        cost: Option<CostRecord>,
+    ) {
+        let served = [
+            (TOKEN_INPUT, usage.input),
+            (TOKEN_OUTPUT, usage.output),
+            (TOKEN_CACHE_READ, usage.cache_read),
+            (TOKEN_CACHE_WRITE, usage.cache_creation),
+            (TOKEN_REASONING, usage.reasoning),
+        ];
+        if self.semconv.latest() {
+            let unknown = with_modality(attrs, MODALITY_UNKNOWN);
+            for (counter, (_, n)) in self.usage.iter().zip(served) {
+                if let Some(n) = n {
+                    counter.add(n, &unknown);
+                }
+            }
+        }
+        if self.semconv.legacy() {
+            for (kind, n) in served {
+                if let Some(n) = n.filter(|&n| n > 0) {
+                    self.tokens.add(n, &with_token_type(attrs, kind));
+                }
+            }
+        }
+        match cost {
+            Some(CostRecord::Priced {
+                usd,
+                source,
+                estimated,
+            }) => self.cost.add(usd, &cost_attrs(attrs, source, estimated)),
+            Some(CostRecord::Unpriced) => self.cost_unpriced.add(1, attrs),
+            None => {}
+        }
+    }
+
     /// `FinishBound::record_tokens`, each record hashing `attrs`.
     fn record_tokens_unbound(&self, attrs: &[KeyValue], r: &FinishRecord) {
         if r.class == OpClass::Embeddings {

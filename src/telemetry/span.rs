@@ -157,6 +157,21 @@ pub(super) fn error_type(m: &Measurement) -> Option<&str> {
     (m.outcome != Outcome::Complete).then(|| m.error_type.as_deref().unwrap_or(m.outcome.as_str()))
 }
 
+/// A batch result file's models and line counts.
+fn batch_attributes(b: &crate::providers::batch::BatchTally, a: &mut impl AttributeSink) {
+    let models: Vec<String> = b.models.iter().map(|(m, _)| m.clone()).collect();
+    if !models.is_empty() {
+        a.strs(BATCH_MODELS, &models);
+    }
+    a.count(BATCH_LINES, b.lines);
+    a.count(BATCH_SUCCEEDED, b.succeeded);
+    a.count(BATCH_ERRORED, b.errored);
+    a.count(BATCH_CANCELED, b.canceled);
+    a.count(BATCH_EXPIRED, b.expired);
+    a.count(BATCH_UNREADABLE, b.unreadable);
+    a.count(BATCH_OVERSIZE, b.oversize);
+}
+
 /// Attributes known when the request ends, in the span's order.
 pub(super) fn finish_attributes(m: &Measurement, a: &mut impl AttributeSink) {
     a.str(GEN_AI_PROVIDER_NAME, m.request.provider.as_str());
@@ -165,11 +180,21 @@ pub(super) fn finish_attributes(m: &Measurement, a: &mut impl AttributeSink) {
     if !m.finish_reasons.is_empty() {
         a.strs(GEN_AI_RESPONSE_FINISH_REASONS, &m.finish_reasons);
     }
-    a.count_opt(GEN_AI_USAGE_INPUT_TOKENS, m.usage.input);
+    let batch_total = m.batch.as_ref().map(|b| b.total());
+    let batch_total = batch_total.as_ref();
+    a.count_opt(
+        GEN_AI_USAGE_INPUT_TOKENS,
+        m.usage.input.or(batch_total.and_then(|t| t.input)),
+    );
     a.count_opt(
         GEN_AI_USAGE_OUTPUT_TOKENS,
-        m.output_tokens.or(m.usage.output),
+        m.output_tokens
+            .or(m.usage.output)
+            .or(batch_total.and_then(|t| t.output)),
     );
+    if let Some(b) = &m.batch {
+        batch_attributes(b, a);
+    }
     a.count_opt(GEN_AI_USAGE_CACHE_READ, m.usage.cache_read);
     a.count_opt(GEN_AI_USAGE_CACHE_WRITE, m.usage.cache_creation);
     a.count_opt(GEN_AI_USAGE_REASONING, m.reasoning.tokens);

@@ -135,6 +135,7 @@ pub(super) fn measurement(request: RequestFacts) -> Measurement {
         modalities: Default::default(),
         tools: Default::default(),
         counted: None,
+        batch: None,
     }
 }
 
