@@ -79,6 +79,7 @@ fn measurement(session: Arc<str>, base: Instant, i: u64) -> Measurement {
         modalities: Default::default(),
         tools: Default::default(),
         counted: None,
+        batch: None,
     }
 }
 
