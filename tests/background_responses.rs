@@ -57,22 +57,6 @@ fn get(rig: &Rig, path: &str) -> Req {
     Req::get(rig.proxy.addr, path)
 }
 
-/// Stop the proxy (flushing telemetry) and return its `n` spans in the
-/// order the requests were sent.
-async fn spans(rig: &mut Rig, n: usize) -> Vec<SpanRec> {
-    rig.proxy.stop().await;
-    for _ in 0..100 {
-        if rig.col.spans().len() >= n {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let mut spans = rig.col.spans();
-    assert_eq!(spans.len(), n, "one span per request");
-    spans.sort_by_key(|s| s.start_ns);
-    spans
-}
-
 /// Sum of the latest points of counter `name`.
 fn total(rig: &Rig, name: &str) -> f64 {
     rig.col.latest(name).iter().map(|p| p.number()).sum()
@@ -119,7 +103,7 @@ async fn stream_resume_and_polls_count_the_usage_once() {
         let got = client::fetch(&rig.client, &get(&rig, &format!("/v1/responses/{ID}"))).await;
         support::assert_bytes_eq("poll", &got.body, DONE);
     }
-    let spans = spans(&mut rig, 5).await;
+    let spans = rig.finish_n(5).await;
     assert_eq!(spans[0].str(OPERATION), "chat");
     assert_counted_here(&spans[0], "the original stream");
     let resumed = &spans[1];
@@ -191,7 +175,7 @@ async fn a_dropped_background_stream_then_polled_counts_the_final_usage_once() {
         3,
         "three polls reached upstream"
     );
-    let spans = spans(&mut rig, 5).await;
+    let spans = rig.finish_n(5).await;
     let what = [
         "queued create",
         "dropped stream",
@@ -243,7 +227,7 @@ async fn cancel_delete_and_input_items_are_recorded_as_what_they_are() {
     let mut delete = get(&rig, &format!("/v1/responses/{ID}"));
     delete.method = http::Method::DELETE;
     assert_eq!(client::fetch(&rig.client, &delete).await.status, 200);
-    let spans = spans(&mut rig, 3).await;
+    let spans = rig.finish_n(3).await;
     let ops: Vec<&str> = spans.iter().map(|s| s.str(OPERATION)).collect();
     assert_eq!(
         ops,

@@ -9,11 +9,8 @@
 
 mod support;
 
-use std::time::Duration;
-
 use support::client::{self, Req};
 use support::names::*;
-use support::otlp::SpanRec;
 use support::rig::Rig;
 use support::upstream::{Exchange, Reply};
 
@@ -34,22 +31,6 @@ fn file(body: &'static [u8], content_type: &str) -> Reply {
         .header("content-type", content_type)
         .send(a)
         .send(b)
-}
-
-/// Stop the proxy (flushing telemetry) and return its `n` spans in the
-/// order the requests were sent.
-async fn spans(rig: &mut Rig, n: usize) -> Vec<SpanRec> {
-    rig.proxy.stop().await;
-    for _ in 0..100 {
-        if rig.col.spans().len() >= n {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let mut spans = rig.col.spans();
-    assert_eq!(spans.len(), n, "one span per download");
-    spans.sort_by_key(|s| s.start_ns);
-    spans
 }
 
 /// Latest value of counter `name` per `gen_ai.response.model`, sorted.
@@ -100,7 +81,7 @@ async fn an_openai_batch_output_file_is_metered_per_model_once() {
         OPENAI_OUTPUT,
     )
     .await;
-    let spans = spans(&mut rig, 2).await;
+    let spans = rig.finish_n(2).await;
     let first = &spans[0];
     assert_eq!(first.str(OPERATION), "file_content");
     assert_eq!(first.str(COUNTED), "first", "{:#?}", first.attrs);
@@ -148,7 +129,7 @@ async fn anthropic_batch_results_are_metered_per_model_once() {
     .await;
     let path = "/v1/messages/batches/msgbatch_01HkcTjaV5uDC8jWR4ZsDV8d/results";
     download_twice(&rig, path, ANTHROPIC_RESULTS).await;
-    let spans = spans(&mut rig, 2).await;
+    let spans = rig.finish_n(2).await;
     let first = &spans[0];
     assert_eq!(first.str(OPERATION), "batch_results");
     assert_eq!(first.str(COUNTED), "first", "{:#?}", first.attrs);
@@ -207,7 +188,7 @@ async fn files_without_batch_results_pass_untouched_and_unmetered() {
         assert_eq!(got.status, 200);
         support::assert_bytes_eq(path, &got.body, body);
     }
-    let spans = spans(&mut rig, 2).await;
+    let spans = rig.finish_n(2).await;
     for span in &spans {
         assert_eq!(span.str(OPERATION), "file_content");
         assert_eq!(span.str("tokentap.unmetered"), "unknown_format");

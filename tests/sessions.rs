@@ -105,25 +105,6 @@ async fn send(rig: &Rig, body: Vec<u8>, headers: &[(&str, &str)]) {
     assert!(got.text().contains("[DONE]"), "the stream finished");
 }
 
-/// Stop the proxy (flushing spans) and return the `n` spans exported.
-async fn spans(rig: &mut Rig, n: usize) -> Vec<SpanRec> {
-    rig.proxy.stop().await;
-    let deadline = tokio::time::Instant::now() + STEP_TIMEOUT;
-    loop {
-        let spans = rig.col.spans();
-        if spans.len() >= n {
-            assert_eq!(spans.len(), n, "one span per request");
-            return spans;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} of {n} spans exported",
-            spans.len()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn conversation(s: &SpanRec) -> Option<&str> {
     s.attrs.get(CONVERSATION_ID).and_then(|v| v.as_str())
 }
@@ -164,7 +145,7 @@ async fn every_default_agent_header_names_the_session() {
         ids[0], "agent-4-x-litellm-session-id",
         "newest (last seen) first: {ids:?}"
     );
-    let spans = spans(&mut rig, headers.len() + 1).await;
+    let spans = rig.finish_n(headers.len() + 1).await;
     let mut named: Vec<&str> = spans.iter().filter_map(conversation).collect();
     named.sort_unstable();
     let mut want: Vec<String> = headers
@@ -236,7 +217,7 @@ async fn a_configured_header_and_a_body_field_name_the_session() {
     assert_eq!(requests("from-body"), Some(2), "{listed:#}");
     assert_eq!(requests("from-agent-header"), Some(1), "{listed:#}");
     assert_eq!(requests("ignored"), None, "{listed:#}");
-    let spans = spans(&mut rig, 5).await;
+    let spans = rig.finish_n(5).await;
     let mut named: Vec<&str> = spans.iter().filter_map(conversation).collect();
     named.sort_unstable();
     assert_eq!(
@@ -314,7 +295,7 @@ async fn a_sessions_rollup_is_the_sum_of_its_spans_and_never_a_metric_label() {
         }
     }
 
-    let spans = spans(&mut rig, 4).await;
+    let spans = rig.finish_n(4).await;
     let mine: Vec<&SpanRec> = spans
         .iter()
         .filter(|x| conversation(x) == Some(session))

@@ -104,6 +104,24 @@ impl Rig {
         span
     }
 
+    /// Shut the proxy down (which flushes telemetry), then return the `n`
+    /// spans exported, in the order their requests started, failing unless
+    /// there are exactly `n`: one measurement per request.
+    pub(crate) async fn finish_n(&mut self, n: usize) -> Vec<SpanRec> {
+        self.proxy.stop().await;
+        let deadline = tokio::time::Instant::now() + super::STEP_TIMEOUT;
+        let mut spans = loop {
+            let spans = self.col.spans();
+            if spans.len() >= n || tokio::time::Instant::now() >= deadline {
+                break spans;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        assert_eq!(spans.len(), n, "one span per request");
+        spans.sort_by_key(|s| s.start_ns);
+        spans
+    }
+
     /// Shut the proxy down (which flushes telemetry), then return the
     /// first span exported, whatever its name.
     pub(crate) async fn stop_first_span(&mut self) -> SpanRec {
