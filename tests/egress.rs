@@ -320,26 +320,16 @@ async fn plain_http_goes_in_absolute_form() {
 #[tokio::test]
 async fn websocket_upstreams_go_through_the_tunnel() {
     use futures_util::{SinkExt, StreamExt};
-    use support::ws::{Script, ws_upstream};
+    use support::ws::{Script, ws_connect, ws_upstream};
     use tokio_tungstenite::tungstenite::Message;
-    use tokio_tungstenite::tungstenite::handshake::client::generate_key;
     let (upstream, seen) = ws_upstream(Script::Echo).await;
     let proxy = ForwardProxy::start(OnConnect::Tunnel).await;
     let toml = Toml::openai(&upstream).set("server", "shutdown_grace", &q("1s"));
     let running = start(&toml, &[("ALL_PROXY", &proxy.url(None))]).await;
-    let tcp = tokio::net::TcpStream::connect(running.addr).await.unwrap();
-    let req = http::Request::get(format!("ws://{}/v1/realtime?model=m", running.addr))
-        .header("host", running.addr.to_string())
-        .header("connection", "Upgrade")
-        .header("upgrade", "websocket")
-        .header("sec-websocket-version", "13")
-        .header("sec-websocket-key", generate_key())
-        .body(())
-        .unwrap();
     let (mut ws, res) = within(
         STEP_TIMEOUT,
         "handshake",
-        tokio_tungstenite::client_async(req, tcp),
+        ws_connect(running.addr, "/v1/realtime?model=m", &[]),
     )
     .await
     .expect("handshake through tokentap and the proxy");

@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_tungstenite::tungstenite::handshake::client::generate_key;
 use tokio_tungstenite::tungstenite::http;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
@@ -25,7 +24,10 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, O
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
 use support::proxy::{InProc, Toml, q};
-use support::ws::{H2Sender, H2Stream, Script, h2_connect, h2_handshake, h2_upgraded, ws_upstream};
+use support::ws::{
+    H2Sender, H2Stream, Script, WsClient, h2_connect, h2_handshake, h2_upgraded, ws_connect,
+    ws_upstream,
+};
 use support::{STEP_TIMEOUT, within};
 
 /// One OpenAI route to `upstream`; sessions still open at shutdown get
@@ -34,7 +36,7 @@ fn toml(upstream: &str) -> Toml {
     Toml::openai(upstream).set("server", "shutdown_grace", &q("1s"))
 }
 
-type Client = tokio_tungstenite::WebSocketStream<TcpStream>;
+type Client = WsClient;
 
 /// Open a WebSocket to `path` on `proxy` with extra handshake headers.
 async fn connect(
@@ -42,17 +44,7 @@ async fn connect(
     path: &str,
     extra: &[(&str, &str)],
 ) -> Result<(Client, http::Response<Option<Vec<u8>>>), WsError> {
-    let tcp = TcpStream::connect(proxy.addr).await.unwrap();
-    let mut req = http::Request::get(format!("ws://{}{path}", proxy.addr))
-        .header("host", proxy.addr.to_string())
-        .header("connection", "Upgrade")
-        .header("upgrade", "websocket")
-        .header("sec-websocket-version", "13")
-        .header("sec-websocket-key", generate_key());
-    for (k, v) in extra {
-        req = req.header(*k, *v);
-    }
-    tokio_tungstenite::client_async(req.body(()).unwrap(), tcp).await
+    ws_connect(proxy.addr, path, extra).await
 }
 
 #[tokio::test]

@@ -318,17 +318,21 @@ mod tests {
         t
     }
 
+    /// (model, input, output) per model, in the tally's order.
+    fn per_model(t: &BatchTally) -> Vec<(&str, Option<u64>, Option<u64>)> {
+        t.models
+            .iter()
+            .map(|(m, u)| (m.as_str(), u.input, u.output))
+            .collect()
+    }
+
     #[test]
     fn openai_batch_output_is_counted_per_model() {
         let t = tally(include_bytes!(
             "../../tests/fixtures/openai/batch_output.jsonl"
         ));
         assert_eq!((t.lines, t.succeeded, t.errored), (4, 3, 1));
-        let per_model: Vec<(&str, Option<u64>, Option<u64>)> = t
-            .models
-            .iter()
-            .map(|(m, u)| (m.as_str(), u.input, u.output))
-            .collect();
+        let per_model = per_model(&t);
         assert_eq!(
             per_model,
             [
@@ -349,11 +353,7 @@ mod tests {
             (t.lines, t.succeeded, t.errored, t.canceled, t.expired),
             (5, 2, 1, 1, 1)
         );
-        let per_model: Vec<(&str, Option<u64>, Option<u64>)> = t
-            .models
-            .iter()
-            .map(|(m, u)| (m.as_str(), u.input, u.output))
-            .collect();
+        let per_model = per_model(&t);
         assert_eq!(
             per_model,
             [

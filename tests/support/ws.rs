@@ -17,6 +17,30 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use super::{STEP_TIMEOUT, within};
 
+/// A client WebSocket over plain TCP.
+pub(crate) type WsClient = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+/// Open a WebSocket (HTTP/1.1 upgrade) to `path` on `addr`, with extra
+/// handshake headers.
+pub(crate) async fn ws_connect(
+    addr: std::net::SocketAddr,
+    path: &str,
+    extra: &[(&str, &str)],
+) -> Result<(WsClient, http::Response<Option<Vec<u8>>>), tokio_tungstenite::tungstenite::Error> {
+    use tokio_tungstenite::tungstenite::handshake::client::generate_key;
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut req = http::Request::get(format!("ws://{addr}{path}"))
+        .header("host", addr.to_string())
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", generate_key());
+    for (k, v) in extra {
+        req = req.header(*k, *v);
+    }
+    tokio_tungstenite::client_async(req.body(()).unwrap(), tcp).await
+}
+
 /// What the scripted upstream does with each session.
 #[derive(Clone, Copy)]
 pub(crate) enum Script {
