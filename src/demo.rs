@@ -72,7 +72,11 @@ pub async fn run(
 
     let sent = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let client = Client::internal(Duration::from_secs(5), crate::upstream::Egress::default())?;
+    let client = Client::internal(
+        Duration::from_secs(5),
+        crate::upstream::Egress::default(),
+        &crate::upstream::ClientTls::default(),
+    )?;
     let workers: Vec<_> = (0..args.concurrency.max(1))
         .map(|i| {
             let worker = Generator {

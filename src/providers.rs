@@ -308,19 +308,19 @@ impl Operation {
     /// (`/responses/{id}`) is read as `GET`'s `FetchResponse`.
     pub fn from_path(path: &str) -> Option<Operation> {
         let path = strip_query(path).trim_end_matches('/');
-        if let Some(op) = stored_response(path).or_else(|| batch_file(path).map(|(op, _)| op)) {
+        let tail = Tail::of(path);
+        if let Some(op) = stored_response(&tail).or_else(|| batch_file_of(&tail).map(|(op, _)| op))
+        {
             return Some(op);
         }
-        let mut segments = path.split('/');
-        let last = segments.next_back().unwrap_or(path);
+        let last = tail.0[0];
         // Bedrock's `/model/{id}/…`: a `model` segment with a `/` on both
         // sides (the first segment has none before it).
-        segments.next();
-        let bedrock = segments.any(|s| s == "model");
+        let bedrock = memchr::memmem::find(path.as_bytes(), b"/model/").is_some();
         // Google's custom methods: `models/{model}:{method}`.
-        if let Some((_, method)) = last.split_once(':') {
+        if let Some(colon) = memchr::memchr(b':', last.as_bytes()) {
             if !bedrock {
-                return match method {
+                return match &last[colon + 1..] {
                     "generateContent" => Some(Operation::GenerateContent),
                     "streamGenerateContent" => Some(Operation::StreamGenerateContent),
                     "embedContent" | "batchEmbedContents" => Some(Operation::EmbedContent),
@@ -360,12 +360,41 @@ impl Operation {
     }
 }
 
+/// The last four segments of a path, the last first; `None` past the
+/// path's first segment. One backwards pass over the bytes.
+struct Tail<'a>([&'a str; 4], usize);
+
+impl<'a> Tail<'a> {
+    fn of(path: &'a str) -> Tail<'a> {
+        let mut segments = [""; 4];
+        let (mut end, mut n) = (path.len(), 0);
+        while n < segments.len() {
+            match memchr::memrchr(b'/', &path.as_bytes()[..end]) {
+                Some(slash) => {
+                    segments[n] = &path[slash + 1..end];
+                    end = slash;
+                    n += 1;
+                }
+                None => {
+                    segments[n] = &path[..end];
+                    n += 1;
+                    break;
+                }
+            }
+        }
+        Tail(segments, n)
+    }
+
+    /// Segment `i` from the end (0: the last), if the path has it.
+    fn get(&self, i: usize) -> Option<&'a str> {
+        (i < self.1).then(|| self.0[i])
+    }
+}
+
 /// The operation on one stored OpenAI response: `…/responses/{id}`,
 /// `…/responses/{id}/cancel`, `…/responses/{id}/input_items`.
-fn stored_response(path: &str) -> Option<Operation> {
-    let mut rev = path.rsplit('/');
-    let last = rev.next()?;
-    let before = rev.next()?;
+fn stored_response(tail: &Tail<'_>) -> Option<Operation> {
+    let (last, before) = (tail.get(0)?, tail.get(1)?);
     if before == "responses" && !last.is_empty() {
         return Some(Operation::FetchResponse);
     }
@@ -374,22 +403,24 @@ fn stored_response(path: &str) -> Option<Operation> {
         "input_items" => Operation::ResponseInputItems,
         _ => return None,
     };
-    (!before.is_empty() && rev.next()? == "responses").then_some(op)
+    (!before.is_empty() && tail.get(2)? == "responses").then_some(op)
 }
 
 /// A batch result file's operation and the id it is counted once under:
 /// `…/files/{id}/content` (OpenAI, the file id) and
 /// `…/messages/batches/{id}/results` (Anthropic, the batch id).
 pub fn batch_file(path: &str) -> Option<(Operation, &str)> {
-    let path = strip_query(path).trim_end_matches('/');
-    let mut rev = path.rsplit('/');
-    let (last, id, parent) = (rev.next()?, rev.next()?, rev.next()?);
+    batch_file_of(&Tail::of(strip_query(path).trim_end_matches('/')))
+}
+
+fn batch_file_of<'a>(tail: &Tail<'a>) -> Option<(Operation, &'a str)> {
+    let (last, id, parent) = (tail.get(0)?, tail.get(1)?, tail.get(2)?);
     if id.is_empty() {
         return None;
     }
     match (last, parent) {
         ("content", "files") => Some((Operation::FileContent, id)),
-        ("results", "batches") if rev.next()? == "messages" => Some((Operation::BatchResults, id)),
+        ("results", "batches") if tail.get(3)? == "messages" => Some((Operation::BatchResults, id)),
         _ => None,
     }
 }
@@ -437,7 +468,7 @@ pub fn model_from_path(path: &str) -> Option<Cow<'_, str>> {
 
 /// The path without its query string.
 fn strip_query(path: &str) -> &str {
-    path.split('?').next().unwrap_or(path)
+    memchr::memchr(b'?', path.as_bytes()).map_or(path, |q| &path[..q])
 }
 
 /// Percent-decode a path segment; borrowed when it has no escapes, and
@@ -1694,6 +1725,27 @@ pub(crate) mod tests {
             ("GET", "/v1/batches/b/results", None),
             ("POST", "/v1/responses/resp_1/other", None),
             ("POST", "/v1/cancel", None),
+            ("POST", "cancel", None),
+            ("POST", "responses/cancel", Some(Operation::FetchResponse)),
+            ("GET", "responses/r", Some(Operation::FetchResponse)),
+            ("GET", "/responses//cancel", None),
+            ("GET", "files/f/content", Some(Operation::FileContent)),
+            ("GET", "/v1/files//content", None),
+            ("GET", "batches/b/results", None),
+            ("GET", "/model/converse", Some(Operation::Converse)),
+            ("GET", "model/x/converse", None),
+            ("POST", "/model/m:0/invoke", Some(Operation::InvokeModel)),
+            (
+                "POST",
+                "/v1/models/g:generateContent?alt=sse",
+                Some(Operation::GenerateContent),
+            ),
+            (
+                "POST",
+                "/v1/chat/completions/",
+                Some(Operation::ChatCompletions),
+            ),
+            ("POST", "", None),
         ] {
             assert_eq!(
                 Operation::from_request(method, path),

@@ -847,13 +847,13 @@ impl Recorder for RequestTelemetry {
                 priced
             }
         };
-        this.record_live(&m, cost);
+        this.record_live(&m, cost, recorded);
         // Every request, sampled or not; one lock, only with a session.
         this.inner
             .rollups
             .record(&m, rollups::RequestCost::of(cost));
         if this.inner.access_log {
-            access_log(&m, &this.span.context);
+            access_log(&m, &this.span.context, recorded);
         }
         let Some((spans, slo, kept)) = kept else {
             return;
@@ -1018,8 +1018,9 @@ impl RequestTelemetry {
         Some((cost, tier, span))
     }
 
-    /// One `try_send` to the live statistics; never waits.
-    fn record_live(&self, m: &Measurement, cost: Option<CostRecord>) {
+    /// One `try_send` to the live statistics; never waits. `exported`:
+    /// the request's span is exported (sampling kept it).
+    fn record_live(&self, m: &Measurement, cost: Option<CostRecord>, exported: bool) {
         let inner = &self.inner;
         let response_model = m.response_model.as_deref();
         let mut sample = Sample::new(
@@ -1030,6 +1031,7 @@ impl RequestTelemetry {
             self.span.context.trace_id(),
         );
         sample.in_flight = Some(self.in_flight_at_start);
+        sample.span_exported = exported;
         match cost {
             Some(CostRecord::Priced { usd, .. }) => sample.cost_usd = Some(usd),
             Some(CostRecord::Unpriced) => sample.unpriced = true,

@@ -8,9 +8,7 @@
 //! the side that failed.
 
 use std::error::Error as StdError;
-use std::fs;
 use std::future::Future;
-use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -23,8 +21,6 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::{Connection as _, HttpConnector};
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 use tower::{Service, ServiceExt};
 
 use crate::config::proxy::RouteProxy;
@@ -37,11 +33,13 @@ pub mod egress;
 mod h2pool;
 pub mod sigv4;
 mod tap;
+pub mod tls;
 
 /// An upstream connection's transport (TCP, or TLS over TCP).
 pub use conn::Io as UpstreamIo;
 pub use conn::Shard;
 pub use egress::Egress;
+pub use tls::{ClientTls, SettingFile, TlsFileError};
 
 /// A response head `Client::send` got, and how long the request waited
 /// for an upstream connection or HTTP/2 stream slot before it could be
@@ -139,35 +137,11 @@ impl http_body::Body for ResponseBody {
     }
 }
 
-/// The client could not be built from its configuration.
+/// The client could not be built from its configuration: a CA, client
+/// certificate or key file (named with its setting) or the TLS set-up.
 #[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    /// The CA file could not be read.
-    #[error("upstream.ca_file {path}: {source}")]
-    CaFile {
-        /// Path of the CA file.
-        path: String,
-        /// Why reading it failed.
-        source: std::io::Error,
-    },
-    /// The CA file holds no PEM certificate.
-    #[error("upstream.ca_file {path}: no certificate in the file")]
-    NoCertificate {
-        /// Path of the CA file.
-        path: String,
-    },
-    /// A certificate in the CA file was rejected.
-    #[error("upstream.ca_file {path}: {source}")]
-    BadCertificate {
-        /// Path of the CA file.
-        path: String,
-        /// Why rustls rejected it.
-        source: rustls::Error,
-    },
-    /// The TLS client configuration could not be built.
-    #[error("TLS setup: {0}")]
-    Tls(#[from] rustls::Error),
-}
+#[error(transparent)]
+pub struct BuildError(#[from] pub TlsFileError);
 
 /// Why forwarding failed before a response head arrived.
 #[derive(Debug, thiserror::Error)]
@@ -334,28 +308,23 @@ impl Client {
     /// Build the pooled client; `egress` says which destinations go through
     /// which forward proxy. Must run inside the tokio runtime.
     pub fn new(cfg: &UpstreamConfig, egress: Egress) -> Result<Client, BuildError> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        if let Some(path) = &cfg.ca_file {
-            for cert in load_pem(path)? {
-                roots
-                    .add(cert)
-                    .map_err(|source| BuildError::BadCertificate {
-                        path: path.display().to_string(),
-                        source,
-                    })?;
-            }
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let tls = ClientTls {
+            ca: (cfg.ca_file.as_ref()).map(|p| SettingFile::new("upstream.ca_file", p)),
+            identity: None,
+        };
+        Client::with_tls(cfg, egress, &tls)
+    }
 
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(cfg.connect_timeout));
+    /// [`Client::new`] trusting and presenting what `tls` names instead of
+    /// `upstream.ca_file`.
+    pub fn with_tls(
+        cfg: &UpstreamConfig,
+        egress: Egress,
+        tls: &ClientTls,
+    ) -> Result<Client, BuildError> {
+        let tls = tls.config()?;
+
+        let http = egress::tcp_connector(cfg.connect_timeout);
         let alpn = |protocols: &[&[u8]]| {
             let mut c = tls.clone();
             c.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
@@ -386,11 +355,15 @@ impl Client {
         })
     }
 
-    /// A client for tokentap's own requests (SLO webhooks, demo traffic):
-    /// webpki roots, no connect retries, no head timeout (the caller
-    /// bounds the exchange), a few idle connections per host, forward
-    /// proxies as `egress` says.
-    pub fn internal(connect_timeout: Duration, egress: Egress) -> Result<Client, BuildError> {
+    /// A client for tokentap's own requests (SLO webhooks, OTLP/HTTP
+    /// export, demo traffic): what `tls` names beside the webpki roots, no
+    /// connect retries, no head timeout (the caller bounds the exchange), a
+    /// few idle connections per host, forward proxies as `egress` says.
+    pub fn internal(
+        connect_timeout: Duration,
+        egress: Egress,
+        tls: &ClientTls,
+    ) -> Result<Client, BuildError> {
         let cfg = UpstreamConfig {
             connect_timeout,
             idle_timeout: None,
@@ -405,7 +378,7 @@ impl Client {
             max_drains: 0,
             ..UpstreamConfig::default()
         };
-        Client::new(&cfg, egress)
+        Client::with_tls(&cfg, egress, tls)
     }
 
     /// A connector for one new connection: the ALPN offer `mode` asks for,
@@ -863,24 +836,6 @@ where
     }
 }
 
-fn load_pem(path: &Path) -> Result<Vec<CertificateDer<'static>>, BuildError> {
-    let shown = || path.display().to_string();
-    let pem = fs::read(path).map_err(|source| BuildError::CaFile {
-        path: shown(),
-        source,
-    })?;
-    let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<_, _>>()
-        .map_err(|e| BuildError::CaFile {
-            path: shown(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
-        })?;
-    if certs.is_empty() {
-        return Err(BuildError::NoCertificate { path: shown() });
-    }
-    Ok(certs)
-}
-
 /// The peer closed or reset the connection or stream: at the socket, as an
 /// incomplete HTTP/1 message, or as an HTTP/2 RST_STREAM or GOAWAY.
 fn is_reset(e: &(dyn StdError + 'static)) -> bool {
@@ -1115,12 +1070,16 @@ mod tests {
         }
     }
 
-    #[test]
-    fn missing_ca_file_names_the_key_and_path() {
-        let err = load_pem(Path::new("/nonexistent/ca.pem")).expect_err("missing file");
+    #[tokio::test]
+    async fn missing_ca_file_names_the_key_and_path() {
+        let cfg = UpstreamConfig {
+            ca_file: Some("/nonexistent/ca.pem".into()),
+            ..UpstreamConfig::default()
+        };
+        let err = Client::new(&cfg, Egress::default()).expect_err("missing file");
         assert!(
             err.to_string()
-                .starts_with("upstream.ca_file /nonexistent/ca.pem"),
+                .starts_with("upstream.ca_file /nonexistent/ca.pem: "),
             "{err}"
         );
     }

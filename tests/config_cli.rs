@@ -477,6 +477,10 @@ async fn a_dead_upstream_is_explained_in_the_access_log_and_one_warning() {
             line.contains("cause=") && line.to_lowercase().contains("refused"),
             "the access log says the connection was refused: {line}"
         );
+        assert!(
+            line.contains("span_exported=false"),
+            "export is off, so no span is exported: {line}"
+        );
     }
     let warnings: Vec<&str> = out
         .lines()

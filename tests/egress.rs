@@ -14,6 +14,9 @@
 //! - `websocket_upstreams_go_through_the_tunnel`.
 //! - `the_binary_reads_the_variables_and_config_shows_them_redacted`: the
 //!   real binary with the variables in its environment only.
+//! - `otlp_http_export_goes_through_the_proxy`,
+//!   `otlp_grpc_export_goes_through_the_proxy`: spans reach a real OTLP
+//!   receiver through the proxy while the route goes direct.
 #![allow(
     clippy::disallowed_methods,
     reason = "tests set deadlines with the wall clock"
@@ -427,27 +430,52 @@ async fn an_unsupported_proxy_variable_stops_the_binary_naming_it() {
     );
 }
 
-#[tokio::test]
-async fn otlp_http_export_goes_through_the_proxy() {
+/// Export to `http://localhost:PORT` (a real OTLP receiver) with
+/// `HTTP_PROXY` set and the route itself going direct: the spans arrive
+/// through the proxy, which saw the collector's address.
+async fn otlp_export_goes_through_the_proxy(protocol: &str) -> Vec<Asked> {
+    use support::otlp::Collector;
     use support::upstream::Upstream;
     let up = Upstream::fixed_json(r#"{"id":"c","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#).await;
-    let proxy = ForwardProxy::start(OnConnect::Refuse(403, "Forbidden")).await;
-    // The collector is never reached: the proxy refuses, and records the ask.
-    let toml = route(Toml::new(), "r", &up.url(), r#"proxy = "none""#)
-        .otlp("http://collector.example:4318", "http/protobuf");
+    let collector = Collector::start().await;
+    let proxy = ForwardProxy::start(OnConnect::Tunnel).await;
+    let endpoint = format!("http://localhost:{}", collector.addr.port());
+    let toml = route(Toml::new(), "r", &up.url(), r#"proxy = "none""#).otlp(&endpoint, protocol);
     let bin = Bin::start(&toml, &[], &[("HTTP_PROXY", &proxy.url(None))]).await;
     let req = Req::post_json(bin.addr, "/r/v1/chat/completions", CHAT);
     let got = fetch(&http1(), &req).await;
     assert_eq!(got.status, 200, "{}", got.text());
-    let deadline = std::time::Instant::now() + STEP_TIMEOUT;
-    while connects(&proxy.asked()).is_empty() && std::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    let asked = connects(&proxy.asked());
-    assert!(
-        !asked.is_empty() && asked.iter().all(|t| t == "collector.example:4318"),
-        "export asked the proxy for the collector: {asked:?}"
-    );
+    let span = collector
+        .wait_span(STEP_TIMEOUT, "of the chat request", |s| {
+            s.name == "chat gpt-4o"
+        })
+        .await;
+    assert_eq!(span.num("gen_ai.usage.output_tokens"), 1.0, "{protocol}");
     assert_eq!(up.exchanges().len(), 1, "the route itself went direct");
     drop(bin);
+    proxy.asked()
+}
+
+#[tokio::test]
+async fn otlp_http_export_goes_through_the_proxy() {
+    let asked = otlp_export_goes_through_the_proxy("http/protobuf").await;
+    // A plain-HTTP collector is named in absolute form, as for upstreams.
+    assert!(
+        asked
+            .iter()
+            .any(|a| a.method == "POST" && a.target.starts_with("http://localhost:")),
+        "export asked the proxy for the collector: {asked:?}"
+    );
+    assert!(connects(&asked).is_empty(), "{asked:?}");
+}
+
+#[tokio::test]
+async fn otlp_grpc_export_goes_through_the_proxy() {
+    let asked = otlp_export_goes_through_the_proxy("grpc").await;
+    // HTTP/2 with prior knowledge needs a tunnel.
+    let tunnels = connects(&asked);
+    assert!(
+        !tunnels.is_empty() && tunnels.iter().all(|t| t.starts_with("localhost:")),
+        "export asked the proxy for a tunnel to the collector: {asked:?}"
+    );
 }

@@ -9,6 +9,7 @@
 //!   receiver that requires a client certificate, configured only with the
 //!   standard `OTEL_EXPORTER_OTLP_*` variables; the header and key never
 //!   show in the log or on `/config`.
+//! - `a_client_key_of_another_certificate_is_refused_by_name`.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
@@ -210,4 +211,46 @@ async fn otlp_over_mtls_reaches_a_tls_receiver_http() {
 #[tokio::test]
 async fn otlp_over_mtls_reaches_a_tls_receiver_grpc() {
     otlp_over_mtls("grpc").await;
+}
+
+/// `check` and start-up refuse an OTLP client key that does not fit its
+/// certificate, naming the variable that set it and the file, never the
+/// key's content; the per-signal variable wins over the general one.
+#[tokio::test]
+async fn a_client_key_of_another_certificate_is_refused_by_name() {
+    let (ca, dir) = (TestCa::new(), Scratch::new("otlp-tls-mismatch"));
+    let one = write_pem(&dir, "one", &ca.client("tokentap", false));
+    let two = write_pem(&dir, "two", &ca.client("other", false));
+    let path = |p: &std::path::Path| p.display().to_string();
+    let (cert, key) = (path(&one.cert), path(&two.key));
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://localhost:4318"),
+        ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", cert.as_str()),
+        ("OTEL_EXPORTER_OTLP_CLIENT_KEY", key.as_str()),
+        (
+            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+            cert.as_str(),
+        ),
+        ("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", key.as_str()),
+    ];
+    let base = [
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    for sub in ["check", "run"] {
+        let args = [&[sub][..], &base, &["--admin-listen", "off"]].concat();
+        let (status, out) = support::proxy::run_bin(&args, &env).await;
+        assert_eq!(status.code(), Some(2), "`{sub}` refuses the pair:\n{out}");
+        assert!(
+            out.contains(&format!("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY {key}"))
+                && out.contains("does not fit the certificate"),
+            "`{sub}` names the variable and the file:\n{out}"
+        );
+        assert!(
+            !out.contains(two.key_pem.lines().nth(1).unwrap()),
+            "the key's content never shows:\n{out}"
+        );
+    }
 }

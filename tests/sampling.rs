@@ -6,7 +6,7 @@
 //! reason and weight 1 (`ot=th:0`); ordinary ones exactly when their trace
 //! id's randomness passes the threshold (weight 4, `ot=th:c`); the
 //! counters count every request; OpenMetrics exemplars name only exported
-//! traces.
+//! traces; `/api/live` marks each request's trace id exported or not.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
@@ -122,6 +122,7 @@ async fn special_requests_are_all_exported_and_ordinary_ones_by_the_ratio() {
                 .set("telemetry.sampling", "keep_ttft_over", &q("1s"))
                 .set("telemetry.sampling", "keep_stall_over", &q("500ms"))
                 .set("telemetry.sampling", "keep_duration_over", &q("2s"))
+                .set("live", "recent", "500")
         },
     )
     .await;
@@ -171,6 +172,17 @@ async fn special_requests_are_all_exported_and_ordinary_ones_by_the_ratio() {
         }
         tokio::time::sleep(ms(50)).await;
     }
+
+    // The live table's rows, once its snapshot holds every request.
+    let mut recent = Vec::new();
+    for _ in 0..100 {
+        recent = live_recent(&rig, admin).await;
+        if recent.len() == total {
+            break;
+        }
+        tokio::time::sleep(ms(50)).await;
+    }
+    assert_eq!(recent.len(), total, "/api/live lists every request");
 
     rig.proxy.stop().await;
     let spans = rig.col.spans();
@@ -273,4 +285,32 @@ async fn special_requests_are_all_exported_and_ordinary_ones_by_the_ratio() {
             assert!(!om.contains(&id), "dropped trace {id} appears in /metrics");
         }
     }
+
+    // The live table says which trace ids lead to an exported span.
+    let mut shown = [0, 0];
+    for row in &recent {
+        let id = row["trace_id"].as_str().expect("every row has a trace id");
+        let exported = row["span_exported"].as_bool().expect("span_exported");
+        assert_eq!(
+            exported,
+            by_trace.contains_key(id),
+            "/api/live row of trace {id}: {row}"
+        );
+        shown[usize::from(exported)] += 1;
+    }
+    assert!(shown[0] > 0 && shown[1] > 0, "both kinds of row: {shown:?}");
+}
+
+/// `recent[]` of `/api/live`.
+async fn live_recent(rig: &Rig, admin: std::net::SocketAddr) -> Vec<serde_json::Value> {
+    let req = Req {
+        method: Method::GET,
+        url: format!("http://{admin}/api/live"),
+        headers: Vec::new(),
+        body: Bytes::new(),
+    };
+    let got = client::fetch(&rig.client, &req).await;
+    assert_eq!(got.status, 200, "/api/live: {}", got.text());
+    let live: serde_json::Value = serde_json::from_str(&got.text()).unwrap();
+    live["recent"].as_array().cloned().unwrap_or_default()
 }

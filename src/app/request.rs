@@ -498,7 +498,8 @@ fn prepare(
         let goes_on = sniffed.background == Some(true) || op != Operation::Responses;
         meter.count_once_with(state.ledger.clone(), goes_on);
     }
-    if let Some((op, id)) = providers::batch_file(&admitted.path) {
+    let batch = admitted.operation.filter(|op| op.is_batch_file());
+    if let Some((op, id)) = batch.and_then(|_| providers::batch_file(&admitted.path)) {
         let namespace = match op {
             Operation::BatchResults => "batch",
             _ => "file",

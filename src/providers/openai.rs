@@ -10,13 +10,14 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
+use std::ops::Range;
 
 use serde::Deserialize;
 use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::ProviderKind;
-use super::scan::{Scan, Seen};
+use super::scan::{self, Scan, Seen};
 use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
 use super::wire::{HasContent, Str, non_empty, non_empty_raw, reported_cost};
 use super::{
@@ -40,6 +41,8 @@ pub struct OpenaiAdapter {
     /// Streamed tool calls already counted, by `(choice << 32) | index`:
     /// a call's argument deltas repeat its index.
     tools_seen: Vec<u64>,
+    /// The shape of the last chunk the scan read, for the next one.
+    last: LastChunk,
 }
 
 impl OpenaiAdapter {
@@ -52,6 +55,7 @@ impl OpenaiAdapter {
             id_seen: false,
             scan: true,
             tools_seen: Vec::new(),
+            last: LastChunk::default(),
         }
     }
 
@@ -83,7 +87,7 @@ impl OpenaiAdapter {
                     // preempts the running one), so only a `finish_reason`
                     // is the terminal event.
                     Ok(())
-                } else if let Some(chunk) = self.scan.then(|| ChatChunk::scan(data)).flatten() {
+                } else if let Some(chunk) = self.scan.then(|| self.chat_chunk(data)).flatten() {
                     self.on_chat_chunk(&chunk, out);
                     Ok(())
                 } else {
@@ -99,6 +103,17 @@ impl OpenaiAdapter {
             },
             Frame::AwsEvent { .. } => Err(AdapterError("eventstream frame in an OpenAI stream")),
         }
+    }
+
+    /// `data` read as a chat chunk of the common shape: by the last chunk's
+    /// shape when it fits, else by the scan (and its shape kept).
+    fn chat_chunk<'a>(&mut self, data: &'a [u8]) -> Option<ChatChunk<'a>> {
+        if let Some(chunk) = self.last.read(data, !(self.model_seen && self.id_seen)) {
+            return Some(chunk);
+        }
+        let chunk = ChatChunk::scan(data)?;
+        self.last.keep(data, &chunk);
+        Some(chunk)
     }
 
     fn on_json(
@@ -894,6 +909,123 @@ struct ChatChunk<'a> {
     /// Its text, as a JSON string literal (what `Choice::text` gives).
     text: Option<&'a str>,
     finish_reason: Option<&'a str>,
+    /// `delta.content`'s string literal, when no other text field of the
+    /// delta has text: then it alone decides `kind` and `text`.
+    only_content: Option<&'a str>,
+    /// The top-level `obfuscation` string literal (OpenAI's padding, a
+    /// different length in every chunk).
+    obfuscation: Option<&'a str>,
+}
+
+/// The last chat chunk the scan read, kept to read the next by comparison:
+/// its bytes and the spans of the string literals that change from chunk
+/// to chunk (`delta.content`, `obfuscation`). A payload with the same bytes
+/// outside those spans and a valid string literal in each is the same
+/// document with other strings there, which the scan reads the same way
+/// but for the text: so the text is read and the rest compared.
+#[derive(Debug, Default)]
+struct LastChunk {
+    bytes: Vec<u8>,
+    /// The changing literals' spans in `bytes`, in order (`slots` of them).
+    spans: [Range<usize>; 2],
+    slots: usize,
+    /// Which of them is `delta.content`.
+    content: usize,
+    /// Spans of the id, model and finish reason in `bytes` (outside the
+    /// changing literals).
+    id: Option<Range<usize>>,
+    model: Option<Range<usize>>,
+    finish_reason: Option<Range<usize>>,
+}
+
+/// Where `part`, borrowed from `data`, sits in it.
+fn span_in(data: &[u8], part: &str) -> Range<usize> {
+    let start = (part.as_ptr() as usize).wrapping_sub(data.as_ptr() as usize);
+    start..start + part.len()
+}
+
+impl LastChunk {
+    /// Keep `data`'s shape, read by the scan as `c`, when its text comes
+    /// from `delta.content` alone.
+    fn keep(&mut self, data: &[u8], c: &ChatChunk<'_>) {
+        self.slots = 0;
+        let Some(content) = c.only_content else {
+            return;
+        };
+        let mut spans = [span_in(data, content), 0..0];
+        let mut slots = 1;
+        if let Some(padding) = c.obfuscation {
+            spans[1] = span_in(data, padding);
+            slots = 2;
+        }
+        let content = usize::from(slots == 2 && spans[1].start < spans[0].start);
+        if content == 1 {
+            spans.swap(0, 1);
+        }
+        self.bytes.clear();
+        self.bytes.extend_from_slice(data);
+        let span = |part: Option<&str>| part.map(|p| span_in(data, p));
+        (self.spans, self.slots, self.content) = (spans, slots, content);
+        (self.id, self.model, self.finish_reason) =
+            (span(c.id), span(c.model), span(c.finish_reason));
+    }
+
+    /// `data` read by comparison with the kept chunk; `None` when it
+    /// differs outside the changing literals (the scan reads it then). The
+    /// id and model only when `named` (the adapter reports them once).
+    fn read<'a>(&self, data: &'a [u8], named: bool) -> Option<ChatChunk<'a>> {
+        if self.slots == 0 {
+            return None;
+        }
+        let mut found = [0..0, 0..0];
+        let mut content = "";
+        let (mut old, mut new) = (0, 0);
+        for (slot, span) in self.spans[..self.slots].iter().enumerate() {
+            let fixed = &self.bytes[old..span.start];
+            if data.get(new..new + fixed.len())? != fixed {
+                return None;
+            }
+            new += fixed.len();
+            let literal = scan::string_literal(&data[new..])?;
+            if slot == self.content {
+                content = literal;
+            }
+            found[slot] = new..new + literal.len();
+            (old, new) = (span.end, new + literal.len());
+        }
+        if data.get(new..)? != &self.bytes[old..] {
+            return None;
+        }
+        // The kept chunk's spans outside the literals, moved by how much
+        // longer or shorter each literal before them is now.
+        let moved = |r: &Option<Range<usize>>| -> Option<Option<&'a str>> {
+            let Some(r) = r else {
+                return Some(None);
+            };
+            let mut start = r.start;
+            for (span, now) in self.spans[..self.slots].iter().zip(&found) {
+                if span.end <= r.start {
+                    start = start - span.len() + now.len();
+                }
+            }
+            let text = std::str::from_utf8(data.get(start..start + r.len())?).ok()?;
+            Some(Some(text))
+        };
+        let has = non_empty_raw(content);
+        let (id, model) = match named {
+            true => (moved(&self.id)?, moved(&self.model)?),
+            false => (None, None),
+        };
+        Some(ChatChunk {
+            id,
+            model,
+            kind: ContentKind::of(has, false),
+            text: has.then_some(content),
+            finish_reason: moved(&self.finish_reason)?,
+            only_content: None,
+            obfuscation: None,
+        })
+    }
 }
 
 impl<'a> ChatChunk<'a> {
@@ -926,6 +1058,10 @@ impl<'a> ChatChunk<'a> {
             "usage" | "error" => {
                 seen.first(if key == "usage" { 4 } else { 5 })?;
                 s.null()?.then_some(())
+            }
+            "obfuscation" => {
+                c.obfuscation = s.raw(1)?.filter(|r| r.starts_with('"'));
+                Some(())
             }
             "type" | "code" | "delta" | "response" | "status" | "incomplete_details" | "output"
             | "x_groq" | "timings" | "stats" => None,
@@ -992,6 +1128,8 @@ impl<'a> ChatChunk<'a> {
         })?;
         let text = texts.into_iter().flatten().find(|raw| non_empty_raw(raw));
         let has = |t: Option<&str>| t.is_some_and(non_empty_raw);
+        self.only_content =
+            texts[0].filter(|t| t.starts_with('"') && !texts[1..].iter().any(|t| has(*t)));
         self.kind = ContentKind::of(
             has(texts[0]) || has(texts[3]),
             has(texts[1]) || has(texts[2]),
@@ -1309,7 +1447,7 @@ mod tests {
     use super::*;
     use crate::providers::ProviderKind;
     use crate::providers::scan::differential::{
-        Outcome, fixture_bodies, fixture_payloads, json_outcome, mutations, outcome,
+        Outcome, edited, fixture_bodies, fixture_payloads, json_outcome, mutations, outcome,
     };
     use crate::providers::tests::{Summary, expect_summary as expect, fixture};
 
@@ -1867,6 +2005,104 @@ mod tests {
                 assert_eq!(scan, serde, "{}", String::from_utf8_lossy(&m));
             }
         }
+    }
+
+    /// `data` with its `delta.content` string literal replaced by `with`.
+    fn with_content(data: &[u8], with: &[u8]) -> Option<Vec<u8>> {
+        let key = b"\"content\":";
+        let at = data.windows(key.len()).position(|w| w == key)? + key.len();
+        let len = scan::string_literal(&data[at..])?.len();
+        Some([&data[..at], with, &data[at + len..]].concat())
+    }
+
+    /// Literals (and things that are not) to put where the content was.
+    const CONTENTS: &[&[u8]] = &[
+        b"\"x\"",
+        b"\"\"",
+        b"\"a longer piece of text, past a few words of eight bytes\"",
+        b"\"q\\\"uote\\\\\"",
+        b"\"\\u00e9\\n\"",
+        b"\"\\ud83d\\ude00\"",
+        b"\"\\x\"",
+        b"\"a\x01\"",
+        b"\"\xc3\"",
+        b"\"open",
+        b"null",
+        b"7",
+        b"\"a\",\"b\"",
+    ];
+
+    /// A stream with OpenAI's `obfuscation` padding, before and after the
+    /// choices.
+    const PADDED: &[&str] = &[
+        r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}],"obfuscation":"a"}"#,
+        r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}],"obfuscation":"abcd"}"#,
+        r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"lo, there"},"finish_reason":null}],"obfuscation":"ab"}"#,
+        r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"!"},"finish_reason":null}],"obfuscation":""}"#,
+        r#"{"obfuscation":"xyz","id":"c","model":"gpt-4o","choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}"#,
+        r#"{"obfuscation":"x","id":"c","model":"gpt-4o","choices":[{"index":0,"delta":{"content":"bcd"},"finish_reason":null}]}"#,
+        r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"obfuscation":"abcdef"}"#,
+    ];
+
+    /// Chunks read by comparison with the last one agree with serde: each
+    /// fixture stream in order, each chunk followed by the same chunk with
+    /// other content (valid or not) and by random edits, through one
+    /// adapter of each kind, so that most reads are by comparison.
+    #[test]
+    fn chunks_read_by_the_last_ones_shape_read_as_serde_does() {
+        let op = Some(Operation::ChatCompletions);
+        let (mut fast, mut serde) = (OpenaiAdapter::new(op), OpenaiAdapter::without_scan(op));
+        let padded = PADDED.iter().map(|p| p.as_bytes().to_vec());
+        let mut rng = fastrand::Rng::with_seed(30);
+        let (mut variants, mut by_shape) = (0, 0);
+        for data in fixture_payloads(OPENAI_FAMILY).into_iter().chain(padded) {
+            let other = CONTENTS.iter().filter_map(|c| with_content(&data, c));
+            let inputs: Vec<Vec<u8>> = std::iter::once(data.clone()).chain(other).collect();
+            variants += inputs.len() - 1;
+            let edits = (0..20).map(|_| edited(&data, b"\"\\{}[],: n0-.e1tu\x01\xc3", 2, &mut rng));
+            for (n, m) in inputs
+                .iter()
+                .cloned()
+                .chain(edits)
+                .chain([data.clone()])
+                .enumerate()
+            {
+                let hit = fast.last.read(m.trim_ascii(), true).is_some();
+                by_shape += usize::from(hit && (1..inputs.len()).contains(&n));
+                let a = outcome(|f, out| fast.on_frame(f, out), &m);
+                let b = outcome(|f, out| serde.on_frame(f, out), &m);
+                assert_eq!(a, b, "{}", String::from_utf8_lossy(&m));
+            }
+        }
+        // Content variants are read by shape where the chunk is plain.
+        assert!(
+            by_shape * 4 > variants,
+            "{by_shape} of {variants} content variants read by the last chunk's shape"
+        );
+    }
+
+    #[test]
+    fn a_padded_stream_is_read_by_shape_after_its_first_content_chunk() {
+        let mut a = OpenaiAdapter::new(Some(Operation::ChatCompletions));
+        let mut texts = Vec::new();
+        let mut by_shape = Vec::new();
+        for p in &PADDED[..4] {
+            by_shape.push(a.last.read(p.as_bytes(), true).is_some());
+            a.on_frame(
+                Frame::Sse {
+                    event: b"",
+                    data: p.as_bytes(),
+                },
+                &mut |e| {
+                    if let Event::Text(t) = e {
+                        texts.push(t.to_owned());
+                    }
+                },
+            )
+            .expect("valid chunk");
+        }
+        assert_eq!(texts, [r#""Hel""#, r#""lo, there""#, r#""!""#]);
+        assert_eq!(by_shape, [false, false, true, true]);
     }
 
     /// Whole bodies the scan must read exactly as serde does (or leave to it).

@@ -350,6 +350,35 @@ impl<'a> Scan<'a> {
     }
 }
 
+/// The JSON string literal (quotes included) `data` starts with, checked
+/// as the scan checks strings: valid escapes (a `\u` surrogate gives up),
+/// no raw control byte, UTF-8. `None` when `data` does not start with a
+/// whole, valid one.
+pub(crate) fn string_literal(data: &[u8]) -> Option<&str> {
+    if *data.first()? != b'"' {
+        return None;
+    }
+    let mut at = 1;
+    loop {
+        at += memchr::memchr2(b'"', b'\\', data.get(at..)?)?;
+        if data[at] == b'"' {
+            break;
+        }
+        let mut escape = Scan {
+            bytes: data,
+            text: "",
+            at,
+        };
+        escape.escape()?;
+        at = escape.at;
+    }
+    let literal = &data[..=at];
+    if has_control(literal) {
+        return None; // serde rejects raw control characters
+    }
+    std::str::from_utf8(literal).ok()
+}
+
 /// Whether any byte is below 0x20: a minimum with no early exit, so it
 /// vectorises (one unsigned-minimum instruction per vector).
 fn has_control(bytes: &[u8]) -> bool {
@@ -622,6 +651,34 @@ mod tests {
         assert_eq!(s.str_or_null(), Some(None));
         let mut s = Scan::new(br#"3"#).expect("UTF-8");
         assert_eq!(s.str_or_null(), None, "not a string");
+    }
+
+    #[test]
+    fn string_literals_are_measured_as_the_scan_reads_them() {
+        for (data, want) in [
+            (&br#""abc","x""#[..], Some(5)),
+            (&br#""""#[..], Some(2)),
+            (&br#""a\"b"}"#[..], Some(6)),
+            (&br#""\u00e9\n"rest"#[..], Some(10)),
+            (&br#""\ud800""#[..], None),
+            (&br#""\x""#[..], None),
+            (&b"\"a\x01\""[..], None),
+            (&b"\"\xc3\""[..], None),
+            (&br#""open"#[..], None),
+            (&br#"x"a""#[..], None),
+            (&b""[..], None),
+        ] {
+            assert_eq!(
+                string_literal(data).map(str::len),
+                want,
+                "{}",
+                String::from_utf8_lossy(data)
+            );
+            if let Some(n) = want {
+                let mut s = Scan::new(&data[..n]).expect("UTF-8");
+                assert!(s.value(0).is_some() && s.end().is_some(), "the scan agrees");
+            }
+        }
     }
 
     #[test]

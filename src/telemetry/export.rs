@@ -20,7 +20,7 @@ use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMe
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 
 use super::TelemetryError;
-use super::export_tls::{self, CollectorClient, ExportTls, Signal, is_https};
+use super::export_tls::{self, CollectorClient, Signal};
 use super::otlp_http::HttpSpanExporter;
 use super::span_export::{RecordExporter, SdkSpans};
 use super::span_record::SpanRecord;
@@ -227,18 +227,11 @@ pub(super) fn otlp_spans(
         }
         OtlpProtocol::Grpc => {
             require_runtime()?;
-            let tls = ExportTls::for_signal(cfg, Signal::Traces)?;
-            let endpoint = export_tls::grpc_endpoint(cfg, Signal::Traces);
-            let b = opentelemetry_otlp::SpanExporter::builder()
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
                 .with_tonic()
                 .with_timeout(cfg.otlp_timeout)
-                .with_metadata(grpc_metadata(cfg)?);
-            let b = match is_https(&endpoint) || tls.is_set() {
-                true => b.with_tls_config(tls.tonic()?),
-                false => b,
-            };
-            let exporter = b
-                .with_endpoint(endpoint)
+                .with_metadata(grpc_metadata(cfg)?)
+                .with_channel(export_tls::grpc_channel(cfg, Signal::Traces)?)
                 .build()
                 .map_err(|e| TelemetryError(format!("span exporter: {e}")))?;
             Ok(OtlpSpans::Grpc(SdkSpans::new(
@@ -256,7 +249,6 @@ pub(super) fn otlp_metrics(
     cfg: &TelemetryConfig,
 ) -> Result<opentelemetry_otlp::MetricExporter, TelemetryError> {
     let builder = opentelemetry_otlp::MetricExporter::builder();
-    let tls = ExportTls::for_signal(cfg, Signal::Metrics)?;
     let built = match cfg.otlp_protocol {
         OtlpProtocol::HttpProtobuf => {
             let endpoint = export_tls::http_endpoint(cfg, Signal::Metrics);
@@ -265,22 +257,18 @@ pub(super) fn otlp_metrics(
                 .with_protocol(Protocol::HttpBinary)
                 .with_timeout(cfg.otlp_timeout)
                 .with_headers(http_headers(cfg));
-            b.with_http_client(CollectorClient::new(cfg, Signal::Metrics, &endpoint)?)
+            b.with_http_client(CollectorClient::new(cfg, Signal::Metrics)?)
                 .with_endpoint(endpoint)
                 .build()
         }
         OtlpProtocol::Grpc => {
             require_runtime()?;
-            let endpoint = export_tls::grpc_endpoint(cfg, Signal::Metrics);
-            let b = builder
+            builder
                 .with_tonic()
                 .with_timeout(cfg.otlp_timeout)
-                .with_metadata(grpc_metadata(cfg)?);
-            let b = match is_https(&endpoint) || tls.is_set() {
-                true => b.with_tls_config(tls.tonic()?),
-                false => b,
-            };
-            b.with_endpoint(endpoint).build()
+                .with_metadata(grpc_metadata(cfg)?)
+                .with_channel(export_tls::grpc_channel(cfg, Signal::Metrics)?)
+                .build()
         }
     };
     built.map_err(|e| TelemetryError(format!("metric exporter: {e}")))

@@ -142,6 +142,9 @@ pub struct Sample {
     pub end_wall: SystemTime,
     /// Trace id of the request's span; `None` when the span has no valid context.
     pub trace_id: Option<TraceId>,
+    /// The span was exported: sampling kept it and export is on. A trace
+    /// id without it leads to no trace in the backend.
+    pub span_exported: bool,
     /// Prefill rate, input tokens / TTFT ({token}/s).
     pub prefill_tps: Option<f64>,
     /// Requests in flight to the same route and model when this one
@@ -181,6 +184,7 @@ impl Sample {
             end: m.request.start + m.duration,
             end_wall: m.request.start_wall + m.duration,
             trace_id: (trace_id != TraceId::INVALID).then_some(trace_id),
+            span_exported: false,
             prefill_tps: m.prefill_tokens_per_second(),
             in_flight: None,
             cost_usd: None,

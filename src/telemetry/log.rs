@@ -8,7 +8,13 @@ use crate::config::LogFormat;
 use crate::meter::Measurement;
 
 /// One structured line per request. Never headers or bodies.
-pub(super) fn access_log(m: &Measurement, sc: &opentelemetry::trace::SpanContext) {
+/// `span_exported`: the request's span was exported (sampling kept it), so
+/// `trace_id` leads to a trace in the backend.
+pub(super) fn access_log(
+    m: &Measurement,
+    sc: &opentelemetry::trace::SpanContext,
+    span_exported: bool,
+) {
     tracing::info!(
         target: "tokentap::access",
         route = &*m.request.route,
@@ -29,6 +35,7 @@ pub(super) fn access_log(m: &Measurement, sc: &opentelemetry::trace::SpanContext
         error = m.error_type.as_deref(),
         cause = m.error_cause.as_deref(),
         trace_id = sc.is_valid().then(|| sc.trace_id().to_string()).as_deref(),
+        span_exported,
         "request"
     );
 }

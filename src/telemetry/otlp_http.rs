@@ -93,7 +93,7 @@ impl HttpSpanExporter {
                 "span exporter: invalid endpoint '{endpoint_text}': {e}"
             ))
         })?;
-        let client = Arc::new(CollectorClient::new(cfg, Signal::Traces, &endpoint_text)?);
+        let client = Arc::new(CollectorClient::new(cfg, Signal::Traces)?);
         let mut encoder = TraceEncoder::new(scope, max_attributes);
         encoder.set_resource(resource);
         Ok(HttpSpanExporter {

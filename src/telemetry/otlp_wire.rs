@@ -166,19 +166,22 @@ fn put_len(out: &mut Vec<u8>, at: usize) {
 
 /// One `Span` message body, fields in number order.
 fn span_body(r: &SpanRecord, max_attributes: usize, out: &mut Vec<u8>) {
+    let head = r.head();
+    let state = head.trace_state();
     let SpanHead {
         start,
-        context,
         name,
         start_time,
         end_time,
         first_token,
         error,
-    } = r.head();
-    let cx = &context;
+        ..
+    } = head;
+    // The exported context is the request's, sampled (`exported_context`).
+    let cx = &start.context;
     bytes_field(1, &cx.trace_id().to_bytes(), out);
     bytes_field(2, &cx.span_id().to_bytes(), out);
-    string_field(3, &cx.trace_state().header(), out);
+    string_field(3, &state, out);
     if start.parent != SpanId::INVALID {
         bytes_field(4, &start.parent.to_bytes(), out);
     }
@@ -219,7 +222,11 @@ fn span_body(r: &SpanRecord, max_attributes: usize, out: &mut Vec<u8>) {
     );
     string_field(2, message, out);
     varint_field(3, code, out);
-    let flags = u32::from(cx.trace_flags().to_u8()) | HAS_IS_REMOTE;
+    let sampled = match cx.is_valid() {
+        true => cx.trace_flags().with_sampled(true),
+        false => cx.trace_flags(),
+    };
+    let flags = u32::from(sampled.to_u8()) | HAS_IS_REMOTE;
     let flags = if start.parent_remote {
         flags | IS_REMOTE
     } else {

@@ -189,8 +189,8 @@ impl SessionRollups {
         slot.rollup.add(m, cost);
     }
 
-    /// Up to `limit` sessions in `order`, idle ones forgotten first.
-    pub fn list(&self, order: SortBy, limit: usize) -> Vec<SessionView> {
+    /// The table, with the sessions idle past the timeout forgotten.
+    fn unexpired(&self) -> std::sync::MutexGuard<'_, Table> {
         #[allow(
             clippy::disallowed_methods,
             reason = "idle expiry of the rollups when they are read, off the request path"
@@ -198,6 +198,12 @@ impl SessionRollups {
         let now = Instant::now();
         let mut t = self.table.lock().unwrap_or_else(PoisonError::into_inner);
         t.expire(now, self.limits.idle_timeout);
+        t
+    }
+
+    /// Up to `limit` sessions in `order`, idle ones forgotten first.
+    pub fn list(&self, order: SortBy, limit: usize) -> Vec<SessionView> {
+        let t = self.unexpired();
         let mut live: Vec<&Slot> = t.live().collect();
         let key = |s: &Slot| match order {
             SortBy::LastSeen => s
@@ -222,13 +228,7 @@ impl SessionRollups {
 
     /// One session, when it is known (and not idle past the timeout).
     pub fn get(&self, id: &str) -> Option<SessionView> {
-        #[allow(
-            clippy::disallowed_methods,
-            reason = "idle expiry of the rollups when they are read, off the request path"
-        )]
-        let now = Instant::now();
-        let mut t = self.table.lock().unwrap_or_else(PoisonError::into_inner);
-        t.expire(now, self.limits.idle_timeout);
+        let t = self.unexpired();
         let i = *t.index.get(id)?;
         Some(t.slots[i as usize].view())
     }

@@ -252,9 +252,8 @@ impl RequestSpan {
 #[derive(Debug)]
 pub(super) struct SpanHead<'a> {
     pub(super) start: &'a SpanStart,
-    /// The exported context: sampled, its trace state carrying the
-    /// sampling threshold (`ot=th:…`) when it is known.
-    pub(super) context: SpanContext,
+    /// Why the span was kept, and at which threshold.
+    pub(super) kept: &'a Kept,
     /// The name: a word and, after a space, a model (`chat gpt-4o`).
     pub(super) name: (&'a str, Option<&'a str>),
     pub(super) start_time: SystemTime,
@@ -263,6 +262,29 @@ pub(super) struct SpanHead<'a> {
     pub(super) first_token: Option<SystemTime>,
     /// An error status's description; `None` leaves the status unset.
     pub(super) error: Option<&'a str>,
+}
+
+impl SpanHead<'_> {
+    /// The exported context: sampled, its trace state carrying the
+    /// sampling threshold (`ot=th:…`) when it is known.
+    pub(super) fn context(&self) -> SpanContext {
+        exported_context(&self.start.context, self.kept)
+    }
+
+    /// The exported context's trace state, as its header: written straight
+    /// from the threshold when the request brought no trace state (the
+    /// common case), without building a `TraceState`.
+    pub(super) fn trace_state(&self) -> Cow<'static, str> {
+        let cx = &self.start.context;
+        if cx.is_valid() && *cx.trace_state() == TraceState::default() {
+            return match self.kept.th {
+                None => Cow::Borrowed(""),
+                Some(0) => Cow::Borrowed("ot=th:0"),
+                Some(th) => Cow::Owned(format!("ot=th:{}", sampling::th_value(th))),
+            };
+        }
+        Cow::Owned(self.context().trace_state().header())
+    }
 }
 
 impl SpanRecord {
@@ -274,7 +296,7 @@ impl SpanRecord {
                 let start = m.request.start_wall;
                 SpanHead {
                     start: &r.start,
-                    context: exported_context(&r.start.context, &r.kept),
+                    kept: &r.kept,
                     name: (
                         operation_name(&m.request),
                         m.request.request_model.as_deref(),
@@ -287,7 +309,7 @@ impl SpanRecord {
             }
             SpanRecord::Session(s) => SpanHead {
                 start: &s.start,
-                context: exported_context(&s.start.context, &s.kept),
+                kept: &s.kept,
                 name: (&s.name, None),
                 start_time: s.start_time,
                 end_time: s.end_time,
@@ -327,7 +349,7 @@ impl SpanRecord {
                 .push(Event::new(EVENT_FIRST_TOKEN, at, Vec::new(), 0));
         }
         SpanData {
-            span_context: head.context.clone(),
+            span_context: head.context(),
             parent_span_id: head.start.parent,
             parent_span_is_remote: head.start.parent_remote,
             span_kind: SpanKind::Client,

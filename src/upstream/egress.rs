@@ -251,6 +251,29 @@ pub struct Dial {
     pub timeout: Duration,
 }
 
+impl Dial {
+    /// A dialer for any scheme (TLS, if any, goes on top): TCP_NODELAY,
+    /// `timeout` on connecting and on the CONNECT exchange.
+    pub fn new(via: Via, tunnel_all: bool, timeout: Duration) -> Dial {
+        Dial {
+            tcp: tcp_connector(timeout),
+            via,
+            tunnel_all,
+            timeout,
+        }
+    }
+}
+
+/// The TCP connector under every outbound connection: any scheme (TLS
+/// goes on top), TCP_NODELAY, `timeout` on connecting.
+pub fn tcp_connector(timeout: Duration) -> HttpConnector {
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(Some(timeout));
+    tcp
+}
+
 impl Service<Uri> for Dial {
     type Response = TokioIo<TcpStream>;
     type Error = BoxError;

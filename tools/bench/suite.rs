@@ -42,7 +42,8 @@ pub(crate) struct SuiteArgs {
     #[arg(long, value_parser = non_negative_arg)]
     pub warmup: Option<f64>,
     /// Targets, comma-separated (default: direct and every installed proxy):
-    /// direct,nginx,envoy,floor,tokentap,tokentap-noexport
+    /// direct,nginx,envoy,floor,tokentap,tokentap-noexport,tokentap-sampled
+    /// (export at sampling ratio 0.01)
     #[arg(long, value_delimiter = ',')]
     pub targets: Vec<String>,
     /// Workloads, comma-separated (default: all; see docs/BENCHMARKS.md)

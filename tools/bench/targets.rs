@@ -127,6 +127,9 @@ pub(crate) enum Kind {
     Tokentap,
     /// tokentap with OTLP export off.
     TokentapNoExport,
+    /// tokentap exporting at `telemetry.sampling.ratio = 0.01` (issue 28's
+    /// "a dropped span costs nothing").
+    TokentapSampled,
 }
 
 impl Kind {
@@ -138,6 +141,7 @@ impl Kind {
             Kind::Floor => "floor",
             Kind::Tokentap => "tokentap",
             Kind::TokentapNoExport => "tokentap-noexport",
+            Kind::TokentapSampled => "tokentap-sampled",
         }
     }
 
@@ -149,6 +153,7 @@ impl Kind {
             Kind::Floor,
             Kind::Tokentap,
             Kind::TokentapNoExport,
+            Kind::TokentapSampled,
         ]
         .into_iter()
         .find(|k| k.name() == s)
@@ -325,16 +330,16 @@ pub(crate) fn start(
             }
             Proc::spawn("floor", cmd, &log)?
         }
-        Kind::Tokentap | Kind::TokentapNoExport => {
+        Kind::Tokentap | Kind::TokentapNoExport | Kind::TokentapSampled => {
             let conf = dir.join("tokentap.toml");
+            let export = match kind {
+                Kind::Tokentap => Export::All(otlp),
+                Kind::TokentapSampled => Export::Sampled(otlp, 0.01),
+                _ => Export::Off,
+            };
             write(
                 &conf,
-                &tokentap_conf(
-                    port,
-                    ups,
-                    (kind == Kind::Tokentap).then_some(otlp),
-                    place.workers.unwrap_or(0),
-                ),
+                &tokentap_conf(port, ups, export, place.workers.unwrap_or(0)),
             )?;
             let cmd = tokentap_command(&bins.tokentap, &conf, pin);
             Proc::spawn(kind.name(), cmd, &log)?
@@ -435,12 +440,26 @@ fn envoy_conf(port: u16, ups: &Upstreams) -> String {
     )
 }
 
+/// What tokentap exports to the suite's OTLP sink.
+enum Export {
+    Off,
+    /// Every span.
+    All(SocketAddr),
+    /// Ordinary requests' spans at this ratio.
+    Sampled(SocketAddr, f64),
+}
+
 /// tokentap with metering on, tenants from the API key (the salted-hash
 /// path), and OTLP/HTTP export to the suite's sink (or export off).
-fn tokentap_conf(port: u16, ups: &Upstreams, otlp: Option<SocketAddr>, threads: usize) -> String {
+fn tokentap_conf(port: u16, ups: &Upstreams, export: Export, threads: usize) -> String {
     let mut s = format!(
         "listen = \"127.0.0.1:{port}\"\n\n[server]\nmax_connections = 20000\nthreads = {threads}\n\n[upstream]\npool_max_idle_per_host = 1024\n\n[tenant]\nsources = [\"header\", \"body\", \"api_key\"]\nsalt = \"bench-salt\"\n\n[telemetry]\naccess_log = false\n"
     );
+    let (otlp, ratio) = match export {
+        Export::Off => (None, None),
+        Export::All(a) => (Some(a), None),
+        Export::Sampled(a, r) => (Some(a), Some(r)),
+    };
     match otlp {
         Some(a) => {
             let _ = write!(
@@ -449,6 +468,9 @@ fn tokentap_conf(port: u16, ups: &Upstreams, otlp: Option<SocketAddr>, threads: 
             );
         }
         None => s.push_str("otlp_enabled = false\n"),
+    }
+    if let Some(r) = ratio {
+        let _ = write!(s, "\n[telemetry.sampling]\nratio = {r}\n");
     }
     for class in CLASSES {
         let _ = write!(

@@ -760,6 +760,9 @@ pub struct RecentRequest {
     /// Trace id of the request's span; `None` when the span has no valid context.
     #[serde(serialize_with = "ser_trace_id")]
     pub trace_id: Option<TraceId>,
+    /// The span was exported (kept by sampling, export on): only then does
+    /// `trace_id` lead to a trace in the backend.
+    pub span_exported: bool,
     /// Prefill rate, input tokens / TTFT ({token}/s).
     pub prefill_tps: Option<f64>,
     /// Requests in flight to the same route and model when it started,
@@ -789,6 +792,7 @@ impl From<&Sample> for RecentRequest {
             cost_usd: s.cost_usd,
             duration_s: s.duration,
             trace_id: s.trace_id,
+            span_exported: s.span_exported,
             prefill_tps: s.prefill_tps,
             in_flight: s.in_flight,
         }

@@ -46,6 +46,7 @@ fn sample(key: SeriesKey, end: Instant) -> Sample {
         end,
         end_wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
         trace_id: None,
+        span_exported: false,
         prefill_tps: None,
         in_flight: None,
         cost_usd: None,

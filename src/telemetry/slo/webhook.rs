@@ -19,7 +19,7 @@ use super::super::attrs::*;
 use super::eval::{Change, Objective, Transition};
 use crate::config::proxy::ProxyEnv;
 use crate::config::{AlertFormat, AlertsConfig};
-use crate::upstream::{Client, Egress};
+use crate::upstream::{Client, ClientTls, Egress};
 
 /// Events waiting for the sender; more are dropped and counted.
 const QUEUE: usize = 256;
@@ -259,8 +259,12 @@ impl Webhook {
     /// tokio runtime.
     pub fn new(cfg: &AlertsConfig) -> Result<Webhook, String> {
         let proxies = ProxyEnv::from_process().map_err(|(var, m)| format!("{var}: {m}"))?;
-        let client =
-            Client::internal(cfg.timeout, Egress::from_env(&proxies)).map_err(|e| e.to_string())?;
+        let client = Client::internal(
+            cfg.timeout,
+            Egress::from_env(&proxies),
+            &ClientTls::default(),
+        )
+        .map_err(|e| e.to_string())?;
         Ok(Webhook {
             client,
             url: cfg.webhook_url.clone(),
