@@ -526,14 +526,48 @@ where
     while let Some(Ok(_)) = ws.next().await {}
 }
 
+/// Replay `fixture` through a proxy exporting to a fresh OTLP receiver,
+/// the session opened at `path`; the proxy is returned to keep it running.
+async fn exported_session(fixture: &'static str, path: &str) -> (support::otlp::Collector, InProc) {
+    let col = support::otlp::Collector::start().await;
+    let upstream = replay_upstream(fixture, Duration::from_millis(20)).await;
+    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
+    play_fixture(&proxy, fixture, path).await;
+    (col, proxy)
+}
+
+#[tokio::test]
+async fn realtime_function_calls_are_counted_on_their_response() {
+    let (col, _proxy) = exported_session(
+        "openai_function_call.jsonl",
+        "/v1/realtime?model=gpt-realtime",
+    )
+    .await;
+    let response = |id: &'static str| {
+        col.wait_span(STEP_TIMEOUT, id, move |s| {
+            s.attrs.get("gen_ai.response.id").and_then(|v| v.as_str()) == Some(id)
+        })
+    };
+    // The first response calls get_weather; the answer after it calls nothing.
+    let call = response("resp_Fc1b").await;
+    assert_eq!(call.num("tokentap.tool.calls"), 1.0);
+    assert_eq!(call.attr("tokentap.tool.names").strings(), ["get_weather"]);
+    let answer = response("resp_Fc1h").await;
+    assert!(
+        !answer.attrs.contains_key("tokentap.tool.calls"),
+        "{answer:?}"
+    );
+    col.wait_point(STEP_TIMEOUT, "tokentap.tool.calls", |p| {
+        p.attrs.get("gen_ai.tool.name").and_then(|v| v.as_str()) == Some("get_weather")
+            && p.number() == 1.0
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn realtime_text_and_audio_tokens_are_split_on_spans_and_metrics() {
-    use support::otlp::{Collector, PointValue};
-    let col = Collector::start().await;
-    let upstream = replay_upstream("openai_audio_vad.jsonl", Duration::from_millis(20)).await;
-    let proxy = InProc::start(&toml(&upstream).otlp(&col.endpoint(), "grpc")).await;
-    play_fixture(
-        &proxy,
+    use support::otlp::PointValue;
+    let (col, proxy) = exported_session(
         "openai_audio_vad.jsonl",
         "/v1/realtime?model=gpt-realtime-mini",
     )

@@ -11,8 +11,10 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use super::{Measurement, ModalityTokens, Outcome, Reasoning, Recorder, RequestFacts, TokenSource};
-use crate::providers::{UpstreamTiming, Usage};
+use super::{
+    Measurement, ModalityTokens, Outcome, Reasoning, Recorder, RequestFacts, TokenSource, ToolUse,
+};
+use crate::providers::{ServerTool, UpstreamTiming, Usage};
 
 /// Starts one response's recorder (its span is the session span's child).
 pub type StartRecorder = Box<dyn FnMut(&RequestFacts) -> Box<dyn Recorder> + Send>;
@@ -127,6 +129,7 @@ struct Response {
     usage: Usage,
     modalities: ModalityTokens,
     finish_reason: Option<String>,
+    tools: ToolUse,
 }
 
 /// Folds one session's events into per-response measurements.
@@ -243,6 +246,26 @@ impl SessionMeter {
         r.pieces += u64::from(pieces);
     }
 
+    /// The response calls a client tool, named `name` when the wire names
+    /// it. A call before any output opens the response, as output does.
+    pub fn tool_call(&mut self, name: Option<&str>) {
+        self.response().tools.record_call(name);
+    }
+
+    /// The response runs one call of a provider tool.
+    pub fn server_tool(&mut self, tool: ServerTool) {
+        let server = &mut self.response().tools.server;
+        server.set(tool, server.get(tool).saturating_add(1));
+    }
+
+    /// The response in flight, opened by the server if none is.
+    fn response(&mut self) -> &mut Response {
+        match self.current {
+            Some(ref mut r) => r,
+            None => self.open(Trigger::ServerStarted, None),
+        }
+    }
+
     /// The model the session (or response) runs on, from a server event.
     pub fn model(&mut self, model: &str) {
         if self.model.as_deref() != Some(model) {
@@ -335,7 +358,7 @@ impl SessionMeter {
         summary
     }
 
-    fn open(&mut self, trigger: Trigger, model: Option<&str>) {
+    fn open(&mut self, trigger: Trigger, model: Option<&str>) -> &mut Response {
         let at = self.last_read;
         let mut facts = self.facts.clone();
         facts.request_model = model.map(str::to_owned).or_else(|| self.model.clone());
@@ -343,7 +366,7 @@ impl SessionMeter {
         facts.start = at;
         facts.start_wall = wall_at(&self.facts, at);
         let recorder = (self.start_child)(&facts);
-        self.current = Some(Response {
+        self.current.insert(Response {
             facts,
             recorder,
             trigger,
@@ -355,7 +378,8 @@ impl SessionMeter {
             usage: Usage::default(),
             modalities: ModalityTokens::default(),
             finish_reason: None,
-        });
+            tools: ToolUse::default(),
+        })
     }
 
     /// Record the response in flight, if any.
@@ -397,7 +421,7 @@ impl SessionMeter {
             // Nothing is forwarded per response: the relay's cost is the session's.
             request_overhead: None,
             modalities: r.modalities,
-            tools: Default::default(),
+            tools: r.tools,
             counted: None,
             batch: None,
             time_to_first_byte: since(r.first),

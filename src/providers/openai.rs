@@ -475,35 +475,46 @@ struct Doc<'a> {
     item: Option<OutputItem<'a>>,
 }
 
-/// A Responses output item, as far as tools go: its type and name.
+/// A Responses output item, as far as tools go: its type and name (over
+/// HTTP and in the Responses and Realtime WebSocket dialects alike).
 #[derive(Deserialize)]
-struct OutputItem<'a> {
+pub(super) struct OutputItem<'a> {
     #[serde(borrow, rename = "type")]
     kind: Option<Str<'a>>,
     #[serde(borrow)]
     name: Option<Str<'a>>,
 }
 
+/// The tool an output item runs.
+pub(super) enum ItemTool<'a> {
+    /// A client tool (`function_call`, `custom_tool_call`), named when the
+    /// item names one.
+    Client(Option<&'a str>),
+    /// A provider-run tool.
+    Server(ServerTool),
+}
+
 impl OutputItem<'_> {
-    /// The tool event this item is, if any: a client call
-    /// (`function_call`, `custom_tool_call`) or a provider-run tool.
-    fn emit(&self, out: &mut dyn FnMut(Event<'_>)) {
-        let server = match self.kind.as_ref().map(Str::as_str) {
-            Some("function_call" | "custom_tool_call") => {
-                out(Event::ToolCall {
-                    name: self.name.as_ref().map(Str::as_str),
-                });
-                return;
+    /// The tool this item runs, if any.
+    pub(super) fn tool(&self) -> Option<ItemTool<'_>> {
+        Some(match self.kind.as_ref().map(Str::as_str)? {
+            "function_call" | "custom_tool_call" => {
+                let name = self.name.as_ref().map(Str::as_str);
+                ItemTool::Client(name.filter(|n| !n.is_empty()))
             }
-            Some("web_search_call") => ServerTool::WebSearch,
-            Some("file_search_call") => ServerTool::FileSearch,
-            Some("code_interpreter_call") => ServerTool::CodeInterpreter,
-            _ => return,
-        };
-        out(Event::ServerToolCalls {
-            tool: server,
-            calls: 1,
-        });
+            "web_search_call" => ItemTool::Server(ServerTool::WebSearch),
+            "file_search_call" => ItemTool::Server(ServerTool::FileSearch),
+            "code_interpreter_call" => ItemTool::Server(ServerTool::CodeInterpreter),
+            _ => return None,
+        })
+    }
+
+    fn emit(&self, out: &mut dyn FnMut(Event<'_>)) {
+        match self.tool() {
+            Some(ItemTool::Client(name)) => out(Event::ToolCall { name }),
+            Some(ItemTool::Server(tool)) => out(Event::ServerToolCalls { tool, calls: 1 }),
+            None => {}
+        }
     }
 }
 

@@ -40,9 +40,10 @@ use serde::Deserialize;
 use serde::de::{IgnoredAny, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
+use super::openai::{ItemTool, OutputItem};
 use super::scan::{Scan, Seen};
 use super::wire::{Str, non_empty, non_empty_raw};
-use super::{AdapterError, Usage, percent_decode, strip_query};
+use super::{AdapterError, ServerTool, Usage, percent_decode, strip_query};
 
 /// The message protocol a WebSocket session speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -212,6 +213,17 @@ pub enum SessionEvent<'a> {
         /// Non-empty output pieces in the message.
         pieces: u32,
     },
+    /// The response in flight calls a client tool (an output item of type
+    /// `function_call` or `custom_tool_call`; Gemini: one of `toolCall`'s
+    /// `functionCalls`), named when the wire names it.
+    ToolCall {
+        /// The tool's name.
+        name: Option<&'a str>,
+    },
+    /// The response in flight runs a provider tool (Responses WebSocket
+    /// mode: a `web_search_call`, `file_search_call` or
+    /// `code_interpreter_call` item).
+    ServerToolCall(ServerTool),
     /// The model serving the session or response (`session.created` /
     /// `session.updated`, `response.created`, Gemini `setup.model`).
     Model(&'a str),
@@ -340,6 +352,9 @@ struct OaEvent<'a> {
     /// Responses WebSocket lane.
     #[serde(borrow)]
     stream_id: Option<Str<'a>>,
+    /// The item of `response.output_item.added` (and other item events).
+    #[serde(borrow)]
+    item: Option<OutputItem<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -527,6 +542,7 @@ fn serde_first(json: &[u8]) -> bool {
     matches!(
         kind,
         b"response.done"
+            | b"response.output_item.added"
             | b"response.completed"
             | b"response.incomplete"
             | b"response.failed"
@@ -541,8 +557,8 @@ fn serde_first(json: &[u8]) -> bool {
 /// The validating scan of an OpenAI message: its view, or `None` (take the
 /// serde path) unless it is valid JSON, an object whose `type` is a string
 /// without escapes, with no field serde would read into a struct
-/// (`response`, `session`, `error`, `model`: their shapes are serde's to
-/// check) and no repeated `type`, `delta` or `stream_id` (serde rejects
+/// (`response`, `session`, `error`, `model`, `item`: their shapes are
+/// serde's to check) and no repeated `type`, `delta` or `stream_id` (serde rejects
 /// those). Only top-level keys count: a nested object's own `type` (an
 /// `item`, a `part`) is skipped with its value, and key order is free.
 fn scan_openai(json: &[u8]) -> Option<OaView<'_>> {
@@ -565,7 +581,7 @@ fn scan_openai(json: &[u8]) -> Option<OaView<'_>> {
             lane = s.str_or_null()?;
             Some(())
         }
-        "response" | "session" | "error" | "model" => None,
+        "response" | "session" | "error" | "model" | "item" => None,
         _ => s.skip(1),
     })?;
     s.end()?;
@@ -631,6 +647,14 @@ fn openai_server(event: &OaView<'_>, out: &mut dyn FnMut(SessionEvent<'_>)) {
             }
             let id = response.and_then(|r| non_empty_str(r.id.as_ref()));
             out(SessionEvent::ResponseStarted { id });
+        }
+        "response.output_item.added" => {
+            let item = event.full.and_then(|e| e.item.as_ref());
+            match item.and_then(OutputItem::tool) {
+                Some(ItemTool::Client(name)) => out(SessionEvent::ToolCall { name }),
+                Some(ItemTool::Server(tool)) => out(SessionEvent::ServerToolCall(tool)),
+                None => {}
+            }
         }
         "response.done" | "response.completed" | "response.incomplete" | "response.failed" => {
             response_done(kind, event.response(), out);
@@ -752,7 +776,8 @@ struct RealtimeInput<'a> {
 struct LiveServer<'a> {
     #[serde(borrow)]
     server_content: Option<ServerContent<'a>>,
-    tool_call: Option<ToolCall>,
+    #[serde(borrow)]
+    tool_call: Option<ToolCall<'a>>,
     usage_metadata: Option<LiveUsage>,
     go_away: Option<IgnoredAny>,
     #[serde(borrow)]
@@ -784,8 +809,16 @@ struct Transcription<'a> {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ToolCall {
-    function_calls: Option<Count>,
+struct ToolCall<'a> {
+    #[serde(borrow)]
+    function_calls: Option<Vec<LiveCall<'a>>>,
+}
+
+/// A `FunctionCall` of a Live `toolCall`, as far as counting goes.
+#[derive(Deserialize)]
+struct LiveCall<'a> {
+    #[serde(borrow)]
+    name: Option<Str<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -883,30 +916,6 @@ impl<'de> Deserialize<'de> for Modalities {
                     *slot = Some(slot.unwrap_or(0).saturating_add(n));
                 }
                 Ok(m)
-            }
-        }
-        d.deserialize_seq(V)
-    }
-}
-
-/// The number of elements of a JSON array, read without keeping them.
-#[derive(Debug, Clone, Copy, Default)]
-struct Count(u32);
-
-impl<'de> Deserialize<'de> for Count {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Count;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an array")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Count, A::Error> {
-                let mut n = 0u32;
-                while seq.next_element::<IgnoredAny>()?.is_some() {
-                    n = n.saturating_add(1);
-                }
-                Ok(Count(n))
             }
         }
         d.deserialize_seq(V)
@@ -1048,7 +1057,11 @@ impl SessionParser {
         let transcript = content
             .and_then(|c| c.output_transcription.as_ref())
             .is_some_and(|t| non_empty(t.text));
-        let calls = msg.tool_call.as_ref().and_then(|t| t.function_calls);
+        let calls = msg
+            .tool_call
+            .as_ref()
+            .and_then(|t| t.function_calls.as_deref())
+            .unwrap_or_default();
         let turn_complete = content.and_then(|c| c.turn_complete) == Some(true);
         let outputs = [
             (OutputKind::Text, parts.text),
@@ -1056,7 +1069,10 @@ impl SessionParser {
             (OutputKind::Transcript, u32::from(transcript)),
             (OutputKind::Reasoning, parts.reasoning),
             (OutputKind::ToolArgs, parts.tool),
-            (OutputKind::ToolArgs, calls.map_or(0, |c| c.0)),
+            (
+                OutputKind::ToolArgs,
+                u32::try_from(calls.len()).unwrap_or(u32::MAX),
+            ),
             (OutputKind::Other, parts.other),
         ];
         let has_output = outputs.iter().any(|(_, n)| *n > 0);
@@ -1071,6 +1087,10 @@ impl SessionParser {
             if pieces > 0 {
                 out(SessionEvent::Output { kind, pieces });
             }
+        }
+        for call in calls {
+            let name = non_empty_str(call.name.as_ref());
+            out(SessionEvent::ToolCall { name });
         }
         if content.and_then(|c| c.interrupted) == Some(true) {
             self.interrupted = true;
@@ -1186,6 +1206,7 @@ mod tests {
     const REQUESTED: &str = "ResponseRequested { model: None }";
     const COMMITTED: &str = "InputCommitted";
     const USAGE: &str = "Usage";
+    const CALL_WEATHER: &str = r#"ToolCall { name: Some("get_weather") }"#;
 
     /// Realtime usage with every split reported.
     #[allow(clippy::too_many_arguments)]
@@ -1279,6 +1300,7 @@ mod tests {
                 r#"Model("gpt-realtime")"#,
                 REQUESTED,
                 r#"ResponseStarted { id: Some("resp_Fc1b") }"#,
+                CALL_WEATHER,
                 TOOL,
                 TOOL,
                 USAGE,
@@ -1394,6 +1416,7 @@ mod tests {
                 r#"ResponseStarted { id: Some("resp_Rw1a") }"#,
                 REASONING,
                 REASONING,
+                CALL_WEATHER,
                 TOOL,
                 TOOL,
                 USAGE,
@@ -1521,6 +1544,7 @@ mod tests {
                 COMMITTED,
                 "ResponseStarted { id: None }",
                 TOOL,
+                CALL_WEATHER,
                 "ResponseDone { id: None, status: Completed }",
                 REQUESTED,
                 "ResponseStarted { id: None }",
@@ -1583,6 +1607,51 @@ mod tests {
         ] {
             assert_eq!(one(Dialect::GeminiLive, true, json), Ok(vec![]), "{json}");
         }
+    }
+
+    #[test]
+    fn output_items_that_call_tools_are_counted_and_others_are_not() {
+        let item = |item: &str| format!(r#"{{"type":"response.output_item.added","item":{item}}}"#);
+        for (json, want) in [
+            (
+                item(r#"{"type":"custom_tool_call","name":"apply_patch"}"#),
+                vec![r#"ToolCall { name: Some("apply_patch") }"#],
+            ),
+            (item(r#"{"type":"function_call","name":""}"#), vec!["ToolCall { name: None }"]),
+            (item(r#"{"type":"web_search_call"}"#), vec!["ServerToolCall(WebSearch)"]),
+            (item(r#"{"type":"file_search_call"}"#), vec!["ServerToolCall(FileSearch)"]),
+            (
+                item(r#"{"type":"code_interpreter_call"}"#),
+                vec!["ServerToolCall(CodeInterpreter)"],
+            ),
+            (item(r#"{"type":"message","role":"assistant"}"#), vec![]),
+            (item(r#"{"type":"reasoning"}"#), vec![]),
+            // Only a new output item counts: its `.done` would count it twice.
+            (
+                r#"{"type":"response.output_item.done","item":{"type":"function_call","name":"f"}}"#
+                    .to_owned(),
+                vec![],
+            ),
+        ] {
+            for dialect in [Dialect::OpenaiRealtime, Dialect::OpenaiResponses] {
+                let want: Vec<String> = want.iter().map(|e| e.to_string()).collect();
+                assert_eq!(one(dialect, true, &json), Ok(want), "{json}");
+            }
+        }
+        // An item of the wrong shape is the message's error, as for any field.
+        assert!(one(Dialect::OpenaiRealtime, true, &item(r#"{"type":7}"#)).is_err());
+        // Gemini Live: each of `toolCall`'s calls, named.
+        let calls =
+            r#"{"toolCall":{"functionCalls":[{"id":"1","name":"a","args":{}},{"id":"2"}]}}"#;
+        assert_eq!(
+            one(Dialect::GeminiLive, true, calls),
+            Ok(vec![
+                "ResponseStarted { id: None }".to_owned(),
+                "Output { kind: ToolArgs, pieces: 2 }".to_owned(),
+                r#"ToolCall { name: Some("a") }"#.to_owned(),
+                "ToolCall { name: None }".to_owned(),
+            ])
+        );
     }
 
     #[test]

@@ -165,6 +165,8 @@ fn apply(meter: &mut SessionMeter, ev: SessionEvent<'_>) {
         SessionEvent::InputCommitted => meter.input_committed(),
         SessionEvent::ResponseStarted { id } => meter.started(id),
         SessionEvent::Output { pieces, .. } => meter.output(pieces),
+        SessionEvent::ToolCall { name } => meter.tool_call(name),
+        SessionEvent::ServerToolCall(tool) => meter.server_tool(tool),
         SessionEvent::Model(model) => meter.model(model),
         SessionEvent::Usage(usage) => meter.usage(usage.to_usage(), split(&usage)),
         SessionEvent::ResponseDone { id, status } => {
