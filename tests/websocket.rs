@@ -552,6 +552,10 @@ async fn realtime_function_calls_are_counted_on_their_response() {
     let call = response("resp_Fc1b").await;
     assert_eq!(call.num("tokentap.tool.calls"), 1.0);
     assert_eq!(call.attr("tokentap.tool.names").strings(), ["get_weather"]);
+    let session = col
+        .wait_span(STEP_TIMEOUT, "session", |s| s.name.starts_with("websocket"))
+        .await;
+    assert_eq!(session.num("tokentap.session.tool_calls"), 1.0);
     let answer = response("resp_Fc1h").await;
     assert!(
         !answer.attrs.contains_key("tokentap.tool.calls"),

@@ -98,6 +98,8 @@ pub struct SessionSummary {
     pub cached_input_tokens: Option<u64>,
     /// The text/audio split summed over the responses that reported it.
     pub modalities: ModalityTokens,
+    /// Client tool calls summed over the session's responses.
+    pub tool_calls: u64,
     /// `error` events and bad messages seen.
     pub errors: u64,
     /// Close code the client sent, when seen.
@@ -399,6 +401,7 @@ impl SessionMeter {
             *total = total.saturating_add(n);
         }
         self.summary.modalities.add(&r.modalities);
+        self.summary.tool_calls += u64::from(r.tools.client_calls);
         let end = match outcome {
             Outcome::Complete => r.last.unwrap_or(self.last_read),
             _ => Instant::now(),

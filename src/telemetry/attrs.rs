@@ -93,6 +93,8 @@ pub const SESSION_RESPONSES: &str = "tokentap.session.responses";
 pub const SESSION_INPUT_TOKENS: &str = "tokentap.session.input_tokens";
 /// Session span: output tokens summed over its responses (int).
 pub const SESSION_OUTPUT_TOKENS: &str = "tokentap.session.output_tokens";
+/// Session span: client tool calls summed over its responses (int).
+pub const SESSION_TOOL_CALLS: &str = "tokentap.session.tool_calls";
 /// Session span: cached input tokens summed over its responses (int).
 pub const SESSION_CACHE_READ: &str = "tokentap.session.cache_read.input_tokens";
 /// Session span: text input tokens summed over its responses (int).

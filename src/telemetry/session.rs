@@ -178,6 +178,9 @@ impl SessionTelemetry {
                 a.push(KeyValue::new(key, int(v)));
             }
         }
+        if s.tool_calls > 0 {
+            a.push(KeyValue::new(SESSION_TOOL_CALLS, int(s.tool_calls)));
+        }
         if let Some(c) = s.close_client {
             a.push(KeyValue::new(SESSION_CLOSE_CODE_CLIENT, i64::from(c)));
         }
