@@ -558,9 +558,9 @@ fn serde_first(json: &[u8]) -> bool {
 /// serde path) unless it is valid JSON, an object whose `type` is a string
 /// without escapes, with no field serde would read into a struct
 /// (`response`, `session`, `error`, `model`, `item`: their shapes are
-/// serde's to check) and no repeated `type`, `delta` or `stream_id` (serde rejects
-/// those). Only top-level keys count: a nested object's own `type` (an
-/// `item`, a `part`) is skipped with its value, and key order is free.
+/// serde's to check) and no repeated `type`, `delta` or `stream_id`
+/// (serde rejects those). Only top-level keys count: a nested object's own
+/// `type` (a `part`'s) is skipped with its value, and key order is free.
 fn scan_openai(json: &[u8]) -> Option<OaView<'_>> {
     let mut s = Scan::new(json)?;
     let mut seen = Seen::default();
