@@ -523,6 +523,43 @@ impl ModalityTokens {
 }
 
 impl Measurement {
+    /// A record of `request` with nothing measured: complete, status 200,
+    /// every figure absent or zero. For code that builds a record from the
+    /// few fields it knows (tests, tools); the meter writes every field.
+    pub fn empty(request: RequestFacts) -> Measurement {
+        Measurement {
+            request,
+            outcome: Outcome::Complete,
+            status: 200,
+            error_type: None,
+            error_cause: None,
+            response_model: None,
+            response_id: None,
+            finish_reasons: Vec::new(),
+            usage: Usage::default(),
+            output_tokens: None,
+            token_source: None,
+            content_chunks: 0,
+            time_to_headers: None,
+            time_to_first_byte: None,
+            time_to_first_token: None,
+            time_to_last_token: None,
+            reasoning: Reasoning::default(),
+            duration: Duration::ZERO,
+            max_gap: None,
+            response_bytes: 0,
+            unmetered: None,
+            malformed_events: 0,
+            upstream_timing: UpstreamTiming::default(),
+            pool_wait: None,
+            request_overhead: None,
+            modalities: ModalityTokens::default(),
+            tools: ToolUse::default(),
+            counted: None,
+            batch: None,
+        }
+    }
+
     /// Time per output token: (t_last − t_first) / (n − 1), for n ≥ 2.
     pub fn time_per_output_token(&self) -> Option<Duration> {
         let (first, last, n) = self.decode_window()?;

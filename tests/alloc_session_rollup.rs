@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use tokentap::config::SessionLimits;
-use tokentap::meter::{Measurement, Outcome, RequestBody, RequestFacts, TokenSource};
+use tokentap::meter::{Measurement, RequestBody, RequestFacts, TokenSource};
 use tokentap::providers::{Operation, ProviderKind, Usage};
 use tokentap::telemetry::rollups::{RequestCost, SessionRollups, SortBy};
 
@@ -46,14 +46,6 @@ fn measurement(session: Arc<str>, base: Instant, i: u64) -> Measurement {
         start: base + Duration::from_millis(i),
     };
     Measurement {
-        request,
-        outcome: Outcome::Complete,
-        status: 200,
-        error_type: None,
-        error_cause: None,
-        response_model: None,
-        response_id: None,
-        finish_reasons: Vec::new(),
         usage: Usage {
             input: Some(100),
             output: Some(10),
@@ -67,19 +59,9 @@ fn measurement(session: Arc<str>, base: Instant, i: u64) -> Measurement {
         time_to_first_byte: Some(Duration::from_millis(120)),
         time_to_first_token: Some(Duration::from_millis(150 + i % 500)),
         time_to_last_token: Some(Duration::from_millis(900)),
-        reasoning: Default::default(),
         duration: Duration::from_millis(950),
-        max_gap: None,
         response_bytes: 1000,
-        unmetered: None,
-        malformed_events: 0,
-        upstream_timing: Default::default(),
-        pool_wait: None,
-        request_overhead: None,
-        modalities: Default::default(),
-        tools: Default::default(),
-        counted: None,
-        batch: None,
+        ..Measurement::empty(request)
     }
 }
 

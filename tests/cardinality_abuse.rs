@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use http::HeaderMap;
-use tokentap::meter::{Measurement, Outcome, Recorder, RequestBody, RequestFacts, TokenSource};
+use tokentap::meter::{Measurement, Recorder, RequestBody, RequestFacts, TokenSource};
 use tokentap::providers::{Operation, ProviderKind, Usage};
 use tokentap::telemetry::Telemetry;
 use tokentap::telemetry::prometheus::Format;
@@ -182,11 +182,6 @@ fn facts(model: usize, tenant: usize) -> RequestFacts {
 fn measurement(request: RequestFacts) -> Measurement {
     let model = request.request_model.clone();
     Measurement {
-        request,
-        outcome: Outcome::Complete,
-        status: 200,
-        error_type: None,
-        error_cause: None,
         response_model: model,
         response_id: Some("chatcmpl-abuse".into()),
         finish_reasons: vec!["stop".into()],
@@ -202,19 +197,10 @@ fn measurement(request: RequestFacts) -> Measurement {
         time_to_first_byte: Some(Duration::from_millis(15)),
         time_to_first_token: Some(Duration::from_millis(20)),
         time_to_last_token: Some(Duration::from_millis(40)),
-        reasoning: Default::default(),
         duration: Duration::from_millis(45),
         max_gap: Some(Duration::from_millis(10)),
         response_bytes: 300,
-        unmetered: None,
-        malformed_events: 0,
-        upstream_timing: Default::default(),
-        pool_wait: None,
-        request_overhead: None,
-        modalities: Default::default(),
-        tools: Default::default(),
-        counted: None,
-        batch: None,
+        ..Measurement::empty(request)
     }
 }
 

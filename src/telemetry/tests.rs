@@ -95,11 +95,6 @@ pub(super) fn facts(model: Option<&str>, tenant: Option<&str>, stream: bool) -> 
 
 pub(super) fn measurement(request: RequestFacts) -> Measurement {
     Measurement {
-        request,
-        outcome: Outcome::Complete,
-        status: 200,
-        error_type: None,
-        error_cause: None,
         response_model: Some("gpt-4o-2024-08-06".into()),
         response_id: Some("chatcmpl-1".into()),
         finish_reasons: vec!["stop".into()],
@@ -127,15 +122,7 @@ pub(super) fn measurement(request: RequestFacts) -> Measurement {
         duration: Duration::from_millis(750),
         max_gap: Some(Duration::from_millis(80)),
         response_bytes: 2048,
-        unmetered: None,
-        malformed_events: 0,
-        upstream_timing: Default::default(),
-        pool_wait: None,
-        request_overhead: None,
-        modalities: Default::default(),
-        tools: Default::default(),
-        counted: None,
-        batch: None,
+        ..Measurement::empty(request)
     }
 }
 
