@@ -5,7 +5,8 @@
 //! tokens (not even the tokenizer's estimate) and no cost on the span, in
 //! `tokentap_cost_usd_total` and the input-token instruments, and in the
 //! session's rollup:
-//! - `connect_refused`, `dns_failure` (a `.invalid` name), `tls_failure`
+//! - `connect_refused` (streamed, and `connect_refused_not_streamed`),
+//!   `dns_failure` (a `.invalid` name), `tls_failure`
 //!   (the upstream speaks plain HTTP), `proxy_connect_refused` (the route's
 //!   egress proxy answers CONNECT with 403), `pool_wait_timeout` (every
 //!   HTTP/2 stream slot taken, `http2_queue_timeout` passes),
@@ -55,6 +56,14 @@ fn chat_body(model: &str) -> Vec<u8> {
 
 fn chat(addr: SocketAddr, model: &str) -> Req {
     Req::post_json(addr, CHAT, chat_body(model)).header("x-claude-code-session-id", SESSION)
+}
+
+/// The same chat, not streamed.
+fn whole_chat(addr: SocketAddr, model: &str) -> Req {
+    let mut body: serde_json::Value = serde_json::from_slice(&chat_body(model)).unwrap();
+    body["stream"] = json!(false);
+    Req::post_json(addr, CHAT, serde_json::to_vec(&body).unwrap())
+        .header("x-claude-code-session-id", SESSION)
 }
 
 /// tokentap with an admin listener and OTLP export to its own receiver,
@@ -239,6 +248,24 @@ async fn connect_refused() {
     let b = billed(front, MODEL).await;
     assert_nothing_billed(
         "connect refused",
+        &b,
+        "upstream_error",
+        "upstream_unreachable",
+    );
+    drop(socket);
+}
+
+#[tokio::test]
+async fn connect_refused_not_streamed() {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = socket.local_addr().unwrap().port();
+    let front = Front::start(&format!("http://127.0.0.1:{port}"), "", &[]).await;
+    let got = client::fetch(&client::http1(), &whole_chat(front.proxy.addr, MODEL)).await;
+    assert_eq!(got.status, 502, "{}", got.text());
+    let b = billed(front, MODEL).await;
+    assert_nothing_billed(
+        "connect refused, not streamed",
         &b,
         "upstream_error",
         "upstream_unreachable",
