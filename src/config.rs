@@ -314,6 +314,18 @@ pub struct RouteConfig {
     pub prices: Vec<PriceOverride>,
 }
 
+impl RouteConfig {
+    /// The upstream as the docs write it: a bare host without the trailing
+    /// `/` that a URI's empty path prints as.
+    pub fn upstream_shown(&self) -> String {
+        let url = self.upstream.to_string();
+        match url.strip_suffix('/') {
+            Some(bare) if self.upstream.path() == "/" => bare.to_owned(),
+            _ => url,
+        }
+    }
+}
+
 /// `routes[].http2`: which HTTP version the route speaks to its upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -651,7 +663,8 @@ pub struct TelemetryConfig {
     /// Client certificate key (PEM); the path only is ever shown.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub otlp_client_key: Option<PathBuf>,
-    /// Collector base endpoint; `None` = SDK default / `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    /// Collector base endpoint; `None` = `OTEL_EXPORTER_OTLP_ENDPOINT`, else
+    /// export off (or the specification's default with `otlp_enabled = true`).
     #[serde(
         deserialize_with = "units::endpoint",
         skip_serializing_if = "Option::is_none"
@@ -847,7 +860,11 @@ pub struct SloConfig {
     )]
     pub ttft_p95: Option<Duration>,
     /// Breach when decode tokens/s p50 is below this.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "units::opt_decimal",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub decode_tps_p50_min: Option<f64>,
     /// Breach when the largest stall in the window is above this.
     #[serde(
@@ -857,11 +874,19 @@ pub struct SloConfig {
     )]
     pub max_stall: Option<Duration>,
     /// Breach when errors / requests is above this (0..1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "units::opt_decimal",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub error_ratio: Option<f64>,
     /// Breach when decode tokens/s p50 is more than this share (0..1)
     /// below its own p50 over `baseline_window`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "units::opt_decimal",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub decode_tps_drop: Option<f64>,
     /// Baseline span for `decode_tps_drop` (at most `live.window`).
     #[serde(with = "units::duration", default = "slo_baseline_window")]

@@ -88,6 +88,15 @@ fn check(flags: &Overrides) -> ExitCode {
     match checked {
         Ok(c) => {
             print!("{}", c.redacted_toml());
+            // As `run` warns (reload::run), so `check` passes nothing silently.
+            if c.watch_config && config::file(flags).is_none() {
+                let warning = "watch_config is on but there is no config file to watch";
+                if tracing::dispatcher::has_been_set() {
+                    tracing::warn!(target: tokentap::telemetry::STARTUP_TARGET, "{warning}");
+                } else {
+                    eprintln!("tokentap: warning: {warning}");
+                }
+            }
             if tracing::dispatcher::has_been_set() {
                 tracing::info!(target: tokentap::telemetry::STARTUP_TARGET, "tokentap: configuration OK");
             } else {
@@ -165,7 +174,7 @@ async fn run(
     let routes: Vec<String> = config
         .routes
         .iter()
-        .map(|r| format!("{} {} -> {}", r.name, r.prefix, r.upstream))
+        .map(|r| format!("{} {} -> {}", r.name, r.prefix, r.upstream_shown()))
         .collect();
     let scheme = if config.tls.is_some() {
         "https"

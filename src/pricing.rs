@@ -417,10 +417,11 @@ impl PriceBook {
         ];
         for (name, entries) in lists {
             for (i, o) in entries.iter().enumerate() {
-                let verdict = if o.covers(provider.config_name(), &lower, at) {
-                    "matches"
-                } else {
-                    "does not match"
+                let verdict = match (o.covers(provider.config_name(), &lower, at), o.scale) {
+                    (false, _) => "does not match",
+                    (true, _) if o.has_rates() => "matches",
+                    (true, Some(_)) => "matches (scales the table's token prices)",
+                    (true, None) => "matches, for per-call tool rates only (no token prices)",
                 };
                 let _ = writeln!(
                     out,
@@ -499,7 +500,46 @@ impl PriceBook {
                 );
             }
         }
+        explain_call_rates(&mut out, &lists, provider, &lower, at);
         out
+    }
+}
+
+/// The per-call rates of provider-run tools a request would be billed,
+/// each with where it comes from: the first override covering the model
+/// that sets it (as [`PriceBook::call_rates`] picks), else the built-in rate.
+fn explain_call_rates(
+    out: &mut String,
+    lists: &[(&str, &[Override])],
+    provider: ProviderKind,
+    model: &str,
+    at: When,
+) {
+    let builtin = tools::CallRates::builtin(provider);
+    let mut lines = Vec::new();
+    for tool in crate::providers::ServerTool::ALL {
+        let set = lists.iter().find_map(|(name, entries)| {
+            entries
+                .iter()
+                .enumerate()
+                .filter(|(_, o)| o.covers(provider.config_name(), model, at))
+                .find_map(|(i, o)| Some((o.calls.get(tool)?, format!("override {name}[{i}]"))))
+        });
+        let rate = set.or_else(|| Some((builtin.get(tool)?, "built-in".to_owned())));
+        if let Some((usd, from)) = rate {
+            lines.push(format!("  {:<24} {usd} ({from})", tool.as_str()));
+        }
+    }
+    if lines.is_empty() {
+        let _ = writeln!(out, "per-call tool rates: none");
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "per-call tool rates (USD per call, beside the token price):"
+    );
+    for l in lines {
+        let _ = writeln!(out, "{l}");
     }
 }
 

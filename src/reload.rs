@@ -102,7 +102,8 @@ pub async fn run(
         }
         match running.reload(config::load(cli)) {
             Ok(()) => tracing::info!(%trigger, "configuration reloaded"),
-            Err(e) => tracing::error!(
+            // The running configuration keeps serving: a warning, not an error.
+            Err(e) => tracing::warn!(
                 %trigger,
                 error = %e,
                 "configuration reload refused; the previous configuration keeps serving"

@@ -166,14 +166,15 @@ impl Telemetry {
         if export {
             let spans = export::otlp_spans(cfg, &resource, scope(), tracing.max_attributes())?;
             let metrics = export::otlp_metrics(cfg)?;
+            let traces_at = export_tls::endpoint(cfg, export_tls::Signal::Traces);
+            let metrics_at = export_tls::endpoint(cfg, export_tls::Signal::Metrics);
             tracing::info!(
-                endpoint = cfg
-                    .otlp_endpoint
-                    .as_deref()
-                    .unwrap_or("the OTLP default (localhost)"),
+                traces_endpoint = %traces_at,
+                metrics_endpoint = %metrics_at,
                 protocol = cfg.otlp_protocol.as_str(),
                 "OTLP export on"
             );
+            drops.set_endpoints(traces_at, metrics_at);
             let (pipeline, with_reader) =
                 with_exporters(cfg, &drops, meters, spans, metrics, pull.as_ref());
             (traces, meters) = (Some(pipeline), with_reader);

@@ -11,6 +11,7 @@ use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -50,6 +51,21 @@ pub struct Sent {
     pub response: Response<ResponseBody>,
     /// Time from `send` until the request went on a connection.
     pub pool_wait: Duration,
+}
+
+/// Set once the request is handed to an open upstream connection, which
+/// writes its head: from then on the provider may have received it (and
+/// may bill it). Put in the request's extensions by the caller; cleared
+/// again when a connection gives the request back unsent.
+#[derive(Debug, Clone, Default)]
+pub struct SentMark(pub Arc<AtomicBool>);
+
+impl SentMark {
+    fn set(req: &Request<UpstreamBody>, sent: bool) {
+        if let Some(mark) = req.extensions().get::<SentMark>() {
+            mark.0.store(sent, Ordering::Release);
+        }
+    }
 }
 
 /// Pool figures for one upstream destination (summed over serving threads).
@@ -503,6 +519,7 @@ impl Client {
                     // body's chunks are reference-counted), and only for a
                     // body read completely.
                     let copy = if refused_retry { try_clone(&req) } else { None };
+                    SentMark::set(&req, true);
                     match lease.sender().try_send_request(req).await {
                         Ok(res) => {
                             let response = res.map(|body| ResponseBody::Shared(body, lease));
@@ -512,7 +529,10 @@ impl Client {
                             });
                         }
                         Err(mut e) => match e.take_message() {
-                            Some(back) => back,
+                            Some(back) => {
+                                SentMark::set(&back, false);
+                                back
+                            }
                             None => {
                                 let err = e.into_error();
                                 match copy {
@@ -534,6 +554,7 @@ impl Client {
                         Some(proxy) if absolute => to_proxy_form(&mut req, proxy),
                         _ => to_h1_form(&mut req),
                     };
+                    SentMark::set(&req, true);
                     match h1.send(req).await {
                         Ok((res, h1)) => {
                             let pool = self.h1.clone();
@@ -545,6 +566,7 @@ impl Client {
                             });
                         }
                         Err(conn::SendError::Unsent(mut back)) => {
+                            SentMark::set(&back, false);
                             // As it came: the next connection may speak HTTP/2.
                             *back.uri_mut() = uri.clone();
                             if added_host {
@@ -744,6 +766,9 @@ fn try_clone(req: &Request<UpstreamBody>) -> Option<Request<UpstreamBody>> {
     *copy.uri_mut() = req.uri().clone();
     *copy.version_mut() = req.version();
     *copy.headers_mut() = req.headers().clone();
+    if let Some(mark) = req.extensions().get::<SentMark>() {
+        copy.extensions_mut().insert(mark.clone());
+    }
     Some(copy)
 }
 

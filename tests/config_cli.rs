@@ -546,4 +546,93 @@ async fn the_otlp_start_up_line_is_plain_and_fits_the_setting() {
         unset.contains("no collector endpoint") && unset.contains("OTEL_EXPORTER_OTLP_ENDPOINT"),
         "nothing configured: how to turn it on: {unset}"
     );
+    // Only the traces endpoint: the line names where each signal goes.
+    let traces = "http://127.0.0.1:9/v1/traces";
+    let one = Bin::start_args(&base, &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", traces)])
+        .await
+        .stop()
+        .await;
+    let one = line(&one);
+    assert!(
+        one.contains("OTLP export on")
+            && one.contains(traces)
+            && one.contains("http://localhost:4318/v1/metrics")
+            && !one.contains("OTLP default"),
+        "the traces endpoint set, metrics to the specification's default: {one}"
+    );
+}
+
+/// `check` prints values as the docs write them: a share given as `0.01`
+/// as `0.01`, the upstream without the trailing `/`, durations in hours
+/// at most; a sampler argument out of range is blamed on its variable;
+/// `--watch-config` without a config file warns as `run` does; the OTLP
+/// certificate files must exist with export off too.
+#[tokio::test]
+async fn check_shows_values_as_written_and_blames_the_right_input() {
+    let base = [
+        "check",
+        "--upstream",
+        "http://127.0.0.1:9/",
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    let (status, out) = run_bin(&base, &[("TOKENTAP_TELEMETRY__SAMPLING__RATIO", "0.01")]).await;
+    assert_eq!(status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("ratio = 0.01\n") && !out.contains("0.00999"),
+        "the ratio as written: {out}"
+    );
+    assert!(
+        out.contains("upstream = \"http://127.0.0.1:9\"\n"),
+        "no trailing slash: {out}"
+    );
+    assert!(
+        out.contains("idle_timeout = \"24h\"") && !out.contains("day\""),
+        "durations in hours at most: {out}"
+    );
+    assert!(!out.contains("no config file to watch"), "{out}");
+    let sampler = [
+        ("OTEL_TRACES_SAMPLER", "traceidratio"),
+        ("OTEL_TRACES_SAMPLER_ARG", "0.25"),
+    ];
+    let (status, out) = run_bin(&base, &sampler).await;
+    assert_eq!(status.code(), Some(0), "{out}");
+    assert!(out.contains("ratio = 0.25\n"), "{out}");
+    let (status, out) = run_bin(
+        &base,
+        &[
+            ("OTEL_TRACES_SAMPLER", "traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "2"),
+        ],
+    )
+    .await;
+    assert_eq!(status.code(), Some(2), "{out}");
+    assert!(
+        out.contains("environment variable OTEL_TRACES_SAMPLER_ARG")
+            && !out.contains("environment variable OTEL_TRACES_SAMPLER)"),
+        "the argument is out of range, not the sampler: {out}"
+    );
+    let (status, out) = run_bin(&[&base[..], &["--watch-config"]].concat(), &[]).await;
+    assert_eq!(status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("watch_config is on but there is no config file to watch"),
+        "warns as run does: {out}"
+    );
+    let (status, out) = run_bin(
+        &base,
+        &[
+            ("OTEL_SDK_DISABLED", "true"),
+            (
+                "TOKENTAP_TELEMETRY__OTLP_CERTIFICATE",
+                "/nonexistent/ca.pem",
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(
+        status.code(),
+        Some(2),
+        "export off, the file still checked: {out}"
+    );
+    assert!(out.contains("telemetry.otlp_certificate"), "{out}");
 }

@@ -5,8 +5,13 @@
 //! and loads; CONFIG.md's advice for an admin listener beyond loopback
 //! loads; every Markdown table row sits in its table and every code fence
 //! is clean; a flag whose help states a range refuses values outside it;
-//! the shipped TOML names every provider. (tests/grafana_names.rs checks
-//! METRICS.md's Prometheus mapping against a real scrape.)
+//! the shipped TOML names every provider; every link to a heading (in the
+//! docs and in config/tokentap.toml's comments) finds its heading; every
+//! range a key's type states holds at both ends; each default CONFIG.md
+//! gives is shown in the same form by `check` and `/config`; the
+//! restart-only lists (the example's comment, CONFIG.md's table) name
+//! every restart-only key. (tests/grafana_names.rs checks METRICS.md's
+//! Prometheus mapping against a real scrape.)
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 #![allow(
@@ -494,4 +499,325 @@ fn flag_ranges_in_help_are_enforced() {
         }
     }
     assert!(checked >= 8, "the audit tried the ranged flags ({checked})");
+}
+
+/// GitHub's anchor of a heading: lowercase, letters, digits, `-` and `_`
+/// kept, spaces made `-`, the rest dropped.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c.to_ascii_lowercase()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of `doc`'s headings (outside code fences), with GitHub's
+/// `-1`, `-2` … for repeated ones.
+fn anchors(doc: &str) -> BTreeSet<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut out = BTreeSet::new();
+    let mut fenced = false;
+    for line in doc.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let Some(text) = line.strip_prefix('#').filter(|_| !fenced) else {
+            continue;
+        };
+        let s = slug(text.trim_start_matches('#'));
+        let n = seen.entry(s.clone()).or_insert(0);
+        out.insert(if *n == 0 {
+            s.clone()
+        } else {
+            format!("{s}-{n}")
+        });
+        *n += 1;
+    }
+    out
+}
+
+/// `a/b/../c.md` → `a/c.md`.
+fn normalize(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for p in path.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    parts.join("/")
+}
+
+/// `(file, anchor)` of every `FILE.md#anchor` and `#anchor` link target in
+/// Markdown `](…)` links of `text`, the file resolved from `from`'s folder.
+fn md_links(from: &str, text: &str) -> Vec<(String, String)> {
+    let dir = from.rsplit_once('/').map_or("", |(d, _)| d);
+    let mut out = Vec::new();
+    for piece in text.split("](").skip(1) {
+        let Some(target) = piece.split(')').next() else {
+            continue;
+        };
+        let Some((file, anchor)) = target.split_once('#') else {
+            continue;
+        };
+        if file.contains("://") || !(file.is_empty() || file.ends_with(".md")) {
+            continue;
+        }
+        let file = match file {
+            "" => from.to_owned(),
+            f => normalize(&format!("{dir}/{f}")),
+        };
+        out.push((file, anchor.to_owned()));
+    }
+    out
+}
+
+/// Every link to a heading (`CONFIG.md#reloading`, `#outcomes`) in the
+/// Markdown docs and in config/tokentap.toml's comments names a heading
+/// that exists: a renamed section leaves no link pointing nowhere.
+#[test]
+fn links_to_headings_resolve() {
+    let headings: BTreeMap<&str, BTreeSet<String>> =
+        ALL_DOCS.iter().map(|(n, d)| (*n, anchors(d))).collect();
+    let mut links: Vec<(String, String, String)> = Vec::new();
+    for (name, doc) in ALL_DOCS {
+        for (file, anchor) in md_links(name, doc) {
+            links.push((name.to_owned(), file, anchor));
+        }
+    }
+    // The example's comments name `docs/CONFIG.md#key-anchor` bare.
+    for word in EXAMPLE.split(|c: char| c.is_whitespace() || c == '(' || c == ')') {
+        if let Some((file, anchor)) = word.split_once(".md#") {
+            let anchor = anchor.trim_end_matches(['.', ',', ';', ':']);
+            links.push((
+                "config/tokentap.toml".into(),
+                format!("{file}.md"),
+                anchor.into(),
+            ));
+        }
+    }
+    let mut checked = 0;
+    for (from, file, anchor) in &links {
+        let Some(known) = headings.get(file.as_str()) else {
+            continue;
+        };
+        assert!(
+            known.contains(anchor),
+            "{from} links to {file}#{anchor}, which is no heading of {file}"
+        );
+        checked += 1;
+    }
+    assert!(checked > 50, "the audit followed the links ({checked})");
+}
+
+/// A minimal config with `line` in `section` (`""` = top level).
+fn with_key(section: &str, line: &str) -> String {
+    let route = "[[routes]]\nname = \"a\"\nupstream = \"http://127.0.0.1:9\"\n";
+    match section {
+        "" => format!("{line}\n{route}"),
+        // `[alerts]` needs its webhook.
+        "alerts" => {
+            format!("{route}[alerts]\nwebhook_url = \"https://hooks.example.com/x\"\n{line}\n")
+        }
+        s => format!("{route}[{s}]\n{line}\n"),
+    }
+}
+
+/// A size as CONFIG.md writes it (`16KiB`, `(2GiB − 1)`), in bytes.
+fn doc_size(text: &str) -> Option<u64> {
+    let t = text.trim().trim_start_matches('(').trim_end_matches(')');
+    let (t, minus) = match t.split_once('−') {
+        Some((a, b)) => (a.trim(), b.trim().parse::<u64>().ok()?),
+        None => (t, 0),
+    };
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let n: u64 = t[..split].parse().ok()?;
+    let mult = match &t[split..] {
+        "" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        _ => return None,
+    };
+    Some(n * mult - minus)
+}
+
+/// Every key whose type in CONFIG.md states a range (`integer 1–10000`,
+/// `size 16KiB–(2GiB − 1)`, `number 0–1`) takes both ends and refuses the
+/// values just outside them.
+#[test]
+fn documented_key_ranges_hold() {
+    let mut checked = 0;
+    let mut section: Option<String> = None;
+    for line in DOCS[1].1.lines() {
+        if let Some(h) = line.strip_prefix("### ") {
+            section = match h {
+                "Top level" => Some(String::new()),
+                _ if h.starts_with("`[[") => None,
+                _ if h.starts_with("`[") => Some(h.trim_matches(['`', '[', ']']).to_owned()),
+                _ => None,
+            };
+            continue;
+        }
+        let Some(s) = &section else { continue };
+        // An escaped `\|` inside a cell is no column break.
+        let line = line.replace("\\|", "¦");
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let (Some(key), Some(kind)) = (cells.get(1), cells.get(2)) else {
+            continue;
+        };
+        let Some(key) = key.strip_prefix('`').and_then(|k| k.strip_suffix('`')) else {
+            continue;
+        };
+        let Some((unit, range)) = kind.split_once(' ') else {
+            continue;
+        };
+        let Some((lo, hi)) = range.split_once('–') else {
+            continue;
+        };
+        let (inside, outside): (Vec<String>, Vec<String>) = match unit {
+            "integer" | "size" => {
+                let parse = |t: &str| match unit {
+                    "size" => doc_size(t),
+                    _ => t.trim().parse::<u64>().ok(),
+                };
+                let (Some(lo), Some(hi)) = (parse(lo), parse(hi)) else {
+                    panic!("CONFIG.md: `{key}`: cannot read the range `{range}`");
+                };
+                let mut outside = vec![(hi + 1).to_string()];
+                if lo > 0 {
+                    outside.push((lo - 1).to_string());
+                }
+                (vec![lo.to_string(), hi.to_string()], outside)
+            }
+            "number" if range == "0–1" => (
+                vec!["0.0".into(), "1.0".into()],
+                vec!["1.5".into(), "-0.1".into()],
+            ),
+            _ => continue,
+        };
+        for v in &inside {
+            let toml = with_key(s, &format!("{key} = {v}"));
+            if let Err(e) = tokentap::config::from_toml(&toml) {
+                panic!("CONFIG.md says `{s}.{key}` takes {range}, but {v} is refused: {e}");
+            }
+        }
+        for v in &outside {
+            let toml = with_key(s, &format!("{key} = {v}"));
+            let e = tokentap::config::from_toml(&toml).err();
+            assert!(
+                e.as_ref().is_some_and(|e| e.to_string().contains(key)),
+                "CONFIG.md says `{s}.{key}` takes {range}, so {v} must be refused naming it: {e:?}"
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 8, "the audit tried the ranged keys ({checked})");
+}
+
+/// The value at `section.key` of a TOML document.
+fn toml_at<'a>(doc: &'a toml::Value, section: &str, key: &str) -> Option<&'a toml::Value> {
+    let mut v = doc;
+    for part in section.split('.').filter(|p| !p.is_empty()) {
+        v = v.get(part)?;
+    }
+    v.get(key)
+}
+
+/// `check` and `/config` show each default as CONFIG.md writes it (a
+/// duration as `"24h"`, not `"1day"`; `1.0`, not a float's long tail).
+#[test]
+fn shown_defaults_read_as_documented() {
+    let config = tokentap::config::from_toml(&with_key("", "")).unwrap();
+    let shown: toml::Value = toml::from_str(&config.redacted_toml()).unwrap();
+    let mut checked = 0;
+    let mut section: Option<String> = None;
+    for line in DOCS[1].1.lines() {
+        if let Some(h) = line.strip_prefix("### ") {
+            section = match h {
+                "Top level" => Some(String::new()),
+                _ if h.starts_with("`[[") => None,
+                _ if h.starts_with("`[") => Some(h.trim_matches(['`', '[', ']']).to_owned()),
+                _ => None,
+            };
+            continue;
+        }
+        let Some(s) = &section else { continue };
+        // An escaped `\|` inside a cell is no column break.
+        let line = line.replace("\\|", "¦");
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let (Some(key), Some(default)) = (cells.get(1), cells.get(3)) else {
+            continue;
+        };
+        let Some(key) = key.strip_prefix('`').and_then(|k| k.strip_suffix('`')) else {
+            continue;
+        };
+        // Only a default written as one TOML value (`"24h"`, `100`, `1.0`).
+        let Some(written) = default
+            .strip_prefix('`')
+            .and_then(|d| d.strip_suffix('`'))
+            .filter(|d| !d.contains('`'))
+        else {
+            continue;
+        };
+        let Ok(doc) = toml::from_str::<toml::Value>(&format!("v = {written}")) else {
+            continue;
+        };
+        // A secret is never shown.
+        let Some(got) = toml_at(&shown, s, key).filter(|v| v.as_str() != Some("<redacted>")) else {
+            continue;
+        };
+        let want = &doc["v"];
+        let same = match (got, want) {
+            (toml::Value::Float(a), toml::Value::Integer(b)) => *a == *b as f64,
+            (a, b) => a == b,
+        };
+        assert!(
+            same,
+            "CONFIG.md gives `{s}.{key}` the default {written}, but the shown configuration has {got}"
+        );
+        checked += 1;
+    }
+    assert!(checked > 40, "the audit compared the defaults ({checked})");
+}
+
+/// The restart-only keys: config/tokentap.toml's comment and CONFIG.md's
+/// table name each one the loader treats so.
+#[test]
+fn restart_only_lists_are_whole() {
+    let comment: String = EXAMPLE
+        .split("Restart-only (a reload")
+        .nth(1)
+        .and_then(|rest| rest.split("#reloading").next())
+        .expect("config/tokentap.toml lists the restart-only keys")
+        .to_owned();
+    let table = DOCS[1]
+        .1
+        .split("Keys that need a restart")
+        .nth(1)
+        .and_then(|rest| rest.split("\n\n").nth(1))
+        .expect("CONFIG.md has the table of restart-only keys");
+    for key in tokentap::config::RESTART_ONLY {
+        let named = comment
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+            .any(|w| w == *key);
+        assert!(
+            named,
+            "config/tokentap.toml's restart-only comment leaves out `{key}`: {comment}"
+        );
+        assert!(
+            table.contains(&format!("`{key}`"))
+                || table.contains(&format!("`[{key}]`"))
+                || table.contains(&format!("`[[{key}]]`")),
+            "CONFIG.md's table of restart-only keys leaves out `{key}`"
+        );
+    }
 }

@@ -479,3 +479,30 @@ async fn otlp_grpc_export_goes_through_the_proxy() {
         "export asked the proxy for a tunnel to the collector: {asked:?}"
     );
 }
+
+/// A proxy refusing the gRPC export's CONNECT: one WARN that names the
+/// collector and says the proxy's refusal once, not twice.
+#[tokio::test]
+async fn a_refused_otlp_grpc_tunnel_is_said_once() {
+    use support::upstream::Upstream;
+    let up = Upstream::fixed_json(r#"{"id":"c","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#).await;
+    let proxy = ForwardProxy::start(OnConnect::Refuse(403, "Forbidden")).await;
+    let endpoint = "http://localhost:9";
+    let toml = route(Toml::new(), "r", &up.url(), r#"proxy = "none""#)
+        .otlp(endpoint, "grpc")
+        .set("telemetry", "otlp_timeout", &q("1s"));
+    let bin = Bin::start(&toml, &[], &[("HTTP_PROXY", &proxy.url(None))]).await;
+    let req = Req::post_json(bin.addr, "/r/v1/chat/completions", CHAT);
+    assert_eq!(fetch(&http1(), &req).await.status, 200);
+    let out = bin.wait_output("OTLP export failed", 1).await;
+    let warn = out
+        .lines()
+        .find(|l| l.contains("OTLP export failed"))
+        .unwrap();
+    assert!(warn.contains(endpoint), "names the collector: {warn}");
+    assert_eq!(
+        warn.matches("refused CONNECT").count(),
+        1,
+        "the proxy's refusal, once: {warn}"
+    );
+}

@@ -87,8 +87,9 @@ async fn first_run_without_a_collector_is_quiet() {
 #[tokio::test]
 async fn unreachable_collector_warns_once() {
     let up = upstream().await;
+    let refused = Collector::refused_endpoint();
     let toml = Toml::openai(&up.url())
-        .otlp(&Collector::refused_endpoint(), "http/protobuf")
+        .otlp(&refused, "http/protobuf")
         .set("telemetry", "otlp_timeout", &q("300ms"))
         .top("admin_listen", &q("off"));
     let bin = Bin::start(&toml, &[], &[]).await;
@@ -102,6 +103,14 @@ async fn unreachable_collector_warns_once() {
         lines_with(&out, "OTLP export failed"),
         1,
         "one WARN at the first failure:\n{out}"
+    );
+    let warn = out
+        .lines()
+        .find(|l| l.contains("OTLP export failed"))
+        .unwrap_or_default();
+    assert!(
+        warn.contains(&refused),
+        "the WARN names the collector it failed to reach ({refused}): {warn}"
     );
     assert_eq!(
         lines_with(&out, "ERROR"),

@@ -104,3 +104,45 @@ fn a_tier_without_its_own_price_is_noted() {
     let (_, out, _) = price(&["openai", "gpt-4o"]);
     assert!(!out.contains("note:"), "no tier asked, no note:\n{out}");
 }
+
+/// An override with only per-call tool rates says so, leaves the token
+/// price to the table, and its rates are shown beside the built-in ones.
+#[test]
+fn per_call_tool_rates_are_shown_with_their_source() {
+    let dir = std::env::temp_dir().join(format!("tokentap-price-calls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("prices.toml");
+    std::fs::write(
+        &file,
+        "[[prices]]\nmodel = \"gpt-4o*\"\nweb_search_per_call = 0.02\n",
+    )
+    .unwrap();
+    let (code, out, err) = price(&["openai", "gpt-4o", "--prices", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "override --prices[0] (model \"gpt-4o*\"): matches, for per-call tool rates only"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("(source table)"),
+        "the token price is the table's: {out}"
+    );
+    assert!(
+        out.contains("web_search               0.02 (override --prices[0])"),
+        "the override's rate and where it comes from: {out}"
+    );
+    assert!(
+        out.contains("file_search              0.0025 (built-in)"),
+        "the built-in rate of a tool the override leaves alone: {out}"
+    );
+    let (_, plain, _) = price(&["openai", "gpt-4o"]);
+    assert!(
+        plain.contains("web_search               0.01 (built-in)"),
+        "{plain}"
+    );
+    let (_, none, _) = price(&["ollama", "llama3.2"]);
+    assert!(none.contains("per-call tool rates: none"), "{none}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -146,6 +146,10 @@ async fn sighup_with_an_invalid_file_keeps_the_old_config() {
         line.contains("upstream.conect_timeout") && line.contains("tokentap.toml"),
         "the refusal names the unknown key and the file: {line}"
     );
+    assert!(
+        line.contains("WARN") && !line.contains("ERROR"),
+        "the old configuration keeps serving: a WARN, not an ERROR: {line}"
+    );
     assert!(!out.contains(RELOADED), "nothing was reloaded:\n{out}");
 
     let got = chat(bin.addr, "m-kept").await;

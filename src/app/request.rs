@@ -484,6 +484,9 @@ fn prepare(
     parts.version = Version::HTTP_11;
     let stream = facts.stream;
     let mut meter = Meter::new(facts, Box::new(telemetry));
+    let sent = upstream::SentMark::default();
+    meter.sent_when(sent.0.clone());
+    parts.extensions.insert(sent);
     // Streams that will carry no usage get their tokens counted afterwards.
     if stream && sniffed.include_usage != Some(true) && injected.is_none() {
         let model = meter.facts().request_model.as_deref();

@@ -262,15 +262,15 @@ pub(super) fn otel_env(env: &[(String, String)]) -> Result<Vec<Layer>, ConfigErr
         put("OTEL_SDK_DISABLED", "otlp_enabled", Value::from(false));
     }
     if let Some(sampler) = get("OTEL_TRACES_SAMPLER") {
-        let (ratio, parent) =
-            otel_sampler(&sampler, get("OTEL_TRACES_SAMPLER_ARG")).map_err(|message| {
-                ConfigError::Invalid {
-                    key: "telemetry.sampling.ratio".into(),
-                    origin: env_source("OTEL_TRACES_SAMPLER"),
-                    message,
-                }
+        let arg = get("OTEL_TRACES_SAMPLER_ARG");
+        let (ratio, parent, from) =
+            otel_sampler(&sampler, arg).map_err(|(var, message)| ConfigError::Invalid {
+                key: "telemetry.sampling.ratio".into(),
+                origin: env_source(var),
+                message,
             })?;
-        put("OTEL_TRACES_SAMPLER", "sampling.ratio", Value::from(ratio));
+        // A ratio out of range fails validation naming the variable it came from.
+        put(from, "sampling.ratio", Value::from(ratio));
         put(
             "OTEL_TRACES_SAMPLER",
             "sampling.respect_parent",
@@ -282,30 +282,43 @@ pub(super) fn otel_env(env: &[(String, String)]) -> Result<Vec<Layer>, ConfigErr
 
 /// The standard samplers as `[telemetry.sampling]`: the ratio (`always_on`
 /// 1, `always_off` 0, `traceidratio` its argument, default 1) and whether
-/// a sampled parent keeps the span (`parentbased_*`). A ratio outside
-/// 0..=1 is passed on to fail validation, naming the key.
-fn otel_sampler(name: &str, arg: Option<String>) -> Result<(f64, bool), String> {
+/// a sampled parent keeps the span (`parentbased_*`), with the variable
+/// the ratio came from. A ratio outside 0..=1 is passed on to fail
+/// validation, naming the key and that variable; an error names its
+/// variable too.
+fn otel_sampler(
+    name: &str,
+    arg: Option<String>,
+) -> Result<(f64, bool, &'static str), (&'static str, String)> {
+    const SAMPLER: &str = "OTEL_TRACES_SAMPLER";
+    const ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
     let (parent, base) = match name.strip_prefix("parentbased_") {
         Some(base) => (true, base),
         None => (false, name),
     };
-    let ratio = match base {
-        "always_on" => 1.0,
-        "always_off" => 0.0,
+    let (ratio, from) = match base {
+        "always_on" => (1.0, SAMPLER),
+        "always_off" => (0.0, SAMPLER),
         "traceidratio" => match arg {
-            None => 1.0,
-            Some(a) => a.parse::<f64>().map_err(|_| {
-                format!("OTEL_TRACES_SAMPLER_ARG `{a}` is not a number from 0 to 1")
-            })?,
+            None => (1.0, SAMPLER),
+            Some(a) => {
+                let ratio = a
+                    .parse::<f64>()
+                    .map_err(|_| (ARG, format!("{ARG} `{a}` is not a number from 0 to 1")))?;
+                (ratio, ARG)
+            }
         },
         _ => {
-            return Err(format!(
-                "OTEL_TRACES_SAMPLER `{name}` is not one tokentap knows: always_on, always_off, \
-                 traceidratio, or one of them after parentbased_"
+            return Err((
+                SAMPLER,
+                format!(
+                    "{SAMPLER} `{name}` is not one tokentap knows: always_on, always_off, \
+                     traceidratio, or one of them after parentbased_"
+                ),
             ));
         }
     };
-    Ok((ratio, parent))
+    Ok((ratio, parent, from))
 }
 
 /// The config file, checked for syntax here so a typo reports the file.

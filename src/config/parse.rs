@@ -20,12 +20,27 @@ pub(super) fn duration(s: &str) -> Result<Duration, String> {
     })
 }
 
-/// Formats a duration so that [`duration`] reads it back.
+/// Formats a duration so that [`duration`] reads it back, as the docs
+/// write durations: one number in the largest unit that holds it whole
+/// (`"24h"`, `"90s"`, `"2m"`, `"250ms"`); hours at most, never days.
 pub(super) fn fmt_duration(d: Duration) -> String {
     if d.is_zero() {
         return "0s".into();
     }
-    humantime::format_duration(d).to_string().replace(' ', "")
+    const UNITS: [(u128, &str); 6] = [
+        (3_600_000_000_000, "h"),
+        (60_000_000_000, "m"),
+        (1_000_000_000, "s"),
+        (1_000_000, "ms"),
+        (1_000, "us"),
+        (1, "ns"),
+    ];
+    let nanos = d.as_nanos();
+    let (size, unit) = UNITS
+        .into_iter()
+        .find(|(size, _)| nanos % size == 0)
+        .unwrap_or((1, "ns"));
+    format!("{}{unit}", nanos / size)
 }
 
 /// Parses `"8MiB"`, `"64KiB"`, `"1000"`, `"4 MB"`, `"1.5MiB"`: decimal
@@ -239,8 +254,22 @@ mod tests {
         let e = duration("5").expect_err("a bare number must be refused");
         assert!(e.contains("no unit"), "expected a unit hint, got {e}");
         assert!(duration("soon").is_err(), "`soon` is no duration");
-        for d in [5400, 1, 0, 90].map(Duration::from_secs) {
+        for d in [5400, 1, 0, 90, 86_400, 40 * 86_400].map(Duration::from_secs) {
             assert_eq!(duration(&fmt_duration(d)), Ok(d), "round trip of {d:?}");
+        }
+        for (d, shown) in [
+            (Duration::from_secs(86_400), "24h"),
+            (Duration::from_secs(7 * 86_400), "168h"),
+            (Duration::from_secs(5400), "90m"),
+            (Duration::from_secs(120), "2m"),
+            (Duration::from_secs(90), "90s"),
+            (Duration::from_millis(250), "250ms"),
+            (Duration::from_millis(1500), "1500ms"),
+            (Duration::from_micros(1500), "1500us"),
+            (Duration::from_nanos(2_000_000_007), "2000000007ns"),
+        ] {
+            assert_eq!(fmt_duration(d), shown, "{d:?} as the docs write it");
+            assert_eq!(duration(shown), Ok(d), "{shown} reads back");
         }
         let d = Duration::from_millis(1500);
         assert_eq!(duration(&fmt_duration(d)), Ok(d), "round trip of 1.5s");

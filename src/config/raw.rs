@@ -243,7 +243,7 @@ impl RawConfig {
                     name: r.name.clone(),
                     prefix: r.prefix.clone(),
                     host: r.host.clone(),
-                    upstream: r.upstream.to_string(),
+                    upstream: r.upstream_shown(),
                     provider: r.provider,
                     inject_usage: r.inject_usage,
                     // Region, service and key id only: secrets never leave.

@@ -114,13 +114,44 @@ pub(super) fn at_least_one<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::
 
 /// A share from 0 to 1 inclusive (`0.01`, `1`).
 pub(super) fn ratio<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    let v = f64::deserialize(d)?;
+    let v = decimal(d)?;
     if !(0.0..=1.0).contains(&v) {
         return Err(de::Error::custom(format!(
             "{v} is not a share: use a number from 0 to 1 (0.01 = one request in a hundred)"
         )));
     }
     Ok(v)
+}
+
+/// A number as written: figment reads a short decimal from the environment
+/// or a flag (`"0.01"`) as an `f32`, whose widening would show as
+/// `0.009999999776482582`; it is taken by its decimal digits instead.
+pub(super) fn decimal<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    struct V;
+    impl Visitor<'_> for V {
+        type Value = f64;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a number")
+        }
+        fn visit_f32<E: de::Error>(self, n: f32) -> Result<f64, E> {
+            Ok(n.to_string().parse().unwrap_or(f64::from(n)))
+        }
+        fn visit_f64<E: de::Error>(self, n: f64) -> Result<f64, E> {
+            Ok(n)
+        }
+        fn visit_i64<E: de::Error>(self, n: i64) -> Result<f64, E> {
+            Ok(n as f64)
+        }
+        fn visit_u64<E: de::Error>(self, n: u64) -> Result<f64, E> {
+            Ok(n as f64)
+        }
+    }
+    d.deserialize_f64(V)
+}
+
+/// [`decimal`] for an optional number.
+pub(super) fn opt_decimal<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    decimal(d).map(Some)
 }
 
 /// Written in place of secrets when the effective config is shown.

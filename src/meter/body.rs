@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -75,6 +76,9 @@ pub struct Meter {
     tally: Tally,
     /// Count tokens with a tokenizer when the provider reports none.
     plan: Option<Plan>,
+    /// Set by the upstream client once the request's head is written to
+    /// an upstream connection; `None` when nobody tracks it.
+    sent: Option<Arc<AtomicBool>>,
     /// Count the usage once per response id (stored and background responses).
     once: Option<CountOnce>,
     /// Count a batch result file once per file or batch id.
@@ -288,6 +292,7 @@ impl Meter {
             bytes: 0,
             tally: Tally::default(),
             plan: None,
+            sent: None,
             once: None,
             batch_once: None,
             batch: None,
@@ -303,6 +308,21 @@ impl Meter {
     pub fn count_tokens_with(&mut self, plan: Plan) {
         self.tally.text = Some(b"[".to_vec());
         self.plan = Some(plan);
+    }
+
+    /// `sent` turns true once the request's head is written upstream.
+    /// Until then the provider has received nothing: a request that ends
+    /// before (no connection, a refused proxy, a full pool, a client that
+    /// left) gets no input-token estimate and so no cost.
+    pub fn sent_when(&mut self, sent: Arc<AtomicBool>) {
+        self.sent = Some(sent);
+    }
+
+    /// Whether the provider may have received the request: a response
+    /// head came, or its head was written upstream (or nobody tracked it).
+    fn reached_provider(&self) -> bool {
+        self.time_to_headers.is_some()
+            || self.sent.as_ref().is_none_or(|s| s.load(Ordering::Acquire))
     }
 
     /// Count this response's usage once per response id in `ledger`; when
@@ -669,8 +689,10 @@ impl Meter {
         if let Some(once) = self.batch_once.take() {
             once.settle(&mut m);
         }
-        let needs_counting =
-            m.counted.is_none() && (m.usage.output.is_none() || m.usage.input.is_none());
+        // Tokens and cost belong only to what the provider received.
+        let needs_counting = self.reached_provider()
+            && m.counted.is_none()
+            && (m.usage.output.is_none() || m.usage.input.is_none());
         match (self.plan.take(), text) {
             (Some(plan), Some(text)) if needs_counting => {
                 let untexted = pieces.saturating_sub(texted);
@@ -1136,6 +1158,55 @@ mod tests {
         meter.on_head(200, content_type == "text/event-stream", parser, None);
         let (tx, rx) = Channel::new(8);
         (sink, tx, MeteredBody::new(rx, meter, idle, None))
+    }
+
+    /// A stream the tokenizer would count: input tokens only when its head
+    /// was written upstream (or a response head came).
+    fn counted_input(sent: Option<bool>, head: bool) -> Option<u64> {
+        let tokenizer = tokenize::Tokenizer::start(true);
+        let sink = Sink::default();
+        let mut f = facts(true);
+        f.request_model = Some("gpt-4o-mini".into());
+        let mut meter = Meter::new(f, Box::new(sink.clone()));
+        let body = br#"{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"Count the words in this sentence."}]}"#;
+        let plan = tokenizer
+            .plan(Some("gpt-4o-mini"), Some(Bytes::from_static(body)))
+            .expect("gpt-4o-mini has an encoding");
+        meter.count_tokens_with(plan);
+        if let Some(sent) = sent {
+            meter.sent_when(Arc::new(AtomicBool::new(sent)));
+        }
+        if head {
+            meter.on_head(500, false, Err(Unmetered::UnknownFormat("x".into())), None);
+            meter.finish(End::Eos);
+        } else {
+            meter.fail(502, "upstream_unreachable");
+        }
+        assert!(
+            tokenizer.flush(Duration::from_secs(10)),
+            "the tokenizer finished"
+        );
+        let m = sink.only();
+        assert!(m.output_tokens.is_none(), "no output without a response");
+        m.usage.input
+    }
+
+    #[test]
+    fn input_is_estimated_only_for_a_request_that_left() {
+        assert_eq!(
+            counted_input(Some(false), false),
+            None,
+            "never sent: nothing"
+        );
+        assert!(
+            counted_input(Some(true), false).is_some_and(|n| n > 0),
+            "sent, then failed"
+        );
+        assert!(
+            counted_input(Some(false), true).is_some(),
+            "a response head came"
+        );
+        assert!(counted_input(None, false).is_some(), "untracked: as before");
     }
 
     #[tokio::test]

@@ -33,6 +33,8 @@ pub(super) struct DropCounts {
     spans: AtomicU64,
     data_points: AtomicU64,
     health: Mutex<Health>,
+    /// The collector URLs of traces and metrics, named in the WARNs.
+    endpoints: std::sync::OnceLock<(String, String)>,
 }
 
 /// While a collector is unreachable the log gets one WARN at the first
@@ -60,6 +62,20 @@ impl DropCounts {
         self.data_points.load(Ordering::Relaxed)
     }
 
+    /// The collector URLs export goes to, for the failure WARNs.
+    pub(super) fn set_endpoints(&self, traces: String, metrics: String) {
+        let _ = self.endpoints.set((traces, metrics));
+    }
+
+    /// `signal`'s collector URL, when known.
+    fn endpoint(&self, signal: &str) -> &str {
+        match (self.endpoints.get(), signal) {
+            (Some((traces, _)), "traces") => traces,
+            (Some((_, metrics)), _) => metrics,
+            (None, _) => "the collector",
+        }
+    }
+
     /// An export of `signal` failed with `error`: WARN at the first
     /// failure, then a summary of what was dropped at most once per
     /// [`FAILURE_SUMMARY_INTERVAL`].
@@ -73,6 +89,8 @@ impl DropCounts {
         )]
         let now = Instant::now();
         let (spans, points) = (self.spans(), self.data_points());
+        let endpoint = self.endpoint(signal);
+        let error = without_repeats(&error.to_string());
         match h.reported {
             Some((at, s0, p0)) if h.failing => {
                 if now.duration_since(at) < FAILURE_SUMMARY_INTERVAL {
@@ -80,6 +98,7 @@ impl DropCounts {
                 }
                 tracing::warn!(
                     signal,
+                    endpoint,
                     error = %error,
                     spans_dropped = spans - s0,
                     data_points_dropped = points - p0,
@@ -92,9 +111,11 @@ impl DropCounts {
             }
             _ => tracing::warn!(
                 signal,
+                endpoint,
                 error = %error,
-                "OTLP export failed; telemetry is dropped and counted (tokentap.telemetry.dropped) \
-                 while the collector is unreachable; a summary follows at most once a minute"
+                "OTLP export failed ({signal} to {endpoint}); telemetry is dropped and counted \
+                 (tokentap.telemetry.dropped) while the collector is unreachable; a summary \
+                 follows at most once a minute"
             ),
         }
         h.failing = true;
@@ -123,6 +144,27 @@ impl DropCounts {
     fn add_data_points(&self, n: u64) {
         self.data_points.fetch_add(n, Ordering::Relaxed);
     }
+}
+
+/// `error` with each run of `: `-separated parts that repeats the run just
+/// before it said once: the gRPC exporter renders a cause chain whose
+/// links may already print their source (`…: proxy P refused CONNECT C:
+/// 403 Forbidden: proxy P refused CONNECT C: 403 Forbidden`).
+fn without_repeats(error: &str) -> String {
+    let mut parts: Vec<&str> = error.split(": ").collect();
+    let mut run = 1;
+    while run <= parts.len() / 2 {
+        let repeat =
+            (0..=parts.len() - 2 * run).find(|&i| parts[i..i + run] == parts[i + run..i + 2 * run]);
+        match repeat {
+            Some(i) => {
+                parts.drain(i + run..i + 2 * run);
+                run = 1;
+            }
+            None => run += 1,
+        }
+    }
+    parts.join(": ")
 }
 
 /// Counts data points in failed metric exports.
@@ -306,6 +348,22 @@ fn require_runtime() -> Result<(), TelemetryError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repeated_cause_is_said_once() {
+        let twice = "TonicTracesClient export failed with gRPC code: Unknown: transport error: \
+                     proxy http://127.0.0.1:9 refused CONNECT c:4317: 403 Forbidden: \
+                     proxy http://127.0.0.1:9 refused CONNECT c:4317: 403 Forbidden";
+        assert_eq!(
+            without_repeats(twice),
+            "TonicTracesClient export failed with gRPC code: Unknown: transport error: \
+             proxy http://127.0.0.1:9 refused CONNECT c:4317: 403 Forbidden"
+        );
+        let once = "a: b: a: c";
+        assert_eq!(without_repeats(once), once, "only adjacent repeats go");
+        assert_eq!(without_repeats("x: x: x"), "x");
+        assert_eq!(without_repeats(""), "");
+    }
 
     #[test]
     fn bad_grpc_header_is_an_error_without_its_value() {

@@ -18,8 +18,8 @@ use opentelemetry_http::{HttpClient, HttpError};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use super::TelemetryError;
-use crate::config::TelemetryConfig;
 use crate::config::proxy::{ProxyEnv, RouteProxy};
+use crate::config::{OtlpProtocol, TelemetryConfig};
 use crate::upstream::egress::Dial;
 use crate::upstream::{Client, ClientTls, Egress, SettingFile};
 
@@ -125,6 +125,15 @@ pub(crate) fn http_endpoint(cfg: &TelemetryConfig, signal: Signal) -> String {
             .unwrap_or("http://localhost:4318");
         format!("{}{}", base.trim_end_matches('/'), signal.http_path())
     })
+}
+
+/// `signal`'s collector URL for the configured protocol, as its exporter
+/// uses it (a per-signal variable first).
+pub(crate) fn endpoint(cfg: &TelemetryConfig, signal: Signal) -> String {
+    match cfg.otlp_protocol {
+        OtlpProtocol::Grpc => grpc_endpoint(cfg, signal),
+        OtlpProtocol::HttpProtobuf => http_endpoint(cfg, signal),
+    }
 }
 
 /// `signal`'s collector URL for OTLP/gRPC. Without a scheme it is
