@@ -609,6 +609,11 @@ impl Telemetry {
         self.inner.prices.store(Some(book));
     }
 
+    /// Spans leave by OTLP: export is on (sampling may still drop some).
+    pub fn exports_spans(&self) -> bool {
+        self.inner.spans.is_some()
+    }
+
     /// Live statistics (dashboard, demo table, slowdown detection).
     pub fn live(&self) -> &Live {
         &self.inner.live

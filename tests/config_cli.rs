@@ -498,6 +498,61 @@ async fn a_dead_upstream_is_explained_in_the_access_log_and_one_warning() {
     );
 }
 
+/// The access log names each request's agent session (`session_id`), so an
+/// operator can grep for one, bounded as on the span: an id longer than
+/// `sessions.max_id_length` (128) is its first 111 bytes, `~` and a hash.
+#[tokio::test]
+async fn the_access_log_names_the_session_bounded_like_the_span() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let bin = Bin::start_args(
+        &[
+            "--upstream",
+            &dead,
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "off",
+            "--log-format",
+            "json",
+        ],
+        &[("OTEL_SDK_DISABLED", "true")],
+    )
+    .await;
+    let long = "s".repeat(300);
+    let c = client::http1();
+    for id in [None, Some("agent-session-7"), Some(long.as_str())] {
+        let mut req = Req::post_json(bin.addr, CHAT, script::openai_request("m", false, None));
+        if let Some(id) = id {
+            req = req.header("x-claude-code-session-id", id);
+        }
+        let got = client::fetch(&c, &req).await;
+        assert_eq!(got.status, 502, "a dead upstream is a 502: {}", got.text());
+    }
+    let out = bin.stop().await;
+    let sessions: Vec<Option<String>> = json_lines(&out, "the access log")
+        .iter()
+        .filter(|l| l["target"] == "tokentap::access" && l["route"].is_string())
+        .map(|l| {
+            l.get("session_id")
+                .and_then(|s| s.as_str())
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(sessions.len(), 3, "three access-log lines:\n{out}");
+    assert_eq!(
+        sessions[0], None,
+        "no session header, no session_id:\n{out}"
+    );
+    assert_eq!(sessions[1].as_deref(), Some("agent-session-7"), "{out}");
+    let bounded = sessions[2].as_deref().unwrap_or_default();
+    assert!(
+        bounded.len() == 128 && bounded.starts_with(&format!("{}~", &long[..111])),
+        "a 300-byte id is bounded to 128 bytes as on the span, got {bounded:?}"
+    );
+}
+
 /// The OTLP start-up line names the protocol as configured
 /// (`http/protobuf`), and export turned off on purpose gets no advice to
 /// set an endpoint; with nothing configured, the advice is there.

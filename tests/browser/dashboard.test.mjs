@@ -20,6 +20,13 @@
 //                           first: the sessions view must list them in that
 //                           order by cost, with a cost, and by time waited
 //                           (optional)
+//   TOKENTAP_EXPECT_SESSION_ROWS  at least this many agent sessions, in any
+//                           order, each with a cost (optional; `tokentap demo`)
+//   TOKENTAP_EXPECT_COST_NOTE  text the cost panel must say in plain text
+//                           (optional; the demo's "demo prices")
+//
+// Always checked: the charts' title names the time their axis draws, and
+// when span export is off the recent-requests table says so in plain text.
 
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -33,6 +40,8 @@ const executablePath = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const waitMs = Number(process.env.TOKENTAP_WAIT_MS ?? 20000);
 const reasoners = (process.env.TOKENTAP_EXPECT_REASONING ?? "").split(",").map(s => s.trim()).filter(Boolean);
 const sessions = (process.env.TOKENTAP_EXPECT_SESSIONS ?? "").split(",").map(s => s.trim()).filter(Boolean);
+const sessionRows = Number(process.env.TOKENTAP_EXPECT_SESSION_ROWS ?? 0);
+const costNote = process.env.TOKENTAP_EXPECT_COST_NOTE ?? "";
 
 function fail(message) {
   console.error(`dashboard test FAILED: ${message}`);
@@ -187,8 +196,36 @@ async function run(context, origin) {
   }
   const loadDots = await page.$$eval("#chart-load circle", els => new Set(els.map(e => e.getAttribute("fill"))).size);
   check(loadDots >= models.length, `#chart-load drew ${loadDots} models' points, expected ${models.length}`);
-  check(snap.recent.every(r => r.in_flight >= 1 && r.prefill_tps > 0),
-    `recent requests carry in_flight >= 1 and prefill_tps > 0: ${JSON.stringify(snap.recent.map(r => [r.in_flight, r.prefill_tps]))}`);
+  const done = snap.recent.filter(r => r.outcome === "complete");
+  check(done.length > 0 && done.every(r => r.in_flight >= 1 && r.prefill_tps > 0),
+    `complete recent requests carry in_flight >= 1 and prefill_tps > 0: ${JSON.stringify(done.map(r => [r.in_flight, r.prefill_tps]))}`);
+
+  // The charts' title names the time the axis draws: its left end, which
+  // is the oldest point's age (at least 60 s), not the configured window.
+  const chartNote = await page.$eval("#chart-note", e => e.textContent);
+  const axisLeft = await page.$eval("#chart-ttft text[text-anchor=start]", e => e.textContent.trim());
+  check(axisLeft.startsWith("−") && chartNote.includes(`over the last ${axisLeft.slice(1)}`),
+    `the charts' title ${JSON.stringify(chartNote)} should name the time their axis draws (left end ${JSON.stringify(axisLeft)})`);
+  const axisSecs = number(axisLeft) * (axisLeft.endsWith("min") ? 60 : 1);
+  const oldest = Math.min(...snap.models.flatMap(m => m.points.map(p => p.t_ms)));
+  const drawn = Math.max(60, (snap.generated_at_ms - oldest) / 1000);
+  check(Math.abs(axisSecs - drawn) <= snap.bucket_s + 3,
+    `the charts draw ${axisSecs} s, the timelines in api/live cover ${drawn} s`);
+  if (drawn < snap.window_s - snap.bucket_s) {
+    check(!chartNote.includes(`over the last ${Math.round(snap.window_s / 60)} min`) || axisSecs >= snap.window_s - snap.bucket_s,
+      `the charts' title claims the ${snap.window_s} s window but they draw ${axisSecs} s: ${JSON.stringify(chartNote)}`);
+  }
+
+  // Export off: said once in plain text above the struck-through trace ids.
+  const exportNote = await page.$eval("#recent-export", e => (e.hidden ? "" : e.textContent));
+  check(typeof snap.span_export === "boolean", `api/live says whether spans are exported: ${snap.span_export}`);
+  if (snap.span_export) {
+    check(exportNote === "", `span export is on, yet the page says ${JSON.stringify(exportNote)}`);
+  } else {
+    check(/export is off/.test(exportNote), `span export is off, but the recent requests do not say so: ${JSON.stringify(exportNote)}`);
+    const struck = await page.$$eval("#recent-body td.name.dim", tds => tds.filter(td => /^[0-9a-f]{8}$/.test(td.textContent)).map(td => td.classList.contains("gone")));
+    check(struck.length > 0 && struck.every(Boolean), `with export off every trace id is struck through: ${JSON.stringify(struck)}`);
+  }
 
   // Cost: a spend row with tokens per dollar for every (priced) model, a
   // tenant row, and the totals agree with api/live.
@@ -210,6 +247,12 @@ async function run(context, origin) {
     check(row.cells[1].startsWith("$") && number(row.cells[1]) > 0, `${model}: spend ${JSON.stringify(row.cells[1])}`);
     check(number(row.cells[3]) > 0 && number(row.cells[4]) > number(row.cells[3]),
       `${model}: output and total tokens per dollar ${JSON.stringify(row.cells)}`);
+  }
+  const sourceNote = await page.$eval("#cost-source", e => (e.hidden ? "" : e.textContent));
+  check(sourceNote === (snap.cost_note ?? ""), `the cost panel shows api/live's cost note ${JSON.stringify(snap.cost_note)}: ${JSON.stringify(sourceNote)}`);
+  if (costNote) {
+    check(sourceNote.includes(costNote), `the cost panel should say ${JSON.stringify(costNote)}: ${JSON.stringify(sourceNote)}`);
+    check(unpricedShown.length === 0, `every model is priced, yet unpriced: ${JSON.stringify(unpricedShown)}`);
   }
   const tenantsShown = await page.$$eval("#cost-tenants-body tr[data-tenant]", trs => trs.length);
   check(tenantsShown > 0, "no tenant spend row");
@@ -251,6 +294,25 @@ async function run(context, origin) {
     const api = await page.evaluate(async () => (await fetch("api/sessions?sort=cost", { cache: "no-store" })).json());
     check(api.sessions.length === sessions.length && api.sessions[0].id === sessions[0] && api.sessions[0].cost_usd > 0,
       `api/sessions agrees: ${JSON.stringify(api.sessions.map(x => [x.id, x.cost_usd]))}`);
+  }
+
+  if (sessionRows > 0) {
+    try {
+      await page.waitForFunction(
+        n => document.querySelectorAll("#sessions-cost-body tr[data-session]").length >= n,
+        sessionRows,
+        { timeout: waitMs, polling: 200 },
+      );
+    } catch {
+      const shown = await page.$$eval("#sessions-cost-body tr", trs => trs.map(tr => tr.innerText.replace(/\s+/g, " ")));
+      fail(`the sessions view never showed ${sessionRows} sessions within ${waitMs} ms; table: ${JSON.stringify(shown)}`);
+    }
+    const rows = await page.$$eval("#sessions-cost-body tr[data-session]", trs => trs.map(tr =>
+      [...tr.querySelectorAll("td")].map(td => td.textContent.trim())));
+    for (const cells of rows) {
+      check(cells[1].startsWith("$") && number(cells[1]) > 0 && number(cells[2]) > 0,
+        `session row with a cost and requests: ${JSON.stringify(cells)}`);
+    }
   }
 
   const status = await page.textContent("#status");

@@ -189,6 +189,10 @@ struct Plan {
     memory_streams: usize,
     dir: PathBuf,
     place: Placement,
+    /// The proxies are debug builds (`target/debug`): their figures check
+    /// that the suite runs and say nothing of performance, so the report
+    /// prints no ratio.
+    debug: bool,
 }
 
 /// What one pass of the suite measured, for the scaling summary.
@@ -587,8 +591,28 @@ fn plan(args: &SuiteArgs, bins: &Binaries, place: &Placement) -> Result<Plan, St
             place.workers.map_or(String::new(), |n| format!("-w{n}"))
         )),
         place: place.clone(),
+        debug: bins
+            .tokentap
+            .parent()
+            .and_then(|d| d.file_name())
+            .is_some_and(|n| n == "debug"),
     })
 }
+
+/// A ratio cell: `–` for a debug build, whose ratios are no performance
+/// figures (a debug tokentap is several times slower than its release build).
+fn ratio(plan: &Plan, v: Option<(f64, f64)>) -> String {
+    if plan.debug {
+        "– (debug build)".into()
+    } else {
+        fmt(v, 2, "×")
+    }
+}
+
+/// The report's first lines for a debug build: what its figures are for.
+const DEBUG_BANNER: &str = "**Debug build: a smoke run that checks the suite works. \
+    These figures are not performance figures (debug code is several times slower), \
+    so no ratio is printed; run `scripts/bench.sh` (release) to measure.**\n\n";
 
 async fn one_run(round: usize, wl: &Workload, target: &Target, plan: &Plan, tck: f64) -> Run {
     let pids = target.pids();
@@ -737,7 +761,7 @@ fn ws_report(plan: &Plan, runs: &[WsRun]) -> String {
                 if t == "nginx" || t == "direct" {
                     "–".into()
                 } else {
-                    fmt(vs_nginx(wl.name, t), 2, "×")
+                    ratio(plan, vs_nginx(wl.name, t))
                 },
             );
         }
@@ -1110,8 +1134,11 @@ fn report(
     let own = |wl: &str, t: &str, f: &dyn Fn(&Run) -> Option<f64>| {
         stat(find(wl, t).iter().filter_map(|r| f(r)).collect())
     };
-    let ratio = |r: &Run, d: &Run| (d.load.rps > 0.0).then(|| r.load.rps / d.load.rps);
+    let rps_ratio = |r: &Run, d: &Run| (d.load.rps > 0.0).then(|| r.load.rps / d.load.rps);
     let mut s = String::new();
+    if plan.debug {
+        s.push_str(DEBUG_BANNER);
+    }
     let _ = writeln!(
         s,
         "### Summary (medians of {} interleaved round(s), {:.0} s each; ± = spread (max−min)/median)\n",
@@ -1135,7 +1162,7 @@ fn report(
         ("stream_c1000", "streaming c1000: streams/s vs direct"),
     ] {
         if runs.iter().any(|r| r.workload == wl) {
-            row(label, &|p| fmt(paired(wl, p, &ratio), 2, "×"));
+            row(label, &|p| ratio(plan, paired(wl, p, &rps_ratio)));
         }
     }
     let added =
@@ -1226,7 +1253,7 @@ fn report(
         ] {
             if runs.iter().any(|r| r.workload == wl) {
                 row(label, &|p| {
-                    fmt(per_round(runs, wl, p, "nginx", &cpu_ratio), 2, "×")
+                    ratio(plan, per_round(runs, wl, p, "nginx", &cpu_ratio))
                 });
             }
         }
