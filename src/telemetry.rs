@@ -114,6 +114,8 @@ struct Inner {
     in_flight: Arc<InFlight>,
     /// `telemetry.prompt_size_class`.
     prompt_size_class: bool,
+    /// `telemetry.prometheus_scope_labels` and `prometheus_bucket_stride`.
+    exposition: prometheus::Exposition,
     /// Prices for finished requests; swapped on reload, `None` = no pricing.
     prices: ArcSwapOption<PriceBook>,
     /// Per-session totals (`/api/sessions`), every request with a session.
@@ -295,6 +297,10 @@ impl Telemetry {
             observed: std::sync::Mutex::new(Vec::new()),
             in_flight: Arc::default(),
             prompt_size_class: cfg.prompt_size_class,
+            exposition: prometheus::Exposition {
+                scope_labels: cfg.prometheus_scope_labels,
+                bucket_stride: cfg.prometheus_bucket_stride,
+            },
             prices: ArcSwapOption::empty(),
             rollups: rollups::SessionRollups::new(cfg.sessions),
         };
@@ -455,7 +461,12 @@ impl Telemetry {
         let metrics = pull
             .collect()
             .map_err(|e| TelemetryError(format!("metric collection failed: {e}")))?;
-        Ok(prometheus::encode_with(&metrics, format, &kept))
+        Ok(prometheus::encode_with(
+            &metrics,
+            format,
+            &kept,
+            self.inner.exposition,
+        ))
     }
 
     /// Count and log one request that matched no route (answered 404):
