@@ -433,29 +433,32 @@ async fn json_log_format_is_json_on_every_line() {
     );
 }
 
+/// tokentap (export off, no admin listener) in front of a port nothing
+/// listens on, with `extra` flags and environment.
+async fn in_front_of_a_dead_upstream(extra: &[&str], env: &[(&str, &str)]) -> Bin {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let mut args = vec![
+        "--upstream",
+        &dead,
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "off",
+    ];
+    args.extend_from_slice(extra);
+    let mut vars = vec![("OTEL_SDK_DISABLED", "true")];
+    vars.extend_from_slice(env);
+    Bin::start_args(&args, &vars).await
+}
+
 /// A dead upstream: each access-log line says why (connection refused), not
 /// only `upstream_unreachable`, and a WARN says so too, once for three
 /// failures in a row (rate-limited), even with `RUST_LOG=warn`.
 #[tokio::test]
 async fn a_dead_upstream_is_explained_in_the_access_log_and_one_warning() {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
-    let bin = Bin::start_args(
-        &[
-            "--upstream",
-            &dead,
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "off",
-        ],
-        &[
-            ("OTEL_SDK_DISABLED", "true"),
-            ("RUST_LOG", "warn,tokentap::access=info"),
-        ],
-    )
-    .await;
+    let bin = in_front_of_a_dead_upstream(&[], &[("RUST_LOG", "warn,tokentap::access=info")]).await;
     let c = client::http1();
     for _ in 0..3 {
         let got = client::fetch(
@@ -503,23 +506,7 @@ async fn a_dead_upstream_is_explained_in_the_access_log_and_one_warning() {
 /// `sessions.max_id_length` (128) is its first 111 bytes, `~` and a hash.
 #[tokio::test]
 async fn the_access_log_names_the_session_bounded_like_the_span() {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
-    let bin = Bin::start_args(
-        &[
-            "--upstream",
-            &dead,
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "off",
-            "--log-format",
-            "json",
-        ],
-        &[("OTEL_SDK_DISABLED", "true")],
-    )
-    .await;
+    let bin = in_front_of_a_dead_upstream(&["--log-format", "json"], &[]).await;
     let long = "s".repeat(300);
     let c = client::http1();
     for id in [None, Some("agent-session-7"), Some(long.as_str())] {

@@ -1376,6 +1376,46 @@ mod tests {
             .suite
     }
 
+    /// A debug build's report opens by saying it is no performance figure
+    /// and prints no ratio; a release build's prints them.
+    #[test]
+    fn a_debug_build_prints_no_ratio() {
+        let report_of = |dir: &str| {
+            let bins = Binaries {
+                tokentap: PathBuf::from(format!("{dir}/tokentap")),
+                nginx: None,
+                envoy: None,
+            };
+            let plan = plan(
+                &args(&["--quick", "--targets", "direct,tokentap"]),
+                &bins,
+                &Placement::default(),
+            )
+            .expect("plan");
+            let with_rps = |target: &'static str, rps: f64| {
+                let mut r = run(1, "nonstream_c16", target, 0.1);
+                r.load.rps = rps;
+                r
+            };
+            let runs = [with_rps("direct", 1000.0), with_rps("tokentap", 290.0)];
+            report(&plan, &runs, &[], &Identity::new(), "")
+        };
+        let debug = report_of("target/debug");
+        assert!(
+            debug.contains("not performance figures") && debug.contains("– (debug build)"),
+            "the debug report says what it is:\n{debug}"
+        );
+        assert!(
+            !debug.contains('×'),
+            "no ratio from a debug build:\n{debug}"
+        );
+        let release = report_of("target/release");
+        assert!(
+            release.contains("0.29×") && !release.contains("debug build"),
+            "a release build's report prints the ratio:\n{release}"
+        );
+    }
+
     #[test]
     fn pinned_passes_take_the_first_n_proxy_cores_with_n_workers() {
         let pin = Pinning::split(
