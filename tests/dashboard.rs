@@ -439,6 +439,8 @@ async fn demo_dashboard_shows_sessions_and_demo_prices() {
         &[
             ("TOKENTAP_EXPECT_SESSION_ROWS", "3"),
             ("TOKENTAP_EXPECT_COST_NOTE", "demo prices"),
+            // Its OpenAI requests without usage have no input count.
+            ("TOKENTAP_EXPECT_PREFILL", "sim-claude"),
         ],
     )
     .await;

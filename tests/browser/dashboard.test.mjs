@@ -24,6 +24,9 @@
 //                           order, each with a cost (optional; `tokentap demo`)
 //   TOKENTAP_EXPECT_COST_NOTE  text the cost panel must say in plain text
 //                           (optional; the demo's "demo prices")
+//   TOKENTAP_EXPECT_PREFILL  comma-separated models that must show a prefill
+//                           rate (default: every model; the demo's OpenAI
+//                           requests without usage have no input count)
 //
 // Always checked: the charts' title names the time their axis draws, and
 // when span export is off the recent-requests table says so in plain text.
@@ -42,6 +45,10 @@ const reasoners = (process.env.TOKENTAP_EXPECT_REASONING ?? "").split(",").map(s
 const sessions = (process.env.TOKENTAP_EXPECT_SESSIONS ?? "").split(",").map(s => s.trim()).filter(Boolean);
 const sessionRows = Number(process.env.TOKENTAP_EXPECT_SESSION_ROWS ?? 0);
 const costNote = process.env.TOKENTAP_EXPECT_COST_NOTE ?? "";
+// Models whose recent requests all report input tokens (default: all).
+const prefillModels = process.env.TOKENTAP_EXPECT_PREFILL
+  ? process.env.TOKENTAP_EXPECT_PREFILL.split(",").map(s => s.trim()).filter(Boolean)
+  : models;
 
 function fail(message) {
   console.error(`dashboard test FAILED: ${message}`);
@@ -101,7 +108,9 @@ async function run(context, origin) {
   try {
     await page.waitForFunction(
       want => {
-        const seen = new Set([...document.querySelectorAll("#recent-body tr")].map(tr => tr.dataset.model));
+        // A model counts once a request of it completed (an error alone has no figures).
+        const seen = new Set([...document.querySelectorAll("#recent-body tr")]
+          .filter(tr => tr.querySelector(".pill.ok")).map(tr => tr.dataset.model));
         return want.every(m => seen.has(m));
       },
       models,
@@ -189,10 +198,24 @@ async function run(context, origin) {
     const row = measureRows.find(r => r.model === model);
     check(row, `no prefill/decode row for ${model}; rows: ${JSON.stringify(measureRows)}`);
     for (const name of ["TTFT p50", "Prefill tok/s p50", "Decode tok/s p50", "Tokens served/s"]) {
+      if (name.startsWith("Prefill") && !prefillModels.includes(model)) continue;
       const i = measureHeader.indexOf(name);
       check(i >= 0, `per-model table has no "${name}" column: ${JSON.stringify(measureHeader)}`);
       check(number(row.cells[i]) > 0, `${model}: "${name}" should be non-zero, shows ${JSON.stringify(row.cells[i])}`);
     }
+  }
+  // Tokens served per second divide the tokens by the time they were served
+  // in: since start until the window fills, not the whole window. The page
+  // rendered a moment before api/live was read: a few seconds of slack.
+  const oldestAge = (snap.generated_at_ms - Math.min(...snap.models.flatMap(m => m.points.map(p => p.t_ms)))) / 1000;
+  const coveredS = Math.min(snap.window_s, Math.max(snap.bucket_s, oldestAge));
+  for (const model of models) {
+    const tokens = snap.series.filter(s => s.model === model).reduce((a, s) => a + s.window.tokens_in + s.window.tokens_out, 0);
+    const row = measureRows.find(r => r.model === model);
+    const shown = number(row.cells[measureHeader.indexOf("Tokens served/s")]);
+    const [lo, hi] = [0.8 * tokens / (coveredS + 3), 1.2 * tokens / Math.max(1, coveredS - 3)];
+    check(shown >= lo && shown <= hi,
+      `${model}: tokens served/s shows ${shown}; api/live has ${tokens} tokens over ${coveredS} s, so ${lo.toFixed(1)}..${hi.toFixed(1)}`);
   }
   const loadDots = await page.$$eval("#chart-load circle", els => new Set(els.map(e => e.getAttribute("fill"))).size);
   check(loadDots >= models.length, `#chart-load drew ${loadDots} models' points, expected ${models.length}`);
