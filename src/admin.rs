@@ -329,11 +329,28 @@ pub async fn handle<B>(state: Arc<AdminState>, req: Request<B>) -> Response<Full
 async fn metrics(state: &AdminState, headers: &HeaderMap) -> Response<Full<Bytes>> {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let format = Format::negotiate(accept);
+    let gzip = accepts_gzip(headers);
     let telemetry = state.telemetry.clone();
     // Collection is synchronous and takes the SDK's aggregation locks
     // briefly; keep it off the async workers that also serve the proxy.
-    match tokio::task::spawn_blocking(move || telemetry.scrape(format)).await {
-        Ok(Ok(body)) => respond(StatusCode::OK, format.content_type(), body),
+    // Compressing is CPU too, so it happens there as well.
+    let scrape = move || {
+        let text = telemetry.scrape(format)?;
+        Ok::<_, crate::telemetry::TelemetryError>(match gzip {
+            true => gzipped(text.as_bytes()).map_or((Bytes::from(text), false), |z| (z, true)),
+            false => (Bytes::from(text), false),
+        })
+    };
+    match tokio::task::spawn_blocking(scrape).await {
+        Ok(Ok((body, zipped))) => {
+            let mut res = respond(StatusCode::OK, format.content_type(), body);
+            let h = res.headers_mut();
+            h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+            if zipped {
+                h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            }
+            res
+        }
         Ok(Err(e)) => error_response(
             StatusCode::SERVICE_UNAVAILABLE,
             &e.to_string(),
@@ -345,6 +362,39 @@ async fn metrics(state: &AdminState, headers: &HeaderMap) -> Response<Full<Bytes
             "metrics_unavailable",
         ),
     }
+}
+
+/// The client takes gzip (`Accept-Encoding: gzip`, as Prometheus sends):
+/// a scrape is label-heavy text that shrinks about 60-fold.
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|item| {
+            let mut parts = item.split(';').map(str::trim);
+            let coding = parts.next().unwrap_or("");
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.trim().parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            (coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip"))
+                && !refused
+        })
+}
+
+/// `body` gzip-compressed (fast level: a scrape is cheap to squeeze);
+/// `None` if the encoder fails, and the scrape goes out plain.
+fn gzipped(body: &[u8]) -> Option<Bytes> {
+    use std::io::Write as _;
+    let mut z = flate2::write::GzEncoder::new(
+        Vec::with_capacity(body.len() / 16),
+        flate2::Compression::fast(),
+    );
+    z.write_all(body).ok()?;
+    z.finish().ok().map(Bytes::from)
 }
 
 /// A response with a body and its content type; for the dashboard too.

@@ -703,6 +703,14 @@ pub struct TelemetryConfig {
     /// Add `tokentap.prompt.size_class` (input tokens: ≤1Ki, ≤8Ki, ≤32Ki,
     /// ≤128Ki, more) to the TTFT and prefill histograms; off saves series.
     pub prompt_size_class: bool,
+    /// Label every `/metrics` series with `otel_scope_name` and
+    /// `otel_scope_version` (the OpenTelemetry mapping's default); `false`
+    /// leaves them out, a smaller scrape. OTLP export is unaffected.
+    pub prometheus_scope_labels: bool,
+    /// Write every Nth bucket boundary of each histogram on `/metrics`
+    /// (and `+Inf`); 2 halves the bucket lines. OTLP keeps every bucket.
+    #[serde(deserialize_with = "units::at_least_one")]
+    pub prometheus_bucket_stride: usize,
     /// Which GenAI metric names to emit: `latest` (the current
     /// semantic-conventions-genai names), `legacy` (the v1.41.0 names and
     /// tokentap's own token counters) or `both`
@@ -748,6 +756,8 @@ impl Default for TelemetryConfig {
             max_tenants: 100,
             max_series: 2000,
             prompt_size_class: true,
+            prometheus_scope_labels: true,
+            prometheus_bucket_stride: 1,
             semconv: Semconv::Latest,
             redact_headers: Vec::new(),
             access_log: true,

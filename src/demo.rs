@@ -35,11 +35,39 @@ const SETTLE: Duration = Duration::from_millis(400);
 
 const TENANTS: [&str; 3] = ["team-search", "team-chat", "team-batch"];
 
+/// The agent sessions the demo traffic belongs to: one request in
+/// [`SESSION_EVERY`] carries one of them, in the header the agent that
+/// would send it uses (so the dashboard's "Agent sessions" view has rows).
+const SESSIONS: [&str; 4] = [
+    "demo-agent-refactor",
+    "demo-agent-bugfix",
+    "demo-agent-docs",
+    "demo-agent-tests",
+];
+/// One request in this many belongs to an agent session.
+const SESSION_EVERY: usize = 2;
+
+/// The window of the table's rows.
+const TABLE_WINDOW: Duration = Duration::from_secs(60);
+
+/// Made-up prices for the simulated models, USD per million tokens (input,
+/// output): config overrides of the demo's own, so no real model's price
+/// changes. The table and the dashboard say they are demo prices.
+const DEMO_PRICES: [(&str, f64, f64); 3] = [
+    ("sim-gpt-fast", 0.15, 0.60),
+    ("sim-gpt-large", 2.50, 10.00),
+    ("sim-claude", 3.00, 15.00),
+];
+
+/// What the dashboard says beside the cost figures.
+const PRICE_NOTE: &str = "demo prices: made up for the simulated models (tokentap demo), \
+    not any provider's";
+
 /// Run the demo until Ctrl-C or `--duration`; the proxy listens on `listen`
 /// and the dashboard on `admin` (`None` = off).
 #[allow(
     clippy::disallowed_methods,
-    reason = "demo `--duration` deadline and settle time, not measurements"
+    reason = "demo `--duration` deadline, settle time and run time, not measurements"
 )]
 pub async fn run(
     args: DemoArgs,
@@ -59,6 +87,7 @@ pub async fn run(
     ));
 
     let running = start_proxy(listen, admin, sim_addr).await?;
+    running.telemetry().live().set_cost_note(PRICE_NOTE);
     let proxy = running.addr;
     println!("tokentap demo: simulated provider on http://{sim_addr}, tokentap on http://{proxy}");
     match running.admin_addr {
@@ -68,8 +97,17 @@ pub async fn run(
     println!(
         "try: curl -N http://{proxy}/openai/v1/chat/completions -d '{{\"model\":\"sim-gpt-fast\",\"stream\":true}}'"
     );
+    println!(
+        "prices: made-up demo prices for the simulated models (USD per million tokens in/out: {})",
+        DEMO_PRICES
+            .iter()
+            .map(|(m, i, o)| format!("{m} {i:.2}/{o:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     println!();
 
+    let started = std::time::Instant::now();
     let sent = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let client = Client::internal(
@@ -111,7 +149,12 @@ pub async fn run(
                     .admin_addr
                     .map_or_else(|| "-".to_owned(), |a| a.to_string())
             );
-            print_table(&running, &names, sent.load(Ordering::Relaxed));
+            print_table(
+                &running,
+                &names,
+                sent.load(Ordering::Relaxed),
+                started.elapsed(),
+            );
         }
     }
     // Requests in flight get a moment to finish, then are cut: `--duration`
@@ -126,8 +169,13 @@ pub async fn run(
     if interactive {
         print!("\x1b[H\x1b[2J");
     }
-    println!("tokentap demo — final figures (last minute)\n");
-    print_table(&running, &names, sent.load(Ordering::Relaxed));
+    println!("tokentap demo — final figures\n");
+    print_table(
+        &running,
+        &names,
+        sent.load(Ordering::Relaxed),
+        started.elapsed(),
+    );
     // Its idle keep-alive connections would otherwise wait for the drain.
     drop(client);
     running.shutdown().await;
@@ -139,7 +187,20 @@ async fn start_proxy(
     admin: Option<SocketAddr>,
     sim: SocketAddr,
 ) -> anyhow::Result<Running> {
-    let otlp = std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
+    // Left unset without an endpoint, so the start-up line gives the true
+    // reason export is off (no collector configured), not a switch the
+    // user never set.
+    let otlp = if std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some() {
+        "otlp_enabled = true"
+    } else {
+        ""
+    };
+    let prices: String = DEMO_PRICES
+        .iter()
+        .map(|(model, input, output)| {
+            format!("[[prices]]\nmodel = \"{model}\"\ninput = {input}\noutput = {output}\n")
+        })
+        .collect();
     let toml = |listen: SocketAddr, admin: Option<SocketAddr>| {
         let admin = admin.map_or_else(|| "off".to_owned(), |a| a.to_string());
         format!(
@@ -147,7 +208,7 @@ async fn start_proxy(
 listen = "{listen}"
 admin_listen = "{admin}"
 [telemetry]
-otlp_enabled = {otlp}
+{otlp}
 access_log = false
 [live]
 bucket = "1s"
@@ -162,7 +223,7 @@ name = "anthropic"
 prefix = "/anthropic"
 upstream = "http://{sim}"
 provider = "anthropic"
-"#
+{prices}"#
         )
     };
     let config = config::from_toml(&toml(listen, admin))?;
@@ -193,7 +254,9 @@ impl Generator {
         while !self.stop.load(Ordering::Relaxed) {
             let model = &self.models[n % self.models.len()];
             let tenant = TENANTS[(n / self.models.len()) % TENANTS.len()];
-            if let Ok(req) = self.request(model, tenant, n % 2 == 0) {
+            let session =
+                (n % SESSION_EVERY == 0).then(|| SESSIONS[(n / SESSION_EVERY) % SESSIONS.len()]);
+            if let Ok(req) = self.request(model, tenant, session, n % 2 == 0) {
                 if let Ok(res) = self.client.send_bytes(req).await {
                     let _ = res.into_body().collect().await;
                     self.sent.fetch_add(1, Ordering::Relaxed);
@@ -208,10 +271,12 @@ impl Generator {
         &self,
         model: &str,
         tenant: &str,
+        session: Option<&str>,
         usage: bool,
     ) -> Result<Request<Bytes>, http::Error> {
         let ask = r#""messages":[{"role":"user","content":"Tell me about latency."}]"#;
-        let (path, body) = if model.contains("claude") {
+        let claude = model.contains("claude");
+        let (path, body) = if claude {
             (
                 "/anthropic/v1/messages",
                 format!(r#"{{"model":"{model}","max_tokens":256,"stream":true,{ask}}}"#),
@@ -223,30 +288,50 @@ impl Generator {
                 format!(r#"{{"model":"{model}","stream":true,{opts},{ask}}}"#),
             )
         };
-        Request::builder()
+        let mut req = Request::builder()
             .method(Method::POST)
             .uri(format!("http://{}{path}", self.proxy))
             .header("content-type", "application/json")
-            .header("x-tenant-id", tenant)
-            .body(Bytes::from(body))
+            .header("x-tenant-id", tenant);
+        if let Some(id) = session {
+            // The header Claude Code sends, or Codex's.
+            let header = if claude {
+                "x-claude-code-session-id"
+            } else {
+                "session_id"
+            };
+            req = req.header(header, id);
+        }
+        req.body(Bytes::from(body))
     }
 }
 
-fn print_table(running: &Running, models: &[String], sent: u64) {
+/// The table: one row per model over the last [`TABLE_WINDOW`] (said in its
+/// first line), then the totals since the demo started (said in the footer).
+fn print_table(running: &Running, models: &[String], sent: u64, ran: Duration) {
     let snap = running.telemetry().live().snapshot();
     let mut out = String::new();
+    let mut total = 0;
+    let mut rows = String::new();
+    for model in models {
+        let w = snap.window(&SeriesFilter::any().model_exact(model), TABLE_WINDOW);
+        total += w.requests;
+        rows.push_str(&row(model, &w));
+    }
+    // Before the window fills, it is the time since start.
+    let window = TABLE_WINDOW.min(ran).as_secs().max(1);
+    out.push_str(&format!("per model, last {window} s:\n"));
     out.push_str(&format!(
         "{:<16} {:>8} {:>8} {:>11} {:>11} {:>11} {:>10} {:>8}\n",
         "model", "requests", "req/s", "TTFT p50", "TTFT p95", "tok/s p50", "max stall", "errors"
     ));
-    for model in models {
-        let w = snap.window(
-            &SeriesFilter::any().model_exact(model),
-            Duration::from_secs(60),
-        );
-        out.push_str(&row(model, &w));
-    }
-    out.push_str(&format!("\n{sent} answers received through tokentap\n"));
+    out.push_str(&rows);
+    out.push_str(&format!(
+        "{:<16} {:>8}\n\n{sent} answers received through tokentap since the demo started {} s ago\n",
+        format!("all, last {window} s"),
+        total,
+        ran.as_secs()
+    ));
     print!("{out}");
     let _ = std::io::stdout().flush();
 }

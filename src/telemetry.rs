@@ -114,6 +114,8 @@ struct Inner {
     in_flight: Arc<InFlight>,
     /// `telemetry.prompt_size_class`.
     prompt_size_class: bool,
+    /// `telemetry.prometheus_scope_labels` and `prometheus_bucket_stride`.
+    exposition: prometheus::Exposition,
     /// Prices for finished requests; swapped on reload, `None` = no pricing.
     prices: ArcSwapOption<PriceBook>,
     /// Per-session totals (`/api/sessions`), every request with a session.
@@ -296,6 +298,10 @@ impl Telemetry {
             observed: std::sync::Mutex::new(Vec::new()),
             in_flight: Arc::default(),
             prompt_size_class: cfg.prompt_size_class,
+            exposition: prometheus::Exposition {
+                scope_labels: cfg.prometheus_scope_labels,
+                bucket_stride: cfg.prometheus_bucket_stride,
+            },
             prices: ArcSwapOption::empty(),
             rollups: rollups::SessionRollups::new(cfg.sessions),
         };
@@ -456,7 +462,12 @@ impl Telemetry {
         let metrics = pull
             .collect()
             .map_err(|e| TelemetryError(format!("metric collection failed: {e}")))?;
-        Ok(prometheus::encode_with(&metrics, format, &kept))
+        Ok(prometheus::encode_with(
+            &metrics,
+            format,
+            &kept,
+            self.inner.exposition,
+        ))
     }
 
     /// Count and log one request that matched no route (answered 404):
@@ -608,6 +619,11 @@ impl Telemetry {
     /// reload; requests finishing later use it, whenever they started).
     pub fn set_prices(&self, book: Arc<PriceBook>) {
         self.inner.prices.store(Some(book));
+    }
+
+    /// Spans leave by OTLP: export is on (sampling may still drop some).
+    pub fn exports_spans(&self) -> bool {
+        self.inner.spans.is_some()
     }
 
     /// Live statistics (dashboard, demo table, slowdown detection).

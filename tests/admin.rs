@@ -309,6 +309,81 @@ async fn metrics_count_the_requests_sent() {
     running.shutdown().await;
 }
 
+/// The scrape-size knobs: `telemetry.prometheus_scope_labels = false`
+/// leaves `otel_scope_*` off every series, and a scraper that takes gzip (as
+/// Prometheus does) gets the same exposition compressed, many times smaller.
+#[tokio::test]
+async fn metrics_shrink_without_scope_labels_and_with_gzip() {
+    let spec = StreamSpec::tokens(5, Duration::from_millis(5), Duration::from_millis(1));
+    let up = Upstream::fixed(script::openai_chat_sse(&spec)).await;
+    let toml = Toml::openai(&up.url()).set("telemetry", "prometheus_scope_labels", "false");
+    let running = start_with_admin(toml).await;
+    let (proxy, admin) = (running.addr, admin(&running));
+    let c = client::http1();
+    for _ in 0..2 {
+        let body = script::openai_request("m-small", true, None);
+        let got = client::fetch(&c, &Req::post_json(proxy, CHAT, body)).await;
+        assert_eq!(got.status, 200, "proxied stream: {}", got.text());
+    }
+    let text = scrape_after(&c, admin, 2.0).await;
+    assert!(
+        !text.contains("otel_scope_"),
+        "no scope labels with prometheus_scope_labels = false:\n{text}"
+    );
+    let samples = parse(&text);
+    let requests = select(
+        &samples,
+        "tokentap_requests_total",
+        &[("gen_ai_request_model", "m-small")],
+    );
+    assert!(
+        !requests.is_empty()
+            && !requests[0]
+                .labels
+                .keys()
+                .any(|k| k.starts_with("otel_scope")),
+        "the series are there, without scope labels:\n{text}"
+    );
+
+    let req = Req {
+        method: Method::GET,
+        url: format!("http://{admin}/metrics"),
+        headers: Vec::new(),
+        body: Bytes::new(),
+    }
+    .header("accept-encoding", "gzip, deflate");
+    let zipped = client::fetch(&c, &req).await;
+    assert_eq!(zipped.status, 200);
+    assert_eq!(
+        zipped.headers.get("content-encoding").map(|v| v.as_bytes()),
+        Some(&b"gzip"[..]),
+        "gzip asked for, gzip given: {:?}",
+        zipped.headers
+    );
+    let mut plain = String::new();
+    std::io::Read::read_to_string(
+        &mut flate2::read::GzDecoder::new(&zipped.body[..]),
+        &mut plain,
+    )
+    .expect("the body is gzip");
+    assert!(
+        plain.starts_with("# HELP target_info") && plain.contains("tokentap_requests_total{"),
+        "the gzip body is the exposition:\n{plain}"
+    );
+    assert!(
+        zipped.body.len() * 5 < plain.len(),
+        "compressed {} bytes from {}",
+        zipped.body.len(),
+        plain.len()
+    );
+    let refused = get(&c, admin, "/metrics", None).await;
+    assert!(
+        refused.headers.get("content-encoding").is_none(),
+        "no Accept-Encoding, no compression"
+    );
+    running.shutdown().await;
+}
+
 #[tokio::test]
 async fn health_config_and_unknown_paths() {
     let up = Upstream::fixed(script::openai_chat_json("gpt", "hi", (1, 1))).await;

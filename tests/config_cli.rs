@@ -433,29 +433,32 @@ async fn json_log_format_is_json_on_every_line() {
     );
 }
 
+/// tokentap (export off, no admin listener) in front of a port nothing
+/// listens on, with `extra` flags and environment.
+async fn in_front_of_a_dead_upstream(extra: &[&str], env: &[(&str, &str)]) -> Bin {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let mut args = vec![
+        "--upstream",
+        &dead,
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "off",
+    ];
+    args.extend_from_slice(extra);
+    let mut vars = vec![("OTEL_SDK_DISABLED", "true")];
+    vars.extend_from_slice(env);
+    Bin::start_args(&args, &vars).await
+}
+
 /// A dead upstream: each access-log line says why (connection refused), not
 /// only `upstream_unreachable`, and a WARN says so too, once for three
 /// failures in a row (rate-limited), even with `RUST_LOG=warn`.
 #[tokio::test]
 async fn a_dead_upstream_is_explained_in_the_access_log_and_one_warning() {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
-    let bin = Bin::start_args(
-        &[
-            "--upstream",
-            &dead,
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "off",
-        ],
-        &[
-            ("OTEL_SDK_DISABLED", "true"),
-            ("RUST_LOG", "warn,tokentap::access=info"),
-        ],
-    )
-    .await;
+    let bin = in_front_of_a_dead_upstream(&[], &[("RUST_LOG", "warn,tokentap::access=info")]).await;
     let c = client::http1();
     for _ in 0..3 {
         let got = client::fetch(
@@ -495,6 +498,45 @@ async fn a_dead_upstream_is_explained_in_the_access_log_and_one_warning() {
         warnings[0].to_lowercase().contains("refused"),
         "the WARN names the cause: {}",
         warnings[0]
+    );
+}
+
+/// The access log names each request's agent session (`session_id`), so an
+/// operator can grep for one, bounded as on the span: an id longer than
+/// `sessions.max_id_length` (128) is its first 111 bytes, `~` and a hash.
+#[tokio::test]
+async fn the_access_log_names_the_session_bounded_like_the_span() {
+    let bin = in_front_of_a_dead_upstream(&["--log-format", "json"], &[]).await;
+    let long = "s".repeat(300);
+    let c = client::http1();
+    for id in [None, Some("agent-session-7"), Some(long.as_str())] {
+        let mut req = Req::post_json(bin.addr, CHAT, script::openai_request("m", false, None));
+        if let Some(id) = id {
+            req = req.header("x-claude-code-session-id", id);
+        }
+        let got = client::fetch(&c, &req).await;
+        assert_eq!(got.status, 502, "a dead upstream is a 502: {}", got.text());
+    }
+    let out = bin.stop().await;
+    let sessions: Vec<Option<String>> = json_lines(&out, "the access log")
+        .iter()
+        .filter(|l| l["target"] == "tokentap::access" && l["route"].is_string())
+        .map(|l| {
+            l.get("session_id")
+                .and_then(|s| s.as_str())
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(sessions.len(), 3, "three access-log lines:\n{out}");
+    assert_eq!(
+        sessions[0], None,
+        "no session header, no session_id:\n{out}"
+    );
+    assert_eq!(sessions[1].as_deref(), Some("agent-session-7"), "{out}");
+    let bounded = sessions[2].as_deref().unwrap_or_default();
+    assert!(
+        bounded.len() == 128 && bounded.starts_with(&format!("{}~", &long[..111])),
+        "a 300-byte id is bounded to 128 bytes as on the span, got {bounded:?}"
     );
 }
 

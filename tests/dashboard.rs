@@ -5,7 +5,9 @@
 //! real headless chromium (`tests/browser/dashboard.test.mjs`, installed by
 //! `scripts/setup-browser-test.sh`), which must show both models and save a
 //! screenshot to `target/dashboard.png`; the sessions view must list
-//! both sessions, the costlier first. Missing node, chromium or
+//! both sessions, the costlier first. `tokentap demo` is opened the same
+//! way: its simulated models priced (demo prices, said so), its agent
+//! sessions listed, export off said in plain text. Missing node, chromium or
 //! playwright-core fail the test with the install command; nothing is skipped.
 #![allow(
     clippy::disallowed_methods,
@@ -205,6 +207,7 @@ async fn dashboard_shows_requests_in_a_real_browser() {
         &[FAST, SLOW],
         &[],
         &[SESSION_BIG, SESSION_SMALL],
+        &[],
     )
     .await;
     let png = std::fs::read(&screenshot)
@@ -222,6 +225,7 @@ async fn run_browser_with(
     models: &[&str],
     reasoners: &[&str],
     sessions: &[&str],
+    extra: &[(&str, &str)],
 ) {
     let script = root().join("tests/browser/dashboard.test.mjs");
     let child = tokio::process::Command::new("node")
@@ -233,6 +237,7 @@ async fn run_browser_with(
         .env("TOKENTAP_EXPECT_SESSIONS", sessions.join(","))
         .env("TOKENTAP_SCREENSHOT", screenshot)
         .env("CHROMIUM", chromium)
+        .envs(extra.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -370,6 +375,7 @@ async fn dashboard_shows_visible_ttft_for_reasoning_models() {
         &[REASONER, FAST],
         &[REASONER],
         &[],
+        &[],
     )
     .await;
     assert!(
@@ -378,4 +384,79 @@ async fn dashboard_shows_visible_ttft_for_reasoning_models() {
         screenshot.display()
     );
     running.shutdown().await;
+}
+
+/// `tokentap demo` as a new user first sees it: the dashboard shows the
+/// three simulated models, priced with demo prices that it calls so (none
+/// unpriced), the demo's agent sessions with a cost, the charts' title
+/// naming the time they draw, and export off said once in plain text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_dashboard_shows_sessions_and_demo_prices() {
+    use tokio::io::AsyncBufReadExt as _;
+    let chromium = require_tools();
+    let mut demo = tokio::process::Command::new(env!("CARGO_BIN_EXE_tokentap"))
+        .args(["demo", "--duration", "90", "--listen", "127.0.0.1:0"])
+        .args(["--admin-listen", "127.0.0.1:0"])
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start tokentap demo");
+    let mut lines = tokio::io::BufReader::new(demo.stdout.take().expect("demo stdout")).lines();
+    let mut printed = String::new();
+    let url = within(STEP_TIMEOUT, "the demo's dashboard line", async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            printed.push_str(&line);
+            printed.push('\n');
+            if let Some(rest) = line.strip_prefix("dashboard: ") {
+                return rest.split_whitespace().next().map(str::to_owned);
+            }
+        }
+        None
+    })
+    .await
+    .unwrap_or_else(|| panic!("the demo printed no dashboard URL:\n{printed}"));
+    // Keep reading, so the demo never blocks on a full pipe.
+    let rest = tokio::spawn(async move {
+        let mut text = String::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    });
+    let screenshot = root().join("target/dashboard-demo.png");
+    let _ = std::fs::remove_file(&screenshot);
+    run_browser_with(
+        &url,
+        &chromium,
+        &screenshot,
+        &["sim-gpt-fast", "sim-gpt-large", "sim-claude"],
+        &[],
+        &[],
+        &[
+            ("TOKENTAP_EXPECT_SESSION_ROWS", "3"),
+            ("TOKENTAP_EXPECT_COST_NOTE", "demo prices"),
+            // Its OpenAI requests without usage have no input count.
+            ("TOKENTAP_EXPECT_PREFILL", "sim-claude"),
+        ],
+    )
+    .await;
+    assert!(
+        std::fs::read(&screenshot).is_ok_and(|png| png.starts_with(b"\x89PNG")),
+        "screenshot saved at {}",
+        screenshot.display()
+    );
+    // Stop the demo we started (by its PID, via the handle) and read the rest.
+    demo.start_kill().expect("stop the demo");
+    let _ = within(STEP_TIMEOUT, "the demo to exit", demo.wait()).await;
+    let tail = within(STEP_TIMEOUT, "the demo's output", rest)
+        .await
+        .unwrap_or_default();
+    assert!(
+        tail.contains("prices: made-up demo prices"),
+        "the demo says its prices are made up:\n{printed}{tail}"
+    );
 }

@@ -37,21 +37,31 @@ pub(super) fn page() -> Response<Full<Bytes>> {
     res
 }
 
-/// `/api/live`'s JSON: the snapshot's fields and the session count.
+/// `/api/live`'s JSON: the snapshot's fields, the session count, whether
+/// spans are exported and the cost note.
 #[derive(Serialize)]
 struct LiveJson<'a> {
     #[serde(flatten)]
     snapshot: &'a Snapshot,
     /// WebSocket sessions relayed now, read when the JSON is served.
     websocket_sessions: usize,
+    /// OTLP span export is on; off, no trace id leads to a trace.
+    span_export: bool,
+    /// What the cost figures rest on, when it is worth saying (the demo's
+    /// made-up prices).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cost_note: Option<&'a str>,
 }
 
 /// `GET /api/live`: the latest snapshot as JSON.
 pub(super) fn live(state: &AdminState) -> Response<Full<Bytes>> {
-    let snapshot = state.telemetry.live().snapshot();
+    let live = state.telemetry.live();
+    let snapshot = live.snapshot();
     let json = LiveJson {
         snapshot: &snapshot,
         websocket_sessions: state.sessions.active(),
+        span_export: state.telemetry.exports_spans(),
+        cost_note: live.cost_note(),
     };
     match serde_json::to_vec(&json) {
         Ok(body) => respond(StatusCode::OK, JSON, body),

@@ -57,8 +57,8 @@ pub use self::aggregate::{
 };
 pub use self::hist::{Distribution, RELATIVE_ERROR};
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::trace::TraceId;
@@ -321,6 +321,7 @@ pub struct Live {
     tx: mpsc::Sender<Msg>,
     snapshots: watch::Receiver<Arc<Snapshot>>,
     dropped: Arc<AtomicU64>,
+    cost_note: Arc<OnceLock<Box<str>>>,
 }
 
 /// One request's part in the live statistics: its series and in-flight token.
@@ -358,7 +359,19 @@ impl Live {
             tx,
             snapshots,
             dropped,
+            cost_note: Arc::default(),
         }
+    }
+
+    /// A line the dashboard shows beside its cost figures, set once
+    /// (`tokentap demo`: its prices are made up); later calls change nothing.
+    pub fn set_cost_note(&self, note: &str) {
+        let _ = self.cost_note.set(note.into());
+    }
+
+    /// The line [`Live::set_cost_note`] set, if any.
+    pub fn cost_note(&self) -> Option<&str> {
+        self.cost_note.get().map(|n| &**n)
     }
 
     /// A request started (request path: one `try_send`, never waits).

@@ -23,6 +23,8 @@ pub(super) fn access_log(
         model = m.request.request_model.as_deref(),
         response_model = m.response_model.as_deref(),
         tenant = m.request.tenant.as_deref(),
+        // Already bounded as on the span (`sessions.max_id_length`, printable ASCII).
+        session_id = m.request.session.as_deref(),
         stream = m.request.stream,
         ttft_ms = m.time_to_first_token.map(millis),
         tpot_ms = m.time_per_output_token().map(millis),

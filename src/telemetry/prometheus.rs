@@ -122,16 +122,41 @@ impl MetricReader for PullReader {
 
 /// Render `rm` in `format`.
 pub fn encode(rm: &ResourceMetrics, format: Format) -> String {
-    encode_with(rm, format, &Snapshot::default())
+    encode_with(rm, format, &Snapshot::default(), Exposition::default())
 }
 
-/// Render `rm` in `format`, histogram buckets carrying the exemplars in
-/// `kept` where the SDK gave none (OpenMetrics only).
-pub(crate) fn encode_with(rm: &ResourceMetrics, format: Format, kept: &Snapshot) -> String {
+/// How much of each series `/metrics` writes (`telemetry.prometheus_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exposition {
+    /// Each series carries `otel_scope_name` and `otel_scope_version`.
+    pub scope_labels: bool,
+    /// Write every `bucket_stride`-th bucket boundary of a histogram (from
+    /// the first) and `+Inf`: buckets are cumulative, so the coarser
+    /// histogram is exact at the boundaries kept.
+    pub bucket_stride: usize,
+}
+
+impl Default for Exposition {
+    fn default() -> Exposition {
+        Exposition {
+            scope_labels: true,
+            bucket_stride: 1,
+        }
+    }
+}
+
+/// Render `rm` in `format` as `opts` says, histogram buckets carrying the
+/// exemplars in `kept` where the SDK gave none (OpenMetrics only).
+pub(crate) fn encode_with(
+    rm: &ResourceMetrics,
+    format: Format,
+    kept: &Snapshot,
+    opts: Exposition,
+) -> String {
     let mut out = String::with_capacity(16 * 1024);
     write_target_info(&mut out, rm.resource(), format);
-    for family in families(rm, kept) {
-        write_family(&mut out, &family, format);
+    for family in families(rm, kept, opts.scope_labels) {
+        write_family(&mut out, &family, format, opts.bucket_stride.max(1));
     }
     if format == Format::OpenMetrics {
         out.push_str("# EOF\n");
@@ -244,10 +269,14 @@ impl Num for f64 {
 /// scopes that map to one name share a family; one whose type conflicts
 /// with the family's is dropped (the spec's rule), with a warning.
 /// Histograms take tokentap's own exemplars from `kept`.
-pub(crate) fn families(rm: &ResourceMetrics, kept: &Snapshot) -> Vec<Family> {
+pub(crate) fn families(rm: &ResourceMetrics, kept: &Snapshot, with_scope: bool) -> Vec<Family> {
     let mut by_name: BTreeMap<String, Family> = BTreeMap::new();
     for scope in rm.scope_metrics() {
-        let scope_labels = scope_labels(scope);
+        let scope_labels = if with_scope {
+            scope_labels(scope)
+        } else {
+            Vec::new()
+        };
         for metric in scope.metrics() {
             let found = Found {
                 kept,
@@ -655,7 +684,7 @@ fn write_target_info(out: &mut String, resource: &Resource, format: Format) {
     );
 }
 
-fn write_family(out: &mut String, f: &Family, format: Format) {
+fn write_family(out: &mut String, f: &Family, format: Format, stride: usize) {
     if f.series.is_empty() {
         return;
     }
@@ -676,11 +705,11 @@ fn write_family(out: &mut String, f: &Family, format: Format) {
         let _ = writeln!(out, "# TYPE {header} {}", f.kind.as_str());
     }
     for s in &f.series {
-        write_series(out, f, s, format);
+        write_series(out, f, s, format, stride);
     }
 }
 
-fn write_series(out: &mut String, f: &Family, s: &Series, format: Format) {
+fn write_series(out: &mut String, f: &Family, s: &Series, format: Format, stride: usize) {
     match (&s.point, f.kind) {
         (Point::Value(v, ex), Kind::Counter) => {
             let name = format!("{}_total", f.name);
@@ -689,10 +718,26 @@ fn write_series(out: &mut String, f: &Family, s: &Series, format: Format) {
         (Point::Value(v, _), _) => write_sample(out, &f.name, &s.labels, None, v, None, format),
         (Point::Histogram(h), _) => {
             let bucket = format!("{}_bucket", f.name);
-            for (bound, count, ex) in &h.buckets {
+            let last = h.buckets.len().saturating_sub(1);
+            // A skipped bucket's exemplar moves up to the next one written,
+            // whose (wider) range still holds its value.
+            let mut carried: Option<&Exemplar> = None;
+            for (i, (bound, count, ex)) in h.buckets.iter().enumerate() {
+                carried = ex.as_ref().or(carried);
+                if i % stride != 0 && i != last {
+                    continue;
+                }
                 let le = float(*bound, format);
                 let n = Number::U(*count);
-                write_sample(out, &bucket, &s.labels, Some(&le), &n, ex.as_ref(), format);
+                write_sample(
+                    out,
+                    &bucket,
+                    &s.labels,
+                    Some(&le),
+                    &n,
+                    carried.take(),
+                    format,
+                );
             }
             let sum = format!("{}_sum", f.name);
             write_sample(out, &sum, &s.labels, None, &h.sum, None, format);

@@ -189,6 +189,10 @@ struct Plan {
     memory_streams: usize,
     dir: PathBuf,
     place: Placement,
+    /// The proxies are debug builds (`target/debug`): their figures check
+    /// that the suite runs and say nothing of performance, so the report
+    /// prints no ratio.
+    debug: bool,
 }
 
 /// What one pass of the suite measured, for the scaling summary.
@@ -587,8 +591,28 @@ fn plan(args: &SuiteArgs, bins: &Binaries, place: &Placement) -> Result<Plan, St
             place.workers.map_or(String::new(), |n| format!("-w{n}"))
         )),
         place: place.clone(),
+        debug: bins
+            .tokentap
+            .parent()
+            .and_then(|d| d.file_name())
+            .is_some_and(|n| n == "debug"),
     })
 }
+
+/// A ratio cell: `–` for a debug build, whose ratios are no performance
+/// figures (a debug tokentap is several times slower than its release build).
+fn ratio(plan: &Plan, v: Option<(f64, f64)>) -> String {
+    if plan.debug {
+        "– (debug build)".into()
+    } else {
+        fmt(v, 2, "×")
+    }
+}
+
+/// The report's first lines for a debug build: what its figures are for.
+const DEBUG_BANNER: &str = "**Debug build: a smoke run that checks the suite works. \
+    These figures are not performance figures (debug code is several times slower), \
+    so no ratio is printed; run `scripts/bench.sh` (release) to measure.**\n\n";
 
 async fn one_run(round: usize, wl: &Workload, target: &Target, plan: &Plan, tck: f64) -> Run {
     let pids = target.pids();
@@ -737,7 +761,7 @@ fn ws_report(plan: &Plan, runs: &[WsRun]) -> String {
                 if t == "nginx" || t == "direct" {
                     "–".into()
                 } else {
-                    fmt(vs_nginx(wl.name, t), 2, "×")
+                    ratio(plan, vs_nginx(wl.name, t))
                 },
             );
         }
@@ -1110,8 +1134,11 @@ fn report(
     let own = |wl: &str, t: &str, f: &dyn Fn(&Run) -> Option<f64>| {
         stat(find(wl, t).iter().filter_map(|r| f(r)).collect())
     };
-    let ratio = |r: &Run, d: &Run| (d.load.rps > 0.0).then(|| r.load.rps / d.load.rps);
+    let rps_ratio = |r: &Run, d: &Run| (d.load.rps > 0.0).then(|| r.load.rps / d.load.rps);
     let mut s = String::new();
+    if plan.debug {
+        s.push_str(DEBUG_BANNER);
+    }
     let _ = writeln!(
         s,
         "### Summary (medians of {} interleaved round(s), {:.0} s each; ± = spread (max−min)/median)\n",
@@ -1135,7 +1162,7 @@ fn report(
         ("stream_c1000", "streaming c1000: streams/s vs direct"),
     ] {
         if runs.iter().any(|r| r.workload == wl) {
-            row(label, &|p| fmt(paired(wl, p, &ratio), 2, "×"));
+            row(label, &|p| ratio(plan, paired(wl, p, &rps_ratio)));
         }
     }
     let added =
@@ -1226,7 +1253,7 @@ fn report(
         ] {
             if runs.iter().any(|r| r.workload == wl) {
                 row(label, &|p| {
-                    fmt(per_round(runs, wl, p, "nginx", &cpu_ratio), 2, "×")
+                    ratio(plan, per_round(runs, wl, p, "nginx", &cpu_ratio))
                 });
             }
         }
@@ -1347,6 +1374,46 @@ mod tests {
         <Cli as clap::Parser>::try_parse_from(std::iter::once("suite").chain(line.iter().copied()))
             .expect("flags parse")
             .suite
+    }
+
+    /// A debug build's report opens by saying it is no performance figure
+    /// and prints no ratio; a release build's prints them.
+    #[test]
+    fn a_debug_build_prints_no_ratio() {
+        let report_of = |dir: &str| {
+            let bins = Binaries {
+                tokentap: PathBuf::from(format!("{dir}/tokentap")),
+                nginx: None,
+                envoy: None,
+            };
+            let plan = plan(
+                &args(&["--quick", "--targets", "direct,tokentap"]),
+                &bins,
+                &Placement::default(),
+            )
+            .expect("plan");
+            let with_rps = |target: &'static str, rps: f64| {
+                let mut r = run(1, "nonstream_c16", target, 0.1);
+                r.load.rps = rps;
+                r
+            };
+            let runs = [with_rps("direct", 1000.0), with_rps("tokentap", 290.0)];
+            report(&plan, &runs, &[], &Identity::new(), "")
+        };
+        let debug = report_of("target/debug");
+        assert!(
+            debug.contains("not performance figures") && debug.contains("– (debug build)"),
+            "the debug report says what it is:\n{debug}"
+        );
+        assert!(
+            !debug.contains('×'),
+            "no ratio from a debug build:\n{debug}"
+        );
+        let release = report_of("target/release");
+        assert!(
+            release.contains("0.29×") && !release.contains("debug build"),
+            "a release build's report prints the ratio:\n{release}"
+        );
     }
 
     #[test]

@@ -273,13 +273,13 @@ fn label_values_and_help_are_escaped() {
         }],
     };
     let mut text = String::new();
-    write_family(&mut text, &f, Format::Text);
+    write_family(&mut text, &f, Format::Text, 1);
     assert_eq!(
         text,
         "# HELP x line one\\nback\\\\slash \"q\"\n# TYPE x gauge\nx{v=\"a\\\\b\\\"c\\nd\"} -2\n"
     );
     let mut om = String::new();
-    write_family(&mut om, &f, Format::OpenMetrics);
+    write_family(&mut om, &f, Format::OpenMetrics, 1);
     assert!(
         om.contains("# HELP x line one\\nback\\\\slash \\\"q\\\"\n"),
         "OpenMetrics escapes quotes in HELP too:\n{om}"
@@ -412,13 +412,13 @@ fn exemplars_appear_in_openmetrics_only() {
         }],
     };
     let mut om = String::new();
-    write_family(&mut om, &f, Format::OpenMetrics);
+    write_family(&mut om, &f, Format::OpenMetrics, 1);
     assert_has_line(
         &om,
         "ttft_seconds_bucket{le=\"0.5\"} 1 # {trace_id=\"4bf92f3577b34da6a3ce929d0e0e4736\",span_id=\"00f067aa0ba902b7\"} 0.42 1700000000.123",
     );
     let mut text = String::new();
-    write_family(&mut text, &f, Format::Text);
+    write_family(&mut text, &f, Format::Text, 1);
     assert!(
         !text.contains("trace_id"),
         "the text format has no exemplars:\n{text}"
@@ -471,7 +471,7 @@ fn kept_exemplars_follow_openmetrics_syntax_on_bucket_lines_only() {
     // The snapshot's attribute order need not be the SDK's.
     snap.insert(&[attrs[1].clone(), attrs[0].clone()], "h", buckets);
     let rm = reader.collect().expect("collect");
-    let om = encode_with(&rm, Format::OpenMetrics, &snap);
+    let om = encode_with(&rm, Format::OpenMetrics, &snap, Exposition::default());
     let trace = "ab".repeat(16);
     assert_has_line(
         &om,
@@ -503,7 +503,7 @@ fn kept_exemplars_follow_openmetrics_syntax_on_bucket_lines_only() {
             .collect();
         assert_eq!(parts.len(), 2, "value and timestamp: {rest}");
     }
-    let text = encode_with(&rm, Format::Text, &snap);
+    let text = encode_with(&rm, Format::Text, &snap, Exposition::default());
     assert!(
         !text.contains(" # ") && !text.contains("trace_id"),
         "{text}"
@@ -527,7 +527,7 @@ fn kept_exemplars_need_the_same_series_and_bucket_layout() {
     let mut other_name = Snapshot::default();
     other_name.insert(&attrs, "g", vec![None, kept(1, 0.3, 0), None, None]);
     for snap in [other_series, other_bounds, other_name] {
-        let om = encode_with(&rm, Format::OpenMetrics, &snap);
+        let om = encode_with(&rm, Format::OpenMetrics, &snap, Exposition::default());
         assert!(!om.contains("trace_id"), "{snap:?}:\n{om}");
     }
     let _ = provider.shutdown();
@@ -560,4 +560,61 @@ fn floats_render_in_each_format() {
     assert_eq!(float(f64::INFINITY, Format::Text), "+Inf");
     assert_eq!(float(f64::NEG_INFINITY, Format::Text), "-Inf");
     assert_eq!(float(f64::NAN, Format::Text), "NaN");
+}
+
+/// `prometheus_bucket_stride = 2` writes every second boundary (from the
+/// first) and `+Inf`, with the cumulative counts of the boundaries kept;
+/// `prometheus_scope_labels = false` leaves the scope labels off.
+#[test]
+fn exposition_knobs_drop_buckets_and_scope_labels() {
+    let (provider, reader) = provider();
+    let h = provider
+        .meter_with_scope(
+            opentelemetry::InstrumentationScope::builder("tokentap")
+                .with_version("9.9.9")
+                .build(),
+        )
+        .f64_histogram("h")
+        .with_unit("s")
+        .with_boundaries(vec![0.1, 0.2, 0.4, 0.8, 1.6])
+        .build();
+    for v in [0.05, 0.15, 0.3, 0.5, 1.0, 3.0] {
+        h.record(v, &[]);
+    }
+    let rm = reader.collect().expect("collect");
+    let opts = Exposition {
+        scope_labels: false,
+        bucket_stride: 2,
+    };
+    let text = encode_with(&rm, Format::Text, &Snapshot::default(), opts);
+    let buckets: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("h_seconds_bucket"))
+        .collect();
+    assert_eq!(
+        buckets,
+        [
+            "h_seconds_bucket{le=\"0.1\"} 1",
+            "h_seconds_bucket{le=\"0.4\"} 3",
+            "h_seconds_bucket{le=\"1.6\"} 5",
+            "h_seconds_bucket{le=\"+Inf\"} 6",
+        ],
+        "every second boundary and +Inf, cumulative, no scope labels:\n{text}"
+    );
+    assert_has_line(&text, "h_seconds_count 6");
+    let full = encode_with(
+        &rm,
+        Format::Text,
+        &Snapshot::default(),
+        Exposition::default(),
+    );
+    assert_eq!(
+        full.lines()
+            .filter(|l| l.starts_with("h_seconds_bucket"))
+            .count(),
+        6,
+        "the default writes every bucket:\n{full}"
+    );
+    assert!(full.contains("otel_scope_name=\"tokentap\""), "{full}");
+    let _ = provider.shutdown();
 }
