@@ -437,7 +437,9 @@ impl UnreadGuard<'_> {
     fn meter(&self) -> Meter {
         let facts = self.admitted.facts(self.arrival);
         let telemetry = self.state.telemetry.begin(&facts, &HeaderMap::new());
-        Meter::new(facts, Box::new(telemetry))
+        let mut meter = Meter::new(facts, Box::new(telemetry));
+        meter.watch_shutdown(&self.state.shutdown);
+        meter
     }
 }
 
@@ -484,6 +486,7 @@ fn prepare(
     parts.version = Version::HTTP_11;
     let stream = facts.stream;
     let mut meter = Meter::new(facts, Box::new(telemetry));
+    meter.watch_shutdown(&state.shutdown);
     // Streams that will carry no usage get their tokens counted afterwards.
     if stream && sniffed.include_usage != Some(true) && injected.is_none() {
         let model = meter.facts().request_model.as_deref();

@@ -15,6 +15,7 @@ use tokio::time::Sleep;
 use super::decompress::Decompressor;
 use super::drain::{DrainEnd, DrainLimits, Drains};
 use super::ledger::Ledger;
+use super::shutdown::{Cut, OpenStream, Shutdown};
 use super::tokenize::{self, Plan};
 use super::{
     Counted, Measurement, Outcome, Reasoning, Recorder, RequestFacts, TokenSource, ToolUse,
@@ -81,6 +82,9 @@ pub struct Meter {
     batch_once: Option<BatchOnce>,
     /// A batch result file's totals, once read to its end.
     batch: Option<BatchTally>,
+    /// Holds the request among the instance's open streams until it is
+    /// recorded; a drop after the drain's cut is recorded as that cut.
+    open: Option<OpenStream>,
 }
 
 /// Counting a batch result file's usage once however often it is
@@ -291,7 +295,20 @@ impl Meter {
             once: None,
             batch_once: None,
             batch: None,
+            open: None,
         }
+    }
+
+    /// Count the request among `shutdown`'s open streams until it is
+    /// recorded; if it is dropped unfinished after the drain cut, the cut
+    /// is recorded (outcome `shutdown`), not a client cancellation.
+    pub fn watch_shutdown(&mut self, shutdown: &Arc<Shutdown>) {
+        self.open = Some(shutdown.enter(self.facts.start));
+    }
+
+    /// The drain's cut, if the instance's drain has cut.
+    fn cut(&self) -> Option<Cut> {
+        self.open.as_ref().and_then(|o| o.shutdown().is_cut())
     }
 
     /// The facts this meter was started with.
@@ -592,6 +609,7 @@ impl Meter {
         let Some(recorder) = self.recorder.take() else {
             return;
         };
+        self.open = None;
         let start = self.facts.start;
         let since = |t: Option<Instant>| t.map(|t| t - start);
         let duration = start.elapsed();
@@ -683,11 +701,15 @@ impl Meter {
 
 impl Drop for Meter {
     fn drop(&mut self) {
-        // Nobody finished the request: the client went away.
-        self.record(
-            Outcome::ClientCancelled,
-            Some("client_cancelled".to_owned()),
-        );
+        // Nobody finished the request: the drain cut it, or else the
+        // client went away.
+        match self.cut() {
+            Some(cut) => self.record(Outcome::Shutdown, Some(cut.error_type().to_owned())),
+            None => self.record(
+                Outcome::ClientCancelled,
+                Some("client_cancelled".to_owned()),
+            ),
+        }
     }
 }
 
@@ -727,6 +749,10 @@ impl<B> Drop for MeteredBody<B> {
         // Dropped before the end: the client went away (hyper dropped the
         // response body). Cancel mode leaves that to the meter's own drop.
         if self.meter.is_finished() {
+            return;
+        }
+        // The drain cut it: nobody is left to read on for.
+        if self.meter.cut().is_some() {
             return;
         }
         if let (Some(hook), Some(inner)) = (self.drain.take(), self.inner.take()) {
