@@ -704,7 +704,11 @@ impl Drop for Meter {
         // Nobody finished the request: the drain cut it, or else the
         // client went away.
         match self.cut() {
-            Some(cut) => self.record(Outcome::Shutdown, Some(cut.error_type().to_owned())),
+            Some(cut) => self.record_caused(
+                Outcome::Shutdown,
+                Some(cut.error_type().to_owned()),
+                Some(cut.cause().to_owned()),
+            ),
             None => self.record(
                 Outcome::ClientCancelled,
                 Some("client_cancelled".to_owned()),
@@ -1434,6 +1438,46 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), drains.wait_idle())
             .await
             .expect("drains finish");
+    }
+
+    #[tokio::test]
+    async fn a_body_dropped_after_the_drain_cut_is_recorded_as_cut_by_tokentap() {
+        for cut in [Cut::GraceExpired, Cut::Forced] {
+            // A route that drains after its client leaves: a cut is not
+            // a client leaving, and nothing is left to read on for.
+            let drains = Drains::new(4);
+            let (sink, mut tx, mut body) = draining(&drains, 1 << 20);
+            let shutdown = Shutdown::new();
+            body.meter.watch_shutdown(&shutdown);
+            assert_eq!(shutdown.open().streams, 1, "counted as open");
+            tx.send_data(chunk("a")).await.expect("send");
+            body.frame().await.expect("frame").expect("ok");
+            shutdown.cut(cut);
+            drop(body);
+            assert_eq!(drains.active(), 0, "not handed to a drain");
+            let m = sink.only();
+            assert_eq!(
+                m.outcome,
+                Outcome::Shutdown,
+                "{cut:?}: not client_cancelled"
+            );
+            assert_eq!(m.error_type.as_deref(), Some(cut.error_type()));
+            assert_eq!(m.error_cause.as_deref(), Some(cut.cause()));
+            assert_eq!(m.content_chunks, 1, "what was relayed is kept");
+            assert_eq!(shutdown.open().streams, 0, "no longer open");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_dropped_before_any_cut_is_the_client_leaving() {
+        let (sink, mut tx, mut body) = metered(true, "text/event-stream", None);
+        let shutdown = Shutdown::new();
+        body.meter.watch_shutdown(&shutdown);
+        tx.send_data(chunk("a")).await.expect("send");
+        body.frame().await.expect("frame").expect("ok");
+        drop(body);
+        assert_eq!(sink.only().outcome, Outcome::ClientCancelled);
+        assert_eq!(shutdown.open().streams, 0);
     }
 
     #[tokio::test]

@@ -26,6 +26,14 @@ impl Cut {
             Cut::Forced => "shutdown_forced",
         }
     }
+
+    /// What the access log says cut it.
+    pub fn cause(self) -> &'static str {
+        match self {
+            Cut::GraceExpired => "cut by drain: server.shutdown_grace ran out",
+            Cut::Forced => "cut by drain: a second shutdown signal",
+        }
+    }
 }
 
 /// Seconds of start time one slot of the open-stream ring covers.
