@@ -65,7 +65,8 @@ pub async fn serve<H, F, B>(
         conns.serve(stream, peer, permit);
     }
     drop(listener);
-    conns.drain(tokio::time::sleep(cfg.shutdown_grace)).await;
+    let grace = cfg.shutdown_grace;
+    conns.drain(grace, tokio::time::sleep(grace)).await;
 }
 
 /// The next connection, with its permit; `None` once `shutdown` turns true.
@@ -262,10 +263,11 @@ where
         });
     }
 
-    /// Let the connections finish their requests until `cut` resolves,
-    /// then close the rest. HTTP/2 clients get GOAWAY at once, idle
-    /// HTTP/1 connections close, busy ones close after their response.
-    async fn drain(mut self, cut: impl Future<Output = ()>) {
+    /// Let the connections finish their requests until `cut` resolves (at
+    /// the latest when `grace` ends), then close the rest. HTTP/2 clients
+    /// get GOAWAY at once, idle HTTP/1 connections close, busy ones close
+    /// after their response.
+    async fn drain(mut self, grace: Duration, cut: impl Future<Output = ()>) {
         self.draining.send_replace(true);
         // One drain per serving thread: the thread's name tells them apart.
         let current = std::thread::current();
@@ -281,6 +283,7 @@ where
         tracing::info!(
             thread,
             connections = open,
+            grace = %humantime::format_duration(grace),
             "draining: waiting for in-flight requests, at most server.shutdown_grace"
         );
         let (graceful, tasks) = (self.graceful, &mut self.tasks);
@@ -439,8 +442,9 @@ impl Shards {
                                 }
                             }
                         }
+                        let grace = cfg.shutdown_grace;
                         conns
-                            .drain(async move {
+                            .drain(grace, async move {
                                 cut.wait_cut().await;
                             })
                             .await;
