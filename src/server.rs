@@ -597,13 +597,14 @@ where
                 Err(refusal(why, req.version()))
             }
         };
-        let (version, draining) = (req_version, draining.clone());
+        // HTTP/2 needs none: its clients got GOAWAY.
+        let draining = (req_version < Version::HTTP_2).then(|| draining.clone());
         async move {
             let mut res = match admitted {
                 Ok(fut) => fut.await.map(Either::Left),
                 Err(res) => res,
             };
-            if version < Version::HTTP_2 && *draining.borrow() {
+            if draining.is_some_and(|d| *d.borrow()) {
                 close_after(&mut res);
             }
             Ok(res)

@@ -17,8 +17,10 @@
 //!   (outcome `shutdown`, `error.type` `shutdown_grace_expired`, on the
 //!   span, in `tokentap.requests` and in the access log), never as the
 //!   client's or the upstream's; both WebSocket peers get close 1001.
-//! - `a_second_sigterm_cuts_at_once`: a second SIGTERM during a 60 s grace
-//!   ends the process at once, the stream recorded `shutdown_forced`.
+//! - `a_second_sigterm_cuts_at_once`: while draining, a log line every
+//!   10 s gives the streams left and the oldest one's age; a second SIGTERM
+//!   during a 60 s grace ends the process at once, the stream recorded
+//!   `shutdown_forced`.
 //! - `streams_shorter_than_the_grace_finish_while_new_work_is_refused`:
 //!   during a drain an HTTP/1 and an HTTP/2 stream finish byte for byte,
 //!   the HTTP/2 client gets GOAWAY before its stream ends, new connections
@@ -182,17 +184,15 @@ async fn closing_ws_upstream() -> (String, Arc<Mutex<Vec<u16>>>) {
                     return;
                 };
                 while let Some(Ok(msg)) = ws.next().await {
-                    match msg {
-                        Message::Close(frame) => {
-                            let code = frame.map_or(1005, |f| u16::from(f.code));
-                            seen.lock().unwrap().push(code);
-                        }
-                        m if m.is_text() || m.is_binary() => {
-                            if ws.send(m).await.is_err() {
-                                return;
-                            }
-                        }
-                        _ => {}
+                    if let Message::Close(frame) = &msg {
+                        let code = frame.as_ref().map_or(1005, |f| u16::from(f.code));
+                        seen.lock().unwrap().push(code);
+                        continue;
+                    }
+                    // tungstenite answers pings and closes itself.
+                    let data = msg.is_text() || msg.is_binary();
+                    if data && ws.send(msg).await.is_err() {
+                        return;
                     }
                 }
             });
@@ -343,6 +343,29 @@ async fn a_second_sigterm_cuts_at_once() {
     bin.wait_output("shutdown signal received; draining", 1)
         .await;
     client::read_until(&mut body, "tok3").await; // still streaming while draining
+    // Every 10 s the drain says what it still waits for.
+    let progress = async {
+        loop {
+            let out = bin.output();
+            if let Some(line) = out
+                .lines()
+                .find(|l| l.contains("draining: streams still open"))
+            {
+                return line.to_owned();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let line = within(
+        Duration::from_secs(20),
+        "the drain's progress line",
+        progress,
+    )
+    .await;
+    assert!(
+        line.contains("streams=1") && line.contains("oldest=1"),
+        "one stream left, about 10 s old: {line}"
+    );
     bin.sigterm();
     let exit = bin.wait_exit(STEP_TIMEOUT).await;
     assert!(exit.success(), "exit 0; output:\n{}", bin.output());
