@@ -23,9 +23,10 @@
 //!   `shutdown_forced`.
 //! - `streams_shorter_than_the_grace_finish_while_new_work_is_refused`:
 //!   during a drain an HTTP/1 and an HTTP/2 stream finish byte for byte,
-//!   the HTTP/2 client gets GOAWAY before its stream ends, new connections
-//!   are refused, `/readyz` counts the streams left, and a response whose
-//!   head goes out during the drain says `Connection: close`.
+//!   the HTTP/2 client gets GOAWAY before its stream ends, an idle
+//!   keep-alive connection is closed, new connections are refused,
+//!   `/readyz` counts the streams left, and a response whose head goes out
+//!   during the drain says `Connection: close`.
 
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
@@ -483,8 +484,10 @@ async fn streams_shorter_than_the_grace_finish_while_new_work_is_refused() {
         .head_delay(Duration::from_millis(1500));
     let late_want = late.body_bytes();
     let late_up = Upstream::fixed(late).await;
+    let quick_up = Upstream::fixed_json(r#"{"ok":true}"#).await;
     let toml = Toml::new()
         .route("late", "/late", &late_up.url(), "openai")
+        .route("quick", "/quick", &quick_up.url(), "openai")
         .route("openai", "/", &up.url(), "openai")
         .top("admin_listen", &q("127.0.0.1:0"))
         .set("server", "shutdown_grace", &q("30s"));
@@ -516,8 +519,41 @@ async fn streams_shorter_than_the_grace_finish_while_new_work_is_refused() {
         }
     }
     late_up.only().await;
+    // A keep-alive connection whose one exchange ended before the drain.
+    let mut idle = tokio::net::TcpStream::connect(bin.addr).await.unwrap();
+    let first = keep_alive_exchange(&mut idle).await;
+    assert!(
+        !first.to_ascii_lowercase().contains("connection: close"),
+        "before the drain the connection stays open: {first}"
+    );
 
     bin.sigterm();
+    // The idle keep-alive connection is closed, with nothing sent on it.
+    let raw = support::raw::read_until_closed(&mut idle, STEP_TIMEOUT).await;
+    assert!(
+        raw.closed && raw.bytes.is_empty(),
+        "an idle keep-alive connection closes when the drain starts: {:?}",
+        raw.text()
+    );
+    // New connections are refused while the streams drain.
+    let refused = async {
+        while tokio::net::TcpStream::connect(bin.addr).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    within(STEP_TIMEOUT, "new connections refused", refused).await;
+    let readyz = client::fetch(&client::http1(), &Req::get(admin, "/readyz")).await;
+    assert_eq!(readyz.status.as_u16(), 503, "unready while draining");
+    let text = readyz.text();
+    let left: u64 = text
+        .strip_prefix("draining\nstreams: ")
+        .and_then(|rest| rest.lines().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("/readyz says how many streams remain: {text:?}"));
+    assert!(
+        left >= 2 && text.contains("oldest_stream_age: "),
+        "the HTTP/1 and HTTP/2 streams are still open: {text:?}"
+    );
     // HTTP/2: GOAWAY comes while the stream still runs, then the stream
     // finishes on the same connection.
     let mut goaway_before_end = false;
@@ -541,20 +577,6 @@ async fn streams_shorter_than_the_grace_finish_while_new_work_is_refused() {
     // Its stream over, the connection is closed by the server.
     let closed = async { while raw_h2::next(&mut h2).await.is_some() {} };
     within(STEP_TIMEOUT, "the h2 connection to close", closed).await;
-    // New connections are refused while the streams drain.
-    let refused = async {
-        while tokio::net::TcpStream::connect(bin.addr).await.is_ok() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    within(STEP_TIMEOUT, "new connections refused", refused).await;
-    let readyz = client::fetch(&client::http1(), &Req::get(admin, "/readyz")).await;
-    assert_eq!(readyz.status.as_u16(), 503, "unready while draining");
-    assert!(
-        readyz.text().starts_with("draining\nstreams: "),
-        "/readyz says how many streams remain: {:?}",
-        readyz.text()
-    );
     assert_bytes_eq("h2 stream finished during the drain", &h2_body, &want);
 
     let got = within(STEP_TIMEOUT, "the h1 stream", h1).await.unwrap();
@@ -583,4 +605,44 @@ async fn streams_shorter_than_the_grace_finish_while_new_work_is_refused() {
         "exit 0 after the drain; output:\n{}",
         bin.output()
     );
+}
+
+/// One `GET /quick/...` on `conn`, read to the end of its response (by
+/// `content-length`, or the last chunk) without closing the connection;
+/// the response as text.
+async fn keep_alive_exchange(conn: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    conn.write_all(b"GET /quick/v1/models HTTP/1.1\r\nhost: tokentap\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let read = async {
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = conn.read(&mut buf).await.unwrap();
+            assert!(
+                n > 0,
+                "closed mid-response: {:?}",
+                String::from_utf8_lossy(&got)
+            );
+            got.extend_from_slice(&buf[..n]);
+            let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok());
+            let done = match length {
+                Some(n) => got.len() >= end + 4 + n,
+                None => got.ends_with(b"0\r\n\r\n"),
+            };
+            if done {
+                return;
+            }
+        }
+    };
+    within(STEP_TIMEOUT, "the keep-alive exchange", read).await;
+    String::from_utf8_lossy(&got).into_owned()
 }
