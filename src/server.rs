@@ -671,3 +671,27 @@ fn refusal<B>(why: Refusal, version: Version) -> Served<B> {
 async fn stopped(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_response_during_the_drain_says_connection_close_but_an_upgrade_keeps_its_own() {
+        let mut ok = Response::new(());
+        close_after(&mut ok);
+        assert_eq!(ok.headers()[header::CONNECTION], "close");
+        let mut upgrade = Response::new(());
+        *upgrade.status_mut() = http::StatusCode::SWITCHING_PROTOCOLS;
+        upgrade.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("Upgrade"),
+        );
+        close_after(&mut upgrade);
+        assert_eq!(
+            upgrade.headers()[header::CONNECTION],
+            "Upgrade",
+            "a WebSocket's 101 is left alone"
+        );
+    }
+}
