@@ -313,7 +313,7 @@ pub async fn handle<B>(state: Arc<AdminState>, req: Request<B>) -> Response<Full
             let body = format!("ready\nwebsocket_sessions: {}\n", state.sessions.active());
             respond(StatusCode::OK, TEXT, body)
         }
-        "/readyz" => respond(StatusCode::SERVICE_UNAVAILABLE, TEXT, "draining\n"),
+        "/readyz" => respond(StatusCode::SERVICE_UNAVAILABLE, TEXT, draining(&state)),
         "/config" => respond(
             StatusCode::OK,
             TEXT,
@@ -434,11 +434,28 @@ fn method_not_allowed() -> Response<Full<Bytes>> {
     res
 }
 
+/// `/readyz` while draining: the streams the drain still waits for
+/// (HTTP requests and WebSocket sessions), the oldest one's age, and the
+/// WebSocket sessions among them.
+fn draining(state: &AdminState) -> String {
+    let open = state.sessions.shutdown().open();
+    let oldest = open
+        .oldest
+        .map(|age| format!("oldest_stream_age: {}\n", humantime::format_duration(age)))
+        .unwrap_or_default();
+    format!(
+        "draining\nstreams: {}\n{oldest}websocket_sessions: {}\n",
+        open.streams,
+        state.sessions.active()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use http_body_util::BodyExt;
 
     use super::*;
+    use crate::meter::shutdown::Shutdown;
 
     fn state() -> Arc<AdminState> {
         let config = crate::config::from_toml(
@@ -452,7 +469,7 @@ mod tests {
             telemetry: Arc::new(telemetry),
             readiness: Readiness::new(),
             config: ConfigView::new(&config),
-            sessions: Sessions::new(),
+            sessions: Sessions::new(Shutdown::new()),
         })
     }
 
@@ -482,9 +499,20 @@ mod tests {
         s.readiness.set_draining();
         assert_eq!(
             get(&s, Method::GET, "/readyz").await,
-            (StatusCode::SERVICE_UNAVAILABLE, "draining\n".into()),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "draining\nstreams: 0\nwebsocket_sessions: 0\n".into()
+            ),
             "/readyz is 503 once draining"
         );
+        #[allow(clippy::disallowed_methods, reason = "test clock")]
+        let open = s.sessions.shutdown().enter(std::time::Instant::now());
+        assert_eq!(
+            get(&s, Method::GET, "/readyz").await.1,
+            "draining\nstreams: 1\noldest_stream_age: 0s\nwebsocket_sessions: 0\n",
+            "/readyz counts the streams left"
+        );
+        drop(open);
         assert_eq!(
             get(&s, Method::GET, "/healthz").await.0,
             StatusCode::OK,

@@ -5,6 +5,7 @@ mod request;
 
 pub use request::ProxyBody;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -16,6 +17,7 @@ use crate::admin::{self, Admin, AdminState, ConfigView, Readiness};
 use crate::config::{Config, ConfigError, RESTART_ONLY, UpstreamConfig};
 use crate::meter::drain::Drains;
 use crate::meter::ledger::Ledger;
+use crate::meter::shutdown::{Cut, Shutdown};
 use crate::meter::tokenize::Tokenizer;
 use crate::pricing::{Day, PriceBook, PriceError, When};
 use crate::providers::{ProviderKind, ServiceTier};
@@ -35,6 +37,9 @@ const DRAIN_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// close frame 1001 has to be out before that.
 const SESSION_CLOSE_WINDOW: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// How often a drain logs what it still waits for.
+const DRAIN_PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Everything a request needs for one configuration: built at start-up and
 /// again by each reload. A request keeps the snapshot it started with.
 #[derive(Debug)]
@@ -50,6 +55,8 @@ struct State {
     drains: Arc<Drains>,
     /// WebSocket sessions being relayed.
     sessions: Arc<Sessions>,
+    /// Open streams and the drain's cut (kept across reloads).
+    shutdown: Arc<Shutdown>,
 }
 
 /// A running tokentap instance.
@@ -72,6 +79,7 @@ pub struct Running {
     config_view: ConfigView,
     drains: Arc<Drains>,
     sessions: Arc<Sessions>,
+    shutdown: Arc<Shutdown>,
     shutdown_grace: std::time::Duration,
     /// The proxy listener's TLS, reloaded with the configuration.
     tls: Option<Arc<Tls>>,
@@ -83,7 +91,16 @@ impl Running {
     /// Report not-ready on `/readyz`, stop accepting, let in-flight requests
     /// finish within the configured grace period, stop the admin listener
     /// (it answers throughout the drain), then flush telemetry.
-    pub async fn shutdown(mut self) {
+    pub async fn shutdown(self) {
+        self.shutdown_or_cut(std::future::pending()).await;
+    }
+
+    /// As [`Running::shutdown`], but when `cut_now` resolves first (a
+    /// second signal) what is still open is cut at once. What the cut ends
+    /// is recorded as tokentap's (outcome `shutdown`), never the client's
+    /// or the upstream's; WebSocket sessions get a close frame 1001 each
+    /// way just before it.
+    pub async fn shutdown_or_cut(mut self, cut_now: impl Future<Output = ()>) {
         #[allow(
             clippy::disallowed_methods,
             reason = "shutdown grace deadline, not a measurement"
@@ -91,17 +108,34 @@ impl Running {
         let grace_ends = tokio::time::Instant::now() + self.shutdown_grace;
         self.readiness.set_draining();
         let _ = self.stop.send(true);
-        let sessions = self.sessions.clone();
+        let (sessions, shutdown) = (self.sessions.clone(), self.shutdown.clone());
         let close_at = grace_ends - SESSION_CLOSE_WINDOW.min(self.shutdown_grace / 2);
-        // WebSocket sessions get the grace period too, then a close frame.
-        let stop_sessions = async move {
-            let _ = tokio::time::timeout_at(close_at, sessions.wait_idle()).await;
-            sessions.stop();
+        let deadline = cut_at(close_at, grace_ends, cut_now, &sessions, &shutdown);
+        let all_done = async {
+            self.server.served().await;
+            sessions.wait_idle().await;
         };
-        tokio::join!(self.server.served(), stop_sessions);
-        // Drains (clients already gone) get what is left of the grace period,
-        // then stop and record what they have.
-        let _ = tokio::time::timeout_at(grace_ends, self.drains.wait_idle()).await;
+        let progress = report_progress(&sessions, &shutdown);
+        let cut = tokio::select! {
+            () = all_done => None,
+            cut = deadline => Some(cut),
+            () = progress => None,
+        };
+        if let Some(cut) = cut {
+            let open = shutdown.open();
+            tracing::warn!(
+                streams = open.streams,
+                error_type = cut.error_type(),
+                "drain cut: the streams still open are closed and recorded as cut by tokentap"
+            );
+            self.server.served().await;
+        }
+        // Drains (clients already gone) get what is left of the grace
+        // period, unless the drain was cut, then stop and record what they
+        // have.
+        if shutdown.is_cut().is_none() {
+            let _ = tokio::time::timeout_at(grace_ends, self.drains.wait_idle()).await;
+        }
         if self.drains.active() > 0 {
             tracing::warn!(
                 drains = self.drains.active(),
@@ -203,9 +237,60 @@ impl Running {
             ledger: current.ledger.clone(),
             drains: current.drains.clone(),
             sessions: current.sessions.clone(),
+            shutdown: current.shutdown.clone(),
             config,
         }));
         Ok(())
+    }
+}
+
+/// The drain's end: WebSocket sessions still open at `close_at` (or at
+/// `cut_now`) are stopped with close frames 1001, then everything still
+/// open is cut at `grace_ends` (or at once after `cut_now`).
+async fn cut_at(
+    close_at: tokio::time::Instant,
+    grace_ends: tokio::time::Instant,
+    cut_now: impl Future<Output = ()>,
+    sessions: &Sessions,
+    shutdown: &Shutdown,
+) -> Cut {
+    let mut cut_now = std::pin::pin!(cut_now);
+    let forced = tokio::select! {
+        () = tokio::time::sleep_until(close_at) => false,
+        () = cut_now.as_mut() => true,
+    };
+    // Sessions on an HTTP/2 connection ride on what the cut closes: their
+    // close frames go out first.
+    sessions.stop();
+    let why = if forced {
+        let _ = tokio::time::timeout(SESSION_CLOSE_WINDOW, sessions.wait_idle()).await;
+        Cut::Forced
+    } else {
+        tokio::select! {
+            () = tokio::time::sleep_until(grace_ends) => Cut::GraceExpired,
+            () = cut_now => Cut::Forced,
+        }
+    };
+    shutdown.cut(why);
+    why
+}
+
+/// Every `DRAIN_PROGRESS_EVERY`, log the streams the drain still waits for
+/// and the oldest one's age. Never ends.
+async fn report_progress(sessions: &Sessions, shutdown: &Shutdown) {
+    let mut tick = tokio::time::interval(DRAIN_PROGRESS_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let open = shutdown.open();
+        let oldest = open.oldest.unwrap_or_default();
+        tracing::info!(
+            streams = open.streams,
+            oldest = %humantime::format_duration(oldest),
+            websocket_sessions = sessions.active(),
+            "draining: streams still open"
+        );
     }
 }
 
@@ -415,7 +500,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     telemetry.set_prices(Arc::new(prices));
     let readiness = Readiness::new();
     let config_view = ConfigView::new(&config);
-    let sessions = Sessions::new();
+    let shutdown = Shutdown::new();
+    let sessions = Sessions::new(shutdown.clone());
     let admin = admin_listener.map(|l| {
         let state = AdminState {
             telemetry: telemetry.clone(),
@@ -436,6 +522,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let state: Arc<ArcSwap<State>> = Arc::new(ArcSwap::from_pointee(State {
         drains: drains.clone(),
         sessions: sessions.clone(),
+        shutdown: shutdown.clone(),
         router: Router::new(&config.routes),
         client,
         telemetry: telemetry.clone(),
@@ -462,7 +549,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         let snapshots = snapshots.clone();
         move |req| request::handle(snapshots.load_full(), req, Shard(thread))
     };
-    let server = Shards::start(listener, &server_cfg, tls.clone(), handler, stopped)
+    let cut = shutdown.clone();
+    let server = Shards::start(listener, &server_cfg, tls.clone(), handler, stopped, cut)
         .map_err(|e| anyhow::anyhow!("cannot start the serving threads: {e}"))?;
     Ok(Running {
         addr,
@@ -477,6 +565,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         config_view,
         drains,
         sessions,
+        shutdown,
         shutdown_grace,
         tls,
         admin_tls,

@@ -106,7 +106,7 @@ impl Default for ServerConfig {
             max_header_bytes: 64 << 10,
             max_headers: 100,
             max_connections: 10_000,
-            shutdown_grace: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(600),
             threads: 0,
         }
     }

@@ -203,8 +203,15 @@ async fn run(
         () = shutdown_signal() => {}
         () = reload::run(&running, &flags, hangup, watch) => {}
     }
-    tracing::info!("shutdown signal received; draining");
-    running.shutdown().await;
+    tracing::info!(
+        "shutdown signal received; draining (a second SIGTERM or SIGINT cuts what is left at once)"
+    );
+    running
+        .shutdown_or_cut(async {
+            shutdown_signal().await;
+            tracing::warn!("second shutdown signal: cutting what is left of the drain");
+        })
+        .await;
     Ok(())
 }
 

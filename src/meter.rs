@@ -9,6 +9,7 @@ pub mod decompress;
 pub mod drain;
 pub mod ledger;
 pub mod session;
+pub mod shutdown;
 pub mod tokenize;
 
 use std::sync::Arc;
@@ -41,22 +42,28 @@ pub enum Outcome {
     /// `messageStop`, `response.completed`, `done: true`, …), including a
     /// 200 whose streamed body was empty.
     Incomplete,
+    /// tokentap's own shutdown cut it: the drain's grace period ran out
+    /// (`error.type` `shutdown_grace_expired`) or a second signal came
+    /// (`shutdown_forced`). Neither the client's doing nor the upstream's.
+    Shutdown,
 }
 
 impl Outcome {
     /// Every outcome, in the order the docs list them.
-    pub const ALL: [Outcome; 6] = [
+    pub const ALL: [Outcome; 7] = [
         Outcome::Complete,
         Outcome::ClientCancelled,
         Outcome::UpstreamError,
         Outcome::UpstreamTimeout,
         Outcome::Malformed,
         Outcome::Incomplete,
+        Outcome::Shutdown,
     ];
 
     /// Counted as an error: the upstream failed, timed out, sent a body
     /// that could not be parsed, or ended a stream without its terminal
-    /// event (client cancellations are not errors).
+    /// event (client cancellations and tokentap's own shutdown cuts are
+    /// not errors).
     pub fn is_error(self) -> bool {
         matches!(
             self,
@@ -76,6 +83,7 @@ impl Outcome {
             Outcome::UpstreamTimeout => "upstream_timeout",
             Outcome::Malformed => "malformed",
             Outcome::Incomplete => "incomplete",
+            Outcome::Shutdown => "shutdown",
         }
     }
 }

@@ -29,6 +29,7 @@ use tokio::task::JoinSet;
 
 use crate::config::ServerConfig;
 use crate::error::{BoxError, error_response};
+use crate::meter::shutdown::Shutdown;
 use head_check::{Limits, Refusal, Tracker, Verdicts};
 
 /// A client connection's socket as hyper serves it (reads screened for
@@ -64,7 +65,8 @@ pub async fn serve<H, F, B>(
         conns.serve(stream, peer, permit);
     }
     drop(listener);
-    conns.drain(cfg.shutdown_grace).await;
+    let grace = cfg.shutdown_grace;
+    conns.drain(grace, tokio::time::sleep(grace)).await;
 }
 
 /// The next connection, with its permit; `None` once `shutdown` turns true.
@@ -155,10 +157,16 @@ where
         }
         let verdicts = Arc::new(Verdicts::default());
         let tracker = Tracker::new(self.limits, verdicts.clone());
-        let svc = screened(self.handle.clone(), verdicts, self.limits, peer, None);
+        let mut draining = self.draining.subscribe();
+        let svc = screened(
+            self.handle.clone(),
+            verdicts,
+            self.limits,
+            (peer, None),
+            draining.clone(),
+        );
         let (h1, h2, wait) = (self.h1.clone(), self.h2.clone(), self.preface_wait);
         let watcher = self.graceful.watcher();
-        let mut draining = self.draining.subscribe();
         self.tasks.spawn(async move {
             let told = tokio::select! {
                 told = tokio::time::timeout(wait, speaks_h2(&stream)) => told,
@@ -237,7 +245,7 @@ where
                 .and_then(tls::subject_cn);
             let verdicts = Arc::new(Verdicts::default());
             let tracker = Tracker::new(limits, verdicts.clone());
-            let svc = screened(handle, verdicts, limits, peer, identity);
+            let svc = screened(handle, verdicts, limits, (peer, identity), draining.clone());
             let ended = if speaks_h2 {
                 watcher
                     .watch(h2.serve_connection(TokioIo::new(stream), svc))
@@ -255,9 +263,11 @@ where
         });
     }
 
-    /// Let the connections finish their requests for at most `grace`, then
-    /// close the rest.
-    async fn drain(mut self, grace: Duration) {
+    /// Let the connections finish their requests until `cut` resolves (at
+    /// the latest when `grace` ends), then close the rest. HTTP/2 clients
+    /// get GOAWAY at once, idle HTTP/1 connections close, busy ones close
+    /// after their response.
+    async fn drain(mut self, grace: Duration, cut: impl Future<Output = ()>) {
         self.draining.send_replace(true);
         // One drain per serving thread: the thread's name tells them apart.
         let current = std::thread::current();
@@ -283,14 +293,17 @@ where
             graceful.shutdown().await;
             while tasks.join_next().await.is_some() {}
         };
-        let ended = tokio::time::timeout(grace, all_ended).await.is_ok();
+        let ended = tokio::select! {
+            () = all_ended => true,
+            () = cut => false,
+        };
         if ended {
             tracing::info!(thread, "drained");
         } else {
             tracing::warn!(
                 thread,
                 connections = self.tasks.len(),
-                "shutdown grace expired; closing the rest"
+                "drain cut (shutdown grace expired, or a second signal); closing the rest"
             );
             self.tasks.abort_all();
         }
@@ -375,7 +388,8 @@ impl Drop for Open {
 impl Shards {
     /// Start `cfg.threads` serving threads (0: one per CPU) and an acceptor
     /// task for `listener` on the current runtime. The acceptor stops when
-    /// `shutdown` turns true; the threads then drain like [`serve`] and keep
+    /// `shutdown` turns true; the threads then drain like [`serve`] until
+    /// `cut` cuts (the caller keeps the grace period's clock), and keep
     /// running what their requests left behind (drains, shared HTTP/2
     /// connections) until [`Shards::exit`] or the `Shards` is dropped.
     pub fn start<M, H, F, B>(
@@ -384,6 +398,7 @@ impl Shards {
         tls: Option<Arc<Tls>>,
         make_handler: M,
         shutdown: watch::Receiver<bool>,
+        cut: Arc<Shutdown>,
     ) -> std::io::Result<Shards>
     where
         M: Fn(usize) -> H,
@@ -412,7 +427,7 @@ impl Shards {
             let (done, served) = oneshot::channel();
             // The thread's id reaches the upstream pool through its handler.
             let (cfg, handle, mut exit) = (cfg.clone(), make_handler(id), exit_rx.clone());
-            let tls = tls.clone();
+            let (tls, cut) = (tls.clone(), cut.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("tokentap-serve-{id}"))
                 .spawn(move || {
@@ -427,7 +442,12 @@ impl Shards {
                                 }
                             }
                         }
-                        conns.drain(cfg.shutdown_grace).await;
+                        let grace = cfg.shutdown_grace;
+                        conns
+                            .drain(grace, async move {
+                                cut.wait_cut().await;
+                            })
+                            .await;
                         let _ = done.send(());
                         let _ = exit.wait_for(|e| *e).await;
                     });
@@ -480,10 +500,12 @@ impl Shards {
         if let Some(acceptor) = self.acceptor.take() {
             let _ = acceptor.await;
         }
-        for rx in &mut self.served {
+        // One at a time, each dropped once it resolved: a wait cut short
+        // (the drain's deadline) is taken up again where it stopped.
+        while let Some(rx) = self.served.last_mut() {
             let _ = rx.await;
+            self.served.pop();
         }
-        self.served.clear();
     }
 
     /// End the serving threads: what their requests left running is dropped.
@@ -542,13 +564,15 @@ where
 
 /// `handle` behind `screen`: refused requests are answered here and never
 /// reach the handler. Each request carries the client certificate's
-/// subject (`ClientIdentity`) when the connection has one.
+/// subject (`ClientIdentity`) when the connection has one. An HTTP/1
+/// response whose head goes out once `draining` is true says
+/// `Connection: close` (the connection closes after it).
 fn screened<H, F, B>(
     handle: H,
     verdicts: Arc<Verdicts>,
     limits: Limits,
-    peer: SocketAddr,
-    identity: Option<Arc<str>>,
+    (peer, identity): (SocketAddr, Option<Arc<str>>),
+    draining: watch::Receiver<bool>,
 ) -> impl Service<Request<Incoming>, Response = Served<B>, Error = Infallible, Future: Send + 'static>
 + Clone
 where
@@ -561,6 +585,7 @@ where
         if let Some(id) = &identity {
             req.extensions_mut().insert(ClientIdentity(id.clone()));
         }
+        let req_version = req.version();
         let admitted = match screen(&req, &verdicts, limits) {
             // Boxed: hyper keeps an allocation the size of the service
             // future for as long as the client connection lives; the
@@ -572,13 +597,31 @@ where
                 Err(refusal(why, req.version()))
             }
         };
+        // HTTP/2 needs none: its clients got GOAWAY.
+        let draining = (req_version < Version::HTTP_2).then(|| draining.clone());
         async move {
-            Ok(match admitted {
+            let mut res = match admitted {
                 Ok(fut) => fut.await.map(Either::Left),
                 Err(res) => res,
-            })
+            };
+            if draining.is_some_and(|d| *d.borrow()) {
+                close_after(&mut res);
+            }
+            Ok(res)
         }
     })
+}
+
+/// Tell an HTTP/1 client the connection closes after this response (the
+/// drain disabled keep-alive), unless it switches protocols (a WebSocket's
+/// `101` keeps its `Connection: upgrade`).
+fn close_after<B>(res: &mut Response<B>) {
+    if res.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+        res.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+    }
 }
 
 /// Whether a request may reach the handler: the HTTP/1 framing verdict for
@@ -627,4 +670,28 @@ fn refusal<B>(why: Refusal, version: Version) -> Served<B> {
 /// Resolves once the shutdown flag turns true (or its sender is gone).
 async fn stopped(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_response_during_the_drain_says_connection_close_but_an_upgrade_keeps_its_own() {
+        let mut ok = Response::new(());
+        close_after(&mut ok);
+        assert_eq!(ok.headers()[header::CONNECTION], "close");
+        let mut upgrade = Response::new(());
+        *upgrade.status_mut() = http::StatusCode::SWITCHING_PROTOCOLS;
+        upgrade.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("Upgrade"),
+        );
+        close_after(&mut upgrade);
+        assert_eq!(
+            upgrade.headers()[header::CONNECTION],
+            "Upgrade",
+            "a WebSocket's 101 is left alone"
+        );
+    }
 }

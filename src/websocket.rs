@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use crate::config::WebsocketConfig;
 use crate::meter::RequestFacts;
 use crate::meter::body::Meter;
+use crate::meter::shutdown::{OpenStream, Shutdown};
 use crate::providers::ProviderKind;
 use crate::providers::realtime::{self, Dialect};
 use crate::telemetry::Telemetry;
@@ -37,15 +38,24 @@ pub use relay::BUFFER_BYTES;
 pub struct Sessions {
     count: watch::Sender<usize>,
     stop: watch::Sender<bool>,
+    /// The instance's shutdown: sessions count among its open streams,
+    /// and one stopped after its cut is recorded as that cut.
+    shutdown: Arc<Shutdown>,
 }
 
 impl Sessions {
-    /// No sessions yet.
-    pub fn new() -> Arc<Sessions> {
+    /// No sessions yet; they count among `shutdown`'s open streams.
+    pub fn new(shutdown: Arc<Shutdown>) -> Arc<Sessions> {
         Arc::new(Sessions {
             count: watch::Sender::new(0),
             stop: watch::Sender::new(false),
+            shutdown,
         })
+    }
+
+    /// The instance's shutdown state (its open streams, its cut).
+    pub fn shutdown(&self) -> &Arc<Shutdown> {
+        &self.shutdown
     }
 
     /// Sessions running now.
@@ -53,8 +63,9 @@ impl Sessions {
         *self.count.borrow()
     }
 
-    /// A place for one more session, unless `cap` are running.
-    fn enter(self: &Arc<Self>, cap: usize) -> Option<Slot> {
+    /// A place for one more session (started at `start`), unless `cap`
+    /// are running.
+    fn enter(self: &Arc<Self>, cap: usize, start: std::time::Instant) -> Option<Slot> {
         let admitted = self.count.send_if_modified(|n| {
             let room = *n < cap;
             if room {
@@ -62,7 +73,10 @@ impl Sessions {
             }
             room
         });
-        admitted.then(|| Slot(self.clone()))
+        admitted.then(|| Slot {
+            sessions: self.clone(),
+            _open: self.shutdown.enter(start),
+        })
     }
 
     /// Resolves once no session is running.
@@ -77,12 +91,17 @@ impl Sessions {
     }
 }
 
-/// A running session's place in the count.
-struct Slot(Arc<Sessions>);
+/// A running session's place in the count and among the open streams.
+struct Slot {
+    sessions: Arc<Sessions>,
+    _open: OpenStream,
+}
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.count.send_modify(|n| *n = n.saturating_sub(1));
+        self.sessions
+            .count
+            .send_modify(|n| *n = n.saturating_sub(1));
     }
 }
 
@@ -177,7 +196,7 @@ pub enum Answer {
 pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
     let via = Via::of(&req).unwrap_or(Via::Upgrade);
     let session = h.telemetry.begin_session(&h.facts, req.headers());
-    let Some(slot) = h.sessions.enter(h.config.max_sessions) else {
+    let Some(slot) = h.sessions.enter(h.config.max_sessions, h.facts.start) else {
         let (status, code) = (StatusCode::SERVICE_UNAVAILABLE, "websocket_sessions_full");
         record_refusal(&h.facts, session, status, code);
         let message = "websocket.max_sessions sessions are running; try again later";
@@ -223,7 +242,8 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
         return Answer::Local(crate::error::error_response(status, &message, code));
     }
     if res.status() != StatusCode::SWITCHING_PROTOCOLS {
-        let meter = Meter::new(h.facts.clone(), Box::new(session.begin_child(&h.facts)));
+        let mut meter = Meter::new(h.facts.clone(), Box::new(session.begin_child(&h.facts)));
+        meter.watch_shutdown(&h.sessions.shutdown);
         session.refused(&h.facts, "handshake_refused");
         upstream::strip_hop_by_hop(res.headers_mut());
         return Answer::Upstream(res, Box::new(meter));
@@ -257,6 +277,7 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
         &deflate_offered,
         h.config.max_message_bytes,
         session,
+        h.sessions.shutdown.clone(),
     );
     let run = Run {
         client: client_side,
@@ -585,13 +606,16 @@ mod tests {
 
     #[test]
     fn sessions_are_capped_and_counted() {
-        let s = Sessions::new();
-        let a = s.enter(2).expect("first");
-        let _b = s.enter(2).expect("second");
-        assert!(s.enter(2).is_none(), "third over the cap");
+        let s = Sessions::new(Shutdown::new());
+        #[allow(clippy::disallowed_methods, reason = "test clock")]
+        let now = std::time::Instant::now();
+        let a = s.enter(2, now).expect("first");
+        let _b = s.enter(2, now).expect("second");
+        assert!(s.enter(2, now).is_none(), "third over the cap");
+        assert_eq!(s.shutdown.open().streams, 2, "open streams");
         assert_eq!(s.active(), 2);
         drop(a);
         assert_eq!(s.active(), 1);
-        assert!(s.enter(2).is_some(), "room again");
+        assert!(s.enter(2, now).is_some(), "room again");
     }
 }

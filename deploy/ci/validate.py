@@ -203,6 +203,22 @@ def load_yaml(path: Path):
         return yaml.safe_load(f)
 
 
+def check_compose_grace(where: str, cdir: Path, svc: dict) -> None:
+    """The engine's SIGKILL deadline must come after tokentap's drain."""
+    mounted = [v.split(":")[0] for v in svc.get("volumes", []) or [] if isinstance(v, str) and v.split(":")[1:2] == ["/etc/tokentap/tokentap.toml"]]
+    if not mounted:
+        error(where, "services.tokentap mounts no /etc/tokentap/tokentap.toml")
+        return
+    cfg = tomllib.loads((cdir / mounted[0]).read_text())
+    grace = parse_duration(cfg.get("server", {}).get("shutdown_grace", DEFAULT_SHUTDOWN_GRACE))
+    # Compose's own default is 10s.
+    stop = parse_duration(str(svc.get("stop_grace_period", "10s")))
+    if not stop > grace:
+        error(where, f"services.tokentap.stop_grace_period {stop:g}s must exceed shutdown_grace {grace:g}s")
+    else:
+        ok(f"{where}: shutdown_grace {grace:g}s < stop_grace_period {stop:g}s")
+
+
 def check_compose() -> None:
     import jsonschema
 
@@ -247,6 +263,7 @@ def check_compose() -> None:
     for need in ("tokentap", "simulate", "otel-collector", "prometheus", "grafana", "jaeger"):
         if need not in services:
             error(where, f"no service {need}")
+    check_compose_grace(where, cdir, services.get("tokentap") or {})
     ok(f"{where}: compose-spec schema ({len(services)} services), mounts, dependencies")
 
 
@@ -427,6 +444,10 @@ def k8s_objects(folder: Path):
     return objs
 
 
+# tokentap's built-in server.shutdown_grace (src/config.rs).
+DEFAULT_SHUTDOWN_GRACE = "600s"
+
+
 def parse_duration(s: str) -> float:
     total = 0.0
     for n, unit in re.findall(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)", s):
@@ -465,7 +486,7 @@ def check_pod(where: str, spec: dict, config_toml: str | None, need_prestop: boo
         cfg = tomllib.loads(config_toml)
         if not cfg.get("admin_listen", "").endswith(":9464"):
             error(where, "config admin_listen must be on port 9464 (the probes use it)")
-        grace = parse_duration(cfg.get("server", {}).get("shutdown_grace", "30s"))
+        grace = parse_duration(cfg.get("server", {}).get("shutdown_grace", DEFAULT_SHUTDOWN_GRACE))
         pre = ((c.get("lifecycle") or {}).get("preStop") or {}).get("sleep", {}).get("seconds", 0)
         if need_prestop and not pre:
             error(where, "no preStop sleep: load balancers keep sending to a terminating pod for a moment")

@@ -437,7 +437,9 @@ impl UnreadGuard<'_> {
     fn meter(&self) -> Meter {
         let facts = self.admitted.facts(self.arrival);
         let telemetry = self.state.telemetry.begin(&facts, &HeaderMap::new());
-        Meter::new(facts, Box::new(telemetry))
+        let mut meter = Meter::new(facts, Box::new(telemetry));
+        meter.watch_shutdown(&self.state.shutdown);
+        meter
     }
 }
 
@@ -487,6 +489,7 @@ fn prepare(
     let sent = upstream::SentMark::default();
     meter.sent_when(sent.0.clone());
     parts.extensions.insert(sent);
+    meter.watch_shutdown(&state.shutdown);
     // Streams that will carry no usage get their tokens counted afterwards.
     if stream && sniffed.include_usage != Some(true) && injected.is_none() {
         let model = meter.facts().request_model.as_deref();

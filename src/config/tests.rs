@@ -110,7 +110,11 @@ fn config_defaults_with_upstream_flag() {
     assert_eq!(c.server.header_read_timeout, Duration::from_secs(10));
     assert_eq!(c.server.max_header_bytes, 65536);
     assert_eq!(c.server.max_connections, 10_000);
-    assert_eq!(c.server.shutdown_grace, Duration::from_secs(30));
+    assert_eq!(
+        c.server.shutdown_grace,
+        Duration::from_secs(600),
+        "ten minutes: reasoning streams finish during a drain"
+    );
     assert_eq!(c.server.threads, 0, "one serving thread per CPU");
     assert_eq!(c.upstream.connect_timeout, Duration::from_secs(5));
     assert_eq!(c.upstream.idle_timeout, None);

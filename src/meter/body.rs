@@ -16,6 +16,7 @@ use tokio::time::Sleep;
 use super::decompress::Decompressor;
 use super::drain::{DrainEnd, DrainLimits, Drains};
 use super::ledger::Ledger;
+use super::shutdown::{Cut, OpenStream, Shutdown};
 use super::tokenize::{self, Plan};
 use super::{
     Counted, Measurement, Outcome, Reasoning, Recorder, RequestFacts, TokenSource, ToolUse,
@@ -85,6 +86,9 @@ pub struct Meter {
     batch_once: Option<BatchOnce>,
     /// A batch result file's totals, once read to its end.
     batch: Option<BatchTally>,
+    /// Holds the request among the instance's open streams until it is
+    /// recorded; a drop after the drain's cut is recorded as that cut.
+    open: Option<OpenStream>,
 }
 
 /// Counting a batch result file's usage once however often it is
@@ -296,7 +300,20 @@ impl Meter {
             once: None,
             batch_once: None,
             batch: None,
+            open: None,
         }
+    }
+
+    /// Count the request among `shutdown`'s open streams until it is
+    /// recorded; if it is dropped unfinished after the drain cut, the cut
+    /// is recorded (outcome `shutdown`), not a client cancellation.
+    pub fn watch_shutdown(&mut self, shutdown: &Arc<Shutdown>) {
+        self.open = Some(shutdown.enter(self.facts.start));
+    }
+
+    /// The drain's cut, if the instance's drain has cut.
+    fn cut(&self) -> Option<Cut> {
+        self.open.as_ref().and_then(|o| o.shutdown().is_cut())
     }
 
     /// The facts this meter was started with.
@@ -612,6 +629,7 @@ impl Meter {
         let Some(recorder) = self.recorder.take() else {
             return;
         };
+        self.open = None;
         let start = self.facts.start;
         let since = |t: Option<Instant>| t.map(|t| t - start);
         let duration = start.elapsed();
@@ -705,11 +723,19 @@ impl Meter {
 
 impl Drop for Meter {
     fn drop(&mut self) {
-        // Nobody finished the request: the client went away.
-        self.record(
-            Outcome::ClientCancelled,
-            Some("client_cancelled".to_owned()),
-        );
+        // Nobody finished the request: the drain cut it, or else the
+        // client went away.
+        match self.cut() {
+            Some(cut) => self.record_caused(
+                Outcome::Shutdown,
+                Some(cut.error_type().to_owned()),
+                Some(cut.cause().to_owned()),
+            ),
+            None => self.record(
+                Outcome::ClientCancelled,
+                Some("client_cancelled".to_owned()),
+            ),
+        }
     }
 }
 
@@ -749,6 +775,10 @@ impl<B> Drop for MeteredBody<B> {
         // Dropped before the end: the client went away (hyper dropped the
         // response body). Cancel mode leaves that to the meter's own drop.
         if self.meter.is_finished() {
+            return;
+        }
+        // The drain cut it: nobody is left to read on for.
+        if self.meter.cut().is_some() {
             return;
         }
         if let (Some(hook), Some(inner)) = (self.drain.take(), self.inner.take()) {
@@ -1479,6 +1509,46 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), drains.wait_idle())
             .await
             .expect("drains finish");
+    }
+
+    #[tokio::test]
+    async fn a_body_dropped_after_the_drain_cut_is_recorded_as_cut_by_tokentap() {
+        for cut in [Cut::GraceExpired, Cut::Forced] {
+            // A route that drains after its client leaves: a cut is not
+            // a client leaving, and nothing is left to read on for.
+            let drains = Drains::new(4);
+            let (sink, mut tx, mut body) = draining(&drains, 1 << 20);
+            let shutdown = Shutdown::new();
+            body.meter.watch_shutdown(&shutdown);
+            assert_eq!(shutdown.open().streams, 1, "counted as open");
+            tx.send_data(chunk("a")).await.expect("send");
+            body.frame().await.expect("frame").expect("ok");
+            shutdown.cut(cut);
+            drop(body);
+            assert_eq!(drains.active(), 0, "not handed to a drain");
+            let m = sink.only();
+            assert_eq!(
+                m.outcome,
+                Outcome::Shutdown,
+                "{cut:?}: not client_cancelled"
+            );
+            assert_eq!(m.error_type.as_deref(), Some(cut.error_type()));
+            assert_eq!(m.error_cause.as_deref(), Some(cut.cause()));
+            assert_eq!(m.content_chunks, 1, "what was relayed is kept");
+            assert_eq!(shutdown.open().streams, 0, "no longer open");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_dropped_before_any_cut_is_the_client_leaving() {
+        let (sink, mut tx, mut body) = metered(true, "text/event-stream", None);
+        let shutdown = Shutdown::new();
+        body.meter.watch_shutdown(&shutdown);
+        tx.send_data(chunk("a")).await.expect("send");
+        body.frame().await.expect("frame").expect("ok");
+        drop(body);
+        assert_eq!(sink.only().outcome, Outcome::ClientCancelled);
+        assert_eq!(shutdown.open().streams, 0);
     }
 
     #[tokio::test]

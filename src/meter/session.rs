@@ -11,6 +11,8 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use super::shutdown::Cut;
+
 use super::{
     Measurement, ModalityTokens, Outcome, Reasoning, Recorder, RequestFacts, TokenSource, ToolUse,
 };
@@ -62,8 +64,8 @@ pub enum SessionEnd {
     Failed(Party),
     /// Nothing moved for `websocket.idle_timeout`.
     Idle,
-    /// tokentap shut down.
-    Shutdown,
+    /// tokentap's shutdown stopped it, for this reason.
+    Shutdown(Cut),
     /// The upgrade never completed on one side.
     NotUpgraded,
 }
@@ -77,7 +79,7 @@ impl SessionEnd {
             SessionEnd::Failed(Party::Client) => "client_failed",
             SessionEnd::Failed(Party::Upstream) => "upstream_failed",
             SessionEnd::Idle => "idle_timeout",
-            SessionEnd::Shutdown => "shutdown",
+            SessionEnd::Shutdown(_) => "shutdown",
             SessionEnd::NotUpgraded => "not_upgraded",
         }
     }
@@ -349,7 +351,7 @@ impl SessionMeter {
             }
             SessionEnd::Failed(Party::Upstream) => (Outcome::UpstreamError, Some("upstream_reset")),
             SessionEnd::Idle => (Outcome::UpstreamTimeout, Some("websocket_idle_timeout")),
-            SessionEnd::Shutdown => (Outcome::UpstreamError, Some("tokentap_shutdown")),
+            SessionEnd::Shutdown(cut) => (Outcome::Shutdown, Some(cut.error_type())),
             SessionEnd::NotUpgraded => (Outcome::UpstreamError, Some("upgrade_failed")),
         };
         self.finish(outcome, why.map(str::to_owned));
@@ -597,8 +599,30 @@ mod tests {
         m.requested(None);
         m.output(1);
         m.done(None, Done::Completed);
-        let summary = m.end(SessionEnd::Shutdown);
+        let summary = m.end(SessionEnd::Shutdown(Cut::GraceExpired));
         assert_eq!(seen.lock().expect("lock").len(), 1);
         assert_eq!(summary.end, "shutdown");
+    }
+
+    #[test]
+    fn a_response_in_flight_at_shutdown_is_recorded_as_cut_by_tokentap() {
+        for (cut, want) in [
+            (Cut::GraceExpired, "shutdown_grace_expired"),
+            (Cut::Forced, "shutdown_forced"),
+        ] {
+            let (mut m, seen) = meter();
+            m.requested(None);
+            m.output(1);
+            let summary = m.end(SessionEnd::Shutdown(cut));
+            let seen = seen.lock().expect("lock");
+            assert_eq!(seen.len(), 1, "the response in flight is recorded");
+            assert_eq!(
+                seen[0].outcome,
+                Outcome::Shutdown,
+                "not the upstream's failure"
+            );
+            assert_eq!(seen[0].error_type.as_deref(), Some(want));
+            assert_eq!(summary.end, "shutdown");
+        }
     }
 }

@@ -36,6 +36,8 @@ pub(super) enum Reason {
     Incomplete,
     /// The client went away.
     Cancelled,
+    /// tokentap's own shutdown cut it.
+    Shutdown,
     /// Events or the whole body could not be read.
     Malformed,
     /// An SLO of the route and model is breached.
@@ -64,6 +66,7 @@ impl Reason {
             Reason::Error => "error",
             Reason::Incomplete => "incomplete",
             Reason::Cancelled => "cancelled",
+            Reason::Shutdown => "shutdown",
             Reason::Malformed => "malformed",
             Reason::Slo => "slo",
             Reason::SlowTtft => "slow_ttft",
@@ -213,6 +216,7 @@ impl Sampler {
             Outcome::UpstreamError | Outcome::UpstreamTimeout => Reason::Error,
             Outcome::Incomplete => Reason::Incomplete,
             Outcome::ClientCancelled => Reason::Cancelled,
+            Outcome::Shutdown => Reason::Shutdown,
             Outcome::Malformed => Reason::Malformed,
             Outcome::Complete if m.malformed_events > 0 => Reason::Malformed,
             Outcome::Complete if slo => Reason::Slo,

@@ -6,8 +6,11 @@
 //! and skipped; a broken frame stream stops metering for the session,
 //! which is then marked unmetered with the reason.
 
+use std::sync::Arc;
+
 use crate::framing::websocket::{Sender, WsDecoder, WsMessage, negotiated_deflate};
 use crate::meter::session::{Done, Party, SessionEnd, SessionMeter, StartRecorder};
+use crate::meter::shutdown::{Cut, Shutdown};
 use crate::meter::{ModalityTokens, RequestFacts};
 use crate::providers::realtime::{
     DoneStatus, RealtimeUsage, SessionEvent, SessionParser, dialect_for_path,
@@ -23,6 +26,8 @@ pub(super) struct Metering {
     session: Option<SessionTelemetry>,
     /// The decoders and parser; `None` once metering cannot follow.
     view: Option<View>,
+    /// Why a session stopped by tokentap's shutdown was stopped.
+    shutdown: Arc<Shutdown>,
 }
 
 /// What reads the session's messages.
@@ -43,6 +48,7 @@ impl Metering {
         extensions: &[String],
         max_message: usize,
         session: SessionTelemetry,
+        shutdown: Arc<Shutdown>,
     ) -> Metering {
         let child = session.clone();
         let start: StartRecorder = Box::new(move |f| Box::new(child.begin_child(f)));
@@ -75,6 +81,7 @@ impl Metering {
             meter: Some(meter),
             session: Some(session),
             view,
+            shutdown,
         }
     }
 
@@ -92,7 +99,10 @@ impl Metering {
                 SessionEnd::Failed(party(side))
             }
             End::Idle => SessionEnd::Idle,
-            End::Shutdown => SessionEnd::Shutdown,
+            // Sessions are stopped just before the drain's cut, or with it.
+            End::Shutdown => {
+                SessionEnd::Shutdown(self.shutdown.is_cut().unwrap_or(Cut::GraceExpired))
+            }
         };
         self.end(end);
     }

@@ -446,7 +446,8 @@ pub struct WindowStats {
     /// Outcomes `upstream_error`, `upstream_timeout`, `malformed` and
     /// `incomplete`.
     pub errors: u64,
-    /// Outcome `client_cancelled` (not errors).
+    /// Outcome `client_cancelled` (not errors; a cut made by tokentap's
+    /// own drain, outcome `shutdown`, is neither).
     pub cancelled: u64,
     /// Input tokens summed over the window.
     pub tokens_in: u64,

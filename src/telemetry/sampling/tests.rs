@@ -117,6 +117,10 @@ fn special_requests_are_always_kept_with_weight_one() {
         Cancelled
     );
     assert_eq!(
+        reason(&|m| m.outcome = Outcome::Shutdown, false, false),
+        Shutdown
+    );
+    assert_eq!(
         reason(&|m| m.outcome = Outcome::Malformed, false, false),
         Malformed
     );
