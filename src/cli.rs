@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use clap::builder::TypedValueParser as _;
 
+use crate::bench::BenchCli;
 use crate::config::{self, LogFormat, OtlpProtocol};
 use crate::demo::DemoArgs;
 use crate::providers::ProviderKind;
@@ -23,6 +24,7 @@ use crate::simulate::SimulateArgs;
 unchanged, and turns each request into a measurement (time to first token, tokens per second, \
 token counts) exported over OTLP.\n\n\
 Quick start:\n  tokentap demo      (simulated provider and traffic; no API key needed)\n  \
+tokentap bench --simulate   (a benchmark against the simulated provider)\n  \
 tokentap --upstream https://api.openai.com\n  \
 OPENAI_BASE_URL=http://127.0.0.1:8080/v1 your-app\n\n\
 With no subcommand, tokentap runs the proxy (same as `tokentap run`).\n\n\
@@ -55,6 +57,10 @@ pub enum Command {
     /// Print the price a provider's model gets, and why: the table entry,
     /// its dated price and variants, and every override considered
     Price(PriceArgs),
+    /// Benchmark models or servers by the rules of a fair comparison,
+    /// measured by tokentap's own meter (`bench compare A.json B.json`
+    /// puts two runs side by side)
+    Bench(BenchCli),
 }
 
 /// `tokentap price PROVIDER MODEL`: which price applies, and why.
