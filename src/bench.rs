@@ -182,7 +182,9 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
 
     let mut reports = Vec::with_capacity(targets.len());
     for target in &targets {
-        let key = target.key().with_context(|| format!("target {}", target.name()))?;
+        let key = target
+            .key()
+            .with_context(|| format!("target {}", target.name()))?;
         let served = target.probe(runner.client(), key.as_deref()).await;
         let mut levels = Vec::new();
         for set in &sets {

@@ -62,7 +62,10 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
                 list.join("; ")
             );
         }
-        eprintln!("tokentap bench compare: not like with like (--force): {}", list.join("; "));
+        eprintln!(
+            "tokentap bench compare: not like with like (--force): {}",
+            list.join("; ")
+        );
     }
     print!("{}", side_by_side(&a, &b, &args.a, &args.b));
     Ok(())
@@ -116,8 +119,16 @@ pub fn differences(a: &Report, b: &Report) -> Vec<Difference> {
         names.join(", ")
     };
     check("prompt_sets", sets(a), sets(b));
-    check("max_tokens", sa.max_tokens.to_string(), sb.max_tokens.to_string());
-    check("ignore_eos", sa.ignore_eos.to_string(), sb.ignore_eos.to_string());
+    check(
+        "max_tokens",
+        sa.max_tokens.to_string(),
+        sb.max_tokens.to_string(),
+    );
+    check(
+        "ignore_eos",
+        sa.ignore_eos.to_string(),
+        sb.ignore_eos.to_string(),
+    );
     let loads = |r: &Report| {
         let l: Vec<String> = r.settings.loads.iter().map(|l| l.label()).collect();
         l.join(", ")
@@ -128,9 +139,17 @@ pub fn differences(a: &Report, b: &Report) -> Vec<Difference> {
     let none = || "(none)".to_owned();
     for k in keys {
         let (x, y) = (sa.labels.get(k).cloned(), sb.labels.get(k).cloned());
-        check(&format!("labels.{k}"), x.unwrap_or_else(none), y.unwrap_or_else(none));
+        check(
+            &format!("labels.{k}"),
+            x.unwrap_or_else(none),
+            y.unwrap_or_else(none),
+        );
     }
-    check("targets", a.targets.len().to_string(), b.targets.len().to_string());
+    check(
+        "targets",
+        a.targets.len().to_string(),
+        b.targets.len().to_string(),
+    );
     for (i, (ta, tb)) in a.targets.iter().zip(&b.targets).enumerate() {
         // The same model asked for, served as a different version.
         if ta.model == tb.model {
@@ -147,7 +166,14 @@ pub fn differences(a: &Report, b: &Report) -> Vec<Difference> {
 
 fn side_by_side(a: &Report, b: &Report, pa: &Path, pb: &Path) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "A: {} ({})\nB: {} ({})", pa.display(), a.date, pb.display(), b.date);
+    let _ = writeln!(
+        out,
+        "A: {} ({})\nB: {} ({})",
+        pa.display(),
+        a.date,
+        pb.display(),
+        b.date
+    );
     for (ta, tb) in a.targets.iter().zip(&b.targets) {
         let _ = writeln!(out, "\nA {} — {}", ta.name, report::served_line(&ta.served));
         let _ = writeln!(out, "B {} — {}", tb.name, report::served_line(&tb.served));

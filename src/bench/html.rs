@@ -181,7 +181,10 @@ fn chart(out: &mut String, r: &Report, set: &str, id: &str, title: &str, unit: &
         let points: Vec<String> = line
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| s.and_then(|s| s.median).map(|m| format!("{:.1},{:.1}", x(i), y(m))))
+            .filter_map(|(i, s)| {
+                s.and_then(|s| s.median)
+                    .map(|m| format!("{:.1},{:.1}", x(i), y(m)))
+            })
             .collect();
         let _ = write!(
             out,
@@ -250,7 +253,13 @@ fn tables(out: &mut String, r: &Report) {
         );
         for l in &t.levels {
             let s = &l.summary;
-            let cell = |v: String, sp: &Spread| format!("<td>{} <span class=\"spread\">{}</span></td>", escape(&v), escape(&report::spread(sp)));
+            let cell = |v: String, sp: &Spread| {
+                format!(
+                    "<td>{} <span class=\"spread\">{}</span></td>",
+                    escape(&v),
+                    escape(&report::spread(sp))
+                )
+            };
             let mut errors = l.errors.to_string();
             for (kind, n) in &l.error_types {
                 let _ = write!(errors, " · {kind}: {n}");
@@ -270,7 +279,10 @@ fn tables(out: &mut String, r: &Report) {
                 report::num(s.decode_tps.p90.median, 1),
                 report::num(s.decode_tps.p99.median, 1),
                 cell(report::num(s.requests_per_s.median, 2), &s.requests_per_s),
-                cell(report::num(s.output_tokens_per_s.median, 1), &s.output_tokens_per_s),
+                cell(
+                    report::num(s.output_tokens_per_s.median, 1),
+                    &s.output_tokens_per_s
+                ),
                 report::num(s.output_tokens_mean.median, 1)
             );
         }
@@ -292,7 +304,10 @@ fn metadata(out: &mut String, r: &Report) {
                 c.os,
                 c.arch,
                 c.cpus,
-                c.cpu_model.as_deref().map(|m| format!(" · {m}")).unwrap_or_default()
+                c.cpu_model
+                    .as_deref()
+                    .map(|m| format!(" · {m}"))
+                    .unwrap_or_default()
             ),
         ),
         ("max_tokens".into(), s.max_tokens.to_string()),
@@ -300,7 +315,11 @@ fn metadata(out: &mut String, r: &Report) {
         ("Runs per level".into(), s.runs.to_string()),
         (
             "Loads".into(),
-            s.loads.iter().map(|l| l.label()).collect::<Vec<_>>().join(", "),
+            s.loads
+                .iter()
+                .map(|l| l.label())
+                .collect::<Vec<_>>()
+                .join(", "),
         ),
     ];
     for (k, v) in &s.labels {
@@ -314,7 +333,12 @@ fn metadata(out: &mut String, r: &Report) {
     }
     out.push_str("<h2>Run</h2>\n<table class=\"metadata\"><tbody>");
     for (k, v) in rows {
-        let _ = write!(out, "<tr><th>{}</th><td>{}</td></tr>", escape(&k), escape(&v));
+        let _ = write!(
+            out,
+            "<tr><th>{}</th><td>{}</td></tr>",
+            escape(&k),
+            escape(&v)
+        );
     }
     out.push_str("</tbody></table>\n");
 }
@@ -335,7 +359,10 @@ mod tests {
 
     #[test]
     fn escapes_markup_and_picks_round_axis_tops() {
-        assert_eq!(escape("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+        assert_eq!(
+            escape("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
         assert_eq!(nice(0.87), 1.0);
         assert_eq!(nice(120.0), 200.0);
         assert_eq!(nice(4.2), 5.0);

@@ -238,7 +238,8 @@ impl Runner {
         let mut samples_all = Vec::new();
         for run in 1..=self.runs {
             progress.label(&format!("{what} run {run}/{}", self.runs));
-            let (samples, elapsed) = run_once(&job, level.load, count, &mut numbers, progress).await;
+            let (samples, elapsed) =
+                run_once(&job, level.load, count, &mut numbers, progress).await;
             runs.push(RunStats::new(&samples, elapsed));
             samples_all.extend(samples);
         }

@@ -62,7 +62,8 @@ trade central control for counter-attacking chances on the queen's side. When th
 oboe gave the A, and the strings followed, section by section, until the hall settled into silence. ";
 
 /// Instruction before the built-in text.
-const ASK: &str = "Summarise the following notes in a few sentences, then list three questions they raise.\n\n";
+const ASK: &str =
+    "Summarise the following notes in a few sentences, then list three questions they raise.\n\n";
 
 /// Prompts a JSONL file may hold.
 const MAX_FILE_PROMPTS: usize = 100_000;
@@ -96,8 +97,8 @@ impl PromptSet {
                 continue;
             }
             let at = || format!("--prompts {} line {}", path.display(), n + 1);
-            let v: serde_json::Value = serde_json::from_str(line)
-                .with_context(|| format!("{}: not JSON", at()))?;
+            let v: serde_json::Value =
+                serde_json::from_str(line).with_context(|| format!("{}: not JSON", at()))?;
             let prompt = if let Some(p) = v.get("prompt").and_then(|p| p.as_str()) {
                 Prompt::text(p, count(bpe, p))
             } else if let Some(m) = v.get("messages").filter(|m| m.is_array()) {
@@ -130,9 +131,10 @@ impl PromptSet {
             "--prompts {}: no prompts in the file",
             path.display()
         );
-        let name = path
-            .file_name()
-            .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
         Ok(PromptSet {
             name: format!("file:{name}"),
             input_tokens: None,
@@ -197,7 +199,8 @@ mod tests {
 
     #[test]
     fn jsonl_prompts_are_read_with_errors_naming_the_line() {
-        let dir = std::env::temp_dir().join(format!("tokentap-bench-prompts-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("tokentap-bench-prompts-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         let good = dir.join("good.jsonl");
         std::fs::write(
@@ -213,7 +216,10 @@ mod tests {
         let bad = dir.join("bad.jsonl");
         std::fs::write(&bad, "{\"prompt\":\"ok\"}\n{\"text\":1}\n").expect("write");
         let err = format!("{:#}", PromptSet::from_jsonl(&bad).expect_err("bad"));
-        assert!(err.contains("line 2") && err.contains("\"prompt\""), "{err}");
+        assert!(
+            err.contains("line 2") && err.contains("\"prompt\""),
+            "{err}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -185,7 +185,12 @@ pub struct LevelReport {
 
 impl LevelReport {
     /// The level from its runs and all their samples.
-    pub fn new(set: &PromptSet, load: Load, runs: Vec<RunStats>, samples: &[Sample]) -> LevelReport {
+    pub fn new(
+        set: &PromptSet,
+        load: Load,
+        runs: Vec<RunStats>,
+        samples: &[Sample],
+    ) -> LevelReport {
         let mut error_types = BTreeMap::new();
         let mut models: Vec<String> = Vec::new();
         for s in samples {
@@ -425,7 +430,13 @@ pub fn table(report: &Report) -> String {
         let _ = writeln!(out, "labels: {}", labels.join(", "));
     }
     for t in &report.targets {
-        let _ = writeln!(out, "\n{} [{}] {}", t.name, t.family.as_str(), served_line(&t.served));
+        let _ = writeln!(
+            out,
+            "\n{} [{}] {}",
+            t.name,
+            t.family.as_str(),
+            served_line(&t.served)
+        );
         let _ = writeln!(
             out,
             "{:<14} {:<8} {:>6} {:>16} {:>9} {:>9} {:>12} {:>16} {:>9} {:>9} {:>12} {:>7}",
@@ -454,7 +465,11 @@ pub fn table(report: &Report) -> String {
                 ms(m.ttft_s.p90.median),
                 ms(m.ttft_s.p99.median),
                 num(m.prefill_tps.p50.median, 0),
-                format!("{} {}", num(m.decode_tps.p50.median, 1), spread(&m.decode_tps.p50)),
+                format!(
+                    "{} {}",
+                    num(m.decode_tps.p50.median, 1),
+                    spread(&m.decode_tps.p50)
+                ),
                 num(m.decode_tps.p90.median, 1),
                 num(m.requests_per_s.median, 2),
                 num(m.output_tokens_per_s.median, 1),
@@ -517,7 +532,11 @@ mod tests {
         });
         let r = RunStats::new(&samples, Duration::from_secs(2));
         assert_eq!((r.requests, r.errors), (4, 1));
-        assert_eq!(r.ttft_s.p50, Some(0.2), "the failed request's TTFT is not counted");
+        assert_eq!(
+            r.ttft_s.p50,
+            Some(0.2),
+            "the failed request's TTFT is not counted"
+        );
         assert_eq!(r.decode_tps.p50, Some(40.0));
         assert_eq!(r.requests_per_s, 1.5);
         assert_eq!(r.output_tokens_per_s, 15.0);
@@ -536,9 +555,16 @@ mod tests {
         ];
         let l = LevelReport::new(&set, Load::Concurrency(2), runs, &samples);
         let ttft = l.summary.ttft_s.p50;
-        assert_eq!((ttft.median, ttft.min, ttft.max), (Some(0.2), Some(0.1), Some(0.3)));
+        assert_eq!(
+            (ttft.median, ttft.min, ttft.max),
+            (Some(0.2), Some(0.1), Some(0.3))
+        );
         assert!((ttft.relative().expect("spread") - 1.0).abs() < 1e-9);
         assert_eq!((l.requests, l.errors), (3, 2));
-        assert_eq!(l.error_types.get("timeout"), Some(&2), "errors are counted by type");
+        assert_eq!(
+            l.error_types.get("timeout"),
+            Some(&2),
+            "errors are counted by type"
+        );
     }
 }

@@ -174,9 +174,9 @@ impl Target {
         if let Some(env) = &self.key_env {
             return match std::env::var(env) {
                 Ok(k) if !k.trim().is_empty() => Ok(Some(k.trim().to_owned())),
-                _ => anyhow::bail!(
-                    "the key variable {env} named in --target is not set (or empty)"
-                ),
+                _ => {
+                    anyhow::bail!("the key variable {env} named in --target is not set (or empty)")
+                }
             };
         }
         if self.simulated {
@@ -445,7 +445,10 @@ mod tests {
         assert_eq!(req.uri(), "http://h/v1/messages");
         assert_eq!(req.headers()["x-api-key"], "k");
         let body: serde_json::Value = serde_json::from_slice(req.body()).expect("json");
-        assert!(body.get("ignore_eos").is_none(), "Anthropic takes no ignore_eos");
+        assert!(
+            body.get("ignore_eos").is_none(),
+            "Anthropic takes no ignore_eos"
+        );
 
         let ollama = Target::parse_arg("http://h:11434,ollama,llama3").expect("ok");
         let req = ollama.request(&prompt, ask).expect("request");
@@ -461,8 +464,12 @@ mod tests {
         assert!(s.read_info("vllm", &vllm));
         assert_eq!(s.software_version.as_deref(), Some("0.6.3"));
         let mut s = Served::default();
-        let tgi = serde_json::json!({"model_id": "m", "version": "2.4.0", "max_total_tokens": 8192});
-        assert!(!s.read_info("vllm", &tgi), "a TGI /info is not a vLLM /version");
+        let tgi =
+            serde_json::json!({"model_id": "m", "version": "2.4.0", "max_total_tokens": 8192});
+        assert!(
+            !s.read_info("vllm", &tgi),
+            "a TGI /info is not a vLLM /version"
+        );
         assert!(s.read_info("tgi", &tgi));
         assert_eq!(s.context_length, Some(8192));
         let mut s = Served::default();
@@ -472,7 +479,8 @@ mod tests {
             (s.software.as_deref(), s.context_length),
             (Some("llama.cpp"), Some(4096))
         );
-        let models = serde_json::json!({"data": [{"id": "a"}, {"id": "m", "max_model_len": 32768}]});
+        let models =
+            serde_json::json!({"data": [{"id": "a"}, {"id": "m", "max_model_len": 32768}]});
         assert_eq!(context_from_models(&models, "m"), Some(32768));
         assert_eq!(context_from_models(&models, "a"), None);
     }
