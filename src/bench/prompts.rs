@@ -148,7 +148,11 @@ impl PromptSet {
             Source::File(prompts) => prompts[(n % prompts.len() as u64) as usize].clone(),
             Source::Builtin { body } => {
                 let bpe = o200k_base_singleton();
-                let head = bpe.encode_ordinary(&format!("Request {n}. {ASK}"));
+                let mut head = bpe.encode_ordinary(&format!("Request {n}. {ASK}"));
+                if head.len() > body.len() / 2 {
+                    // A short prompt keeps only its number before the notes.
+                    head = bpe.encode_ordinary(&format!("{n}. "));
+                }
                 let keep = body.len().saturating_sub(head.len());
                 let mut ids = head;
                 // Start the notes at a point that moves with `n`.

@@ -336,7 +336,8 @@ impl Served {
         let known = match software {
             "llama.cpp" => v.get("default_generation_settings").is_some(),
             "tgi" => v.get("model_id").is_some() && version.is_some(),
-            _ => version.is_some() && v.as_object().is_some_and(|o| o.len() <= 3),
+            // TGI's /info has a version too, beside its model_id.
+            _ => version.is_some() && v.get("model_id").is_none(),
         };
         if known {
             self.software = Some(software.to_owned());
