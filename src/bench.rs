@@ -61,7 +61,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub simulate: bool,
 
-    /// Concurrency levels: requests in flight at once (e.g. 1,8,32)
+    /// Concurrency levels: requests in flight at once (e.g. 1,8,32; default 1,8)
     #[arg(long, value_name = "N,N,…", value_delimiter = ',', value_parser = simulate::at_least_one_arg::<usize>)]
     pub concurrency: Vec<usize>,
 
