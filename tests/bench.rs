@@ -499,3 +499,94 @@ fn bench_simulate_needs_no_key_and_bad_flags_name_themselves() {
         );
     }
 }
+
+#[test]
+fn bench_runs_request_rates_with_jsonl_prompts_for_openai_and_anthropic() {
+    let dir = scratch("rates-jsonl");
+    let sim = Simulator::start(60, 100);
+    let prompts = dir.join("p.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"prompt\":\"Say hello.\"}\n{\"messages\":[{\"role\":\"user\",\"content\":\"And goodbye.\"}]}\n",
+    )
+    .expect("prompts");
+    let json = dir.join("r.json");
+    let targets = [
+        format!("http://{}/v1,openai,chat-model", sim.addr),
+        format!("http://{},anthropic,claude-model", sim.addr),
+    ];
+    let out = tokentap(
+        &[
+            "bench",
+            "--target",
+            &targets[0],
+            "--target",
+            &targets[1],
+            "--rate",
+            "5",
+            "--requests",
+            "5",
+            "--runs",
+            "2",
+            "--warmup",
+            "0",
+            "--max-tokens",
+            "4",
+            "--prompts",
+            prompts.to_str().expect("path"),
+            "--json",
+            json.to_str().expect("path"),
+        ],
+        &dir,
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "bench exits 0: {}", text(&out.stderr));
+    let report = read_json(&json);
+    assert_eq!(report["settings"]["prompt_sets"][0]["name"], "file:p.jsonl");
+    assert_eq!(
+        report["settings"]["loads"],
+        serde_json::json!([{"rate": 5.0}])
+    );
+    for (t, (model, family)) in report["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .zip([("chat-model", "openai"), ("claude-model", "anthropic")])
+    {
+        assert_eq!(
+            (t["model"].as_str(), t["family"].as_str()),
+            (Some(model), Some(family))
+        );
+        assert_eq!(
+            t["served"]["models"],
+            serde_json::json!([model]),
+            "{family}: model as served"
+        );
+        let level = &t["levels"][0];
+        assert_eq!(
+            (level["requests"].as_u64(), level["errors"].as_u64()),
+            (Some(10), Some(0)),
+            "{family}: {level}"
+        );
+        let s = &level["summary"];
+        assert_eq!(
+            s["output_tokens_mean"]["median"], 4.0,
+            "{family}: 4 tokens received"
+        );
+        let ttft = s["ttft_s"]["p50"]["median"].as_f64().expect("ttft");
+        within(ttft, 0.060, 0.25, &format!("{family}: TTFT p50"));
+        let decode = s["decode_tps"]["p50"]["median"].as_f64().expect("decode");
+        within(
+            decode,
+            100.0,
+            0.25,
+            &format!("{family}: decode tokens/s p50"),
+        );
+        assert!(
+            s["input_tokens_mean"]["median"]
+                .as_f64()
+                .is_some_and(|n| n > 0.0),
+            "{family}: input tokens from the answer's usage"
+        );
+    }
+}

@@ -194,8 +194,11 @@ impl Runner {
             pool_max_idle_per_host: widest.map_or(8, |l| l.width()).max(2),
             ..UpstreamConfig::default()
         };
+        // Forward proxies as the proxy itself honours them (HTTPS_PROXY, NO_PROXY, …).
+        let proxies = crate::config::proxy::ProxyEnv::from_process()
+            .map_err(|(var, m)| anyhow::anyhow!("{var}: {m}"))?;
         Ok(Runner {
-            client: Client::new(&cfg, Egress::default())?,
+            client: Client::new(&cfg, Egress::from_env(&proxies))?,
             tokenizer: Tokenizer::start(true),
             max_tokens: args.max_tokens,
             ignore_eos: args.ignore_eos,
