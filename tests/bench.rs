@@ -6,10 +6,15 @@
 //! `scripts/setup-browser-test.sh`; a missing tool fails the test with the
 //! install command, nothing is skipped); `bench compare` refuses two
 //! reports that are not like with like, naming each differing field.
+//! Against a scripted vLLM-like server, the request carries what was asked
+//! (key, `max_tokens`, `ignore_eos`, usage) and the report what the server
+//! said it runs.
 #![allow(
     clippy::disallowed_methods,
     reason = "tests bound child processes with the wall clock"
 )]
+
+mod support;
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
@@ -79,9 +84,15 @@ impl Drop for Simulator {
 /// Run `tokentap ARGS`, killed (by PID) past `limit`; stdout and stderr
 /// go through files in `dir` so nothing blocks on a full pipe.
 fn tokentap(args: &[&str], dir: &Path, limit: Duration) -> Output {
+    tokentap_with_env(args, &[], dir, limit)
+}
+
+/// [`tokentap`] with `env` set for the child.
+fn tokentap_with_env(args: &[&str], env: &[(&str, &str)], dir: &Path, limit: Duration) -> Output {
     let (out, err) = (dir.join("stdout"), dir.join("stderr"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_tokentap"))
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out).expect("stdout file"))
         .stderr(std::fs::File::create(&err).expect("stderr file"))
@@ -589,4 +600,115 @@ fn bench_runs_request_rates_with_jsonl_prompts_for_openai_and_anthropic() {
             "{family}: input tokens from the answer's usage"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_sends_what_was_asked_and_records_what_the_server_runs() {
+    use support::script::{StreamSpec, openai_chat_sse};
+    use support::upstream::{Reply, Upstream};
+    let spec = StreamSpec {
+        model: "llama-3.1-8b-2025-01".to_owned(),
+        ..StreamSpec::tokens(5, Duration::from_millis(80), Duration::from_millis(20))
+    };
+    let up = Upstream::start(move |ex| match ex.path_and_query.as_str() {
+        "/version" => Reply::new(200)
+            .header("content-type", "application/json")
+            .send(r#"{"version":"0.9.1"}"#),
+        "/v1/models" => Reply::new(200)
+            .header("content-type", "application/json")
+            .send(r#"{"object":"list","data":[{"id":"llama","max_model_len":32768}]}"#),
+        "/v1/chat/completions" => openai_chat_sse(&spec),
+        _ => Reply::new(404),
+    })
+    .await;
+    let dir = scratch("vllm");
+    let json = dir.join("v.json");
+    let target = format!("{}/v1,openai,llama,TOKENTAP_BENCH_TEST_KEY", up.url());
+    let args: Vec<String> = [
+        "bench",
+        "--target",
+        &target,
+        "--concurrency",
+        "2",
+        "--runs",
+        "1",
+        "--requests",
+        "2",
+        "--warmup",
+        "0",
+        "--max-tokens",
+        "5",
+        "--ignore-eos",
+        "--input-tokens",
+        "64",
+        "--json",
+        json.to_str().expect("path"),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let d = dir.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        tokentap_with_env(
+            &args,
+            &[("TOKENTAP_BENCH_TEST_KEY", "secret-key")],
+            &d,
+            Duration::from_secs(60),
+        )
+    })
+    .await
+    .expect("bench");
+    assert!(out.status.success(), "bench exits 0: {}", text(&out.stderr));
+
+    let chats: Vec<_> = up
+        .exchanges()
+        .into_iter()
+        .filter(|e| e.path_and_query == "/v1/chat/completions")
+        .collect();
+    assert_eq!(chats.len(), 2, "two measured requests, no warm-up");
+    for ex in &chats {
+        assert_eq!(
+            ex.header("authorization").as_deref(),
+            Some("Bearer secret-key"),
+            "key from KEY_ENV"
+        );
+        let body = ex.json();
+        assert_eq!(body["model"], "llama");
+        assert_eq!(
+            (body["max_tokens"].as_u64(), body["ignore_eos"].as_bool()),
+            (Some(5), Some(true))
+        );
+        assert_eq!(body["stream"], true);
+        assert_eq!(
+            body["stream_options"]["include_usage"], true,
+            "usage asked for"
+        );
+    }
+    assert_ne!(
+        chats[0].json()["messages"],
+        chats[1].json()["messages"],
+        "each request its own prompt"
+    );
+
+    let report = read_json(&json);
+    let t = &report["targets"][0];
+    assert_eq!(t["served"]["software"], "vllm", "from /version");
+    assert_eq!(t["served"]["software_version"], "0.9.1");
+    assert_eq!(
+        t["served"]["context_length"], 32768,
+        "max_model_len from /v1/models"
+    );
+    assert_eq!(
+        t["served"]["models"],
+        serde_json::json!(["llama-3.1-8b-2025-01"]),
+        "model as served"
+    );
+    let level = &t["levels"][0];
+    assert_eq!(level["errors"], 0, "{level}");
+    assert_eq!(
+        level["summary"]["input_tokens_mean"]["median"], 17.0,
+        "the server's input count"
+    );
+    assert_eq!(report["settings"]["ignore_eos"], true);
 }
