@@ -318,6 +318,11 @@ mod tests {
             &["demo", "--config", "x.toml"],
             &["--upstream", "http://x", "simulate"],
             &["--listen", "127.0.0.1:1", "demo"],
+            &["bench", "--upstream", "http://x"],
+            &["bench", "--concurrency", "0"],
+            &["bench", "--concurrency", "1", "--rate", "2"],
+            &["bench", "--simulate", "compare", "a.json", "b.json"],
+            &["bench", "compare", "a.json"],
         ] {
             assert!(parse(args).is_err(), "{args:?} must be refused");
         }
@@ -339,5 +344,21 @@ mod tests {
         };
         assert_eq!(c.config, Some(PathBuf::from("a.toml")));
         assert!(matches!(parse(&["run"]), Ok(Command::Run(_))));
+        let Ok(Command::Bench(b)) = parse(&["bench", "--simulate", "--concurrency", "1,8"]) else {
+            panic!("expected bench");
+        };
+        assert!(b.args.simulate && b.command.is_none());
+        assert_eq!(b.args.concurrency, [1, 8]);
+        let Ok(Command::Bench(b)) = parse(&["bench", "compare", "a.json", "b.json", "--force"])
+        else {
+            panic!("expected bench compare");
+        };
+        let Some(crate::bench::BenchCommand::Compare(c)) = b.command else {
+            panic!("expected compare");
+        };
+        assert_eq!(
+            (c.a, c.b, c.force),
+            ("a.json".into(), "b.json".into(), true)
+        );
     }
 }
