@@ -215,6 +215,12 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
             .with_context(|| format!("--html {}: cannot write", path.display()))?;
         eprintln!("tokentap bench: HTML report written to {}", path.display());
     }
+    let levels = report.targets.iter().flat_map(|t| &t.levels);
+    anyhow::ensure!(
+        levels.clone().any(|l| l.errors < l.requests),
+        "every measured request failed ({} errors; by type in the table above)",
+        levels.map(|l| l.errors).sum::<usize>()
+    );
     Ok(())
 }
 
