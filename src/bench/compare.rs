@@ -179,7 +179,7 @@ fn side_by_side(a: &Report, b: &Report, pa: &Path, pb: &Path) -> String {
         let _ = writeln!(out, "B {} — {}", tb.name, report::served_line(&tb.served));
         let _ = writeln!(
             out,
-            "{:<14} {:<8} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7} {:>9}",
+            "{:<14} {:<8} {:>14} {:>14} {:>6} {:>13} {:>13} {:>6} {:>13} {:>13} {:>6} {:>7}",
             "prompts",
             "load",
             "TTFT A ms",
@@ -213,18 +213,26 @@ fn row(la: &LevelReport, lb: &LevelReport) -> String {
         (Some(x), Some(y)) if x != 0.0 => format!("{:.2}", y / x),
         _ => "-".to_owned(),
     };
+    // Each figure with its run-to-run spread, so a ratio inside the noise shows as such.
+    let with = |v: String, s: &Spread| format!("{v} {}", report::spread(s)).trim_end().to_owned();
     format!(
-        "{:<14} {:<8} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7} {:>9}\n",
+        "{:<14} {:<8} {:>14} {:>14} {:>6} {:>13} {:>13} {:>6} {:>13} {:>13} {:>6} {:>7}\n",
         la.prompt_set,
         la.load.label(),
-        report::ms(sa.ttft_s.p50.median),
-        report::ms(sb.ttft_s.p50.median),
+        with(report::ms(sa.ttft_s.p50.median), &sa.ttft_s.p50),
+        with(report::ms(sb.ttft_s.p50.median), &sb.ttft_s.p50),
         ratio(&sa.ttft_s.p50, &sb.ttft_s.p50),
-        report::num(sa.decode_tps.p50.median, 1),
-        report::num(sb.decode_tps.p50.median, 1),
+        with(report::num(sa.decode_tps.p50.median, 1), &sa.decode_tps.p50),
+        with(report::num(sb.decode_tps.p50.median, 1), &sb.decode_tps.p50),
         ratio(&sa.decode_tps.p50, &sb.decode_tps.p50),
-        report::num(sa.output_tokens_per_s.median, 1),
-        report::num(sb.output_tokens_per_s.median, 1),
+        with(
+            report::num(sa.output_tokens_per_s.median, 1),
+            &sa.output_tokens_per_s
+        ),
+        with(
+            report::num(sb.output_tokens_per_s.median, 1),
+            &sb.output_tokens_per_s
+        ),
         ratio(&sa.output_tokens_per_s, &sb.output_tokens_per_s),
         format!("{}/{}", la.errors, lb.errors)
     )
