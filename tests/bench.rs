@@ -617,7 +617,7 @@ async fn bench_sends_what_was_asked_and_records_what_the_server_runs() {
         "/v1/models" => Reply::new(200)
             .header("content-type", "application/json")
             .send(r#"{"object":"list","data":[{"id":"llama","max_model_len":32768}]}"#),
-        "/v1/chat/completions" => openai_chat_sse(&spec),
+        "/v1/chat/completions" => openai_chat_sse(&spec).header("server", "uvicorn"),
         _ => Reply::new(404),
     })
     .await;
@@ -698,6 +698,10 @@ async fn bench_sends_what_was_asked_and_records_what_the_server_runs() {
     assert_eq!(
         t["served"]["context_length"], 32768,
         "max_model_len from /v1/models"
+    );
+    assert_eq!(
+        t["served"]["server_header"], "uvicorn",
+        "the answers' Server header, apart"
     );
     assert_eq!(
         t["served"]["models"],

@@ -496,6 +496,9 @@ pub fn served_line(s: &Served) -> String {
     if let Some(c) = s.context_length {
         parts.push(format!("context {c}"));
     }
+    if let Some(h) = &s.server_header {
+        parts.push(format!("Server: {h}"));
+    }
     parts.join("; ")
 }
 

@@ -298,13 +298,17 @@ impl Target {
 pub struct Served {
     /// Model (and version) the responses named (the first seen, and any other).
     pub models: Vec<String>,
-    /// Serving software (`vllm`, `llama.cpp`, `tgi`, `ollama`, or the
-    /// `Server` response header).
+    /// Serving software, from its info endpoint (`vllm`, `llama.cpp`,
+    /// `tgi`, `ollama`).
     pub software: Option<String>,
     /// Its version, when it says.
     pub software_version: Option<String>,
     /// The model's context length, when the server says.
     pub context_length: Option<u64>,
+    /// The answers' `Server` header (the serving software, or a CDN or
+    /// proxy in front of it: kept apart from `software`).
+    #[serde(default)]
+    pub server_header: Option<String>,
 }
 
 impl Served {
@@ -354,10 +358,10 @@ impl Served {
         }
     }
 
-    /// Note a `Server` header when no info endpoint named the software.
+    /// Note the first `Server` header the answers carried.
     pub fn saw_server_header(&mut self, server: &str) {
-        if self.software.is_none() && !server.is_empty() {
-            self.software = Some(server.to_owned());
+        if self.server_header.is_none() && !server.is_empty() {
+            self.server_header = Some(server.to_owned());
         }
     }
 }
