@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use super::BenchArgs;
-use super::prompts::PromptSet;
+use super::prompts::{Prompt, PromptSet};
 use super::report::{LevelReport, RunStats};
 use super::target::{Ask, Target};
 use crate::config::UpstreamConfig;
@@ -258,20 +258,22 @@ async fn run_once(
     numbers: &mut std::ops::RangeFrom<u64>,
     progress: &Progress,
 ) -> (Vec<Sample>, Duration) {
-    let ids: Vec<u64> = numbers.take(count).collect();
+    // Prompts are built (tokenized) before the clock starts: client CPU
+    // work inside the run would delay the reading of other answers.
+    let prompts: Vec<Prompt> = numbers.take(count).map(|id| job.set.prompt(id)).collect();
     let start = Arrival::now().at;
     let mut tasks = JoinSet::new();
     match load {
         Load::Concurrency(n) => {
-            let queue = Arc::new(Mutex::new(ids.into_iter()));
+            let queue = Arc::new(Mutex::new(prompts.into_iter()));
             for _ in 0..n.min(count) {
                 let (job, queue, progress) = (job.clone(), queue.clone(), progress.clone());
                 tasks.spawn(async move {
                     let mut out = Vec::new();
                     loop {
                         let next = queue.lock().ok().and_then(|mut q| q.next());
-                        let Some(id) = next else { break };
-                        out.push(one(&job, id).await);
+                        let Some(prompt) = next else { break };
+                        out.push(one(&job, &prompt).await);
                         progress.tick();
                     }
                     out
@@ -281,11 +283,11 @@ async fn run_once(
         Load::Rate(r) => {
             let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / r));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-            for id in ids {
+            for prompt in prompts {
                 tick.tick().await;
                 let (job, progress) = (job.clone(), progress.clone());
                 tasks.spawn(async move {
-                    let s = one(&job, id).await;
+                    let s = one(&job, &prompt).await;
                     progress.tick();
                     vec![s]
                 });
@@ -302,15 +304,14 @@ async fn run_once(
     (samples, Arrival::now().at.saturating_duration_since(start))
 }
 
-/// Send request `id` and meter its answer as the proxy would.
-async fn one(job: &Job, id: u64) -> Sample {
-    let prompt = job.set.prompt(id);
+/// Send `prompt` and meter its answer as the proxy would.
+async fn one(job: &Job, prompt: &Prompt) -> Sample {
     let ask = Ask {
         max_tokens: job.max_tokens,
         ignore_eos: job.ignore_eos,
         key: job.key.as_deref(),
     };
-    let Ok(req) = job.target.request(&prompt, ask) else {
+    let Ok(req) = job.target.request(prompt, ask) else {
         return Sample::failed("invalid_request");
     };
     let family = job.target.family;
