@@ -79,6 +79,7 @@ fn scale(s: Spread, by: f64) -> Spread {
         median: s.median.map(|v| v * by),
         min: s.min.map(|v| v * by),
         max: s.max.map(|v| v * by),
+        runs: s.runs,
     }
 }
 

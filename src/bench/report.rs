@@ -309,6 +309,9 @@ pub struct Spread {
     pub min: Option<f64>,
     /// Highest run.
     pub max: Option<f64>,
+    /// Runs that had the figure.
+    #[serde(default)]
+    pub runs: usize,
 }
 
 impl Spread {
@@ -319,11 +322,16 @@ impl Spread {
             median: quantile(&v, 0.5),
             min: v.first().copied(),
             max: v.last().copied(),
+            runs: v.len(),
         }
     }
 
-    /// (max − min) / median, the spread as a share of the median.
+    /// (max − min) / median, the spread as a share of the median; `None`
+    /// with fewer than two runs (one run has no spread to show).
     pub fn relative(&self) -> Option<f64> {
+        if self.runs < 2 {
+            return None;
+        }
         let m = self.median.filter(|m| *m != 0.0)?;
         Some((self.max? - self.min?) / m.abs())
     }
@@ -563,6 +571,8 @@ mod tests {
             (Some(0.2), Some(0.1), Some(0.3))
         );
         assert!((ttft.relative().expect("spread") - 1.0).abs() < 1e-9);
+        let one = Spread::of([Some(0.2)].into_iter());
+        assert_eq!((one.runs, one.relative()), (1, None), "one run, no spread");
         assert_eq!((l.requests, l.errors), (3, 2));
         assert_eq!(
             l.error_types.get("timeout"),
