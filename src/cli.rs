@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use clap::builder::TypedValueParser as _;
 
+use crate::bench::BenchCli;
 use crate::config::{self, LogFormat, OtlpProtocol};
 use crate::demo::DemoArgs;
 use crate::providers::ProviderKind;
@@ -23,6 +24,7 @@ use crate::simulate::SimulateArgs;
 unchanged, and turns each request into a measurement (time to first token, tokens per second, \
 token counts) exported over OTLP.\n\n\
 Quick start:\n  tokentap demo      (simulated provider and traffic; no API key needed)\n  \
+tokentap bench --simulate   (a benchmark against the simulated provider)\n  \
 tokentap --upstream https://api.openai.com\n  \
 OPENAI_BASE_URL=http://127.0.0.1:8080/v1 your-app\n\n\
 With no subcommand, tokentap runs the proxy (same as `tokentap run`).\n\n\
@@ -55,6 +57,10 @@ pub enum Command {
     /// Print the price a provider's model gets, and why: the table entry,
     /// its dated price and variants, and every override considered
     Price(PriceArgs),
+    /// Benchmark models or servers by the rules of a fair comparison,
+    /// measured by tokentap's own meter (`bench compare A.json B.json`
+    /// puts two runs side by side)
+    Bench(BenchCli),
 }
 
 /// `tokentap price PROVIDER MODEL`: which price applies, and why.
@@ -312,6 +318,11 @@ mod tests {
             &["demo", "--config", "x.toml"],
             &["--upstream", "http://x", "simulate"],
             &["--listen", "127.0.0.1:1", "demo"],
+            &["bench", "--upstream", "http://x"],
+            &["bench", "--concurrency", "0"],
+            &["bench", "--concurrency", "1", "--rate", "2"],
+            &["bench", "--simulate", "compare", "a.json", "b.json"],
+            &["bench", "compare", "a.json"],
         ] {
             assert!(parse(args).is_err(), "{args:?} must be refused");
         }
@@ -333,5 +344,21 @@ mod tests {
         };
         assert_eq!(c.config, Some(PathBuf::from("a.toml")));
         assert!(matches!(parse(&["run"]), Ok(Command::Run(_))));
+        let Ok(Command::Bench(b)) = parse(&["bench", "--simulate", "--concurrency", "1,8"]) else {
+            panic!("expected bench");
+        };
+        assert!(b.args.simulate && b.command.is_none());
+        assert_eq!(b.args.concurrency, [1, 8]);
+        let Ok(Command::Bench(b)) = parse(&["bench", "compare", "a.json", "b.json", "--force"])
+        else {
+            panic!("expected bench compare");
+        };
+        let Some(crate::bench::BenchCommand::Compare(c)) = b.command else {
+            panic!("expected compare");
+        };
+        assert_eq!(
+            (c.a, c.b, c.force),
+            ("a.json".into(), "b.json".into(), true)
+        );
     }
 }

@@ -6,10 +6,12 @@
 //! (frames) → `providers` (events) → `telemetry` (spans, metrics, logs).
 //! `app` is the only place that wires the stages together; `admin` serves
 //! metrics, health and the dashboard on a separate listener; `reload`
-//! swaps in a new configuration on SIGHUP or a changed config file.
+//! swaps in a new configuration on SIGHUP or a changed config file;
+//! `bench` drives load through the same `meter` for `tokentap bench`.
 
 pub mod admin;
 pub mod app;
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod demo;

@@ -1,5 +1,5 @@
-//! The docs against the binary: every `tokentap …` command in README.md
-//! and docs/CONFIG.md names a subcommand that exists and flags its
+//! The docs against the binary: every `tokentap …` command in README.md,
+//! docs/CONFIG.md and docs/COMPARING.md names a subcommand that exists and flags its
 //! `--help` lists; every key in CONFIG.md's key tables is a key the config
 //! loader knows, and is in config/tokentap.toml, which has no other keys
 //! and loads; CONFIG.md's advice for an admin listener beyond loopback
@@ -22,13 +22,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
-const DOCS: [(&str, &str); 2] = [
+const DOCS: [(&str, &str); 3] = [
     ("README.md", include_str!("../README.md")),
     ("docs/CONFIG.md", include_str!("../docs/CONFIG.md")),
+    ("docs/COMPARING.md", include_str!("../docs/COMPARING.md")),
 ];
 
 /// Every Markdown file a user reads.
-const ALL_DOCS: [(&str, &str); 12] = [
+const ALL_DOCS: [(&str, &str); 13] = [
     ("README.md", include_str!("../README.md")),
     ("CONTRIBUTING.md", include_str!("../CONTRIBUTING.md")),
     (
@@ -40,6 +41,7 @@ const ALL_DOCS: [(&str, &str); 12] = [
         "docs/BENCHMARKS-HISTORY.md",
         include_str!("../docs/BENCHMARKS-HISTORY.md"),
     ),
+    ("docs/COMPARING.md", include_str!("../docs/COMPARING.md")),
     ("docs/CONFIG.md", include_str!("../docs/CONFIG.md")),
     ("docs/COST.md", include_str!("../docs/COST.md")),
     ("docs/DEPLOYMENT.md", include_str!("../docs/DEPLOYMENT.md")),
@@ -100,8 +102,10 @@ fn invocations(doc: &str) -> Vec<Invocation> {
                 .split_whitespace()
                 .take_while(|w| !["|", "&&", "#", ";", ">"].contains(w))
                 .collect();
-            let sub = match words.first() {
-                Some(w) if !w.starts_with('-') => w.to_string(),
+            // `bench compare` is a subcommand of a subcommand, with its own flags.
+            let sub = match words.as_slice() {
+                ["bench", "compare", ..] => "bench compare".to_owned(),
+                [w, ..] if !w.starts_with('-') => w.to_string(),
                 _ => String::new(),
             };
             let flags = words
@@ -125,7 +129,7 @@ fn invocations(doc: &str) -> Vec<Invocation> {
 #[test]
 fn documented_commands_and_flags_exist() {
     let top = help(&[]);
-    let subs = ["run", "check", "simulate", "demo", "price"];
+    let subs = ["run", "check", "simulate", "demo", "price", "bench"];
     for s in subs {
         assert!(top.contains(&format!("  {s} ")), "`{s}` in --help:\n{top}");
     }
@@ -134,6 +138,7 @@ fn documented_commands_and_flags_exist() {
     for s in subs {
         helps.insert(s.to_owned(), help(&[s]));
     }
+    helps.insert("bench compare".to_owned(), help(&["bench", "compare"]));
     let mut checked = 0;
     for (name, doc) in DOCS {
         for (sub, flags, line, fenced) in invocations(doc) {
