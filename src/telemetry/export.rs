@@ -21,9 +21,7 @@ use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 
 use super::TelemetryError;
 use super::export_tls::{self, CollectorClient, Signal};
-use super::otlp_http::HttpSpanExporter;
-use super::span_export::{RecordExporter, SdkSpans};
-use super::span_record::SpanRecord;
+use super::otlp_http::OtlpSpanExporter;
 use crate::config::{OtlpProtocol, TelemetryConfig};
 
 /// Items that never reached the collector, by signal, and what the log
@@ -186,62 +184,17 @@ fn count_data_points(metrics: &ResourceMetrics) -> u64 {
     n as u64
 }
 
-/// The OTLP span exporter of one protocol.
-#[derive(Debug)]
-pub(super) enum OtlpSpans {
-    /// Records encoded straight to protobuf, POSTed (`otlp_http`).
-    Http(HttpSpanExporter),
-    /// The stock tonic exporter, fed the records' `SpanData`.
-    Grpc(SdkSpans<opentelemetry_otlp::SpanExporter>),
-}
-
-impl RecordExporter for OtlpSpans {
-    fn export(&mut self, records: Vec<SpanRecord>) -> OTelSdkResult {
-        match self {
-            OtlpSpans::Http(e) => e.export(records),
-            OtlpSpans::Grpc(e) => e.export(records),
-        }
-    }
-
-    fn shutdown(&mut self) -> OTelSdkResult {
-        match self {
-            OtlpSpans::Http(e) => e.shutdown(),
-            OtlpSpans::Grpc(e) => e.shutdown(),
-        }
-    }
-}
-
 /// The OTLP span exporter for `cfg`, for spans of `resource` and `scope`
-/// with at most `max_attributes` attributes each: OTLP/HTTP writes its
-/// protobuf bytes directly from the records (`otlp_wire`); gRPC keeps the
-/// stock exporter.
+/// with at most `max_attributes` attributes each: both protocols write
+/// their protobuf bytes directly from the records (`otlp_wire`) and send
+/// them with tokentap's own client (`otlp_http`).
 pub(super) fn otlp_spans(
     cfg: &TelemetryConfig,
     resource: &Resource,
     scope: InstrumentationScope,
     max_attributes: usize,
-) -> Result<OtlpSpans, TelemetryError> {
-    match cfg.otlp_protocol {
-        OtlpProtocol::HttpProtobuf => {
-            HttpSpanExporter::new(cfg, resource, &scope, max_attributes).map(OtlpSpans::Http)
-        }
-        OtlpProtocol::Grpc => {
-            require_runtime()?;
-            let exporter = opentelemetry_otlp::SpanExporter::builder()
-                .with_tonic()
-                .with_timeout(cfg.otlp_timeout)
-                .with_metadata(grpc_metadata(cfg)?)
-                .with_channel(export_tls::grpc_channel(cfg, Signal::Traces)?)
-                .build()
-                .map_err(|e| TelemetryError(format!("span exporter: {e}")))?;
-            Ok(OtlpSpans::Grpc(SdkSpans::new(
-                exporter,
-                resource,
-                scope,
-                max_attributes,
-            )))
-        }
-    }
+) -> Result<OtlpSpanExporter, TelemetryError> {
+    OtlpSpanExporter::new(cfg, resource, &scope, max_attributes)
 }
 
 /// The OTLP metric exporter for `cfg`.
