@@ -465,8 +465,7 @@ impl Telemetry {
     pub fn record_no_route(&self, method: &http::Method, path: &str) {
         self.inner
             .instruments
-            .requests
-            .add(1, &[KeyValue::new(OUTCOME, OUTCOME_NO_ROUTE)]);
+            .count_request(&[KeyValue::new(OUTCOME, OUTCOME_NO_ROUTE)]);
         if self.inner.access_log {
             log::no_route_log(method, path);
         }
