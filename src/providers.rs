@@ -156,6 +156,24 @@ impl ProviderKind {
     }
 }
 
+/// Declares an enum of unit variants as written, plus its `ALL`: every
+/// variant in declaration order, so no hand-written list can go stale.
+macro_rules! with_all {
+    ($(#[$meta:meta])* pub enum $name:ident { $($(#[$doc:meta])* $variant:ident,)* }) => {
+        $(#[$meta])*
+        pub enum $name {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl $name {
+            /// Every variant, in declaration order.
+            pub const ALL: [$name; [$(stringify!($variant)),*].len()] =
+                [$($name::$variant),*];
+        }
+    };
+}
+
+with_all! {
 /// The operation a request performs (`gen_ai.operation.name`), with the
 /// endpoint shape the adapter needs to know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -217,6 +235,7 @@ pub enum Operation {
     TgiGenerate,
     /// TGI `/generate_stream`.
     TgiGenerateStream,
+}
 }
 
 impl Operation {
@@ -1634,6 +1653,19 @@ pub(crate) mod tests {
                 Some(spec.config_name),
                 "{kind:?}: config name is the kind's serde name"
             );
+        }
+    }
+
+    #[test]
+    fn each_of_all_operations_belongs_to_exactly_one_wire_format() {
+        assert_eq!(Operation::ALL.len(), 26, "every variant, none twice");
+        for op in Operation::ALL {
+            let owners = REGISTRY
+                .iter()
+                .filter(|s| s.wire.operations.contains(&op))
+                .map(|s| s.wire.name)
+                .collect::<std::collections::BTreeSet<_>>();
+            assert_eq!(owners.len(), 1, "{op:?}: wire formats {owners:?}");
         }
     }
 
