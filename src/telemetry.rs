@@ -9,6 +9,7 @@
 
 pub mod attrs;
 pub mod cardinality;
+mod drops;
 mod exemplars;
 mod export;
 mod export_tls;
@@ -52,7 +53,7 @@ use opentelemetry_sdk::trace::SpanExporter;
 
 use self::attrs::*;
 use self::cardinality::CardinalityGuard;
-use self::export::DropCounts;
+use self::drops::DropCounts;
 use self::in_flight::{InFlight, InFlightGuard};
 use self::instruments::{
     ActiveRequest, CostRecord, FinishAttrs, FinishRecord, GapTally, Instruments, OpClass,

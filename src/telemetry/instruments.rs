@@ -12,8 +12,8 @@ use opentelemetry::metrics::{
 };
 
 use super::attrs::*;
+use super::drops::DropCounts;
 use super::exemplars::{self, SeriesExemplars, TraceMark};
-use super::export::DropCounts;
 use crate::config::Semconv;
 use crate::meter::ModalityTokens;
 use crate::pricing::CostSource;

@@ -19,7 +19,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 
-use super::export::DropCounts;
+use super::drops::DropCounts;
 use super::span_record::SpanRecord;
 
 const BATCH_SIZE_DEFAULT: usize = 512;
