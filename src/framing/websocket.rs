@@ -228,7 +228,7 @@ pub struct WsDecoder {
     /// high-water mark of initialised bytes, at most `max + 1`.
     buf: Vec<u8>,
     /// Set once the decoder failed; every later call returns it.
-    failed: Option<FramingError>,
+    failed: super::Sticky,
     /// Skip binary messages that are not JSON (`skip_opaque_binary`).
     skip_opaque: bool,
 }
@@ -252,7 +252,7 @@ impl WsDecoder {
             ctrl: [0; MAX_CONTROL],
             ctrl_len: 0,
             buf: Vec::new(),
-            failed: None,
+            failed: super::Sticky::default(),
             skip_opaque: false,
         }
     }
@@ -273,14 +273,9 @@ impl WsDecoder {
         chunk: &[u8],
         on: &mut dyn FnMut(WsMessage<'_>),
     ) -> Result<(), FramingError> {
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
-        }
+        self.failed.check()?;
         let result = self.feed_inner(chunk, on);
-        if let Err(e) = &result {
-            self.failed = Some(e.clone());
-        }
-        result
+        self.failed.keep(result)
     }
 
     /// Bytes of message data this decoder holds on to (its reassembly
@@ -292,13 +287,10 @@ impl WsDecoder {
     /// The stream ended (the connection closed): an error when it stopped
     /// inside a frame or inside a fragmented message.
     pub fn finish(&mut self) -> Result<(), FramingError> {
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
-        }
+        self.failed.check()?;
         if self.head_len > 0 || self.frame.is_some() || self.msg.active {
             let e = FramingError::Malformed("websocket stream ended inside a frame or message");
-            self.failed = Some(e.clone());
-            return Err(e);
+            return self.failed.keep(Err(e));
         }
         Ok(())
     }
