@@ -68,9 +68,11 @@ impl OpenaiAdapter {
             ..OpenaiAdapter::new(operation)
         }
     }
+}
 
+impl FrameAdapter for OpenaiAdapter {
     /// Map one frame to zero or more events.
-    pub fn on_frame(
+    fn on_frame(
         &mut self,
         frame: Frame<'_>,
         out: &mut dyn FnMut(Event<'_>),
@@ -104,7 +106,9 @@ impl OpenaiAdapter {
             Frame::AwsEvent { .. } => Err(AdapterError("eventstream frame in an OpenAI stream")),
         }
     }
+}
 
+impl OpenaiAdapter {
     /// `data` read as a chat chunk of the common shape: by the last chunk's
     /// shape when it fits, else by the scan (and its shape kept).
     fn chat_chunk<'a>(&mut self, data: &'a [u8]) -> Option<ChatChunk<'a>> {
@@ -1410,16 +1414,6 @@ fn usage_details(s: &mut Scan<'_>) -> Option<[Option<u64>; 3]> {
         Some(())
     })?;
     Some(d)
-}
-
-impl FrameAdapter for OpenaiAdapter {
-    fn on_frame(
-        &mut self,
-        frame: Frame<'_>,
-        out: &mut dyn FnMut(Event<'_>),
-    ) -> Result<(), AdapterError> {
-        OpenaiAdapter::on_frame(self, frame, out)
-    }
 }
 
 /// OpenAI's wire format, also spoken by every OpenAI-compatible server.
