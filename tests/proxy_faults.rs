@@ -19,7 +19,7 @@ use support::rig::Rig;
 use support::script::{self, StreamSpec};
 use support::{STEP_TIMEOUT, assert_bytes_eq};
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 
 #[track_caller]
 fn assert_outcome(span: &SpanRec, outcome: &str) {

@@ -17,7 +17,7 @@ use support::proxy::q;
 use support::rig::Rig;
 use support::script::{self, StreamSpec};
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 
 /// Semantic-conventions bucket boundaries.
 const DURATION_BUCKETS: [f64; 14] = [
