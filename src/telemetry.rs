@@ -8,12 +8,12 @@
 //! `begin` and `finish` only record.
 
 pub mod attrs;
+mod capped_maps;
 pub mod cardinality;
 mod drops;
 mod exemplars;
 mod export;
 mod export_tls;
-mod fx;
 mod in_flight;
 mod instruments;
 pub mod live;

@@ -581,12 +581,12 @@ const MAX_FINISH_SETS: usize = 4096;
 /// Distinct (route, provider) sets of `streams_active` kept bound.
 const MAX_ACTIVE_SETS: usize = 1024;
 
-/// Attribute sets to the handles bound to them (Fx, see `fx`: a lookup
+/// Attribute sets to the handles bound to them (Fx, see `capped_maps`: a lookup
 /// hashes a dozen attributes per request). Each map is capped.
-type BoundSets<K, V> = RwLock<super::fx::FxMap<K, V>>;
+type BoundSets<K, V> = RwLock<super::capped_maps::FxMap<K, V>>;
 
 fn bound_sets<K, V>() -> BoundSets<K, V> {
-    RwLock::new(super::fx::map())
+    RwLock::new(super::capped_maps::map())
 }
 
 /// The kind of operation, which picks the current conventions' names.
