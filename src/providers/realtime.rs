@@ -333,7 +333,7 @@ impl SessionParser {
 /// The fields of an OpenAI Realtime or Responses WebSocket event that
 /// metering reads, client or server side.
 #[derive(Deserialize)]
-struct OaEvent<'a> {
+struct OpenAiEvent<'a> {
     #[serde(borrow, rename = "type")]
     kind: Option<Str<'a>>,
     /// Every `*.delta` event; borrowed raw, never copied or unescaped.
@@ -341,11 +341,11 @@ struct OaEvent<'a> {
     delta: Option<&'a RawValue>,
     /// `response.create` parameters (client) or the response resource.
     #[serde(borrow)]
-    response: Option<OaResponse<'a>>,
+    response: Option<OpenAiResponse<'a>>,
     #[serde(borrow)]
-    session: Option<OaSession<'a>>,
+    session: Option<OpenAiSession<'a>>,
     #[serde(borrow)]
-    error: Option<OaError<'a>>,
+    error: Option<OpenAiError<'a>>,
     /// Responses `response.create` names its model at the top level.
     #[serde(borrow)]
     model: Option<Str<'a>>,
@@ -358,7 +358,7 @@ struct OaEvent<'a> {
 }
 
 #[derive(Deserialize)]
-struct OaResponse<'a> {
+struct OpenAiResponse<'a> {
     #[serde(borrow)]
     id: Option<Str<'a>>,
     #[serde(borrow)]
@@ -373,8 +373,8 @@ struct OaResponse<'a> {
     incomplete_details: Option<StatusDetails<'a>>,
     /// Responses: `{code, message}`.
     #[serde(borrow)]
-    error: Option<OaError<'a>>,
-    usage: Option<OaUsage>,
+    error: Option<OpenAiError<'a>>,
+    usage: Option<OpenAiUsage>,
 }
 
 #[derive(Deserialize)]
@@ -382,24 +382,24 @@ struct StatusDetails<'a> {
     #[serde(borrow)]
     reason: Option<Str<'a>>,
     #[serde(borrow)]
-    error: Option<OaError<'a>>,
+    error: Option<OpenAiError<'a>>,
 }
 
 #[derive(Deserialize)]
-struct OaSession<'a> {
+struct OpenAiSession<'a> {
     #[serde(borrow)]
     model: Option<Str<'a>>,
 }
 
 #[derive(Deserialize)]
-struct OaError<'a> {
+struct OpenAiError<'a> {
     #[serde(borrow, rename = "type")]
     kind: Option<Str<'a>>,
     #[serde(borrow)]
     code: Option<Str<'a>>,
 }
 
-impl OaError<'_> {
+impl OpenAiError<'_> {
     /// `type`, else `code`: what becomes `error.type`.
     fn kind(&self) -> Option<&str> {
         [self.kind.as_ref(), self.code.as_ref()]
@@ -414,7 +414,7 @@ impl OaError<'_> {
 /// `output_token_details`, Responses `input_tokens_details` /
 /// `output_tokens_details`.
 #[derive(Deserialize)]
-struct OaUsage {
+struct OpenAiUsage {
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
     total_tokens: Option<u64>,
@@ -445,7 +445,7 @@ struct OutputDetails {
     reasoning_tokens: Option<u64>,
 }
 
-impl OaUsage {
+impl OpenAiUsage {
     fn to_usage(&self) -> RealtimeUsage {
         let input = self
             .input_token_details
@@ -472,8 +472,8 @@ impl OaUsage {
     }
 }
 
-fn parse_openai(json: &[u8]) -> Result<OaEvent<'_>, AdapterError> {
-    let event: OaEvent<'_> = serde_json::from_slice(json)
+fn parse_openai(json: &[u8]) -> Result<OpenAiEvent<'_>, AdapterError> {
+    let event: OpenAiEvent<'_> = serde_json::from_slice(json)
         .map_err(|_| AdapterError("malformed OpenAI WebSocket message"))?;
     if event.kind.is_none() {
         return Err(AdapterError("OpenAI WebSocket message without a type"));
@@ -487,7 +487,7 @@ fn non_empty_str<'s>(s: Option<&'s Str<'_>>) -> Option<&'s str> {
 }
 
 /// An OpenAI event as metering reads it, from the scan or from serde.
-struct OaView<'e> {
+struct OpenAiView<'e> {
     /// The top-level `type`.
     kind: &'e str,
     /// The top-level `delta` as raw JSON (never unescaped); `None` when
@@ -497,11 +497,11 @@ struct OaView<'e> {
     lane: Option<&'e str>,
     /// The serde parse, for the fields only it reads; `None` when the scan
     /// read the event (it had none of them).
-    full: Option<&'e OaEvent<'e>>,
+    full: Option<&'e OpenAiEvent<'e>>,
 }
 
-impl OaView<'_> {
-    fn response(&self) -> Option<&OaResponse<'_>> {
+impl OpenAiView<'_> {
+    fn response(&self) -> Option<&OpenAiResponse<'_>> {
         self.full.and_then(|e| e.response.as_ref())
     }
 }
@@ -511,7 +511,7 @@ impl OaView<'_> {
 fn openai_message(
     json: &[u8],
     no_scan: bool,
-    on: impl FnOnce(&OaView<'_>),
+    on: impl FnOnce(&OpenAiView<'_>),
 ) -> Result<(), AdapterError> {
     if !no_scan
         && !serde_first(json)
@@ -521,7 +521,7 @@ fn openai_message(
         return Ok(());
     }
     let event = parse_openai(json)?;
-    on(&OaView {
+    on(&OpenAiView {
         kind: event.kind.as_ref().map_or("", Str::as_str),
         delta: event.delta.map(RawValue::get).filter(|d| *d != "null"),
         lane: non_empty_str(event.stream_id.as_ref()),
@@ -561,7 +561,7 @@ fn serde_first(json: &[u8]) -> bool {
 /// serde's to check) and no repeated `type`, `delta` or `stream_id`
 /// (serde rejects those). Only top-level keys count: a nested object's own
 /// `type` (a `part`'s) is skipped with its value, and key order is free.
-fn scan_openai(json: &[u8]) -> Option<OaView<'_>> {
+fn scan_openai(json: &[u8]) -> Option<OpenAiView<'_>> {
     let mut s = Scan::new(json)?;
     let mut seen = Seen::default();
     let (mut kind, mut delta, mut lane) = (None, None, None);
@@ -585,7 +585,7 @@ fn scan_openai(json: &[u8]) -> Option<OaView<'_>> {
         _ => s.skip(1),
     })?;
     s.end()?;
-    Some(OaView {
+    Some(OpenAiView {
         kind: kind?,
         delta,
         lane: lane.filter(|l| !l.is_empty()),
@@ -593,7 +593,7 @@ fn scan_openai(json: &[u8]) -> Option<OaView<'_>> {
     })
 }
 
-fn openai_client(event: &OaView<'_>, out: &mut dyn FnMut(SessionEvent<'_>)) {
+fn openai_client(event: &OpenAiView<'_>, out: &mut dyn FnMut(SessionEvent<'_>)) {
     if event.kind == "response.create" {
         if let Some(lane) = event.lane {
             out(SessionEvent::Lane(lane));
@@ -613,7 +613,7 @@ fn openai_client(event: &OaView<'_>, out: &mut dyn FnMut(SessionEvent<'_>)) {
     }
 }
 
-fn openai_server(event: &OaView<'_>, out: &mut dyn FnMut(SessionEvent<'_>)) {
+fn openai_server(event: &OpenAiView<'_>, out: &mut dyn FnMut(SessionEvent<'_>)) {
     let kind = event.kind;
     // The lane goes first, and only before an event that belongs to it.
     let mut lane = event.lane;
@@ -662,7 +662,7 @@ fn openai_server(event: &OaView<'_>, out: &mut dyn FnMut(SessionEvent<'_>)) {
         "error" => {
             let error = event.full.and_then(|e| e.error.as_ref());
             out(SessionEvent::Error {
-                kind: error.and_then(OaError::kind).unwrap_or("error"),
+                kind: error.and_then(OpenAiError::kind).unwrap_or("error"),
             });
         }
         _ => {}
@@ -696,7 +696,7 @@ fn output_kind(event: &str) -> OutputKind {
 /// `.failed` (status in the event type).
 fn response_done(
     event: &str,
-    response: Option<&OaResponse<'_>>,
+    response: Option<&OpenAiResponse<'_>>,
     out: &mut dyn FnMut(SessionEvent<'_>),
 ) {
     if let Some(usage) = response.and_then(|r| r.usage.as_ref()) {
@@ -722,7 +722,9 @@ fn response_done(
                 .and_then(|d| d.error.as_ref())
                 .or(response.and_then(|r| r.error.as_ref()));
             DoneStatus::Failed {
-                kind: error.and_then(OaError::kind).unwrap_or("response_failed"),
+                kind: error
+                    .and_then(OpenAiError::kind)
+                    .unwrap_or("response_failed"),
             }
         }
         "incomplete" => DoneStatus::Incomplete { reason },
