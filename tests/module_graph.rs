@@ -54,13 +54,18 @@ fn crate_paths(text: &str) -> Vec<String> {
         if preceded_by_ident {
             continue;
         }
-        if let Some(group) = rest.strip_prefix('{') {
-            out.extend(group_heads(group));
-        } else {
-            out.push(ident(rest).to_owned());
-        }
+        push_heads(rest, &mut out);
     }
     out
+}
+
+/// The identifier `rest` starts with, or each item's of the `{…}` group it
+/// starts with.
+fn push_heads(rest: &str, out: &mut Vec<String>) {
+    match rest.strip_prefix('{') {
+        Some(group) => out.extend(group_heads(group)),
+        None => out.push(ident(rest).to_owned()),
+    }
 }
 
 /// Leading identifiers of the comma-separated items of a `{…}` group.
@@ -272,11 +277,7 @@ fn super_paths(text: &str, level: usize) -> Vec<String> {
         if preceded {
             continue;
         }
-        if let Some(group) = rest.strip_prefix('{') {
-            out.extend(group_heads(group));
-        } else {
-            out.push(ident(rest).to_owned());
-        }
+        push_heads(rest, &mut out);
     }
     out
 }
