@@ -403,3 +403,51 @@ fn the_child_reader_counts_the_right_number_of_supers() {
     assert_eq!(super_paths(text, 1), ["drops", "span", "attrs"]);
     assert_eq!(super_paths(text, 2), ["config"]);
 }
+
+/// The modules `from` imports (top level, itself aside).
+fn imports_of(edges: &BTreeMap<(String, String), PathBuf>, from: &str) -> BTreeSet<String> {
+    (edges.keys())
+        .filter(|(f, _)| f == from)
+        .map(|(_, t)| t.clone())
+        .collect()
+}
+
+/// What docs/ARCHITECTURE.md ("Dependencies point one way") and the
+/// design's data flow say of single modules holds in the code.
+#[test]
+fn the_architecture_documents_claims_hold() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mods = modules(&src);
+    let edges = edges(&mods);
+    let none = BTreeSet::new();
+    assert_eq!(
+        imports_of(&edges, "error"),
+        none,
+        "`error` imports nothing of tokentap"
+    );
+    assert_eq!(
+        imports_of(&edges, "framing"),
+        none,
+        "framing knows no provider, meter or telemetry"
+    );
+    let config: BTreeSet<String> = ["meter", "pricing", "providers"].map(str::to_owned).into();
+    let extra: Vec<_> = imports_of(&edges, "config")
+        .difference(&config)
+        .cloned()
+        .collect();
+    assert!(
+        extra.is_empty(),
+        "`config` imports only provider names, price overrides and the ledger's default cap; also {extra:?}"
+    );
+    let mut providers = Vec::new();
+    collect_rs(&src.join("providers"), &mut providers);
+    providers.push(src.join("providers.rs"));
+    for file in providers {
+        let text = without_comments(&fs::read_to_string(&file).expect("read source"));
+        assert!(
+            !text.contains("hyper::"),
+            "providers know no hyper: {}",
+            file.display()
+        );
+    }
+}
