@@ -49,6 +49,27 @@ pub enum FramingError {
     Malformed(&'static str),
 }
 
+/// A decoder's first failure, returned by every later call: a decoder
+/// that lost its place in the grammar does not find it again. Each decoder
+/// keeps one and runs its `feed` (and `finish`) through it.
+#[derive(Debug, Clone, Default)]
+struct Sticky(Option<FramingError>);
+
+impl Sticky {
+    /// `Err` with the failure, once there is one.
+    fn check(&self) -> Result<(), FramingError> {
+        self.0.as_ref().map_or(Ok(()), |e| Err(e.clone()))
+    }
+
+    /// Keep `result`'s error, if any, for every later call; `result` back.
+    fn keep(&mut self, result: Result<(), FramingError>) -> Result<(), FramingError> {
+        if let Err(e) = &result {
+            self.0 = Some(e.clone());
+        }
+        result
+    }
+}
+
 /// An incremental framing decoder: bytes in any pieces, complete frames out.
 pub trait Decoder {
     /// Feed the next piece of the body.

@@ -19,7 +19,7 @@ pub mod error;
 pub mod framing;
 #[allow(
     clippy::disallowed_methods,
-    reason = "`meter` is the one clock owner (STYLE.md convention 4): it reads the clock for every measurement"
+    reason = "`meter` is the one clock owner (CONTRIBUTING.md convention 4): it reads the clock for every measurement"
 )]
 pub mod meter;
 pub mod pricing;

@@ -8,11 +8,12 @@
 //! `begin` and `finish` only record.
 
 pub mod attrs;
+mod capped_maps;
 pub mod cardinality;
+mod drops;
 mod exemplars;
 mod export;
 mod export_tls;
-mod fx;
 mod in_flight;
 mod instruments;
 pub mod live;
@@ -52,7 +53,7 @@ use opentelemetry_sdk::trace::SpanExporter;
 
 use self::attrs::*;
 use self::cardinality::CardinalityGuard;
-use self::export::DropCounts;
+use self::drops::DropCounts;
 use self::in_flight::{InFlight, InFlightGuard};
 use self::instruments::{
     ActiveRequest, CostRecord, FinishAttrs, FinishRecord, GapTally, Instruments, OpClass,
@@ -477,8 +478,7 @@ impl Telemetry {
     pub fn record_no_route(&self, method: &http::Method, path: &str) {
         self.inner
             .instruments
-            .requests
-            .add(1, &[KeyValue::new(OUTCOME, OUTCOME_NO_ROUTE)]);
+            .count_request(&[KeyValue::new(OUTCOME, OUTCOME_NO_ROUTE)]);
         if self.inner.access_log {
             log::no_route_log(method, path);
         }

@@ -424,11 +424,21 @@ impl Client {
         &self,
         req: Request<Bytes>,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
+        self.send_bytes_over(req, Http2Mode::default()).await
+    }
+
+    /// [`Client::send_bytes`] speaking the HTTP version `mode` asks for
+    /// (OTLP/gRPC export: `Always`, h2c with prior knowledge on `http://`).
+    pub async fn send_bytes_over(
+        &self,
+        req: Request<Bytes>,
+        mode: Http2Mode,
+    ) -> Result<Response<ResponseBody>, UpstreamError> {
         let (parts, body) = req.into_parts();
         self.send(
             Request::from_parts(parts, Replay::full(body)),
             Shard::default(),
-            Http2Mode::default(),
+            mode,
         )
         .await
         .map(|sent| sent.response)

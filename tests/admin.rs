@@ -20,7 +20,7 @@ use support::upstream::Upstream;
 use support::{STEP_TIMEOUT, within};
 use tokentap::app::Running;
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 const TTFT: &str = "gen_ai_server_time_to_first_token_seconds";
 
 fn admin(running: &Running) -> SocketAddr {

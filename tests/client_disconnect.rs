@@ -33,7 +33,7 @@ use support::script::{self, StreamSpec};
 use support::upstream::{BodyEnd, Exchange, Reply, Step};
 use support::within;
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 
 /// How soon the upstream must see a cancelled request go away.
 const CANCEL_WITHIN: Duration = Duration::from_secs(1);

@@ -17,7 +17,7 @@ use support::script::{self, StreamSpec};
 use support::upstream::{BodyEnd, Upstream};
 use support::{STEP_TIMEOUT, assert_bytes_eq};
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 
 #[tokio::test]
 async fn upstream_and_listen_flags_give_a_one_route_proxy() {

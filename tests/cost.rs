@@ -15,7 +15,7 @@ use support::proxy::q;
 use support::rig::Rig;
 use support::script::{self, StreamSpec};
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 
 #[track_caller]
 fn close(what: &str, got: f64, want: f64) {

@@ -30,7 +30,7 @@ use support::script::{self, StreamSpec};
 use support::upstream::Upstream;
 use support::{STEP_TIMEOUT, within};
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 const FAST: &str = "gpt-4o-mini";
 const SLOW: &str = "gpt-4.1";
 const SETUP: &str = "scripts/setup-browser-test.sh";

@@ -21,7 +21,7 @@ use support::rig::Rig;
 use support::script::{self, StreamSpec};
 use support::{STEP_TIMEOUT, within};
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 const OPENMETRICS: &str = "application/openmetrics-text;version=1.0.0";
 
 /// One exemplar as scraped: the family it sits on, its bucket and figures.

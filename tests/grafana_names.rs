@@ -38,7 +38,7 @@ use support::script::{self, StreamSpec};
 use support::upstream::{Reply, Upstream};
 use support::{STEP_TIMEOUT, within};
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 const DASHBOARD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/grafana/tokentap.json");
 const RULES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/alerts.yml");
 

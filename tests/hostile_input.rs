@@ -30,7 +30,7 @@ use support::raw::{self, Canary, RawReply};
 use support::script;
 use support::upstream::Upstream;
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 const LIMIT: Duration = Duration::from_secs(10);
 
 fn ok_reply() -> support::upstream::Reply {

@@ -21,7 +21,7 @@ use support::otlp::{Collector, MetricPoint};
 use support::rig::Rig;
 use support::script::{self, StreamSpec};
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 const PREFILL: &str = "tokentap.prefill.tokens_per_second";
 /// The usage counter of each kind of token.
 const USAGE: [(&str, &str); 5] = [

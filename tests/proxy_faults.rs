@@ -19,18 +19,7 @@ use support::rig::Rig;
 use support::script::{self, StreamSpec};
 use support::{STEP_TIMEOUT, assert_bytes_eq};
 
-const CHAT: &str = "/v1/chat/completions";
-
-#[track_caller]
-fn assert_outcome(span: &SpanRec, outcome: &str) {
-    assert_eq!(
-        span.str(OUTCOME),
-        outcome,
-        "span {:?} outcome; attributes: {:#?}",
-        span.name,
-        span.attrs
-    );
-}
+use support::CHAT;
 
 #[track_caller]
 fn assert_error_type(span: &SpanRec) {
@@ -54,7 +43,7 @@ async fn abort_mid_stream_is_upstream_error_with_partial_counts() {
     );
     assert_bytes_eq("partial body", &got.body, &rig.up.only().await.sent());
     let span = rig.finish("chat m-abort").await;
-    assert_outcome(&span, "upstream_error");
+    span.assert_outcome_is("upstream_error");
     assert_error_type(&span);
     assert_eq!(
         span.num(OUTPUT_TOKENS),
@@ -77,7 +66,7 @@ async fn status_429_passes_through_and_is_an_error() {
     );
     assert_bytes_eq("429 body", &got.body, &want);
     let span = rig.finish("chat m-429").await;
-    assert_outcome(&span, "upstream_error");
+    span.assert_outcome_is("upstream_error");
     assert_error_type(&span);
     assert_eq!(span.status_code, 2, "span status should be Error for a 429");
 }
@@ -91,7 +80,7 @@ async fn status_500_anthropic_passes_through_and_is_an_error() {
     assert_eq!(got.status, 500);
     assert_bytes_eq("500 body", &got.body, &want);
     let span = rig.finish("chat c-500").await;
-    assert_outcome(&span, "upstream_error");
+    span.assert_outcome_is("upstream_error");
     assert_error_type(&span);
 }
 
@@ -105,7 +94,7 @@ async fn openai_midstream_error_under_200_is_upstream_error() {
     assert_eq!(got.status, 200);
     assert_bytes_eq("stream with error event", &got.body, &want);
     let span = rig.finish("chat m-mid").await;
-    assert_outcome(&span, "upstream_error");
+    span.assert_outcome_is("upstream_error");
     assert_error_type(&span);
 }
 
@@ -119,7 +108,7 @@ async fn anthropic_error_event_under_200_is_upstream_error() {
     let got = rig.messages("c-mid", true).await;
     assert_bytes_eq("stream with error event", &got.body, &want);
     let span = rig.finish("chat c-mid").await;
-    assert_outcome(&span, "upstream_error");
+    span.assert_outcome_is("upstream_error");
     assert_eq!(
         span.str(ERROR_TYPE),
         "overloaded_error",
@@ -143,7 +132,7 @@ async fn malformed_chunk_is_counted_skipped_and_still_passes_through() {
     let span = rig.finish("chat m-bad").await;
     // `[DONE]` follows the bad chunk: the stream ended properly, and the
     // bad chunk is counted, not the end of metering.
-    assert_outcome(&span, "complete");
+    span.assert_outcome_is("complete");
     assert_eq!(
         span.attr("tokentap.malformed_events").as_i64(),
         Some(1),
@@ -194,7 +183,7 @@ async fn connect_refused_is_502_with_openai_error_json() {
     assert!(err["type"].is_string(), "error.type is a string in {v}");
     assert_eq!(err["code"], "upstream_unreachable", "error.code in {v}");
     let span = rig.finish("chat m-502").await;
-    assert_outcome(&span, "upstream_error");
+    span.assert_outcome_is("upstream_error");
     assert_eq!(
         span.str(ERROR_TYPE),
         "upstream_unreachable",

@@ -39,7 +39,7 @@ use support::script::{self, StreamSpec};
 use support::upstream::{BodyEnd, Upstream};
 use support::{STEP_TIMEOUT, assert_bytes_eq, within};
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 const RELOADED: &str = "configuration reloaded";
 const REFUSED: &str = "configuration reload refused";
 

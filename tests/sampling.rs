@@ -24,7 +24,7 @@ use support::rig::Rig;
 use support::script::{self, StreamSpec};
 use support::upstream::{Reply, Step};
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 const OPENMETRICS: &str = "application/openmetrics-text;version=1.0.0";
 /// Ordinary requests sent; with a fixed seed for their trace ids the
 /// ratio's picks are known in advance.

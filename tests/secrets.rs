@@ -36,7 +36,7 @@ use support::{STEP_TIMEOUT, within};
 const MARK: &str = "ZZSECRETZZ";
 const QUERY: &str =
     "?key=ZZSECRETZZ-qkey&api-key=ZZSECRETZZ-qapikey&access_token=ZZSECRETZZ-qtoken";
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 
 fn secret_headers() -> Vec<(&'static str, String)> {
     vec![

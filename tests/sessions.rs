@@ -25,7 +25,7 @@ use support::proxy::{Toml, q};
 use support::rig::Rig;
 use support::script::{self, StreamSpec};
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 const CONVERSATION_ID: &str = "gen_ai.conversation.id";
 
 /// The usage the upstream reports for each model: (input, output).

@@ -45,7 +45,7 @@ use support::upstream::{BodyEnd, Upstream};
 use support::ws::ws_connect;
 use support::{STEP_TIMEOUT, assert_bytes_eq, within};
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 
 async fn status(addr: SocketAddr, path: &str) -> u16 {
     let got = client::fetch(&client::http1(), &Req::get(addr, path)).await;

@@ -29,7 +29,7 @@ use support::upstream::Upstream;
 use support::{STEP_TIMEOUT, within};
 use tokio::net::TcpListener;
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 const MODEL: &str = "gpt-4o-mini";
 const SLO: &str = "chat-latency";
 /// Trace id of the request sent while the SLO is breached.

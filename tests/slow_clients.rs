@@ -28,7 +28,7 @@ use support::{script, within};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 
 fn pid(bin: &Bin) -> u32 {
     bin.child.id().expect("tokentap still running")

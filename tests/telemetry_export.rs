@@ -17,7 +17,7 @@ use support::proxy::q;
 use support::rig::Rig;
 use support::script::{self, StreamSpec};
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 
 /// Semantic-conventions bucket boundaries.
 const DURATION_BUCKETS: [f64; 14] = [
@@ -866,4 +866,59 @@ async fn concurrent_streams_each_yield_one_span_and_exact_bytes() {
     let spans = rig.col.spans();
     assert_eq!(spans.len(), 24, "exactly one span per request, no more");
     rig.assert_no_active_streams();
+}
+
+/// One span export path: the same request exported over gRPC and over
+/// http/protobuf reaches the receiver as the same span (every attribute
+/// key and type, every string, bool and integer value, the events, kind,
+/// status and resource), apart from what was measured (times, the
+/// scripted upstream's port).
+#[tokio::test]
+async fn both_protocols_export_identical_spans() {
+    use support::otlp::{SpanRec, Val};
+    async fn one(protocol: &str) -> SpanRec {
+        let (rig, _) = streamed_rig(protocol).await;
+        let got = rig.chat("gpt-4o-mini", true).await;
+        assert_eq!(got.status, 200);
+        let span = rig.col.wait_span_named("chat gpt-4o-mini").await;
+        rig.proxy.shutdown().await;
+        span
+    }
+    fn shape(v: &Val) -> std::mem::Discriminant<Val> {
+        std::mem::discriminant(v)
+    }
+    let (grpc, http) = (one("grpc").await, one("http/protobuf").await);
+    assert_eq!(grpc.protocol, Protocol::Grpc);
+    assert_eq!(http.protocol, Protocol::HttpProtobuf);
+    let keys = |s: &SpanRec| s.attrs.keys().cloned().collect::<BTreeSet<_>>();
+    assert_eq!(keys(&grpc), keys(&http), "the same attribute keys");
+    for (k, g) in &grpc.attrs {
+        let h = &http.attrs[k];
+        assert_eq!(shape(g), shape(h), "{k}: the same type ({g:?} vs {h:?})");
+        if k != SERVER_PORT && !matches!(g, Val::Double(_)) {
+            assert_eq!(g, h, "{k}: the same value");
+        }
+    }
+    let events = |s: &SpanRec| {
+        (s.events.iter())
+            .map(|e| (e.name.clone(), e.attrs.keys().cloned().collect::<Vec<_>>()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(events(&grpc), events(&http), "the same events");
+    assert_eq!(
+        (
+            grpc.kind,
+            grpc.status_code,
+            &grpc.status_message,
+            &grpc.trace_state
+        ),
+        (
+            http.kind,
+            http.status_code,
+            &http.status_message,
+            &http.trace_state
+        ),
+        "kind, status and trace state"
+    );
+    assert_eq!(grpc.resource, http.resource, "the same resource");
 }

@@ -38,7 +38,7 @@ use support::script::{self, StreamSpec};
 use support::upstream::{Reply, Upstream};
 use support::{STEP_TIMEOUT, assert_bytes_eq, within};
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 const DROPPED: &str = "tokentap_telemetry_dropped_total";
 /// Concurrent clients in a burst, and requests each sends in turn.
 const CLIENTS: usize = 8;

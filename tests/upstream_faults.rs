@@ -76,7 +76,7 @@ use support::tls::{TestCa, TlsUpstream};
 use support::upstream::Reply;
 use support::{STEP_TIMEOUT, assert_bytes_eq, within};
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 
 /// An OTLP receiver and tokentap with one OpenAI route to `upstream`.
 struct Front {

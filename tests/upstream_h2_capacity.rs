@@ -40,7 +40,7 @@ use support::tls::TestCa;
 use support::within;
 use tokio::io::AsyncWriteExt;
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 
 /// The two tests that measure time run one at a time: the stalled-reader
 /// test pushes tens of MiB through debug-build TLS, which would otherwise

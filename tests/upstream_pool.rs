@@ -38,7 +38,7 @@ use support::tls::{TestCa, TlsUpstream};
 use support::upstream::{Exchange, Reply, Upstream};
 use support::{STEP_TIMEOUT, assert_bytes_eq, within};
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 
 fn stream_reply(tokens: usize, gap: Duration) -> Reply {
     script::openai_chat_sse(&StreamSpec::tokens(tokens, Duration::ZERO, gap))

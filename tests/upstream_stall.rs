@@ -34,7 +34,7 @@ use support::script::{self, StreamSpec};
 use support::upstream::BodyEnd;
 use support::{assert_bytes_eq, within};
 
-const CHAT: &str = "/v1/chat/completions";
+use support::CHAT;
 
 #[track_caller]
 fn assert_timeout(span: &SpanRec, error_type: &str) {

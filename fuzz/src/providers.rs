@@ -21,29 +21,9 @@ pub const CONTROL_LEN: usize = 5;
 /// The frame cap unless the input asks for a small one.
 pub const LARGE_CAP: usize = 1 << 16;
 
-/// Every operation; index `OPERATIONS.len()` means "unknown operation".
-pub const OPERATIONS: [Operation; 20] = [
-    Operation::ChatCompletions,
-    Operation::Completions,
-    Operation::Responses,
-    Operation::Embeddings,
-    Operation::Messages,
-    Operation::GenerateContent,
-    Operation::StreamGenerateContent,
-    Operation::EmbedContent,
-    Operation::RawPredict,
-    Operation::StreamRawPredict,
-    Operation::OllamaChat,
-    Operation::OllamaGenerate,
-    Operation::OllamaEmbed,
-    Operation::Converse,
-    Operation::ConverseStream,
-    Operation::InvokeModel,
-    Operation::InvokeModelStream,
-    Operation::CohereChat,
-    Operation::TgiGenerate,
-    Operation::TgiGenerateStream,
-];
+/// Every operation (generated with the enum, so none is missing); index
+/// `OPERATIONS.len()` means "unknown operation".
+pub const OPERATIONS: [Operation; Operation::ALL.len()] = Operation::ALL;
 
 /// The response content types the parser meters (`""` = none sent).
 pub const CONTENT_TYPES: [&str; 6] = [

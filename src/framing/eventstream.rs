@@ -38,7 +38,7 @@ pub struct EventStreamDecoder {
     /// The buffered message's declared total length, once its prelude is in.
     total: usize,
     /// Set once the decoder failed; every later call returns it.
-    failed: Option<FramingError>,
+    failed: super::Sticky,
     /// Messages skipped because their CRC or headers were bad.
     skipped: u64,
 }
@@ -51,7 +51,7 @@ impl EventStreamDecoder {
             max: max_message_bytes,
             buf: Vec::new(),
             total: 0,
-            failed: None,
+            failed: super::Sticky::default(),
             skipped: 0,
         }
     }
@@ -68,26 +68,18 @@ impl EventStreamDecoder {
         chunk: &[u8],
         on: &mut dyn FnMut(Frame<'_>),
     ) -> Result<(), FramingError> {
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
-        }
+        self.failed.check()?;
         let result = self.feed_inner(chunk, on);
-        if let Err(e) = &result {
-            self.failed = Some(e.clone());
-        }
-        result
+        self.failed.keep(result)
     }
 
     /// End of body: a message cut short is malformed. The decoder is reset
     /// for reuse.
     pub fn finish(&mut self, _on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError> {
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
-        }
+        self.failed.check()?;
         if !self.buf.is_empty() {
             let e = FramingError::Malformed("eventstream message truncated");
-            self.failed = Some(e.clone());
-            return Err(e);
+            return self.failed.keep(Err(e));
         }
         self.total = 0;
         Ok(())

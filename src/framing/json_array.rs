@@ -61,7 +61,7 @@ pub struct JsonArrayDecoder {
     /// The current element's bytes from earlier chunks.
     buf: Vec<u8>,
     /// Set once the decoder failed; every later call returns it.
-    failed: Option<FramingError>,
+    failed: super::Sticky,
     /// Stretches of bytes skipped because they broke the grammar.
     skipped: u64,
 }
@@ -76,7 +76,7 @@ impl JsonArrayDecoder {
             in_string: false,
             escape: false,
             buf: Vec::new(),
-            failed: None,
+            failed: super::Sticky::default(),
             skipped: 0,
         }
     }
@@ -93,23 +93,16 @@ impl JsonArrayDecoder {
         chunk: &[u8],
         on: &mut dyn FnMut(Frame<'_>),
     ) -> Result<(), FramingError> {
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
-        }
+        self.failed.check()?;
         let result = self.feed_inner(chunk, on);
-        if let Err(e) = &result {
-            self.failed = Some(e.clone());
-        }
-        result
+        self.failed.keep(result)
     }
 
     /// End of body. An empty (or all-whitespace) body and a closed array
     /// are fine; an array or element cut short is malformed. The decoder is
     /// reset for reuse.
     pub fn finish(&mut self, _on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError> {
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
-        }
+        self.failed.check()?;
         let result = match self.state {
             State::Start | State::Closed => Ok(()),
             State::Element => Err(FramingError::Malformed("JSON array element not terminated")),
@@ -117,11 +110,10 @@ impl JsonArrayDecoder {
                 Err(FramingError::Malformed("JSON array not terminated"))
             }
         };
-        match &result {
-            Ok(()) => self.reset(),
-            Err(e) => self.failed = Some(e.clone()),
+        if result.is_ok() {
+            self.reset();
         }
-        result
+        self.failed.keep(result)
     }
 
     fn reset(&mut self) {

@@ -21,7 +21,7 @@ pub struct NdjsonDecoder {
     /// The incomplete line carried over from earlier chunks.
     tail: Vec<u8>,
     /// Set once the cap was exceeded; every later call returns it.
-    failed: Option<FramingError>,
+    failed: super::Sticky,
     /// Oversize policy: skip a line over the cap (counted) instead of
     /// failing (long batch result files, where one line must not end
     /// the metering of the rest).
@@ -39,7 +39,7 @@ impl NdjsonDecoder {
         NdjsonDecoder {
             max: max_line_bytes,
             tail: Vec::new(),
-            failed: None,
+            failed: super::Sticky::default(),
             skip_oversize: false,
             discarding: false,
             skipped: 0,
@@ -78,22 +78,15 @@ impl NdjsonDecoder {
         chunk: &[u8],
         on: &mut dyn FnMut(Frame<'_>),
     ) -> Result<(), FramingError> {
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
-        }
+        self.failed.check()?;
         let result = self.feed_inner(chunk, on);
-        if let Err(e) = &result {
-            self.failed = Some(e.clone());
-        }
-        result
+        self.failed.keep(result)
     }
 
     /// End of body: emit a final line that had no line end, then reset the
     /// decoder for reuse.
     pub fn finish(&mut self, on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError> {
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
-        }
+        self.failed.check()?;
         let result = if self.discarding {
             Ok(())
         } else {
@@ -102,10 +95,7 @@ impl NdjsonDecoder {
         };
         self.tail.clear();
         self.discarding = false;
-        if let Err(e) = &result {
-            self.failed = Some(e.clone());
-        }
-        result
+        self.failed.keep(result)
     }
 
     fn feed_inner(

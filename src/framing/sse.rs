@@ -44,7 +44,7 @@ pub struct SseDecoder {
     /// The reconnection time the stream asked for, in milliseconds.
     retry: Option<u64>,
     /// Set once the cap was exceeded; every later call returns it.
-    failed: Option<FramingError>,
+    failed: super::Sticky,
 }
 
 /// Where a complete line lies: inside the current chunk (borrowable) or in
@@ -70,7 +70,7 @@ impl SseDecoder {
             event: Vec::new(),
             last_id: Vec::new(),
             retry: None,
-            failed: None,
+            failed: super::Sticky::default(),
         }
     }
 
@@ -90,14 +90,9 @@ impl SseDecoder {
         chunk: &[u8],
         on: &mut dyn FnMut(Frame<'_>),
     ) -> Result<(), FramingError> {
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
-        }
+        self.failed.check()?;
         let result = self.feed_inner(chunk, on);
-        if let Err(e) = &result {
-            self.failed = Some(e.clone());
-        }
-        result
+        self.failed.keep(result)
     }
 
     /// End of body. Per WHATWG, an event not yet terminated by a blank line
@@ -105,9 +100,7 @@ impl SseDecoder {
     /// before the blank line may have lost further `data` lines, so the
     /// event is not trustworthy. The decoder is reset for reuse.
     pub fn finish(&mut self, _on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError> {
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
-        }
+        self.failed.check()?;
         let (max, last_id, retry) = (self.max, std::mem::take(&mut self.last_id), self.retry);
         *self = SseDecoder::new(max);
         self.last_id = last_id;

@@ -49,9 +49,11 @@ impl AnthropicAdapter {
             ..AnthropicAdapter::default()
         }
     }
+}
 
+impl FrameAdapter for AnthropicAdapter {
     /// Map one frame to zero or more events.
-    pub fn on_frame(
+    fn on_frame(
         &mut self,
         frame: Frame<'_>,
         out: &mut dyn FnMut(Event<'_>),
@@ -140,7 +142,9 @@ impl AnthropicAdapter {
         }
         Ok(())
     }
+}
 
+impl AnthropicAdapter {
     /// A message object: the whole body, or the shell in `message_start`.
     fn on_message(&mut self, m: &MessageView<'_, '_>, out: &mut dyn FnMut(Event<'_>)) {
         if let Some(model) = m.model.filter(|s| !s.as_str().is_empty()) {
@@ -752,16 +756,6 @@ impl WireUsage {
 struct CacheCreation {
     ephemeral_5m_input_tokens: Option<u64>,
     ephemeral_1h_input_tokens: Option<u64>,
-}
-
-impl FrameAdapter for AnthropicAdapter {
-    fn on_frame(
-        &mut self,
-        frame: Frame<'_>,
-        out: &mut dyn FnMut(Event<'_>),
-    ) -> Result<(), AdapterError> {
-        AnthropicAdapter::on_frame(self, frame, out)
-    }
 }
 
 /// Anthropic's Messages format, also Vertex `rawPredict`'s.

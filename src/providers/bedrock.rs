@@ -50,9 +50,11 @@ impl BedrockAdapter {
             openai: OpenaiAdapter::new(None),
         }
     }
+}
 
+impl FrameAdapter for BedrockAdapter {
     /// Map one frame to zero or more events.
-    pub fn on_frame(
+    fn on_frame(
         &mut self,
         frame: Frame<'_>,
         out: &mut dyn FnMut(Event<'_>),
@@ -84,7 +86,9 @@ impl BedrockAdapter {
             Frame::Sse { .. } => Err(AdapterError("SSE frame in a Bedrock response")),
         }
     }
+}
 
+impl BedrockAdapter {
     fn on_event(
         &mut self,
         event_type: &[u8],
@@ -560,16 +564,6 @@ struct ContentBlock<'a> {
 impl HasContent for ContentBlock<'_> {
     fn has_content(&self) -> bool {
         non_empty(self.text) || non_empty(self.tool_use) || non_empty(self.reasoning_content)
-    }
-}
-
-impl FrameAdapter for BedrockAdapter {
-    fn on_frame(
-        &mut self,
-        frame: Frame<'_>,
-        out: &mut dyn FnMut(Event<'_>),
-    ) -> Result<(), AdapterError> {
-        BedrockAdapter::on_frame(self, frame, out)
     }
 }
 

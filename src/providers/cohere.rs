@@ -42,9 +42,11 @@ impl CohereAdapter {
             ..CohereAdapter::default()
         }
     }
+}
 
+impl FrameAdapter for CohereAdapter {
     /// Map one frame to zero or more events.
-    pub fn on_frame(
+    fn on_frame(
         &mut self,
         frame: Frame<'_>,
         out: &mut dyn FnMut(Event<'_>),
@@ -425,16 +427,6 @@ struct WireUsage {
 struct Counts {
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
-}
-
-impl FrameAdapter for CohereAdapter {
-    fn on_frame(
-        &mut self,
-        frame: Frame<'_>,
-        out: &mut dyn FnMut(Event<'_>),
-    ) -> Result<(), AdapterError> {
-        CohereAdapter::on_frame(self, frame, out)
-    }
 }
 
 /// Cohere's v2 chat format.

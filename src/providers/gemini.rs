@@ -41,9 +41,11 @@ impl GeminiAdapter {
             id_seen: false,
         }
     }
+}
 
+impl FrameAdapter for GeminiAdapter {
     /// Map one frame to zero or more events.
-    pub fn on_frame(
+    fn on_frame(
         &mut self,
         frame: Frame<'_>,
         out: &mut dyn FnMut(Event<'_>),
@@ -69,7 +71,9 @@ impl GeminiAdapter {
             Some(_) => self.on_chunk(data, out),
         }
     }
+}
 
+impl GeminiAdapter {
     fn on_chunk(
         &mut self,
         data: &[u8],
@@ -415,16 +419,6 @@ impl HasKind for Part<'_> {
             || non_empty(self.executable_code)
             || non_empty(self.inline_data);
         (visible, thought)
-    }
-}
-
-impl FrameAdapter for GeminiAdapter {
-    fn on_frame(
-        &mut self,
-        frame: Frame<'_>,
-        out: &mut dyn FnMut(Event<'_>),
-    ) -> Result<(), AdapterError> {
-        GeminiAdapter::on_frame(self, frame, out)
     }
 }
 

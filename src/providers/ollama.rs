@@ -49,9 +49,11 @@ impl OllamaAdapter {
             ..OllamaAdapter::new(operation)
         }
     }
+}
 
+impl FrameAdapter for OllamaAdapter {
     /// Map one frame to zero or more events.
-    pub fn on_frame(
+    fn on_frame(
         &mut self,
         frame: Frame<'_>,
         out: &mut dyn FnMut(Event<'_>),
@@ -353,16 +355,6 @@ impl Message<'_> {
             non_empty(self.content) || non_empty(self.tool_calls),
             non_empty(self.thinking),
         )
-    }
-}
-
-impl FrameAdapter for OllamaAdapter {
-    fn on_frame(
-        &mut self,
-        frame: Frame<'_>,
-        out: &mut dyn FnMut(Event<'_>),
-    ) -> Result<(), AdapterError> {
-        OllamaAdapter::on_frame(self, frame, out)
     }
 }
 

@@ -24,9 +24,11 @@ impl TgiAdapter {
     pub fn new() -> Self {
         TgiAdapter
     }
+}
 
+impl FrameAdapter for TgiAdapter {
     /// Map one frame to zero or more events.
-    pub fn on_frame(
+    fn on_frame(
         &mut self,
         frame: Frame<'_>,
         out: &mut dyn FnMut(Event<'_>),
@@ -125,16 +127,6 @@ struct Details<'a> {
     finish_reason: Option<Str<'a>>,
     generated_tokens: Option<u64>,
     input_length: Option<u64>,
-}
-
-impl FrameAdapter for TgiAdapter {
-    fn on_frame(
-        &mut self,
-        frame: Frame<'_>,
-        out: &mut dyn FnMut(Event<'_>),
-    ) -> Result<(), AdapterError> {
-        TgiAdapter::on_frame(self, frame, out)
-    }
 }
 
 /// TGI's native format (`/generate`, `/generate_stream`).

@@ -11,7 +11,7 @@ use std::sync::{Arc, RwLock};
 use opentelemetry_sdk::metrics::{Instrument, Stream};
 
 use super::attrs::OTHER;
-use super::fx::{self, FxSet};
+use super::capped_maps::{self, FxSet};
 
 /// Values longer than this are never admitted (they go to `other`).
 const MAX_VALUE_LEN: usize = 256;
@@ -31,7 +31,7 @@ impl CardinalityGuard {
     pub fn new(cap: usize) -> CardinalityGuard {
         CardinalityGuard {
             cap,
-            seen: RwLock::new(fx::set()),
+            seen: RwLock::new(capped_maps::set()),
             full: AtomicBool::new(cap == 0),
             other: Arc::from(OTHER),
         }

@@ -3,13 +3,12 @@
 //!
 //! Spans can be lost in two places: the queue is full, or the export fails
 //! after the exporter's own retries; the span pipeline (`span_export`)
-//! counts both into `DropCounts`. `CountingMetricExporter` counts data
-//! points in failed metric exports.
+//! counts both into `DropCounts` (`drops`). `CountingMetricExporter` counts
+//! data points in failed metric exports.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use opentelemetry::InstrumentationScope;
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig, WithTonicConfig};
@@ -20,152 +19,10 @@ use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMe
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 
 use super::TelemetryError;
+use super::drops::DropCounts;
 use super::export_tls::{self, CollectorClient, Signal};
-use super::otlp_http::HttpSpanExporter;
-use super::span_export::{RecordExporter, SdkSpans};
-use super::span_record::SpanRecord;
+use super::otlp_http::OtlpSpanExporter;
 use crate::config::{OtlpProtocol, TelemetryConfig};
-
-/// Items that never reached the collector, by signal, and what the log
-/// has been told about it.
-#[derive(Debug, Default)]
-pub(super) struct DropCounts {
-    spans: AtomicU64,
-    data_points: AtomicU64,
-    health: Mutex<Health>,
-    /// The collector URLs of traces and metrics, named in the WARNs.
-    endpoints: std::sync::OnceLock<(String, String)>,
-}
-
-/// While a collector is unreachable the log gets one WARN at the first
-/// failure, then at most one summary per this interval (never a pair of
-/// lines per export interval).
-pub(crate) const FAILURE_SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
-
-/// Export failures as the log has reported them.
-#[derive(Debug, Default)]
-struct Health {
-    /// Exports are failing (since the last success).
-    failing: bool,
-    /// When the last failure line was written, and the drop totals then.
-    reported: Option<(Instant, u64, u64)>,
-}
-
-impl DropCounts {
-    /// Spans dropped: batch queue full, or in a failed export.
-    pub(super) fn spans(&self) -> u64 {
-        self.spans.load(Ordering::Relaxed)
-    }
-
-    /// Metric data points in failed exports.
-    pub(super) fn data_points(&self) -> u64 {
-        self.data_points.load(Ordering::Relaxed)
-    }
-
-    /// The collector URLs export goes to, for the failure WARNs.
-    pub(super) fn set_endpoints(&self, traces: String, metrics: String) {
-        let _ = self.endpoints.set((traces, metrics));
-    }
-
-    /// `signal`'s collector URL, when known.
-    fn endpoint(&self, signal: &str) -> &str {
-        match (self.endpoints.get(), signal) {
-            (Some((traces, _)), "traces") => traces,
-            (Some((_, metrics)), _) => metrics,
-            (None, _) => "the collector",
-        }
-    }
-
-    /// An export of `signal` failed with `error`: WARN at the first
-    /// failure, then a summary of what was dropped at most once per
-    /// [`FAILURE_SUMMARY_INTERVAL`].
-    pub(super) fn export_failed(&self, signal: &str, error: &dyn std::fmt::Display) {
-        let Ok(mut h) = self.health.lock() else {
-            return;
-        };
-        #[allow(
-            clippy::disallowed_methods,
-            reason = "rate-limits export failure logs; not a measurement"
-        )]
-        let now = Instant::now();
-        let (spans, points) = (self.spans(), self.data_points());
-        let endpoint = self.endpoint(signal);
-        let error = without_repeats(&error.to_string());
-        match h.reported {
-            Some((at, s0, p0)) if h.failing => {
-                if now.duration_since(at) < FAILURE_SUMMARY_INTERVAL {
-                    return;
-                }
-                tracing::warn!(
-                    signal,
-                    endpoint,
-                    error = %error,
-                    spans_dropped = spans - s0,
-                    data_points_dropped = points - p0,
-                    "OTLP export still failing: {} spans and {} metric data points dropped in the last {}s \
-                     ({spans} and {points} since start-up)",
-                    spans - s0,
-                    points - p0,
-                    now.duration_since(at).as_secs(),
-                );
-            }
-            _ => tracing::warn!(
-                signal,
-                endpoint,
-                error = %error,
-                "OTLP export failed ({signal} to {endpoint}); telemetry is dropped and counted \
-                 (tokentap.telemetry.dropped) while the collector is unreachable; a summary \
-                 follows at most once a minute"
-            ),
-        }
-        h.failing = true;
-        h.reported = Some((now, spans, points));
-    }
-
-    /// An export succeeded: after failures, say the collector is back.
-    pub(super) fn export_ok(&self) {
-        let Ok(mut h) = self.health.lock() else {
-            return;
-        };
-        if h.failing {
-            h.failing = false;
-            tracing::info!(
-                spans_dropped = self.spans(),
-                data_points_dropped = self.data_points(),
-                "OTLP export recovered"
-            );
-        }
-    }
-
-    pub(super) fn add_spans(&self, n: u64) {
-        self.spans.fetch_add(n, Ordering::Relaxed);
-    }
-
-    fn add_data_points(&self, n: u64) {
-        self.data_points.fetch_add(n, Ordering::Relaxed);
-    }
-}
-
-/// `error` with each run of `: `-separated parts that repeats the run just
-/// before it said once: the gRPC exporter renders a cause chain whose
-/// links may already print their source (`…: proxy P refused CONNECT C:
-/// 403 Forbidden: proxy P refused CONNECT C: 403 Forbidden`).
-fn without_repeats(error: &str) -> String {
-    let mut parts: Vec<&str> = error.split(": ").collect();
-    let mut run = 1;
-    while run <= parts.len() / 2 {
-        let repeat =
-            (0..=parts.len() - 2 * run).find(|&i| parts[i..i + run] == parts[i + run..i + 2 * run]);
-        match repeat {
-            Some(i) => {
-                parts.drain(i + run..i + 2 * run);
-                run = 1;
-            }
-            None => run += 1,
-        }
-    }
-    parts.join(": ")
-}
 
 /// Counts data points in failed metric exports.
 #[derive(Debug)]
@@ -228,62 +85,17 @@ fn count_data_points(metrics: &ResourceMetrics) -> u64 {
     n as u64
 }
 
-/// The OTLP span exporter of one protocol.
-#[derive(Debug)]
-pub(super) enum OtlpSpans {
-    /// Records encoded straight to protobuf, POSTed (`otlp_http`).
-    Http(HttpSpanExporter),
-    /// The stock tonic exporter, fed the records' `SpanData`.
-    Grpc(SdkSpans<opentelemetry_otlp::SpanExporter>),
-}
-
-impl RecordExporter for OtlpSpans {
-    fn export(&mut self, records: Vec<SpanRecord>) -> OTelSdkResult {
-        match self {
-            OtlpSpans::Http(e) => e.export(records),
-            OtlpSpans::Grpc(e) => e.export(records),
-        }
-    }
-
-    fn shutdown(&mut self) -> OTelSdkResult {
-        match self {
-            OtlpSpans::Http(e) => e.shutdown(),
-            OtlpSpans::Grpc(e) => e.shutdown(),
-        }
-    }
-}
-
 /// The OTLP span exporter for `cfg`, for spans of `resource` and `scope`
-/// with at most `max_attributes` attributes each: OTLP/HTTP writes its
-/// protobuf bytes directly from the records (`otlp_wire`); gRPC keeps the
-/// stock exporter.
+/// with at most `max_attributes` attributes each: both protocols write
+/// their protobuf bytes directly from the records (`otlp_wire`) and send
+/// them with tokentap's own client (`otlp_http`).
 pub(super) fn otlp_spans(
     cfg: &TelemetryConfig,
     resource: &Resource,
     scope: InstrumentationScope,
     max_attributes: usize,
-) -> Result<OtlpSpans, TelemetryError> {
-    match cfg.otlp_protocol {
-        OtlpProtocol::HttpProtobuf => {
-            HttpSpanExporter::new(cfg, resource, &scope, max_attributes).map(OtlpSpans::Http)
-        }
-        OtlpProtocol::Grpc => {
-            require_runtime()?;
-            let exporter = opentelemetry_otlp::SpanExporter::builder()
-                .with_tonic()
-                .with_timeout(cfg.otlp_timeout)
-                .with_metadata(grpc_metadata(cfg)?)
-                .with_channel(export_tls::grpc_channel(cfg, Signal::Traces)?)
-                .build()
-                .map_err(|e| TelemetryError(format!("span exporter: {e}")))?;
-            Ok(OtlpSpans::Grpc(SdkSpans::new(
-                exporter,
-                resource,
-                scope,
-                max_attributes,
-            )))
-        }
-    }
+) -> Result<OtlpSpanExporter, TelemetryError> {
+    OtlpSpanExporter::new(cfg, resource, &scope, max_attributes)
 }
 
 /// The OTLP metric exporter for `cfg`.
@@ -348,22 +160,6 @@ fn require_runtime() -> Result<(), TelemetryError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_repeated_cause_is_said_once() {
-        let twice = "TonicTracesClient export failed with gRPC code: Unknown: transport error: \
-                     proxy http://127.0.0.1:9 refused CONNECT c:4317: 403 Forbidden: \
-                     proxy http://127.0.0.1:9 refused CONNECT c:4317: 403 Forbidden";
-        assert_eq!(
-            without_repeats(twice),
-            "TonicTracesClient export failed with gRPC code: Unknown: transport error: \
-             proxy http://127.0.0.1:9 refused CONNECT c:4317: 403 Forbidden"
-        );
-        let once = "a: b: a: c";
-        assert_eq!(without_repeats(once), once, "only adjacent repeats go");
-        assert_eq!(without_repeats("x: x: x"), "x");
-        assert_eq!(without_repeats(""), "");
-    }
 
     #[test]
     fn bad_grpc_header_is_an_error_without_its_value() {

@@ -19,7 +19,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 
 use super::TelemetryError;
 use crate::config::proxy::{ProxyEnv, RouteProxy};
-use crate::config::{OtlpProtocol, TelemetryConfig};
+use crate::config::{Http2Mode, OtlpProtocol, TelemetryConfig};
 use crate::upstream::egress::Dial;
 use crate::upstream::{Client, ClientTls, Egress, SettingFile};
 
@@ -242,18 +242,34 @@ pub(crate) fn is_https(endpoint: &str) -> bool {
         .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
 }
 
-#[async_trait::async_trait]
-impl HttpClient for CollectorClient {
-    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+/// One collector answer: its head, its body (at most
+/// `MAX_RESPONSE_BYTES`) and its trailers (gRPC puts its status there).
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) head: http::response::Parts,
+    pub(crate) body: Bytes,
+    pub(crate) trailers: Option<http::HeaderMap>,
+}
+
+impl CollectorClient {
+    /// Send `request` in the HTTP version `mode` asks for and read the
+    /// whole answer, within the export timeout.
+    pub(crate) async fn exchange(
+        &self,
+        request: Request<Bytes>,
+        mode: Http2Mode,
+    ) -> Result<Answer, HttpError> {
         let (client, timeout) = (self.client.clone(), self.timeout);
         let sent = self.runtime.spawn(async move {
             let exchange = async {
-                let (parts, body) = client.send_bytes(request).await?.into_parts();
-                let body = Limited::new(body, MAX_RESPONSE_BYTES)
-                    .collect()
-                    .await?
-                    .to_bytes();
-                Ok::<_, HttpError>(Response::from_parts(parts, body))
+                let (head, body) = client.send_bytes_over(request, mode).await?.into_parts();
+                let collected = Limited::new(body, MAX_RESPONSE_BYTES).collect().await?;
+                let trailers = collected.trailers().cloned();
+                Ok::<_, HttpError>(Answer {
+                    head,
+                    body: collected.to_bytes(),
+                    trailers,
+                })
             };
             match tokio::time::timeout(timeout, exchange).await {
                 Ok(r) => r,
@@ -263,5 +279,13 @@ impl HttpClient for CollectorClient {
             }
         });
         sent.await?
+    }
+}
+
+#[async_trait::async_trait]
+impl HttpClient for CollectorClient {
+    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+        let answer = self.exchange(request, Http2Mode::default()).await?;
+        Ok(Response::from_parts(answer.head, answer.body))
     }
 }

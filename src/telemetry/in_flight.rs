@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use super::fx::{self, FxMap};
+use super::capped_maps::{self, FxMap};
 
 /// (route, capped model; `None` when the request named none).
 type Pair = (Arc<str>, Option<Arc<str>>);
@@ -24,7 +24,7 @@ pub(super) struct InFlight {
 impl Default for InFlight {
     fn default() -> InFlight {
         InFlight {
-            counts: RwLock::new(fx::map()),
+            counts: RwLock::new(capped_maps::map()),
         }
     }
 }

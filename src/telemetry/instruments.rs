@@ -12,8 +12,8 @@ use opentelemetry::metrics::{
 };
 
 use super::attrs::*;
+use super::drops::DropCounts;
 use super::exemplars::{self, SeriesExemplars, TraceMark};
-use super::export::DropCounts;
 use crate::config::Semconv;
 use crate::meter::ModalityTokens;
 use crate::pricing::CostSource;
@@ -159,41 +159,400 @@ fn cell_of(gap: Duration) -> usize {
     GAP_CELL_BOUNDS.partition_point(|&b| b < secs)
 }
 
+/// What kind of instrument a row of [`FINISH`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// An `f64` histogram with the row's buckets.
+    Histogram,
+    /// A `u64` histogram with the row's buckets.
+    IntHistogram,
+    /// A `u64` counter (the value is added).
+    Counter,
+}
+
+/// Which attribute set of [`FinishAttrs`] a row records under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Set {
+    /// `all`: every end-of-request attribute.
+    All,
+    /// `sized`: `all` plus the prompt-size class when that is on.
+    Sized,
+}
+
+/// One value a row reads from a finished request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Num {
+    F(f64),
+    U(u64),
+}
+
+impl Num {
+    fn f64(self) -> f64 {
+        match self {
+            Num::F(v) => v,
+            Num::U(n) => n as f64,
+        }
+    }
+
+    fn u64(self) -> u64 {
+        match self {
+            Num::F(v) => v as u64,
+            Num::U(n) => n,
+        }
+    }
+}
+
+/// The measures that keep exemplars (`SeriesExemplars`, one slot set
+/// each): rows of one measure record the same value with the same buckets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Measure {
+    Duration,
+    Ttft,
+    DecodeTps,
+    MaxStall,
+}
+
+/// How many [`Measure`]s there are.
+const MEASURES: usize = 4;
+
+/// One instrument recorded once per finished request from its
+/// `FinishRecord`: everything about it in one place. `value` says whether
+/// the request records it (the `telemetry.semconv` generation, the
+/// operation's class) and with what; `None` records nothing.
+struct Row {
+    name: &'static str,
+    unit: &'static str,
+    kind: Kind,
+    description: &'static str,
+    /// Histogram bucket boundaries (empty for a counter).
+    buckets: &'static [f64],
+    set: Set,
+    value: fn(&FinishRecord, Semconv) -> Option<Num>,
+    /// The exemplar measure this histogram's value feeds, if any.
+    exemplar: Option<Measure>,
+}
+
+/// A seconds histogram recorded under `all`.
+const fn seconds_row(
+    name: &'static str,
+    description: &'static str,
+    buckets: &'static [f64],
+    value: fn(&FinishRecord, Semconv) -> Option<Num>,
+) -> Row {
+    Row {
+        name,
+        unit: "s",
+        kind: Kind::Histogram,
+        description,
+        buckets,
+        set: Set::All,
+        value,
+        exemplar: None,
+    }
+}
+
+/// A per-operation token histogram of the current names.
+const fn tokens_row(
+    name: &'static str,
+    description: &'static str,
+    value: fn(&FinishRecord, Semconv) -> Option<Num>,
+) -> Row {
+    Row {
+        name,
+        unit: "{token}",
+        kind: Kind::IntHistogram,
+        description,
+        buckets: &TOKEN_BUCKETS,
+        set: Set::All,
+        value,
+        exemplar: None,
+    }
+}
+
+impl Row {
+    /// This row's exemplar measure.
+    const fn exemplar(self, m: Measure) -> Row {
+        Row {
+            exemplar: Some(m),
+            ..self
+        }
+    }
+
+    /// This row recorded under `sized`.
+    const fn sized(self) -> Row {
+        Row {
+            set: Set::Sized,
+            ..self
+        }
+    }
+
+    /// This row with unit `unit`.
+    const fn unit(self, unit: &'static str) -> Row {
+        Row { unit, ..self }
+    }
+}
+
+fn f(v: Option<f64>) -> Option<Num> {
+    v.map(Num::F)
+}
+
+/// The current name of a duration records a request of its class.
+fn latest_of(r: &FinishRecord, s: Semconv, class: OpClass) -> Option<Num> {
+    (s.latest() && r.class == class).then_some(Num::F(r.duration))
+}
+
+/// How many rows [`FINISH`] has.
+const ROWS: usize = 18;
+
+/// Every instrument a finished request records from its `FinishRecord`
+/// alone, under `all` or `sized`. Instruments with attributes of their own
+/// (token type, modality, cost source, proxy stage, estimated reasoning)
+/// are recorded by hand below.
+static FINISH: [Row; ROWS] = [
+    seconds_row(
+        M_INFERENCE_DURATION,
+        "GenAI client inference operation duration.",
+        &DURATION_BUCKETS,
+        |r, s| latest_of(r, s, OpClass::Inference),
+    )
+    .exemplar(Measure::Duration),
+    seconds_row(
+        M_EMBEDDINGS_DURATION,
+        "GenAI client embeddings operation duration.",
+        &DURATION_BUCKETS,
+        |r, s| latest_of(r, s, OpClass::Embeddings),
+    )
+    .exemplar(Measure::Duration),
+    // Latest: unrecognised endpoints only; legacy: every request.
+    seconds_row(
+        M_OPERATION_DURATION,
+        "GenAI operation duration.",
+        &DURATION_BUCKETS,
+        |r, s| (s.legacy() || r.class == OpClass::Unknown).then_some(Num::F(r.duration)),
+    )
+    .exemplar(Measure::Duration),
+    seconds_row(
+        M_SERVER_REQUEST_DURATION,
+        "Request duration, to the last byte of the response.",
+        &DURATION_BUCKETS,
+        |r, _| Some(Num::F(r.duration)),
+    )
+    .exemplar(Measure::Duration),
+    seconds_row(
+        M_SERVER_TTFT,
+        "Time to generate the first token.",
+        &TTFT_BUCKETS,
+        |r, _| f(r.ttft),
+    )
+    .sized()
+    .exemplar(Measure::Ttft),
+    seconds_row(
+        M_INFERENCE_TIME_TO_FIRST_CHUNK,
+        "Time to receive the first chunk of a streaming response.",
+        &DURATION_BUCKETS,
+        |r, s| f(r.first_chunk.filter(|_| s.latest())),
+    )
+    .sized(),
+    // Legacy.
+    seconds_row(
+        M_TIME_TO_FIRST_CHUNK,
+        "Time to receive the first chunk of a streaming response.",
+        &DURATION_BUCKETS,
+        |r, s| f(r.first_chunk.filter(|_| s.legacy())),
+    )
+    .sized(),
+    seconds_row(
+        M_PREFILL_TPS,
+        "Prefill rate: input tokens / time to first token.",
+        &PREFILL_BUCKETS,
+        |r, _| f(r.prefill_tps),
+    )
+    .sized()
+    .unit("{token}/s"),
+    seconds_row(
+        M_SERVER_TPOT,
+        "Time per output token generated after the first token.",
+        &TPOT_BUCKETS,
+        |r, _| f(r.tpot),
+    ),
+    seconds_row(
+        M_DECODE_TPS,
+        "Decode rate: (output tokens - 1) / (last token - first token).",
+        &TPS_BUCKETS,
+        |r, _| f(r.decode_tps),
+    )
+    .unit("{token}/s")
+    .exemplar(Measure::DecodeTps),
+    seconds_row(
+        M_MAX_STALL,
+        "Largest gap between content chunks in one response.",
+        &STALL_BUCKETS,
+        |r, _| f(r.max_stall),
+    )
+    .exemplar(Measure::MaxStall),
+    seconds_row(
+        M_POOL_WAIT,
+        "Time a request waited for an upstream connection or HTTP/2 stream slot.",
+        &POOL_WAIT_BUCKETS,
+        |r, _| f(r.pool_wait),
+    ),
+    seconds_row(
+        M_TIME_TO_FIRST_VISIBLE,
+        "Time to the first visible output (text, audio, tool call), reasoning excluded.",
+        &TTFT_BUCKETS,
+        |r, _| f(r.visible_ttft),
+    ),
+    seconds_row(
+        M_REASONING_DURATION,
+        "Thinking time: first reasoning output to first visible output.",
+        &DURATION_BUCKETS,
+        |r, _| f(r.reasoning_duration),
+    ),
+    // Token histograms of the current names take known counts only: a
+    // `0` there would pull the percentiles down.
+    tokens_row(
+        M_OPERATION_INPUT_TOKENS,
+        "Input (prompt) tokens per inference operation.",
+        |r, s| {
+            let on = s.latest() && r.class != OpClass::Embeddings;
+            r.input_tokens.filter(|_| on).map(Num::U)
+        },
+    ),
+    tokens_row(
+        M_OPERATION_OUTPUT_TOKENS,
+        "Output (completion) tokens per inference operation.",
+        |r, s| {
+            let on = s.latest() && r.class != OpClass::Embeddings;
+            r.output_tokens.filter(|_| on).map(Num::U)
+        },
+    ),
+    tokens_row(
+        M_EMBEDDINGS_INPUT_TOKENS,
+        "Input tokens per embeddings operation.",
+        |r, s| {
+            let on = s.latest() && r.class == OpClass::Embeddings;
+            r.input_tokens.filter(|_| on).map(Num::U)
+        },
+    ),
+    Row {
+        name: M_REQUESTS,
+        unit: "{request}",
+        kind: Kind::Counter,
+        description: "Finished requests, by outcome.",
+        buckets: &[],
+        set: Set::All,
+        value: |_, _| Some(Num::U(1)),
+        exemplar: None,
+    },
+];
+
+/// One row's instrument.
+enum Instrument {
+    Histogram(Histogram<f64>),
+    IntHistogram(Histogram<u64>),
+    Counter(Counter<u64>),
+}
+
+/// One row's instrument bound to an attribute set.
+enum Bound {
+    Histogram(BoundHistogram<f64>),
+    IntHistogram(BoundHistogram<u64>),
+    Counter(BoundCounter<u64>),
+}
+
+impl Row {
+    fn build(&self, meter: &Meter) -> Instrument {
+        match self.kind {
+            Kind::Histogram => Instrument::Histogram(
+                meter
+                    .f64_histogram(self.name)
+                    .with_unit(self.unit)
+                    .with_description(self.description)
+                    .with_boundaries(self.buckets.to_vec())
+                    .build(),
+            ),
+            Kind::IntHistogram => Instrument::IntHistogram(
+                meter
+                    .u64_histogram(self.name)
+                    .with_unit(self.unit)
+                    .with_description(self.description)
+                    .with_boundaries(self.buckets.to_vec())
+                    .build(),
+            ),
+            Kind::Counter => Instrument::Counter(
+                meter
+                    .u64_counter(self.name)
+                    .with_unit(self.unit)
+                    .with_description(self.description)
+                    .build(),
+            ),
+        }
+    }
+
+    /// The attribute set this row records under.
+    fn attrs<'a>(&self, a: &FinishAttrs<'a>) -> &'a [KeyValue] {
+        match self.set {
+            Set::All => a.all,
+            Set::Sized => a.sized,
+        }
+    }
+}
+
+impl Instrument {
+    fn bind(&self, attrs: &[KeyValue]) -> Bound {
+        match self {
+            Instrument::Histogram(h) => Bound::Histogram(h.bind(attrs)),
+            Instrument::IntHistogram(h) => Bound::IntHistogram(h.bind(attrs)),
+            Instrument::Counter(c) => Bound::Counter(c.bind(attrs)),
+        }
+    }
+
+    fn record(&self, v: Num, attrs: &[KeyValue]) {
+        match self {
+            Instrument::Histogram(h) => h.record(v.f64(), attrs),
+            Instrument::IntHistogram(h) => h.record(v.u64(), attrs),
+            Instrument::Counter(c) => c.add(v.u64(), attrs),
+        }
+    }
+}
+
+impl Bound {
+    fn record(&self, v: Num) {
+        match self {
+            Bound::Histogram(h) => h.record(v.f64()),
+            Bound::IntHistogram(h) => h.record(v.u64()),
+            Bound::Counter(c) => c.add(v.u64()),
+        }
+    }
+}
+
+/// The bucket boundaries of exemplar measure `m` (those of its rows).
+#[cfg(test)]
+fn measure_bounds(m: Measure) -> &'static [f64] {
+    FINISH
+        .iter()
+        .find(|row| row.exemplar == Some(m))
+        .map_or(&[], |row| row.buckets)
+}
+
 /// Every instrument, built once. All are created whatever
 /// `telemetry.semconv` says (an instrument that never records exports
 /// nothing); `semconv` picks the ones that record.
 pub(super) struct Instruments {
     /// Which generation of GenAI names records.
     pub semconv: Semconv,
-    pub inference_duration: Histogram<f64>,
-    pub embeddings_duration: Histogram<f64>,
-    pub inference_time_to_first_chunk: Histogram<f64>,
+    /// The instruments of [`FINISH`], in its order.
+    finish: [Instrument; ROWS],
     pub inference_time_per_output_chunk: Histogram<f64>,
     /// `gen_ai.client.inference.usage.*`, in `FinishRecord::served` order.
     pub usage: [Counter<u64>; 5],
-    pub operation_input_tokens: Histogram<u64>,
-    pub operation_output_tokens: Histogram<u64>,
-    pub embeddings_input_tokens: Histogram<u64>,
-    /// Latest: unrecognised endpoints only; legacy: every request.
-    pub operation_duration: Histogram<f64>,
     /// Legacy only, as are the next two, `tokens` and `modality_tokens`.
     pub token_usage: Histogram<u64>,
-    pub time_to_first_chunk: Histogram<f64>,
     pub time_per_output_chunk: Histogram<f64>,
-    pub server_ttft: Histogram<f64>,
-    pub server_tpot: Histogram<f64>,
-    pub server_request_duration: Histogram<f64>,
-    pub decode_tps: Histogram<f64>,
-    pub time_to_first_visible: Histogram<f64>,
-    pub reasoning_duration: Histogram<f64>,
     pub reasoning_tokens: Histogram<u64>,
     pub chunk_gap: Histogram<f64>,
-    pub max_stall: Histogram<f64>,
-    pub pool_wait: Histogram<f64>,
-    pub prefill_tps: Histogram<f64>,
     pub tokens: Counter<u64>,
     pub proxy_overhead: Histogram<f64>,
-    pub requests: Counter<u64>,
     /// `tokentap.token.modality.usage`.
     pub modality_tokens: Counter<u64>,
     pub streams_active: UpDownCounter<i64>,
@@ -222,12 +581,12 @@ const MAX_FINISH_SETS: usize = 4096;
 /// Distinct (route, provider) sets of `streams_active` kept bound.
 const MAX_ACTIVE_SETS: usize = 1024;
 
-/// Attribute sets to the handles bound to them (Fx, see `fx`: a lookup
+/// Attribute sets to the handles bound to them (Fx, see `capped_maps`: a lookup
 /// hashes a dozen attributes per request). Each map is capped.
-type BoundSets<K, V> = RwLock<super::fx::FxMap<K, V>>;
+type BoundSets<K, V> = RwLock<super::capped_maps::FxMap<K, V>>;
 
 fn bound_sets<K, V>() -> BoundSets<K, V> {
-    RwLock::new(super::fx::map())
+    RwLock::new(super::capped_maps::map())
 }
 
 /// The kind of operation, which picks the current conventions' names.
@@ -326,36 +685,6 @@ pub(super) fn overhead_attrs(attrs: &[KeyValue], stage: &'static str) -> [KeyVal
     ]
 }
 
-/// The histograms that keep exemplars, one measure each of
-/// `SeriesExemplars`: the instruments recording the same value with the
-/// same bounds, and those bounds.
-const EXEMPLAR_MEASURES: [(&[&str], &[f64]); 4] = [
-    (
-        &[
-            M_INFERENCE_DURATION,
-            M_EMBEDDINGS_DURATION,
-            M_OPERATION_DURATION,
-            M_SERVER_REQUEST_DURATION,
-        ],
-        &DURATION_BUCKETS,
-    ),
-    (&[M_SERVER_TTFT], &TTFT_BUCKETS),
-    (&[M_DECODE_TPS], &TPS_BUCKETS),
-    (&[M_MAX_STALL], &STALL_BUCKETS),
-];
-
-impl FinishRecord {
-    /// This record's value for each of `EXEMPLAR_MEASURES`.
-    fn exemplar_values(&self) -> [Option<f64>; 4] {
-        [
-            Some(self.duration),
-            self.ttft,
-            self.decode_tps,
-            self.max_stall,
-        ]
-    }
-}
-
 impl FinishRecord {
     /// Tokens served, per `gen_ai.token.type` (`tokentap.tokens`), in
     /// the order of `Instruments::usage`.
@@ -388,35 +717,17 @@ pub(super) struct FinishAttrs<'a> {
 /// the first time it records (a bound instrument exports a data point even
 /// before it records, and e.g. a non-streamed request must add none to
 /// the streaming instruments).
-#[derive(Default)]
 struct FinishBound {
-    /// The duration under the current name for the request's class
-    /// (inference or embeddings). One cell serves either because the
-    /// class follows from `gen_ai.operation.name`, which is in the set.
-    duration: OnceLock<BoundHistogram<f64>>,
-    first_chunk: OnceLock<BoundHistogram<f64>>,
+    /// The rows of [`FINISH`], in its order.
+    finish: [OnceLock<Bound>; ROWS],
     /// The usage counters with `gen_ai.token.modality = unknown`.
     usage: [OnceLock<BoundCounter<u64>>; 5],
-    /// `gen_ai.client.{inference,embeddings}.operation.input_tokens`.
-    operation_input_tokens: OnceLock<BoundHistogram<u64>>,
-    operation_output_tokens: OnceLock<BoundHistogram<u64>>,
-    operation_duration: OnceLock<BoundHistogram<f64>>,
-    server_request_duration: OnceLock<BoundHistogram<f64>>,
-    requests: OnceLock<BoundCounter<u64>>,
-    server_ttft: OnceLock<BoundHistogram<f64>>,
-    time_to_first_chunk: OnceLock<BoundHistogram<f64>>,
-    server_tpot: OnceLock<BoundHistogram<f64>>,
-    decode_tps: OnceLock<BoundHistogram<f64>>,
-    max_stall: OnceLock<BoundHistogram<f64>>,
-    pool_wait: OnceLock<BoundHistogram<f64>>,
+    /// Legacy `gen_ai.client.token.usage` by input and output token type.
     input_tokens: OnceLock<BoundHistogram<u64>>,
     output_tokens: OnceLock<BoundHistogram<u64>>,
-    visible_ttft: OnceLock<BoundHistogram<f64>>,
-    reasoning_duration: OnceLock<BoundHistogram<f64>>,
     /// Exact and estimated reasoning counts (`tokentap.tokens.estimated`
     /// describes the reasoning count on this instrument).
     reasoning_tokens: [OnceLock<BoundHistogram<u64>>; 2],
-    prefill_tps: OnceLock<BoundHistogram<f64>>,
     request_overhead: OnceLock<BoundHistogram<f64>>,
     pool_overhead: OnceLock<BoundHistogram<f64>>,
     /// `tokentap.tokens`, in `FinishRecord::served` order.
@@ -424,34 +735,37 @@ struct FinishBound {
     /// `tokentap.cost.usd` by `source_index` and estimated.
     cost: [[OnceLock<BoundCounter<f64>>; 2]; 3],
     cost_unpriced: OnceLock<BoundCounter<u64>>,
-    /// Latest trace per bucket of `EXEMPLAR_MEASURES`; `None` past the
-    /// sets that keep exemplars.
-    exemplars: Option<SeriesExemplars<4>>,
+    /// Latest trace per bucket of each [`Measure`]; `None` past the sets
+    /// that keep exemplars.
+    exemplars: Option<SeriesExemplars<MEASURES>>,
+}
+
+impl Default for FinishBound {
+    fn default() -> FinishBound {
+        FinishBound {
+            finish: std::array::from_fn(|_| OnceLock::new()),
+            usage: Default::default(),
+            input_tokens: OnceLock::new(),
+            output_tokens: OnceLock::new(),
+            reasoning_tokens: Default::default(),
+            request_overhead: OnceLock::new(),
+            pool_overhead: OnceLock::new(),
+            served: Default::default(),
+            cost: Default::default(),
+            cost_unpriced: OnceLock::new(),
+            exemplars: None,
+        }
+    }
 }
 
 impl FinishBound {
     fn record(&self, ins: &Instruments, a: &FinishAttrs<'_>, r: &FinishRecord) {
-        self.record_common(ins, a.all, r);
-        let (latest, legacy) = (ins.semconv.latest(), ins.semconv.legacy());
-        let sized = [
-            (&self.server_ttft, &ins.server_ttft, r.ttft),
-            (
-                &self.first_chunk,
-                &ins.inference_time_to_first_chunk,
-                r.first_chunk.filter(|_| latest),
-            ),
-            (
-                &self.time_to_first_chunk,
-                &ins.time_to_first_chunk,
-                r.first_chunk.filter(|_| legacy),
-            ),
-            (&self.prefill_tps, &ins.prefill_tps, r.prefill_tps),
-        ];
-        for (cell, h, v) in sized {
-            if let Some(v) = v {
-                cell.get_or_init(|| h.bind(a.sized)).record(v);
+        for ((row, cell), instrument) in FINISH.iter().zip(&self.finish).zip(&ins.finish) {
+            if let Some(v) = (row.value)(r, ins.semconv) {
+                cell.get_or_init(|| instrument.bind(row.attrs(a))).record(v);
             }
         }
+        let (latest, legacy) = (ins.semconv.latest(), ins.semconv.legacy());
         for (cell, stage, v) in [
             (&self.request_overhead, STAGE_REQUEST, r.request_overhead),
             (&self.pool_overhead, STAGE_POOL_WAIT, r.pool_wait),
@@ -482,115 +796,54 @@ impl FinishBound {
                         .add(n);
                 }
             }
-        }
-        if latest {
-            self.record_tokens(ins, a.all, r);
-        }
-        // After the histograms, so a scrape that sees an exemplar counts it.
-        if let (Some(ex), Some(mark)) = (&self.exemplars, r.trace) {
-            for (i, v) in r.exemplar_values().into_iter().enumerate() {
+            for (cell, kind, v) in [
+                (&self.input_tokens, TOKEN_INPUT, r.input_tokens),
+                (&self.output_tokens, TOKEN_OUTPUT, r.output_tokens),
+            ] {
                 if let Some(v) = v {
-                    ex.offer(i, EXEMPLAR_MEASURES[i].1, v, mark);
+                    cell.get_or_init(|| ins.token_usage.bind(&with_token_type(a.all, kind)))
+                        .record(v);
                 }
-            }
-        }
-    }
-
-    /// The current conventions' token metrics: per-request histograms and,
-    /// unless the response split its usage by modality, the usage counters
-    /// (`0` for an inference request that reported none, as the
-    /// conventions ask; the histograms take known counts only, since a `0`
-    /// there would pull the percentiles down).
-    fn record_tokens(&self, ins: &Instruments, attrs: &[KeyValue], r: &FinishRecord) {
-        if r.class == OpClass::Embeddings {
-            if let Some(n) = r.input_tokens {
-                self.operation_input_tokens
-                    .get_or_init(|| ins.embeddings_input_tokens.bind(attrs))
-                    .record(n);
-            }
-            return;
-        }
-        for (cell, h, n) in [
-            (
-                &self.operation_input_tokens,
-                &ins.operation_input_tokens,
-                r.input_tokens,
-            ),
-            (
-                &self.operation_output_tokens,
-                &ins.operation_output_tokens,
-                r.output_tokens,
-            ),
-        ] {
-            if let Some(n) = n {
-                cell.get_or_init(|| h.bind(attrs)).record(n);
-            }
-        }
-        if r.split {
-            return;
-        }
-        for ((cell, counter), (_, n)) in self.usage.iter().zip(&ins.usage).zip(r.served()) {
-            if let Some(n) = n.or((r.class == OpClass::Inference).then_some(0)) {
-                cell.get_or_init(|| counter.bind(&with_modality(attrs, MODALITY_UNKNOWN)))
-                    .add(n);
-            }
-        }
-    }
-
-    fn record_common(&self, ins: &Instruments, attrs: &[KeyValue], r: &FinishRecord) {
-        let seconds = [
-            (
-                &self.operation_duration,
-                &ins.operation_duration,
-                Some(r.duration).filter(|_| ins.records_operation_duration(r.class)),
-            ),
-            (
-                &self.server_request_duration,
-                &ins.server_request_duration,
-                Some(r.duration),
-            ),
-            (&self.server_tpot, &ins.server_tpot, r.tpot),
-            (&self.decode_tps, &ins.decode_tps, r.decode_tps),
-            (&self.max_stall, &ins.max_stall, r.max_stall),
-            (&self.pool_wait, &ins.pool_wait, r.pool_wait),
-            (
-                &self.visible_ttft,
-                &ins.time_to_first_visible,
-                r.visible_ttft,
-            ),
-            (
-                &self.reasoning_duration,
-                &ins.reasoning_duration,
-                r.reasoning_duration,
-            ),
-        ];
-        for (cell, h, v) in seconds {
-            if let Some(v) = v {
-                cell.get_or_init(|| h.bind(attrs)).record(v);
-            }
-        }
-        if let Some(h) = ins.latest_duration(r.class) {
-            self.duration
-                .get_or_init(|| h.bind(attrs))
-                .record(r.duration);
-        }
-        self.requests
-            .get_or_init(|| ins.requests.bind(attrs))
-            .add(1);
-        for (cell, kind, v) in [
-            (&self.input_tokens, TOKEN_INPUT, r.input_tokens),
-            (&self.output_tokens, TOKEN_OUTPUT, r.output_tokens),
-        ] {
-            if let Some(v) = v.filter(|_| ins.semconv.legacy()) {
-                cell.get_or_init(|| ins.token_usage.bind(&with_token_type(attrs, kind)))
-                    .record(v);
             }
         }
         if let Some((n, estimated)) = r.reasoning_tokens {
             self.reasoning_tokens[usize::from(estimated)]
-                .get_or_init(|| ins.reasoning_tokens.bind(&with_estimated(attrs, estimated)))
+                .get_or_init(|| ins.reasoning_tokens.bind(&with_estimated(a.all, estimated)))
                 .record(n);
         }
+        if latest && r.records_usage() {
+            for ((cell, counter), (_, n)) in self.usage.iter().zip(&ins.usage).zip(r.served()) {
+                if let Some(n) = n.or((r.class == OpClass::Inference).then_some(0)) {
+                    cell.get_or_init(|| counter.bind(&with_modality(a.all, MODALITY_UNKNOWN)))
+                        .add(n);
+                }
+            }
+        }
+        // After the histograms, so a scrape that sees an exemplar counts it.
+        if let (Some(ex), Some(mark)) = (&self.exemplars, r.trace) {
+            let mut offered = [false; MEASURES];
+            for row in &FINISH {
+                let Some(m) = row.exemplar else { continue };
+                if offered[m as usize] {
+                    continue;
+                }
+                if let Some(v) = (row.value)(r, ins.semconv) {
+                    ex.offer(m as usize, row.buckets, v.f64(), mark);
+                    offered[m as usize] = true;
+                }
+            }
+        }
+    }
+}
+
+impl FinishRecord {
+    /// Whether the usage counters of the current names record this request
+    /// under `gen_ai.token.modality = unknown` (`0` for an inference
+    /// request that reported none, as the conventions ask): not for
+    /// embeddings, nor for a response that split its usage by modality
+    /// (`record_modalities` records those).
+    fn records_usage(&self) -> bool {
+        self.class != OpClass::Embeddings && !self.split
     }
 }
 
@@ -627,15 +880,6 @@ fn counter(meter: &Meter, name: &'static str, desc: &'static str) -> Counter<u64
         .build()
 }
 
-fn tokens(meter: &Meter, name: &'static str, desc: &'static str) -> Histogram<u64> {
-    meter
-        .u64_histogram(name)
-        .with_unit("{token}")
-        .with_description(desc)
-        .with_boundaries(TOKEN_BUCKETS.to_vec())
-        .build()
-}
-
 impl std::fmt::Debug for Instruments {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Instruments").finish_non_exhaustive()
@@ -663,24 +907,7 @@ impl Instruments {
     ) -> Instruments {
         Instruments {
             semconv,
-            inference_duration: seconds(
-                meter,
-                M_INFERENCE_DURATION,
-                "GenAI client inference operation duration.",
-                &DURATION_BUCKETS,
-            ),
-            embeddings_duration: seconds(
-                meter,
-                M_EMBEDDINGS_DURATION,
-                "GenAI client embeddings operation duration.",
-                &DURATION_BUCKETS,
-            ),
-            inference_time_to_first_chunk: seconds(
-                meter,
-                M_INFERENCE_TIME_TO_FIRST_CHUNK,
-                "Time to receive the first chunk of a streaming response.",
-                &DURATION_BUCKETS,
-            ),
+            finish: std::array::from_fn(|i| FINISH[i].build(meter)),
             inference_time_per_output_chunk: seconds(
                 meter,
                 M_INFERENCE_TIME_PER_OUTPUT_CHUNK,
@@ -714,79 +941,16 @@ impl Instruments {
                     "Output tokens used for reasoning.",
                 ),
             ],
-            operation_input_tokens: tokens(
-                meter,
-                M_OPERATION_INPUT_TOKENS,
-                "Input (prompt) tokens per inference operation.",
-            ),
-            operation_output_tokens: tokens(
-                meter,
-                M_OPERATION_OUTPUT_TOKENS,
-                "Output (completion) tokens per inference operation.",
-            ),
-            embeddings_input_tokens: tokens(
-                meter,
-                M_EMBEDDINGS_INPUT_TOKENS,
-                "Input tokens per embeddings operation.",
-            ),
-            operation_duration: seconds(
-                meter,
-                M_OPERATION_DURATION,
-                "GenAI operation duration.",
-                &DURATION_BUCKETS,
-            ),
             token_usage: meter
                 .u64_histogram(M_TOKEN_USAGE)
                 .with_unit("{token}")
                 .with_description("Number of input and output tokens used.")
                 .with_boundaries(TOKEN_BUCKETS.to_vec())
                 .build(),
-            time_to_first_chunk: seconds(
-                meter,
-                M_TIME_TO_FIRST_CHUNK,
-                "Time to receive the first chunk of a streaming response.",
-                &DURATION_BUCKETS,
-            ),
             time_per_output_chunk: seconds(
                 meter,
                 M_TIME_PER_OUTPUT_CHUNK,
                 "Time between consecutive output chunks of a streaming response.",
-                &DURATION_BUCKETS,
-            ),
-            server_ttft: seconds(
-                meter,
-                M_SERVER_TTFT,
-                "Time to generate the first token.",
-                &TTFT_BUCKETS,
-            ),
-            server_tpot: seconds(
-                meter,
-                M_SERVER_TPOT,
-                "Time per output token generated after the first token.",
-                &TPOT_BUCKETS,
-            ),
-            server_request_duration: seconds(
-                meter,
-                M_SERVER_REQUEST_DURATION,
-                "Request duration, to the last byte of the response.",
-                &DURATION_BUCKETS,
-            ),
-            decode_tps: meter
-                .f64_histogram(M_DECODE_TPS)
-                .with_unit("{token}/s")
-                .with_description("Decode rate: (output tokens - 1) / (last token - first token).")
-                .with_boundaries(TPS_BUCKETS.to_vec())
-                .build(),
-            time_to_first_visible: seconds(
-                meter,
-                M_TIME_TO_FIRST_VISIBLE,
-                "Time to the first visible output (text, audio, tool call), reasoning excluded.",
-                &TTFT_BUCKETS,
-            ),
-            reasoning_duration: seconds(
-                meter,
-                M_REASONING_DURATION,
-                "Thinking time: first reasoning output to first visible output.",
                 &DURATION_BUCKETS,
             ),
             reasoning_tokens: meter
@@ -801,24 +965,6 @@ impl Instruments {
                 "Gap between consecutive content chunks.",
                 &GAP_BUCKETS,
             ),
-            max_stall: seconds(
-                meter,
-                M_MAX_STALL,
-                "Largest gap between content chunks in one response.",
-                &STALL_BUCKETS,
-            ),
-            pool_wait: seconds(
-                meter,
-                M_POOL_WAIT,
-                "Time a request waited for an upstream connection or HTTP/2 stream slot.",
-                &POOL_WAIT_BUCKETS,
-            ),
-            prefill_tps: meter
-                .f64_histogram(M_PREFILL_TPS)
-                .with_unit("{token}/s")
-                .with_description("Prefill rate: input tokens / time to first token.")
-                .with_boundaries(PREFILL_BUCKETS.to_vec())
-                .build(),
             tokens: meter
                 .u64_counter(M_TOKENS)
                 .with_unit("{token}")
@@ -830,11 +976,6 @@ impl Instruments {
                 "Time tokentap itself adds: before the request leaves, and per response frame.",
                 &OVERHEAD_BUCKETS,
             ),
-            requests: meter
-                .u64_counter(M_REQUESTS)
-                .with_unit("{request}")
-                .with_description("Finished requests, by outcome.")
-                .build(),
             modality_tokens: meter
                 .u64_counter(M_MODALITY_TOKENS)
                 .with_unit("{token}")
@@ -892,19 +1033,21 @@ impl Instruments {
             let Some(ex) = &bound.exemplars else {
                 continue;
             };
-            // Bound per TTFT set (with the prompt-size class); the other
-            // histograms' series lack that attribute.
+            // Bound per `sized` set (with the prompt-size class); the
+            // series of rows recorded under `all` lack that attribute.
             let all: Vec<KeyValue> = attrs
                 .iter()
                 .filter(|kv| kv.key.as_str() != PROMPT_SIZE_CLASS)
                 .cloned()
                 .collect();
-            for (i, (names, _)) in EXEMPLAR_MEASURES.iter().enumerate() {
-                if let Some(buckets) = ex.read(i) {
-                    for name in *names {
-                        let series = if *name == M_SERVER_TTFT { attrs } else { &all };
-                        snap.insert(series, name, buckets.clone());
-                    }
+            for row in &FINISH {
+                let Some(m) = row.exemplar else { continue };
+                if let Some(buckets) = ex.read(m as usize) {
+                    let series = match row.set {
+                        Set::Sized => attrs,
+                        Set::All => &all,
+                    };
+                    snap.insert(series, row.name, buckets);
                 }
             }
         }
@@ -941,21 +1084,12 @@ impl Instruments {
         Some(bound)
     }
 
-    /// Whether `gen_ai.client.operation.duration` records a request of
-    /// `class`: every request under `legacy`, else those of no known kind.
-    fn records_operation_duration(&self, class: OpClass) -> bool {
-        self.semconv.legacy() || class == OpClass::Unknown
-    }
-
-    /// The current duration histogram for `class` when the current names
-    /// record; `None` for an unknown operation, whose current name is
-    /// `operation_duration` (`records_operation_duration` covers it).
-    fn latest_duration(&self, class: OpClass) -> Option<&Histogram<f64>> {
-        match class {
-            _ if !self.semconv.latest() => None,
-            OpClass::Embeddings => Some(&self.embeddings_duration),
-            OpClass::Inference => Some(&self.inference_duration),
-            OpClass::Unknown => None,
+    /// Count one request in `tokentap.requests` under `attrs` alone (one
+    /// that matched no route and records nothing else).
+    pub(super) fn count_request(&self, attrs: &[KeyValue]) {
+        let row = FINISH.iter().position(|row| row.name == M_REQUESTS);
+        if let Some(i) = row {
+            self.finish[i].record(Num::U(1), attrs);
         }
     }
 
@@ -963,25 +1097,9 @@ impl Instruments {
     fn record_unbound(&self, a: &FinishAttrs<'_>, r: &FinishRecord) {
         let attrs = a.all;
         let (latest, legacy) = (self.semconv.latest(), self.semconv.legacy());
-        if self.records_operation_duration(r.class) {
-            self.operation_duration.record(r.duration, attrs);
-        }
-        if let Some(h) = self.latest_duration(r.class) {
-            h.record(r.duration, attrs);
-        }
-        self.server_request_duration.record(r.duration, attrs);
-        self.requests.add(1, attrs);
-        for (h, v) in [
-            (&self.server_ttft, r.ttft),
-            (
-                &self.inference_time_to_first_chunk,
-                r.first_chunk.filter(|_| latest),
-            ),
-            (&self.time_to_first_chunk, r.first_chunk.filter(|_| legacy)),
-            (&self.prefill_tps, r.prefill_tps),
-        ] {
-            if let Some(v) = v {
-                h.record(v, a.sized);
+        for (row, instrument) in FINISH.iter().zip(&self.finish) {
+            if let Some(v) = (row.value)(r, self.semconv) {
+                instrument.record(v, row.attrs(a));
             }
         }
         for (stage, v) in [
@@ -1008,34 +1126,26 @@ impl Instruments {
                     self.tokens.add(n, &with_token_type(attrs, kind));
                 }
             }
-        }
-        if latest {
-            self.record_tokens_unbound(attrs, r);
-        }
-        let pairs = [
-            (&self.server_tpot, r.tpot),
-            (&self.decode_tps, r.decode_tps),
-            (&self.max_stall, r.max_stall),
-            (&self.pool_wait, r.pool_wait),
-            (&self.time_to_first_visible, r.visible_ttft),
-            (&self.reasoning_duration, r.reasoning_duration),
-        ];
-        for (h, v) in pairs {
-            if let Some(v) = v {
-                h.record(v, attrs);
-            }
-        }
-        for (count, kind) in [
-            (r.input_tokens, TOKEN_INPUT),
-            (r.output_tokens, TOKEN_OUTPUT),
-        ] {
-            if let Some(n) = count.filter(|_| legacy) {
-                self.token_usage.record(n, &with_token_type(attrs, kind));
+            for (count, kind) in [
+                (r.input_tokens, TOKEN_INPUT),
+                (r.output_tokens, TOKEN_OUTPUT),
+            ] {
+                if let Some(n) = count {
+                    self.token_usage.record(n, &with_token_type(attrs, kind));
+                }
             }
         }
         if let Some((n, estimated)) = r.reasoning_tokens {
             self.reasoning_tokens
                 .record(n, &with_estimated(attrs, estimated));
+        }
+        if latest && r.records_usage() {
+            let unknown = with_modality(attrs, MODALITY_UNKNOWN);
+            for (counter, (_, n)) in self.usage.iter().zip(r.served()) {
+                if let Some(n) = n.or((r.class == OpClass::Inference).then_some(0)) {
+                    counter.add(n, &unknown);
+                }
+            }
         }
     }
 }
@@ -1081,33 +1191,6 @@ impl Instruments {
             }) => self.cost.add(usd, &cost_attrs(attrs, source, estimated)),
             Some(CostRecord::Unpriced) => self.cost_unpriced.add(1, attrs),
             None => {}
-        }
-    }
-
-    /// `FinishBound::record_tokens`, each record hashing `attrs`.
-    fn record_tokens_unbound(&self, attrs: &[KeyValue], r: &FinishRecord) {
-        if r.class == OpClass::Embeddings {
-            if let Some(n) = r.input_tokens {
-                self.embeddings_input_tokens.record(n, attrs);
-            }
-            return;
-        }
-        for (h, n) in [
-            (&self.operation_input_tokens, r.input_tokens),
-            (&self.operation_output_tokens, r.output_tokens),
-        ] {
-            if let Some(n) = n {
-                h.record(n, attrs);
-            }
-        }
-        if r.split {
-            return;
-        }
-        let unknown = with_modality(attrs, MODALITY_UNKNOWN);
-        for (counter, (_, n)) in self.usage.iter().zip(r.served()) {
-            if let Some(n) = n.or((r.class == OpClass::Inference).then_some(0)) {
-                counter.add(n, &unknown);
-            }
         }
     }
 
@@ -1280,325 +1363,4 @@ fn dropped_counter(meter: &Meter, drops: Arc<DropCounts>) -> ObservableCounter<u
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exemplars_are_kept_for_the_first_sets_only_within_a_fixed_budget() {
-        use opentelemetry::metrics::MeterProvider as _;
-        let provider = opentelemetry_sdk::metrics::SdkMeterProvider::builder().build();
-        let ins = Instruments::new(&provider.meter("t"), Semconv::Latest, None, 2);
-        let mark = TraceMark {
-            trace_id: 7,
-            time: std::time::SystemTime::UNIX_EPOCH,
-        };
-        let r = FinishRecord {
-            duration: 1.0,
-            ttft: Some(0.2),
-            decode_tps: Some(30.0),
-            max_stall: Some(0.05),
-            trace: Some(mark),
-            ..FinishRecord::default()
-        };
-        let sets: Vec<[KeyValue; 1]> = (0..3).map(|i| [KeyValue::new("s", i)]).collect();
-        for attrs in &sets {
-            let a = FinishAttrs {
-                all: attrs,
-                sized: attrs,
-                begin: attrs,
-            };
-            ins.record_finish(&a, &r);
-        }
-        let snap = ins.exemplars();
-        for (i, attrs) in sets.iter().enumerate() {
-            let got = snap.get(M_SERVER_TTFT, attrs);
-            assert_eq!(got.is_some(), i < 2, "set {i} of a budget of 2: {got:?}");
-        }
-        let both = snap.get(M_SERVER_REQUEST_DURATION, &sets[0]);
-        assert_eq!(
-            both,
-            snap.get(M_INFERENCE_DURATION, &sets[0]),
-            "both duration histograms share one measure"
-        );
-        // The most one set can hold: every bucket of every measure.
-        let slots: usize = EXEMPLAR_MEASURES.iter().map(|(_, b)| b.len() + 1).sum();
-        let full = SeriesExemplars::<4>::default();
-        for (i, (_, bounds)) in EXEMPLAR_MEASURES.iter().enumerate() {
-            for b in bounds.iter().chain([&f64::MAX]) {
-                full.offer(i, bounds, *b, mark);
-            }
-        }
-        assert_eq!(full.read(1).map(|b| b.iter().flatten().count()), Some(17));
-        assert_eq!(full.slot_bytes(), slots * 40);
-        assert!(
-            full.slot_bytes() <= 2600,
-            "{} bytes per series",
-            full.slot_bytes()
-        );
-        let _ = provider.shutdown();
-    }
-
-    /// Every data point of a collection as (name, attributes, count or
-    /// value, sum), sorted: what two ways of recording must agree on.
-    fn points(exporter: &opentelemetry_sdk::metrics::InMemoryMetricExporter) -> Vec<String> {
-        use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
-        let mut out = Vec::new();
-        let all = exporter.get_finished_metrics().expect("in-memory metrics");
-        let Some(rm) = all.last() else { return out };
-        for m in rm.scope_metrics().flat_map(|s| s.metrics()) {
-            let mut add = |attrs: Vec<String>, v: String| {
-                out.push(format!("{} {:?} {v}", m.name(), attrs));
-            };
-            let sorted = |a: &mut dyn Iterator<Item = &KeyValue>| {
-                let mut v: Vec<String> = a.map(|kv| format!("{}={}", kv.key, kv.value)).collect();
-                v.sort();
-                v
-            };
-            match m.data() {
-                AggregatedMetrics::F64(MetricData::Histogram(h)) => h.data_points().for_each(|p| {
-                    add(
-                        sorted(&mut p.attributes()),
-                        format!("{} {:.6}", p.count(), p.sum()),
-                    );
-                }),
-                AggregatedMetrics::U64(MetricData::Histogram(h)) => h.data_points().for_each(|p| {
-                    add(
-                        sorted(&mut p.attributes()),
-                        format!("{} {}", p.count(), p.sum()),
-                    );
-                }),
-                AggregatedMetrics::U64(MetricData::Sum(c)) => c.data_points().for_each(|p| {
-                    add(sorted(&mut p.attributes()), p.value().to_string());
-                }),
-                AggregatedMetrics::F64(MetricData::Sum(c)) => c.data_points().for_each(|p| {
-                    add(sorted(&mut p.attributes()), p.value().to_string());
-                }),
-                _ => {}
-            }
-        }
-        out.sort();
-        out
-    }
-
-    #[test]
-    fn unbound_records_match_bound_ones_under_every_semconv() {
-        use opentelemetry::metrics::MeterProvider as _;
-        use opentelemetry_sdk::metrics::{
-            InMemoryMetricExporter, PeriodicReader, SdkMeterProvider,
-        };
-        // The class follows from the operation name, as in `record_metrics`.
-        let ops = [
-            (OpClass::Inference, "chat"),
-            (OpClass::Embeddings, "embeddings"),
-            (OpClass::Unknown, OPERATION_UNKNOWN),
-        ];
-        let sets = ops.map(|(_, op)| {
-            [
-                KeyValue::new(GEN_AI_OPERATION_NAME, op),
-                KeyValue::new(ROUTE, "r"),
-            ]
-        });
-        let records = ops.map(|(class, _)| FinishRecord {
-            class,
-            duration: 0.5,
-            first_chunk: Some(0.1),
-            input_tokens: Some(12),
-            output_tokens: Some(3),
-            cache_read_tokens: (class == OpClass::Inference).then_some(4),
-            request_overhead: Some(0.0002),
-            pool_wait: (class == OpClass::Inference).then_some(0.003),
-            cost: Some(match class {
-                OpClass::Inference => CostRecord::Priced {
-                    usd: 0.25,
-                    source: CostSource::Table,
-                    estimated: false,
-                },
-                OpClass::Embeddings => CostRecord::Priced {
-                    usd: 0.5,
-                    source: CostSource::Provider,
-                    estimated: true,
-                },
-                OpClass::Unknown => CostRecord::Unpriced,
-            }),
-            ..FinishRecord::default()
-        });
-        for semconv in [Semconv::Latest, Semconv::Legacy, Semconv::Both] {
-            let [bound, unbound] = [true, false].map(|bound| {
-                let exporter = InMemoryMetricExporter::default();
-                let provider = SdkMeterProvider::builder()
-                    .with_reader(PeriodicReader::builder(exporter.clone()).build())
-                    .build();
-                let ins = Instruments::new(&provider.meter("t"), semconv, None, 0);
-                for (attrs, r) in sets.iter().zip(&records) {
-                    let a = FinishAttrs {
-                        all: attrs,
-                        sized: attrs,
-                        begin: &attrs[1..],
-                    };
-                    match bound {
-                        true => ins.record_finish(&a, r),
-                        false => ins.record_unbound(&a, r),
-                    }
-                }
-                provider.force_flush().expect("flush");
-                let got = points(&exporter);
-                let _ = provider.shutdown();
-                got
-            });
-            assert!(!bound.is_empty(), "{semconv:?}: something recorded");
-            for name in [M_COST, M_COST_UNPRICED, M_PROXY_OVERHEAD] {
-                assert!(
-                    bound.iter().any(|p| p.starts_with(&format!("{name} "))),
-                    "{semconv:?}: {name} recorded: {bound:?}"
-                );
-            }
-            assert_eq!(bound, unbound, "{semconv:?}");
-        }
-    }
-
-    /// `streams_active` per (route, provider) after `run`, as "route/provider value".
-    fn active_points(run: impl FnOnce(&Instruments)) -> Vec<String> {
-        use opentelemetry::metrics::MeterProvider as _;
-        use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
-        use opentelemetry_sdk::metrics::{
-            InMemoryMetricExporter, PeriodicReader, SdkMeterProvider,
-        };
-        let exporter = InMemoryMetricExporter::default();
-        let provider = SdkMeterProvider::builder()
-            .with_reader(PeriodicReader::builder(exporter.clone()).build())
-            .build();
-        let ins = Instruments::new(&provider.meter("t"), Semconv::Latest, None, 0);
-        run(&ins);
-        provider.force_flush().expect("flush");
-        let mut out = Vec::new();
-        let all = exporter.get_finished_metrics().expect("in-memory metrics");
-        for m in all
-            .iter()
-            .flat_map(|rm| rm.scope_metrics())
-            .flat_map(|s| s.metrics())
-        {
-            if let (M_STREAMS_ACTIVE, AggregatedMetrics::I64(MetricData::Sum(c))) =
-                (m.name(), m.data())
-            {
-                for p in c.data_points() {
-                    let mut kv: Vec<_> = p.attributes().collect();
-                    kv.sort_by_key(|kv| kv.key.as_str() != ROUTE);
-                    let v: Vec<String> = kv.iter().map(|kv| kv.value.to_string()).collect();
-                    out.push(format!("{} {}", v.join("/"), p.value()));
-                }
-            }
-        }
-        out.sort();
-        let _ = provider.shutdown();
-        out
-    }
-
-    #[test]
-    fn active_requests_count_per_route_and_provider_bound_or_not() {
-        let set = |route: &str, provider: &'static str| {
-            [
-                KeyValue::new(ROUTE, route.to_owned()),
-                KeyValue::new(GEN_AI_PROVIDER_NAME, provider),
-            ]
-        };
-        let got = active_points(|ins| {
-            let a = ins.active_start(set("r", "openai"));
-            let mut b = ins.active_start(set("r", "openai"));
-            let c = ins.active_start(set("s", "openai"));
-            assert!(
-                a.bound.is_some() && b.bound.is_some(),
-                "bound under the cap"
-            );
-            b.relabel(ins, KeyValue::new(GEN_AI_PROVIDER_NAME, "anthropic"));
-            drop(c);
-            std::mem::forget(a);
-            std::mem::forget(b);
-        });
-        assert_eq!(got, ["r/anthropic 1", "r/openai 1", "s/openai 0"]);
-        // Past the cap of bound sets, the same counts through unbound adds.
-        let got = active_points(|ins| {
-            let held: Vec<ActiveRequest> = (0..MAX_ACTIVE_SETS)
-                .map(|i| ins.active_start(set(&format!("r{i}"), "openai")))
-                .collect();
-            let mut past = ins.active_start(set("past", "openai"));
-            assert!(past.bound.is_none(), "unbound past the cap");
-            let again = ins.active_start(set("past", "openai"));
-            past.relabel(ins, KeyValue::new(GEN_AI_PROVIDER_NAME, "gemini"));
-            drop(again);
-            std::mem::forget(past);
-            drop(held);
-        });
-        let past: Vec<&String> = got.iter().filter(|p| p.starts_with("past/")).collect();
-        assert_eq!(past, ["past/gemini 1", "past/openai 0"]);
-        assert_eq!(
-            got.iter().filter(|p| p.ends_with(" 0")).count(),
-            MAX_ACTIVE_SETS + 1
-        );
-    }
-
-    #[test]
-    fn gap_cells_are_the_union_of_both_histograms_boundaries() {
-        let mut union: Vec<f64> = GAP_BUCKETS
-            .iter()
-            .chain(&DURATION_BUCKETS)
-            .copied()
-            .collect();
-        union.sort_by(f64::total_cmp);
-        union.dedup();
-        assert_eq!(union, GAP_CELL_BOUNDS.to_vec());
-    }
-
-    /// What a histogram with `bounds` holds after the given records.
-    fn histogram(bounds: &[f64], values: &[f64]) -> (Vec<u64>, u64, f64, f64, f64) {
-        let mut counts = vec![0u64; bounds.len() + 1];
-        for v in values {
-            counts[bounds.partition_point(|&b| b < *v)] += 1;
-        }
-        let min = values.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        (counts, values.len() as u64, values.iter().sum(), min, max)
-    }
-
-    #[test]
-    fn replayed_gaps_fill_both_histograms_as_recording_each_would() {
-        let mut rng = fastrand::Rng::with_seed(7);
-        let mut cases: Vec<Vec<Duration>> = vec![
-            vec![Duration::from_millis(5); 3], // on a boundary
-            vec![Duration::from_millis(3)],
-            vec![Duration::ZERO, Duration::from_secs(100)],
-            (1..=40).map(Duration::from_millis).collect(),
-        ];
-        for _ in 0..50 {
-            let n = rng.usize(1..200);
-            cases.push(
-                (0..n)
-                    .map(|_| Duration::from_nanos(rng.u64(0..3_000_000_000) >> rng.u32(0..20)))
-                    .collect(),
-            );
-        }
-        for gaps in cases {
-            let mut tally = GapTally::default();
-            gaps.iter().for_each(|g| tally.add(*g));
-            let mut replayed = Vec::new();
-            tally.replay(|v| replayed.push(v));
-            let each: Vec<f64> = gaps.iter().map(Duration::as_secs_f64).collect();
-            for bounds in [&GAP_BUCKETS[..], &DURATION_BUCKETS[..]] {
-                let (want, got) = (histogram(bounds, &each), histogram(bounds, &replayed));
-                assert_eq!(
-                    (&want.0, want.1, want.3, want.4),
-                    (&got.0, got.1, got.3, got.4),
-                    "{gaps:?}"
-                );
-                assert!(
-                    (want.2 - got.2).abs() <= 1e-9 * want.2.max(1.0),
-                    "sum {} vs {}",
-                    want.2,
-                    got.2
-                );
-            }
-        }
-        let mut none = Vec::new();
-        GapTally::default().replay(|v| none.push(v));
-        assert!(none.is_empty(), "nothing folded, nothing recorded");
-    }
-}
+mod tests;

@@ -1,31 +1,38 @@
-//! OTLP/HTTP span export: batches of finished span records in; one
-//! `POST …/v1/traces` of directly encoded protobuf per batch out.
+//! OTLP span export over both protocols: batches of finished span records
+//! in; per batch, one request carrying the same directly encoded protobuf
+//! out: `POST …/v1/traces` (OTLP/HTTP, `application/x-protobuf`) or a
+//! unary `TraceService/Export` call (OTLP/gRPC: the bytes behind gRPC's
+//! 5-byte length prefix, over HTTP/2, the status in `grpc-status`).
 //!
-//! This replaces the stock `opentelemetry-otlp` HTTP span exporter in how
-//! the body is built (`otlp_wire`, without the per-span proto structs) and
+//! This replaces the stock `opentelemetry-otlp` span exporters in how the
+//! body is built (`otlp_wire`, without the per-span proto structs) and
 //! sent (tokentap's `CollectorClient`, for metrics too); the rest follows
-//! the stock exporter of 0.33: the configured headers plus
-//! `OTEL_EXPORTER_OTLP_TRACES_HEADERS` / `OTEL_EXPORTER_OTLP_HEADERS`, the exporter timeout as the deadline of all
-//! attempts, and the retry policy (3 retries from 100 ms doubling to 1.6 s,
-//! up to 100 ms jitter; 429/502/503/504 and network errors retried, a 429
-//! or 503 `Retry-After` honoured up to 30 s; anything else fails at once).
+//! the stock exporters of 0.33: the configured headers plus
+//! `OTEL_EXPORTER_OTLP_TRACES_HEADERS` / `OTEL_EXPORTER_OTLP_HEADERS`, the
+//! exporter timeout as the deadline of all attempts, and the retry policy
+//! (3 retries from 100 ms doubling to 1.6 s, up to 100 ms jitter). Over
+//! HTTP 429/502/503/504 and network errors are retried, a 429 or 503
+//! `Retry-After` honoured up to 30 s; over gRPC `UNAVAILABLE`,
+//! `CANCELLED`, `DEADLINE_EXCEEDED`, `ABORTED`, `OUT_OF_RANGE`,
+//! `DATA_LOSS` and network errors are retried, and a `RetryInfo` delay
+//! (with `UNAVAILABLE` or `RESOURCE_EXHAUSTED`) honoured up to 30 s;
+//! anything else fails at once.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use bytes::{BufMut, Bytes, BytesMut};
+use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER, TE};
 use opentelemetry::InstrumentationScope;
-use opentelemetry_http::HttpClient;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use tonic::Code;
 
 use super::TelemetryError;
-use super::export_tls::{self, CollectorClient, Signal};
+use super::export_tls::{self, Answer, CollectorClient, Signal};
 use super::otlp_wire::TraceEncoder;
 use super::span_export::RecordExporter;
 use super::span_record::SpanRecord;
-use crate::config::TelemetryConfig;
+use crate::config::{Http2Mode, OtlpProtocol, TelemetryConfig};
 
 /// The stock exporter's limit on one request body.
 const MAX_BODY: usize = 64 * 1024 * 1024;
@@ -35,35 +42,52 @@ const MAX_RETRIES: u32 = 3;
 const INITIAL_DELAY: Duration = Duration::from_millis(100);
 const MAX_DELAY: Duration = Duration::from_millis(1600);
 const MAX_JITTER_MS: u64 = 100;
-/// Longest server-requested delay honoured (`Retry-After`).
+/// Longest server-requested delay honoured (`Retry-After`, `RetryInfo`).
 const MAX_THROTTLE: Duration = Duration::from_secs(30);
 /// `Retry-After` values are capped here before the throttle cap applies.
 const MAX_RETRY_AFTER_SECS: u64 = 600;
 
-/// Span exporter for OTLP/HTTP with protobuf bodies.
-pub(super) struct HttpSpanExporter {
+/// The gRPC method spans are exported by (the endpoint's path is ignored,
+/// as tonic ignores it).
+const GRPC_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+/// How one batch travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    /// OTLP/HTTP: the protobuf bytes as the POST body.
+    Http,
+    /// OTLP/gRPC: the bytes as one length-prefixed gRPC message.
+    Grpc,
+}
+
+/// Span exporter for OTLP/HTTP (protobuf bodies) and OTLP/gRPC.
+pub(super) struct OtlpSpanExporter {
     encoder: TraceEncoder,
-    client: Arc<dyn HttpClient>,
+    client: CollectorClient,
+    wire: Wire,
     endpoint: http::Uri,
     headers: HeaderMap,
     timeout: Duration,
     shut_down: bool,
 }
 
-impl std::fmt::Debug for HttpSpanExporter {
+impl std::fmt::Debug for OtlpSpanExporter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Headers usually carry credentials: never print them.
-        f.debug_struct("HttpSpanExporter")
+        f.debug_struct("OtlpSpanExporter")
+            .field("wire", &self.wire)
             .field("endpoint", &self.endpoint)
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
 }
 
-/// One failed attempt: the HTTP status (0 = no answer) and what to log.
+/// One failed attempt: the HTTP status (0 = no answer), the gRPC status
+/// code when the call got one, a server-requested delay, and what to log.
 #[derive(Debug)]
 struct Failure {
     status: u16,
+    grpc: Option<Code>,
     retry_after: Option<Duration>,
     message: String,
 }
@@ -76,29 +100,42 @@ enum Next {
     Throttled(Duration),
 }
 
-impl HttpSpanExporter {
-    /// The exporter for `cfg`: endpoint, headers, timeout and TLS as the
-    /// stock builder would resolve them; its spans belong to `resource` and
-    /// `scope` and keep at most `max_attributes` attributes each.
+impl OtlpSpanExporter {
+    /// The exporter for `cfg`: protocol, endpoint, headers, timeout and TLS
+    /// as the stock builders would resolve them; its spans belong to
+    /// `resource` and `scope` and keep at most `max_attributes` attributes
+    /// each.
     pub(super) fn new(
         cfg: &TelemetryConfig,
         resource: &Resource,
         scope: &InstrumentationScope,
         max_attributes: usize,
-    ) -> Result<HttpSpanExporter, TelemetryError> {
+    ) -> Result<OtlpSpanExporter, TelemetryError> {
         warn_about_compression();
-        let endpoint_text = export_tls::http_endpoint(cfg, Signal::Traces);
-        let endpoint: http::Uri = endpoint_text.parse().map_err(|e| {
+        let (wire, endpoint_text) = match cfg.otlp_protocol {
+            OtlpProtocol::HttpProtobuf => {
+                (Wire::Http, export_tls::http_endpoint(cfg, Signal::Traces))
+            }
+            OtlpProtocol::Grpc => (Wire::Grpc, export_tls::grpc_endpoint(cfg, Signal::Traces)),
+        };
+        let invalid = |e: &dyn std::fmt::Display| {
             TelemetryError(format!(
                 "span exporter: invalid endpoint '{endpoint_text}': {e}"
             ))
-        })?;
-        let client = Arc::new(CollectorClient::new(cfg, Signal::Traces)?);
+        };
+        let mut endpoint: http::Uri = endpoint_text.parse().map_err(|e| invalid(&e))?;
+        if wire == Wire::Grpc {
+            let mut parts = endpoint.into_parts();
+            parts.path_and_query = Some(http::uri::PathAndQuery::from_static(GRPC_PATH));
+            endpoint = http::Uri::from_parts(parts).map_err(|e| invalid(&e))?;
+        }
+        let client = CollectorClient::new(cfg, Signal::Traces)?;
         let mut encoder = TraceEncoder::new(scope, max_attributes);
         encoder.set_resource(resource);
-        Ok(HttpSpanExporter {
+        Ok(OtlpSpanExporter {
             encoder,
             client,
+            wire,
             endpoint,
             headers: headers(cfg),
             timeout: cfg.otlp_timeout,
@@ -106,38 +143,41 @@ impl HttpSpanExporter {
         })
     }
 
-    /// One POST of `body`: the response body, or why it failed.
+    /// One request carrying `body`: the answer's message (the protobuf
+    /// bytes of `ExportTraceServiceResponse`), or why it failed.
     async fn send_once(&self, body: &Bytes) -> Result<Bytes, Failure> {
         let mut request = http::Request::new(body.clone());
         *request.method_mut() = http::Method::POST;
         *request.uri_mut() = self.endpoint.clone();
         let h = request.headers_mut();
-        h.insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("application/x-protobuf"),
-        );
+        let (content_type, mode) = match self.wire {
+            Wire::Http => ("application/x-protobuf", Http2Mode::default()),
+            Wire::Grpc => {
+                h.insert(TE, HeaderValue::from_static("trailers"));
+                ("application/grpc", Http2Mode::Always)
+            }
+        };
+        h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
         for (k, v) in &self.headers {
             h.insert(k.clone(), v.clone());
         }
-        let response = self.client.send_bytes(request).await.map_err(|e| Failure {
-            status: 0,
-            retry_after: None,
-            message: format!("HTTP export failed: network error ({e})"),
-        })?;
-        let status = response.status().as_u16();
-        if !response.status().is_success() {
-            let retry_after = response
-                .headers()
-                .get(RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(parse_retry_after);
-            return Err(Failure {
-                status,
-                retry_after,
-                message: format!("HTTP export failed with status code: {status}"),
-            });
+        let answer = self
+            .client
+            .exchange(request, mode)
+            .await
+            .map_err(|e| Failure {
+                status: 0,
+                grpc: None,
+                retry_after: None,
+                message: match self.wire {
+                    Wire::Http => format!("HTTP export failed: network error ({e})"),
+                    Wire::Grpc => format!("gRPC export failed: network error ({e})"),
+                },
+            })?;
+        match self.wire {
+            Wire::Http => http_outcome(answer),
+            Wire::Grpc => grpc_outcome(answer),
         }
-        Ok(response.into_body())
     }
 
     /// Send `body`, retrying as the stock exporter does within `timeout`.
@@ -177,24 +217,157 @@ impl HttpSpanExporter {
             delay = delay.saturating_mul(2).min(cap);
         }
     }
+
+    /// The request body for the encoded `message`: itself over HTTP, one
+    /// uncompressed length-prefixed message over gRPC.
+    fn frame(&self, message: Bytes) -> Bytes {
+        match self.wire {
+            Wire::Http => message,
+            Wire::Grpc => grpc_frame(&message),
+        }
+    }
 }
 
-impl HttpSpanExporter {
+/// `message` behind gRPC's prefix: a zero compression flag and its length
+/// (big-endian u32; callers keep it under `MAX_BODY`).
+fn grpc_frame(message: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(5 + message.len());
+    out.put_u8(0);
+    out.put_u32(u32::try_from(message.len()).unwrap_or(u32::MAX));
+    out.put_slice(message);
+    out.freeze()
+}
+
+/// An OTLP/HTTP answer: its body when the status is a success.
+fn http_outcome(answer: Answer) -> Result<Bytes, Failure> {
+    let status = answer.head.status;
+    if !status.is_success() {
+        let retry_after = (answer.head.headers.get(RETRY_AFTER))
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let status = status.as_u16();
+        return Err(Failure {
+            status,
+            grpc: None,
+            retry_after,
+            message: format!("HTTP export failed with status code: {status}"),
+        });
+    }
+    Ok(answer.body)
+}
+
+/// An OTLP/gRPC answer: the response message when the call's status is
+/// `OK`. The status comes from the trailers, or the head of a
+/// trailers-only answer, else from the HTTP status, as tonic reads it.
+/// The error names the code only: a collector's `grpc-message` may echo
+/// credentials back.
+fn grpc_outcome(answer: Answer) -> Result<Bytes, Failure> {
+    let http = answer.head.status;
+    let status = tonic::Status::from_header_map(&answer.head.headers).or_else(|| {
+        answer
+            .trailers
+            .as_ref()
+            .and_then(tonic::Status::from_header_map)
+    });
+    let (code, retry_after) = match status {
+        Some(s) if s.code() == Code::Ok => return Ok(grpc_message(&answer.body)),
+        Some(s) => (s.code(), retry_delay(s.details())),
+        None if http == http::StatusCode::OK => return Ok(grpc_message(&answer.body)),
+        None => (code_of_http_status(http), None),
+    };
+    Err(Failure {
+        status: http.as_u16(),
+        grpc: Some(code),
+        retry_after,
+        message: format!("gRPC export failed with gRPC code: {code:?}"),
+    })
+}
+
+/// The gRPC code an answer without `grpc-status` gets from its HTTP status
+/// (gRPC's "HTTP to gRPC status code mapping", as tonic applies it).
+fn code_of_http_status(status: http::StatusCode) -> Code {
+    match status.as_u16() {
+        400 => Code::Internal,
+        401 => Code::Unauthenticated,
+        403 => Code::PermissionDenied,
+        404 => Code::Unimplemented,
+        429 | 502 | 503 | 504 => Code::Unavailable,
+        _ => Code::Unknown,
+    }
+}
+
+/// The first message of a gRPC answer body (empty when there is none or it
+/// is compressed, which tokentap never asks for).
+fn grpc_message(body: &Bytes) -> Bytes {
+    let Some((&[0], rest)) = body.split_first_chunk::<1>() else {
+        return Bytes::new();
+    };
+    let Some((len, _)) = rest.split_first_chunk::<4>() else {
+        return Bytes::new();
+    };
+    let len = u32::from_be_bytes(*len) as usize;
+    body.get(5..5 + len)
+        .map_or_else(Bytes::new, |m| body.slice_ref(m))
+}
+
+/// The `RetryInfo` delay among a status's details (`grpc-status-details-bin`,
+/// a `google.rpc.Status`), as the stock exporter reads it.
+fn retry_delay(details: &[u8]) -> Option<Duration> {
+    use prost::Message;
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Status {
+        #[prost(message, repeated, tag = "3")]
+        details: Vec<Any>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Any {
+        #[prost(string, tag = "1")]
+        type_url: String,
+        #[prost(bytes = "vec", tag = "2")]
+        value: Vec<u8>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct RetryInfo {
+        #[prost(message, optional, tag = "1")]
+        retry_delay: Option<ProtoDuration>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct ProtoDuration {
+        #[prost(int64, tag = "1")]
+        seconds: i64,
+        #[prost(int32, tag = "2")]
+        nanos: i32,
+    }
+    if details.is_empty() {
+        return None;
+    }
+    let status = Status::decode(details).ok()?;
+    let info = status
+        .details
+        .iter()
+        .find(|a| a.type_url.ends_with("/google.rpc.RetryInfo"))?;
+    let d = RetryInfo::decode(info.value.as_slice()).ok()?.retry_delay?;
+    let secs = u64::try_from(d.seconds).ok()?;
+    let nanos = u32::try_from(d.nanos).ok()?;
+    Some(Duration::new(secs, nanos.min(999_999_999)))
+}
+
+impl OtlpSpanExporter {
     /// Encode and send one batch.
     async fn export_batch(&mut self, records: Vec<SpanRecord>) -> OTelSdkResult {
         if self.shut_down {
             return Err(OTelSdkError::AlreadyShutdown);
         }
-        let body = self.encoder.encode(&records);
+        let message = self.encoder.encode(&records);
         drop(records);
-        if body.len() > MAX_BODY {
+        if message.len() > MAX_BODY {
             return Err(OTelSdkError::InternalFailure(format!(
-                "OTLP HTTP request body is {} bytes, over the {MAX_BODY}-byte limit; the batch is dropped",
-                body.len()
+                "OTLP request body is {} bytes, over the {MAX_BODY}-byte limit; the batch is dropped",
+                message.len()
             )));
         }
         let answer = self
-            .send(body)
+            .send(self.frame(message))
             .await
             .map_err(|f| OTelSdkError::InternalFailure(f.message))?;
         if let Some((rejected, message)) = partial_success(&answer) {
@@ -208,7 +381,7 @@ impl HttpSpanExporter {
     }
 }
 
-impl RecordExporter for HttpSpanExporter {
+impl RecordExporter for OtlpSpanExporter {
     fn export(&mut self, records: Vec<SpanRecord>) -> OTelSdkResult {
         futures_executor::block_on(self.export_batch(records))
     }
@@ -221,14 +394,39 @@ impl RecordExporter for HttpSpanExporter {
     }
 }
 
-/// The stock classification of OTLP/HTTP failures.
+/// The stock classification of OTLP failures: by gRPC code when the call
+/// got one, else by HTTP status.
 fn classify(f: &Failure) -> Next {
+    if let Some(code) = f.grpc {
+        return classify_grpc(code, f.retry_after);
+    }
     match f.status {
         429 | 503 => match f.retry_after {
             Some(d) => Next::Throttled(d),
             None => Next::Retry,
         },
         0 | 502 | 504 => Next::Retry,
+        _ => Next::GiveUp,
+    }
+}
+
+/// The stock classification of a gRPC status (`classify_tonic_status`).
+fn classify_grpc(code: Code, retry_delay: Option<Duration>) -> Next {
+    let cap = Duration::from_secs(MAX_RETRY_AFTER_SECS);
+    match code {
+        Code::ResourceExhausted => match retry_delay {
+            Some(d) => Next::Throttled(d.min(cap)),
+            None => Next::GiveUp,
+        },
+        Code::Unavailable => match retry_delay.filter(|d| !d.is_zero()) {
+            Some(d) => Next::Throttled(d.min(cap)),
+            None => Next::Retry,
+        },
+        Code::Cancelled
+        | Code::DeadlineExceeded
+        | Code::Aborted
+        | Code::OutOfRange
+        | Code::DataLoss => Next::Retry,
         _ => Next::GiveUp,
     }
 }
@@ -365,6 +563,7 @@ mod tests {
     fn failure(status: u16, retry_after: Option<Duration>) -> Failure {
         Failure {
             status,
+            grpc: None,
             retry_after,
             message: String::new(),
         }
@@ -381,6 +580,166 @@ mod tests {
         assert_eq!(classify(&failure(400, None)), Next::GiveUp);
         assert_eq!(classify(&failure(500, None)), Next::GiveUp);
         assert_eq!(classify(&failure(401, Some(d))), Next::GiveUp);
+    }
+
+    #[test]
+    fn grpc_failures_are_classified_as_the_stock_exporter_does() {
+        let d = Duration::from_secs(2);
+        assert_eq!(classify_grpc(Code::Unavailable, None), Next::Retry);
+        assert_eq!(
+            classify_grpc(Code::Unavailable, Some(Duration::ZERO)),
+            Next::Retry,
+            "a zero RetryInfo delay is a plain retry"
+        );
+        assert_eq!(
+            classify_grpc(Code::Unavailable, Some(d)),
+            Next::Throttled(d)
+        );
+        assert_eq!(classify_grpc(Code::ResourceExhausted, None), Next::GiveUp);
+        assert_eq!(
+            classify_grpc(Code::ResourceExhausted, Some(d)),
+            Next::Throttled(d)
+        );
+        for code in [
+            Code::Cancelled,
+            Code::DeadlineExceeded,
+            Code::Aborted,
+            Code::OutOfRange,
+            Code::DataLoss,
+        ] {
+            assert_eq!(classify_grpc(code, None), Next::Retry, "{code:?}");
+        }
+        for code in [Code::Internal, Code::Unauthenticated, Code::Unknown] {
+            assert_eq!(classify_grpc(code, Some(d)), Next::GiveUp, "{code:?}");
+        }
+        let f = Failure {
+            status: 200,
+            grpc: Some(Code::Internal),
+            retry_after: None,
+            message: String::new(),
+        };
+        assert_eq!(
+            classify(&f),
+            Next::GiveUp,
+            "the gRPC code decides, not HTTP 200"
+        );
+    }
+
+    fn answer(
+        status: u16,
+        headers: &[(&str, &str)],
+        trailers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Answer {
+        let mut b = http::Response::builder().status(status);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let head = b.body(()).expect("head").into_parts().0;
+        let trailers = (!trailers.is_empty()).then(|| {
+            let mut t = HeaderMap::new();
+            for (k, v) in trailers {
+                t.insert(
+                    HeaderName::from_bytes(k.as_bytes()).expect("name"),
+                    HeaderValue::from_str(v).expect("value"),
+                );
+            }
+            t
+        });
+        Answer {
+            head,
+            body: Bytes::copy_from_slice(body),
+            trailers,
+        }
+    }
+
+    #[test]
+    fn grpc_answers_are_read_from_trailers_head_or_http_status() {
+        let framed = grpc_frame(b"abc");
+        assert_eq!(
+            &framed[..],
+            b"\0\0\0\0\x03abc",
+            "flag, big-endian length, bytes"
+        );
+        let ok = grpc_outcome(answer(200, &[], &[("grpc-status", "0")], &framed));
+        assert_eq!(
+            ok.expect("OK status").as_ref(),
+            b"abc",
+            "the message, unframed"
+        );
+        let only = grpc_outcome(answer(
+            200,
+            &[("grpc-status", "14"), ("grpc-message", "se%20cret")],
+            &[],
+            b"",
+        ))
+        .expect_err("trailers-only UNAVAILABLE");
+        assert_eq!(
+            (only.grpc, classify(&only)),
+            (Some(Code::Unavailable), Next::Retry)
+        );
+        assert!(
+            !only.message.contains("cret"),
+            "the collector's message is never repeated: {}",
+            only.message
+        );
+        let trailed = grpc_outcome(answer(200, &[], &[("grpc-status", "3")], &framed))
+            .expect_err("INVALID_ARGUMENT in the trailers");
+        assert_eq!(classify(&trailed), Next::GiveUp);
+        let proxy = grpc_outcome(answer(503, &[], &[], b"")).expect_err("HTTP 503");
+        assert_eq!(proxy.grpc, Some(Code::Unavailable), "mapped from HTTP");
+        let bare = grpc_outcome(answer(200, &[], &[], b""));
+        assert_eq!(bare.expect("no status at all is success").len(), 0);
+    }
+
+    #[test]
+    fn retry_info_is_read_from_status_details() {
+        use prost::Message;
+        #[derive(Clone, PartialEq, prost::Message)]
+        struct D {
+            #[prost(int64, tag = "1")]
+            seconds: i64,
+            #[prost(int32, tag = "2")]
+            nanos: i32,
+        }
+        #[derive(Clone, PartialEq, prost::Message)]
+        struct Info {
+            #[prost(message, optional, tag = "1")]
+            retry_delay: Option<D>,
+        }
+        #[derive(Clone, PartialEq, prost::Message)]
+        struct A {
+            #[prost(string, tag = "1")]
+            type_url: String,
+            #[prost(bytes = "vec", tag = "2")]
+            value: Vec<u8>,
+        }
+        #[derive(Clone, PartialEq, prost::Message)]
+        struct S {
+            #[prost(int32, tag = "1")]
+            code: i32,
+            #[prost(message, repeated, tag = "3")]
+            details: Vec<A>,
+        }
+        let info = Info {
+            retry_delay: Some(D {
+                seconds: 3,
+                nanos: 500_000_000,
+            }),
+        };
+        let status = S {
+            code: 14,
+            details: vec![A {
+                type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
+                value: info.encode_to_vec(),
+            }],
+        };
+        assert_eq!(
+            retry_delay(&status.encode_to_vec()),
+            Some(Duration::from_millis(3500))
+        );
+        assert_eq!(retry_delay(&[]), None);
+        assert_eq!(retry_delay(&[0xff]), None, "garbage is ignored");
     }
 
     #[test]
@@ -479,7 +838,7 @@ mod tests {
             .expect("runtime")
     });
 
-    fn exporter(endpoint: &str) -> HttpSpanExporter {
+    fn exporter(endpoint: &str) -> OtlpSpanExporter {
         let mut cfg = super::super::tests::config();
         cfg.otlp_endpoint = Some(endpoint.to_owned());
         cfg.otlp_headers = vec![("x-collector-token".into(), "t0k".into())];
@@ -489,7 +848,7 @@ mod tests {
             .with_service_name("tokentap-test")
             .build();
         let scope = InstrumentationScope::builder("tokentap").build();
-        HttpSpanExporter::new(&cfg, &resource, &scope, 128).expect("exporter")
+        OtlpSpanExporter::new(&cfg, &resource, &scope, 128).expect("exporter")
     }
 
     fn span(name: &str) -> SpanRecord {

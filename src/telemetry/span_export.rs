@@ -1,8 +1,9 @@
 //! The span pipeline: finished `SpanRecord`s in (one short lock per
 //! record on the request thread); batches handed to a `RecordExporter` on
-//! tokentap's own export thread out: the OTLP/HTTP exporter encodes records
-//! directly (`otlp_wire`), any SDK `SpanExporter` gets their `SpanData`
-//! (`SdkSpans`). Replaces the SDK's
+//! tokentap's own export thread out: the OTLP exporter (HTTP and gRPC)
+//! encodes records directly (`otlp_wire`), any other SDK `SpanExporter`
+//! (the in-memory one of tests) gets their `SpanData` (`SdkSpans`).
+//! Replaces the SDK's
 //! `BatchSpanProcessor`, with the same knobs: a queue of
 //! `telemetry.span_queue_size` records (more are dropped and counted),
 //! batches of `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` (512), an export at least
@@ -18,7 +19,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 
-use super::export::DropCounts;
+use super::drops::DropCounts;
 use super::span_record::SpanRecord;
 
 const BATCH_SIZE_DEFAULT: usize = 512;

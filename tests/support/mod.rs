@@ -28,6 +28,9 @@ use std::time::Duration;
 /// Every await in these tests is bounded by this unless it says otherwise.
 pub(crate) const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The OpenAI chat completions path, the one most tests send to.
+pub(crate) const CHAT: &str = "/v1/chat/completions";
+
 /// Await `fut` for at most `limit`, panicking with `what` when it does not finish.
 pub(crate) async fn within<F: Future>(limit: Duration, what: &str, fut: F) -> F::Output {
     match tokio::time::timeout(limit, fut).await {

@@ -12,7 +12,7 @@ use serde::{Serialize, Serializer};
 use super::hist::{Distribution, LogHist};
 use super::{Sample, SeriesFilter, SeriesKey, ser_opt_str, ser_str};
 use crate::config::LiveConfig;
-use crate::telemetry::fx::{self, FxMap};
+use crate::telemetry::capped_maps::{self, FxMap};
 
 /// Per-series figures in the snapshot cover this much (clamped to the window).
 const STATS_WINDOW: Duration = Duration::from_secs(60);
@@ -235,7 +235,7 @@ impl Aggregator {
             clock: Clock::new(cfg, epoch),
             max_series: cfg.max_series,
             recent_cap: cfg.recent,
-            series: fx::map(),
+            series: capped_maps::map(),
             open: Vec::new(),
             recent: VecDeque::with_capacity(cfg.recent),
             overflowed: 0,

@@ -1,5 +1,5 @@
-//! Hash maps for the per-request lookups of telemetry: Fx, seeded once per
-//! process, rather than the standard library's SipHash.
+//! Capped maps: hash maps and sets for the per-request lookups of
+//! telemetry in, hashed with Fx seeded once per process (not SipHash) out.
 //!
 //! Each request looks up a handful of small keys (a route, a capped model
 //! and tenant, a dozen attributes): SipHash spent about 3.5k instructions

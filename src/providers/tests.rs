@@ -1,0 +1,675 @@
+//! Unit tests of `providers`: its own code in, assertions out.
+
+use super::*;
+
+/// What a whole response amounted to, folded from its events.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Summary {
+    /// Number of `Content` events.
+    pub content_frames: u32,
+    /// Sum of their `pieces`.
+    pub pieces: u32,
+    /// Usage merged field by field, as the meter does.
+    pub usage: Usage,
+    pub model: Option<String>,
+    pub response_id: Option<String>,
+    pub finish: Vec<String>,
+    pub errors: Vec<String>,
+    /// 1 once a terminal event (`Event::Done`) was seen: the meter
+    /// asks only whether (OpenAI sends one per chunk with a
+    /// `finish_reason`).
+    pub done: u32,
+    /// Server timings merged field by field.
+    pub timing: UpstreamTiming,
+    /// Text pieces, decoded from their JSON string literals.
+    pub texts: Vec<String>,
+    /// Events skipped as malformed (`Parser::malformed_events`).
+    pub malformed: u64,
+    /// Client tool calls (`Event::ToolCall`).
+    pub tool_calls: u32,
+    /// Their names, in order, repeats kept (unnamed calls as "").
+    pub tool_names: Vec<String>,
+    /// Provider-run tool calls seen, per `ServerTool::ALL` index.
+    pub server_seen: [u32; 5],
+    /// The provider's billed counts, per `ServerTool::ALL` index.
+    pub server_billed: [Option<u32>; 5],
+}
+
+impl Summary {
+    pub(crate) fn record(&mut self, event: Event<'_>) {
+        match event {
+            Event::Content { pieces, .. } => {
+                self.content_frames += 1;
+                self.pieces += pieces;
+            }
+            Event::Usage(u) => self.usage.merge(u),
+            Event::Model(m) => self.model = Some(m.to_owned()),
+            Event::ResponseId(id) => self.response_id = Some(id.to_owned()),
+            Event::FinishReason(r) => self.finish.push(r.to_owned()),
+            Event::Error { kind } => self.errors.push(kind.to_owned()),
+            Event::UpstreamTiming(t) => self.timing.merge(t),
+            Event::Text(literal) => self
+                .texts
+                .push(serde_json::from_str(literal).expect("Text carries a JSON string literal")),
+            Event::Done => self.done = 1,
+            Event::ToolCall { name } => {
+                self.tool_calls += 1;
+                self.tool_names.push(name.unwrap_or("").to_owned());
+            }
+            Event::ServerToolCalls { tool, calls } => self.server_seen[tool as usize] += calls,
+            Event::ServerToolUsage { tool, calls } => {
+                self.server_billed[tool as usize] = Some(calls)
+            }
+        }
+    }
+}
+
+/// Everything a parse produced: the folded summary, every event in
+/// order, and the first error.
+pub(crate) type Run = (Summary, Vec<String>, Result<(), ParseError>);
+
+/// Parse `pieces` in order with a fresh parser, then finish.
+pub(crate) fn run(
+    kind: ProviderKind,
+    operation: Option<Operation>,
+    content_type: &str,
+    pieces: &[&[u8]],
+) -> Run {
+    let mut parser =
+        Parser::new(kind, operation, content_type, 1 << 20).expect("a metered content type");
+    let mut summary = Summary::default();
+    let mut log = Vec::new();
+    let mut on = |e: Event<'_>| {
+        log.push(format!("{e:?}"));
+        summary.record(e);
+    };
+    let mut result = Ok(());
+    for piece in pieces {
+        result = parser.feed(piece, &mut on);
+        if result.is_err() {
+            break;
+        }
+    }
+    if result.is_ok() {
+        result = parser.finish(&mut on);
+    }
+    summary.malformed = parser.malformed_events();
+    (summary, log, result)
+}
+
+/// The kind of every `Content` event, in order, from parsing `pieces`.
+pub(crate) fn kinds(
+    kind: ProviderKind,
+    operation: Option<Operation>,
+    content_type: &str,
+    pieces: &[&[u8]],
+) -> Vec<ContentKind> {
+    let mut parser =
+        Parser::new(kind, operation, content_type, 1 << 20).expect("a metered content type");
+    let mut kinds = Vec::new();
+    let mut on = |e: Event<'_>| {
+        if let Event::Content { kind, .. } = e {
+            kinds.push(kind);
+        }
+    };
+    for piece in pieces {
+        parser.feed(piece, &mut on).expect("parses");
+    }
+    parser.finish(&mut on).expect("finishes");
+    kinds
+}
+
+/// A fixture and the route it came from.
+pub(crate) struct Fixture {
+    pub name: &'static str,
+    pub kind: ProviderKind,
+    pub operation: Operation,
+    pub body: &'static [u8],
+}
+
+impl Fixture {
+    pub(crate) fn content_type(&self) -> &'static str {
+        if self.name.ends_with(".json") {
+            "application/json"
+        } else if self.name.ends_with(".ndjson") {
+            "application/x-ndjson"
+        } else if self.name.ends_with(".eventstream") {
+            "application/vnd.amazon.eventstream"
+        } else {
+            "text/event-stream; charset=utf-8"
+        }
+    }
+
+    /// Parse the whole body in one piece.
+    pub(crate) fn run(&self) -> Run {
+        run(
+            self.kind,
+            Some(self.operation),
+            self.content_type(),
+            &[self.body],
+        )
+    }
+}
+
+macro_rules! fixture {
+    ($kind:ident, $op:ident, $path:literal) => {
+        Fixture {
+            name: $path,
+            kind: ProviderKind::$kind,
+            operation: Operation::$op,
+            body: include_bytes!(concat!("../../tests/fixtures/", $path)),
+        }
+    };
+}
+
+pub(crate) const FIXTURES: &[Fixture] = &[
+    fixture!(Openai, ChatCompletions, "openai/chat_stream_usage.sse"),
+    fixture!(Openai, ChatCompletions, "openai/chat_stream.sse"),
+    fixture!(Openai, ChatCompletions, "openai/chat_stream_crlf.sse"),
+    fixture!(Openai, ChatCompletions, "openai/chat_stream_tool_calls.sse"),
+    fixture!(Openai, ChatCompletions, "openai/chat_stream_error.sse"),
+    fixture!(Openai, ChatCompletions, "openai/azure_chat_stream.sse"),
+    fixture!(Openai, ChatCompletions, "openai/chat.json"),
+    fixture!(Openai, Completions, "openai/completions_stream.sse"),
+    fixture!(Openai, Responses, "openai/responses_stream.sse"),
+    fixture!(Openai, Responses, "openai/responses.json"),
+    fixture!(Openai, Responses, "openai/responses_failed_stream.sse"),
+    fixture!(Openai, Responses, "openai/responses_background_stream.sse"),
+    fixture!(Openai, FetchResponse, "openai/responses_resume_stream.sse"),
+    fixture!(Openai, Responses, "openai/responses_background_queued.json"),
+    fixture!(
+        Openai,
+        FetchResponse,
+        "openai/responses_background_completed.json"
+    ),
+    fixture!(
+        Openai,
+        FetchResponse,
+        "openai/responses_background_in_progress.json"
+    ),
+    fixture!(
+        Openai,
+        CancelResponse,
+        "openai/responses_background_cancelled.json"
+    ),
+    fixture!(Openai, Embeddings, "openai/embeddings.json"),
+    fixture!(Anthropic, Messages, "anthropic/messages_stream.sse"),
+    fixture!(
+        Anthropic,
+        Messages,
+        "anthropic/messages_stream_tool_use.sse"
+    ),
+    fixture!(
+        Anthropic,
+        Messages,
+        "anthropic/messages_stream_thinking.sse"
+    ),
+    fixture!(Anthropic, Messages, "anthropic/messages_stream_error.sse"),
+    fixture!(Anthropic, Messages, "anthropic/message.json"),
+    fixture!(Gemini, StreamGenerateContent, "gemini/stream_generate.sse"),
+    fixture!(
+        Gemini,
+        StreamGenerateContent,
+        "gemini/stream_generate_array.json"
+    ),
+    fixture!(
+        Gemini,
+        StreamGenerateContent,
+        "gemini/stream_generate_error.sse"
+    ),
+    fixture!(
+        Gemini,
+        StreamGenerateContent,
+        "gemini/stream_generate_error_array.json"
+    ),
+    fixture!(
+        Gemini,
+        StreamGenerateContent,
+        "gemini/stream_generate_blocked_array.json"
+    ),
+    fixture!(Gemini, GenerateContent, "gemini/generate.json"),
+    fixture!(Gemini, GenerateContent, "gemini/error.json"),
+    fixture!(Vertex, StreamGenerateContent, "vertex/stream_generate.sse"),
+    fixture!(
+        Vertex,
+        StreamGenerateContent,
+        "vertex/stream_generate_array.json"
+    ),
+    fixture!(Ollama, OllamaChat, "ollama/chat.json"),
+    fixture!(Ollama, OllamaChat, "ollama/chat_stream.ndjson"),
+    fixture!(Ollama, OllamaChat, "ollama/chat_stream_error.ndjson"),
+    fixture!(Ollama, OllamaGenerate, "ollama/generate_stream.ndjson"),
+    fixture!(
+        Bedrock,
+        ConverseStream,
+        "bedrock/converse_stream.eventstream"
+    ),
+    fixture!(
+        Bedrock,
+        ConverseStream,
+        "bedrock/converse_stream_tool_use.eventstream"
+    ),
+    fixture!(
+        Bedrock,
+        ConverseStream,
+        "bedrock/converse_stream_throttled.eventstream"
+    ),
+    fixture!(
+        Bedrock,
+        InvokeModelStream,
+        "bedrock/invoke_stream_claude.eventstream"
+    ),
+    fixture!(
+        Bedrock,
+        InvokeModelStream,
+        "bedrock/invoke_stream_llama.eventstream"
+    ),
+    fixture!(Ollama, OllamaEmbed, "ollama/embed.json"),
+    fixture!(Bedrock, Converse, "bedrock/converse.json"),
+    fixture!(Bedrock, InvokeModel, "bedrock/invoke_claude.json"),
+    fixture!(Bedrock, InvokeModel, "bedrock/invoke_titan.json"),
+    fixture!(Azure, ChatCompletions, "azure/chat_stream_usage.sse"),
+    fixture!(Azure, ChatCompletions, "azure/content_filter_error.json"),
+    fixture!(
+        Vllm,
+        ChatCompletions,
+        "vllm/chat_stream_continuous_usage.sse"
+    ),
+    fixture!(
+        Llamacpp,
+        ChatCompletions,
+        "llamacpp/chat_stream_timings.sse"
+    ),
+    fixture!(Llamacpp, ChatCompletions, "llamacpp/chat.json"),
+    fixture!(Tgi, TgiGenerateStream, "tgi/generate_stream.sse"),
+    fixture!(Tgi, TgiGenerateStream, "tgi/generate_stream_error.sse"),
+    fixture!(Tgi, TgiGenerate, "tgi/generate.json"),
+    fixture!(Mistral, ChatCompletions, "mistral/chat_stream.sse"),
+    fixture!(Groq, ChatCompletions, "groq/chat_stream.sse"),
+    fixture!(
+        Deepseek,
+        ChatCompletions,
+        "deepseek/chat_stream_reasoning.sse"
+    ),
+    fixture!(Openrouter, ChatCompletions, "openrouter/chat_stream.sse"),
+    fixture!(
+        Openrouter,
+        ChatCompletions,
+        "openrouter/chat_stream_error.sse"
+    ),
+    fixture!(Together, ChatCompletions, "together/chat_stream.sse"),
+    fixture!(Lmstudio, ChatCompletions, "lmstudio/chat_stream.sse"),
+    fixture!(Lmstudio, ChatCompletions, "lmstudio/chat_v0.json"),
+    fixture!(Cohere, CohereChat, "cohere/chat_stream.sse"),
+    fixture!(Cohere, CohereChat, "cohere/chat_stream_tool.sse"),
+    fixture!(Cohere, CohereChat, "cohere/chat.json"),
+    fixture!(Anthropic, Messages, "anthropic/error.json"),
+    // Tool calls, client and provider-run (fixture_tests.rs).
+    fixture!(
+        Openai,
+        ChatCompletions,
+        "openai/chat_stream_parallel_tool_calls.sse"
+    ),
+    fixture!(
+        Openai,
+        ChatCompletions,
+        "openai/chat_stream_function_call.sse"
+    ),
+    fixture!(Openai, ChatCompletions, "openai/chat_tool_calls.json"),
+    fixture!(Openai, Responses, "openai/responses_tools_stream.sse"),
+    fixture!(Openai, Responses, "openai/responses_tools.json"),
+    fixture!(Anthropic, Messages, "anthropic/message_tools.json"),
+    fixture!(
+        Anthropic,
+        Messages,
+        "anthropic/messages_stream_web_search.sse"
+    ),
+    fixture!(Gemini, GenerateContent, "gemini/generate_tools.json"),
+    fixture!(
+        Gemini,
+        StreamGenerateContent,
+        "gemini/stream_generate_tools.sse"
+    ),
+    fixture!(Bedrock, Converse, "bedrock/converse_tools.json"),
+    fixture!(Ollama, OllamaChat, "ollama/chat_tools.json"),
+    fixture!(Ollama, OllamaChat, "ollama/chat_stream_tools.ndjson"),
+    fixture!(Cohere, CohereChat, "cohere/chat_tools.json"),
+];
+
+/// The fixture called `name`.
+/// Parse fixture `name` whole and compare its summary (text pieces
+/// aside: the text tests check those) with `expected`.
+#[track_caller]
+pub(crate) fn expect_summary(name: &str, expected: Summary) {
+    let (mut got, _, result) = fixture(name).run();
+    assert_eq!(result, Ok(()), "{name}: parses without error");
+    got.texts.clear();
+    assert_eq!(got, expected, "{name}: summary");
+}
+
+pub(crate) fn fixture(name: &str) -> &'static Fixture {
+    FIXTURES
+        .iter()
+        .find(|f| f.name == name)
+        .expect("a known fixture")
+}
+
+#[test]
+fn every_fixture_parses_the_same_at_every_split() {
+    for f in FIXTURES {
+        let whole = f.run();
+        assert_eq!(whole.2, Ok(()), "{}: parses without error", f.name);
+        assert!(!whole.1.is_empty(), "{}: yields events", f.name);
+        for at in 0..=f.body.len() {
+            let (a, b) = f.body.split_at(at);
+            let split = run(f.kind, Some(f.operation), f.content_type(), &[a, b]);
+            assert_eq!(split, whole, "{}: split at {at} differs", f.name);
+        }
+        let bytes: Vec<&[u8]> = f.body.chunks(1).collect();
+        let bytewise = run(f.kind, Some(f.operation), f.content_type(), &bytes);
+        assert_eq!(bytewise, whole, "{}: byte-by-byte differs", f.name);
+    }
+}
+
+#[test]
+fn every_fixture_ends_with_its_terminal_event() {
+    // A recorded body that parses ends the way its protocol says a
+    // finished response ends; one that does not is either an error
+    // body (an error event decides its outcome) or a wrong fixture.
+    let mut missing = Vec::new();
+    for f in FIXTURES {
+        let (s, _, r) = f.run();
+        if r.is_ok() && s.done == 0 && s.errors.is_empty() {
+            missing.push(f.name);
+        }
+    }
+    assert!(missing.is_empty(), "no terminal event in {missing:?}");
+}
+
+#[test]
+fn every_fixture_parses_without_knowing_the_operation() {
+    for f in FIXTURES
+        .iter()
+        .filter(|f| f.operation != Operation::Embeddings)
+    {
+        let known = f.run();
+        let unknown = run(f.kind, None, f.content_type(), &[f.body]);
+        assert_eq!(unknown, known, "{}: operation should not matter", f.name);
+    }
+}
+
+#[test]
+fn unknown_content_type_is_not_metered() {
+    assert!(Parser::new(ProviderKind::Openai, None, "audio/mpeg", 1024).is_none());
+    assert!(Parser::new(ProviderKind::Openai, None, "Text/Event-Stream", 1024).is_some());
+}
+
+#[test]
+fn oversized_json_body_is_rejected() {
+    let mut parser = Parser::new(ProviderKind::Openai, None, "application/json", 8)
+        .expect("a metered content type");
+    let err = parser.feed(b"{\"model\":\"gpt\"}", &mut |_| {});
+    assert_eq!(
+        err,
+        Err(ParseError::Framing(FramingError::TooLarge { limit: 8 }))
+    );
+}
+
+#[test]
+fn a_malformed_event_is_counted_and_skipped() {
+    let (summary, _, result) = run(
+        ProviderKind::Openai,
+        Some(Operation::ChatCompletions),
+        "text/event-stream",
+        &[
+            b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
+            b"data: {\"choices\": [\n\n",
+            b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"},\"finish_reason\":\"stop\"}]}\n\n",
+            b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n",
+            b"data: [DONE]\n\n",
+        ],
+    );
+    assert_eq!(result, Ok(()), "a bad event is no parse error");
+    assert_eq!(summary.malformed, 1, "the bad event is counted");
+    assert_eq!(summary.content_frames, 2, "content after it still counts");
+    assert_eq!(summary.usage.output, Some(2), "usage after it still counts");
+    assert_eq!(summary.done, 1, "and so does the terminal event");
+}
+
+#[test]
+fn a_malformed_ndjson_line_is_skipped() {
+    let (summary, _, result) = run(
+        ProviderKind::Ollama,
+        Some(Operation::OllamaChat),
+        "application/x-ndjson",
+        &[
+            b"{\"model\":\"m\",\"message\":{\"content\":\"a\"},\"done\":false}\n",
+            b"{\"model\":\"m\",\"message\":{\"con\n",
+            b"{\"model\":\"m\",\"message\":{\"content\":\"\"},\"done\":true,\"eval_count\":5}\n",
+        ],
+    );
+    assert_eq!(result, Ok(()));
+    assert_eq!(summary.malformed, 1);
+    assert_eq!(summary.content_frames, 1);
+    assert_eq!(summary.usage.output, Some(5), "usage on the line after");
+    assert_eq!(summary.done, 1);
+}
+
+#[test]
+fn a_malformed_json_array_element_is_skipped() {
+    let body = b"[{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"a\"}]}}]},\n{\"candidates\": nope},\n{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"b\"}]},\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"candidatesTokenCount\":4}}]";
+    let (summary, _, result) = run(
+        ProviderKind::Gemini,
+        Some(Operation::StreamGenerateContent),
+        "application/json",
+        &[body],
+    );
+    assert_eq!(result, Ok(()));
+    assert_eq!(summary.malformed, 1);
+    assert_eq!(summary.content_frames, 2);
+    assert_eq!(summary.usage.output, Some(4));
+    assert_eq!(summary.done, 1, "finishReason ends a Gemini stream");
+}
+
+#[test]
+fn a_malformed_whole_body_is_a_parse_error() {
+    let (summary, _, result) = run(
+        ProviderKind::Openai,
+        Some(Operation::ChatCompletions),
+        "application/json",
+        &[b"{\"choices\": ["],
+    );
+    assert!(
+        matches!(result, Err(ParseError::Adapter(_))),
+        "one document, nothing to go on with: {result:?}"
+    );
+    assert_eq!(
+        summary.done, 0,
+        "a body that did not parse did not end well"
+    );
+}
+
+#[test]
+fn a_whole_body_that_parses_is_its_own_terminal_event() {
+    let (summary, _, result) = run(
+        ProviderKind::Anthropic,
+        Some(Operation::Messages),
+        "application/json",
+        &[b"{\"type\":\"message\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}],\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}"],
+    );
+    assert_eq!(result, Ok(()));
+    assert_eq!(summary.done, 1);
+    let (empty, _, _) = run(
+        ProviderKind::Openai,
+        Some(Operation::ChatCompletions),
+        "application/json",
+        &[b""],
+    );
+    assert_eq!(empty.done, 0, "an empty body has no terminal event");
+}
+
+#[test]
+fn the_registry_describes_every_kind_once_in_order() {
+    assert_eq!(REGISTRY.len(), ProviderKind::ALL.len());
+    for (spec, kind) in REGISTRY.iter().zip(ProviderKind::ALL) {
+        assert_eq!(
+            spec.kind, kind,
+            "registry line for {kind:?} is out of order"
+        );
+        let serde_name = serde_json::to_value(kind).expect("a kind serializes");
+        assert_eq!(
+            serde_name.as_str(),
+            Some(spec.config_name),
+            "{kind:?}: config name is the kind's serde name"
+        );
+    }
+}
+
+#[test]
+fn each_of_all_operations_belongs_to_exactly_one_wire_format() {
+    assert_eq!(Operation::ALL.len(), 26, "every variant, none twice");
+    for op in Operation::ALL {
+        let owners = REGISTRY
+            .iter()
+            .filter(|s| s.wire.operations.contains(&op))
+            .map(|s| s.wire.name)
+            .collect::<std::collections::BTreeSet<_>>();
+        assert_eq!(owners.len(), 1, "{op:?}: wire formats {owners:?}");
+    }
+}
+
+#[test]
+fn every_operation_has_exactly_one_wire_format() {
+    let all = [
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/responses",
+        "/v1/responses/resp_1",
+        "/v1/responses/resp_1/cancel",
+        "/v1/responses/resp_1/input_items",
+        "/v1/files/file-abc/content",
+        "/v1/messages/batches/msgbatch_1/results",
+        "/v1/embeddings",
+        "/v1/messages",
+        "/v1beta/models/m:generateContent",
+        "/v1beta/models/m:streamGenerateContent",
+        "/v1beta/models/m:embedContent",
+        "/v1/publishers/anthropic/models/c:rawPredict",
+        "/v1/publishers/anthropic/models/c:streamRawPredict",
+        "/api/chat",
+        "/api/generate",
+        "/api/embed",
+        "/model/m/converse",
+        "/model/m/converse-stream",
+        "/model/m/invoke",
+        "/model/m/invoke-with-response-stream",
+        "/v2/chat",
+        "/generate",
+        "/generate_stream",
+    ];
+    for path in all {
+        let op = Operation::from_path(path).expect("a known operation");
+        let owners = REGISTRY
+            .iter()
+            .filter(|s| s.wire.operations.contains(&op))
+            .map(|s| s.wire.name)
+            .collect::<std::collections::BTreeSet<_>>();
+        assert_eq!(owners.len(), 1, "{path}: wire formats {owners:?}");
+        let detected = REGISTRY
+            .iter()
+            .filter(|s| (s.detect_path)(path, Some(op)))
+            .count();
+        assert_eq!(detected, 1, "{path}: detected by {detected} specs");
+    }
+}
+
+#[test]
+fn stored_response_paths_name_their_own_operations() {
+    for (method, path, want) in [
+        ("POST", "/v1/responses", Some(Operation::Responses)),
+        (
+            "GET",
+            "/v1/responses/resp_1",
+            Some(Operation::FetchResponse),
+        ),
+        (
+            "GET",
+            "/v1/responses/resp_1?stream=true&starting_after=7",
+            Some(Operation::FetchResponse),
+        ),
+        (
+            "DELETE",
+            "/v1/responses/resp_1",
+            Some(Operation::DeleteResponse),
+        ),
+        (
+            "POST",
+            "/v1/responses/resp_1/cancel",
+            Some(Operation::CancelResponse),
+        ),
+        (
+            "GET",
+            "/openai/v1/responses/resp_1/input_items?limit=5",
+            Some(Operation::ResponseInputItems),
+        ),
+        (
+            "GET",
+            "/v1/files/file-abc/content",
+            Some(Operation::FileContent),
+        ),
+        (
+            "GET",
+            "/anthropic/v1/messages/batches/msgbatch_1/results",
+            Some(Operation::BatchResults),
+        ),
+        ("GET", "/v1/files/file-abc", None),
+        ("GET", "/v1/batches/b/results", None),
+        ("POST", "/v1/responses/resp_1/other", None),
+        ("POST", "/v1/cancel", None),
+        ("POST", "cancel", None),
+        ("POST", "responses/cancel", Some(Operation::FetchResponse)),
+        ("GET", "responses/r", Some(Operation::FetchResponse)),
+        ("GET", "/responses//cancel", None),
+        ("GET", "files/f/content", Some(Operation::FileContent)),
+        ("GET", "/v1/files//content", None),
+        ("GET", "batches/b/results", None),
+        ("GET", "/model/converse", Some(Operation::Converse)),
+        ("GET", "model/x/converse", None),
+        ("POST", "/model/m:0/invoke", Some(Operation::InvokeModel)),
+        (
+            "POST",
+            "/v1/models/g:generateContent?alt=sse",
+            Some(Operation::GenerateContent),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions/",
+            Some(Operation::ChatCompletions),
+        ),
+        ("POST", "", None),
+    ] {
+        assert_eq!(
+            Operation::from_request(method, path),
+            want,
+            "{method} {path}"
+        );
+    }
+    let names: Vec<&str> = [
+        Operation::FetchResponse,
+        Operation::CancelResponse,
+        Operation::DeleteResponse,
+        Operation::ResponseInputItems,
+    ]
+    .iter()
+    .map(|op| op.name())
+    .collect();
+    assert_eq!(
+        names,
+        [
+            "fetch_response",
+            "cancel_response",
+            "delete_response",
+            "list_input_items"
+        ]
+    );
+}
