@@ -10,6 +10,7 @@ pub mod html;
 pub mod load;
 pub mod prompts;
 pub mod report;
+pub mod sample;
 pub mod target;
 
 use std::collections::BTreeMap;
@@ -21,9 +22,10 @@ use anyhow::Context as _;
 use tokio::net::TcpListener;
 
 use crate::simulate::{self, Simulator};
-use load::{Level, Load, Progress, Runner};
+use load::{Level, Progress, Runner};
 use prompts::PromptSet;
 use report::{Report, Settings, TargetReport};
+use sample::Load;
 use target::Target;
 
 /// `tokentap bench [FLAGS]` or `tokentap bench compare A.json B.json`.

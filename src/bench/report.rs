@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use super::BenchArgs;
-use super::load::{Load, Sample};
 use super::prompts::PromptSet;
+use super::sample::{Load, Sample};
 use super::target::{Family, Served, Target};
 
 /// The report format's name and version (`schema` in the JSON).
