@@ -533,6 +533,23 @@ impl Telemetry {
         }
     }
 
+    /// Report `errors()` as `tokentap.state.errors` at each collection
+    /// (state store operations that failed or timed out).
+    pub fn observe_state_errors(&self, errors: impl Fn() -> u64 + Send + Sync + 'static) {
+        let Some(meter) = &self.inner.meter else {
+            return;
+        };
+        let counter = meter
+            .u64_observable_counter(M_STATE_ERRORS)
+            .with_unit("{error}")
+            .with_description("State store operations that failed or timed out.")
+            .with_callback(move |obs| obs.observe(errors(), &[]))
+            .build();
+        if let Ok(mut kept) = self.inner.observed.lock() {
+            kept.push(Box::new(counter));
+        }
+    }
+
     /// Report `active()` as `tokentap.websocket.sessions.active` at each
     /// collection (WebSocket sessions being relayed).
     pub fn observe_sessions(&self, active: impl Fn() -> u64 + Send + Sync + 'static) {
@@ -808,8 +825,18 @@ impl Recorder for RequestTelemetry {
         self._active.relabel(&self.inner.instruments, name);
     }
 
-    fn finish(self: Box<Self>, m: Measurement) {
+    fn finish(self: Box<Self>, mut m: Measurement) {
         let this = *self;
+        if m.request.session.is_some()
+            && m.shared_state.is_none()
+            && let Some(shared) = this.inner.rollups.shared()
+        {
+            m.shared_state = Some(if shared.healthy() {
+                crate::meter::SharedState::Store
+            } else {
+                crate::meter::SharedState::Local
+            });
+        }
         if let Some(g) = &this.gaps {
             g.record();
         }
