@@ -51,7 +51,18 @@ struct Inner {
 /// One queued operation.
 enum Job {
     Claim(LedgerKey, Box<dyn FnOnce(Option<bool>) + Send>),
-    Add(Arc<str>, SessionFigures),
+    Add(Arc<str>, SessionFigures, Box<dyn FnOnce(bool) + Send>),
+}
+
+impl Job {
+    /// The store did not answer: a claim is decided in process, a session
+    /// add stays in the replica's own rollups.
+    fn unanswered(self) {
+        match self {
+            Job::Claim(_, done) => done(None),
+            Job::Add(_, _, done) => done(false),
+        }
+    }
 }
 
 /// The keys under `state.key_prefix` (layout in `scripts`).
@@ -183,9 +194,7 @@ impl Store {
                 mpsc::error::TrySendError::Full(j) | mpsc::error::TrySendError::Closed(j) => j,
             };
             self.inner.health.failed(1, "its queue is full");
-            if let Job::Claim(_, done) = job {
-                done(None);
-            }
+            job.unanswered();
         }
     }
 }
@@ -198,9 +207,7 @@ async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Job>) {
         inner.send(&mut jobs).await;
         // Claims the store did not answer are decided in process.
         for job in jobs.drain(..) {
-            if let Job::Claim(_, done) = job {
-                done(None);
-            }
+            job.unanswered();
         }
         inner.busy.store(false, Ordering::Release);
     }
@@ -236,7 +243,7 @@ impl Inner {
                         .arg("PX")
                         .arg(self.ledger_expiry_ms);
                 }
-                Job::Add(id, f) => {
+                Job::Add(id, f, _) => {
                     let mut inv = ADD.prepare_invoke();
                     inv.key(self.keys.session(id))
                         .key(self.keys.by("last"))
@@ -286,15 +293,16 @@ impl Inner {
                         None
                     }
                 }),
-                (Job::Add(id, _), Value::ServerError(e)) => {
+                (Job::Add(id, _, done), Value::ServerError(e)) => {
                     let why = e.to_string();
                     if wrong_shape(&why) {
                         self.health.wrong_shape(&self.keys.session(&id), &why);
                     } else {
                         self.health.failed(1, &why);
                     }
+                    done(false);
                 }
-                (Job::Add(..), _) => {}
+                (Job::Add(_, _, done), _) => done(true),
             }
         }
     }
@@ -338,10 +346,11 @@ impl SharedLedger for Store {
 
 #[async_trait::async_trait]
 impl SharedSessions for Store {
-    fn add(&self, id: &Arc<str>, request: SessionFigures) {
-        if self.inner.health.may_try() {
-            self.queue(Job::Add(id.clone(), request));
+    fn add(&self, id: &Arc<str>, request: SessionFigures, done: Box<dyn FnOnce(bool) + Send>) {
+        if !self.inner.health.may_try() {
+            return done(false);
         }
+        self.queue(Job::Add(id.clone(), request, done));
     }
 
     fn healthy(&self) -> bool {

@@ -72,6 +72,22 @@ pub struct SessionFigures {
     pub ttft: Vec<u32>,
 }
 
+/// One request's figures still to be added to the fleet's rollups.
+#[derive(Debug)]
+pub struct Share {
+    shared: Arc<dyn SharedSessions>,
+    id: Arc<str>,
+    figures: SessionFigures,
+}
+
+impl Share {
+    /// Queue them for the store; `done` runs once, with whether the store
+    /// took them.
+    pub fn send(self, done: Box<dyn FnOnce(bool) + Send>) {
+        self.shared.add(&self.id, self.figures, done);
+    }
+}
+
 /// `/api/sessions`' list as a store gives it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionList {
@@ -87,8 +103,9 @@ pub struct SessionList {
 /// queues the figures); the reads answer `None` when the store cannot.
 #[async_trait::async_trait]
 pub trait SharedSessions: Send + Sync + std::fmt::Debug {
-    /// Add one finished request's figures to session `id`.
-    fn add(&self, id: &Arc<str>, request: SessionFigures);
+    /// Add one finished request's figures to session `id`; `done` runs
+    /// once, with whether the store took them.
+    fn add(&self, id: &Arc<str>, request: SessionFigures, done: Box<dyn FnOnce(bool) + Send>);
     /// Whether the store answered its latest operation.
     fn healthy(&self) -> bool;
     /// Up to `limit` sessions in `order`.
@@ -286,12 +303,19 @@ impl SessionRollups {
         t.index.len()
     }
 
-    /// Add one finished request to its session's rollup; `cost` is what
-    /// its span says it cost. Requests without a session are ignored.
+    /// Add one finished request to its session's rollup, here and in the
+    /// fleet's; `cost` is what its span says it cost. Requests without a
+    /// session are ignored.
     pub fn record(&self, m: &Measurement, cost: RequestCost) {
-        let Some(id) = &m.request.session else {
-            return;
-        };
+        if let Some(share) = self.record_local(m, cost) {
+            share.send(Box::new(|_| {}));
+        }
+    }
+
+    /// Add one finished request to its session's rollup here; what is
+    /// still to be added to the fleet's, when a store is configured.
+    pub fn record_local(&self, m: &Measurement, cost: RequestCost) -> Option<Share> {
+        let id = m.request.session.as_ref()?;
         let end = m.request.start + m.duration;
         let mut t = self.table.lock().unwrap_or_else(PoisonError::into_inner);
         t.expire(end, self.limits.idle_timeout);
@@ -312,11 +336,14 @@ impl SessionRollups {
         slot.last = slot.last.max(end);
         slot.rollup.add(m, cost);
         drop(t);
-        if let Some(shared) = self.shared.get() {
-            let mut one = Rollup::new(m.request.start_wall);
-            one.add(m, cost);
-            shared.add(id, one.figures());
-        }
+        let shared = self.shared.get()?;
+        let mut one = Rollup::new(m.request.start_wall);
+        one.add(m, cost);
+        Some(Share {
+            shared: shared.clone(),
+            id: id.clone(),
+            figures: one.figures(),
+        })
     }
 
     /// The table, with the sessions idle past the timeout forgotten.
