@@ -28,6 +28,8 @@ struct Tries {
     retry_at: Option<Instant>,
     backoff: Duration,
     last_warn: Option<Instant>,
+    /// The last wrong-shape ERROR (rate-limited apart from the WARN).
+    last_error: Option<Instant>,
     /// Failures since the last WARN.
     unwarned: u64,
 }
@@ -108,14 +110,14 @@ impl Health {
         self.errors.fetch_add(1, Ordering::Relaxed);
         let now = now();
         let mut t = self.tries.lock().unwrap_or_else(|e| e.into_inner());
-        if t.last_warn.is_none_or(|w| now.duration_since(w) >= WARN_EVERY) {
+        if t.last_error.is_none_or(|w| now.duration_since(w) >= WARN_EVERY) {
             tracing::error!(
                 store = %self.shown,
                 key,
                 "state store key holds data tokentap did not write ({why}); it is skipped: \
                  delete the key or give this deployment its own state.key_prefix"
             );
-            t.last_warn = Some(now);
+            t.last_error = Some(now);
         }
     }
 }
