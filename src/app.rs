@@ -439,7 +439,11 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         Admin::spawn(l, state, &config.server, admin_tls.clone(), &config.admin)
     });
     let tokenizer = Tokenizer::start(config.meter.tokenizer);
-    let (ledger, store, state_file) = shared_state(&config, &telemetry)?;
+    let Shared {
+        ledger,
+        store,
+        state_file,
+    } = Shared::start(&config, &telemetry)?;
     let server_cfg = config.server.clone();
     let drains = Drains::new(config.upstream.max_drains);
     let observed = drains.clone();
@@ -499,28 +503,38 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     })
 }
 
-/// The ledger, deciding through the state store when one is configured
-/// (whose errors telemetry counts and whose sessions it adds to), and the
-/// state file of a single instance, read back now.
-fn shared_state(
-    config: &Config,
-    telemetry: &Telemetry,
-) -> anyhow::Result<(Arc<Ledger>, Option<Arc<Store>>, Option<StateFile>)> {
-    let mut ledger = Ledger::new(config.meter.max_counted_ids);
-    let store = Store::connect(
-        &config.state,
-        config.upstream.ca_file.as_deref(),
-        config.sessions.limits(),
-    )?;
-    if let Some(store) = &store {
-        ledger = ledger.with_shared(crate::state::as_ledger(store));
-        telemetry.sessions().share(crate::state::as_sessions(store));
-        let observed = store.clone();
-        telemetry.observe_state_errors(move || observed.errors());
+/// What outlives a request: the ledger, the state store, the state file.
+struct Shared {
+    ledger: Arc<Ledger>,
+    store: Option<Arc<Store>>,
+    state_file: Option<StateFile>,
+}
+
+impl Shared {
+    /// The ledger, deciding through the state store when one is configured
+    /// (whose errors telemetry counts and whose sessions it adds to), and
+    /// the state file of a single instance, read back now.
+    fn start(config: &Config, telemetry: &Telemetry) -> anyhow::Result<Shared> {
+        let mut ledger = Ledger::new(config.meter.max_counted_ids);
+        let store = Store::connect(
+            &config.state,
+            config.upstream.ca_file.as_deref(),
+            config.sessions.limits(),
+        )?;
+        if let Some(store) = &store {
+            ledger = ledger.with_shared(crate::state::as_ledger(store));
+            telemetry.sessions().share(crate::state::as_sessions(store));
+            let observed = store.clone();
+            telemetry.observe_state_errors(move || observed.errors());
+        }
+        let state_file = config.state.path.as_deref().map(StateFile::new);
+        if let Some(file) = &state_file {
+            crate::state::load(file, &ledger, telemetry.sessions());
+        }
+        Ok(Shared {
+            ledger: Arc::new(ledger),
+            store,
+            state_file,
+        })
     }
-    let state_file = config.state.path.as_deref().map(StateFile::new);
-    if let Some(file) = &state_file {
-        crate::state::load(file, &ledger, telemetry.sessions());
-    }
-    Ok((Arc::new(ledger), store, state_file))
 }

@@ -196,7 +196,7 @@ fn sum(spans: &[&SpanRec], key: &str) -> f64 {
         .sum()
 }
 
-fn counted<'a>(spans: &'a [SpanRec], pick: impl Fn(&SpanRec) -> bool) -> Vec<(&'a str, &'a SpanRec)> {
+fn counted(spans: &[SpanRec], pick: impl Fn(&SpanRec) -> bool) -> Vec<(&str, &SpanRec)> {
     spans
         .iter()
         .filter(|s| pick(s))
@@ -245,25 +245,62 @@ async fn two_replicas_count_once_and_share_sessions_across_a_restart() {
     let (a2, admin_a2) = replica(&toml, "a2").await;
     let poll = get(a2.addr, &format!("/v1/responses/{ID}")).await;
     support::assert_bytes_eq("poll after the restart", &poll.body, DONE);
-    support::assert_bytes_eq("file after the restart", &get(a2.addr, FILE).await.body, BATCH);
+    support::assert_bytes_eq(
+        "file after the restart",
+        &get(a2.addr, FILE).await.body,
+        BATCH,
+    );
     let after = session(admin_a2, sid, 4).await;
     assert_eq!(after, on_b, "the restarted replica finds the session");
     a2.stop().await;
     b.stop().await;
 
     let spans = spans(&col, 4 + 2 + 4 + 2).await;
-    let background = counted(&spans, |s| s.attrs.get(RESPONSE_ID).and_then(|v| v.as_str()) == Some(ID));
-    assert_eq!(background.len(), 5, "create, resume, two polls, a poll after the restart");
+    let background = counted(&spans, |s| {
+        s.attrs.get(RESPONSE_ID).and_then(|v| v.as_str()) == Some(ID)
+    });
+    assert_eq!(
+        background.len(),
+        5,
+        "create, resume, two polls, a poll after the restart"
+    );
     let firsts: Vec<_> = background.iter().filter(|(c, _)| *c == "first").collect();
-    assert_eq!(firsts.len(), 1, "counted once across replicas: {background:#?}");
-    assert!(background.iter().all(|(c, _)| matches!(*c, "first" | "repeat")));
+    assert_eq!(
+        firsts.len(),
+        1,
+        "counted once across replicas: {background:#?}"
+    );
+    assert!(
+        background
+            .iter()
+            .all(|(c, _)| matches!(*c, "first" | "repeat"))
+    );
     let b_spans: Vec<&SpanRec> = background.iter().map(|(_, s)| *s).collect();
-    assert_eq!(sum(&b_spans, INPUT_TOKENS), INPUT, "input tokens once in the spans");
-    assert_eq!(sum(&b_spans, OUTPUT_TOKENS), OUTPUT, "output tokens once in the spans");
-    let files = counted(&spans, |s| s.str(OPERATION) != "chat" && !s.attrs.contains_key(RESPONSE_ID) && s.attrs.contains_key(COUNTED));
+    assert_eq!(
+        sum(&b_spans, INPUT_TOKENS),
+        INPUT,
+        "input tokens once in the spans"
+    );
+    assert_eq!(
+        sum(&b_spans, OUTPUT_TOKENS),
+        OUTPUT,
+        "output tokens once in the spans"
+    );
+    let files = counted(&spans, |s| {
+        s.str(OPERATION) != "chat"
+            && !s.attrs.contains_key(RESPONSE_ID)
+            && s.attrs.contains_key(COUNTED)
+    });
     let file_firsts = files.iter().filter(|(c, _)| *c == "first").count();
-    assert_eq!((files.len(), file_firsts), (3, 1), "three downloads, counted once: {files:#?}");
-    for s in spans.iter().filter(|s| s.attrs.contains_key(COUNTED) || s.attrs.contains_key(CONVERSATION_ID)) {
+    assert_eq!(
+        (files.len(), file_firsts),
+        (3, 1),
+        "three downloads, counted once: {files:#?}"
+    );
+    for s in spans
+        .iter()
+        .filter(|s| s.attrs.contains_key(COUNTED) || s.attrs.contains_key(CONVERSATION_ID))
+    {
         assert_eq!(s.str(STATE), "store", "the store decided: {:#?}", s.attrs);
     }
     // Counters, added up over the replicas, agree with the spans.
@@ -281,8 +318,14 @@ async fn two_replicas_count_once_and_share_sessions_across_a_restart() {
         .filter(|s| s.attrs.get(CONVERSATION_ID).and_then(|v| v.as_str()) == Some(sid))
         .collect();
     assert_eq!(mine.len(), 4);
-    assert_eq!(after["input_tokens"].as_f64(), Some(sum(&mine, INPUT_TOKENS)));
-    assert_eq!(after["output_tokens"].as_f64(), Some(sum(&mine, OUTPUT_TOKENS)));
+    assert_eq!(
+        after["input_tokens"].as_f64(),
+        Some(sum(&mine, INPUT_TOKENS))
+    );
+    assert_eq!(
+        after["output_tokens"].as_f64(),
+        Some(sum(&mine, OUTPUT_TOKENS))
+    );
     let (cost, spans_cost) = (after["cost_usd"].as_f64().unwrap(), sum(&mine, COST));
     assert!(spans_cost > 0.0, "priced");
     assert!(
@@ -359,9 +402,7 @@ async fn a_dead_store_costs_nothing_and_sessions_come_back_with_it() {
         .expect("redis-cli SET");
     session_request(a.addr, "squatted").await;
     sent += 1;
-    let log = a
-        .wait_output("holds data tokentap did not write", 1)
-        .await;
+    let log = a.wait_output("holds data tokentap did not write", 1).await;
     assert!(log.contains("tokentap:session:squatted"), "{log}");
     session_request(a.addr, "still-serving").await;
     sent += 1;
@@ -379,7 +420,11 @@ async fn a_dead_store_costs_nothing_and_sessions_come_back_with_it() {
         .iter()
         .filter(|s| s.attrs.get(CONVERSATION_ID).and_then(|v| v.as_str()) == Some("during"))
         .collect();
-    assert_eq!(during.len(), 7, "every request while the store was down was exported");
+    assert_eq!(
+        during.len(),
+        7,
+        "every request while the store was down was exported"
+    );
     assert!(
         during.iter().all(|s| s.str(STATE) == "local"),
         "each says it stayed in process: {during:#?}"
@@ -413,19 +458,29 @@ async fn a_single_instance_keeps_its_ledger_and_sessions_in_its_state_file() {
     let (again, admin) = replica(&toml, "again").await;
     let read = again.wait_output("state file read back", 1).await;
     assert!(read.contains("sessions=1"), "{read}");
-    assert_eq!(session(admin, "kept", 2).await, before, "the session is back");
+    assert_eq!(
+        session(admin, "kept", 2).await,
+        before,
+        "the session is back"
+    );
     let poll = get(again.addr, &format!("/v1/responses/{ID}")).await;
     support::assert_bytes_eq("poll after the restart", &poll.body, DONE);
     again.stop().await;
     let spans = spans(&col, 1 + 2 + 1).await;
     let polls = counted(&spans, |s| s.attrs.contains_key(COUNTED));
     let kinds: Vec<&str> = polls.iter().map(|(c, _)| *c).collect();
-    assert_eq!(kinds, ["first", "repeat"], "counted once across the restart");
+    assert_eq!(
+        kinds,
+        ["first", "repeat"],
+        "counted once across the restart"
+    );
 
     // A torn file is reported and ignored; the instance serves.
     std::fs::write(&path, br#"{"format":"tokentap-state","version":1,"led"#).unwrap();
     let (torn, _) = replica(&toml, "torn").await;
-    let out = torn.wait_output("is torn or not a tokentap state file", 1).await;
+    let out = torn
+        .wait_output("is torn or not a tokentap state file", 1)
+        .await;
     assert!(out.contains("state.json"), "names the file: {out}");
     session_request(torn.addr, "fresh").await;
     torn.stop().await;

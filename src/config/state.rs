@@ -173,7 +173,10 @@ mod tests {
             .map(|(k, m)| format!("{k}: {m}"))
         };
         let e = bad("http://cache:6379").expect("http is refused");
-        assert!(e.starts_with("state.url: `http://cache:6379` is no store URL"), "{e}");
+        assert!(
+            e.starts_with("state.url: `http://cache:6379` is no store URL"),
+            "{e}"
+        );
         let e = bad("redis://:pw@cache:notaport").expect("a bad port is refused");
         assert!(e.contains("cannot be read") && !e.contains("pw"), "{e}");
         assert_eq!(bad("redis://127.0.0.1:6379/0"), None);

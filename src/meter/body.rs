@@ -184,8 +184,14 @@ impl Settle {
     /// The fleet's ledger and the key to claim on it, when a decision is
     /// needed and a store is configured.
     fn claim(&self, m: &Measurement) -> Option<(Arc<dyn SharedLedger>, LedgerKey)> {
-        let once = self.once.as_ref().and_then(|o| Some((&o.ledger, o.key(m)?)));
-        let batch = self.batch.as_ref().and_then(|b| Some((&b.ledger, b.key(m)?)));
+        let once = self
+            .once
+            .as_ref()
+            .and_then(|o| Some((&o.ledger, o.key(m)?)));
+        let batch = self
+            .batch
+            .as_ref()
+            .and_then(|b| Some((&b.ledger, b.key(m)?)));
         let (ledger, key) = once.or(batch)?;
         Some((ledger.shared()?.clone(), key))
     }

@@ -162,8 +162,15 @@ mod tests {
     fn the_ledger_round_trips_and_bad_files_are_named() {
         let path = dir("file");
         let f = StateFile::new(&path);
-        let (ledger, rollups) = (Ledger::new(8), SessionRollups::new(SessionLimits::default()));
-        assert!(f.load(&ledger, &rollups).expect("missing is fine").is_none());
+        let (ledger, rollups) = (
+            Ledger::new(8),
+            SessionRollups::new(SessionLimits::default()),
+        );
+        assert!(
+            f.load(&ledger, &rollups)
+                .expect("missing is fine")
+                .is_none()
+        );
         let key = LedgerKey::new("openai", "response", "resp_1");
         assert!(ledger.first(&key));
         assert_eq!(f.save(&ledger, &rollups).expect("written"), (1, 0));

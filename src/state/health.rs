@@ -92,7 +92,9 @@ impl Health {
         t.backoff = (t.backoff * 2).clamp(FIRST_BACKOFF, MAX_BACKOFF);
         t.retry_at = Some(now + t.backoff);
         t.unwarned += errors;
-        if t.last_warn.is_none_or(|w| now.duration_since(w) >= WARN_EVERY) {
+        if t.last_warn
+            .is_none_or(|w| now.duration_since(w) >= WARN_EVERY)
+        {
             tracing::warn!(
                 store = %self.shown,
                 failed = t.unwarned,
@@ -110,7 +112,9 @@ impl Health {
         self.errors.fetch_add(1, Ordering::Relaxed);
         let now = now();
         let mut t = self.tries.lock().unwrap_or_else(|e| e.into_inner());
-        if t.last_error.is_none_or(|w| now.duration_since(w) >= WARN_EVERY) {
+        if t.last_error
+            .is_none_or(|w| now.duration_since(w) >= WARN_EVERY)
+        {
             tracing::error!(
                 store = %self.shown,
                 key,

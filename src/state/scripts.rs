@@ -236,7 +236,10 @@ mod tests {
         );
         let f = figures(&v).expect("well formed").expect("present");
         assert_eq!((f.requests, f.input, f.cost_usd), (3, 30, 0.0375));
-        assert_eq!((f.first_seen_ms, f.last_seen_ms, f.wait_ns), (1000, 2000, 1_500_000_000));
+        assert_eq!(
+            (f.first_seen_ms, f.last_seen_ms, f.wait_ns),
+            (1000, 2000, 1_500_000_000)
+        );
         assert_eq!(f.ttft[5], 2);
         assert_eq!(f.ttft.iter().sum::<u32>(), 2);
     }

@@ -19,9 +19,7 @@ use super::scripts::{self, ADD, LIST};
 use crate::config::state::shown_url;
 use crate::config::{SessionLimits, StateConfig};
 use crate::meter::ledger::{LedgerKey, SharedLedger};
-use crate::telemetry::rollups::{
-    SessionFigures, SessionList, SessionView, SharedSessions, SortBy,
-};
+use crate::telemetry::rollups::{SessionFigures, SessionList, SessionView, SharedSessions, SortBy};
 
 /// Operations queued for the store at most; past it a claim is decided
 /// in process and a session add is left to the replica's own rollups.
@@ -215,9 +213,14 @@ async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Job>) {
 
 /// Whether a server error says the data under a key is not tokentap's.
 fn wrong_shape(e: &str) -> bool {
-    ["WRONGTYPE", "WRONGSHAPE", "not a valid float", "not an integer"]
-        .iter()
-        .any(|s| e.contains(s))
+    [
+        "WRONGTYPE",
+        "WRONGSHAPE",
+        "not a valid float",
+        "not an integer",
+    ]
+    .iter()
+    .any(|s| e.contains(s))
 }
 
 impl Inner {
@@ -380,7 +383,9 @@ impl SharedSessions for Store {
         let mut conn = inner.conn.clone();
         let answer: Value = inner.read(&k.by(by), inv.invoke_async(&mut conn)).await?;
         let Value::Array(items) = answer else {
-            inner.health.wrong_shape(&k.by(by), "the list script's answer is no array");
+            inner
+                .health
+                .wrong_shape(&k.by(by), "the list script's answer is no array");
             return None;
         };
         let number = |v: Option<&Value>| scripts::text(v?)?.parse::<u64>().ok();
@@ -388,8 +393,7 @@ impl SharedSessions for Store {
         let evicted = number(items.get(1)).unwrap_or(0);
         let mut sessions = Vec::new();
         for pair in items.get(2..).unwrap_or_default().chunks(2) {
-            let (Some(id), Some(hash)) = (pair.first().and_then(scripts::text), pair.get(1))
-            else {
+            let (Some(id), Some(hash)) = (pair.first().and_then(scripts::text), pair.get(1)) else {
                 continue;
             };
             match scripts::figures(hash) {
