@@ -1222,6 +1222,86 @@ mod tests {
         (sink, tx, MeteredBody::new(rx, meter, idle, None))
     }
 
+    /// A fleet ledger that answers only when told to.
+    #[derive(Default)]
+    struct Pending {
+        asked: Mutex<Vec<(LedgerKey, Box<dyn FnOnce(Option<bool>) + Send>)>>,
+    }
+
+    impl std::fmt::Debug for Pending {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Pending")
+        }
+    }
+
+    impl SharedLedger for Pending {
+        fn claim(&self, key: LedgerKey, done: Box<dyn FnOnce(Option<bool>) + Send>) {
+            self.asked.lock().expect("lock").push((key, done));
+        }
+    }
+
+    impl Pending {
+        fn answer(&self, answer: Option<bool>) -> LedgerKey {
+            let (key, done) = self.asked.lock().expect("lock").pop().expect("a claim");
+            done(answer);
+            key
+        }
+    }
+
+    /// A chat stream with usage and id `c`, counted once through `ledger`.
+    async fn counted_once(ledger: Arc<Ledger>) -> Sink {
+        let sink = Sink::default();
+        let mut meter = Meter::new(facts(true), Box::new(sink.clone()));
+        meter.count_once_with(ledger, false);
+        let parser = Parser::new(
+            ProviderKind::Openai,
+            Some(Operation::ChatCompletions),
+            "text/event-stream",
+            1 << 20,
+        )
+        .ok_or(Unmetered::UnknownFormat("sse".into()));
+        meter.on_head(200, true, parser, None);
+        let (mut tx, rx) = Channel::<Bytes, BoxError>::new(8);
+        let body = MeteredBody::new(rx, meter, None, None);
+        tx.send_data(chunk("Hi")).await.expect("send");
+        tx.send_data(Bytes::from_static(USAGE.as_bytes()))
+            .await
+            .expect("send");
+        drop(tx);
+        body.collect().await.expect("body");
+        sink
+    }
+
+    #[tokio::test]
+    async fn the_fleets_answer_decides_before_the_measurement_is_recorded() {
+        let fleet = Arc::new(Pending::default());
+        let ledger = Arc::new(Ledger::new(8).with_shared(fleet.clone()));
+        let sink = counted_once(ledger.clone()).await;
+        assert!(
+            sink.done.lock().expect("lock").is_empty(),
+            "nothing is recorded before the store answers"
+        );
+        let key = fleet.answer(Some(false));
+        assert_eq!(key, LedgerKey::new("openai", "response", "c"));
+        let m = sink.only();
+        assert_eq!(m.counted, Some(Counted::Repeat), "another replica counted it");
+        assert_eq!(m.shared_state, Some(SharedState::Store));
+        assert_eq!((m.usage.input, m.output_tokens), (None, None), "no usage twice");
+        assert!(!ledger.first(&key), "the answer is remembered in process too");
+
+        // The store does not answer: this replica decides alone, once.
+        let ledger = Arc::new(Ledger::new(8).with_shared(fleet.clone()));
+        let sink = counted_once(ledger.clone()).await;
+        fleet.answer(None);
+        let m = sink.only();
+        assert_eq!(m.counted, Some(Counted::First), "first in this process");
+        assert_eq!(m.shared_state, Some(SharedState::Local));
+        assert_eq!(m.output_tokens, Some(42));
+        let sink = counted_once(ledger).await;
+        fleet.answer(None);
+        assert_eq!(sink.only().counted, Some(Counted::Repeat));
+    }
+
     #[tokio::test]
     async fn stream_folds_into_one_measurement_with_exact_bytes() {
         let (sink, mut tx, body) = metered(true, "text/event-stream", None);
