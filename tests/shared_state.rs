@@ -350,9 +350,21 @@ async fn a_dead_store_costs_nothing_and_sessions_come_back_with_it() {
     }
     session(admin_a, "before", 2).await;
 
+    // The store dies in the middle of traffic through both replicas.
+    let (pa, pb) = (a.addr, b.addr);
+    let traffic = tokio::spawn(async move {
+        let mut slowest = Duration::ZERO;
+        for i in 0..6 {
+            let proxy = if i % 2 == 0 { pa } else { pb };
+            slowest = slowest.max(session_request(proxy, "across").await);
+        }
+        slowest
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
     redis.stop().await;
-    let mut slowest = Duration::ZERO;
-    for _ in 0..3 {
+    let mut slowest = traffic.await.unwrap();
+    sent += 6;
+    for _ in 0..2 {
         for proxy in [a.addr, b.addr] {
             slowest = slowest.max(session_request(proxy, "during").await);
             sent += 1;
@@ -422,8 +434,16 @@ async fn a_dead_store_costs_nothing_and_sessions_come_back_with_it() {
         .collect();
     assert_eq!(
         during.len(),
-        7,
+        5,
         "every request while the store was down was exported"
+    );
+    let across = spans
+        .iter()
+        .filter(|s| s.attrs.get(CONVERSATION_ID).and_then(|v| v.as_str()) == Some("across"))
+        .count();
+    assert_eq!(
+        across, 6,
+        "every request around the store's death was exported"
     );
     assert!(
         during.iter().all(|s| s.str(STATE) == "local"),

@@ -1284,10 +1284,21 @@ mod tests {
         let key = fleet.answer(Some(false));
         assert_eq!(key, LedgerKey::new("openai", "response", "c"));
         let m = sink.only();
-        assert_eq!(m.counted, Some(Counted::Repeat), "another replica counted it");
+        assert_eq!(
+            m.counted,
+            Some(Counted::Repeat),
+            "another replica counted it"
+        );
         assert_eq!(m.shared_state, Some(SharedState::Store));
-        assert_eq!((m.usage.input, m.output_tokens), (None, None), "no usage twice");
-        assert!(!ledger.first(&key), "the answer is remembered in process too");
+        assert_eq!(
+            (m.usage.input, m.output_tokens),
+            (None, None),
+            "no usage twice"
+        );
+        assert!(
+            !ledger.first(&key),
+            "the answer is remembered in process too"
+        );
 
         // The store does not answer: this replica decides alone, once.
         let ledger = Arc::new(Ledger::new(8).with_shared(fleet.clone()));
