@@ -1225,7 +1225,7 @@ mod tests {
     /// A fleet ledger that answers only when told to.
     #[derive(Default)]
     struct Pending {
-        asked: Mutex<Vec<(LedgerKey, Box<dyn FnOnce(Option<bool>) + Send>)>>,
+        asked: Mutex<Vec<(LedgerKey, super::super::ledger::ClaimDone)>>,
     }
 
     impl std::fmt::Debug for Pending {
@@ -1235,7 +1235,7 @@ mod tests {
     }
 
     impl SharedLedger for Pending {
-        fn claim(&self, key: LedgerKey, done: Box<dyn FnOnce(Option<bool>) + Send>) {
+        fn claim(&self, key: LedgerKey, done: super::super::ledger::ClaimDone) {
             self.asked.lock().expect("lock").push((key, done));
         }
     }

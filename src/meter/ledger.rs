@@ -56,6 +56,9 @@ impl LedgerKey {
     }
 }
 
+/// What a claim's answer is handed to (see [`SharedLedger::claim`]).
+pub type ClaimDone = Box<dyn FnOnce(Option<bool>) + Send>;
+
 /// A ledger shared by every replica (the state store). It answers after
 /// the response's last byte, off the request path.
 pub trait SharedLedger: Send + Sync + std::fmt::Debug {
@@ -64,7 +67,7 @@ pub trait SharedLedger: Send + Sync + std::fmt::Debug {
     /// first, `None` when the store could not answer in time (the caller
     /// then decides with the in-process table). `done` runs exactly once,
     /// maybe on another thread.
-    fn claim(&self, key: LedgerKey, done: Box<dyn FnOnce(Option<bool>) + Send>);
+    fn claim(&self, key: LedgerKey, done: ClaimDone);
 }
 
 /// Keys whose usage was counted, at most `cap` of them.

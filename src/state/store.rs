@@ -18,7 +18,7 @@ use super::health::Health;
 use super::scripts::{self, ADD, LIST};
 use crate::config::state::shown_url;
 use crate::config::{SessionLimits, StateConfig};
-use crate::meter::ledger::{LedgerKey, SharedLedger};
+use crate::meter::ledger::{ClaimDone, LedgerKey, SharedLedger};
 use crate::telemetry::rollups::{SessionFigures, SessionList, SessionView, SharedSessions, SortBy};
 
 /// Operations queued for the store at most; past it a claim is decided
@@ -48,7 +48,7 @@ struct Inner {
 
 /// One queued operation.
 enum Job {
-    Claim(LedgerKey, Box<dyn FnOnce(Option<bool>) + Send>),
+    Claim(LedgerKey, ClaimDone),
     Add(Arc<str>, SessionFigures, Box<dyn FnOnce(bool) + Send>),
 }
 
@@ -339,7 +339,7 @@ impl Inner {
 }
 
 impl SharedLedger for Store {
-    fn claim(&self, key: LedgerKey, done: Box<dyn FnOnce(Option<bool>) + Send>) {
+    fn claim(&self, key: LedgerKey, done: ClaimDone) {
         if !self.inner.health.may_try() {
             return done(None);
         }
@@ -354,10 +354,6 @@ impl SharedSessions for Store {
             return done(false);
         }
         self.queue(Job::Add(id.clone(), request, done));
-    }
-
-    fn healthy(&self) -> bool {
-        self.inner.health.healthy()
     }
 
     async fn list(&self, order: SortBy, limit: usize) -> Option<SessionList> {

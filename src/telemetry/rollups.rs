@@ -106,8 +106,6 @@ pub trait SharedSessions: Send + Sync + std::fmt::Debug {
     /// Add one finished request's figures to session `id`; `done` runs
     /// once, with whether the store took them.
     fn add(&self, id: &Arc<str>, request: SessionFigures, done: Box<dyn FnOnce(bool) + Send>);
-    /// Whether the store answered its latest operation.
-    fn healthy(&self) -> bool;
     /// Up to `limit` sessions in `order`.
     async fn list(&self, order: SortBy, limit: usize) -> Option<SessionList>;
     /// One session (`Some(None)`: not known to the store).
