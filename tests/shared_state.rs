@@ -505,3 +505,48 @@ async fn a_single_instance_keeps_its_ledger_and_sessions_in_its_state_file() {
     session_request(torn.addr, "fresh").await;
     torn.stop().await;
 }
+
+#[tokio::test]
+async fn a_tls_store_with_a_password_file_is_shared_and_its_password_never_shown() {
+    let dir = Scratch::new("state-tls");
+    let ca = support::tls::TestCa::new();
+    let ca_file = dir.write("ca.pem", ca.pem());
+    let pem = support::tls::write_pem(&dir, "redis", &ca.leaf(&["localhost", "127.0.0.1"]));
+    let password = "s3cret-store-pw";
+    let mut redis = Redis::start_tls(&pem.cert, &pem.key, &ca_file, password).await;
+    let password_file = dir.write("password", &format!("{password}\n"));
+    let up = upstream().await;
+    let col = Collector::start().await;
+    let url = format!("rediss://localhost:{}", redis.addr.port());
+    let toml = config(&col, &up, ("url", &url))
+        .set(
+            "state",
+            "password_file",
+            &q(password_file.to_str().unwrap()),
+        )
+        .set("upstream", "ca_file", &q(ca_file.to_str().unwrap()));
+    let (a, admin_a) = replica(&toml, "a").await;
+    let (b, admin_b) = replica(&toml, "b").await;
+    for proxy in [a.addr, b.addr] {
+        session_request(proxy, "over-tls").await;
+    }
+    let on_a = session(admin_a, "over-tls", 2).await;
+    assert_eq!(
+        on_a,
+        session(admin_b, "over-tls", 2).await,
+        "shared over TLS"
+    );
+    let listed = fetch(&api(admin_a, "")).await.json();
+    assert_eq!(listed["source"], "store", "{listed:#}");
+    let shown = get(admin_a, "/config").await.text();
+    assert!(shown.contains("password_file"), "{shown}");
+    assert!(
+        !shown.contains(password),
+        "/config shows no password: {shown}"
+    );
+    for bin in [a, b] {
+        let out = bin.stop().await;
+        assert!(!out.contains(password), "the log shows no password: {out}");
+    }
+    redis.stop().await;
+}

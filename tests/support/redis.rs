@@ -15,11 +15,52 @@ pub(crate) struct Redis {
     pub addr: SocketAddr,
     child: Option<Child>,
     dir: Scratch,
+    /// Extra server arguments (TLS, a password).
+    server_args: Vec<String>,
+    /// What `redis-cli` needs to reach it (TLS, the password).
+    cli_args: Vec<String>,
 }
 
 impl Redis {
     /// Start one on a free port.
     pub(crate) async fn start() -> Redis {
+        Redis::start_with(Vec::new(), Vec::new()).await
+    }
+
+    /// Start one speaking only TLS with `cert`/`key` (PEM files) and
+    /// requiring `password`; `ca` is the CA file redis-cli trusts.
+    pub(crate) async fn start_tls(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        ca: &std::path::Path,
+        password: &str,
+    ) -> Redis {
+        let path = |p: &std::path::Path| p.display().to_string();
+        let server = [
+            "--tls-cert-file",
+            &path(cert),
+            "--tls-key-file",
+            &path(key),
+            "--tls-ca-cert-file",
+            &path(ca),
+            "--tls-auth-clients",
+            "no",
+            "--requirepass",
+            password,
+        ];
+        let cli = [
+            "--tls",
+            "--cacert",
+            &path(ca),
+            "--no-auth-warning",
+            "-a",
+            password,
+        ];
+        let owned = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect();
+        Redis::start_with(owned(&server), owned(&cli)).await
+    }
+
+    async fn start_with(server_args: Vec<String>, cli_args: Vec<String>) -> Redis {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -29,6 +70,8 @@ impl Redis {
             addr,
             child: None,
             dir: Scratch::new("redis"),
+            server_args,
+            cli_args,
         };
         r.restart().await;
         r
@@ -42,9 +85,17 @@ impl Redis {
     /// Start it again on the same port (after `stop`), empty.
     pub(crate) async fn restart(&mut self) {
         assert!(self.child.is_none(), "already running");
+        let tls = !self.cli_args.is_empty();
+        let (plain, tls_port) = match tls {
+            true => ("0".to_owned(), self.addr.port().to_string()),
+            false => (self.addr.port().to_string(), "0".to_owned()),
+        };
         let child = Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port"])
-            .arg(self.addr.port().to_string())
+            .arg(plain)
+            .arg("--tls-port")
+            .arg(tls_port)
+            .args(&self.server_args)
             .args(["--save", "", "--appendonly", "no", "--dir"])
             .arg(&self.dir.0)
             .stdin(Stdio::null())
@@ -92,6 +143,7 @@ impl Redis {
         let out = Command::new("redis-cli")
             .args(["-h", "127.0.0.1", "-p"])
             .arg(self.addr.port().to_string())
+            .args(&self.cli_args)
             .args(args)
             .stdin(Stdio::null())
             .kill_on_drop(true)
