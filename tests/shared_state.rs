@@ -8,7 +8,8 @@
 //! for byte and exported (`tokentap.state = local`), a replica started
 //! meanwhile serves, and sessions are fleet-wide again once the store is
 //! back. Without a store, `[state] path` keeps one instance's ledger and
-//! sessions across its restart.
+//! sessions across its restart. A `rediss://` store with its password in
+//! `state.password_file` works the same, and the password is never shown.
 #![allow(
     clippy::disallowed_methods,
     reason = "tests set deadlines with the clock"
