@@ -551,3 +551,43 @@ async fn a_tls_store_with_a_password_file_is_shared_and_its_password_never_shown
     }
     redis.stop().await;
 }
+
+#[tokio::test]
+async fn the_store_bounds_the_fleets_sessions_by_max_sessions() {
+    let mut redis = Redis::start().await;
+    let up = upstream().await;
+    let col = Collector::start().await;
+    let toml = config(&col, &up, ("url", &redis.url())).set("sessions", "max_sessions", "2");
+    let (a, admin_a) = replica(&toml, "a").await;
+    let (b, admin_b) = replica(&toml, "b").await;
+    for (proxy, sid) in [(a.addr, "oldest"), (b.addr, "middle"), (a.addr, "newest")] {
+        session_request(proxy, sid).await;
+        // Apart in time, so the order of last_seen is the order sent.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    session(admin_b, "newest", 1).await;
+    let listed = fetch(&api(admin_b, "")).await.json();
+    assert_eq!(listed["source"], "store", "{listed:#}");
+    assert_eq!(
+        (listed["kept"].as_u64(), listed["evicted"].as_u64()),
+        (Some(2), Some(1)),
+        "{listed:#}"
+    );
+    let ids: Vec<&str> = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["id"].as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        ["newest", "middle"],
+        "the least recently seen was evicted fleet-wide"
+    );
+    let gone = fetch(&api(admin_a, "?id=oldest")).await;
+    assert_eq!(gone.status, 404, "{}", gone.text());
+    for bin in [a, b] {
+        bin.stop().await;
+    }
+    redis.stop().await;
+}

@@ -24,15 +24,9 @@ use crate::telemetry::rollups::{SessionFigures, TTFT_BUCKETS};
 /// The layout version written in every session hash (`v`).
 pub(super) const LAYOUT: &str = "1";
 
-/// Adds one request: KEYS session hash, last, cost, wait, meta; ARGV id,
-/// session key prefix, max sessions, idle cutoff (ms), idle timeout (ms),
-/// cost, first seen (ms), last seen (ms), then field/increment pairs.
-pub(super) static ADD: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(
-        r#"
-local h, zl, zc, zw, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local id, sp = ARGV[1], ARGV[2]
-local max, cutoff, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+/// Forgets the sessions `ids`: their hashes and their places in the three
+/// sorted sets (`sp`, `zl`, `zc`, `zw`, defined before it by each script).
+const FORGET: &str = r#"
 local function forget(ids)
   for _, s in ipairs(ids) do
     redis.call('DEL', sp .. s)
@@ -41,6 +35,18 @@ local function forget(ids)
     redis.call('ZREM', zw, s)
   end
 end
+"#;
+
+/// Adds one request: KEYS session hash, last, cost, wait, meta; ARGV id,
+/// session key prefix, max sessions, idle cutoff (ms), idle timeout (ms),
+/// cost, first seen (ms), last seen (ms), then field/increment pairs.
+pub(super) static ADD: LazyLock<redis::Script> = LazyLock::new(|| {
+    let head = r#"
+local h, zl, zc, zw, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local id, sp = ARGV[1], ARGV[2]
+local max, cutoff, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+"#;
+    let body = r#"
 forget(redis.call('ZRANGEBYSCORE', zl, '-inf', '(' .. cutoff, 'LIMIT', 0, 64))
 local v = redis.call('HGET', h, 'v')
 if v and v ~= '1' then
@@ -72,25 +78,20 @@ if over > 0 then
   redis.call('HINCRBY', meta, 'evicted', over)
 end
 return 1
-"#,
-    )
+"#;
+    redis::Script::new(&[head, FORGET, body].concat())
 });
 
 /// Lists sessions: KEYS last, cost, wait, meta, the order's set; ARGV
 /// session key prefix, idle cutoff (ms), limit. Returns kept, evicted,
 /// then id and hash fields per session.
 pub(super) static LIST: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(
-        r#"
+    let head = r#"
 local zl, zc, zw, meta, zo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local sp, cutoff, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local idle = redis.call('ZRANGEBYSCORE', zl, '-inf', '(' .. cutoff)
-for _, s in ipairs(idle) do
-  redis.call('DEL', sp .. s)
-  redis.call('ZREM', zl, s)
-  redis.call('ZREM', zc, s)
-  redis.call('ZREM', zw, s)
-end
+"#;
+    let body = r#"
+forget(redis.call('ZRANGEBYSCORE', zl, '-inf', '(' .. cutoff))
 local out = {redis.call('ZCARD', zl), redis.call('HGET', meta, 'evicted') or '0'}
 if limit > 0 then
   for _, s in ipairs(redis.call('ZREVRANGE', zo, 0, limit - 1)) do
@@ -99,8 +100,8 @@ if limit > 0 then
   end
 end
 return out
-"#,
-    )
+"#;
+    redis::Script::new(&[head, FORGET, body].concat())
 });
 
 /// The field/increment pairs of one request's figures (zero ones left out).
