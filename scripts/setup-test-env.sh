@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create the Python virtual environment the drop-in SDK test uses
 # (tests/python_sdk.rs): .venv at the repository root with the official
-# openai and anthropic packages pinned in tests/sdk/requirements.txt.
+# openai and anthropic packages pinned in tests/sdk/requirements.txt; and
+# install redis-server for tests/shared_state.rs.
 # Idempotent: re-running only installs what changed.
 set -euo pipefail
 
@@ -11,6 +12,20 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv"
 req="$root/tests/sdk/requirements.txt"
 python="${PYTHON:-python3}"
+
+# redis-server (Debian) for the shared-state tests (tests/shared_state.rs):
+# each test starts its own on a free port and stops it by its PID.
+if ! command -v redis-server >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "setup-test-env: installing redis-server (Debian)" >&2
+        export DEBIAN_FRONTEND=noninteractive
+        retry apt-get update -qq >/dev/null
+        retry apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+    else
+        echo "setup-test-env: redis-server not found; run as root: apt-get install -y --no-install-recommends redis-server" >&2
+        exit 1
+    fi
+fi
 
 if ! command -v "$python" >/dev/null 2>&1; then
     echo "setup-test-env: $python not found; install Python 3.9+ (e.g. apt-get install python3 python3-venv)" >&2

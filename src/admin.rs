@@ -321,7 +321,7 @@ pub async fn handle<B>(state: Arc<AdminState>, req: Request<B>) -> Response<Full
         ),
         "/" => dashboard::page(),
         "/api/live" => dashboard::live(&state),
-        "/api/sessions" => dashboard::sessions(&state, req.uri().query()),
+        "/api/sessions" => dashboard::sessions(&state, req.uri().query()).await,
         _ => not_found(path),
     }
 }

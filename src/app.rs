@@ -24,6 +24,7 @@ use crate::providers::{ProviderKind, ServiceTier};
 use crate::route::Router;
 use crate::server::Shards;
 use crate::server::tls::Tls;
+use crate::state::{StateFile, Store};
 use crate::telemetry::Telemetry;
 use crate::upstream::{Client, Egress, Shard};
 use crate::websocket::Sessions;
@@ -81,6 +82,10 @@ pub struct Running {
     sessions: Arc<Sessions>,
     shutdown: Arc<Shutdown>,
     shutdown_grace: std::time::Duration,
+    /// The shared state store (`[state] url`).
+    store: Option<Arc<Store>>,
+    /// The single instance's state file (`[state] path`).
+    state_file: Option<StateFile>,
     /// The proxy listener's TLS, reloaded with the configuration.
     tls: Option<Arc<Tls>>,
     /// The admin listener's TLS, reloaded with the configuration.
@@ -148,10 +153,18 @@ impl Running {
         if let Some(admin) = self.admin {
             admin.shutdown().await;
         }
+        if let Some(store) = &self.store {
+            // Claims and session adds still queued reach the store first.
+            store.flush(DRAIN_STOP_WAIT).await;
+        }
+        let saved = (self.state_file.take()).map(|f| (f, self.state.load().ledger.clone()));
         let (telemetry, tokenizer) = (self.telemetry, self.tokenizer);
         let _ = tokio::task::spawn_blocking(move || {
             // Measurements still being counted are recorded before the flush.
             tokenizer.flush(std::time::Duration::from_secs(5));
+            if let Some((file, ledger)) = saved {
+                crate::state::save(&file, &ledger, telemetry.sessions());
+            }
             telemetry.shutdown();
         })
         .await;
@@ -512,6 +525,11 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         Admin::spawn(l, state, &config.server, admin_tls.clone(), &config.admin)
     });
     let tokenizer = Tokenizer::start(config.meter.tokenizer);
+    let Shared {
+        ledger,
+        store,
+        state_file,
+    } = Shared::start(&config, &telemetry)?;
     let server_cfg = config.server.clone();
     let drains = Drains::new(config.upstream.max_drains);
     let observed = drains.clone();
@@ -527,7 +545,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         client,
         telemetry: telemetry.clone(),
         tokenizer: tokenizer.clone(),
-        ledger: Arc::new(Ledger::new(config.meter.max_counted_ids)),
+        ledger,
         config,
     }));
     let pools = Arc::downgrade(&state);
@@ -567,7 +585,45 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         sessions,
         shutdown,
         shutdown_grace,
+        store,
+        state_file,
         tls,
         admin_tls,
     })
+}
+
+/// What outlives a request: the ledger, the state store, the state file.
+struct Shared {
+    ledger: Arc<Ledger>,
+    store: Option<Arc<Store>>,
+    state_file: Option<StateFile>,
+}
+
+impl Shared {
+    /// The ledger, deciding through the state store when one is configured
+    /// (whose errors telemetry counts and whose sessions it adds to), and
+    /// the state file of a single instance, read back now.
+    fn start(config: &Config, telemetry: &Telemetry) -> anyhow::Result<Shared> {
+        let mut ledger = Ledger::new(config.meter.max_counted_ids);
+        let store = Store::connect(
+            &config.state,
+            config.upstream.ca_file.as_deref(),
+            config.sessions.limits(),
+        )?;
+        if let Some(store) = &store {
+            ledger = ledger.with_shared(crate::state::as_ledger(store));
+            telemetry.sessions().share(crate::state::as_sessions(store));
+            let observed = store.clone();
+            telemetry.observe_state_errors(move || observed.errors());
+        }
+        let state_file = config.state.path.as_deref().map(StateFile::new);
+        if let Some(file) = &state_file {
+            crate::state::load(file, &ledger, telemetry.sessions());
+        }
+        Ok(Shared {
+            ledger: Arc::new(ledger),
+            store,
+            state_file,
+        })
+    }
 }

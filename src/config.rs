@@ -14,6 +14,7 @@ pub mod proxy;
 mod raw;
 mod restart;
 pub mod sigv4;
+pub mod state;
 mod units;
 mod validate;
 
@@ -29,6 +30,7 @@ use crate::pricing::PriceOverride;
 use crate::providers::ProviderKind;
 
 pub use self::restart::RESTART_ONLY;
+pub use self::state::StateConfig;
 
 /// The validated configuration the rest of tokentap runs on.
 #[derive(Debug, Clone)]
@@ -67,6 +69,8 @@ pub struct Config {
     pub sessions: SessionsConfig,
     /// Export and telemetry settings (`[telemetry]`).
     pub telemetry: TelemetryConfig,
+    /// The shared state store or the state file (`[state]`).
+    pub state: StateConfig,
     /// Price overrides for every route (`[[prices]]`), first match wins.
     pub prices: Vec<PriceOverride>,
     /// A file of `[[prices]]` entries (`--prices`), read at start-up and on

@@ -31,6 +31,7 @@ pub mod route;
 pub mod server;
 pub mod simulate;
 pub mod sniff;
+pub mod state;
 pub mod telemetry;
 pub mod upstream;
 pub mod websocket;

@@ -309,10 +309,34 @@ pub struct Measurement {
     /// be seen again (stored and background responses, batch result
     /// files); `None` for every other request, whose usage always counts.
     pub counted: Option<Counted>,
+    /// With a state store (`[state] url`): whether this request's shared
+    /// state (its counted-once decision, its session's rollup) went to the
+    /// store or, the store failing, stayed in process; `None` without a
+    /// store or when the request has no shared state.
+    pub shared_state: Option<SharedState>,
     /// A batch result file's totals (per model, lines by result) when the
     /// download was one, read to its end and the file held batch results;
     /// `None` otherwise. Its models are empty when `counted` is `Repeat`.
     pub batch: Option<crate::providers::batch::BatchTally>,
+}
+
+/// Where a request's shared state went (`tokentap.state` on its span).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedState {
+    /// The fleet's store answered.
+    Store,
+    /// The store did not answer in time: this replica decided alone.
+    Local,
+}
+
+impl SharedState {
+    /// The `tokentap.state` attribute value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SharedState::Store => "store",
+            SharedState::Local => "local",
+        }
+    }
 }
 
 /// Whether a response's usage was counted by this request. Usage is counted
@@ -564,6 +588,7 @@ impl Measurement {
             modalities: ModalityTokens::default(),
             tools: ToolUse::default(),
             counted: None,
+            shared_state: None,
             batch: None,
         }
     }

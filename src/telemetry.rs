@@ -66,7 +66,7 @@ use self::span::{TraceHeaders, error_type, inject_trace_context};
 use self::span_export::{BatchSettings, RecordExporter, SdkSpans, SpanPipeline};
 use self::span_record::{RequestSpan, SpanCost, SpanRecord, SpanStart, Tracing};
 use crate::config::TelemetryConfig;
-use crate::meter::{Measurement, Recorder, RequestFacts, ToolUse};
+use crate::meter::{Measurement, Recorder, RequestFacts, SharedState, ToolUse};
 use crate::pricing::{self, PriceBook, Priced};
 use crate::providers::{ProviderKind, ServerTool};
 
@@ -545,6 +545,23 @@ impl Telemetry {
         }
     }
 
+    /// Report `errors()` as `tokentap.state.errors` at each collection
+    /// (state store operations that failed or timed out).
+    pub fn observe_state_errors(&self, errors: impl Fn() -> u64 + Send + Sync + 'static) {
+        let Some(meter) = &self.inner.meter else {
+            return;
+        };
+        let counter = meter
+            .u64_observable_counter(M_STATE_ERRORS)
+            .with_unit("{error}")
+            .with_description("State store operations that failed or timed out.")
+            .with_callback(move |obs| obs.observe(errors(), &[]))
+            .build();
+        if let Ok(mut kept) = self.inner.observed.lock() {
+            kept.push(Box::new(counter));
+        }
+    }
+
     /// Report `active()` as `tokentap.websocket.sessions.active` at each
     /// collection (WebSocket sessions being relayed).
     pub fn observe_sessions(&self, active: impl Fn() -> u64 + Send + Sync + 'static) {
@@ -825,7 +842,7 @@ impl Recorder for RequestTelemetry {
         self._active.relabel(&self.inner.instruments, name);
     }
 
-    fn finish(self: Box<Self>, m: Measurement) {
+    fn finish(self: Box<Self>, mut m: Measurement) {
         let this = *self;
         if let Some(g) = &this.gaps {
             g.record();
@@ -865,25 +882,45 @@ impl Recorder for RequestTelemetry {
             }
         };
         this.record_live(&m, cost, recorded);
-        // Every request, sampled or not; one lock, only with a session.
-        this.inner
-            .rollups
-            .record(&m, rollups::RequestCost::of(cost));
         if this.inner.access_log {
             access_log(&m, &this.span.context, recorded);
         }
-        let Some((spans, slo, kept)) = kept else {
-            return;
+        // Every request, sampled or not; one lock, only with a session.
+        let share = this
+            .inner
+            .rollups
+            .record_local(&m, rollups::RequestCost::of(cost));
+        let kept = kept.map(|(_, slo, kept)| (slo, kept));
+        let (inner, start, in_flight) = (this.inner, this.span, this.in_flight_at_start);
+        let push = move |m: Measurement| {
+            let (Some(spans), Some((slo, kept))) = (&inner.spans, kept) else {
+                return;
+            };
+            spans.push(SpanRecord::Request(Box::new(RequestSpan {
+                start,
+                m,
+                in_flight,
+                tier,
+                cost: span_cost,
+                slo,
+                kept,
+            })));
         };
-        spans.push(SpanRecord::Request(Box::new(RequestSpan {
-            start: this.span,
-            m,
-            in_flight: this.in_flight_at_start,
-            tier,
-            cost: span_cost,
-            slo,
-            kept,
-        })));
+        match share {
+            // With a state store the span says whether the store took the
+            // session's figures, so it goes once the store answered.
+            Some(share) => share.send(Box::new(move |stored| {
+                if m.shared_state != Some(SharedState::Local) {
+                    m.shared_state = Some(if stored {
+                        SharedState::Store
+                    } else {
+                        SharedState::Local
+                    });
+                }
+                push(m)
+            })),
+            None => push(m),
+        }
     }
 }
 

@@ -498,6 +498,28 @@ def check_pod(where: str, spec: dict, config_toml: str | None, need_prestop: boo
     return ports
 
 
+def check_shared_state(where: str, dep: dict, spec: dict, config_toml: str | None, hpas: list) -> None:
+    """More than one replica with agent sessions on needs a state store, or
+    each replica shows a part of every session and counts background
+    responses and batch files once per replica."""
+    if config_toml is None:
+        return
+    cfg = tomllib.loads(config_toml)
+    replicas = dep["spec"].get("replicas", 1)
+    for _, hpa in hpas:
+        if hpa["spec"]["scaleTargetRef"].get("name") == dep["metadata"]["name"]:
+            replicas = max(replicas, hpa["spec"].get("maxReplicas", 1))
+    sessions_on = cfg.get("sessions", {}).get("sources", ["agents"]) != []
+    envs = {e["name"] for c in spec.get("containers", []) + spec.get("initContainers", []) for e in c.get("env", [])}
+    store = bool(cfg.get("state", {}).get("url")) or "TOKENTAP_STATE__URL" in envs
+    if replicas > 1 and sessions_on and not store:
+        error(where, f"{replicas} replicas with agent sessions on and no [state] url: each replica "
+              "would show a part of every session and count stored responses once per replica "
+              "(set [state] url, docs/DEPLOYMENT.md#shared-state)")
+    elif replicas > 1:
+        ok(f"{where}: {replicas} replicas share state through {cfg.get('state', {}).get('url', 'TOKENTAP_STATE__URL')}")
+
+
 def check_kubernetes() -> None:
     for folder in (DEPLOY / "kubernetes", DEPLOY / "kubernetes" / "sidecar"):
         objs = k8s_objects(folder)
@@ -537,6 +559,7 @@ def check_kubernetes() -> None:
                     error(where, "sidecar proxy should listen on loopback only")
                 if not any(c.get("restartPolicy") == "Always" and "tokentap" in c.get("image", "") for c in spec.get("initContainers", [])):
                     error(where, "tokentap should be a native sidecar (initContainers, restartPolicy: Always)")
+            check_shared_state(where, dep, spec, toml_text, by_kind.get("HorizontalPodAutoscaler", []))
             for kind in ("Service", "PodDisruptionBudget", "NetworkPolicy"):
                 for g, o in by_kind.get(kind, []):
                     s = o["spec"].get("selector") or o["spec"].get("podSelector") or {}

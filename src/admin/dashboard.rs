@@ -86,11 +86,16 @@ struct SessionsJson {
     max_sessions: usize,
     /// Sessions evicted to make room since start-up.
     evicted: u64,
+    /// `store`: the fleet's figures from the state store; `replica`: this
+    /// replica's own (no store, or it did not answer).
+    source: &'static str,
 }
 
 /// `GET /api/sessions[?id=…|?sort=last_seen|cost|wait&limit=N]`: the
-/// per-session rollups as JSON (docs/METRICS.md), or one session by id.
-pub(super) fn sessions(state: &AdminState, query: Option<&str>) -> Response<Full<Bytes>> {
+/// per-session rollups as JSON (docs/METRICS.md), or one session by id;
+/// the fleet's from the state store when there is one and it answers,
+/// else this replica's.
+pub(super) async fn sessions(state: &AdminState, query: Option<&str>) -> Response<Full<Bytes>> {
     let rollups = state.telemetry.sessions();
     let (mut id, mut order, mut limit) = (None, SortBy::LastSeen, DEFAULT_SESSION_LIMIT);
     for (key, value) in query
@@ -118,8 +123,17 @@ pub(super) fn sessions(state: &AdminState, query: Option<&str>) -> Response<Full
             _ => {}
         }
     }
-    let body = match id {
-        Some(id) => match rollups.get(&id) {
+    let shared = rollups.shared();
+    let found = match (&id, shared) {
+        (Some(id), Some(store)) => store.get(id).await,
+        _ => None,
+    };
+    let listed = match (&id, shared) {
+        (None, Some(store)) => store.list(order, limit).await,
+        _ => None,
+    };
+    let body = match (id, listed) {
+        (Some(id), _) => match found.unwrap_or_else(|| rollups.get(&id)) {
             Some(one) => serde_json::to_vec(&one),
             None => {
                 let shown: String = id.chars().take(200).collect();
@@ -132,7 +146,14 @@ pub(super) fn sessions(state: &AdminState, query: Option<&str>) -> Response<Full
                 );
             }
         },
-        None => {
+        (None, Some(fleet)) => serde_json::to_vec(&SessionsJson {
+            sessions: fleet.sessions,
+            kept: fleet.kept,
+            max_sessions: rollups.max_sessions(),
+            evicted: fleet.evicted,
+            source: "store",
+        }),
+        (None, None) => {
             // Listing expires idle sessions first; count after it.
             let sessions = rollups.list(order, limit);
             let (kept, evicted) = rollups.counts();
@@ -141,6 +162,7 @@ pub(super) fn sessions(state: &AdminState, query: Option<&str>) -> Response<Full
                 kept,
                 max_sessions: rollups.max_sessions(),
                 evicted,
+                source: "replica",
             })
         }
     };

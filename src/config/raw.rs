@@ -53,6 +53,8 @@ pub(super) struct RawConfig {
     pub sessions: SessionsConfig,
     /// Telemetry export and cardinality.
     pub telemetry: TelemetryConfig,
+    /// The shared state store or the state file.
+    pub state: super::StateConfig,
     /// Live statistics (dashboard, slowdown detection).
     pub live: LiveConfig,
     /// `[[slo]]`: slowdown objectives.
@@ -179,6 +181,7 @@ impl Default for RawConfig {
             tenant: TenantConfig::default(),
             sessions: SessionsConfig::default(),
             telemetry: TelemetryConfig::default(),
+            state: super::StateConfig::default(),
             live: LiveConfig::default(),
             slo: Vec::new(),
             alerts: None,
@@ -275,6 +278,7 @@ impl RawConfig {
             tenant: c.tenant.clone(),
             sessions: c.sessions.clone(),
             telemetry: t.clone(),
+            state: c.state.clone(),
             live: t.live.clone(),
             slo: t.slo.slos.clone(),
             alerts: t.slo.alerts.as_ref().map(raw_alerts),

@@ -24,6 +24,7 @@ pub const RESTART_ONLY: &[&str] = &[
     "upstream.max_drains",
     "sessions.max_sessions",
     "sessions.idle_timeout",
+    "state",
     "telemetry",
     "live",
     "slo",
@@ -48,6 +49,10 @@ fn hidden_change(old: &Config, new: &Config) -> Option<String> {
     let (t, u) = (&old.telemetry, &new.telemetry);
     if t.otlp_headers != u.otlp_headers {
         return Some("telemetry.otlp_headers".into());
+    }
+    // The shown URL hides the password.
+    if old.state.url != new.state.url {
+        return Some("state.url".into());
     }
     if let (Some(a), Some(b)) = (&t.slo.alerts, &u.slo.alerts) {
         if a.headers != b.headers {

@@ -225,6 +225,7 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
     let routes = routes(&cx, &raw.routes, upstream.drain_timeout)?;
     let live = live(&cx, &raw.live)?;
     let slo = slo::settings(&cx, &raw.slo, raw.alerts.as_ref(), &routes, &live)?;
+    super::state::check(&raw.state).map_err(|(key, message)| cx.invalid(key, message))?;
     Ok(Config {
         listen,
         admin_listen,
@@ -244,6 +245,7 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
             sessions: raw.sessions.limits(),
             ..telemetry(&cx, &raw.telemetry, live, slo)?
         },
+        state: raw.state.clone(),
         prices: prices(&cx, "prices", &raw.prices)?,
         prices_file: raw
             .prices_file

@@ -15,12 +15,12 @@ use tokio::time::Sleep;
 
 use super::decompress::Decompressor;
 use super::drain::{DrainEnd, DrainLimits, Drains};
-use super::ledger::Ledger;
+use super::ledger::{Ledger, LedgerKey, SharedLedger};
 use super::shutdown::{Cut, OpenStream, Shutdown};
 use super::tokenize::{self, Plan};
 use super::{
-    Counted, Measurement, Outcome, Reasoning, Recorder, RequestFacts, TokenSource, ToolUse,
-    Unmetered,
+    Counted, Measurement, Outcome, Reasoning, Recorder, RequestFacts, SharedState, TokenSource,
+    ToolUse, Unmetered,
 };
 use crate::providers::batch::BatchTally;
 use crate::providers::{
@@ -102,19 +102,43 @@ struct BatchOnce {
 }
 
 impl BatchOnce {
+    /// The key to decide on: only a file read to its end is counted.
+    fn key(&self, m: &Measurement) -> Option<LedgerKey> {
+        let whole = m.batch.is_some();
+        whole.then(|| LedgerKey::new(m.request.provider.as_str(), self.namespace, &self.key))
+    }
+
     /// Decide whether `m`'s batch totals count: a file read to its end is
     /// counted by its first download only; one cut short counts nothing
     /// and is not remembered, so a later whole download counts it.
-    fn settle(self, m: &mut Measurement) {
-        m.counted = match &mut m.batch {
-            None if !(200..300).contains(&m.status) => None,
-            None => Some(Counted::Withheld),
-            Some(_) if self.ledger.first(self.namespace, &self.key) => Some(Counted::First),
-            Some(tally) => {
-                tally.models.clear();
-                Some(Counted::Repeat)
+    /// `answer` is the fleet's decision, when the store gave one.
+    fn settle(self, m: &mut Measurement, answer: Option<bool>) {
+        let key = self.key(m);
+        m.counted = match (&mut m.batch, key) {
+            (None, _) if !(200..300).contains(&m.status) => None,
+            (None, _) => Some(Counted::Withheld),
+            (Some(tally), Some(key)) => {
+                if decide(&self.ledger, &key, answer) {
+                    Some(Counted::First)
+                } else {
+                    tally.models.clear();
+                    Some(Counted::Repeat)
+                }
             }
+            (Some(_), None) => None,
         };
+    }
+}
+
+/// The fleet's answer when there is one (remembered in process too, for
+/// when the store is away), else this process's table.
+fn decide(ledger: &Ledger, key: &LedgerKey, answer: Option<bool>) -> bool {
+    match answer {
+        Some(first) => {
+            ledger.remember(key);
+            first
+        }
+        None => ledger.first(key),
     }
 }
 
@@ -128,11 +152,19 @@ struct CountOnce {
 }
 
 impl CountOnce {
-    /// Decide whether `m`'s usage counts, and drop it when it does not.
-    fn settle(self, m: &mut Measurement) {
+    /// The key to decide on: only a response that reported usage and has
+    /// an id is counted once.
+    fn key(&self, m: &Measurement) -> Option<LedgerKey> {
         let reported = m.usage.input.is_some() || m.usage.output.is_some();
-        m.counted = match (reported, m.response_id.as_deref()) {
-            (true, Some(id)) if self.ledger.first("response", id) => Some(Counted::First),
+        let id = m.response_id.as_deref().filter(|_| reported)?;
+        Some(LedgerKey::new(m.request.provider.as_str(), "response", id))
+    }
+
+    /// Decide whether `m`'s usage counts, and drop it when it does not.
+    fn settle(self, m: &mut Measurement, answer: Option<bool>) {
+        let reported = m.usage.input.is_some() || m.usage.output.is_some();
+        m.counted = match (reported, self.key(m)) {
+            (true, Some(key)) if decide(&self.ledger, &key, answer) => Some(Counted::First),
             (true, Some(_)) => Some(Counted::Repeat),
             // Without an id it cannot be seen again as the same response.
             (true, None) => None,
@@ -145,6 +177,46 @@ impl CountOnce {
             m.token_source = None;
             m.reasoning.tokens = None;
             m.reasoning.source = None;
+        }
+    }
+}
+
+/// The counted-once decisions a finished request still needs.
+#[derive(Debug)]
+struct Settle {
+    once: Option<CountOnce>,
+    batch: Option<BatchOnce>,
+}
+
+impl Settle {
+    /// The fleet's ledger and the key to claim on it, when a decision is
+    /// needed and a store is configured.
+    fn claim(&self, m: &Measurement) -> Option<(Arc<dyn SharedLedger>, LedgerKey)> {
+        let once = self
+            .once
+            .as_ref()
+            .and_then(|o| Some((&o.ledger, o.key(m)?)));
+        let batch = self
+            .batch
+            .as_ref()
+            .and_then(|b| Some((&b.ledger, b.key(m)?)));
+        let (ledger, key) = once.or(batch)?;
+        Some((ledger.shared()?.clone(), key))
+    }
+
+    /// Decide, with the fleet's `answer` when `asked` the store.
+    fn settle(self, m: &mut Measurement, asked: bool, answer: Option<bool>) {
+        if let Some(once) = self.once {
+            once.settle(m, answer);
+        }
+        if let Some(batch) = self.batch {
+            batch.settle(m, answer);
+        }
+        if asked {
+            m.shared_state = Some(match answer {
+                Some(_) => SharedState::Store,
+                None => SharedState::Local,
+            });
         }
     }
 }
@@ -670,7 +742,7 @@ impl Meter {
             tenant,
             ..self.facts.clone()
         };
-        let mut m = Measurement {
+        let m = Measurement {
             request,
             outcome,
             status: self.status,
@@ -699,24 +771,37 @@ impl Meter {
             modalities: super::ModalityTokens::default(),
             tools,
             counted: None,
+            shared_state: None,
             batch: self.batch.take(),
         };
-        if let Some(once) = self.once.take() {
-            once.settle(&mut m);
-        }
-        if let Some(once) = self.batch_once.take() {
-            once.settle(&mut m);
-        }
+        let settle = Settle {
+            once: self.once.take(),
+            batch: self.batch_once.take(),
+        };
+        let settle_claim = settle.claim(&m);
+        let plan = self.plan.take();
         // Tokens and cost belong only to what the provider received.
-        let needs_counting = self.reached_provider()
-            && m.counted.is_none()
-            && (m.usage.output.is_none() || m.usage.input.is_none());
-        match (self.plan.take(), text) {
-            (Some(plan), Some(text)) if needs_counting => {
-                let untexted = pieces.saturating_sub(texted);
-                plan.submit(m, recorder, text, untexted);
+        let reached_provider = self.reached_provider();
+        // Recorded once the counted-once decision is taken: at once in
+        // process, or when the store answered (after the last byte).
+        let complete = move |mut m: Measurement, asked: bool, answer: Option<bool>| {
+            settle.settle(&mut m, asked, answer);
+            let needs_counting = reached_provider
+                && m.counted.is_none()
+                && (m.usage.output.is_none() || m.usage.input.is_none());
+            match (plan, text) {
+                (Some(plan), Some(text)) if needs_counting => {
+                    let untexted = pieces.saturating_sub(texted);
+                    plan.submit(m, recorder, text, untexted);
+                }
+                _ => recorder.finish(m),
             }
-            _ => recorder.finish(m),
+        };
+        match settle_claim {
+            Some((shared, key)) => {
+                shared.claim(key, Box::new(move |answer| complete(m, true, answer)));
+            }
+            None => complete(m, false, None),
         }
     }
 }
@@ -1237,6 +1322,97 @@ mod tests {
             "a response head came"
         );
         assert!(counted_input(None, false).is_some(), "untracked: as before");
+    }
+
+    /// A fleet ledger that answers only when told to.
+    #[derive(Default)]
+    struct Pending {
+        asked: Mutex<Vec<(LedgerKey, super::super::ledger::ClaimDone)>>,
+    }
+
+    impl std::fmt::Debug for Pending {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Pending")
+        }
+    }
+
+    impl SharedLedger for Pending {
+        fn claim(&self, key: LedgerKey, done: super::super::ledger::ClaimDone) {
+            self.asked.lock().expect("lock").push((key, done));
+        }
+    }
+
+    impl Pending {
+        fn answer(&self, answer: Option<bool>) -> LedgerKey {
+            let (key, done) = self.asked.lock().expect("lock").pop().expect("a claim");
+            done(answer);
+            key
+        }
+    }
+
+    /// A chat stream with usage and id `c`, counted once through `ledger`.
+    async fn counted_once(ledger: Arc<Ledger>) -> Sink {
+        let sink = Sink::default();
+        let mut meter = Meter::new(facts(true), Box::new(sink.clone()));
+        meter.count_once_with(ledger, false);
+        let parser = Parser::new(
+            ProviderKind::Openai,
+            Some(Operation::ChatCompletions),
+            "text/event-stream",
+            1 << 20,
+        )
+        .ok_or(Unmetered::UnknownFormat("sse".into()));
+        meter.on_head(200, true, parser, None);
+        let (mut tx, rx) = Channel::<Bytes, BoxError>::new(8);
+        let body = MeteredBody::new(rx, meter, None, None);
+        tx.send_data(chunk("Hi")).await.expect("send");
+        tx.send_data(Bytes::from_static(USAGE.as_bytes()))
+            .await
+            .expect("send");
+        drop(tx);
+        body.collect().await.expect("body");
+        sink
+    }
+
+    #[tokio::test]
+    async fn the_fleets_answer_decides_before_the_measurement_is_recorded() {
+        let fleet = Arc::new(Pending::default());
+        let ledger = Arc::new(Ledger::new(8).with_shared(fleet.clone()));
+        let sink = counted_once(ledger.clone()).await;
+        assert!(
+            sink.done.lock().expect("lock").is_empty(),
+            "nothing is recorded before the store answers"
+        );
+        let key = fleet.answer(Some(false));
+        assert_eq!(key, LedgerKey::new("openai", "response", "c"));
+        let m = sink.only();
+        assert_eq!(
+            m.counted,
+            Some(Counted::Repeat),
+            "another replica counted it"
+        );
+        assert_eq!(m.shared_state, Some(SharedState::Store));
+        assert_eq!(
+            (m.usage.input, m.output_tokens),
+            (None, None),
+            "no usage twice"
+        );
+        assert!(
+            !ledger.first(&key),
+            "the answer is remembered in process too"
+        );
+
+        // The store does not answer: this replica decides alone, once.
+        let ledger = Arc::new(Ledger::new(8).with_shared(fleet.clone()));
+        let sink = counted_once(ledger.clone()).await;
+        fleet.answer(None);
+        let m = sink.only();
+        assert_eq!(m.counted, Some(Counted::First), "first in this process");
+        assert_eq!(m.shared_state, Some(SharedState::Local));
+        assert_eq!(m.output_tokens, Some(42));
+        let sink = counted_once(ledger).await;
+        fleet.answer(None);
+        assert_eq!(sink.only().counted, Some(Counted::Repeat));
     }
 
     #[tokio::test]

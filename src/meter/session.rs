@@ -428,6 +428,7 @@ impl SessionMeter {
             modalities: r.modalities,
             tools: r.tools,
             counted: None,
+            shared_state: None,
             batch: None,
             time_to_first_byte: since(r.first),
             time_to_first_token: since(r.first),

@@ -76,6 +76,8 @@ pub const M_SLO_WEBHOOK: &str = "tokentap.slo.webhook.events";
 pub const M_CONFIG_RELOADS: &str = "tokentap.config.reloads";
 /// Gauge: upstream bodies still read after their client left ({drain}).
 pub const M_DRAINS_ACTIVE: &str = "tokentap.drains.active";
+/// Counter: state store operations that failed or timed out.
+pub const M_STATE_ERRORS: &str = "tokentap.state.errors";
 /// Seconds until a served TLS certificate expires (gauge).
 pub const M_TLS_CERT_EXPIRY: &str = "tokentap.tls.certificate.expiry";
 /// Gauge: WebSocket sessions being relayed ({session}).
@@ -213,6 +215,10 @@ pub const TOKENS_SOURCE: &str = "tokentap.tokens.source";
 /// was counted by this request (`first`), already counted (`repeat`) or not
 /// final yet (`withheld`); absent for requests whose usage always counts.
 pub const USAGE_COUNTED: &str = "tokentap.usage.counted";
+/// Span attribute, with a state store only: `store` when the request's
+/// counted-once decision and session rollup went to the store, `local`
+/// when the store did not answer and this replica decided alone.
+pub const STATE: &str = "tokentap.state";
 /// Span attribute: the models of a batch result file, in order of first
 /// appearance, capped (string array).
 pub const BATCH_MODELS: &str = "tokentap.batch.models";

@@ -8,12 +8,16 @@
 //! `sessions.idle_timeout` are forgotten. A finished request takes one
 //! lock, does one hash lookup and allocates nothing when its session is
 //! already known (a new session stores the request's own `Arc<str>`).
+//!
+//! With a state store (`[state] url`), each request's figures also go to
+//! [`SharedSessions`], which adds up the fleet's; `/api/sessions` reads
+//! the fleet's figures from it, and this table when the store is away.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::instruments::CostRecord;
 use crate::config::SessionLimits;
@@ -27,6 +31,85 @@ const NIL: u32 = u32::MAX;
 pub struct SessionRollups {
     limits: SessionLimits,
     table: Mutex<Table>,
+    /// The fleet's rollups, when a state store is configured.
+    shared: OnceLock<Arc<dyn SharedSessions>>,
+}
+
+/// A session's figures as plain numbers: one finished request's (what a
+/// store adds up), or a whole session's (what a store or a state file
+/// gives back).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionFigures {
+    /// Requests.
+    pub requests: u64,
+    /// Input tokens.
+    pub input: u64,
+    /// Output tokens.
+    pub output: u64,
+    /// Cache read input tokens.
+    pub cache_read: u64,
+    /// Cache creation input tokens.
+    pub cache_write: u64,
+    /// Reasoning output tokens.
+    pub reasoning: u64,
+    /// Cost, USD.
+    pub cost_usd: f64,
+    /// Requests without a price.
+    pub unpriced: u64,
+    /// Client tool calls.
+    pub tool_calls: u64,
+    /// Provider-run tool uses.
+    pub server_tool_uses: u64,
+    /// Requests whose outcome is an error.
+    pub errors: u64,
+    /// Earliest request start, milliseconds since the Unix epoch.
+    pub first_seen_ms: u64,
+    /// Latest request end, milliseconds since the Unix epoch.
+    pub last_seen_ms: u64,
+    /// Sum of the requests' durations, nanoseconds.
+    pub wait_ns: u64,
+    /// TTFT counts per bucket ([`TTFT_BUCKETS`] of them).
+    pub ttft: Vec<u32>,
+}
+
+/// One request's figures still to be added to the fleet's rollups.
+#[derive(Debug)]
+pub struct Share {
+    shared: Arc<dyn SharedSessions>,
+    id: Arc<str>,
+    figures: SessionFigures,
+}
+
+impl Share {
+    /// Queue them for the store; `done` runs once, with whether the store
+    /// took them.
+    pub fn send(self, done: Box<dyn FnOnce(bool) + Send>) {
+        self.shared.add(&self.id, self.figures, done);
+    }
+}
+
+/// `/api/sessions`' list as a store gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionList {
+    /// Up to the limit, in order.
+    pub sessions: Vec<SessionView>,
+    /// Sessions kept now.
+    pub kept: usize,
+    /// Sessions evicted to make room.
+    pub evicted: u64,
+}
+
+/// The fleet's session rollups on a state store. `add` never waits (it
+/// queues the figures); the reads answer `None` when the store cannot.
+#[async_trait::async_trait]
+pub trait SharedSessions: Send + Sync + std::fmt::Debug {
+    /// Add one finished request's figures to session `id`; `done` runs
+    /// once, with whether the store took them.
+    fn add(&self, id: &Arc<str>, request: SessionFigures, done: Box<dyn FnOnce(bool) + Send>);
+    /// Up to `limit` sessions in `order`.
+    async fn list(&self, order: SortBy, limit: usize) -> Option<SessionList>;
+    /// One session (`Some(None)`: not known to the store).
+    async fn get(&self, id: &str) -> Option<Option<SessionView>>;
 }
 
 /// Slots in a recency list (most recently seen at `head`) with an index by id.
@@ -159,15 +242,78 @@ impl SessionRollups {
         SessionRollups {
             limits,
             table: Mutex::new(Table::default()),
+            shared: OnceLock::new(),
         }
     }
 
-    /// Add one finished request to its session's rollup; `cost` is what
-    /// its span says it cost. Requests without a session are ignored.
+    /// Add every request to the fleet's rollups in `shared` too (once, at
+    /// start-up).
+    pub fn share(&self, shared: Arc<dyn SharedSessions>) {
+        let _ = self.shared.set(shared);
+    }
+
+    /// The fleet's rollups, when a store is configured.
+    pub fn shared(&self) -> Option<&Arc<dyn SharedSessions>> {
+        self.shared.get()
+    }
+
+    /// Every session kept, least recently seen first (for the state file).
+    pub fn snapshot(&self) -> Vec<(String, SessionFigures)> {
+        let t = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = Vec::with_capacity(t.index.len());
+        let mut at = t.tail;
+        while let Some(i) = at {
+            let s = &t.slots[i as usize];
+            out.push((s.id.to_string(), s.rollup.figures()));
+            at = (s.prev != NIL).then_some(s.prev);
+        }
+        out
+    }
+
+    /// Take back `sessions` (least recently seen first) as a state file
+    /// kept them, leaving out those idle past the timeout; returns how
+    /// many sessions are kept then.
+    pub fn restore(&self, sessions: Vec<(String, SessionFigures)>) -> usize {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "a restored session's idle clock restarts from its wall clock age, at start-up"
+        )]
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let mut t = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        for (id, f) in sessions {
+            let last_seen = SystemTime::UNIX_EPOCH + Duration::from_millis(f.last_seen_ms);
+            let age = wall.duration_since(last_seen).unwrap_or_default();
+            if age >= self.limits.idle_timeout {
+                continue;
+            }
+            let last = now.checked_sub(age).unwrap_or(now);
+            let id: Arc<str> = Arc::from(id);
+            let i = match t.index.get(&*id) {
+                Some(&i) => {
+                    t.unlink(i);
+                    i
+                }
+                None => t.insert(id, last, last_seen, self.limits.max_sessions),
+            };
+            t.push_front(i);
+            t.slots[i as usize].rollup = Rollup::from_figures(&f);
+        }
+        t.index.len()
+    }
+
+    /// Add one finished request to its session's rollup, here and in the
+    /// fleet's; `cost` is what its span says it cost. Requests without a
+    /// session are ignored.
     pub fn record(&self, m: &Measurement, cost: RequestCost) {
-        let Some(id) = &m.request.session else {
-            return;
-        };
+        if let Some(share) = self.record_local(m, cost) {
+            share.send(Box::new(|_| {}));
+        }
+    }
+
+    /// Add one finished request to its session's rollup here; what is
+    /// still to be added to the fleet's, when a store is configured.
+    pub fn record_local(&self, m: &Measurement, cost: RequestCost) -> Option<Share> {
+        let id = m.request.session.as_ref()?;
         let end = m.request.start + m.duration;
         let mut t = self.table.lock().unwrap_or_else(PoisonError::into_inner);
         t.expire(end, self.limits.idle_timeout);
@@ -187,6 +333,15 @@ impl SessionRollups {
         let slot = &mut t.slots[i as usize];
         slot.last = slot.last.max(end);
         slot.rollup.add(m, cost);
+        drop(t);
+        let shared = self.shared.get()?;
+        let mut one = Rollup::new(m.request.start_wall);
+        one.add(m, cost);
+        Some(Share {
+            shared: shared.clone(),
+            id: id.clone(),
+            figures: one.figures(),
+        })
     }
 
     /// The table, with the sessions idle past the timeout forgotten.
@@ -333,9 +488,17 @@ impl Table {
 
 impl Slot {
     fn view(&self) -> SessionView {
-        let r = &self.rollup;
+        self.rollup.figures().view(&self.id)
+    }
+}
+
+impl SessionFigures {
+    /// The session as `/api/sessions` shows it.
+    pub fn view(&self, id: &str) -> SessionView {
+        let r = self;
+        let at = |ms: u64| rfc3339(SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
         SessionView {
-            id: self.id.to_string(),
+            id: id.to_owned(),
             requests: r.requests,
             input_tokens: r.input,
             output_tokens: r.output,
@@ -347,10 +510,10 @@ impl Slot {
             tool_calls: r.tool_calls,
             server_tool_uses: r.server_tool_uses,
             errors: r.errors,
-            first_seen: rfc3339(r.first_seen),
-            last_seen: rfc3339(r.last_seen),
-            wait_seconds: r.wait.as_secs_f64(),
-            ttft_p50_seconds: r.ttft.median(),
+            first_seen: at(r.first_seen_ms),
+            last_seen: at(r.last_seen_ms),
+            wait_seconds: Duration::from_nanos(r.wait_ns).as_secs_f64(),
+            ttft_p50_seconds: TtftHistogram::of(&r.ttft).median(),
         }
     }
 }
@@ -359,7 +522,54 @@ fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
+fn epoch_ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 impl Rollup {
+    /// The figures, as a store or a state file keeps them.
+    fn figures(&self) -> SessionFigures {
+        SessionFigures {
+            requests: self.requests,
+            input: self.input,
+            output: self.output,
+            cache_read: self.cache_read,
+            cache_write: self.cache_write,
+            reasoning: self.reasoning,
+            cost_usd: self.cost_usd,
+            unpriced: self.unpriced,
+            tool_calls: self.tool_calls,
+            server_tool_uses: self.server_tool_uses,
+            errors: self.errors,
+            first_seen_ms: epoch_ms(self.first_seen),
+            last_seen_ms: epoch_ms(self.last_seen),
+            wait_ns: u64::try_from(self.wait.as_nanos()).unwrap_or(u64::MAX),
+            ttft: self.ttft.counts.to_vec(),
+        }
+    }
+
+    fn from_figures(f: &SessionFigures) -> Rollup {
+        let at = |ms: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+        Rollup {
+            requests: f.requests,
+            input: f.input,
+            output: f.output,
+            cache_read: f.cache_read,
+            cache_write: f.cache_write,
+            reasoning: f.reasoning,
+            cost_usd: f.cost_usd,
+            unpriced: f.unpriced,
+            tool_calls: f.tool_calls,
+            server_tool_uses: f.server_tool_uses,
+            errors: f.errors,
+            first_seen: at(f.first_seen_ms),
+            last_seen: at(f.last_seen_ms),
+            wait: Duration::from_nanos(f.wait_ns),
+            ttft: TtftHistogram::of(&f.ttft),
+        }
+    }
+
     fn new(first_seen: SystemTime) -> Rollup {
         Rollup {
             requests: 0,
@@ -429,13 +639,23 @@ impl Default for TtftHistogram {
     }
 }
 
-const TTFT_BUCKETS: usize = 48;
+/// TTFT buckets per session.
+pub const TTFT_BUCKETS: usize = 48;
 /// Lower edge of bucket 1 (seconds); bucket 0 holds everything below.
 const TTFT_FLOOR: f64 = 0.010;
 /// Buckets per doubling.
 const TTFT_PER_OCTAVE: f64 = 3.0;
 
 impl TtftHistogram {
+    /// A histogram of the counts given (extra ones ignored, missing ones 0).
+    fn of(counts: &[u32]) -> TtftHistogram {
+        let mut h = TtftHistogram::default();
+        for (c, &n) in h.counts.iter_mut().zip(counts) {
+            *c = n;
+        }
+        h
+    }
+
     fn bucket(ttft: Duration) -> usize {
         let secs = ttft.as_secs_f64();
         if secs <= TTFT_FLOOR {

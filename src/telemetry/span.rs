@@ -219,6 +219,7 @@ pub(super) fn finish_attributes(m: &Measurement, a: &mut impl AttributeSink) {
     a.bool(TOKENS_ESTIMATED, m.estimated());
     a.str_opt(TOKENS_SOURCE, m.token_source.map(|s| s.as_str()));
     a.str_opt(USAGE_COUNTED, m.counted.map(|c| c.as_str()));
+    a.str_opt(STATE, m.shared_state.map(|s| s.as_str()));
     a.float_opt(DECODE_TPS, m.decode_tokens_per_second());
     a.secs_opt(MAX_STALL, m.max_gap);
     a.secs_opt(TTFB, m.time_to_first_byte);

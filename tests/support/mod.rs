@@ -16,6 +16,7 @@ pub(crate) mod inspect;
 pub(crate) mod otlp;
 pub(crate) mod proxy;
 pub(crate) mod raw;
+pub(crate) mod redis;
 pub(crate) mod rig;
 pub(crate) mod script;
 pub(crate) mod tls;

@@ -73,6 +73,9 @@ pub(crate) struct Spec {
     pub duration: Duration,
     /// Connections being opened at once (keeps accept queues from overflowing).
     pub ramp: usize,
+    /// Each request carries an agent session header
+    /// (`x-claude-code-session-id`, one session per connection).
+    pub session: bool,
 }
 
 /// One run's client-side figures. Times are milliseconds.
@@ -228,14 +231,17 @@ pub(crate) async fn connect(addr: SocketAddr) -> Result<Sender, String> {
 }
 
 fn request(spec: &Spec, id: usize) -> Request<Full<Bytes>> {
-    Request::post(spec.path.as_str())
+    let mut req = Request::post(spec.path.as_str())
         .header(header::HOST, spec.addr.to_string())
         .header(header::CONTENT_TYPE, "application/json")
         .header(
             header::AUTHORIZATION,
             format!("Bearer sk-bench-{:04}", id % 16),
-        )
-        .body(Full::new(spec.body.clone()))
+        );
+    if spec.session {
+        req = req.header("x-claude-code-session-id", format!("bench-session-{id:04}"));
+    }
+    req.body(Full::new(spec.body.clone()))
         .expect("a valid request")
 }
 

@@ -127,6 +127,7 @@ async fn run(cli: Cli) -> Result<(), String> {
                 warmup: Duration::from_secs_f64(a.warmup),
                 duration: Duration::from_secs_f64(a.duration),
                 ramp: 256,
+                session: false,
             };
             let report = load::run(spec, |_, _| {}).await;
             println!(

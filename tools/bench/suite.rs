@@ -93,6 +93,8 @@ pub(crate) struct Workload {
     pub stream: bool,
     pub concurrency: usize,
     pub max_tokens: Option<u32>,
+    /// Every request carries an agent session header.
+    pub session: bool,
 }
 
 const fn w(
@@ -109,11 +111,12 @@ const fn w(
         stream,
         concurrency,
         max_tokens,
+        session: false,
     }
 }
 
 /// Every workload, in run order.
-pub(crate) const WORKLOADS: [Workload; 7] = [
+pub(crate) const WORKLOADS: [Workload; 8] = [
     w("nonstream_c16", Class::Fast, false, 16, None),
     w("nonstream_c64", Class::Fast, false, 64, None),
     w("stream_c64", Class::Fast, true, 64, None),
@@ -123,6 +126,13 @@ pub(crate) const WORKLOADS: [Workload; 7] = [
     Workload {
         name: "anthropic_stream_c64",
         api: Api::Messages,
+        ..w("", Class::Fast, true, 64, None)
+    },
+    // stream_c64 where every request belongs to an agent session (one per
+    // connection): the rollups, and with a state store its round trips.
+    Workload {
+        name: "session_c64",
+        session: true,
         ..w("", Class::Fast, true, 64, None)
     },
 ];
@@ -626,6 +636,7 @@ async fn one_run(round: usize, wl: &Workload, target: &Target, plan: &Plan, tck:
         warmup: plan.warmup,
         duration: plan.duration,
         ramp: 256,
+        session: wl.session,
     };
     // Read the proxy's CPU time at the window's edges, beside the load.
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -937,6 +948,7 @@ async fn memory_run(
         warmup: Duration::ZERO,
         duration: Duration::ZERO,
         ramp: 200,
+        session: false,
     };
     let ready = Arc::new(AtomicUsize::new(0));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -130,6 +130,9 @@ pub(crate) enum Kind {
     /// tokentap exporting at `telemetry.sampling.ratio = 0.01` (issue 28's
     /// "a dropped span costs nothing").
     TokentapSampled,
+    /// tokentap as `Tokentap`, sharing its ledger and session rollups
+    /// through a local `redis-server` (`[state] url`, issue 35).
+    TokentapStore,
 }
 
 impl Kind {
@@ -142,6 +145,7 @@ impl Kind {
             Kind::Tokentap => "tokentap",
             Kind::TokentapNoExport => "tokentap-noexport",
             Kind::TokentapSampled => "tokentap-sampled",
+            Kind::TokentapStore => "tokentap-store",
         }
     }
 
@@ -154,6 +158,7 @@ impl Kind {
             Kind::Tokentap,
             Kind::TokentapNoExport,
             Kind::TokentapSampled,
+            Kind::TokentapStore,
         ]
         .into_iter()
         .find(|k| k.name() == s)
@@ -164,6 +169,9 @@ impl Kind {
 pub(crate) struct Target {
     pub kind: Kind,
     pub proc: Option<Proc>,
+    /// The state store `tokentap-store` uses, running as long as the
+    /// target (its CPU is not counted as the proxy's).
+    _store: Option<Proc>,
     port: Option<u16>,
     sim_ports: [u16; 3],
     ws_port: u16,
@@ -279,6 +287,7 @@ pub(crate) fn start(
         return Ok(Target {
             kind,
             proc: None,
+            _store: None,
             port: None,
             sim_ports,
             ws_port,
@@ -288,6 +297,7 @@ pub(crate) fn start(
     let dir = dir.join(kind.name());
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let log = dir.join("out.log");
+    let mut store = None;
     let mut proc = match kind {
         Kind::Direct => unreachable!("handled above"),
         Kind::Nginx => {
@@ -330,17 +340,20 @@ pub(crate) fn start(
             }
             Proc::spawn("floor", cmd, &log)?
         }
-        Kind::Tokentap | Kind::TokentapNoExport | Kind::TokentapSampled => {
+        Kind::Tokentap | Kind::TokentapNoExport | Kind::TokentapSampled | Kind::TokentapStore => {
             let conf = dir.join("tokentap.toml");
             let export = match kind {
-                Kind::Tokentap => Export::All(otlp),
+                Kind::Tokentap | Kind::TokentapStore => Export::All(otlp),
                 Kind::TokentapSampled => Export::Sampled(otlp, 0.01),
                 _ => Export::Off,
             };
-            write(
-                &conf,
-                &tokentap_conf(port, ups, export, place.workers.unwrap_or(0)),
-            )?;
+            let mut text = tokentap_conf(port, ups, export, place.workers.unwrap_or(0));
+            if kind == Kind::TokentapStore {
+                let (redis, url) = redis_server(&dir)?;
+                store = Some(redis);
+                let _ = write!(text, "\n[state]\nurl = \"{url}\"\n");
+            }
+            write(&conf, &text)?;
             let cmd = tokentap_command(&bins.tokentap, &conf, pin);
             Proc::spawn(kind.name(), cmd, &log)?
         }
@@ -349,10 +362,25 @@ pub(crate) fn start(
     Ok(Target {
         kind,
         proc: Some(proc),
+        _store: store,
         port: Some(port),
         sim_ports,
         ws_port,
     })
+}
+
+/// A `redis-server` (Debian package) on a free port, no persistence, its
+/// files under `dir`; its URL.
+fn redis_server(dir: &Path) -> Result<(Proc, String), String> {
+    let port = free_port()?;
+    let mut cmd = std::process::Command::new("redis-server");
+    cmd.args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--save", "", "--appendonly", "no", "--dir"])
+        .arg(dir);
+    let mut p = Proc::spawn("redis-server", cmd, &dir.join("redis.log"))
+        .map_err(|e| format!("redis-server (apt-get install redis-server): {e}"))?;
+    wait_port(addr(port), Duration::from_secs(10), &mut p)?;
+    Ok((p, format!("redis://127.0.0.1:{port}")))
 }
 
 fn write(path: &Path, text: &str) -> Result<(), String> {
