@@ -655,12 +655,11 @@ fn doc_size(text: &str) -> Option<u64> {
     Some(n * mult - minus)
 }
 
-/// Every key whose type in CONFIG.md states a range (`integer 1–10000`,
-/// `size 16KiB–(2GiB − 1)`, `number 0–1`) takes both ends and refuses the
-/// values just outside them.
-#[test]
-fn documented_key_ranges_hold() {
-    let mut checked = 0;
+/// CONFIG.md's key-table lines with the section they sit in (`""` for the
+/// top level; `[[…]]` array sections left out), an escaped `\|` inside a
+/// cell turned into `¦` so it is no column break.
+fn config_table_rows() -> Vec<(String, String)> {
+    let mut rows = Vec::new();
     let mut section: Option<String> = None;
     for line in DOCS[1].1.lines() {
         if let Some(h) = line.strip_prefix("### ") {
@@ -672,9 +671,20 @@ fn documented_key_ranges_hold() {
             };
             continue;
         }
-        let Some(s) = &section else { continue };
-        // An escaped `\|` inside a cell is no column break.
-        let line = line.replace("\\|", "¦");
+        if let Some(s) = &section {
+            rows.push((s.clone(), line.replace("\\|", "¦")));
+        }
+    }
+    rows
+}
+
+/// Every key whose type in CONFIG.md states a range (`integer 1–10000`,
+/// `size 16KiB–(2GiB − 1)`, `number 0–1`) takes both ends and refuses the
+/// values just outside them.
+#[test]
+fn documented_key_ranges_hold() {
+    let mut checked = 0;
+    for (s, line) in &config_table_rows() {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
         let (Some(key), Some(kind)) = (cells.get(1), cells.get(2)) else {
             continue;
@@ -744,20 +754,7 @@ fn shown_defaults_read_as_documented() {
     let config = tokentap::config::from_toml(&with_key("", "")).unwrap();
     let shown: toml::Value = toml::from_str(&config.redacted_toml()).unwrap();
     let mut checked = 0;
-    let mut section: Option<String> = None;
-    for line in DOCS[1].1.lines() {
-        if let Some(h) = line.strip_prefix("### ") {
-            section = match h {
-                "Top level" => Some(String::new()),
-                _ if h.starts_with("`[[") => None,
-                _ if h.starts_with("`[") => Some(h.trim_matches(['`', '[', ']']).to_owned()),
-                _ => None,
-            };
-            continue;
-        }
-        let Some(s) = &section else { continue };
-        // An escaped `\|` inside a cell is no column break.
-        let line = line.replace("\\|", "¦");
+    for (s, line) in &config_table_rows() {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
         let (Some(key), Some(default)) = (cells.get(1), cells.get(3)) else {
             continue;
