@@ -8,6 +8,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# A one-shot build gains nothing from incremental state, which would take
+# several GB of disk beside the test binaries.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 quick="${TOKENTAP_TEST_QUICK:-0}"
 # Telemetry and tokentap settings from the caller's shell must not leak into the tests.
 while IFS='=' read -r name _; do
