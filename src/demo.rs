@@ -16,8 +16,8 @@ use tokio::net::TcpListener;
 use crate::app::{self, Running};
 use crate::config;
 use crate::simulate::{self, Simulator};
-use crate::telemetry::live::{SeriesFilter, WindowStats};
 use crate::upstream::Client;
+use crate::watch::live::{SeriesFilter, WindowStats};
 
 /// `tokentap demo` flags (`--listen` and `--admin-listen` apply too).
 #[derive(Debug, Clone, PartialEq, clap::Args)]

@@ -11,7 +11,9 @@
 
 pub mod admin;
 pub mod app;
+pub mod attrs;
 pub mod bench;
+mod capped_maps;
 pub mod cli;
 pub mod config;
 pub mod demo;
@@ -34,4 +36,5 @@ pub mod sniff;
 pub mod state;
 pub mod telemetry;
 pub mod upstream;
+pub mod watch;
 pub mod websocket;

@@ -48,6 +48,20 @@ pub enum CostSource {
     Provider,
 }
 
+/// A priced or unpriced request, for `tokentap.cost.*`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum CostRecord {
+    /// `tokentap.cost.usd`, under the request's `begin` attributes plus
+    /// the price's source and whether the usage was estimated.
+    Priced {
+        usd: f64,
+        source: CostSource,
+        estimated: bool,
+    },
+    /// `tokentap.cost.unpriced`, under the `begin` attributes.
+    Unpriced,
+}
+
 impl CostSource {
     /// The attribute value.
     pub fn as_str(self) -> &'static str {

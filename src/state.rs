@@ -23,7 +23,7 @@ pub use self::store::Store;
 
 use crate::config::state::shown_url;
 use crate::meter::ledger::{Ledger, SharedLedger};
-use crate::telemetry::rollups::{SessionRollups, SharedSessions};
+use crate::watch::rollups::{SessionRollups, SharedSessions};
 
 /// Why the store cannot be set up at start-up (a bad URL, an unreadable
 /// password file or CA bundle). A store that is merely down is no error.

@@ -7,8 +7,6 @@
 //! (`push`) or, for delta metrics, the SDK's reader thread;
 //! `begin` and `finish` only record.
 
-pub mod attrs;
-mod capped_maps;
 pub mod cardinality;
 mod drops;
 mod exemplars;
@@ -16,18 +14,15 @@ mod export;
 mod export_tls;
 mod in_flight;
 mod instruments;
-pub mod live;
 mod log;
 mod log_queue;
 mod otlp_http;
 mod otlp_wire;
 pub mod prometheus;
 mod push;
-pub mod rollups;
 mod sampling;
 mod session;
-pub mod slo;
-mod span;
+pub(crate) mod span;
 mod span_export;
 mod span_record;
 
@@ -51,24 +46,24 @@ use opentelemetry_sdk::metrics::{
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SpanExporter;
 
-use self::attrs::*;
 use self::cardinality::CardinalityGuard;
 use self::drops::DropCounts;
 use self::in_flight::{InFlight, InFlightGuard};
 use self::instruments::{
-    ActiveRequest, CostRecord, FinishAttrs, FinishRecord, GapTally, Instruments, OpClass,
-    overhead_attrs,
+    ActiveRequest, FinishAttrs, FinishRecord, GapTally, Instruments, OpClass, overhead_attrs,
 };
-use self::live::{Live, LiveRequest, Sample, SeriesKey};
 use self::log::access_log;
 use self::prometheus::PullReader;
 use self::span::{TraceHeaders, error_type, inject_trace_context};
 use self::span_export::{BatchSettings, RecordExporter, SdkSpans, SpanPipeline};
 use self::span_record::{RequestSpan, SpanCost, SpanRecord, SpanStart, Tracing};
+use crate::attrs::*;
 use crate::config::TelemetryConfig;
 use crate::meter::{Measurement, Recorder, RequestFacts, SharedState, ToolUse};
-use crate::pricing::{self, PriceBook, Priced};
+use crate::pricing::{self, CostRecord, PriceBook, Priced};
 use crate::providers::{ProviderKind, ServerTool};
+use crate::watch::live::{Live, LiveRequest, Sample, SeriesKey};
+use crate::watch::{rollups, slo};
 
 /// Longest wait for flush and shutdown.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -1207,4 +1202,4 @@ impl RequestTelemetry {
     clippy::disallowed_methods,
     reason = "tests build timestamps and deadlines freely"
 )]
-mod tests;
+pub(crate) mod tests;

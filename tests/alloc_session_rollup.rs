@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokentap::config::SessionLimits;
 use tokentap::meter::{Measurement, RequestBody, RequestFacts, TokenSource};
 use tokentap::providers::{Operation, ProviderKind, Usage};
-use tokentap::telemetry::rollups::{RequestCost, SessionRollups, SortBy};
+use tokentap::watch::rollups::{RequestCost, SessionRollups, SortBy};
 
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;

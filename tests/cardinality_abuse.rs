@@ -288,7 +288,7 @@ async fn in_process_100k_models_and_tenants_stay_capped() {
 /// recent), and none becomes a metric label.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn distinct_session_ids_stay_in_bounded_rollups_and_out_of_metrics() {
-    use tokentap::telemetry::rollups::SortBy;
+    use tokentap::watch::rollups::SortBy;
     let _serial = SERIAL.lock().await;
     let text = config_toml("http://127.0.0.1:9")
         .set("sessions", "max_sessions", "100")

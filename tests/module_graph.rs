@@ -106,13 +106,18 @@ fn without_comments(text: &str) -> String {
         .join("\n")
 }
 
-/// Edges `from → to` with one file that makes each.
+/// Edges `from → to` with one file that makes each. Unit tests are left
+/// out (test files and a trailing `mod tests`), as inside a module: a test
+/// may build its input with another module's helpers.
 fn edges(mods: &BTreeMap<String, Vec<PathBuf>>) -> BTreeMap<(String, String), PathBuf> {
     let mut out = BTreeMap::new();
     for (name, files) in mods {
         for file in files {
-            let text = fs::read_to_string(file).expect("read source");
-            for target in crate_paths(&without_comments(&text)) {
+            let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+            if is_test_child(stem) {
+                continue;
+            }
+            for target in crate_paths(&code_of(file)) {
                 if &target != name && mods.contains_key(&target) {
                     out.entry((name.clone(), target))
                         .or_insert_with(|| file.clone());

@@ -12,8 +12,8 @@ use serde::Serialize;
 
 use super::{AdminState, respond};
 use crate::error::error_response;
-use crate::telemetry::live::Snapshot;
-use crate::telemetry::rollups::{SessionView, SortBy};
+use crate::watch::live::Snapshot;
+use crate::watch::rollups::{SessionView, SortBy};
 
 const PAGE: &str = include_str!("dashboard.html");
 const HTML: &str = "text/html; charset=utf-8";

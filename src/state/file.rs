@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::meter::ledger::Ledger;
-use crate::telemetry::rollups::{SessionFigures, SessionRollups};
+use crate::watch::rollups::{SessionFigures, SessionRollups};
 
 /// What the file says it is.
 const FORMAT: &str = "tokentap-state";

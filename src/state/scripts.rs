@@ -19,7 +19,7 @@ use std::sync::LazyLock;
 
 use redis::Value;
 
-use crate::telemetry::rollups::{SessionFigures, TTFT_BUCKETS};
+use crate::watch::rollups::{SessionFigures, TTFT_BUCKETS};
 
 /// The layout version written in every session hash (`v`).
 pub(super) const LAYOUT: &str = "1";

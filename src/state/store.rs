@@ -19,7 +19,7 @@ use super::scripts::{self, ADD, LIST};
 use crate::config::state::shown_url;
 use crate::config::{SessionLimits, StateConfig};
 use crate::meter::ledger::{ClaimDone, LedgerKey, SharedLedger};
-use crate::telemetry::rollups::{SessionFigures, SessionList, SessionView, SharedSessions, SortBy};
+use crate::watch::rollups::{SessionFigures, SessionList, SessionView, SharedSessions, SortBy};
 
 /// Operations queued for the store at most; past it a claim is decided
 /// in process and a session add is left to the replica's own rollups.

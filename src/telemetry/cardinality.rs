@@ -10,8 +10,8 @@ use std::sync::{Arc, RwLock};
 
 use opentelemetry_sdk::metrics::{Instrument, Stream};
 
-use super::attrs::OTHER;
-use super::capped_maps::{self, FxSet};
+use crate::attrs::OTHER;
+use crate::capped_maps::{self, FxSet};
 
 /// Values longer than this are never admitted (they go to `other`).
 const MAX_VALUE_LEN: usize = 256;

@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use super::capped_maps::{self, FxMap};
+use crate::capped_maps::{self, FxMap};
 
 /// (route, capped model; `None` when the request named none).
 type Pair = (Arc<str>, Option<Arc<str>>);

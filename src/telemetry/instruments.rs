@@ -11,12 +11,12 @@ use opentelemetry::metrics::{
     UpDownCounter,
 };
 
-use super::attrs::*;
 use super::drops::DropCounts;
 use super::exemplars::{self, SeriesExemplars, TraceMark};
+use crate::attrs::*;
 use crate::config::Semconv;
 use crate::meter::ModalityTokens;
-use crate::pricing::CostSource;
+use crate::pricing::{CostRecord, CostSource};
 
 /// `gen_ai.client.inference.duration`, `gen_ai.client.embeddings.duration`,
 /// `gen_ai.client.operation.duration`, `gen_ai.server.request.duration`,
@@ -583,10 +583,10 @@ const MAX_ACTIVE_SETS: usize = 1024;
 
 /// Attribute sets to the handles bound to them (Fx, see `capped_maps`: a lookup
 /// hashes a dozen attributes per request). Each map is capped.
-type BoundSets<K, V> = RwLock<super::capped_maps::FxMap<K, V>>;
+type BoundSets<K, V> = RwLock<crate::capped_maps::FxMap<K, V>>;
 
 fn bound_sets<K, V>() -> BoundSets<K, V> {
-    RwLock::new(super::capped_maps::map())
+    RwLock::new(crate::capped_maps::map())
 }
 
 /// The kind of operation, which picks the current conventions' names.
@@ -638,20 +638,6 @@ pub(super) struct FinishRecord {
     pub trace: Option<TraceMark>,
     /// What pricing made of it.
     pub cost: Option<CostRecord>,
-}
-
-/// A priced or unpriced request, for `tokentap.cost.*`.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum CostRecord {
-    /// `tokentap.cost.usd`, under the request's `begin` attributes plus
-    /// the price's source and whether the usage was estimated.
-    Priced {
-        usd: f64,
-        source: CostSource,
-        estimated: bool,
-    },
-    /// `tokentap.cost.unpriced`, under the `begin` attributes.
-    Unpriced,
 }
 
 /// The cell of `FinishBound::cost` for a source.

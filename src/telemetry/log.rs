@@ -47,7 +47,7 @@ pub(super) fn no_route_log(method: &http::Method, path: &str) {
     tracing::info!(
         target: "tokentap::access",
         status = 404,
-        outcome = super::attrs::OUTCOME_NO_ROUTE,
+        outcome = crate::attrs::OUTCOME_NO_ROUTE,
         method = method.as_str(),
         path,
         "request"

@@ -21,9 +21,9 @@ use opentelemetry::{Array, InstrumentationScope, KeyValue, Value};
 use opentelemetry_sdk::Resource;
 use prost::encoding::{encoded_len_varint, key_len};
 
-use super::attrs::EVENT_FIRST_TOKEN;
 use super::span::AttributeSink;
 use super::span_record::{SpanHead, SpanRecord};
+use crate::attrs::EVENT_FIRST_TOKEN;
 
 /// `Span.flags`: the context says whether its parent is remote (bit 8), and
 /// whether it is (bit 9); the low byte is the W3C trace flags.

@@ -11,11 +11,11 @@ use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry::{Context, KeyValue};
 
-use super::attrs::*;
 use super::sampling::{Kept, Reason};
 use super::span::{TraceHeaders, inject_trace_context, start_attributes};
 use super::span_record::{SpanParts, SpanRecord, SpanStart, span_name};
 use super::{RequestTelemetry, Telemetry};
+use crate::attrs::*;
 use crate::meter::RequestFacts;
 use crate::meter::session::SessionSummary;
 

@@ -7,14 +7,14 @@ use opentelemetry::propagation::Extractor;
 use opentelemetry::trace::SpanContext;
 use opentelemetry::{Array, KeyValue, StringValue, Value};
 
-use super::attrs::*;
+use crate::attrs::*;
 use crate::meter::{Measurement, Outcome, RequestFacts, Unmetered};
 use crate::providers::{Operation, ServerTool};
 
 /// Where a span's attributes go: a `KeyValue` list for the SDK's span
 /// form, or straight into the OTLP protobuf (`otlp_wire`). One function per
 /// attribute group writes to either, so the two forms cannot drift apart.
-pub(super) trait AttributeSink {
+pub(crate) trait AttributeSink {
     fn str(&mut self, key: &'static str, v: &str);
     fn int(&mut self, key: &'static str, v: i64);
     fn float(&mut self, key: &'static str, v: f64);
@@ -173,7 +173,7 @@ fn batch_attributes(b: &crate::providers::batch::BatchTally, a: &mut impl Attrib
 }
 
 /// Attributes known when the request ends, in the span's order.
-pub(super) fn finish_attributes(m: &Measurement, a: &mut impl AttributeSink) {
+pub(crate) fn finish_attributes(m: &Measurement, a: &mut impl AttributeSink) {
     a.str(GEN_AI_PROVIDER_NAME, m.request.provider.as_str());
     a.str_opt(GEN_AI_RESPONSE_MODEL, m.response_model.as_deref());
     a.str_opt(GEN_AI_RESPONSE_ID, m.response_id.as_deref());

@@ -18,9 +18,9 @@ use opentelemetry::trace::{
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
 use opentelemetry_sdk::trace::{Config, SpanData, SpanEvents, SpanLinks};
 
-use super::attrs::*;
 use super::sampling::{self, Head, Kept, Sampler};
 use super::span::{AttributeSink, error_type, finish_attributes, operation_name, start_attributes};
+use crate::attrs::*;
 use crate::meter::Measurement;
 use crate::pricing;
 

@@ -13,8 +13,8 @@ use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, Temporality};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData, SpanExporter};
 
-use super::attrs::*;
 use super::instruments::*;
+use crate::attrs::*;
 use opentelemetry::propagation::Extractor as _;
 
 use super::span::TraceHeaders;
@@ -75,7 +75,7 @@ impl Harness {
     }
 }
 
-pub(super) fn facts(model: Option<&str>, tenant: Option<&str>, stream: bool) -> RequestFacts {
+pub(crate) fn facts(model: Option<&str>, tenant: Option<&str>, stream: bool) -> RequestFacts {
     RequestFacts {
         route: Arc::from("openai"),
         provider: ProviderKind::Openai,
@@ -93,7 +93,7 @@ pub(super) fn facts(model: Option<&str>, tenant: Option<&str>, stream: bool) -> 
     }
 }
 
-pub(super) fn measurement(request: RequestFacts) -> Measurement {
+pub(crate) fn measurement(request: RequestFacts) -> Measurement {
     Measurement {
         response_model: Some("gpt-4o-2024-08-06".into()),
         response_id: Some("chatcmpl-1".into()),

@@ -6,7 +6,7 @@ use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 
 use super::*;
-use crate::telemetry::attrs::*;
+use crate::attrs::*;
 use crate::telemetry::exemplars::{Kept, Snapshot};
 
 /// A provider whose only reader is a `PullReader`, with a fixed resource.

@@ -11,8 +11,8 @@ use serde::{Serialize, Serializer};
 
 use super::hist::{Distribution, LogHist};
 use super::{Sample, SeriesFilter, SeriesKey, ser_opt_str, ser_str};
+use crate::capped_maps::{self, FxMap};
 use crate::config::LiveConfig;
-use crate::telemetry::capped_maps::{self, FxMap};
 
 /// Per-series figures in the snapshot cover this much (clamped to the window).
 const STATS_WINDOW: Duration = Duration::from_secs(60);

@@ -95,7 +95,7 @@ pub struct SeriesKey {
 impl SeriesKey {
     /// The series that samples beyond `live.max_series` are folded into.
     pub fn overflow() -> SeriesKey {
-        let other: Arc<str> = Arc::from(super::attrs::OTHER);
+        let other: Arc<str> = Arc::from(crate::attrs::OTHER);
         SeriesKey {
             route: other.clone(),
             model: Some(other.clone()),

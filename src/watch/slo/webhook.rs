@@ -15,8 +15,8 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::super::attrs::*;
 use super::eval::{Change, Objective, Transition};
+use crate::attrs::*;
 use crate::config::proxy::ProxyEnv;
 use crate::config::{AlertFormat, AlertsConfig};
 use crate::upstream::{Client, ClientTls, Egress};

@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use super::*;
 use crate::config::{AlertFormat, AlertsConfig, LiveConfig, SloConfig};
 use crate::meter::Outcome;
-use crate::telemetry::live::{Aggregator, Sample};
+use crate::watch::live::{Aggregator, Sample};
 
 const S: Duration = Duration::from_secs(1);
 
@@ -102,7 +102,7 @@ impl Rig {
 }
 
 fn close(got: f64, want: f64) -> bool {
-    ((got - want) / want).abs() <= crate::telemetry::live::RELATIVE_ERROR
+    ((got - want) / want).abs() <= crate::watch::live::RELATIVE_ERROR
 }
 
 #[test]

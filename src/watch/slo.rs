@@ -33,8 +33,8 @@ use opentelemetry::metrics::{Counter, Meter, ObservableGauge};
 use opentelemetry::{Array, KeyValue, StringValue, Value};
 use tokio::sync::watch;
 
-use super::attrs::*;
 use super::live::{Live, SeriesKey, Snapshot};
+use crate::attrs::*;
 use crate::config::SloSettings;
 
 /// The running detector's request-side handle.

@@ -1,11 +1,11 @@
 use opentelemetry::{KeyValue, Value};
 
-use super::super::attrs::*;
-use super::super::span::finish_attributes;
-use super::super::tests::{facts, measurement};
 use super::*;
+use crate::attrs::*;
 use crate::meter::Outcome;
 use crate::pricing::CostSource;
+use crate::telemetry::span::finish_attributes;
+use crate::telemetry::tests::{facts, measurement};
 
 fn limits(max_sessions: usize, idle: Duration) -> SessionLimits {
     SessionLimits {

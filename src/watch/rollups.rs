@@ -19,9 +19,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::instruments::CostRecord;
 use crate::config::SessionLimits;
 use crate::meter::Measurement;
+use crate::pricing::CostRecord;
 
 /// A slot that is no slot (ends of the recency list).
 const NIL: u32 = u32::MAX;
@@ -167,7 +167,7 @@ pub enum RequestCost {
 
 impl RequestCost {
     /// The cost `record_cost` worked out for the span and the counters.
-    pub(super) fn of(cost: Option<CostRecord>) -> RequestCost {
+    pub(crate) fn of(cost: Option<CostRecord>) -> RequestCost {
         match cost {
             Some(CostRecord::Priced { usd, .. }) => RequestCost::Priced(usd),
             Some(CostRecord::Unpriced) => RequestCost::Unpriced,
