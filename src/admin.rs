@@ -25,8 +25,8 @@ use crate::config::{AdminConfig, Config, ServerConfig};
 use crate::error::error_response;
 use crate::server;
 use crate::server::tls::Tls;
+use crate::ship::prometheus::Format;
 use crate::telemetry::Telemetry;
-use crate::telemetry::prometheus::Format;
 use crate::websocket::Sessions;
 
 /// Admin connections served at once (scrapers, probes, a few browsers).

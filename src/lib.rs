@@ -31,6 +31,7 @@ pub mod reload;
 pub mod rewrite;
 pub mod route;
 pub mod server;
+pub mod ship;
 pub mod simulate;
 pub mod sniff;
 pub mod state;

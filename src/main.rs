@@ -16,7 +16,7 @@ fn main() -> ExitCode {
     let flags = match Cli::parse().into_command() {
         Command::Simulate(args) => return block_on(tokentap::simulate::run(args), 1),
         Command::Demo(demo) => {
-            let _logs = tokentap::telemetry::init_logging(config::LogFormat::Text);
+            let _logs = tokentap::ship::init_logging(config::LogFormat::Text);
             let admin = demo.admin();
             return block_on(tokentap::demo::run(demo.args, demo.listen, admin), 1);
         }
@@ -33,16 +33,14 @@ fn main() -> ExitCode {
             // `--log-format json` gets its error as JSON too; text stays a
             // plain line.
             let _logs = match early_log_format(&flags) {
-                config::LogFormat::Json => {
-                    tokentap::telemetry::init_logging(config::LogFormat::Json)
-                }
+                config::LogFormat::Json => tokentap::ship::init_logging(config::LogFormat::Json),
                 config::LogFormat::Text => None,
             };
-            tokentap::telemetry::fatal(&format!("configuration error: {e}"));
+            tokentap::ship::fatal(&format!("configuration error: {e}"));
             return ExitCode::from(START_FAILED);
         }
     };
-    let _logs = tokentap::telemetry::init_logging(config.telemetry.log_format);
+    let _logs = tokentap::ship::init_logging(config.telemetry.log_format);
     // `run` fails only while starting (binding, CA files, exporters).
     block_on(run(flags, config, watch), START_FAILED)
 }
@@ -64,7 +62,7 @@ fn early_log_format(flags: &Overrides) -> config::LogFormat {
 fn check(flags: &Overrides) -> ExitCode {
     // Text stays plain `eprintln!`; JSON goes through the subscriber.
     let _logs = match early_log_format(flags) {
-        config::LogFormat::Json => tokentap::telemetry::init_logging(config::LogFormat::Json),
+        config::LogFormat::Json => tokentap::ship::init_logging(config::LogFormat::Json),
         config::LogFormat::Text => None,
     };
     // The upstream client is built as start-up builds it, which needs a runtime.
@@ -93,20 +91,20 @@ fn check(flags: &Overrides) -> ExitCode {
             if c.watch_config && config::file(flags).is_none() {
                 let warning = "watch_config is on but there is no config file to watch";
                 if tracing::dispatcher::has_been_set() {
-                    tracing::warn!(target: tokentap::telemetry::STARTUP_TARGET, "{warning}");
+                    tracing::warn!(target: tokentap::ship::STARTUP_TARGET, "{warning}");
                 } else {
                     eprintln!("tokentap: warning: {warning}");
                 }
             }
             if tracing::dispatcher::has_been_set() {
-                tracing::info!(target: tokentap::telemetry::STARTUP_TARGET, "tokentap: configuration OK");
+                tracing::info!(target: tokentap::ship::STARTUP_TARGET, "tokentap: configuration OK");
             } else {
                 eprintln!("tokentap: configuration OK");
             }
             ExitCode::SUCCESS
         }
         Err(e) => {
-            tokentap::telemetry::fatal(&e);
+            tokentap::ship::fatal(&e);
             ExitCode::from(START_FAILED)
         }
     }
@@ -159,7 +157,7 @@ fn block_on(fut: impl Future<Output = anyhow::Result<()>>, failure: u8) -> ExitC
     match runtime.block_on(fut) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tokentap::telemetry::fatal(&format!("{e:#}"));
+            tokentap::ship::fatal(&format!("{e:#}"));
             ExitCode::from(failure)
         }
     }
@@ -186,7 +184,7 @@ async fn run(
     // As JSON text: the JSON log writes it as an array (`LIST_FIELDS`).
     let routes = serde_json::to_string(&routes).unwrap_or_default();
     tracing::info!(
-        target: tokentap::telemetry::STARTUP_TARGET,
+        target: tokentap::ship::STARTUP_TARGET,
         routes = %routes,
         scheme,
         "tokentap listening on {}",
@@ -195,7 +193,7 @@ async fn run(
     // After the proxy's line: harnesses take the first `listening on` as the proxy.
     if let Some(admin) = running.admin_addr {
         tracing::info!(
-            target: tokentap::telemetry::STARTUP_TARGET,
+            target: tokentap::ship::STARTUP_TARGET,
             "tokentap admin listening on {admin} (dashboard http://{admin}/, \
              /metrics, /healthz, /readyz, /config)"
         );

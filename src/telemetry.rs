@@ -1,32 +1,27 @@
-//! Telemetry: finished `Measurement`s in; OTLP spans and metrics, and one
-//! access-log line per request, out. Never blocks the request path.
+//! Telemetry (recording): finished `Measurement`s in; span records, GenAI
+//! metrics and one access-log line per request out, handed to `ship` (which
+//! puts them on the wire) and to `watch` (live windows, SLOs, session
+//! rollups). Never blocks the request path.
 //!
 //! Everything here is owned by one `Telemetry` value (no global providers),
-//! so several instances can live in one process. Span exports run on
-//! tokentap's own thread (`span_export`), metric exports on the push thread
-//! (`push`) or, for delta metrics, the SDK's reader thread;
-//! `begin` and `finish` only record.
+//! so several instances can live in one process. Span records are batched
+//! on tokentap's own thread (`span_export`) for `ship`'s exporters; the
+//! constructors that start exporters, and the Prometheus scrape, are in
+//! `ship` (an `impl Telemetry` there). `begin` and `finish` only record.
 
+mod access_log;
 pub mod cardinality;
-mod drops;
-mod exemplars;
-mod export;
-mod export_tls;
+pub(crate) mod drops;
+pub(crate) mod exemplars;
 mod in_flight;
 mod instruments;
-mod log;
-mod log_queue;
-mod otlp_http;
-mod otlp_wire;
-pub mod prometheus;
-mod push;
-mod sampling;
+pub mod pull;
+pub(crate) mod sampling;
 mod session;
 pub(crate) mod span;
-mod span_export;
-mod span_record;
+pub(crate) mod span_export;
+pub(crate) mod span_record;
 
-pub use self::log::{LogGuard, STARTUP_TARGET, fatal, init_logging, log_filter};
 pub use self::session::SessionTelemetry;
 
 use std::sync::Arc;
@@ -39,23 +34,19 @@ use opentelemetry::metrics::{BoundHistogram, Meter, MeterProvider as _};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::metrics::{
-    MeterProviderBuilder, PeriodicReader, SdkMeterProvider, Temporality,
-};
+use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::SpanExporter;
 
+use self::access_log::access_log;
 use self::cardinality::CardinalityGuard;
 use self::drops::DropCounts;
 use self::in_flight::{InFlight, InFlightGuard};
 use self::instruments::{
     ActiveRequest, FinishAttrs, FinishRecord, GapTally, Instruments, OpClass, overhead_attrs,
 };
-use self::log::access_log;
-use self::prometheus::PullReader;
+use self::pull::{Exposition, PullReader};
 use self::span::{TraceHeaders, error_type, inject_trace_context};
-use self::span_export::{BatchSettings, RecordExporter, SdkSpans, SpanPipeline};
+use self::span_export::SpanPipeline;
 use self::span_record::{RequestSpan, SpanCost, SpanRecord, SpanStart, Tracing};
 use crate::attrs::*;
 use crate::config::TelemetryConfig;
@@ -66,7 +57,7 @@ use crate::watch::live::{Live, LiveRequest, Sample, SeriesKey};
 use crate::watch::{rollups, slo};
 
 /// Longest wait for flush and shutdown.
-const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Distinct `error.type` metric values before `other` (values come from
 /// upstream bodies, so they are capped like models).
 const MAX_ERROR_TYPES: usize = 64;
@@ -111,7 +102,7 @@ struct Inner {
     /// `telemetry.prompt_size_class`.
     prompt_size_class: bool,
     /// `telemetry.prometheus_scope_labels` and `prometheus_bucket_stride`.
-    exposition: prometheus::Exposition,
+    exposition: Exposition,
     /// Prices for finished requests; swapped on reload, `None` = no pricing.
     prices: ArcSwapOption<PriceBook>,
     /// Per-session totals (`/api/sessions`), every request with a session.
@@ -133,120 +124,8 @@ pub struct Dropped {
 }
 
 impl Telemetry {
-    /// Build exporters and instruments once at start-up. Must run inside the
-    /// tokio runtime (the gRPC exporter's channel lives there).
-    pub fn init(cfg: &TelemetryConfig) -> Result<Telemetry, TelemetryError> {
-        Telemetry::init_readers(cfg, None)
-    }
-
-    /// Read the TLS files export is configured with (CA bundle, client
-    /// certificate and key), as the exporters do, without starting them.
-    pub fn check_files(cfg: &TelemetryConfig) -> Result<(), TelemetryError> {
-        export_tls::check_files(cfg)
-    }
-
-    /// Like `init`, plus a cumulative pull reader on the same meter provider
-    /// for `scrape` (the admin listener's `/metrics`).
-    pub fn init_with_prometheus(cfg: &TelemetryConfig) -> Result<Telemetry, TelemetryError> {
-        Telemetry::init_readers(cfg, Some(PullReader::new()))
-    }
-
-    fn init_readers(
-        cfg: &TelemetryConfig,
-        pull: Option<PullReader>,
-    ) -> Result<Telemetry, TelemetryError> {
-        let drops = Arc::new(DropCounts::default());
-        let tracing = Tracing::new(sampling::Sampler::new(&cfg.sampling));
-        let resource = resource(cfg);
-        let mut traces = None;
-        let mut meters = SdkMeterProvider::builder();
-        let export = cfg.otlp_enabled == Some(true);
-        if export {
-            let spans = export::otlp_spans(cfg, &resource, scope(), tracing.max_attributes())?;
-            let metrics = export::otlp_metrics(cfg)?;
-            let traces_at = export_tls::endpoint(cfg, export_tls::Signal::Traces);
-            let metrics_at = export_tls::endpoint(cfg, export_tls::Signal::Metrics);
-            tracing::info!(
-                traces_endpoint = %traces_at,
-                metrics_endpoint = %metrics_at,
-                protocol = cfg.otlp_protocol.as_str(),
-                "OTLP export on"
-            );
-            drops.set_endpoints(traces_at, metrics_at);
-            let (pipeline, with_reader) =
-                with_exporters(cfg, &drops, meters, spans, metrics, pull.as_ref());
-            (traces, meters) = (Some(pipeline), with_reader);
-        } else {
-            match cfg.otlp_enabled {
-                // Turned off on purpose: no advice to turn it on.
-                Some(false) => tracing::info!(
-                    "OTLP export is off (telemetry.otlp_enabled = false or \
-                     OTEL_SDK_DISABLED=true); /metrics and the dashboard work without it"
-                ),
-                _ => tracing::info!(
-                    "OTLP export is off: no collector endpoint is configured; /metrics and the \
-                     dashboard work without it; to export, set OTEL_EXPORTER_OTLP_ENDPOINT \
-                     (e.g. http://localhost:4318), --otlp-endpoint or telemetry.otlp_endpoint"
-                ),
-            }
-            if let Some(r) = &pull {
-                meters = meters.with_reader(r.clone());
-            }
-        }
-        let has_reader = export || pull.is_some();
-        Ok(Telemetry::build(
-            cfg, resource, drops, tracing, traces, meters, has_reader, pull,
-        ))
-    }
-
-    /// Like `init`, with the given exporters in place of OTLP (whatever
-    /// `otlp_enabled` says), behind the same batching and drop counting.
-    #[doc(hidden)]
-    pub fn init_with<S, M>(cfg: &TelemetryConfig, spans: S, metrics: M) -> Telemetry
-    where
-        S: SpanExporter + 'static,
-        M: PushMetricExporter,
-    {
-        Telemetry::init_exporters(cfg, spans, metrics, None)
-    }
-
-    /// `init_with`, with the pull reader `pull` beside the push exporter.
-    fn init_exporters<S, M>(
-        cfg: &TelemetryConfig,
-        spans: S,
-        metrics: M,
-        pull: Option<PullReader>,
-    ) -> Telemetry
-    where
-        S: SpanExporter + 'static,
-        M: PushMetricExporter,
-    {
-        let drops = Arc::new(DropCounts::default());
-        let tracing = Tracing::new(sampling::Sampler::new(&cfg.sampling));
-        let resource = resource(cfg);
-        let spans = SdkSpans::new(spans, &resource, scope(), tracing.max_attributes());
-        let (traces, meters) = with_exporters(
-            cfg,
-            &drops,
-            SdkMeterProvider::builder(),
-            spans,
-            metrics,
-            pull.as_ref(),
-        );
-        Telemetry::build(
-            cfg,
-            resource,
-            drops,
-            tracing,
-            Some(traces),
-            meters,
-            true,
-            pull,
-        )
-    }
-
     #[allow(clippy::too_many_arguments, reason = "one call per init path")]
-    fn build(
+    pub(crate) fn build(
         cfg: &TelemetryConfig,
         resource: Resource,
         drops: Arc<DropCounts>,
@@ -294,7 +173,7 @@ impl Telemetry {
             observed: std::sync::Mutex::new(Vec::new()),
             in_flight: Arc::default(),
             prompt_size_class: cfg.prompt_size_class,
-            exposition: prometheus::Exposition {
+            exposition: Exposition {
                 scope_labels: cfg.prometheus_scope_labels,
                 bucket_stride: cfg.prometheus_bucket_stride,
             },
@@ -442,30 +321,6 @@ impl Telemetry {
         }
     }
 
-    /// Every instrument's current cumulative value in a Prometheus format.
-    /// Collects synchronously (short, but blocking): call it off the
-    /// request path. Fails without a pull reader or after `shutdown`.
-    pub fn scrape(&self, format: prometheus::Format) -> Result<String, TelemetryError> {
-        let pull = self.inner.pull.as_ref().ok_or_else(|| {
-            TelemetryError("no Prometheus reader (built without init_with_prometheus)".into())
-        })?;
-        // Exemplars first: each was kept after its request was counted, so
-        // the collection below counts every one.
-        let kept = match format {
-            prometheus::Format::OpenMetrics => self.inner.instruments.exemplars(),
-            prometheus::Format::Text => exemplars::Snapshot::default(),
-        };
-        let metrics = pull
-            .collect()
-            .map_err(|e| TelemetryError(format!("metric collection failed: {e}")))?;
-        Ok(prometheus::encode_with(
-            &metrics,
-            format,
-            &kept,
-            self.inner.exposition,
-        ))
-    }
-
     /// Count and log one request that matched no route (answered 404):
     /// `tokentap.requests` with only `tokentap.outcome = no_route`, and an
     /// access-log line with its method and path (never the query, which
@@ -475,7 +330,7 @@ impl Telemetry {
             .instruments
             .count_request(&[KeyValue::new(OUTCOME, OUTCOME_NO_ROUTE)]);
         if self.inner.access_log {
-            log::no_route_log(method, path);
+            access_log::no_route_log(method, path);
         }
     }
 
@@ -633,6 +488,17 @@ impl Telemetry {
         self.inner.prices.store(Some(book));
     }
 
+    /// The pull reader `/metrics` is collected from (with the exposition
+    /// settings), when there is one.
+    pub(crate) fn pull(&self) -> Option<(&PullReader, Exposition)> {
+        (self.inner.pull.as_ref()).map(|p| (p, self.inner.exposition))
+    }
+
+    /// The exemplars kept so far (for the OpenMetrics scrape).
+    pub(crate) fn exemplars(&self) -> exemplars::Snapshot {
+        self.inner.instruments.exemplars()
+    }
+
     /// Spans leave by OTLP: export is on (sampling may still drop some).
     pub fn exports_spans(&self) -> bool {
         self.inner.spans.is_some()
@@ -657,53 +523,14 @@ impl Telemetry {
     }
 }
 
-/// Start the span pipeline for the given exporters and attach the metric
-/// readers, with the pull reader `pull` when there is one.
-///
-/// A cumulative exporter (the OTLP default) pushes what the pull reader
-/// collects (`push`): one aggregation serves `/metrics` and OTLP. A delta or
-/// low-memory one needs its own aggregation, so it keeps the SDK's periodic
-/// reader and the pull reader stays cumulative beside it.
-fn with_exporters<M: PushMetricExporter>(
-    cfg: &TelemetryConfig,
-    drops: &Arc<DropCounts>,
-    meters: MeterProviderBuilder,
-    spans: impl RecordExporter,
-    metrics: M,
-    pull: Option<&PullReader>,
-) -> (SpanPipeline, MeterProviderBuilder) {
-    let processor = SpanPipeline::start(
-        spans,
-        drops.clone(),
-        BatchSettings::from_env(cfg.span_queue_size),
-    );
-    let metrics = export::CountingMetricExporter::new(metrics, drops.clone());
-    let interval = cfg.metrics_export_interval;
-    let meters = match pull {
-        Some(pull) if metrics.temporality() == Temporality::Cumulative => {
-            meters.with_reader(push::PushReader::new(pull.clone(), metrics, interval))
-        }
-        _ => {
-            let periodic = PeriodicReader::builder(metrics)
-                .with_interval(interval)
-                .build();
-            match pull {
-                Some(pull) => meters.with_reader(periodic).with_reader(pull.clone()),
-                None => meters.with_reader(periodic),
-            }
-        }
-    };
-    (processor, meters)
-}
-
 /// tokentap's instrumentation scope, for spans and metrics.
-fn scope() -> InstrumentationScope {
+pub(crate) fn scope() -> InstrumentationScope {
     InstrumentationScope::builder(SCOPE)
         .with_version(env!("CARGO_PKG_VERSION"))
         .build()
 }
 
-fn resource(cfg: &TelemetryConfig) -> Resource {
+pub(crate) fn resource(cfg: &TelemetryConfig) -> Resource {
     // `Resource::builder` also reads OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME;
     // configured values win.
     Resource::builder()

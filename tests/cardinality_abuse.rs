@@ -33,8 +33,8 @@ use std::time::{Duration, Instant, SystemTime};
 use http::HeaderMap;
 use tokentap::meter::{Measurement, Recorder, RequestBody, RequestFacts, TokenSource};
 use tokentap::providers::{Operation, ProviderKind, Usage};
+use tokentap::ship::prometheus::Format;
 use tokentap::telemetry::Telemetry;
-use tokentap::telemetry::prometheus::Format;
 
 use support::client::{self, Req};
 use support::inspect::{self, Scrape};

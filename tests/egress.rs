@@ -74,7 +74,7 @@ async fn start(toml: &Toml, vars: &[(&str, &str)]) -> tokentap::app::Running {
 fn sample(running: &tokentap::app::Running, metric: &str, route: &str) -> f64 {
     let text = running
         .telemetry()
-        .scrape(tokentap::telemetry::prometheus::Format::Text)
+        .scrape(tokentap::ship::prometheus::Format::Text)
         .unwrap();
     let route = format!("tokentap_route=\"{route}\"");
     text.lines()

@@ -304,7 +304,7 @@ async fn mtls_refuses_missing_unknown_and_expired_client_certificates() {
         .running()
         .unwrap()
         .telemetry()
-        .scrape(tokentap::telemetry::prometheus::Format::Text)
+        .scrape(tokentap::ship::prometheus::Format::Text)
         .unwrap();
     assert!(
         metrics.contains("tokentap_tenant=\"team-a\""),

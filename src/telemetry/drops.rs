@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 /// Items that never reached the collector, by signal, and what the log
 /// has been told about it.
 #[derive(Debug, Default)]
-pub(super) struct DropCounts {
+pub(crate) struct DropCounts {
     spans: AtomicU64,
     data_points: AtomicU64,
     health: Mutex<Health>,
@@ -35,17 +35,17 @@ struct Health {
 
 impl DropCounts {
     /// Spans dropped: batch queue full, or in a failed export.
-    pub(super) fn spans(&self) -> u64 {
+    pub(crate) fn spans(&self) -> u64 {
         self.spans.load(Ordering::Relaxed)
     }
 
     /// Metric data points in failed exports.
-    pub(super) fn data_points(&self) -> u64 {
+    pub(crate) fn data_points(&self) -> u64 {
         self.data_points.load(Ordering::Relaxed)
     }
 
     /// The collector URLs export goes to, for the failure WARNs.
-    pub(super) fn set_endpoints(&self, traces: String, metrics: String) {
+    pub(crate) fn set_endpoints(&self, traces: String, metrics: String) {
         let _ = self.endpoints.set((traces, metrics));
     }
 
@@ -61,7 +61,7 @@ impl DropCounts {
     /// An export of `signal` failed with `error`: WARN at the first
     /// failure, then a summary of what was dropped at most once per
     /// [`FAILURE_SUMMARY_INTERVAL`].
-    pub(super) fn export_failed(&self, signal: &str, error: &dyn std::fmt::Display) {
+    pub(crate) fn export_failed(&self, signal: &str, error: &dyn std::fmt::Display) {
         let Ok(mut h) = self.health.lock() else {
             return;
         };
@@ -105,7 +105,7 @@ impl DropCounts {
     }
 
     /// An export succeeded: after failures, say the collector is back.
-    pub(super) fn export_ok(&self) {
+    pub(crate) fn export_ok(&self) {
         let Ok(mut h) = self.health.lock() else {
             return;
         };
@@ -119,11 +119,11 @@ impl DropCounts {
         }
     }
 
-    pub(super) fn add_spans(&self, n: u64) {
+    pub(crate) fn add_spans(&self, n: u64) {
         self.spans.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub(super) fn add_data_points(&self, n: u64) {
+    pub(crate) fn add_data_points(&self, n: u64) {
         self.data_points.fetch_add(n, Ordering::Relaxed);
     }
 }

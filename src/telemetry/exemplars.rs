@@ -17,7 +17,7 @@ use opentelemetry::KeyValue;
 
 /// The trace behind one measurement: id and wall-clock end time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct TraceMark {
+pub(crate) struct TraceMark {
     /// Big-endian trace id, never zero.
     pub trace_id: u128,
     pub time: SystemTime,
@@ -27,7 +27,7 @@ impl TraceMark {
     /// A mark for an exported span's trace id; `None` for an invalid one.
     /// Only call it for a span that is exported: another would lead
     /// nowhere.
-    pub(super) fn new(
+    pub(crate) fn new(
         span: &opentelemetry::trace::SpanContext,
         time: SystemTime,
     ) -> Option<TraceMark> {
@@ -115,14 +115,14 @@ impl Slot {
 
 /// The bucket a value falls in, by the SDK's rule (a value on a boundary
 /// belongs to the bucket it bounds); `bounds.len()` is `+Inf`.
-pub(super) fn bucket_of(bounds: &[f64], value: f64) -> usize {
+pub(crate) fn bucket_of(bounds: &[f64], value: f64) -> usize {
     bounds.partition_point(|&b| b < value)
 }
 
 /// One series' exemplars for `N` measures, each a histogram with its own
 /// bounds: a slot per bucket, allocated on the measure's first exemplar.
 #[derive(Debug)]
-pub(super) struct SeriesExemplars<const N: usize> {
+pub(crate) struct SeriesExemplars<const N: usize> {
     measures: [OnceLock<Box<[Slot]>>; N],
 }
 
@@ -137,7 +137,7 @@ impl<const N: usize> Default for SeriesExemplars<N> {
 impl<const N: usize> SeriesExemplars<N> {
     /// Keep `value` as measure `i`'s latest exemplar in its bucket of
     /// `bounds` (the same bounds on every call for one `i`).
-    pub(super) fn offer(&self, i: usize, bounds: &[f64], value: f64, mark: TraceMark) {
+    pub(crate) fn offer(&self, i: usize, bounds: &[f64], value: f64, mark: TraceMark) {
         let Some(cell) = self.measures.get(i) else {
             return;
         };
@@ -152,14 +152,14 @@ impl<const N: usize> SeriesExemplars<N> {
 
     /// Measure `i`'s exemplars, one entry per bucket (`+Inf` last); `None`
     /// when it never had one.
-    pub(super) fn read(&self, i: usize) -> Option<Vec<Option<Kept>>> {
+    pub(crate) fn read(&self, i: usize) -> Option<Vec<Option<Kept>>> {
         let slots = self.measures.get(i)?.get()?;
         Some(slots.iter().map(Slot::load).collect())
     }
 
     /// Bytes held by allocated slots (for the memory bound's test).
     #[cfg(test)]
-    pub(super) fn slot_bytes(&self) -> usize {
+    pub(crate) fn slot_bytes(&self) -> usize {
         self.measures
             .iter()
             .filter_map(OnceLock::get)
@@ -182,7 +182,7 @@ type Buckets = Vec<Option<Kept>>;
 
 impl Snapshot {
     /// Add `buckets` for `instrument` on the series `attrs` (any order).
-    pub(super) fn insert(
+    pub(crate) fn insert(
         &mut self,
         attrs: &[KeyValue],
         instrument: &'static str,

@@ -29,7 +29,7 @@ const PRECISION: i32 = 4;
 /// Why a span was exported (`tokentap.sampling.reason`), in the order the
 /// rules are asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Reason {
+pub(crate) enum Reason {
     /// The upstream failed or timed out (`error.type`).
     Error,
     /// A stream ended without its terminal event.
@@ -61,7 +61,7 @@ pub(super) enum Reason {
 }
 
 impl Reason {
-    pub(super) fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Reason::Error => "error",
             Reason::Incomplete => "incomplete",
@@ -85,15 +85,15 @@ impl Reason {
 /// the probability is unknown: a parent's decision without a `th`) and its
 /// weight, the number of requests it stands for (1 / probability).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Kept {
-    pub(super) reason: Reason,
-    pub(super) th: Option<u64>,
-    pub(super) weight: Option<f64>,
+pub(crate) struct Kept {
+    pub(crate) reason: Reason,
+    pub(crate) th: Option<u64>,
+    pub(crate) weight: Option<f64>,
 }
 
 impl Kept {
     /// Kept whatever the randomness: probability 1.
-    pub(super) fn always(reason: Reason) -> Kept {
+    pub(crate) fn always(reason: Reason) -> Kept {
         Kept {
             reason,
             th: Some(0),
@@ -112,25 +112,25 @@ impl Kept {
 
 /// What is known of sampling when a request starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(super) struct Head {
+pub(crate) struct Head {
     /// The ratio keeps this trace.
-    pub(super) by_ratio: bool,
+    pub(crate) by_ratio: bool,
     /// `respect_parent` is on and the remote parent is sampled.
-    pub(super) by_parent: bool,
+    pub(crate) by_parent: bool,
     /// The parent's `th`, when it sent one consistent with its flag.
-    pub(super) parent_th: Option<u64>,
+    pub(crate) parent_th: Option<u64>,
 }
 
 impl Head {
     /// The sampled flag sent upstream: what is known to keep the span now.
-    pub(super) fn sampled(&self) -> bool {
+    pub(crate) fn sampled(&self) -> bool {
         self.by_ratio || self.by_parent
     }
 }
 
 /// The sampling rules, built once from `[telemetry.sampling]`.
 #[derive(Debug, Clone)]
-pub(super) struct Sampler {
+pub(crate) struct Sampler {
     /// Rejection threshold; `None` for ratio 0 (no ordinary span).
     threshold: Option<u64>,
     keep_ttft_over: Option<Duration>,
@@ -146,7 +146,7 @@ impl Default for Sampler {
 }
 
 impl Sampler {
-    pub(super) fn new(cfg: &SamplingConfig) -> Sampler {
+    pub(crate) fn new(cfg: &SamplingConfig) -> Sampler {
         Sampler {
             threshold: threshold(cfg.ratio),
             keep_ttft_over: cfg.keep_ttft_over,
@@ -158,7 +158,7 @@ impl Sampler {
 
     /// The verdict known at the start: the ratio's, from the trace's
     /// randomness, and the remote parent's flag.
-    pub(super) fn head(&self, trace_id: u128, parent: Option<&SpanContext>) -> Head {
+    pub(crate) fn head(&self, trace_id: u128, parent: Option<&SpanContext>) -> Head {
         let state = parent.map(SpanContext::trace_state);
         let ot = state.and_then(|s| s.get("ot"));
         let rv = ot.and_then(|ot| sub_key(ot, "rv")).and_then(parse_rv);
@@ -179,7 +179,7 @@ impl Sampler {
     /// Whether the finished request's span is exported, and why. `slo`:
     /// an SLO of its route and model is breached; `first`: it is the first
     /// request of its (route, model) pair.
-    pub(super) fn decide(
+    pub(crate) fn decide(
         &self,
         m: &Measurement,
         head: &Head,
@@ -193,7 +193,7 @@ impl Sampler {
     }
 
     /// The rule that keeps whatever happened: parent, then ratio.
-    pub(super) fn ordinary(&self, head: &Head) -> Option<Kept> {
+    pub(crate) fn ordinary(&self, head: &Head) -> Option<Kept> {
         if head.by_parent {
             return Some(match head.parent_th {
                 Some(th) => Kept::with_threshold(Reason::Parent, th),
@@ -237,7 +237,7 @@ impl Sampler {
 /// The rejection threshold for `ratio`, by the specification's rounding
 /// to [`PRECISION`] significant hex digits; `None` for 0 (or below
 /// 2^-56, the least probability it can express).
-pub(super) fn threshold(ratio: f64) -> Option<u64> {
+pub(crate) fn threshold(ratio: f64) -> Option<u64> {
     if ratio >= 1.0 {
         return Some(0);
     }
@@ -263,7 +263,7 @@ pub(super) fn threshold(ratio: f64) -> Option<u64> {
 
 /// `th` as written in the trace state: hex without trailing zeros, `0`
 /// for zero.
-pub(super) fn th_value(th: u64) -> String {
+pub(crate) fn th_value(th: u64) -> String {
     if th == 0 {
         return "0".into();
     }
@@ -272,7 +272,7 @@ pub(super) fn th_value(th: u64) -> String {
 }
 
 /// 2^56 / (2^56 − th): how many requests a span kept at `th` stands for.
-pub(super) fn adjusted_count(th: u64) -> f64 {
+pub(crate) fn adjusted_count(th: u64) -> f64 {
     MAX_ADJUSTED as f64 / (MAX_ADJUSTED - th.min(MAX_ADJUSTED - 1)) as f64
 }
 
@@ -304,7 +304,7 @@ fn sub_key<'a>(ot: &'a str, key: &str) -> Option<&'a str> {
 /// `state` with its `ot` entry's `th` set to `th`, or removed for `None`
 /// (a probability that is not known), the other `ot` sub-keys and other
 /// entries kept.
-pub(super) fn with_threshold(state: &TraceState, th: Option<u64>) -> TraceState {
+pub(crate) fn with_threshold(state: &TraceState, th: Option<u64>) -> TraceState {
     let old = state.get("ot").unwrap_or("");
     let mut parts: Vec<String> = old
         .split(';')

@@ -75,14 +75,14 @@ impl AttributeSink for Vec<KeyValue> {
 
 /// `gen_ai.operation.name` of a request (`unknown` when its path named no
 /// operation); it also starts the span's name.
-pub(super) fn operation_name(facts: &RequestFacts) -> &'static str {
+pub(crate) fn operation_name(facts: &RequestFacts) -> &'static str {
     facts.operation.map_or(OPERATION_UNKNOWN, Operation::name)
 }
 
 /// Attributes known when the span starts (visible to samplers). The
 /// provider is not among them: the response head may still name it, so it
 /// is set when the span ends.
-pub(super) fn start_attributes(facts: &RequestFacts, a: &mut impl AttributeSink) {
+pub(crate) fn start_attributes(facts: &RequestFacts, a: &mut impl AttributeSink) {
     a.str(GEN_AI_OPERATION_NAME, operation_name(facts));
     a.str_opt(GEN_AI_REQUEST_MODEL, facts.request_model.as_deref());
     a.bool(GEN_AI_REQUEST_STREAM, facts.stream);
@@ -96,7 +96,7 @@ pub(super) fn start_attributes(facts: &RequestFacts, a: &mut impl AttributeSink)
 
 /// Read-only view of the client's headers that exposes only the W3C trace
 /// context: nothing else in the request head reaches telemetry.
-pub(super) struct TraceHeaders<'a>(pub &'a HeaderMap);
+pub(crate) struct TraceHeaders<'a>(pub &'a HeaderMap);
 
 const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
 
@@ -120,7 +120,7 @@ impl Extractor for TraceHeaders<'_> {
 /// `sc` into the upstream request's head, as `TraceContextPropagator`
 /// would, but straight into one 55-byte header value: the propagator's
 /// `format!` and injector round trip cost more than the rest of `inject`.
-pub(super) fn inject_trace_context(sc: &SpanContext, headers: &mut HeaderMap) {
+pub(crate) fn inject_trace_context(sc: &SpanContext, headers: &mut HeaderMap) {
     if !sc.is_valid() {
         return;
     }
@@ -153,7 +153,7 @@ fn hex_into(out: &mut [u8], bytes: &[u8]) {
 }
 
 /// `error.type` when the request did not complete.
-pub(super) fn error_type(m: &Measurement) -> Option<&str> {
+pub(crate) fn error_type(m: &Measurement) -> Option<&str> {
     (m.outcome != Outcome::Complete).then(|| m.error_type.as_deref().unwrap_or(m.outcome.as_str()))
 }
 
@@ -259,7 +259,7 @@ fn tool_attributes(m: &Measurement, a: &mut impl AttributeSink) {
 }
 
 /// The span attribute counting one provider-run tool.
-pub(super) fn server_tool_attribute(tool: ServerTool) -> &'static str {
+pub(crate) fn server_tool_attribute(tool: ServerTool) -> &'static str {
     match tool {
         ServerTool::WebSearch => SERVER_TOOL_WEB_SEARCH,
         ServerTool::WebFetch => SERVER_TOOL_WEB_FETCH,
@@ -300,7 +300,7 @@ fn upstream_timing_attributes(m: &Measurement, a: &mut impl AttributeSink) {
 
 /// max(0, TTFT − the server's TTFT-equivalent), and that as a share of
 /// TTFT; `None` when either side is unknown. See docs/METRICS.md.
-pub(super) fn network_and_queue(m: &Measurement) -> Option<(std::time::Duration, Option<f64>)> {
+pub(crate) fn network_and_queue(m: &Measurement) -> Option<(std::time::Duration, Option<f64>)> {
     let ttft = m.time_to_first_token?;
     let server = m.upstream_timing.first_token_equivalent(m.request.stream)?;
     let gap = ttft.saturating_sub(server);

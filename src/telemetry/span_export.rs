@@ -27,20 +27,20 @@ const SCHEDULE_DELAY_DEFAULT: Duration = Duration::from_millis(5_000);
 
 /// Queue bounds and export schedule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct BatchSettings {
+pub(crate) struct BatchSettings {
     /// Records waiting; more are dropped.
-    pub(super) queue: usize,
+    pub(crate) queue: usize,
     /// Records per export.
-    pub(super) batch: usize,
+    pub(crate) batch: usize,
     /// Longest time between exports.
-    pub(super) delay: Duration,
+    pub(crate) delay: Duration,
 }
 
 impl BatchSettings {
     /// `queue` records, batch size and delay from `OTEL_BSP_*` as
     /// `BatchConfigBuilder::default()` reads them (unparsable values keep
     /// the default; the batch is at most the queue).
-    pub(super) fn from_env(queue: usize) -> BatchSettings {
+    pub(crate) fn from_env(queue: usize) -> BatchSettings {
         let var = |name: &str| std::env::var(name).ok();
         BatchSettings::from_vars(
             queue,
@@ -66,7 +66,7 @@ impl BatchSettings {
 }
 
 /// Where the export thread sends each batch.
-pub(super) trait RecordExporter: Send + 'static {
+pub(crate) trait RecordExporter: Send + 'static {
     /// Export one batch; returns when it is sent or has failed.
     fn export(&mut self, records: Vec<SpanRecord>) -> OTelSdkResult;
     fn shutdown(&mut self) -> OTelSdkResult;
@@ -75,7 +75,7 @@ pub(super) trait RecordExporter: Send + 'static {
 /// An SDK `SpanExporter` behind the pipeline: each record becomes its
 /// `SpanData` on the export thread.
 #[derive(Debug)]
-pub(super) struct SdkSpans<E> {
+pub(crate) struct SdkSpans<E> {
     exporter: E,
     scope: InstrumentationScope,
     max_attributes: usize,
@@ -84,7 +84,7 @@ pub(super) struct SdkSpans<E> {
 impl<E: SpanExporter> SdkSpans<E> {
     /// `exporter`, for spans of `resource` and `scope` with at most
     /// `max_attributes` attributes each.
-    pub(super) fn new(
+    pub(crate) fn new(
         mut exporter: E,
         resource: &Resource,
         scope: InstrumentationScope,
@@ -142,7 +142,7 @@ struct State {
 
 /// The span pipeline. Dropping it shuts it down (bounded wait).
 #[derive(Debug)]
-pub(super) struct SpanPipeline {
+pub(crate) struct SpanPipeline {
     shared: Arc<Shared>,
     drops: Arc<DropCounts>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -150,7 +150,7 @@ pub(super) struct SpanPipeline {
 
 impl SpanPipeline {
     /// Start the export thread for `exporter`.
-    pub(super) fn start(
+    pub(crate) fn start(
         exporter: impl RecordExporter,
         drops: Arc<DropCounts>,
         settings: BatchSettings,
@@ -187,7 +187,7 @@ impl SpanPipeline {
 
     /// Queue one finished span; a full queue drops it (counted). Never waits
     /// beyond the short lock.
-    pub(super) fn push(&self, record: SpanRecord) {
+    pub(crate) fn push(&self, record: SpanRecord) {
         let Ok(mut s) = self.shared.state.lock() else {
             return;
         };
@@ -210,7 +210,7 @@ impl SpanPipeline {
     }
 
     /// Export what is queued now; waits at most `timeout`.
-    pub(super) fn flush(&self, timeout: Duration) {
+    pub(crate) fn flush(&self, timeout: Duration) {
         let Ok(mut s) = self.shared.state.lock() else {
             return;
         };
@@ -228,7 +228,7 @@ impl SpanPipeline {
 
     /// Export what is queued, shut the exporter down and stop the thread;
     /// waits at most `timeout`. Later calls do nothing.
-    pub(super) fn shutdown(&self, timeout: Duration) {
+    pub(crate) fn shutdown(&self, timeout: Duration) {
         let Ok(mut s) = self.shared.state.lock() else {
             return;
         };

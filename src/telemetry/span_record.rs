@@ -29,8 +29,8 @@ use crate::pricing;
 /// request starts (`Head`); the span itself is kept or dropped when it
 /// ends (`Sampler::decide`).
 #[derive(Debug)]
-pub(super) struct Tracing {
-    pub(super) sampler: Sampler,
+pub(crate) struct Tracing {
+    pub(crate) sampler: Sampler,
     /// `OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT` (128 by default).
     max_attributes: usize,
     /// After `shutdown` new spans get no context, as from a shut-down
@@ -47,17 +47,17 @@ impl Default for Tracing {
 /// A span's identity once started: its context, its parent, and what was
 /// known of sampling then.
 #[derive(Debug, Clone)]
-pub(super) struct SpanStart {
-    pub(super) context: SpanContext,
-    pub(super) parent: SpanId,
-    pub(super) parent_remote: bool,
+pub(crate) struct SpanStart {
+    pub(crate) context: SpanContext,
+    pub(crate) parent: SpanId,
+    pub(crate) parent_remote: bool,
     /// The start's verdict; the context's sampled flag (sent upstream)
     /// says `head.sampled()`.
-    pub(super) head: Head,
+    pub(crate) head: Head,
 }
 
 impl Tracing {
-    pub(super) fn new(sampler: Sampler) -> Tracing {
+    pub(crate) fn new(sampler: Sampler) -> Tracing {
         let config = Config::default();
         Tracing {
             sampler,
@@ -71,7 +71,7 @@ impl Tracing {
     /// span id, the parent's trace state, and the sampled flag the start
     /// can already decide (the ratio's pick, or a sampled remote parent
     /// under `respect_parent`).
-    pub(super) fn start(&self, parent: &Context) -> SpanStart {
+    pub(crate) fn start(&self, parent: &Context) -> SpanStart {
         if self.shut_down.load(Ordering::Relaxed) {
             return SpanStart {
                 context: SpanContext::empty_context(),
@@ -108,11 +108,11 @@ impl Tracing {
     }
 
     /// No new span contexts from now on.
-    pub(super) fn shut_down(&self) {
+    pub(crate) fn shut_down(&self) {
         self.shut_down.store(true, Ordering::Relaxed);
     }
 
-    pub(super) fn max_attributes(&self) -> usize {
+    pub(crate) fn max_attributes(&self) -> usize {
         self.max_attributes
     }
 }
@@ -144,7 +144,7 @@ fn new_span_id() -> SpanId {
 
 /// A finished span waiting for export.
 #[derive(Debug)]
-pub(super) enum SpanRecord {
+pub(crate) enum SpanRecord {
     /// A request's (or a WebSocket response's) CLIENT span.
     Request(Box<RequestSpan>),
     /// A WebSocket session's span: rare, so a plain attribute list.
@@ -154,23 +154,23 @@ pub(super) enum SpanRecord {
 /// What a request's span is made of; the attributes are written from it
 /// on the export thread.
 #[derive(Debug)]
-pub(super) struct RequestSpan {
-    pub(super) start: SpanStart,
-    pub(super) m: Measurement,
+pub(crate) struct RequestSpan {
+    pub(crate) start: SpanStart,
+    pub(crate) m: Measurement,
     /// `tokentap.in_flight` at the start.
-    pub(super) in_flight: u64,
+    pub(crate) in_flight: u64,
     /// `tokentap.service_tier`, when known.
-    pub(super) tier: Option<&'static str>,
-    pub(super) cost: Option<SpanCost>,
+    pub(crate) tier: Option<&'static str>,
+    pub(crate) cost: Option<SpanCost>,
     /// The SLO mark (`slo`), when any SLO of the route and model is breached.
-    pub(super) slo: Option<KeyValue>,
+    pub(crate) slo: Option<KeyValue>,
     /// Why the span is exported and what it stands for.
-    pub(super) kept: Kept,
+    pub(crate) kept: Kept,
 }
 
 /// The cost facts on a span.
 #[derive(Debug, Clone)]
-pub(super) enum SpanCost {
+pub(crate) enum SpanCost {
     Priced {
         usd: f64,
         source: &'static str,
@@ -184,16 +184,16 @@ pub(super) enum SpanCost {
 
 /// A WebSocket session's span as recorded. Attributes in order.
 #[derive(Debug)]
-pub(super) struct SpanParts {
-    pub(super) start: SpanStart,
-    pub(super) name: String,
-    pub(super) start_time: SystemTime,
-    pub(super) end_time: SystemTime,
-    pub(super) attributes: Vec<KeyValue>,
+pub(crate) struct SpanParts {
+    pub(crate) start: SpanStart,
+    pub(crate) name: String,
+    pub(crate) start_time: SystemTime,
+    pub(crate) end_time: SystemTime,
+    pub(crate) attributes: Vec<KeyValue>,
     /// An error status's description; `None` leaves the status unset.
-    pub(super) error: Option<String>,
+    pub(crate) error: Option<String>,
     /// Why the span is exported and what it stands for.
-    pub(super) kept: Kept,
+    pub(crate) kept: Kept,
 }
 
 /// `tokentap.sampling.reason` and, when known, `tokentap.sampling.weight`.
@@ -203,7 +203,7 @@ fn sampling_attributes(kept: &Kept, a: &mut impl AttributeSink) {
 }
 
 /// The span name: operation and requested model (`chat gpt-4o`).
-pub(super) fn span_name(op: &str, model: Option<&str>) -> String {
+pub(crate) fn span_name(op: &str, model: Option<&str>) -> String {
     match model {
         Some(model) => format!("{op} {model}"),
         None => op.to_owned(),
@@ -250,31 +250,31 @@ impl RequestSpan {
 /// What a finished span is besides its attributes, borrowed from its
 /// record: what both the SDK form and the OTLP encoder (`otlp_wire`) write.
 #[derive(Debug)]
-pub(super) struct SpanHead<'a> {
-    pub(super) start: &'a SpanStart,
+pub(crate) struct SpanHead<'a> {
+    pub(crate) start: &'a SpanStart,
     /// Why the span was kept, and at which threshold.
-    pub(super) kept: &'a Kept,
+    pub(crate) kept: &'a Kept,
     /// The name: a word and, after a space, a model (`chat gpt-4o`).
-    pub(super) name: (&'a str, Option<&'a str>),
-    pub(super) start_time: SystemTime,
-    pub(super) end_time: SystemTime,
+    pub(crate) name: (&'a str, Option<&'a str>),
+    pub(crate) start_time: SystemTime,
+    pub(crate) end_time: SystemTime,
     /// The first-token event's time (the one event tokentap's spans have).
-    pub(super) first_token: Option<SystemTime>,
+    pub(crate) first_token: Option<SystemTime>,
     /// An error status's description; `None` leaves the status unset.
-    pub(super) error: Option<&'a str>,
+    pub(crate) error: Option<&'a str>,
 }
 
 impl SpanHead<'_> {
     /// The exported context: sampled, its trace state carrying the
     /// sampling threshold (`ot=th:…`) when it is known.
-    pub(super) fn context(&self) -> SpanContext {
+    pub(crate) fn context(&self) -> SpanContext {
         exported_context(&self.start.context, self.kept)
     }
 
     /// The exported context's trace state, as its header: written straight
     /// from the threshold when the request brought no trace state (the
     /// common case), without building a `TraceState`.
-    pub(super) fn trace_state(&self) -> Cow<'static, str> {
+    pub(crate) fn trace_state(&self) -> Cow<'static, str> {
         let cx = &self.start.context;
         if cx.is_valid() && *cx.trace_state() == TraceState::default() {
             return match self.kept.th {
@@ -289,7 +289,7 @@ impl SpanHead<'_> {
 
 impl SpanRecord {
     /// The span's identity, name, times, event and status.
-    pub(super) fn head(&self) -> SpanHead<'_> {
+    pub(crate) fn head(&self) -> SpanHead<'_> {
         match self {
             SpanRecord::Request(r) => {
                 let m = &r.m;
@@ -320,7 +320,7 @@ impl SpanRecord {
     }
 
     /// The span's attributes, in order, into `a`.
-    pub(super) fn attributes(&self, a: &mut impl AttributeSink) {
+    pub(crate) fn attributes(&self, a: &mut impl AttributeSink) {
         match self {
             SpanRecord::Request(r) => r.attributes(a),
             SpanRecord::Session(s) => {
@@ -332,7 +332,7 @@ impl SpanRecord {
 
     /// The SDK's form of this span, at most `max_attributes` kept, for
     /// `SpanExporter`s.
-    pub(super) fn span_data(
+    pub(crate) fn span_data(
         &self,
         scope: &InstrumentationScope,
         max_attributes: usize,
@@ -370,7 +370,7 @@ impl SpanRecord {
 
 #[cfg(test)]
 #[allow(clippy::disallowed_methods, reason = "tests build timestamps freely")]
-pub(super) mod tests {
+pub(crate) mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
     use http::HeaderMap;

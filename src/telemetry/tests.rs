@@ -22,11 +22,13 @@ use super::*;
 use crate::config::{LogFormat, OtlpProtocol, TelemetryConfig};
 use crate::meter::{Measurement, Outcome, Reasoning, RequestBody, RequestFacts, TokenSource};
 use crate::providers::{Operation, ProviderKind, Usage};
+use crate::ship::init_logging;
+use crate::ship::prometheus;
 
 const PARENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_SPAN: &str = "00f067aa0ba902b7";
 
-pub(super) fn config() -> TelemetryConfig {
+pub(crate) fn config() -> TelemetryConfig {
     TelemetryConfig {
         otlp_certificate: None,
         otlp_client_certificate: None,

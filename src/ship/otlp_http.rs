@@ -27,12 +27,12 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use tonic::Code;
 
-use super::TelemetryError;
 use super::export_tls::{self, Answer, CollectorClient, Signal};
 use super::otlp_wire::TraceEncoder;
-use super::span_export::RecordExporter;
-use super::span_record::SpanRecord;
 use crate::config::{Http2Mode, OtlpProtocol, TelemetryConfig};
+use crate::telemetry::TelemetryError;
+use crate::telemetry::span_export::RecordExporter;
+use crate::telemetry::span_record::SpanRecord;
 
 /// The stock exporter's limit on one request body.
 const MAX_BODY: usize = 64 * 1024 * 1024;
@@ -839,7 +839,7 @@ mod tests {
     });
 
     fn exporter(endpoint: &str) -> OtlpSpanExporter {
-        let mut cfg = super::super::tests::config();
+        let mut cfg = crate::telemetry::tests::config();
         cfg.otlp_endpoint = Some(endpoint.to_owned());
         cfg.otlp_headers = vec![("x-collector-token".into(), "t0k".into())];
         cfg.otlp_timeout = Duration::from_secs(10);
@@ -852,7 +852,7 @@ mod tests {
     }
 
     fn span(name: &str) -> SpanRecord {
-        use super::super::span_record::{SpanParts, SpanStart};
+        use crate::telemetry::span_record::{SpanParts, SpanStart};
         use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
         SpanRecord::Session(Box::new(SpanParts {
             start: SpanStart {
@@ -872,7 +872,7 @@ mod tests {
             end_time: SystemTime::UNIX_EPOCH + Duration::from_secs(2),
             attributes: vec![opentelemetry::KeyValue::new("tokentap.route", "r")],
             error: None,
-            kept: super::super::sampling::Kept::always(super::super::sampling::Reason::All),
+            kept: crate::telemetry::sampling::Kept::always(crate::telemetry::sampling::Reason::All),
         }))
     }
 

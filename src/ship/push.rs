@@ -23,7 +23,7 @@ use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::reader::MetricReader;
 use opentelemetry_sdk::metrics::{InstrumentKind, Pipeline, Temporality};
 
-use super::prometheus::PullReader;
+use crate::telemetry::pull::PullReader;
 
 /// The SDK's export interval when none is set (`OTEL_METRIC_EXPORT_INTERVAL`
 /// is read into `telemetry.metrics_export_interval` by the config layers).

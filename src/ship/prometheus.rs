@@ -10,19 +10,17 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::{Arc, Weak};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::metrics::Temporality;
 use opentelemetry_sdk::metrics::data::{
     self, AggregatedMetrics, MetricData, ResourceMetrics, ScopeMetrics,
 };
-use opentelemetry_sdk::metrics::reader::MetricReader;
-use opentelemetry_sdk::metrics::{InstrumentKind, ManualReader, Pipeline, Temporality};
 
-use super::exemplars::{Kept, Snapshot};
+use crate::telemetry::exemplars::{Kept, Snapshot};
+use crate::telemetry::pull::Exposition;
 
 /// Which exposition format to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,82 +65,9 @@ impl Format {
     }
 }
 
-/// A pull reader on the meter provider: one clone is registered with the
-/// provider, another kept to collect on scrape. Always cumulative, whatever
-/// temporality the OTLP exporter uses: Prometheus needs running totals.
-#[derive(Debug, Clone)]
-pub struct PullReader(Arc<ManualReader>);
-
-impl PullReader {
-    /// A cumulative reader, not yet registered with a provider.
-    pub fn new() -> PullReader {
-        PullReader(Arc::new(
-            ManualReader::builder()
-                .with_temporality(Temporality::Cumulative)
-                .build(),
-        ))
-    }
-
-    /// Collect every instrument now (runs observable callbacks). Blocking
-    /// but short; callers keep it off the proxy's request path.
-    pub fn collect(&self) -> Result<ResourceMetrics, OTelSdkError> {
-        let mut rm = ResourceMetrics::default();
-        self.0.collect(&mut rm)?;
-        Ok(rm)
-    }
-}
-
-impl Default for PullReader {
-    fn default() -> Self {
-        PullReader::new()
-    }
-}
-
-impl MetricReader for PullReader {
-    fn register_pipeline(&self, pipeline: Weak<Pipeline>) {
-        self.0.register_pipeline(pipeline);
-    }
-
-    fn collect(&self, rm: &mut ResourceMetrics) -> OTelSdkResult {
-        self.0.collect(rm)
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        self.0.force_flush()
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.0.shutdown_with_timeout(timeout)
-    }
-
-    fn temporality(&self, kind: InstrumentKind) -> Temporality {
-        self.0.temporality(kind)
-    }
-}
-
 /// Render `rm` in `format`.
 pub fn encode(rm: &ResourceMetrics, format: Format) -> String {
     encode_with(rm, format, &Snapshot::default(), Exposition::default())
-}
-
-/// How much of each series `/metrics` writes (`telemetry.prometheus_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Exposition {
-    /// Each series carries `otel_scope_name` and `otel_scope_version`.
-    pub scope_labels: bool,
-    /// Write every `bucket_stride`-th bucket boundary of a histogram (from
-    /// the first) and `+Inf`: buckets are cumulative, so the coarser
-    /// histogram is exact at the boundaries kept.
-    pub bucket_stride: usize,
-}
-
-impl Default for Exposition {
-    fn default() -> Exposition {
-        Exposition {
-            scope_labels: true,
-            bucket_stride: 1,
-        }
-    }
 }
 
 /// Render `rm` in `format` as `opts` says, histogram buckets carrying the

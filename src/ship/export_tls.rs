@@ -17,9 +17,9 @@ use http_body_util::{BodyExt, Limited};
 use opentelemetry_http::{HttpClient, HttpError};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-use super::TelemetryError;
 use crate::config::proxy::{ProxyEnv, RouteProxy};
 use crate::config::{Http2Mode, OtlpProtocol, TelemetryConfig};
+use crate::telemetry::TelemetryError;
 use crate::upstream::egress::Dial;
 use crate::upstream::{Client, ClientTls, Egress, SettingFile};
 

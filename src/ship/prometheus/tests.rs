@@ -2,12 +2,15 @@
 //! histogram and counter rendering through a real meter provider, target
 //! info, exemplars and content negotiation.
 
+use std::time::Duration;
+
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 
 use super::*;
 use crate::attrs::*;
 use crate::telemetry::exemplars::{Kept, Snapshot};
+use crate::telemetry::pull::PullReader;
 
 /// A provider whose only reader is a `PullReader`, with a fixed resource.
 fn provider() -> (SdkMeterProvider, PullReader) {

@@ -21,9 +21,9 @@ use opentelemetry::{Array, InstrumentationScope, KeyValue, Value};
 use opentelemetry_sdk::Resource;
 use prost::encoding::{encoded_len_varint, key_len};
 
-use super::span::AttributeSink;
-use super::span_record::{SpanHead, SpanRecord};
 use crate::attrs::EVENT_FIRST_TOKEN;
+use crate::telemetry::span::AttributeSink;
+use crate::telemetry::span_record::{SpanHead, SpanRecord};
 
 /// `Span.flags`: the context says whether its parent is remote (bit 8), and
 /// whether it is (bit 9); the low byte is the W3C trace flags.
@@ -543,8 +543,8 @@ mod tests {
     use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
     use prost::Message;
 
-    use super::super::span_record::tests::records;
     use super::*;
+    use crate::telemetry::span_record::tests::records;
 
     fn scope() -> InstrumentationScope {
         InstrumentationScope::builder("tokentap")

@@ -18,11 +18,11 @@ use opentelemetry_sdk::metrics::Temporality;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 
-use super::TelemetryError;
-use super::drops::DropCounts;
 use super::export_tls::{self, CollectorClient, Signal};
 use super::otlp_http::OtlpSpanExporter;
 use crate::config::{OtlpProtocol, TelemetryConfig};
+use crate::telemetry::TelemetryError;
+use crate::telemetry::drops::DropCounts;
 
 /// Counts data points in failed metric exports.
 #[derive(Debug)]
@@ -163,7 +163,7 @@ mod tests {
 
     #[test]
     fn bad_grpc_header_is_an_error_without_its_value() {
-        let mut cfg = super::super::tests::config();
+        let mut cfg = crate::telemetry::tests::config();
         cfg.otlp_headers = vec![("authorization".into(), "secret\nvalue".into())];
         let err = grpc_metadata(&cfg).expect_err("newline in header value must fail");
         assert!(
