@@ -3,11 +3,16 @@
 //! The module layout follows one request's path through the proxy:
 //! `server` (accept) → `route` (route, tenant) → `sniff` (request body) →
 //! `upstream` (forward) → `meter` (tee the response body) → `framing`
-//! (frames) → `providers` (events) → `telemetry` (spans, metrics, logs).
-//! `app` is the only place that wires the stages together; `admin` serves
-//! metrics, health and the dashboard on a separate listener; `reload`
-//! swaps in a new configuration on SIGHUP or a changed config file;
-//! `bench` drives load through the same `meter` for `tokentap bench`.
+//! (frames) → `providers` (events) → `telemetry` (record: span records,
+//! metrics, access log). A finished measurement then goes two ways:
+//! `ship` puts what was recorded on the wire (OTLP, Prometheus text, the
+//! log), and `watch` keeps the live windows, SLOs and session rollups that
+//! `admin` reads. `attrs` (attribute and metric names) and `capped_maps`
+//! are leaves those three share. `app` is the only place that wires the
+//! stages together; `admin` serves metrics, health and the dashboard on a
+//! separate listener; `reload` swaps in a new configuration on SIGHUP or a
+//! changed config file; `bench` drives load through the same `meter` for
+//! `tokentap bench`.
 
 pub mod admin;
 pub mod app;
