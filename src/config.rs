@@ -409,7 +409,7 @@ impl Default for MeterConfig {
         MeterConfig {
             max_frame_bytes: 4 << 20,
             tokenizer: true,
-            max_counted_ids: crate::meter::ledger::DEFAULT_CAP,
+            max_counted_ids: 100_000,
         }
     }
 }

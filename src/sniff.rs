@@ -14,9 +14,37 @@ use http_body_util::BodyExt;
 use memchr::memmem;
 use serde::Deserialize;
 
-use crate::meter::RequestBody;
 use crate::providers::scan::{Scan, Seen};
 use crate::providers::{ServiceTier, deserialize_service_tier};
+
+/// What happened to the request body on its way through the sniffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum RequestBody {
+    /// Read and parsed as JSON.
+    #[default]
+    Sniffed,
+    /// No body.
+    Empty,
+    /// Larger than the sniff limit: forwarded unread.
+    TooLarge,
+    /// Not JSON: forwarded unread.
+    NotJson,
+    /// The client went away before its body was read.
+    Unread,
+}
+
+impl RequestBody {
+    /// The `tokentap.request.body` attribute value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestBody::Sniffed => "sniffed",
+            RequestBody::Empty => "empty",
+            RequestBody::TooLarge => "too_large",
+            RequestBody::NotJson => "not_json",
+            RequestBody::Unread => "unread",
+        }
+    }
+}
 
 /// What the request body said.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -435,14 +435,18 @@ fn the_architecture_documents_claims_hold() {
         none,
         "framing knows no provider, meter or telemetry"
     );
-    let config: BTreeSet<String> = ["meter", "pricing", "providers"].map(str::to_owned).into();
+    let config: BTreeSet<String> = ["pricing", "providers"].map(str::to_owned).into();
     let extra: Vec<_> = imports_of(&edges, "config")
         .difference(&config)
         .cloned()
         .collect();
     assert!(
         extra.is_empty(),
-        "`config` imports only provider names, price overrides and the ledger's default cap; also {extra:?}"
+        "`config` imports only provider names and the price overrides it checks; also {extra:?}"
+    );
+    assert!(
+        !imports_of(&edges, "sniff").contains("meter"),
+        "the sniffer comes before the meter: `RequestBody` is sniff's"
     );
     let mut providers = Vec::new();
     collect_rs(&src.join("providers"), &mut providers);

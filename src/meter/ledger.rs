@@ -21,9 +21,6 @@ use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
 
-/// The default number of keys remembered (`meter.max_counted_ids`).
-pub const DEFAULT_CAP: usize = 100_000;
-
 /// The stable key of one counted thing: the same on every replica.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LedgerKey([u8; 16]);
