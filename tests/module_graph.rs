@@ -571,3 +571,45 @@ fn rooms_stay_small() {
         );
     }
 }
+
+/// Inline unit-test modules over 300 lines, known and not yet moved to a
+/// `tests.rs` beside their file, each with why. The test fails on any
+/// other, and on one of these that is gone (then it leaves this list).
+const KNOWN_LONG_INLINE_TESTS: &[&str] = &[
+    // Files the `dedup` (providers/, framing/) and `route` (meter/) work
+    // edits at the same time; moving their tests waits for those merges.
+    "src/framing/eventstream.rs",
+    "src/meter/body.rs",
+    "src/providers/anthropic.rs",
+];
+
+/// CONTRIBUTING convention 12: a file's unit tests are a `mod tests` at
+/// its end until they pass 300 lines, then `foo/tests.rs` beside it.
+#[test]
+fn long_unit_tests_live_in_their_own_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    collect_rs(&root.join("src"), &mut files);
+    files.sort();
+    let mut long = Vec::new();
+    for file in &files {
+        let text = fs::read_to_string(file).expect("read source");
+        let Some(at) = text.find("#[cfg(test)]\nmod tests {") else {
+            continue;
+        };
+        let lines = text[at..].lines().count();
+        if lines > 300 {
+            let name = file.strip_prefix(root).unwrap_or(file);
+            long.push(format!("{}", name.display()));
+        }
+    }
+    assert!(
+        files.len() > 100,
+        "expected the crate's files, found {}",
+        files.len()
+    );
+    assert_eq!(
+        long, KNOWN_LONG_INLINE_TESTS,
+        "inline test modules over 300 lines: move them to a tests.rs beside the file"
+    );
+}
