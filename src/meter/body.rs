@@ -1263,16 +1263,22 @@ mod tests {
     ) {
         let sink = Sink::default();
         let mut meter = Meter::new(facts(stream), Box::new(sink.clone()));
-        let parser = Parser::new(
-            ProviderKind::Openai,
-            Some(Operation::ChatCompletions),
-            content_type,
-            1 << 20,
-        )
-        .ok_or(Unmetered::UnknownFormat(content_type.into()));
+        let parser = chat_parser(content_type, 1 << 20);
         meter.on_head(200, content_type == "text/event-stream", parser, None);
         let (tx, rx) = Channel::new(8);
         (sink, tx, MeteredBody::new(rx, meter, idle, None))
+    }
+
+    /// An OpenAI chat parser for `content_type` with frames up to `max`
+    /// bytes, as `Meter::on_head` takes it.
+    fn chat_parser(content_type: &str, max: usize) -> Result<Parser, Unmetered> {
+        Parser::new(
+            ProviderKind::Openai,
+            Some(Operation::ChatCompletions),
+            content_type,
+            max,
+        )
+        .ok_or(Unmetered::UnknownFormat(content_type.into()))
     }
 
     /// A stream the tokenizer would count: input tokens only when its head
@@ -1355,13 +1361,7 @@ mod tests {
         let sink = Sink::default();
         let mut meter = Meter::new(facts(true), Box::new(sink.clone()));
         meter.count_once_with(ledger, false);
-        let parser = Parser::new(
-            ProviderKind::Openai,
-            Some(Operation::ChatCompletions),
-            "text/event-stream",
-            1 << 20,
-        )
-        .ok_or(Unmetered::UnknownFormat("sse".into()));
+        let parser = chat_parser("text/event-stream", 1 << 20);
         meter.on_head(200, true, parser, None);
         let (mut tx, rx) = Channel::<Bytes, BoxError>::new(8);
         let body = MeteredBody::new(rx, meter, None, None);
@@ -1894,13 +1894,7 @@ mod tests {
     async fn an_oversized_frame_still_ends_metering() {
         let sink = Sink::default();
         let mut meter = Meter::new(facts(true), Box::new(sink.clone()));
-        let parser = Parser::new(
-            ProviderKind::Openai,
-            Some(Operation::ChatCompletions),
-            "text/event-stream",
-            256,
-        )
-        .ok_or(Unmetered::UnknownFormat(String::new()));
+        let parser = chat_parser("text/event-stream", 256);
         meter.on_head(200, true, parser, None);
         let (tx, rx) = Channel::new(8);
         let body = MeteredBody::new(rx, meter, None, None);
@@ -1956,13 +1950,7 @@ mod tests {
     async fn the_last_frame_is_timed_before_the_measurement_is_recorded() {
         let sink = Sink::default();
         let mut meter = Meter::new(facts(false), Box::new(sink.clone()));
-        let parser = Parser::new(
-            ProviderKind::Openai,
-            Some(Operation::ChatCompletions),
-            "application/json",
-            1 << 20,
-        )
-        .ok_or(Unmetered::UnknownFormat("json".into()));
+        let parser = chat_parser("application/json", 1 << 20);
         meter.on_send();
         meter.on_head(200, false, parser, None);
         let json = br#"{"id":"x","model":"m-2","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;

@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 
 use super::scan::{Scan, Seen};
 use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
-use super::wire::{HasContent, Str, non_empty, non_empty_raw, service_tier};
+use super::wire::{Fold, HasContent, Str, fold, non_empty, non_empty_raw, service_tier};
 use super::{AdapterError, ContentKind, Event, ServerTool, ServiceTier, Usage};
 use super::{Operation, ProviderKind};
 use crate::framing::Frame;
@@ -332,29 +332,20 @@ struct Blocks<'a> {
     tools: Vec<ToolBlock<'a>>,
 }
 
+impl<'de: 'a, 'a> Fold<'de> for Blocks<'a> {
+    type Item = Block<'a>;
+    const EXPECTING: &'static str = "an array of content blocks";
+    fn add(&mut self, mut block: Block<'a>) {
+        self.any |= block.has_content();
+        if let Some(tool) = block.take_tool() {
+            self.tools.push(tool);
+        }
+    }
+}
+
 impl<'de: 'a, 'a> Deserialize<'de> for Blocks<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
-            type Value = Blocks<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an array of content blocks")
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<Blocks<'a>, A::Error> {
-                let mut blocks = Blocks::default();
-                while let Some(mut block) = seq.next_element::<Block<'a>>()? {
-                    blocks.any |= block.has_content();
-                    if let Some(tool) = block.take_tool() {
-                        blocks.tools.push(tool);
-                    }
-                }
-                Ok(blocks)
-            }
-        }
-        d.deserialize_seq(V(std::marker::PhantomData))
+        fold(d)
     }
 }
 
@@ -796,9 +787,10 @@ mod tests {
     use super::*;
     use crate::providers::ProviderKind;
     use crate::providers::scan::differential::{
-        Outcome, fixture_bodies, fixture_payloads, json_outcome, mutations, outcome,
+        Outcome, assert_same_sequence, each_mutation, fixture_bodies, fixture_payloads,
+        json_outcome, mutations, outcome,
     };
-    use crate::providers::tests::{Summary, expect_summary as expect, fixture};
+    use crate::providers::tests::{Summary, expect_summary as expect, feed_sse, fixture};
 
     /// Whole messages the scan must read exactly as serde does (or leave to it).
     const BODIES: &[&str] = &[
@@ -957,31 +949,16 @@ mod tests {
             SHAPES.len()
         );
         let (mut with, mut without) = (AnthropicAdapter::new(), AnthropicAdapter::without_scan());
-        let (a, b): (Vec<Outcome>, Vec<Outcome>) = payloads
-            .iter()
-            .map(|d| {
-                (
-                    outcome(|f, out| with.on_frame(f, out), d),
-                    outcome(|f, out| without.on_frame(f, out), d),
-                )
-            })
-            .unzip();
-        assert_eq!(a, b, "the whole sequence of fixture events");
+        assert_same_sequence(&mut with, &mut without, &payloads);
     }
 
     #[test]
     fn scan_reads_mutated_events_as_serde_does() {
         let payloads = fixture_payloads(&[ProviderKind::Anthropic]);
-        let inputs = payloads
-            .iter()
-            .map(Vec::as_slice)
-            .chain(SHAPES.iter().map(|s| s.as_bytes()));
-        for (i, data) in inputs.enumerate() {
-            for m in mutations(data, i as u64, 200) {
-                let (scan, serde) = scan_and_serde(&m);
-                assert_eq!(scan, serde, "{}", String::from_utf8_lossy(&m));
-            }
-        }
+        each_mutation(&payloads, SHAPES, |m| {
+            let (scan, serde) = scan_and_serde(m);
+            assert_eq!(scan, serde, "{}", String::from_utf8_lossy(m));
+        });
     }
 
     /// Usage as the recorded fixtures report it: every write for 5
@@ -1103,16 +1080,7 @@ mod tests {
 
     /// Feed SSE data payloads, without `event:` lines, to one adapter.
     fn sse(payloads: &[&str]) -> Result<Summary, AdapterError> {
-        let mut adapter = AnthropicAdapter::new();
-        let mut s = Summary::default();
-        for data in payloads {
-            let frame = Frame::Sse {
-                event: b"",
-                data: data.as_bytes(),
-            };
-            adapter.on_frame(frame, &mut |e| s.record(e))?;
-        }
-        Ok(s)
+        feed_sse(&mut AnthropicAdapter::new(), payloads)
     }
 
     fn content(data: &str) -> u32 {

@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 
 use super::scan::{Scan, Seen};
 use super::spec::{
-    FrameAdapter, ProviderSpec, Wire, body_says, never_response, no_model, whole_json,
+    FrameAdapter, ProviderSpec, Wire, body_says, frame_json, never_response, no_model, whole_json,
 };
 use super::wire::{AnyContent, HasContent, Str, non_empty, non_empty_raw};
 use super::{AdapterError, ContentKind, Event, Usage};
@@ -51,13 +51,7 @@ impl FrameAdapter for CohereAdapter {
         frame: Frame<'_>,
         out: &mut dyn FnMut(Event<'_>),
     ) -> Result<(), AdapterError> {
-        let data = match frame {
-            Frame::Sse { data, .. } => data.trim_ascii(),
-            Frame::Json(body) => body.trim_ascii(),
-            Frame::AwsEvent { .. } => {
-                return Err(AdapterError("eventstream frame in a Cohere stream"));
-            }
-        };
+        let data = frame_json(frame, "eventstream frame in a Cohere stream")?;
         if data.is_empty() || data == b"[DONE]" {
             return Ok(());
         }
@@ -455,20 +449,10 @@ mod tests {
     use super::*;
     use crate::providers::ProviderKind;
     use crate::providers::scan::differential::{Outcome, fixture_bodies, mutations};
-    use crate::providers::tests::Summary;
+    use crate::providers::tests::{Summary, feed_sse};
 
     fn events(payloads: &[&str]) -> Summary {
-        let mut a = CohereAdapter::new();
-        let mut s = Summary::default();
-        for p in payloads {
-            let frame = Frame::Sse {
-                event: b"",
-                data: p.as_bytes(),
-            };
-            a.on_frame(frame, &mut |e| s.record(e))
-                .expect("valid event");
-        }
-        s
+        feed_sse(&mut CohereAdapter::new(), payloads).expect("valid event")
     }
 
     #[test]

@@ -3,9 +3,10 @@
 use super::*;
 use crate::providers::ProviderKind;
 use crate::providers::scan::differential::{
-    Outcome, edited, fixture_bodies, fixture_payloads, json_outcome, mutations, outcome,
+    Outcome, assert_same_sequence, each_mutation, edited, fixture_bodies, fixture_payloads,
+    json_outcome, mutations, outcome,
 };
-use crate::providers::tests::{Summary, expect_summary as expect, fixture};
+use crate::providers::tests::{Summary, expect_summary as expect, feed_json, feed_sse, fixture};
 
 fn usage(input: u64, output: u64, cached: u64, reasoning: u64) -> Usage {
     Usage {
@@ -238,23 +239,14 @@ fn embeddings_have_input_and_no_output() {
 
 /// Feed SSE data payloads (and optionally whole bodies) to one adapter.
 fn sse(payloads: &[&str]) -> Result<Summary, AdapterError> {
-    let mut adapter = OpenaiAdapter::new(Some(Operation::ChatCompletions));
-    let mut s = Summary::default();
-    for data in payloads {
-        let frame = Frame::Sse {
-            event: b"",
-            data: data.as_bytes(),
-        };
-        adapter.on_frame(frame, &mut |e| s.record(e))?;
-    }
-    Ok(s)
+    feed_sse(
+        &mut OpenaiAdapter::new(Some(Operation::ChatCompletions)),
+        payloads,
+    )
 }
 
 fn json(body: &str) -> Result<Summary, AdapterError> {
-    let mut adapter = OpenaiAdapter::new(None);
-    let mut s = Summary::default();
-    adapter.on_frame(Frame::Json(body.as_bytes()), &mut |e| s.record(e))?;
-    Ok(s)
+    feed_json(&mut OpenaiAdapter::new(None), &[body])
 }
 
 fn content(data: &str) -> u32 {
@@ -534,34 +526,18 @@ fn scan_reads_fixture_chunks_and_tricky_shapes_as_serde_does() {
         payloads.len(),
         SHAPES.len()
     );
-    // Model and id once per stream, whichever path read them.
     let op = Some(Operation::ChatCompletions);
     let (mut with, mut without) = (OpenaiAdapter::new(op), OpenaiAdapter::without_scan(op));
-    let (a, b): (Vec<Outcome>, Vec<Outcome>) = payloads
-        .iter()
-        .map(|d| {
-            (
-                outcome(|f, out| with.on_frame(f, out), d),
-                outcome(|f, out| without.on_frame(f, out), d),
-            )
-        })
-        .unzip();
-    assert_eq!(a, b, "the whole sequence of fixture chunks");
+    assert_same_sequence(&mut with, &mut without, &payloads);
 }
 
 #[test]
 fn scan_reads_mutated_chunks_as_serde_does() {
     let payloads = fixture_payloads(OPENAI_FAMILY);
-    let inputs = payloads
-        .iter()
-        .map(Vec::as_slice)
-        .chain(SHAPES.iter().map(|s| s.as_bytes()));
-    for (i, data) in inputs.enumerate() {
-        for m in mutations(data, i as u64, 200) {
-            let (scan, serde) = scan_and_serde(&m);
-            assert_eq!(scan, serde, "{}", String::from_utf8_lossy(&m));
-        }
-    }
+    each_mutation(&payloads, SHAPES, |m| {
+        let (scan, serde) = scan_and_serde(m);
+        assert_eq!(scan, serde, "{}", String::from_utf8_lossy(m));
+    });
 }
 
 /// `data` with its `delta.content` string literal replaced by `with`.
