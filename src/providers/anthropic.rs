@@ -16,7 +16,9 @@ use serde_json::value::RawValue;
 
 use super::scan::{Scan, Seen};
 use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
-use super::wire::{Fold, HasContent, Str, fold, non_empty, non_empty_raw, service_tier};
+use super::wire::{
+    Fold, HasContent, Str, deserialize_by_fold, non_empty, non_empty_raw, service_tier,
+};
 use super::{AdapterError, ContentKind, Event, ServerTool, ServiceTier, Usage};
 use super::{Operation, ProviderKind};
 use crate::framing::Frame;
@@ -154,10 +156,7 @@ impl AnthropicAdapter {
             out(Event::ResponseId(id.as_str()));
         }
         if m.content.is_some_and(|c| c.any) {
-            out(Event::Content {
-                pieces: 1,
-                kind: ContentKind::Visible,
-            });
+            out(Event::ONE_VISIBLE);
         }
         for tool in m.content.iter().flat_map(|c| &c.tools) {
             tool.emit(out);
@@ -180,10 +179,7 @@ impl AnthropicAdapter {
             out(Event::ResponseId(id));
         }
         if m.content {
-            out(Event::Content {
-                pieces: 1,
-                kind: ContentKind::Visible,
-            });
+            out(Event::ONE_VISIBLE);
         }
         if let Some(usage) = &m.usage {
             out(Event::Usage(self.usage(usage)));
@@ -343,11 +339,7 @@ impl<'de: 'a, 'a> Fold<'de> for Blocks<'a> {
     }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Blocks<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        fold(d)
-    }
-}
+deserialize_by_fold!(Blocks<'a>);
 
 /// The provider-run tool a `server_tool_use` block's name stands for
 /// (`None` for ones not counted).
@@ -977,18 +969,6 @@ mod tests {
         }
     }
 
-    fn summary(content: u32, model: &str, id: &str, finish: &[&str], done: u32) -> Summary {
-        Summary {
-            content_frames: content,
-            pieces: content,
-            model: Some(model.to_owned()),
-            response_id: Some(id.to_owned()),
-            finish: finish.iter().map(|s| s.to_string()).collect(),
-            done,
-            ..Summary::default()
-        }
-    }
-
     #[test]
     fn text_deltas_carry_their_text() {
         let (got, _, _) = fixture("anthropic/messages_stream.sse").run();
@@ -998,13 +978,13 @@ mod tests {
 
     #[test]
     fn text_stream() {
-        let mut s = summary(
+        let mut s = Summary::of(
             3,
             "claude-sonnet-4-20250514",
             "msg_01XFDUDYJgAACzvnptvVoYEL",
             &["end_turn"],
-            1,
         );
+        s.done = 1;
         s.usage = usage(472, 27, 2048, 0);
         expect("anthropic/messages_stream.sse", s);
     }
@@ -1013,13 +993,13 @@ mod tests {
     fn tool_use_stream() {
         // 2 text deltas; the tool_use start and the empty first partial_json
         // are not content; 4 argument pieces are.
-        let mut s = summary(
+        let mut s = Summary::of(
             6,
             "claude-opus-4-1-20250805",
             "msg_014p7gG3wDgGV9EUtLvnow3U",
             &["tool_use"],
-            1,
         );
+        s.done = 1;
         s.usage = usage(472, 89, 0, 1536);
         // One client tool call, named at its block start.
         s.tool_calls = 1;
@@ -1030,25 +1010,24 @@ mod tests {
     #[test]
     fn thinking_stream() {
         // 3 thinking deltas and 1 text delta; the signature is not content.
-        let mut s = summary(
+        let mut s = Summary::of(
             4,
             "claude-3-7-sonnet-20250219",
             "msg_01Hn2rQa8Vt5LkZx3Wm7Pb9Y",
             &["end_turn"],
-            1,
         );
+        s.done = 1;
         s.usage = usage(36, 118, 0, 0);
         expect("anthropic/messages_stream_thinking.sse", s);
     }
 
     #[test]
     fn stream_with_error_event() {
-        let mut s = summary(
+        let mut s = Summary::of(
             2,
             "claude-sonnet-4-20250514",
             "msg_01Ab3Cd5Ef7Gh9Ij1Kl3Mn5P",
             &[],
-            0,
         );
         s.usage = usage(1024, 1, 0, 0);
         s.errors = vec!["overloaded_error".into()];
@@ -1057,13 +1036,13 @@ mod tests {
 
     #[test]
     fn whole_message() {
-        let mut s = summary(
+        let mut s = Summary::of(
             1,
             "claude-sonnet-4-20250514",
             "msg_01EcyWo6m4hyW8KHs2y2pei5",
             &["end_turn"],
-            1, // a whole body that parsed is its own terminal event
         );
+        s.done = 1; // a whole body that parsed is its own terminal event
         s.usage = usage(21, 10, 0, 0);
         expect("anthropic/message.json", s);
     }

@@ -101,10 +101,7 @@ impl FrameAdapter for CohereAdapter {
             None => {
                 // A whole chat response.
                 if doc.message.as_ref().is_some_and(WholeMessage::has_content) {
-                    out(Event::Content {
-                        pieces: 1,
-                        kind: ContentKind::Visible,
-                    });
+                    out(Event::ONE_VISIBLE);
                 }
                 let calls = doc.message.as_ref().and_then(|m| m.tool_calls);
                 let calls =
@@ -132,10 +129,7 @@ impl CohereAdapter {
             }
         }
         if w.content {
-            out(Event::Content {
-                pieces: 1,
-                kind: ContentKind::Visible,
-            });
+            out(Event::ONE_VISIBLE);
         }
         if let Some(c) = w.tokens.or(w.billed_units) {
             out(Event::Usage(Usage {
@@ -448,7 +442,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
 mod tests {
     use super::*;
     use crate::providers::ProviderKind;
-    use crate::providers::scan::differential::{Outcome, fixture_bodies, mutations};
+    use crate::providers::scan::differential::{fixture_bodies, json_outcome, mutations};
     use crate::providers::tests::{Summary, feed_sse};
 
     fn events(payloads: &[&str]) -> Summary {
@@ -505,12 +499,6 @@ mod tests {
         "[DONE]",
     ];
 
-    fn json_outcome(adapter: &mut CohereAdapter, body: &[u8]) -> Outcome {
-        let mut log = Vec::new();
-        let result = adapter.on_frame(Frame::Json(body), &mut |e| log.push(format!("{e:?}")));
-        (log, result)
-    }
-
     #[test]
     fn whole_response_scan_reads_fixtures_shapes_and_mutations_as_serde_does() {
         let fixtures = fixture_bodies(&[ProviderKind::Cohere]);
@@ -523,8 +511,8 @@ mod tests {
         for (i, body) in inputs.enumerate() {
             scanned += usize::from(WholeResponse::scan(body.trim_ascii()).is_some());
             for m in std::iter::once(body.to_vec()).chain(mutations(body, 3000 + i as u64, 200)) {
-                let scan = json_outcome(&mut CohereAdapter::new(), &m);
-                let serde = json_outcome(&mut CohereAdapter::without_scan(), &m);
+                let scan = json_outcome(|f, out| CohereAdapter::new().on_frame(f, out), &m);
+                let serde = json_outcome(|f, o| CohereAdapter::without_scan().on_frame(f, o), &m);
                 assert_eq!(scan, serde, "{}", String::from_utf8_lossy(&m));
             }
         }

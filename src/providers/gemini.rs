@@ -10,11 +10,10 @@
 use std::borrow::Cow;
 
 use serde::Deserialize;
-use serde::de::Deserializer;
 use serde_json::value::RawValue;
 
 use super::spec::{FrameAdapter, JsonBody, ProviderSpec, Wire, each_document, never_response};
-use super::wire::{Fold, HasKind, Str, fold, non_empty};
+use super::wire::{Fold, HasKind, Str, deserialize_by_fold, non_empty};
 use super::{AdapterError, ContentKind, Event, Operation, ServerTool, Usage};
 use super::{ProviderKind, percent_decode};
 use crate::framing::Frame;
@@ -269,11 +268,7 @@ impl<'de: 'a, 'a> Fold<'de> for Candidates<'a> {
     }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Candidates<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        fold(d)
-    }
-}
+deserialize_by_fold!(Candidates<'a>);
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -304,11 +299,7 @@ impl Fold<'_> for Count {
     }
 }
 
-impl<'de> Deserialize<'de> for Count {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        fold(d)
-    }
-}
+deserialize_by_fold!(Count);
 
 #[derive(Deserialize)]
 struct Content<'a> {
@@ -344,11 +335,7 @@ impl<'de: 'a, 'a> Fold<'de> for Parts<'a> {
     }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Parts<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        fold(d)
-    }
-}
+deserialize_by_fold!(Parts<'a>);
 
 /// A `functionCall`'s name.
 fn call_name<'a>(call: &'a RawValue) -> Option<Str<'a>> {

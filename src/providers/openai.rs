@@ -11,13 +11,14 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use serde::Deserialize;
-use serde::de::Deserializer;
 use serde_json::value::RawValue;
 
 use super::ProviderKind;
 use super::scan::{self, Scan, Seen};
 use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
-use super::wire::{Fold, HasContent, Str, fold, non_empty, non_empty_raw, reported_cost};
+use super::wire::{
+    Fold, HasContent, Str, deserialize_by_fold, non_empty, non_empty_raw, reported_cost,
+};
 use super::{
     AdapterError, ContentKind, Event, Operation, ReportedCost, ServerTool, ServiceTier,
     UpstreamTiming, Usage, millis, seconds,
@@ -171,10 +172,7 @@ impl OpenaiAdapter {
             .as_ref()
             .is_some_and(|o| o.as_str() == "response");
         if is_response_body && non_empty(doc.output) {
-            out(Event::Content {
-                pieces: 1,
-                kind: ContentKind::Visible,
-            });
+            out(Event::ONE_VISIBLE);
             if let Some(output) = doc.output {
                 output_items(output.get(), out);
             }
@@ -269,10 +267,7 @@ impl OpenaiAdapter {
         }
         let is_response_body = b.object == Some("response");
         if let Some(output) = b.output.filter(|o| is_response_body && non_empty_raw(o)) {
-            out(Event::Content {
-                pieces: 1,
-                kind: ContentKind::Visible,
-            });
+            out(Event::ONE_VISIBLE);
             output_items(output, out);
         }
         if let Some(mut usage) = b.usage {
@@ -698,11 +693,7 @@ impl<'de: 'a, 'a> Fold<'de> for Choices<'a> {
     }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        fold(d)
-    }
-}
+deserialize_by_fold!(Choices<'a>);
 
 #[derive(Deserialize)]
 struct Choice<'a> {
@@ -871,11 +862,7 @@ impl<'de: 'a, 'a> Fold<'de> for ToolCalls<'a> {
     }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for ToolCalls<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        fold(d)
-    }
-}
+deserialize_by_fold!(ToolCalls<'a>);
 
 #[derive(Deserialize)]
 struct Function<'a> {

@@ -48,7 +48,7 @@ use self::openai::scan_openai;
 use self::openai::{openai_client, openai_message, openai_server};
 use super::openai::{ItemTool, OutputItem};
 use super::scan::{Scan, Seen};
-use super::wire::{Fold, Str, fold, non_empty, non_empty_raw};
+use super::wire::{Fold, Str, deserialize_by_fold, non_empty, non_empty_raw};
 use super::{AdapterError, ServerTool, Usage, percent_decode, strip_query};
 
 /// The message protocol a WebSocket session speaks.

@@ -36,6 +36,19 @@ pub(crate) struct Summary {
 }
 
 impl Summary {
+    /// A response of `content` one-piece content events, naming `model`
+    /// and `id` (none when empty), with `finish` reasons; the rest default.
+    pub(crate) fn of(content: u32, model: &str, id: &str, finish: &[&str]) -> Summary {
+        Summary {
+            content_frames: content,
+            pieces: content,
+            model: Some(model.to_owned()),
+            response_id: (!id.is_empty()).then(|| id.to_owned()),
+            finish: finish.iter().map(|s| s.to_string()).collect(),
+            ..Summary::default()
+        }
+    }
+
     pub(crate) fn record(&mut self, event: Event<'_>) {
         match event {
             Event::Content { pieces, .. } => {
@@ -493,95 +506,4 @@ fn every_operation_has_exactly_one_wire_format() {
             .count();
         assert_eq!(detected, 1, "{path}: detected by {detected} specs");
     }
-}
-
-#[test]
-fn stored_response_paths_name_their_own_operations() {
-    for (method, path, want) in [
-        ("POST", "/v1/responses", Some(Operation::Responses)),
-        (
-            "GET",
-            "/v1/responses/resp_1",
-            Some(Operation::FetchResponse),
-        ),
-        (
-            "GET",
-            "/v1/responses/resp_1?stream=true&starting_after=7",
-            Some(Operation::FetchResponse),
-        ),
-        (
-            "DELETE",
-            "/v1/responses/resp_1",
-            Some(Operation::DeleteResponse),
-        ),
-        (
-            "POST",
-            "/v1/responses/resp_1/cancel",
-            Some(Operation::CancelResponse),
-        ),
-        (
-            "GET",
-            "/openai/v1/responses/resp_1/input_items?limit=5",
-            Some(Operation::ResponseInputItems),
-        ),
-        (
-            "GET",
-            "/v1/files/file-abc/content",
-            Some(Operation::FileContent),
-        ),
-        (
-            "GET",
-            "/anthropic/v1/messages/batches/msgbatch_1/results",
-            Some(Operation::BatchResults),
-        ),
-        ("GET", "/v1/files/file-abc", None),
-        ("GET", "/v1/batches/b/results", None),
-        ("POST", "/v1/responses/resp_1/other", None),
-        ("POST", "/v1/cancel", None),
-        ("POST", "cancel", None),
-        ("POST", "responses/cancel", Some(Operation::FetchResponse)),
-        ("GET", "responses/r", Some(Operation::FetchResponse)),
-        ("GET", "/responses//cancel", None),
-        ("GET", "files/f/content", Some(Operation::FileContent)),
-        ("GET", "/v1/files//content", None),
-        ("GET", "batches/b/results", None),
-        ("GET", "/model/converse", Some(Operation::Converse)),
-        ("GET", "model/x/converse", None),
-        ("POST", "/model/m:0/invoke", Some(Operation::InvokeModel)),
-        (
-            "POST",
-            "/v1/models/g:generateContent?alt=sse",
-            Some(Operation::GenerateContent),
-        ),
-        (
-            "POST",
-            "/v1/chat/completions/",
-            Some(Operation::ChatCompletions),
-        ),
-        ("POST", "", None),
-    ] {
-        assert_eq!(
-            Operation::from_request(method, path),
-            want,
-            "{method} {path}"
-        );
-    }
-    let names: Vec<&str> = [
-        Operation::FetchResponse,
-        Operation::CancelResponse,
-        Operation::DeleteResponse,
-        Operation::ResponseInputItems,
-    ]
-    .iter()
-    .map(|op| op.name())
-    .collect();
-    assert_eq!(
-        names,
-        [
-            "fetch_response",
-            "cancel_response",
-            "delete_response",
-            "list_input_items"
-        ]
-    );
 }

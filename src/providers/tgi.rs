@@ -13,7 +13,7 @@ use super::spec::{
     FrameAdapter, ProviderSpec, Wire, each_document, never_response, no_model, whole_json,
 };
 use super::wire::{Str, non_empty};
-use super::{AdapterError, ContentKind, Event, Usage};
+use super::{AdapterError, Event, Usage};
 use super::{Operation, ProviderKind};
 use crate::framing::Frame;
 
@@ -63,10 +63,7 @@ fn on_doc(data: &[u8], out: &mut dyn FnMut(Event<'_>)) -> Result<(), AdapterErro
         None => non_empty(doc.generated_text),
     };
     if content {
-        out(Event::Content {
-            pieces: 1,
-            kind: ContentKind::Visible,
-        });
+        out(Event::ONE_VISIBLE);
     }
     if let Some(details) = &doc.details {
         if details.generated_tokens.is_some() || details.input_length.is_some() {

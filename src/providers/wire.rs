@@ -38,7 +38,27 @@ pub(crate) trait Fold<'de>: Default {
     fn add(&mut self, item: Self::Item);
 }
 
-/// `Deserialize::deserialize` of a `Fold` type (its impl calls this).
+/// `Deserialize` for `Fold` types, through `fold`: `Name<'a>` for one that
+/// borrows from the payload, `Name` for one that does not.
+macro_rules! deserialize_by_fold {
+    ($t:ident<$a:lifetime>) => {
+        impl<'de: $a, $a> serde::Deserialize<'de> for $t<$a> {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                $crate::providers::wire::fold(d)
+            }
+        }
+    };
+    ($t:ident) => {
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                $crate::providers::wire::fold(d)
+            }
+        }
+    };
+}
+pub(crate) use deserialize_by_fold;
+
+/// `Deserialize::deserialize` of a `Fold` type (`deserialize_by_fold!`).
 pub(crate) fn fold<'de, F: Fold<'de>, D: Deserializer<'de>>(d: D) -> Result<F, D::Error> {
     struct V<F>(PhantomData<F>);
     impl<'de, F: Fold<'de>> Visitor<'de> for V<F> {

@@ -176,11 +176,7 @@ impl<'de> Fold<'de> for Modalities {
     }
 }
 
-impl<'de> Deserialize<'de> for Modalities {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        fold(d)
-    }
-}
+deserialize_by_fold!(Modalities);
 
 /// `modelTurn.parts` folded while parsing: non-empty parts per kind.
 #[derive(Debug, Clone, Copy, Default)]
@@ -243,11 +239,7 @@ impl<'de> Fold<'de> for PartCounts {
     }
 }
 
-impl<'de> Deserialize<'de> for PartCounts {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        fold(d)
-    }
-}
+deserialize_by_fold!(PartCounts);
 
 /// Gemini Live's per-session state, on its own parser: Gemini has no
 /// response-created event, so a turn opens with its first model content
