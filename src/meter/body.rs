@@ -1810,12 +1810,14 @@ mod tests {
         );
     }
 
-    /// Send `chunks` through a metered SSE body; the bytes the client got.
+    /// Send `chunks` through a metered body to its end: the client gets
+    /// exactly their bytes.
     async fn stream_through(
         sink_body: MeteredBody<Channel<Bytes, BoxError>>,
         mut tx: http_body_util::channel::Sender<Bytes, BoxError>,
         chunks: Vec<Bytes>,
-    ) -> Bytes {
+    ) {
+        let expected: Vec<u8> = chunks.iter().flat_map(|b| b.to_vec()).collect();
         let producer = tokio::spawn(async move {
             for c in chunks {
                 tx.send_data(c).await.expect("send");
@@ -1823,7 +1825,7 @@ mod tests {
         });
         let got = sink_body.collect().await.expect("body").to_bytes();
         producer.await.expect("producer");
-        got
+        assert_eq!(got.as_ref(), expected.as_slice(), "bytes unchanged");
     }
 
     #[tokio::test]
@@ -1835,9 +1837,7 @@ mod tests {
             chunk("b"),
             Bytes::from_static(USAGE.as_bytes()),
         ];
-        let expected: Vec<u8> = sent.iter().flat_map(|b| b.to_vec()).collect();
-        let got = stream_through(body, tx, sent).await;
-        assert_eq!(got.as_ref(), expected.as_slice(), "bytes unchanged");
+        stream_through(body, tx, sent).await;
         let m = sink.only();
         assert_eq!(
             (m.outcome, m.error_type.as_deref()),
@@ -1905,9 +1905,7 @@ mod tests {
             chunk("b"),
             Bytes::from_static(b"data: [DONE]\n\n"),
         ];
-        let expected: Vec<u8> = sent.iter().flat_map(|b| b.to_vec()).collect();
-        let got = stream_through(body, tx, sent).await;
-        assert_eq!(got.as_ref(), expected.as_slice(), "bytes unchanged");
+        stream_through(body, tx, sent).await;
         let m = sink.only();
         assert_eq!(
             (m.outcome, m.error_type.as_deref()),
