@@ -51,7 +51,8 @@ pub enum FramingError {
 
 /// A decoder's first failure, returned by every later call: a decoder
 /// that lost its place in the grammar does not find it again. Each decoder
-/// keeps one and runs its `feed` (and `finish`) through it.
+/// keeps one (`failed`); `Decoder::feed` runs its `feed_inner` through
+/// it, and its `finish` checks and keeps it too.
 #[derive(Debug, Clone, Default)]
 struct Sticky(Option<FramingError>);
 
@@ -78,11 +79,16 @@ pub trait Decoder {
     fn finish(&mut self, on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError>;
 }
 
+/// `Decoder` for each decoder type: `feed` runs the type's `feed_inner`
+/// through its `Sticky` (one place for "the first failure stays").
 macro_rules! impl_decoder {
     ($($t:ty),*) => {$(
         impl Decoder for $t {
+            /// Feed one chunk; `on` is called for every frame completed by it.
             fn feed(&mut self, chunk: &[u8], on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError> {
-                <$t>::feed(self, chunk, on)
+                self.failed.check()?;
+                let result = self.feed_inner(chunk, on);
+                self.failed.keep(result)
             }
             fn finish(&mut self, on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError> {
                 <$t>::finish(self, on)
@@ -158,12 +164,59 @@ pub(crate) mod testing {
         frames
     }
 
+    /// Feed `chunk` whole: every byte slice of every frame it completes
+    /// must borrow from the chunk (nothing copied). The number of frames.
+    pub(crate) fn borrowed_frames<D: Decoder>(dec: &mut D, chunk: &[u8]) -> usize {
+        let range = chunk.as_ptr_range();
+        let mut borrowed = 0;
+        dec.feed(chunk, &mut |f| {
+            let parts = match f {
+                Frame::Sse { event, data } => vec![event, data],
+                Frame::Json(doc) => vec![doc],
+                Frame::AwsEvent {
+                    message_type,
+                    event_type,
+                    payload,
+                } => vec![message_type, event_type, payload],
+            };
+            for part in parts.into_iter().filter(|p| !p.is_empty()) {
+                assert!(
+                    range.contains(&part.as_ptr()),
+                    "frame should borrow the chunk"
+                );
+            }
+            borrowed += 1;
+        })
+        .expect("valid stream");
+        borrowed
+    }
+
+    /// `first` fails `dec` with `err`; a later `feed` of `second` and
+    /// `finish` return that same failure.
+    #[track_caller]
+    pub(crate) fn assert_stays_failed<D: Decoder>(
+        dec: &mut D,
+        first: &[u8],
+        second: &[u8],
+        err: FramingError,
+    ) {
+        let mut on = |_: Frame<'_>| {};
+        assert_eq!(dec.feed(first, &mut on), Err(err.clone()), "fails");
+        assert_eq!(dec.feed(second, &mut on), Err(err.clone()), "stays failed");
+        assert_eq!(dec.finish(&mut on), Err(err), "finish too");
+    }
+
     /// A `Frame::Json` as text (NDJSON lines, JSON array elements).
     pub(crate) fn json(f: Frame<'_>) -> String {
         match f {
             Frame::Json(doc) => text(doc),
             other => panic!("expected a JSON frame, got {other:?}"),
         }
+    }
+
+    /// Owned copies of `items`, to compare with frames rendered as text.
+    pub(crate) fn strs(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| (*s).to_owned()).collect()
     }
 
     /// Lossy text of a byte slice, for readable assertions.

@@ -34,7 +34,7 @@ use std::borrow::Cow;
 use crate::framing::eventstream::EventStreamDecoder;
 use crate::framing::json_array::JsonArrayDecoder;
 use crate::framing::ndjson::NdjsonDecoder;
-use crate::framing::{Frame, FramingError, sse::SseDecoder};
+use crate::framing::{Decoder, Frame, FramingError, sse::SseDecoder};
 
 /// The registry: one line per provider, in documentation order. It
 /// declares `ProviderKind` (whose serde name is the lowercase variant, the

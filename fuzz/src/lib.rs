@@ -20,6 +20,7 @@ pub mod rewrite;
 pub mod sniff;
 pub mod websocket;
 
+use tokentap::framing::Decoder as _;
 use tokentap::framing::eventstream::EventStreamDecoder;
 use tokentap::framing::json_array::JsonArrayDecoder;
 use tokentap::framing::ndjson::NdjsonDecoder;

@@ -38,7 +38,7 @@ pub struct EventStreamDecoder {
     /// The buffered message's declared total length, once its prelude is in.
     total: usize,
     /// Set once the decoder failed; every later call returns it.
-    failed: super::Sticky,
+    pub(super) failed: super::Sticky,
     /// Messages skipped because their CRC or headers were bad.
     skipped: u64,
 }
@@ -62,17 +62,6 @@ impl EventStreamDecoder {
         self.skipped
     }
 
-    /// Feed one chunk; `on` is called for every message completed by it.
-    pub fn feed(
-        &mut self,
-        chunk: &[u8],
-        on: &mut dyn FnMut(Frame<'_>),
-    ) -> Result<(), FramingError> {
-        self.failed.check()?;
-        let result = self.feed_inner(chunk, on);
-        self.failed.keep(result)
-    }
-
     /// End of body: a message cut short is malformed. The decoder is reset
     /// for reuse.
     pub fn finish(&mut self, _on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError> {
@@ -85,7 +74,8 @@ impl EventStreamDecoder {
         Ok(())
     }
 
-    fn feed_inner(
+    /// `Decoder::feed`'s work, before its `Sticky` keeps the outcome.
+    pub(super) fn feed_inner(
         &mut self,
         chunk: &[u8],
         on: &mut dyn FnMut(Frame<'_>),
@@ -348,6 +338,7 @@ pub fn encode(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framing::Decoder;
     use crate::framing::testing::{self, text};
 
     /// (message type, event type, payload) of one frame.
@@ -509,24 +500,8 @@ mod tests {
         chunk.extend(event("contentBlockDelta", r#"{"delta":{"text":"b"}}"#));
         let partial = event("messageStop", "{}");
         chunk.extend_from_slice(&partial[..20]);
-        let range = chunk.as_ptr_range();
         let mut dec = EventStreamDecoder::new(1024);
-        let mut borrowed = 0;
-        dec.feed(&chunk, &mut |f| {
-            if let Frame::AwsEvent {
-                message_type,
-                event_type,
-                payload,
-            } = f
-            {
-                for s in [message_type, event_type, payload] {
-                    assert!(range.contains(&s.as_ptr()), "frame should borrow the chunk");
-                }
-                borrowed += 1;
-            }
-        })
-        .expect("valid stream");
-        assert_eq!(borrowed, 2);
+        assert_eq!(testing::borrowed_frames(&mut dec, &chunk), 2);
         assert_eq!(
             dec.buf,
             &partial[..20],

@@ -61,7 +61,7 @@ pub struct JsonArrayDecoder {
     /// The current element's bytes from earlier chunks.
     buf: Vec<u8>,
     /// Set once the decoder failed; every later call returns it.
-    failed: super::Sticky,
+    pub(super) failed: super::Sticky,
     /// Stretches of bytes skipped because they broke the grammar.
     skipped: u64,
 }
@@ -85,17 +85,6 @@ impl JsonArrayDecoder {
     /// grammar (each up to the next top-level `,` or `]`).
     pub fn skipped(&self) -> u64 {
         self.skipped
-    }
-
-    /// Feed one chunk; `on` is called for every element completed by it.
-    pub fn feed(
-        &mut self,
-        chunk: &[u8],
-        on: &mut dyn FnMut(Frame<'_>),
-    ) -> Result<(), FramingError> {
-        self.failed.check()?;
-        let result = self.feed_inner(chunk, on);
-        self.failed.keep(result)
     }
 
     /// End of body. An empty (or all-whitespace) body and a closed array
@@ -124,7 +113,8 @@ impl JsonArrayDecoder {
         self.buf.clear();
     }
 
-    fn feed_inner(
+    /// `Decoder::feed`'s work, before its `Sticky` keeps the outcome.
+    pub(super) fn feed_inner(
         &mut self,
         chunk: &[u8],
         on: &mut dyn FnMut(Frame<'_>),
@@ -297,7 +287,8 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framing::testing;
+    use crate::framing::Decoder;
+    use crate::framing::testing::{self, strs};
 
     type Frames = Vec<String>;
 
@@ -313,10 +304,6 @@ mod tests {
         let (frames, result) = decode_all_ways(input, 1 << 16);
         let err = result.expect_err("expected an error");
         (frames, err)
-    }
-
-    fn strs(elements: &[&str]) -> Frames {
-        elements.iter().map(|s| (*s).to_owned()).collect()
     }
 
     #[test]
@@ -371,20 +358,8 @@ mod tests {
     #[test]
     fn element_wholly_inside_a_chunk_borrows_it() {
         let chunk = b"[{\"a\":1},\n{\"b\":2},{\"c\"";
-        let range = chunk.as_ptr_range();
         let mut dec = JsonArrayDecoder::new(1024);
-        let mut borrowed = 0;
-        dec.feed(chunk, &mut |f| {
-            if let Frame::Json(element) = f {
-                assert!(
-                    range.contains(&element.as_ptr()),
-                    "frame should borrow the chunk"
-                );
-                borrowed += 1;
-            }
-        })
-        .expect("valid stream");
-        assert_eq!(borrowed, 2);
+        assert_eq!(testing::borrowed_frames(&mut dec, chunk), 2);
         assert_eq!(dec.buf, b"{\"c\"", "only the incomplete element is kept");
     }
 

@@ -21,7 +21,7 @@ pub struct NdjsonDecoder {
     /// The incomplete line carried over from earlier chunks.
     tail: Vec<u8>,
     /// Set once the cap was exceeded; every later call returns it.
-    failed: super::Sticky,
+    pub(super) failed: super::Sticky,
     /// Oversize policy: skip a line over the cap (counted) instead of
     /// failing (long batch result files, where one line must not end
     /// the metering of the rest).
@@ -72,17 +72,6 @@ impl NdjsonDecoder {
         }
     }
 
-    /// Feed one chunk; `on` is called for every line completed by it.
-    pub fn feed(
-        &mut self,
-        chunk: &[u8],
-        on: &mut dyn FnMut(Frame<'_>),
-    ) -> Result<(), FramingError> {
-        self.failed.check()?;
-        let result = self.feed_inner(chunk, on);
-        self.failed.keep(result)
-    }
-
     /// End of body: emit a final line that had no line end, then reset the
     /// decoder for reuse.
     pub fn finish(&mut self, on: &mut dyn FnMut(Frame<'_>)) -> Result<(), FramingError> {
@@ -98,7 +87,8 @@ impl NdjsonDecoder {
         self.failed.keep(result)
     }
 
-    fn feed_inner(
+    /// `Decoder::feed`'s work, before its `Sticky` keeps the outcome.
+    pub(super) fn feed_inner(
         &mut self,
         chunk: &[u8],
         on: &mut dyn FnMut(Frame<'_>),
@@ -170,7 +160,8 @@ impl NdjsonDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framing::testing;
+    use crate::framing::Decoder;
+    use crate::framing::testing::{self, strs};
 
     type Frames = Vec<String>;
 
@@ -180,10 +171,6 @@ mod tests {
 
     fn frames(input: &[u8]) -> Frames {
         testing::frames_ok(|| NdjsonDecoder::new(1 << 16), input, testing::json)
-    }
-
-    fn strs(lines: &[&str]) -> Frames {
-        lines.iter().map(|s| (*s).to_owned()).collect()
     }
 
     #[test]
@@ -246,20 +233,8 @@ mod tests {
     #[test]
     fn line_wholly_inside_a_chunk_borrows_it() {
         let chunk = b"{\"a\":1}\n{\"b\":2}\r\n{\"c\"";
-        let range = chunk.as_ptr_range();
         let mut dec = NdjsonDecoder::new(1024);
-        let mut borrowed = 0;
-        dec.feed(chunk, &mut |f| {
-            if let Frame::Json(line) = f {
-                assert!(
-                    range.contains(&line.as_ptr()),
-                    "frame should borrow the chunk"
-                );
-                borrowed += 1;
-            }
-        })
-        .expect("valid stream");
-        assert_eq!(borrowed, 2);
+        assert_eq!(testing::borrowed_frames(&mut dec, chunk), 2);
         assert_eq!(dec.tail, b"{\"c\"", "only the incomplete line is kept");
     }
 
@@ -291,17 +266,8 @@ mod tests {
             "an unterminated oversized line fails too"
         );
 
-        let mut dec = NdjsonDecoder::new(4);
-        let mut on = |_: Frame<'_>| {};
-        assert!(dec.feed(b"{\"abc\"", &mut on).is_err());
-        assert_eq!(
-            dec.feed(b"}\n", &mut on),
-            Err(FramingError::TooLarge { limit: 4 })
-        );
-        assert_eq!(
-            dec.finish(&mut on),
-            Err(FramingError::TooLarge { limit: 4 })
-        );
+        let too_large = FramingError::TooLarge { limit: 4 };
+        testing::assert_stays_failed(&mut NdjsonDecoder::new(4), b"{\"abc\"", b"}\n", too_large);
     }
 
     #[test]

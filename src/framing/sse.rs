@@ -44,7 +44,7 @@ pub struct SseDecoder {
     /// The reconnection time the stream asked for, in milliseconds.
     retry: Option<u64>,
     /// Set once the cap was exceeded; every later call returns it.
-    failed: super::Sticky,
+    pub(super) failed: super::Sticky,
 }
 
 /// Where a complete line lies: inside the current chunk (borrowable) or in
@@ -84,17 +84,6 @@ impl SseDecoder {
         self.retry
     }
 
-    /// Feed one chunk; `on` is called for every event completed by it.
-    pub fn feed(
-        &mut self,
-        chunk: &[u8],
-        on: &mut dyn FnMut(Frame<'_>),
-    ) -> Result<(), FramingError> {
-        self.failed.check()?;
-        let result = self.feed_inner(chunk, on);
-        self.failed.keep(result)
-    }
-
     /// End of body. Per WHATWG, an event not yet terminated by a blank line
     /// is discarded, even when its last line was complete: a stream cut off
     /// before the blank line may have lost further `data` lines, so the
@@ -108,7 +97,8 @@ impl SseDecoder {
         Ok(())
     }
 
-    fn feed_inner(
+    /// `Decoder::feed`'s work, before its `Sticky` keeps the outcome.
+    pub(super) fn feed_inner(
         &mut self,
         chunk: &[u8],
         on: &mut dyn FnMut(Frame<'_>),
@@ -290,6 +280,7 @@ impl SseDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framing::Decoder;
     use crate::framing::testing::{self, text};
 
     type Frames = Vec<(String, String)>;
@@ -439,21 +430,8 @@ mod tests {
     #[test]
     fn single_line_event_borrows_from_chunk() {
         let chunk = b"event: e\ndata: {\"a\":1}\n\n";
-        let range = chunk.as_ptr_range();
         let mut dec = SseDecoder::new(1024);
-        let mut borrowed = 0;
-        dec.feed(chunk, &mut |f| {
-            if let Frame::Sse { event, data } = f {
-                let inside = |s: &[u8]| range.contains(&s.as_ptr());
-                assert!(
-                    inside(event) && inside(data),
-                    "frame should borrow the chunk"
-                );
-                borrowed += 1;
-            }
-        })
-        .expect("valid stream");
-        assert_eq!(borrowed, 1);
+        assert_eq!(testing::borrowed_frames(&mut dec, chunk), 1);
         assert!(dec.tail.is_empty() && dec.data.is_empty(), "nothing copied");
     }
 
@@ -467,16 +445,12 @@ mod tests {
         let (_, r) = decode_all_ways(b"data: 0123456789abcdef", 16);
         assert_eq!(r, Err(FramingError::TooLarge { limit: 16 }));
 
-        let mut dec = SseDecoder::new(8);
-        let mut on = |_: Frame<'_>| {};
-        assert!(dec.feed(b"data: 0123456789", &mut on).is_err());
-        assert_eq!(
-            dec.feed(b"\n\n", &mut on),
-            Err(FramingError::TooLarge { limit: 8 })
-        );
-        assert_eq!(
-            dec.finish(&mut on),
-            Err(FramingError::TooLarge { limit: 8 })
+        let too_large = FramingError::TooLarge { limit: 8 };
+        testing::assert_stays_failed(
+            &mut SseDecoder::new(8),
+            b"data: 0123456789",
+            b"\n\n",
+            too_large,
         );
     }
 

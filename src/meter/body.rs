@@ -1263,16 +1263,22 @@ mod tests {
     ) {
         let sink = Sink::default();
         let mut meter = Meter::new(facts(stream), Box::new(sink.clone()));
-        let parser = Parser::new(
-            ProviderKind::Openai,
-            Some(Operation::ChatCompletions),
-            content_type,
-            1 << 20,
-        )
-        .ok_or(Unmetered::UnknownFormat(content_type.into()));
+        let parser = chat_parser(content_type, 1 << 20);
         meter.on_head(200, content_type == "text/event-stream", parser, None);
         let (tx, rx) = Channel::new(8);
         (sink, tx, MeteredBody::new(rx, meter, idle, None))
+    }
+
+    /// An OpenAI chat parser for `content_type` with frames up to `max`
+    /// bytes, as `Meter::on_head` takes it.
+    fn chat_parser(content_type: &str, max: usize) -> Result<Parser, Unmetered> {
+        Parser::new(
+            ProviderKind::Openai,
+            Some(Operation::ChatCompletions),
+            content_type,
+            max,
+        )
+        .ok_or(Unmetered::UnknownFormat(content_type.into()))
     }
 
     /// A stream the tokenizer would count: input tokens only when its head
@@ -1355,13 +1361,7 @@ mod tests {
         let sink = Sink::default();
         let mut meter = Meter::new(facts(true), Box::new(sink.clone()));
         meter.count_once_with(ledger, false);
-        let parser = Parser::new(
-            ProviderKind::Openai,
-            Some(Operation::ChatCompletions),
-            "text/event-stream",
-            1 << 20,
-        )
-        .ok_or(Unmetered::UnknownFormat("sse".into()));
+        let parser = chat_parser("text/event-stream", 1 << 20);
         meter.on_head(200, true, parser, None);
         let (mut tx, rx) = Channel::<Bytes, BoxError>::new(8);
         let body = MeteredBody::new(rx, meter, None, None);
@@ -1810,12 +1810,14 @@ mod tests {
         );
     }
 
-    /// Send `chunks` through a metered SSE body; the bytes the client got.
+    /// Send `chunks` through a metered body to its end: the client gets
+    /// exactly their bytes.
     async fn stream_through(
         sink_body: MeteredBody<Channel<Bytes, BoxError>>,
         mut tx: http_body_util::channel::Sender<Bytes, BoxError>,
         chunks: Vec<Bytes>,
-    ) -> Bytes {
+    ) {
+        let expected: Vec<u8> = chunks.iter().flat_map(|b| b.to_vec()).collect();
         let producer = tokio::spawn(async move {
             for c in chunks {
                 tx.send_data(c).await.expect("send");
@@ -1823,7 +1825,7 @@ mod tests {
         });
         let got = sink_body.collect().await.expect("body").to_bytes();
         producer.await.expect("producer");
-        got
+        assert_eq!(got.as_ref(), expected.as_slice(), "bytes unchanged");
     }
 
     #[tokio::test]
@@ -1835,9 +1837,7 @@ mod tests {
             chunk("b"),
             Bytes::from_static(USAGE.as_bytes()),
         ];
-        let expected: Vec<u8> = sent.iter().flat_map(|b| b.to_vec()).collect();
-        let got = stream_through(body, tx, sent).await;
-        assert_eq!(got.as_ref(), expected.as_slice(), "bytes unchanged");
+        stream_through(body, tx, sent).await;
         let m = sink.only();
         assert_eq!(
             (m.outcome, m.error_type.as_deref()),
@@ -1894,13 +1894,7 @@ mod tests {
     async fn an_oversized_frame_still_ends_metering() {
         let sink = Sink::default();
         let mut meter = Meter::new(facts(true), Box::new(sink.clone()));
-        let parser = Parser::new(
-            ProviderKind::Openai,
-            Some(Operation::ChatCompletions),
-            "text/event-stream",
-            256,
-        )
-        .ok_or(Unmetered::UnknownFormat(String::new()));
+        let parser = chat_parser("text/event-stream", 256);
         meter.on_head(200, true, parser, None);
         let (tx, rx) = Channel::new(8);
         let body = MeteredBody::new(rx, meter, None, None);
@@ -1911,9 +1905,7 @@ mod tests {
             chunk("b"),
             Bytes::from_static(b"data: [DONE]\n\n"),
         ];
-        let expected: Vec<u8> = sent.iter().flat_map(|b| b.to_vec()).collect();
-        let got = stream_through(body, tx, sent).await;
-        assert_eq!(got.as_ref(), expected.as_slice(), "bytes unchanged");
+        stream_through(body, tx, sent).await;
         let m = sink.only();
         assert_eq!(
             (m.outcome, m.error_type.as_deref()),
@@ -1956,13 +1948,7 @@ mod tests {
     async fn the_last_frame_is_timed_before_the_measurement_is_recorded() {
         let sink = Sink::default();
         let mut meter = Meter::new(facts(false), Box::new(sink.clone()));
-        let parser = Parser::new(
-            ProviderKind::Openai,
-            Some(Operation::ChatCompletions),
-            "application/json",
-            1 << 20,
-        )
-        .ok_or(Unmetered::UnknownFormat("json".into()));
+        let parser = chat_parser("application/json", 1 << 20);
         meter.on_send();
         meter.on_head(200, false, parser, None);
         let json = br#"{"id":"x","model":"m-2","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;

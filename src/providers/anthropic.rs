@@ -16,7 +16,9 @@ use serde_json::value::RawValue;
 
 use super::scan::{Scan, Seen};
 use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
-use super::wire::{HasContent, Str, non_empty, non_empty_raw, service_tier};
+use super::wire::{
+    Fold, HasContent, Str, deserialize_by_fold, non_empty, non_empty_raw, service_tier,
+};
 use super::{AdapterError, ContentKind, Event, ServerTool, ServiceTier, Usage};
 use super::{Operation, ProviderKind};
 use crate::framing::Frame;
@@ -154,10 +156,7 @@ impl AnthropicAdapter {
             out(Event::ResponseId(id.as_str()));
         }
         if m.content.is_some_and(|c| c.any) {
-            out(Event::Content {
-                pieces: 1,
-                kind: ContentKind::Visible,
-            });
+            out(Event::ONE_VISIBLE);
         }
         for tool in m.content.iter().flat_map(|c| &c.tools) {
             tool.emit(out);
@@ -180,10 +179,7 @@ impl AnthropicAdapter {
             out(Event::ResponseId(id));
         }
         if m.content {
-            out(Event::Content {
-                pieces: 1,
-                kind: ContentKind::Visible,
-            });
+            out(Event::ONE_VISIBLE);
         }
         if let Some(usage) = &m.usage {
             out(Event::Usage(self.usage(usage)));
@@ -332,31 +328,18 @@ struct Blocks<'a> {
     tools: Vec<ToolBlock<'a>>,
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Blocks<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
-            type Value = Blocks<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an array of content blocks")
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<Blocks<'a>, A::Error> {
-                let mut blocks = Blocks::default();
-                while let Some(mut block) = seq.next_element::<Block<'a>>()? {
-                    blocks.any |= block.has_content();
-                    if let Some(tool) = block.take_tool() {
-                        blocks.tools.push(tool);
-                    }
-                }
-                Ok(blocks)
-            }
+impl<'de: 'a, 'a> Fold<'de> for Blocks<'a> {
+    type Item = Block<'a>;
+    const EXPECTING: &'static str = "an array of content blocks";
+    fn add(&mut self, mut block: Block<'a>) {
+        self.any |= block.has_content();
+        if let Some(tool) = block.take_tool() {
+            self.tools.push(tool);
         }
-        d.deserialize_seq(V(std::marker::PhantomData))
     }
 }
+
+deserialize_by_fold!(Blocks<'a>);
 
 /// The provider-run tool a `server_tool_use` block's name stands for
 /// (`None` for ones not counted).
@@ -796,9 +779,10 @@ mod tests {
     use super::*;
     use crate::providers::ProviderKind;
     use crate::providers::scan::differential::{
-        Outcome, fixture_bodies, fixture_payloads, json_outcome, mutations, outcome,
+        Outcome, assert_same_sequence, each_mutation, fixture_bodies, fixture_payloads,
+        json_outcome, mutations, outcome,
     };
-    use crate::providers::tests::{Summary, expect_summary as expect, fixture};
+    use crate::providers::tests::{Summary, expect_summary as expect, feed_sse, fixture};
 
     /// Whole messages the scan must read exactly as serde does (or leave to it).
     const BODIES: &[&str] = &[
@@ -957,31 +941,16 @@ mod tests {
             SHAPES.len()
         );
         let (mut with, mut without) = (AnthropicAdapter::new(), AnthropicAdapter::without_scan());
-        let (a, b): (Vec<Outcome>, Vec<Outcome>) = payloads
-            .iter()
-            .map(|d| {
-                (
-                    outcome(|f, out| with.on_frame(f, out), d),
-                    outcome(|f, out| without.on_frame(f, out), d),
-                )
-            })
-            .unzip();
-        assert_eq!(a, b, "the whole sequence of fixture events");
+        assert_same_sequence(&mut with, &mut without, &payloads);
     }
 
     #[test]
     fn scan_reads_mutated_events_as_serde_does() {
         let payloads = fixture_payloads(&[ProviderKind::Anthropic]);
-        let inputs = payloads
-            .iter()
-            .map(Vec::as_slice)
-            .chain(SHAPES.iter().map(|s| s.as_bytes()));
-        for (i, data) in inputs.enumerate() {
-            for m in mutations(data, i as u64, 200) {
-                let (scan, serde) = scan_and_serde(&m);
-                assert_eq!(scan, serde, "{}", String::from_utf8_lossy(&m));
-            }
-        }
+        each_mutation(&payloads, SHAPES, |m| {
+            let (scan, serde) = scan_and_serde(m);
+            assert_eq!(scan, serde, "{}", String::from_utf8_lossy(m));
+        });
     }
 
     /// Usage as the recorded fixtures report it: every write for 5
@@ -1000,18 +969,6 @@ mod tests {
         }
     }
 
-    fn summary(content: u32, model: &str, id: &str, finish: &[&str], done: u32) -> Summary {
-        Summary {
-            content_frames: content,
-            pieces: content,
-            model: Some(model.to_owned()),
-            response_id: Some(id.to_owned()),
-            finish: finish.iter().map(|s| s.to_string()).collect(),
-            done,
-            ..Summary::default()
-        }
-    }
-
     #[test]
     fn text_deltas_carry_their_text() {
         let (got, _, _) = fixture("anthropic/messages_stream.sse").run();
@@ -1021,13 +978,13 @@ mod tests {
 
     #[test]
     fn text_stream() {
-        let mut s = summary(
+        let mut s = Summary::of(
             3,
             "claude-sonnet-4-20250514",
             "msg_01XFDUDYJgAACzvnptvVoYEL",
             &["end_turn"],
-            1,
         );
+        s.done = 1;
         s.usage = usage(472, 27, 2048, 0);
         expect("anthropic/messages_stream.sse", s);
     }
@@ -1036,13 +993,13 @@ mod tests {
     fn tool_use_stream() {
         // 2 text deltas; the tool_use start and the empty first partial_json
         // are not content; 4 argument pieces are.
-        let mut s = summary(
+        let mut s = Summary::of(
             6,
             "claude-opus-4-1-20250805",
             "msg_014p7gG3wDgGV9EUtLvnow3U",
             &["tool_use"],
-            1,
         );
+        s.done = 1;
         s.usage = usage(472, 89, 0, 1536);
         // One client tool call, named at its block start.
         s.tool_calls = 1;
@@ -1053,25 +1010,24 @@ mod tests {
     #[test]
     fn thinking_stream() {
         // 3 thinking deltas and 1 text delta; the signature is not content.
-        let mut s = summary(
+        let mut s = Summary::of(
             4,
             "claude-3-7-sonnet-20250219",
             "msg_01Hn2rQa8Vt5LkZx3Wm7Pb9Y",
             &["end_turn"],
-            1,
         );
+        s.done = 1;
         s.usage = usage(36, 118, 0, 0);
         expect("anthropic/messages_stream_thinking.sse", s);
     }
 
     #[test]
     fn stream_with_error_event() {
-        let mut s = summary(
+        let mut s = Summary::of(
             2,
             "claude-sonnet-4-20250514",
             "msg_01Ab3Cd5Ef7Gh9Ij1Kl3Mn5P",
             &[],
-            0,
         );
         s.usage = usage(1024, 1, 0, 0);
         s.errors = vec!["overloaded_error".into()];
@@ -1080,13 +1036,13 @@ mod tests {
 
     #[test]
     fn whole_message() {
-        let mut s = summary(
+        let mut s = Summary::of(
             1,
             "claude-sonnet-4-20250514",
             "msg_01EcyWo6m4hyW8KHs2y2pei5",
             &["end_turn"],
-            1, // a whole body that parsed is its own terminal event
         );
+        s.done = 1; // a whole body that parsed is its own terminal event
         s.usage = usage(21, 10, 0, 0);
         expect("anthropic/message.json", s);
     }
@@ -1103,16 +1059,7 @@ mod tests {
 
     /// Feed SSE data payloads, without `event:` lines, to one adapter.
     fn sse(payloads: &[&str]) -> Result<Summary, AdapterError> {
-        let mut adapter = AnthropicAdapter::new();
-        let mut s = Summary::default();
-        for data in payloads {
-            let frame = Frame::Sse {
-                event: b"",
-                data: data.as_bytes(),
-            };
-            adapter.on_frame(frame, &mut |e| s.record(e))?;
-        }
-        Ok(s)
+        feed_sse(&mut AnthropicAdapter::new(), payloads)
     }
 
     fn content(data: &str) -> u32 {

@@ -9,6 +9,7 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::framing::Decoder;
 use crate::framing::ndjson::NdjsonDecoder;
 
 use super::anthropic::AnthropicAdapter;

@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 
 use super::scan::{Scan, Seen};
 use super::spec::{
-    FrameAdapter, ProviderSpec, Wire, body_says, never_response, no_model, whole_json,
+    FrameAdapter, ProviderSpec, Wire, body_says, frame_json, never_response, no_model, whole_json,
 };
 use super::wire::{AnyContent, HasContent, Str, non_empty, non_empty_raw};
 use super::{AdapterError, ContentKind, Event, Usage};
@@ -51,13 +51,7 @@ impl FrameAdapter for CohereAdapter {
         frame: Frame<'_>,
         out: &mut dyn FnMut(Event<'_>),
     ) -> Result<(), AdapterError> {
-        let data = match frame {
-            Frame::Sse { data, .. } => data.trim_ascii(),
-            Frame::Json(body) => body.trim_ascii(),
-            Frame::AwsEvent { .. } => {
-                return Err(AdapterError("eventstream frame in a Cohere stream"));
-            }
-        };
+        let data = frame_json(frame, "eventstream frame in a Cohere stream")?;
         if data.is_empty() || data == b"[DONE]" {
             return Ok(());
         }
@@ -107,10 +101,7 @@ impl FrameAdapter for CohereAdapter {
             None => {
                 // A whole chat response.
                 if doc.message.as_ref().is_some_and(WholeMessage::has_content) {
-                    out(Event::Content {
-                        pieces: 1,
-                        kind: ContentKind::Visible,
-                    });
+                    out(Event::ONE_VISIBLE);
                 }
                 let calls = doc.message.as_ref().and_then(|m| m.tool_calls);
                 let calls =
@@ -138,10 +129,7 @@ impl CohereAdapter {
             }
         }
         if w.content {
-            out(Event::Content {
-                pieces: 1,
-                kind: ContentKind::Visible,
-            });
+            out(Event::ONE_VISIBLE);
         }
         if let Some(c) = w.tokens.or(w.billed_units) {
             out(Event::Usage(Usage {
@@ -454,21 +442,11 @@ pub const SPEC: ProviderSpec = ProviderSpec {
 mod tests {
     use super::*;
     use crate::providers::ProviderKind;
-    use crate::providers::scan::differential::{Outcome, fixture_bodies, mutations};
-    use crate::providers::tests::Summary;
+    use crate::providers::scan::differential::{fixture_bodies, json_outcome, mutations};
+    use crate::providers::tests::{Summary, feed_sse};
 
     fn events(payloads: &[&str]) -> Summary {
-        let mut a = CohereAdapter::new();
-        let mut s = Summary::default();
-        for p in payloads {
-            let frame = Frame::Sse {
-                event: b"",
-                data: p.as_bytes(),
-            };
-            a.on_frame(frame, &mut |e| s.record(e))
-                .expect("valid event");
-        }
-        s
+        feed_sse(&mut CohereAdapter::new(), payloads).expect("valid event")
     }
 
     #[test]
@@ -521,12 +499,6 @@ mod tests {
         "[DONE]",
     ];
 
-    fn json_outcome(adapter: &mut CohereAdapter, body: &[u8]) -> Outcome {
-        let mut log = Vec::new();
-        let result = adapter.on_frame(Frame::Json(body), &mut |e| log.push(format!("{e:?}")));
-        (log, result)
-    }
-
     #[test]
     fn whole_response_scan_reads_fixtures_shapes_and_mutations_as_serde_does() {
         let fixtures = fixture_bodies(&[ProviderKind::Cohere]);
@@ -539,8 +511,8 @@ mod tests {
         for (i, body) in inputs.enumerate() {
             scanned += usize::from(WholeResponse::scan(body.trim_ascii()).is_some());
             for m in std::iter::once(body.to_vec()).chain(mutations(body, 3000 + i as u64, 200)) {
-                let scan = json_outcome(&mut CohereAdapter::new(), &m);
-                let serde = json_outcome(&mut CohereAdapter::without_scan(), &m);
+                let scan = json_outcome(|f, out| CohereAdapter::new().on_frame(f, out), &m);
+                let serde = json_outcome(|f, o| CohereAdapter::without_scan().on_frame(f, o), &m);
                 assert_eq!(scan, serde, "{}", String::from_utf8_lossy(&m));
             }
         }

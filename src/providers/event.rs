@@ -258,6 +258,15 @@ pub enum Event<'a> {
     },
 }
 
+impl Event<'static> {
+    /// One piece of visible output: a whole body with content, or a chunk
+    /// whose one piece is visible.
+    pub const ONE_VISIBLE: Event<'static> = Event::Content {
+        pieces: 1,
+        kind: ContentKind::Visible,
+    };
+}
+
 /// A tool the provider runs itself and bills per call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ServerTool {

@@ -378,6 +378,71 @@ fn operations_from_paths() {
 }
 
 #[test]
+fn stored_response_paths_name_their_own_operations() {
+    use Operation as Op;
+    for (request, want) in [
+        ("POST /v1/responses", Some(Op::Responses)),
+        ("GET /v1/responses/resp_1", Some(Op::FetchResponse)),
+        (
+            "GET /v1/responses/resp_1?stream=true&starting_after=7",
+            Some(Op::FetchResponse),
+        ),
+        ("DELETE /v1/responses/resp_1", Some(Op::DeleteResponse)),
+        ("POST /v1/responses/resp_1/cancel", Some(Op::CancelResponse)),
+        (
+            "GET /openai/v1/responses/resp_1/input_items?limit=5",
+            Some(Op::ResponseInputItems),
+        ),
+        ("GET /v1/files/file-abc/content", Some(Op::FileContent)),
+        (
+            "GET /anthropic/v1/messages/batches/msgbatch_1/results",
+            Some(Op::BatchResults),
+        ),
+        ("GET /v1/files/file-abc", None),
+        ("GET /v1/batches/b/results", None),
+        ("POST /v1/responses/resp_1/other", None),
+        ("POST /v1/cancel", None),
+        ("POST cancel", None),
+        ("POST responses/cancel", Some(Op::FetchResponse)),
+        ("GET responses/r", Some(Op::FetchResponse)),
+        ("GET /responses//cancel", None),
+        ("GET files/f/content", Some(Op::FileContent)),
+        ("GET /v1/files//content", None),
+        ("GET batches/b/results", None),
+        ("GET /model/converse", Some(Op::Converse)),
+        ("GET model/x/converse", None),
+        ("POST /model/m:0/invoke", Some(Op::InvokeModel)),
+        (
+            "POST /v1/models/g:generateContent?alt=sse",
+            Some(Op::GenerateContent),
+        ),
+        ("POST /v1/chat/completions/", Some(Op::ChatCompletions)),
+        ("POST ", None),
+    ] {
+        let (method, path) = request.split_once(' ').expect("method, space, path");
+        assert_eq!(Operation::from_request(method, path), want, "{request}");
+    }
+    let names: Vec<&str> = [
+        Operation::FetchResponse,
+        Operation::CancelResponse,
+        Operation::DeleteResponse,
+        Operation::ResponseInputItems,
+    ]
+    .iter()
+    .map(|op| op.name())
+    .collect();
+    assert_eq!(
+        names,
+        [
+            "fetch_response",
+            "cancel_response",
+            "delete_response",
+            "list_input_items"
+        ]
+    );
+}
+
+#[test]
 fn providers_from_paths_and_content_types() {
     use ProviderKind as K;
     for (path, kind) in [

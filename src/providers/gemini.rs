@@ -8,15 +8,12 @@
 //! thoughts. `promptTokenCount` already includes the cached part.
 
 use std::borrow::Cow;
-use std::fmt;
-use std::marker::PhantomData;
 
 use serde::Deserialize;
-use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::spec::{FrameAdapter, JsonBody, ProviderSpec, Wire, never_response};
-use super::wire::{HasKind, Str, non_empty};
+use super::spec::{FrameAdapter, JsonBody, ProviderSpec, Wire, each_document, never_response};
+use super::wire::{Fold, HasKind, Str, deserialize_by_fold, non_empty};
 use super::{AdapterError, ContentKind, Event, Operation, ServerTool, Usage};
 use super::{ProviderKind, percent_decode};
 use crate::framing::Frame;
@@ -50,26 +47,14 @@ impl FrameAdapter for GeminiAdapter {
         frame: Frame<'_>,
         out: &mut dyn FnMut(Event<'_>),
     ) -> Result<(), AdapterError> {
-        let data = match frame {
-            Frame::Sse { data, .. } => data.trim_ascii(),
-            Frame::Json(body) => body.trim_ascii(),
-            Frame::AwsEvent { .. } => {
-                return Err(AdapterError("eventstream frame in a Gemini stream"));
-            }
-        };
-        match data.first() {
-            None => Ok(()),
-            // A whole streamed array read as one body (or an error body
-            // wrapped in an array): each element is one chunk.
-            Some(b'[') => {
-                let items: Vec<&RawValue> = serde_json::from_slice(data)
-                    .map_err(|_| AdapterError("malformed Gemini JSON array"))?;
-                items
-                    .iter()
-                    .try_for_each(|item| self.on_chunk(item.get().as_bytes(), out))
-            }
-            Some(_) => self.on_chunk(data, out),
-        }
+        // A whole streamed array read as one body (or an error body
+        // wrapped in an array): each element is one chunk.
+        each_document(
+            frame,
+            "eventstream frame in a Gemini stream",
+            "malformed Gemini JSON array",
+            |chunk| self.on_chunk(chunk, out),
+        )
     }
 }
 
@@ -254,47 +239,36 @@ struct Candidates<'a> {
     search_queries: Option<u32>,
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Candidates<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = Candidates<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an array of candidates")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Candidates<'a>, A::Error> {
-                let mut all = Candidates::default();
-                while let Some(mut c) = seq.next_element::<Candidate<'a>>()? {
-                    if let Some(g) = c
-                        .grounding_metadata
-                        .as_ref()
-                        .and_then(|g| g.web_search_queries)
-                    {
-                        all.search_queries =
-                            Some(all.search_queries.unwrap_or(0).saturating_add(g.0));
-                    }
-                    let parts = c.content.as_mut().and_then(|c| c.parts.as_mut());
-                    if let Some(parts) = parts {
-                        all.calls.append(&mut parts.calls);
-                    }
-                    let parts = c.content.as_ref().and_then(|c| c.parts.as_ref());
-                    if let Some(kind) = parts.and_then(Parts::kind) {
-                        all.pieces = all.pieces.saturating_add(1);
-                        all.visible |= kind.is_visible();
-                        all.reasoning |= kind.is_reasoning();
-                    }
-                    if let Some(reason) = c.finish_reason {
-                        if all.finish.len() < MAX_FINISH_REASONS {
-                            all.finish.push(reason);
-                        }
-                    }
-                }
-                Ok(all)
+impl<'de: 'a, 'a> Fold<'de> for Candidates<'a> {
+    type Item = Candidate<'a>;
+    const EXPECTING: &'static str = "an array of candidates";
+    fn add(&mut self, mut c: Candidate<'a>) {
+        if let Some(g) = c
+            .grounding_metadata
+            .as_ref()
+            .and_then(|g| g.web_search_queries)
+        {
+            self.search_queries = Some(self.search_queries.unwrap_or(0).saturating_add(g.0));
+        }
+        let parts = c.content.as_mut().and_then(|c| c.parts.as_mut());
+        if let Some(parts) = parts {
+            self.calls.append(&mut parts.calls);
+        }
+        let parts = c.content.as_ref().and_then(|c| c.parts.as_ref());
+        if let Some(kind) = parts.and_then(Parts::kind) {
+            self.pieces = self.pieces.saturating_add(1);
+            self.visible |= kind.is_visible();
+            self.reasoning |= kind.is_reasoning();
+        }
+        if let Some(reason) = c.finish_reason {
+            if self.finish.len() < MAX_FINISH_REASONS {
+                self.finish.push(reason);
             }
         }
-        d.deserialize_seq(V(PhantomData))
     }
 }
+
+deserialize_by_fold!(Candidates<'a>);
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -314,28 +288,18 @@ struct Grounding {
 }
 
 /// The length of a JSON array, counted without keeping its elements.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 struct Count(u32);
 
-impl<'de> Deserialize<'de> for Count {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Count;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an array")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Count, A::Error> {
-                let mut n = 0u32;
-                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
-                    n = n.saturating_add(1);
-                }
-                Ok(Count(n))
-            }
-        }
-        d.deserialize_seq(V)
+impl Fold<'_> for Count {
+    type Item = serde::de::IgnoredAny;
+    const EXPECTING: &'static str = "an array";
+    fn add(&mut self, _: serde::de::IgnoredAny) {
+        self.0 = self.0.saturating_add(1);
     }
 }
+
+deserialize_by_fold!(Count);
 
 #[derive(Deserialize)]
 struct Content<'a> {
@@ -358,30 +322,20 @@ impl Parts<'_> {
     }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Parts<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = Parts<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an array of parts")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Parts<'a>, A::Error> {
-                let mut parts = Parts::default();
-                while let Some(part) = seq.next_element::<Part<'a>>()? {
-                    let (visible, reasoning) = part.kinds();
-                    parts.visible |= visible;
-                    parts.reasoning |= reasoning;
-                    if let Some(call) = part.function_call.filter(|c| non_empty(Some(c))) {
-                        parts.calls.push(call_name(call));
-                    }
-                }
-                Ok(parts)
-            }
+impl<'de: 'a, 'a> Fold<'de> for Parts<'a> {
+    type Item = Part<'a>;
+    const EXPECTING: &'static str = "an array of parts";
+    fn add(&mut self, part: Part<'a>) {
+        let (visible, reasoning) = part.kinds();
+        self.visible |= visible;
+        self.reasoning |= reasoning;
+        if let Some(call) = part.function_call.filter(|c| non_empty(Some(c))) {
+            self.calls.push(call_name(call));
         }
-        d.deserialize_seq(V(PhantomData))
     }
 }
+
+deserialize_by_fold!(Parts<'a>);
 
 /// A `functionCall`'s name.
 fn call_name<'a>(call: &'a RawValue) -> Option<Str<'a>> {
@@ -488,20 +442,10 @@ pub const VERTEX: ProviderSpec = ProviderSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::tests::Summary;
+    use crate::providers::tests::{Summary, feed_sse};
 
     fn chunks(op: Option<Operation>, payloads: &[&str]) -> Summary {
-        let mut a = GeminiAdapter::new(op);
-        let mut s = Summary::default();
-        for p in payloads {
-            let frame = Frame::Sse {
-                event: b"",
-                data: p.as_bytes(),
-            };
-            a.on_frame(frame, &mut |e| s.record(e))
-                .expect("valid chunk");
-        }
-        s
+        feed_sse(&mut GeminiAdapter::new(op), payloads).expect("valid chunk")
     }
 
     #[test]

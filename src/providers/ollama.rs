@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 
 use super::ProviderKind;
 use super::scan::{Scan, Seen};
-use super::spec::{FrameAdapter, JsonBody, ProviderSpec, Wire, no_model};
+use super::spec::{FrameAdapter, JsonBody, ProviderSpec, Wire, frame_json, no_model};
 use super::wire::{Str, non_empty, non_empty_raw};
 use super::{AdapterError, ContentKind, Event, Operation, UpstreamTiming, Usage};
 use crate::framing::Frame;
@@ -58,13 +58,7 @@ impl FrameAdapter for OllamaAdapter {
         frame: Frame<'_>,
         out: &mut dyn FnMut(Event<'_>),
     ) -> Result<(), AdapterError> {
-        let data = match frame {
-            Frame::Json(line) => line.trim_ascii(),
-            Frame::Sse { data, .. } => data.trim_ascii(),
-            Frame::AwsEvent { .. } => {
-                return Err(AdapterError("eventstream frame in an Ollama stream"));
-            }
-        };
+        let data = frame_json(frame, "eventstream frame in an Ollama stream")?;
         if data.is_empty() {
             return Ok(());
         }
@@ -388,7 +382,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
 mod tests {
     use super::*;
     use crate::providers::scan::differential::{Outcome, json_outcome, mutations};
-    use crate::providers::tests::{FIXTURES, Summary};
+    use crate::providers::tests::{FIXTURES, Summary, feed_json};
 
     /// Objects the scan must read exactly as serde does (or leave to it).
     const LINES: &[&str] = &[
@@ -502,12 +496,7 @@ mod tests {
     }
 
     fn lines(op: Option<Operation>, lines: &[&str]) -> Result<Summary, AdapterError> {
-        let mut a = OllamaAdapter::new(op);
-        let mut s = Summary::default();
-        for l in lines {
-            a.on_frame(Frame::Json(l.as_bytes()), &mut |e| s.record(e))?;
-        }
-        Ok(s)
+        feed_json(&mut OllamaAdapter::new(op), lines)
     }
 
     #[test]

@@ -8,18 +8,17 @@
 //! non-empty and handed on as its JSON string literal.
 
 use std::borrow::Cow;
-use std::fmt;
-use std::marker::PhantomData;
 use std::ops::Range;
 
 use serde::Deserialize;
-use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::ProviderKind;
 use super::scan::{self, Scan, Seen};
 use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
-use super::wire::{HasContent, Str, non_empty, non_empty_raw, reported_cost};
+use super::wire::{
+    Fold, HasContent, Str, deserialize_by_fold, non_empty, non_empty_raw, reported_cost,
+};
 use super::{
     AdapterError, ContentKind, Event, Operation, ReportedCost, ServerTool, ServiceTier,
     UpstreamTiming, Usage, millis, seconds,
@@ -173,10 +172,7 @@ impl OpenaiAdapter {
             .as_ref()
             .is_some_and(|o| o.as_str() == "response");
         if is_response_body && non_empty(doc.output) {
-            out(Event::Content {
-                pieces: 1,
-                kind: ContentKind::Visible,
-            });
+            out(Event::ONE_VISIBLE);
             if let Some(output) = doc.output {
                 output_items(output.get(), out);
             }
@@ -271,10 +267,7 @@ impl OpenaiAdapter {
         }
         let is_response_body = b.object == Some("response");
         if let Some(output) = b.output.filter(|o| is_response_body && non_empty_raw(o)) {
-            out(Event::Content {
-                pieces: 1,
-                kind: ContentKind::Visible,
-            });
+            out(Event::ONE_VISIBLE);
             output_items(output, out);
         }
         if let Some(mut usage) = b.usage {
@@ -678,39 +671,29 @@ struct ToolStart<'a> {
     name: Option<Str<'a>>,
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Choices<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = Choices<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an array of choices")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Choices<'a>, A::Error> {
-                let mut choices = Choices::default();
-                while let Some(mut choice) = seq.next_element::<Choice<'a>>()? {
-                    choice.tool_starts(&mut choices.tools);
-                    let (visible, reasoning) = choice.kinds();
-                    if visible || reasoning {
-                        choices.visible |= visible;
-                        choices.reasoning |= reasoning;
-                        choices.pieces = choices.pieces.saturating_add(1);
-                        if choices.text.is_none() {
-                            choices.text = choice.text();
-                        }
-                    }
-                    if let Some(reason) = choice.finish_reason {
-                        if choices.finish.len() < MAX_FINISH_REASONS {
-                            choices.finish.push(reason);
-                        }
-                    }
-                }
-                Ok(choices)
+impl<'de: 'a, 'a> Fold<'de> for Choices<'a> {
+    type Item = Choice<'a>;
+    const EXPECTING: &'static str = "an array of choices";
+    fn add(&mut self, mut choice: Choice<'a>) {
+        choice.tool_starts(&mut self.tools);
+        let (visible, reasoning) = choice.kinds();
+        if visible || reasoning {
+            self.visible |= visible;
+            self.reasoning |= reasoning;
+            self.pieces = self.pieces.saturating_add(1);
+            if self.text.is_none() {
+                self.text = choice.text();
             }
         }
-        d.deserialize_seq(V(PhantomData))
+        if let Some(reason) = choice.finish_reason {
+            if self.finish.len() < MAX_FINISH_REASONS {
+                self.finish.push(reason);
+            }
+        }
     }
 }
+
+deserialize_by_fold!(Choices<'a>);
 
 #[derive(Deserialize)]
 struct Choice<'a> {
@@ -867,29 +850,19 @@ struct ToolCalls<'a> {
     starts: Vec<(Option<u32>, Option<Str<'a>>)>,
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for ToolCalls<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = ToolCalls<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an array of tool calls")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ToolCalls<'a>, A::Error> {
-                let mut calls = ToolCalls::default();
-                while let Some(call) = seq.next_element::<ToolCall<'a>>()? {
-                    calls.any |= call.has_content();
-                    let name = call.function.as_ref().and_then(|f| f.name_str());
-                    if name.is_some() || non_empty(call.id) {
-                        calls.starts.push((lenient_index(call.index), name));
-                    }
-                }
-                Ok(calls)
-            }
+impl<'de: 'a, 'a> Fold<'de> for ToolCalls<'a> {
+    type Item = ToolCall<'a>;
+    const EXPECTING: &'static str = "an array of tool calls";
+    fn add(&mut self, call: ToolCall<'a>) {
+        self.any |= call.has_content();
+        let name = call.function.as_ref().and_then(|f| f.name_str());
+        if name.is_some() || non_empty(call.id) {
+            self.starts.push((lenient_index(call.index), name));
         }
-        d.deserialize_seq(V(PhantomData))
     }
 }
+
+deserialize_by_fold!(ToolCalls<'a>);
 
 #[derive(Deserialize)]
 struct Function<'a> {

@@ -35,11 +35,8 @@
 //! is rejected either way. Deltas are borrowed as raw JSON and only checked
 //! for emptiness (the session meter counts pieces, it reads no text).
 
-use std::fmt;
-use std::marker::PhantomData;
-
 use serde::Deserialize;
-use serde::de::{IgnoredAny, SeqAccess, Visitor};
+use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
 mod gemini;
@@ -51,7 +48,7 @@ use self::openai::scan_openai;
 use self::openai::{openai_client, openai_message, openai_server};
 use super::openai::{ItemTool, OutputItem};
 use super::scan::{Scan, Seen};
-use super::wire::{Str, non_empty, non_empty_raw};
+use super::wire::{Fold, Str, deserialize_by_fold, non_empty, non_empty_raw};
 use super::{AdapterError, ServerTool, Usage, percent_decode, strip_query};
 
 /// The message protocol a WebSocket session speaks.

@@ -418,10 +418,11 @@ impl Seen {
 /// Helpers for the adapters' scan-versus-serde tests.
 #[cfg(test)]
 pub(crate) mod differential {
+    use crate::framing::Decoder;
     use crate::framing::Frame;
     use crate::framing::sse::SseDecoder;
     use crate::providers::tests::FIXTURES;
-    use crate::providers::{AdapterError, Event, ProviderKind};
+    use crate::providers::{AdapterError, Event, FrameAdapter, ProviderKind};
 
     /// The `data` of every SSE event of the recorded fixtures of `kinds`.
     pub(in crate::providers) fn fixture_payloads(kinds: &[ProviderKind]) -> Vec<Vec<u8>> {
@@ -494,6 +495,46 @@ pub(crate) mod differential {
             }
         }
         m
+    }
+
+    /// `payloads`, then `shapes`, each cut at every offset and edited 200
+    /// ways (seeded by its place): `agree` asserts that the scan reads
+    /// every one as serde does.
+    pub(in crate::providers) fn each_mutation(
+        payloads: &[Vec<u8>],
+        shapes: &[&str],
+        agree: impl Fn(&[u8]),
+    ) {
+        let inputs = payloads
+            .iter()
+            .map(Vec::as_slice)
+            .chain(shapes.iter().map(|s| s.as_bytes()));
+        for (i, data) in inputs.enumerate() {
+            for m in mutations(data, i as u64, 200) {
+                agree(&m);
+            }
+        }
+    }
+
+    /// SSE `payloads` fed in order to an adapter that scans (`with`) and
+    /// to one that does not: the same events and results, as one sequence
+    /// (model and id once per stream, whichever path read them).
+    #[track_caller]
+    pub(in crate::providers) fn assert_same_sequence(
+        with: &mut dyn FrameAdapter,
+        without: &mut dyn FrameAdapter,
+        payloads: &[Vec<u8>],
+    ) {
+        let (a, b): (Vec<Outcome>, Vec<Outcome>) = payloads
+            .iter()
+            .map(|d| {
+                (
+                    outcome(|f, out| with.on_frame(f, out), d),
+                    outcome(|f, out| without.on_frame(f, out), d),
+                )
+            })
+            .unzip();
+        assert_eq!(a, b, "the whole sequence of fixture payloads");
     }
 
     /// Events (as text) and the result of one adapter call.

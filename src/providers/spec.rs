@@ -99,6 +99,42 @@ pub trait FrameAdapter: std::fmt::Debug + Send + Sync {
     ) -> Result<(), AdapterError>;
 }
 
+/// The JSON text a frame carries, trimmed: an SSE event's data or a whole
+/// document. An AWS eventstream frame is `AdapterError(wrong)`: the
+/// adapter's provider never sends one.
+pub(crate) fn frame_json<'a>(
+    frame: Frame<'a>,
+    wrong: &'static str,
+) -> Result<&'a [u8], AdapterError> {
+    match frame {
+        Frame::Sse { data, .. } => Ok(data.trim_ascii()),
+        Frame::Json(body) => Ok(body.trim_ascii()),
+        Frame::AwsEvent { .. } => Err(AdapterError(wrong)),
+    }
+}
+
+/// Each JSON document a frame carries (`frame_json`), through `each`:
+/// none when it is empty, and a JSON array element by element (a streamed
+/// array read as one body, or a response wrapped in an array);
+/// `AdapterError(bad_array)` when such an array does not parse.
+pub(crate) fn each_document(
+    frame: Frame<'_>,
+    wrong: &'static str,
+    bad_array: &'static str,
+    mut each: impl FnMut(&[u8]) -> Result<(), AdapterError>,
+) -> Result<(), AdapterError> {
+    let data = frame_json(frame, wrong)?;
+    match data.first() {
+        None => Ok(()),
+        Some(b'[') => {
+            let items: Vec<&serde_json::value::RawValue> =
+                serde_json::from_slice(data).map_err(|_| AdapterError(bad_array))?;
+            items.iter().try_for_each(|i| each(i.get().as_bytes()))
+        }
+        Some(_) => each(data),
+    }
+}
+
 /// How a body labelled `application/json` (or with no type) is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JsonBody {

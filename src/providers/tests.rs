@@ -36,6 +36,19 @@ pub(crate) struct Summary {
 }
 
 impl Summary {
+    /// A response of `content` one-piece content events, naming `model`
+    /// and `id` (none when empty), with `finish` reasons; the rest default.
+    pub(crate) fn of(content: u32, model: &str, id: &str, finish: &[&str]) -> Summary {
+        Summary {
+            content_frames: content,
+            pieces: content,
+            model: Some(model.to_owned()),
+            response_id: (!id.is_empty()).then(|| id.to_owned()),
+            finish: finish.iter().map(|s| s.to_string()).collect(),
+            ..Summary::default()
+        }
+    }
+
     pub(crate) fn record(&mut self, event: Event<'_>) {
         match event {
             Event::Content { pieces, .. } => {
@@ -119,6 +132,39 @@ pub(crate) fn kinds(
     kinds
 }
 
+/// Feed `payloads` to `adapter` as SSE data without `event:` lines, in
+/// order; the summary, or the first error.
+pub(crate) fn feed_sse(
+    adapter: &mut dyn FrameAdapter,
+    payloads: &[&str],
+) -> Result<Summary, AdapterError> {
+    let frames = payloads.iter().map(|p| Frame::Sse {
+        event: b"",
+        data: p.as_bytes(),
+    });
+    feed(adapter, frames)
+}
+
+/// Feed `docs` to `adapter` as whole JSON documents (a body, NDJSON
+/// lines), in order; the summary, or the first error.
+pub(crate) fn feed_json(
+    adapter: &mut dyn FrameAdapter,
+    docs: &[&str],
+) -> Result<Summary, AdapterError> {
+    feed(adapter, docs.iter().map(|d| Frame::Json(d.as_bytes())))
+}
+
+fn feed<'a>(
+    adapter: &mut dyn FrameAdapter,
+    frames: impl Iterator<Item = Frame<'a>>,
+) -> Result<Summary, AdapterError> {
+    let mut s = Summary::default();
+    for frame in frames {
+        adapter.on_frame(frame, &mut |e| s.record(e))?;
+    }
+    Ok(s)
+}
+
 /// A fixture and the route it came from.
 pub(crate) struct Fixture {
     pub name: &'static str,
@@ -151,190 +197,69 @@ impl Fixture {
     }
 }
 
-macro_rules! fixture {
-    ($kind:ident, $op:ident, $path:literal) => {
-        Fixture {
+/// `Kind Operation: "dir/file" …;` — the fixtures recorded on one route,
+/// each read from tests/fixtures/ at compile time.
+macro_rules! fixtures {
+    ($($kind:ident $op:ident: $($path:literal)+;)+) => {
+        &[$($(Fixture {
             name: $path,
             kind: ProviderKind::$kind,
             operation: Operation::$op,
             body: include_bytes!(concat!("../../tests/fixtures/", $path)),
-        }
+        },)+)+]
     };
 }
 
-pub(crate) const FIXTURES: &[Fixture] = &[
-    fixture!(Openai, ChatCompletions, "openai/chat_stream_usage.sse"),
-    fixture!(Openai, ChatCompletions, "openai/chat_stream.sse"),
-    fixture!(Openai, ChatCompletions, "openai/chat_stream_crlf.sse"),
-    fixture!(Openai, ChatCompletions, "openai/chat_stream_tool_calls.sse"),
-    fixture!(Openai, ChatCompletions, "openai/chat_stream_error.sse"),
-    fixture!(Openai, ChatCompletions, "openai/azure_chat_stream.sse"),
-    fixture!(Openai, ChatCompletions, "openai/chat.json"),
-    fixture!(Openai, Completions, "openai/completions_stream.sse"),
-    fixture!(Openai, Responses, "openai/responses_stream.sse"),
-    fixture!(Openai, Responses, "openai/responses.json"),
-    fixture!(Openai, Responses, "openai/responses_failed_stream.sse"),
-    fixture!(Openai, Responses, "openai/responses_background_stream.sse"),
-    fixture!(Openai, FetchResponse, "openai/responses_resume_stream.sse"),
-    fixture!(Openai, Responses, "openai/responses_background_queued.json"),
-    fixture!(
-        Openai,
-        FetchResponse,
-        "openai/responses_background_completed.json"
-    ),
-    fixture!(
-        Openai,
-        FetchResponse,
-        "openai/responses_background_in_progress.json"
-    ),
-    fixture!(
-        Openai,
-        CancelResponse,
-        "openai/responses_background_cancelled.json"
-    ),
-    fixture!(Openai, Embeddings, "openai/embeddings.json"),
-    fixture!(Anthropic, Messages, "anthropic/messages_stream.sse"),
-    fixture!(
-        Anthropic,
-        Messages,
-        "anthropic/messages_stream_tool_use.sse"
-    ),
-    fixture!(
-        Anthropic,
-        Messages,
-        "anthropic/messages_stream_thinking.sse"
-    ),
-    fixture!(Anthropic, Messages, "anthropic/messages_stream_error.sse"),
-    fixture!(Anthropic, Messages, "anthropic/message.json"),
-    fixture!(Gemini, StreamGenerateContent, "gemini/stream_generate.sse"),
-    fixture!(
-        Gemini,
-        StreamGenerateContent,
-        "gemini/stream_generate_array.json"
-    ),
-    fixture!(
-        Gemini,
-        StreamGenerateContent,
-        "gemini/stream_generate_error.sse"
-    ),
-    fixture!(
-        Gemini,
-        StreamGenerateContent,
-        "gemini/stream_generate_error_array.json"
-    ),
-    fixture!(
-        Gemini,
-        StreamGenerateContent,
-        "gemini/stream_generate_blocked_array.json"
-    ),
-    fixture!(Gemini, GenerateContent, "gemini/generate.json"),
-    fixture!(Gemini, GenerateContent, "gemini/error.json"),
-    fixture!(Vertex, StreamGenerateContent, "vertex/stream_generate.sse"),
-    fixture!(
-        Vertex,
-        StreamGenerateContent,
-        "vertex/stream_generate_array.json"
-    ),
-    fixture!(Ollama, OllamaChat, "ollama/chat.json"),
-    fixture!(Ollama, OllamaChat, "ollama/chat_stream.ndjson"),
-    fixture!(Ollama, OllamaChat, "ollama/chat_stream_error.ndjson"),
-    fixture!(Ollama, OllamaGenerate, "ollama/generate_stream.ndjson"),
-    fixture!(
-        Bedrock,
-        ConverseStream,
-        "bedrock/converse_stream.eventstream"
-    ),
-    fixture!(
-        Bedrock,
-        ConverseStream,
+pub(crate) const FIXTURES: &[Fixture] = fixtures! {
+    Openai ChatCompletions: "openai/chat_stream_usage.sse" "openai/chat_stream.sse"
+        "openai/chat_stream_crlf.sse" "openai/chat_stream_tool_calls.sse"
+        "openai/chat_stream_error.sse" "openai/azure_chat_stream.sse" "openai/chat.json"
+        "openai/chat_stream_parallel_tool_calls.sse" "openai/chat_stream_function_call.sse"
+        "openai/chat_tool_calls.json";
+    Openai Completions: "openai/completions_stream.sse";
+    Openai Responses: "openai/responses_stream.sse" "openai/responses.json"
+        "openai/responses_failed_stream.sse" "openai/responses_background_stream.sse"
+        "openai/responses_background_queued.json" "openai/responses_tools_stream.sse"
+        "openai/responses_tools.json";
+    Openai FetchResponse: "openai/responses_resume_stream.sse"
+        "openai/responses_background_completed.json" "openai/responses_background_in_progress.json";
+    Openai CancelResponse: "openai/responses_background_cancelled.json";
+    Openai Embeddings: "openai/embeddings.json";
+    Anthropic Messages: "anthropic/messages_stream.sse" "anthropic/messages_stream_tool_use.sse"
+        "anthropic/messages_stream_thinking.sse" "anthropic/messages_stream_error.sse"
+        "anthropic/message.json" "anthropic/error.json" "anthropic/message_tools.json"
+        "anthropic/messages_stream_web_search.sse";
+    Gemini StreamGenerateContent: "gemini/stream_generate.sse" "gemini/stream_generate_array.json"
+        "gemini/stream_generate_error.sse" "gemini/stream_generate_error_array.json"
+        "gemini/stream_generate_blocked_array.json" "gemini/stream_generate_tools.sse";
+    Gemini GenerateContent: "gemini/generate.json" "gemini/error.json" "gemini/generate_tools.json";
+    Vertex StreamGenerateContent: "vertex/stream_generate.sse" "vertex/stream_generate_array.json";
+    Ollama OllamaChat: "ollama/chat.json" "ollama/chat_stream.ndjson"
+        "ollama/chat_stream_error.ndjson" "ollama/chat_tools.json"
+        "ollama/chat_stream_tools.ndjson";
+    Ollama OllamaGenerate: "ollama/generate_stream.ndjson";
+    Bedrock ConverseStream: "bedrock/converse_stream.eventstream"
         "bedrock/converse_stream_tool_use.eventstream"
-    ),
-    fixture!(
-        Bedrock,
-        ConverseStream,
-        "bedrock/converse_stream_throttled.eventstream"
-    ),
-    fixture!(
-        Bedrock,
-        InvokeModelStream,
-        "bedrock/invoke_stream_claude.eventstream"
-    ),
-    fixture!(
-        Bedrock,
-        InvokeModelStream,
-        "bedrock/invoke_stream_llama.eventstream"
-    ),
-    fixture!(Ollama, OllamaEmbed, "ollama/embed.json"),
-    fixture!(Bedrock, Converse, "bedrock/converse.json"),
-    fixture!(Bedrock, InvokeModel, "bedrock/invoke_claude.json"),
-    fixture!(Bedrock, InvokeModel, "bedrock/invoke_titan.json"),
-    fixture!(Azure, ChatCompletions, "azure/chat_stream_usage.sse"),
-    fixture!(Azure, ChatCompletions, "azure/content_filter_error.json"),
-    fixture!(
-        Vllm,
-        ChatCompletions,
-        "vllm/chat_stream_continuous_usage.sse"
-    ),
-    fixture!(
-        Llamacpp,
-        ChatCompletions,
-        "llamacpp/chat_stream_timings.sse"
-    ),
-    fixture!(Llamacpp, ChatCompletions, "llamacpp/chat.json"),
-    fixture!(Tgi, TgiGenerateStream, "tgi/generate_stream.sse"),
-    fixture!(Tgi, TgiGenerateStream, "tgi/generate_stream_error.sse"),
-    fixture!(Tgi, TgiGenerate, "tgi/generate.json"),
-    fixture!(Mistral, ChatCompletions, "mistral/chat_stream.sse"),
-    fixture!(Groq, ChatCompletions, "groq/chat_stream.sse"),
-    fixture!(
-        Deepseek,
-        ChatCompletions,
-        "deepseek/chat_stream_reasoning.sse"
-    ),
-    fixture!(Openrouter, ChatCompletions, "openrouter/chat_stream.sse"),
-    fixture!(
-        Openrouter,
-        ChatCompletions,
-        "openrouter/chat_stream_error.sse"
-    ),
-    fixture!(Together, ChatCompletions, "together/chat_stream.sse"),
-    fixture!(Lmstudio, ChatCompletions, "lmstudio/chat_stream.sse"),
-    fixture!(Lmstudio, ChatCompletions, "lmstudio/chat_v0.json"),
-    fixture!(Cohere, CohereChat, "cohere/chat_stream.sse"),
-    fixture!(Cohere, CohereChat, "cohere/chat_stream_tool.sse"),
-    fixture!(Cohere, CohereChat, "cohere/chat.json"),
-    fixture!(Anthropic, Messages, "anthropic/error.json"),
-    // Tool calls, client and provider-run (fixture_tests.rs).
-    fixture!(
-        Openai,
-        ChatCompletions,
-        "openai/chat_stream_parallel_tool_calls.sse"
-    ),
-    fixture!(
-        Openai,
-        ChatCompletions,
-        "openai/chat_stream_function_call.sse"
-    ),
-    fixture!(Openai, ChatCompletions, "openai/chat_tool_calls.json"),
-    fixture!(Openai, Responses, "openai/responses_tools_stream.sse"),
-    fixture!(Openai, Responses, "openai/responses_tools.json"),
-    fixture!(Anthropic, Messages, "anthropic/message_tools.json"),
-    fixture!(
-        Anthropic,
-        Messages,
-        "anthropic/messages_stream_web_search.sse"
-    ),
-    fixture!(Gemini, GenerateContent, "gemini/generate_tools.json"),
-    fixture!(
-        Gemini,
-        StreamGenerateContent,
-        "gemini/stream_generate_tools.sse"
-    ),
-    fixture!(Bedrock, Converse, "bedrock/converse_tools.json"),
-    fixture!(Ollama, OllamaChat, "ollama/chat_tools.json"),
-    fixture!(Ollama, OllamaChat, "ollama/chat_stream_tools.ndjson"),
-    fixture!(Cohere, CohereChat, "cohere/chat_tools.json"),
-];
+        "bedrock/converse_stream_throttled.eventstream";
+    Bedrock InvokeModelStream: "bedrock/invoke_stream_claude.eventstream"
+        "bedrock/invoke_stream_llama.eventstream";
+    Ollama OllamaEmbed: "ollama/embed.json";
+    Bedrock Converse: "bedrock/converse.json" "bedrock/converse_tools.json";
+    Bedrock InvokeModel: "bedrock/invoke_claude.json" "bedrock/invoke_titan.json";
+    Azure ChatCompletions: "azure/chat_stream_usage.sse" "azure/content_filter_error.json";
+    Vllm ChatCompletions: "vllm/chat_stream_continuous_usage.sse";
+    Llamacpp ChatCompletions: "llamacpp/chat_stream_timings.sse" "llamacpp/chat.json";
+    Tgi TgiGenerateStream: "tgi/generate_stream.sse" "tgi/generate_stream_error.sse";
+    Tgi TgiGenerate: "tgi/generate.json";
+    Mistral ChatCompletions: "mistral/chat_stream.sse";
+    Groq ChatCompletions: "groq/chat_stream.sse";
+    Deepseek ChatCompletions: "deepseek/chat_stream_reasoning.sse";
+    Openrouter ChatCompletions: "openrouter/chat_stream.sse" "openrouter/chat_stream_error.sse";
+    Together ChatCompletions: "together/chat_stream.sse";
+    Lmstudio ChatCompletions: "lmstudio/chat_stream.sse" "lmstudio/chat_v0.json";
+    Cohere CohereChat: "cohere/chat_stream.sse" "cohere/chat_stream_tool.sse" "cohere/chat.json"
+        "cohere/chat_tools.json";
+};
 
 /// The fixture called `name`.
 /// Parse fixture `name` whole and compare its summary (text pieces
@@ -581,95 +506,4 @@ fn every_operation_has_exactly_one_wire_format() {
             .count();
         assert_eq!(detected, 1, "{path}: detected by {detected} specs");
     }
-}
-
-#[test]
-fn stored_response_paths_name_their_own_operations() {
-    for (method, path, want) in [
-        ("POST", "/v1/responses", Some(Operation::Responses)),
-        (
-            "GET",
-            "/v1/responses/resp_1",
-            Some(Operation::FetchResponse),
-        ),
-        (
-            "GET",
-            "/v1/responses/resp_1?stream=true&starting_after=7",
-            Some(Operation::FetchResponse),
-        ),
-        (
-            "DELETE",
-            "/v1/responses/resp_1",
-            Some(Operation::DeleteResponse),
-        ),
-        (
-            "POST",
-            "/v1/responses/resp_1/cancel",
-            Some(Operation::CancelResponse),
-        ),
-        (
-            "GET",
-            "/openai/v1/responses/resp_1/input_items?limit=5",
-            Some(Operation::ResponseInputItems),
-        ),
-        (
-            "GET",
-            "/v1/files/file-abc/content",
-            Some(Operation::FileContent),
-        ),
-        (
-            "GET",
-            "/anthropic/v1/messages/batches/msgbatch_1/results",
-            Some(Operation::BatchResults),
-        ),
-        ("GET", "/v1/files/file-abc", None),
-        ("GET", "/v1/batches/b/results", None),
-        ("POST", "/v1/responses/resp_1/other", None),
-        ("POST", "/v1/cancel", None),
-        ("POST", "cancel", None),
-        ("POST", "responses/cancel", Some(Operation::FetchResponse)),
-        ("GET", "responses/r", Some(Operation::FetchResponse)),
-        ("GET", "/responses//cancel", None),
-        ("GET", "files/f/content", Some(Operation::FileContent)),
-        ("GET", "/v1/files//content", None),
-        ("GET", "batches/b/results", None),
-        ("GET", "/model/converse", Some(Operation::Converse)),
-        ("GET", "model/x/converse", None),
-        ("POST", "/model/m:0/invoke", Some(Operation::InvokeModel)),
-        (
-            "POST",
-            "/v1/models/g:generateContent?alt=sse",
-            Some(Operation::GenerateContent),
-        ),
-        (
-            "POST",
-            "/v1/chat/completions/",
-            Some(Operation::ChatCompletions),
-        ),
-        ("POST", "", None),
-    ] {
-        assert_eq!(
-            Operation::from_request(method, path),
-            want,
-            "{method} {path}"
-        );
-    }
-    let names: Vec<&str> = [
-        Operation::FetchResponse,
-        Operation::CancelResponse,
-        Operation::DeleteResponse,
-        Operation::ResponseInputItems,
-    ]
-    .iter()
-    .map(|op| op.name())
-    .collect();
-    assert_eq!(
-        names,
-        [
-            "fetch_response",
-            "cancel_response",
-            "delete_response",
-            "list_input_items"
-        ]
-    );
 }

@@ -9,9 +9,11 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
+use super::spec::{
+    FrameAdapter, ProviderSpec, Wire, each_document, never_response, no_model, whole_json,
+};
 use super::wire::{Str, non_empty};
-use super::{AdapterError, ContentKind, Event, Usage};
+use super::{AdapterError, Event, Usage};
 use super::{Operation, ProviderKind};
 use crate::framing::Frame;
 
@@ -33,26 +35,14 @@ impl FrameAdapter for TgiAdapter {
         frame: Frame<'_>,
         out: &mut dyn FnMut(Event<'_>),
     ) -> Result<(), AdapterError> {
-        let data = match frame {
-            Frame::Sse { data, .. } => data.trim_ascii(),
-            Frame::Json(body) => body.trim_ascii(),
-            Frame::AwsEvent { .. } => {
-                return Err(AdapterError("eventstream frame in a TGI stream"));
-            }
-        };
-        match data.first() {
-            None => Ok(()),
-            Some(b'[') => {
-                // `/generate` on some versions (and the `/` route) wraps the
-                // response in an array.
-                let items: Vec<&RawValue> = serde_json::from_slice(data)
-                    .map_err(|_| AdapterError("malformed TGI JSON array"))?;
-                items
-                    .iter()
-                    .try_for_each(|i| on_doc(i.get().as_bytes(), out))
-            }
-            Some(_) => on_doc(data, out),
-        }
+        // `/generate` on some versions (and the `/` route) wraps the
+        // response in an array.
+        each_document(
+            frame,
+            "eventstream frame in a TGI stream",
+            "malformed TGI JSON array",
+            |doc| on_doc(doc, out),
+        )
     }
 }
 
@@ -73,10 +63,7 @@ fn on_doc(data: &[u8], out: &mut dyn FnMut(Event<'_>)) -> Result<(), AdapterErro
         None => non_empty(doc.generated_text),
     };
     if content {
-        out(Event::Content {
-            pieces: 1,
-            kind: ContentKind::Visible,
-        });
+        out(Event::ONE_VISIBLE);
     }
     if let Some(details) = &doc.details {
         if details.generated_tokens.is_some() || details.input_length.is_some() {
@@ -153,16 +140,10 @@ pub const SPEC: ProviderSpec = ProviderSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::tests::Summary;
+    use crate::providers::tests::{Summary, feed_json};
 
     fn run(payloads: &[&str]) -> Summary {
-        let mut a = TgiAdapter::new();
-        let mut s = Summary::default();
-        for p in payloads {
-            a.on_frame(Frame::Json(p.as_bytes()), &mut |e| s.record(e))
-                .expect("valid");
-        }
-        s
+        feed_json(&mut TgiAdapter::new(), payloads).expect("valid")
     }
 
     #[test]

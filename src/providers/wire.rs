@@ -28,26 +28,75 @@ pub(crate) trait HasContent {
     fn has_content(&self) -> bool;
 }
 
+/// An array folded while parsing, element by element, into one value:
+/// nothing is kept per element unless `add` keeps it.
+pub(crate) trait Fold<'de>: Default {
+    /// What each element is read as.
+    type Item: Deserialize<'de>;
+    /// What a type error says was expected.
+    const EXPECTING: &'static str;
+    fn add(&mut self, item: Self::Item);
+}
+
+/// `Deserialize` for `Fold` types, through `fold`: `Name<'a>` for one that
+/// borrows from the payload, `Name` for one that does not.
+macro_rules! deserialize_by_fold {
+    ($t:ident<$a:lifetime>) => {
+        impl<'de: $a, $a> serde::Deserialize<'de> for $t<$a> {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                $crate::providers::wire::fold(d)
+            }
+        }
+    };
+    ($t:ident) => {
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                $crate::providers::wire::fold(d)
+            }
+        }
+    };
+}
+pub(crate) use deserialize_by_fold;
+
+/// `Deserialize::deserialize` of a `Fold` type (`deserialize_by_fold!`).
+pub(crate) fn fold<'de, F: Fold<'de>, D: Deserializer<'de>>(d: D) -> Result<F, D::Error> {
+    struct V<F>(PhantomData<F>);
+    impl<'de, F: Fold<'de>> Visitor<'de> for V<F> {
+        type Value = F;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(F::EXPECTING)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<F, A::Error> {
+            let mut all = F::default();
+            while let Some(item) = seq.next_element::<F::Item>()? {
+                all.add(item);
+            }
+            Ok(all)
+        }
+    }
+    d.deserialize_seq(V(PhantomData))
+}
+
 /// An array folded while parsing into "does any element carry content".
 pub(crate) struct AnyContent<T>(pub bool, PhantomData<T>);
 
+impl<T> Default for AnyContent<T> {
+    fn default() -> Self {
+        AnyContent(false, PhantomData)
+    }
+}
+
+impl<'de, T: Deserialize<'de> + HasContent> Fold<'de> for AnyContent<T> {
+    type Item = T;
+    const EXPECTING: &'static str = "an array";
+    fn add(&mut self, item: T) {
+        self.0 |= item.has_content();
+    }
+}
+
 impl<'de, T: Deserialize<'de> + HasContent> Deserialize<'de> for AnyContent<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de> + HasContent> Visitor<'de> for V<T> {
-            type Value = AnyContent<T>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an array")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<AnyContent<T>, A::Error> {
-                let mut any = false;
-                while let Some(item) = seq.next_element::<T>()? {
-                    any |= item.has_content();
-                }
-                Ok(AnyContent(any, PhantomData))
-            }
-        }
-        d.deserialize_seq(V(PhantomData))
+        fold(d)
     }
 }
 

@@ -3,9 +3,10 @@
 use super::*;
 use crate::providers::ProviderKind;
 use crate::providers::scan::differential::{
-    Outcome, edited, fixture_bodies, fixture_payloads, json_outcome, mutations, outcome,
+    Outcome, assert_same_sequence, each_mutation, edited, fixture_bodies, fixture_payloads,
+    json_outcome, mutations, outcome,
 };
-use crate::providers::tests::{Summary, expect_summary as expect, fixture};
+use crate::providers::tests::{Summary, expect_summary as expect, feed_json, feed_sse, fixture};
 
 fn usage(input: u64, output: u64, cached: u64, reasoning: u64) -> Usage {
     Usage {
@@ -18,14 +19,20 @@ fn usage(input: u64, output: u64, cached: u64, reasoning: u64) -> Usage {
     }
 }
 
-fn summary(content: u32, model: &str, id: &str, finish: &[&str]) -> Summary {
-    Summary {
-        content_frames: content,
-        pieces: content,
-        model: Some(model.to_owned()),
-        response_id: (!id.is_empty()).then(|| id.to_owned()),
-        finish: finish.iter().map(|s| s.to_string()).collect(),
-        ..Summary::default()
+/// `usage` at the default service tier, as the response reports it.
+fn tier_usage(input: u64, output: u64, cached: u64, reasoning: u64) -> Usage {
+    Usage {
+        service_tier: Some(ServiceTier::Default),
+        ..usage(input, output, cached, reasoning)
+    }
+}
+
+/// `tier_usage` of a chat response, whose details count no audio.
+fn chat_usage(input: u64, output: u64, cached: u64, reasoning: u64) -> Usage {
+    Usage {
+        input_audio: Some(0),
+        output_audio: Some(0),
+        ..tier_usage(input, output, cached, reasoning)
     }
 }
 
@@ -47,25 +54,20 @@ fn text_pieces_reassemble_the_answer() {
 
 #[test]
 fn chat_stream_with_usage() {
-    let mut s = summary(
+    let mut s = Summary::of(
         9,
         "gpt-4o-mini-2024-07-18",
         "chatcmpl-BxY8pQ2mKf3r7VtH1nZcL0aWdE9sJ",
         &["stop"],
     );
-    s.usage = Usage {
-        input_audio: Some(0),
-        output_audio: Some(0),
-        service_tier: Some(ServiceTier::Default),
-        ..usage(19, 9, 0, 0)
-    };
+    s.usage = chat_usage(19, 9, 0, 0);
     s.done = 1;
     expect("openai/chat_stream_usage.sse", s);
 }
 
 #[test]
 fn chat_stream_without_usage() {
-    let mut s = summary(
+    let mut s = Summary::of(
         6,
         "gpt-4o-2024-08-06",
         "chatcmpl-BxYA1k9sVb2MwTq7Rr3eLhU0cNg5X",
@@ -79,18 +81,13 @@ fn chat_stream_without_usage() {
 #[test]
 fn chat_stream_with_tool_calls() {
     // The first chunk names the tool (content), then 11 argument pieces.
-    let mut s = summary(
+    let mut s = Summary::of(
         12,
         "gpt-4o-2024-08-06",
         "chatcmpl-BxYB7nR2dQw0pLk4Hs9Jt1Ve6Yc3M",
         &["tool_calls"],
     );
-    s.usage = Usage {
-        input_audio: Some(0),
-        output_audio: Some(0),
-        service_tier: Some(ServiceTier::Default),
-        ..usage(85, 18, 0, 0)
-    };
+    s.usage = chat_usage(85, 18, 0, 0);
     s.done = 1;
     // One call however many argument deltas repeat its index.
     s.tool_calls = 1;
@@ -100,7 +97,7 @@ fn chat_stream_with_tool_calls() {
 
 #[test]
 fn chat_stream_with_mid_stream_error() {
-    let mut s = summary(
+    let mut s = Summary::of(
         3,
         "gpt-4o-2024-08-06",
         "chatcmpl-BxYC3aB8eT5qWn1Kz6Lp0Xr9Dm2Fs",
@@ -112,7 +109,7 @@ fn chat_stream_with_mid_stream_error() {
 
 #[test]
 fn azure_filter_chunks_are_not_content() {
-    let mut s = summary(
+    let mut s = Summary::of(
         4,
         "gpt-4o-2024-11-20",
         "chatcmpl-BxYDq4Kc7Nh2Ze8Wv5Ta1Ur3Ps6Jm",
@@ -124,25 +121,20 @@ fn azure_filter_chunks_are_not_content() {
 
 #[test]
 fn chat_whole_body() {
-    let mut s = summary(
+    let mut s = Summary::of(
         1,
         "o4-mini-2025-04-16",
         "chatcmpl-BxYFa2Ts8Lk5Wq0Rn3Ve7Hc1Mz9Pj",
         &["stop"],
     );
-    s.usage = Usage {
-        input_audio: Some(0),
-        output_audio: Some(0),
-        service_tier: Some(ServiceTier::Default),
-        ..usage(1536, 210, 1024, 192)
-    };
+    s.usage = chat_usage(1536, 210, 1024, 192);
     s.done = 1; // a whole body that parsed is its own terminal event
     expect("openai/chat.json", s);
 }
 
 #[test]
 fn legacy_completions_stream() {
-    let mut s = summary(
+    let mut s = Summary::of(
         6,
         "gpt-3.5-turbo-instruct:20230824-v2",
         "cmpl-BxYEw7Lm3Qa9Vt2Rk5Hn0Jc8Zp4Xs",
@@ -156,11 +148,8 @@ fn legacy_completions_stream() {
 fn responses_stream() {
     // 3 reasoning-summary deltas and 4 output-text deltas.
     let id = "resp_6887a1f3c2e08191b5a7d4e2f90c13ab0d9e4f6a7b8c9d01";
-    let mut s = summary(7, "o4-mini-2025-04-16", id, &["completed"]);
-    s.usage = Usage {
-        service_tier: Some(ServiceTier::Default),
-        ..usage(37, 150, 0, 128)
-    };
+    let mut s = Summary::of(7, "o4-mini-2025-04-16", id, &["completed"]);
+    s.usage = tier_usage(37, 150, 0, 128);
     s.done = 1;
     expect("openai/responses_stream.sse", s);
 }
@@ -168,16 +157,13 @@ fn responses_stream() {
 #[test]
 fn background_stream_resume_and_polls() {
     let id = "resp_68b1c0d2e3f48193a5b6c7d8e9f0a1b20c3d4e5f6a7b8c9d";
-    let final_usage = Usage {
-        service_tier: Some(ServiceTier::Default),
-        ..usage(37, 150, 0, 128)
-    };
-    let mut s = summary(7, "o4-mini-2025-04-16", id, &["completed"]);
+    let final_usage = tier_usage(37, 150, 0, 128);
+    let mut s = Summary::of(7, "o4-mini-2025-04-16", id, &["completed"]);
     s.usage = final_usage;
     s.done = 1;
     expect("openai/responses_background_stream.sse", s);
     // Resumed after event 11: the four text deltas, then completion.
-    let mut s = summary(4, "o4-mini-2025-04-16", id, &["completed"]);
+    let mut s = Summary::of(4, "o4-mini-2025-04-16", id, &["completed"]);
     s.usage = final_usage;
     s.done = 1;
     expect("openai/responses_resume_stream.sse", s);
@@ -207,11 +193,8 @@ fn background_stream_resume_and_polls() {
 #[test]
 fn responses_whole_body() {
     let id = "resp_6887a1f3c2e08191b5a7d4e2f90c13ab0d9e4f6a7b8c9d01";
-    let mut s = summary(1, "o4-mini-2025-04-16", id, &["completed"]);
-    s.usage = Usage {
-        service_tier: Some(ServiceTier::Default),
-        ..usage(37, 150, 0, 128)
-    };
+    let mut s = Summary::of(1, "o4-mini-2025-04-16", id, &["completed"]);
+    s.usage = tier_usage(37, 150, 0, 128);
     s.done = 1;
     expect("openai/responses.json", s);
 }
@@ -219,14 +202,14 @@ fn responses_whole_body() {
 #[test]
 fn responses_failed_stream() {
     let id = "resp_6887a2b0e5f48190a9b8c7d6e5f4a3b20c1d2e3f4a5b6c7d";
-    let mut s = summary(2, "gpt-4.1-2025-04-14", id, &[]);
+    let mut s = Summary::of(2, "gpt-4.1-2025-04-14", id, &[]);
     s.errors = vec!["server_error".into()];
     expect("openai/responses_failed_stream.sse", s);
 }
 
 #[test]
 fn embeddings_have_input_and_no_output() {
-    let mut s = summary(0, "text-embedding-3-small", "", &[]);
+    let mut s = Summary::of(0, "text-embedding-3-small", "", &[]);
     s.usage = Usage {
         input: Some(8),
         output: Some(0),
@@ -238,23 +221,14 @@ fn embeddings_have_input_and_no_output() {
 
 /// Feed SSE data payloads (and optionally whole bodies) to one adapter.
 fn sse(payloads: &[&str]) -> Result<Summary, AdapterError> {
-    let mut adapter = OpenaiAdapter::new(Some(Operation::ChatCompletions));
-    let mut s = Summary::default();
-    for data in payloads {
-        let frame = Frame::Sse {
-            event: b"",
-            data: data.as_bytes(),
-        };
-        adapter.on_frame(frame, &mut |e| s.record(e))?;
-    }
-    Ok(s)
+    feed_sse(
+        &mut OpenaiAdapter::new(Some(Operation::ChatCompletions)),
+        payloads,
+    )
 }
 
 fn json(body: &str) -> Result<Summary, AdapterError> {
-    let mut adapter = OpenaiAdapter::new(None);
-    let mut s = Summary::default();
-    adapter.on_frame(Frame::Json(body.as_bytes()), &mut |e| s.record(e))?;
-    Ok(s)
+    feed_json(&mut OpenaiAdapter::new(None), &[body])
 }
 
 fn content(data: &str) -> u32 {
@@ -534,34 +508,18 @@ fn scan_reads_fixture_chunks_and_tricky_shapes_as_serde_does() {
         payloads.len(),
         SHAPES.len()
     );
-    // Model and id once per stream, whichever path read them.
     let op = Some(Operation::ChatCompletions);
     let (mut with, mut without) = (OpenaiAdapter::new(op), OpenaiAdapter::without_scan(op));
-    let (a, b): (Vec<Outcome>, Vec<Outcome>) = payloads
-        .iter()
-        .map(|d| {
-            (
-                outcome(|f, out| with.on_frame(f, out), d),
-                outcome(|f, out| without.on_frame(f, out), d),
-            )
-        })
-        .unzip();
-    assert_eq!(a, b, "the whole sequence of fixture chunks");
+    assert_same_sequence(&mut with, &mut without, &payloads);
 }
 
 #[test]
 fn scan_reads_mutated_chunks_as_serde_does() {
     let payloads = fixture_payloads(OPENAI_FAMILY);
-    let inputs = payloads
-        .iter()
-        .map(Vec::as_slice)
-        .chain(SHAPES.iter().map(|s| s.as_bytes()));
-    for (i, data) in inputs.enumerate() {
-        for m in mutations(data, i as u64, 200) {
-            let (scan, serde) = scan_and_serde(&m);
-            assert_eq!(scan, serde, "{}", String::from_utf8_lossy(&m));
-        }
-    }
+    each_mutation(&payloads, SHAPES, |m| {
+        let (scan, serde) = scan_and_serde(m);
+        assert_eq!(scan, serde, "{}", String::from_utf8_lossy(m));
+    });
 }
 
 /// `data` with its `delta.content` string literal replaced by `with`.

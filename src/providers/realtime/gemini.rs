@@ -162,31 +162,21 @@ struct ModalityCount<'a> {
     token_count: Option<u64>,
 }
 
-impl<'de> Deserialize<'de> for Modalities {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Modalities;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a list of modality token counts")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Modalities, A::Error> {
-                let mut m = Modalities::default();
-                while let Some(c) = seq.next_element::<ModalityCount<'de>>()? {
-                    let n = c.token_count.unwrap_or(0);
-                    let slot = match c.modality.as_ref().map(Str::as_str) {
-                        Some("TEXT") => &mut m.text,
-                        Some("AUDIO") => &mut m.audio,
-                        _ => continue,
-                    };
-                    *slot = Some(slot.unwrap_or(0).saturating_add(n));
-                }
-                Ok(m)
-            }
-        }
-        d.deserialize_seq(V)
+impl<'de> Fold<'de> for Modalities {
+    type Item = ModalityCount<'de>;
+    const EXPECTING: &'static str = "a list of modality token counts";
+    fn add(&mut self, c: ModalityCount<'de>) {
+        let n = c.token_count.unwrap_or(0);
+        let slot = match c.modality.as_ref().map(Str::as_str) {
+            Some("TEXT") => &mut self.text,
+            Some("AUDIO") => &mut self.audio,
+            _ => return,
+        };
+        *slot = Some(slot.unwrap_or(0).saturating_add(n));
     }
 }
+
+deserialize_by_fold!(Modalities);
 
 /// `modelTurn.parts` folded while parsing: non-empty parts per kind.
 #[derive(Debug, Clone, Copy, Default)]
@@ -221,45 +211,35 @@ struct Blob<'a> {
     data: Option<&'a RawValue>,
 }
 
-impl<'de> Deserialize<'de> for PartCounts {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'de>(PhantomData<&'de ()>);
-        impl<'de> Visitor<'de> for V<'de> {
-            type Value = PartCounts;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a list of parts")
+impl<'de> Fold<'de> for PartCounts {
+    type Item = Part<'de>;
+    const EXPECTING: &'static str = "a list of parts";
+    fn add(&mut self, part: Part<'de>) {
+        let slot = if non_empty(part.text) {
+            if part.thought == Some(true) {
+                &mut self.reasoning
+            } else {
+                &mut self.text
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<PartCounts, A::Error> {
-                let mut c = PartCounts::default();
-                while let Some(part) = seq.next_element::<Part<'de>>()? {
-                    let slot = if non_empty(part.text) {
-                        if part.thought == Some(true) {
-                            &mut c.reasoning
-                        } else {
-                            &mut c.text
-                        }
-                    } else if let Some(blob) = part.inline_data.filter(|b| non_empty(b.data)) {
-                        let mime = blob.mime_type.as_ref().map_or("", Str::as_str);
-                        if mime.starts_with("audio/") {
-                            &mut c.audio
-                        } else {
-                            &mut c.other
-                        }
-                    } else if part.function_call.is_some() {
-                        &mut c.tool
-                    } else if part.executable_code.is_some() {
-                        &mut c.other
-                    } else {
-                        continue;
-                    };
-                    *slot = slot.saturating_add(1);
-                }
-                Ok(c)
+        } else if let Some(blob) = part.inline_data.filter(|b| non_empty(b.data)) {
+            let mime = blob.mime_type.as_ref().map_or("", Str::as_str);
+            if mime.starts_with("audio/") {
+                &mut self.audio
+            } else {
+                &mut self.other
             }
-        }
-        d.deserialize_seq(V(PhantomData))
+        } else if part.function_call.is_some() {
+            &mut self.tool
+        } else if part.executable_code.is_some() {
+            &mut self.other
+        } else {
+            return;
+        };
+        *slot = slot.saturating_add(1);
     }
 }
+
+deserialize_by_fold!(PartCounts);
 
 /// Gemini Live's per-session state, on its own parser: Gemini has no
 /// response-created event, so a turn opens with its first model content
