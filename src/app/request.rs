@@ -398,6 +398,7 @@ impl Admitted<'_> {
     fn facts(&self, arrival: Arrival) -> RequestFacts {
         RequestFacts {
             route: self.route.name.clone(),
+            route_labels: self.route.labels.clone(),
             provider: self.provider.unwrap_or(ProviderKind::Openai),
             operation: self.operation,
             request_model: None,
@@ -662,6 +663,7 @@ async fn websocket_session(
         .or_else(|| ProviderKind::detect(path));
     let facts = RequestFacts {
         route: route.name.clone(),
+        route_labels: route.labels.clone(),
         provider: provider.unwrap_or(ProviderKind::Openai),
         operation: Some(Operation::Responses),
         request_model: websocket::model_from_path(&path_and_query),

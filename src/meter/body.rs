@@ -1228,6 +1228,7 @@ mod tests {
     fn facts(stream: bool) -> RequestFacts {
         RequestFacts {
             route: Arc::from("r"),
+            route_labels: Default::default(),
             provider: ProviderKind::Openai,
             operation: Some(Operation::ChatCompletions),
             request_model: Some("m".into()),
