@@ -236,6 +236,7 @@ async fn forward(
             shard,
             admitted.route.http2,
             &admitted.route.proxy,
+            prepared.meter.sent_flag(),
         )
         .await
     {
@@ -487,9 +488,7 @@ fn prepare(
     parts.version = Version::HTTP_11;
     let stream = facts.stream;
     let mut meter = Meter::new(facts, Box::new(telemetry));
-    let sent = upstream::SentMark::default();
-    meter.sent_when(sent.0.clone());
-    parts.extensions.insert(sent);
+    meter.track_sent(false);
     meter.watch_shutdown(&state.shutdown);
     // Streams that will carry no usage get their tokens counted afterwards.
     if stream && sniffed.include_usage != Some(true) && injected.is_none() {
