@@ -634,7 +634,7 @@ fn take_head(
     if strip {
         body = body.strip_injected_usage();
     }
-    if let OnClientDisconnect::Drain { timeout } = route.on_client_disconnect {
+    if let OnClientDisconnect::Drain { timeout } = route.disconnect {
         let max_bytes = upstream_cfg.drain_max_bytes as u64;
         let limits = DrainLimits { timeout, max_bytes };
         body = body.drain_on_disconnect(state.drains.clone(), limits);

@@ -1043,7 +1043,10 @@ fn config_connect_retries_default_off_and_bounded() {
 #[test]
 fn on_client_disconnect_defaults_to_cancel_and_drain_takes_its_bound() {
     let c = from_toml(ROUTES).expect("valid");
-    assert_eq!(c.routes[0].on_client_disconnect, OnClientDisconnect::Cancel);
+    assert_eq!(
+        c.routes[0].disconnect(c.upstream.drain_timeout),
+        OnClientDisconnect::Cancel
+    );
     assert_eq!(c.upstream.drain_timeout, Duration::from_secs(30));
     assert_eq!(c.upstream.drain_max_bytes, 16 << 20);
     assert_eq!(c.upstream.max_drains, 256);
@@ -1055,14 +1058,14 @@ fn on_client_disconnect_defaults_to_cancel_and_drain_takes_its_bound() {
     );
     let c = from_toml(&two).expect("valid");
     assert_eq!(
-        c.routes[0].on_client_disconnect,
+        c.routes[0].disconnect(c.upstream.drain_timeout),
         OnClientDisconnect::Drain {
             timeout: Duration::from_secs(45)
         },
         "the global drain_timeout"
     );
     assert_eq!(
-        c.routes[1].on_client_disconnect,
+        c.routes[1].disconnect(c.upstream.drain_timeout),
         OnClientDisconnect::Drain {
             timeout: Duration::from_secs(120)
         },
@@ -1070,8 +1073,8 @@ fn on_client_disconnect_defaults_to_cancel_and_drain_takes_its_bound() {
     );
     let back = from_toml(&c.redacted_toml()).expect("the shown config reads back");
     assert_eq!(
-        back.routes[1].on_client_disconnect,
-        c.routes[1].on_client_disconnect
+        back.routes[1].disconnect(back.upstream.drain_timeout),
+        c.routes[1].disconnect(c.upstream.drain_timeout)
     );
     assert_eq!(back.upstream.drain_timeout, Duration::from_secs(45));
 }
