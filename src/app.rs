@@ -243,7 +243,7 @@ impl Running {
         }
         current.telemetry.set_prices(Arc::new(prices));
         self.state.store(Arc::new(State {
-            router: Router::new(&config.routes),
+            router: Router::new(&config.routes, config.upstream.drain_timeout),
             client,
             telemetry: current.telemetry.clone(),
             tokenizer: current.tokenizer.clone(),
@@ -541,7 +541,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         drains: drains.clone(),
         sessions: sessions.clone(),
         shutdown: shutdown.clone(),
-        router: Router::new(&config.routes),
+        router: Router::new(&config.routes, config.upstream.drain_timeout),
         client,
         telemetry: telemetry.clone(),
         tokenizer: tokenizer.clone(),

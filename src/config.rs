@@ -26,6 +26,7 @@ use figment::Figment;
 use figment::providers::{Format, Toml};
 use serde::{Deserialize, Serialize};
 
+use crate::meter::labels::RouteLabels;
 use crate::pricing::PriceOverride;
 use crate::providers::ProviderKind;
 
@@ -287,45 +288,109 @@ impl Default for UpstreamConfig {
     }
 }
 
-/// One route: requests matching `prefix` (and `host`, when set) go to `upstream`.
-#[derive(Debug, Clone)]
+/// One `[[routes]]` entry: requests matching `prefix` (and `host`, when
+/// set) go to `upstream`. At once the file's shape (each field parsed and
+/// checked by its serde helper), the typed value the router keeps
+/// (`route::Route` derefs to it) and what `/config` shows (secrets
+/// redacted by `serialize_with`); `validate::routes` adds the checks
+/// across keys and routes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     /// Route name, used as the `tokentap.route` label.
     pub name: String,
-    /// Path prefix, e.g. `/openai`; `/` matches everything. Stripped before forwarding.
+    /// Path prefix, e.g. `/openai`; `/` matches everything; trailing `/`
+    /// dropped. Stripped before forwarding.
+    #[serde(default = "root_prefix", deserialize_with = "units::prefix")]
     pub prefix: String,
-    /// Match only this `Host` (without port), case-insensitive.
+    /// Match only this `Host` (without port), case-insensitive (stored lowercase).
+    #[serde(
+        default,
+        deserialize_with = "units::host",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub host: Option<String>,
     /// Upstream base URL: scheme, authority and an optional base path.
+    #[serde(with = "units::upstream")]
     pub upstream: http::Uri,
     /// API family; `None` = detect from the request path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<ProviderKind>,
     /// Ask OpenAI-format streams for usage (`stream_options.include_usage`)
     /// when the client did not, and remove the extra usage from what the
     /// client receives.
+    #[serde(default)]
     pub inject_usage: bool,
-    /// Re-sign forwarded requests with AWS SigV4 (Bedrock behind tokentap).
+    /// `[routes.sigv4]`: re-sign forwarded requests with AWS SigV4 (Bedrock
+    /// behind tokentap); credentials default to the `AWS_*` environment.
+    /// `/config` shows region, service and key id only.
+    #[serde(
+        default,
+        with = "units::sigv4",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub sigv4: Option<std::sync::Arc<sigv4::SigV4Config>>,
-    /// What happens to the upstream request when the client goes away.
-    pub on_client_disconnect: OnClientDisconnect,
+    /// `cancel` (default) or `drain`: what happens to the upstream request
+    /// when the client goes away mid-stream (see [`RouteConfig::disconnect`]).
+    #[serde(default, skip_serializing_if = "is_cancel")]
+    pub on_client_disconnect: DisconnectMode,
+    /// Drain bound for this route; unset = `upstream.drain_timeout`.
+    #[serde(
+        with = "units::opt_positive",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub drain_timeout: Option<Duration>,
     /// Upstream protocol: HTTP/2 when ALPN picks it, always, or never.
+    #[serde(default, skip_serializing_if = "is_auto")]
     pub http2: Http2Mode,
-    /// Egress proxy for this route's upstream: as the environment says,
-    /// none, or a given one (`routes[].proxy`).
+    /// Egress proxy for this route's upstream: as the environment says
+    /// (unset), none (`"none"`), or a given one; the password is redacted
+    /// in `/config`.
+    #[serde(
+        default,
+        with = "units::route_proxy",
+        skip_serializing_if = "proxy::RouteProxy::is_env"
+    )]
     pub proxy: proxy::RouteProxy,
     /// Price overrides for this route's requests (`[[routes.prices]]`),
     /// checked before the global ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prices: Vec<PriceOverride>,
+    /// Operator labels (`routes[].labels`), e.g. `{ hardware = "H100" }`:
+    /// span attributes `tokentap.route.label.<key>`, never metric labels.
+    #[serde(default, skip_serializing_if = "RouteLabels::is_empty")]
+    pub labels: RouteLabels,
+}
+
+fn root_prefix() -> String {
+    "/".into()
+}
+
+fn is_auto(m: &Http2Mode) -> bool {
+    *m == Http2Mode::Auto
+}
+
+fn is_cancel(m: &DisconnectMode) -> bool {
+    *m == DisconnectMode::Cancel
 }
 
 impl RouteConfig {
     /// The upstream as the docs write it: a bare host without the trailing
     /// `/` that a URI's empty path prints as.
     pub fn upstream_shown(&self) -> String {
-        let url = self.upstream.to_string();
-        match url.strip_suffix('/') {
-            Some(bare) if self.upstream.path() == "/" => bare.to_owned(),
-            _ => url,
+        units::upstream::shown(&self.upstream)
+    }
+
+    /// What happens to the upstream request when the client goes away:
+    /// `drain` takes the route's `drain_timeout`, else `default_timeout`
+    /// (`upstream.drain_timeout`).
+    pub fn disconnect(&self, default_timeout: Duration) -> OnClientDisconnect {
+        match self.on_client_disconnect {
+            DisconnectMode::Cancel => OnClientDisconnect::Cancel,
+            DisconnectMode::Drain => OnClientDisconnect::Drain {
+                timeout: self.drain_timeout.unwrap_or(default_timeout),
+            },
         }
     }
 }

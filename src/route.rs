@@ -2,43 +2,47 @@
 //! upstream URI to forward to, and the tenant it is billed to out.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::uri::{PathAndQuery, Scheme};
 use http::{HeaderMap, Uri};
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
-use crate::config::{RouteConfig, SessionSource, SessionsConfig, TenantConfig, TenantSource};
-use crate::providers::ProviderKind;
+use crate::config::{
+    OnClientDisconnect, RouteConfig, SessionSource, SessionsConfig, TenantConfig, TenantSource,
+};
 
-/// A configured route, prepared for matching.
+/// A configured route, prepared for matching. It derefs to its
+/// [`RouteConfig`], so the request path reads every route key as
+/// `route.key` (`route.provider`, `route.labels`, …) without a copy here.
 #[derive(Debug)]
 pub struct Route {
-    /// Route name (`tokentap.route`).
+    /// The route as configured.
+    config: RouteConfig,
+    /// Route name (`tokentap.route`), shared with every request's facts.
     pub name: Arc<str>,
     /// Path prefix without a trailing slash (empty for `/`).
-    prefix: String,
-    host: Option<String>,
+    match_prefix: String,
     scheme: Scheme,
     authority: http::uri::Authority,
     /// Upstream base path without a trailing slash (may be empty).
     base_path: String,
-    /// Configured API family, if any.
-    pub provider: Option<ProviderKind>,
-    /// Opt-in `stream_options.include_usage` injection.
-    pub inject_usage: bool,
-    /// Re-sign forwarded requests with AWS SigV4.
-    pub sigv4: Option<std::sync::Arc<crate::config::sigv4::SigV4Config>>,
-    /// Cancel or drain the upstream when the client goes away.
-    pub on_client_disconnect: crate::config::OnClientDisconnect,
-    /// Upstream protocol choice (`routes[].http2`).
-    pub http2: crate::config::Http2Mode,
-    /// Egress proxy choice (`routes[].proxy`).
-    pub proxy: crate::config::proxy::RouteProxy,
+    /// Cancel or drain the upstream when the client goes away (the
+    /// route's `on_client_disconnect` with its drain bound resolved).
+    pub disconnect: OnClientDisconnect,
     /// `server.address` for telemetry.
     pub server_address: Arc<str>,
     /// `server.port` for telemetry.
     pub server_port: u16,
+}
+
+impl std::ops::Deref for Route {
+    type Target = RouteConfig;
+
+    fn deref(&self) -> &RouteConfig {
+        &self.config
+    }
 }
 
 /// Request heads in, routes out; first match in configured order wins.
@@ -48,9 +52,13 @@ pub struct Router {
 }
 
 impl Router {
-    /// Prepare the configured routes.
-    pub fn new(configs: &[RouteConfig]) -> Router {
-        let routes = configs.iter().map(Route::new).collect();
+    /// Prepare the configured routes; `drain_timeout` is the drain bound
+    /// of a route that sets none (`upstream.drain_timeout`).
+    pub fn new(configs: &[RouteConfig], drain_timeout: Duration) -> Router {
+        let routes = configs
+            .iter()
+            .map(|cfg| Route::new(cfg, drain_timeout))
+            .collect();
         Router { routes }
     }
 
@@ -61,7 +69,7 @@ impl Router {
 }
 
 impl Route {
-    fn new(cfg: &RouteConfig) -> Route {
+    fn new(cfg: &RouteConfig, drain_timeout: Duration) -> Route {
         let scheme = cfg.upstream.scheme().cloned().unwrap_or(Scheme::HTTP);
         let authority = cfg
             .upstream
@@ -71,23 +79,19 @@ impl Route {
         let default_port = if scheme == Scheme::HTTPS { 443 } else { 80 };
         Route {
             name: Arc::from(cfg.name.as_str()),
-            prefix: cfg.prefix.trim_end_matches('/').to_owned(),
-            host: cfg.host.as_ref().map(|h| h.to_ascii_lowercase()),
+            match_prefix: cfg.prefix.trim_end_matches('/').to_owned(),
             server_address: Arc::from(authority.host()),
             server_port: authority.port_u16().unwrap_or(default_port),
             scheme,
             authority,
             base_path: cfg.upstream.path().trim_end_matches('/').to_owned(),
-            provider: cfg.provider,
-            inject_usage: cfg.inject_usage,
-            sigv4: cfg.sigv4.clone(),
-            on_client_disconnect: cfg.on_client_disconnect,
-            http2: cfg.http2,
-            proxy: cfg.proxy.clone(),
+            disconnect: cfg.disconnect(drain_timeout),
+            config: cfg.clone(),
         }
     }
 
     fn matches(&self, host: Option<&str>, path: &str) -> bool {
+        // `host` is stored lowercase (`config::units::host`).
         if let Some(want) = &self.host {
             match host {
                 Some(h) if h.eq_ignore_ascii_case(want) => {}
@@ -100,7 +104,7 @@ impl Route {
     /// The path after the route prefix, if the prefix matches on a segment
     /// boundary (`/openai` matches `/openai` and `/openai/v1`, not `/openaix`).
     pub fn strip<'p>(&self, path: &'p str) -> Option<&'p str> {
-        let rest = path.strip_prefix(self.prefix.as_str())?;
+        let rest = path.strip_prefix(self.match_prefix.as_str())?;
         (rest.is_empty() || rest.starts_with('/')).then_some(rest)
     }
 
@@ -290,29 +294,28 @@ fn key_digest(salt: &str, key: &[u8]) -> String {
 mod tests {
     use super::*;
 
+    /// A route as the config file gives it (every other key at its default).
     fn route(prefix: &str, host: Option<&str>, upstream: &str) -> RouteConfig {
-        RouteConfig {
-            name: prefix.trim_matches('/').to_owned(),
-            prefix: prefix.to_owned(),
-            host: host.map(str::to_owned),
-            upstream: upstream.parse().expect("test URI"),
-            provider: None,
-            prices: Vec::new(),
-            inject_usage: false,
-            sigv4: None,
-            on_client_disconnect: crate::config::OnClientDisconnect::Cancel,
-            http2: crate::config::Http2Mode::Auto,
-            proxy: Default::default(),
+        let mut text = format!(
+            "name = {:?}\nprefix = {prefix:?}\nupstream = {upstream:?}\n",
+            prefix.trim_matches('/')
+        );
+        if let Some(host) = host {
+            text.push_str(&format!("host = {host:?}\n"));
         }
+        toml::from_str(&text).expect("test route")
     }
 
     #[test]
     fn prefix_matches_on_segment_boundary_and_host() {
-        let router = Router::new(&[
-            route("/openai", Some("api.internal"), "https://a.example"),
-            route("/openai", None, "https://b.example"),
-            route("/", None, "http://c.example:8000/base/"),
-        ]);
+        let router = Router::new(
+            &[
+                route("/openai", Some("api.internal"), "https://a.example"),
+                route("/openai", None, "https://b.example"),
+                route("/", None, "http://c.example:8000/base/"),
+            ],
+            Duration::from_secs(30),
+        );
         let hit = |host, path| router.find(host, path).map(|r| r.name.to_string());
         assert_eq!(
             hit(Some("API.internal"), "/openai/v1"),
@@ -334,10 +337,13 @@ mod tests {
 
     #[test]
     fn upstream_uri_strips_prefix_and_joins_base_path() {
-        let router = Router::new(&[
-            route("/openai/", None, "https://api.openai.com"),
-            route("/", None, "http://127.0.0.1:9000/base/"),
-        ]);
+        let router = Router::new(
+            &[
+                route("/openai/", None, "https://api.openai.com"),
+                route("/", None, "http://127.0.0.1:9000/base/"),
+            ],
+            Duration::from_secs(30),
+        );
         let uri: Uri = "/openai/v1/chat/completions?x=1&y=%20"
             .parse()
             .expect("uri");

@@ -154,6 +154,11 @@ impl RouteProxy {
         ProxyUrl::parse(text).map(|u| RouteProxy::Via(Arc::new(u)))
     }
 
+    /// As the environment says (`routes[].proxy` unset).
+    pub fn is_env(&self) -> bool {
+        *self == RouteProxy::Env
+    }
+
     /// The file form, for `/config` (credentials redacted); `None` for `Env`.
     pub fn shown(&self) -> Option<String> {
         match self {

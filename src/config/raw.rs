@@ -1,7 +1,8 @@
 //! The config file's top-level shape (TOML, env, flags) with the built-in
-//! defaults: the typed sections of `config.rs`, plus the parts whose file
-//! form differs from `Config` (addresses, `[[routes]]`, `[alerts]`), which
-//! `validate` turns into `Config` and `redacted` turns back for `/config`.
+//! defaults: the typed sections of `config.rs` (`[[routes]]` among them),
+//! plus the parts whose file form differs from `Config` (addresses,
+//! `[alerts]`), which `validate` turns into `Config` and `redacted` turns
+//! back for `/config`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,12 +12,11 @@ use serde::{Deserialize, Serialize};
 use super::units::{self, REDACTED};
 use super::{AdminConfig, TlsConfig};
 use super::{
-    AlertFormat, Config, DisconnectMode, Http2Mode, LiveConfig, MeterConfig, OnClientDisconnect,
-    ServerConfig, SessionSource, SessionsConfig, SloConfig, SniffConfig, TelemetryConfig,
-    TenantConfig, TenantSource, UpstreamConfig, WebsocketConfig,
+    AlertFormat, Config, LiveConfig, MeterConfig, ServerConfig, SessionSource, SessionsConfig,
+    SloConfig, SniffConfig, TelemetryConfig, TenantConfig, TenantSource, UpstreamConfig,
+    WebsocketConfig,
 };
 use crate::pricing::PriceOverride;
-use crate::providers::ProviderKind;
 
 /// The whole file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -40,7 +40,7 @@ pub(super) struct RawConfig {
     /// The upstream client.
     pub upstream: UpstreamConfig,
     /// Routes, in match order.
-    pub routes: Vec<RawRoute>,
+    pub routes: Vec<super::RouteConfig>,
     /// Request body sniffing.
     pub sniff: SniffConfig,
     /// Response metering.
@@ -69,66 +69,6 @@ pub(super) struct RawConfig {
     /// A TOML file of `[[prices]]` entries (`--prices`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prices_file: Option<std::path::PathBuf>,
-}
-
-/// One `[[routes]]` entry.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawRoute {
-    /// Route name, used as the `tokentap.route` label.
-    pub name: String,
-    /// Path prefix, e.g. `/openai`; `/` matches everything. Stripped before forwarding.
-    #[serde(default = "root_prefix")]
-    pub prefix: String,
-    /// Match only this `Host` (without port), case-insensitive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
-    /// Upstream base URL: scheme, authority and an optional base path.
-    pub upstream: String,
-    /// API family; unset = detect from the request path.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provider: Option<ProviderKind>,
-    /// Add `stream_options.include_usage` to OpenAI-format streaming requests
-    /// that lack it, and strip the extra usage from the client's stream.
-    #[serde(default)]
-    pub inject_usage: bool,
-    /// `[routes.sigv4]`: re-sign requests for AWS (credentials default to `AWS_*` env).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sigv4: Option<super::sigv4::SigV4Settings>,
-    /// `cancel` (default) or `drain`: what happens to the upstream request
-    /// when the client goes away mid-stream.
-    #[serde(default, skip_serializing_if = "is_cancel")]
-    pub on_client_disconnect: DisconnectMode,
-    /// Drain bound for this route; unset = `upstream.drain_timeout`.
-    #[serde(
-        with = "units::opt_positive",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub drain_timeout: Option<Duration>,
-    /// Upstream protocol: `auto` (HTTP/2 when TLS ALPN picks it), `always`, `never`.
-    #[serde(default, skip_serializing_if = "is_auto")]
-    pub http2: Http2Mode,
-    /// `[[routes.prices]]`: price overrides for this route only.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub prices: Vec<PriceOverride>,
-    /// Egress proxy for this route: `"none"` (straight to the upstream) or
-    /// `http://[user:password@]host:port`; unset = the `HTTPS_PROXY` family
-    /// of environment variables. The password is redacted in `/config`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub proxy: Option<String>,
-}
-
-fn is_auto(m: &Http2Mode) -> bool {
-    *m == Http2Mode::Auto
-}
-
-fn is_cancel(m: &DisconnectMode) -> bool {
-    *m == DisconnectMode::Cancel
-}
-
-fn root_prefix() -> String {
-    "/".into()
 }
 
 /// `[alerts]`
@@ -218,7 +158,7 @@ impl RawConfig {
     /// The effective config in file form, with secrets (tenant salt, OTLP
     /// header values) replaced by [`REDACTED`].
     pub(super) fn redacted(c: &Config) -> RawConfig {
-        let (u, t) = (&c.upstream, &c.telemetry);
+        let t = &c.telemetry;
         RawConfig {
             listen: c.listen.to_string(),
             admin_listen: Some(
@@ -239,39 +179,7 @@ impl RawConfig {
                 ..c.admin.clone()
             },
             upstream: c.upstream.clone(),
-            routes: c
-                .routes
-                .iter()
-                .map(|r| RawRoute {
-                    name: r.name.clone(),
-                    prefix: r.prefix.clone(),
-                    host: r.host.clone(),
-                    upstream: r.upstream_shown(),
-                    provider: r.provider,
-                    inject_usage: r.inject_usage,
-                    // Region, service and key id only: secrets never leave.
-                    sigv4: r.sigv4.as_ref().map(|s| super::sigv4::SigV4Settings {
-                        region: Some(s.region.clone()),
-                        service: Some(s.service.clone()),
-                        access_key_id: Some(s.access_key_id.clone()),
-                        secret_access_key: None,
-                        session_token: None,
-                    }),
-                    on_client_disconnect: match r.on_client_disconnect {
-                        OnClientDisconnect::Cancel => DisconnectMode::Cancel,
-                        OnClientDisconnect::Drain { .. } => DisconnectMode::Drain,
-                    },
-                    drain_timeout: match r.on_client_disconnect {
-                        OnClientDisconnect::Drain { timeout } if timeout != u.drain_timeout => {
-                            Some(timeout)
-                        }
-                        _ => None,
-                    },
-                    http2: r.http2,
-                    prices: r.prices.clone(),
-                    proxy: r.proxy.shown(),
-                })
-                .collect(),
+            routes: c.routes.clone(),
             sniff: c.sniff.clone(),
             meter: c.meter.clone(),
             websocket: c.websocket.clone(),

@@ -1043,7 +1043,10 @@ fn config_connect_retries_default_off_and_bounded() {
 #[test]
 fn on_client_disconnect_defaults_to_cancel_and_drain_takes_its_bound() {
     let c = from_toml(ROUTES).expect("valid");
-    assert_eq!(c.routes[0].on_client_disconnect, OnClientDisconnect::Cancel);
+    assert_eq!(
+        c.routes[0].disconnect(c.upstream.drain_timeout),
+        OnClientDisconnect::Cancel
+    );
     assert_eq!(c.upstream.drain_timeout, Duration::from_secs(30));
     assert_eq!(c.upstream.drain_max_bytes, 16 << 20);
     assert_eq!(c.upstream.max_drains, 256);
@@ -1055,14 +1058,14 @@ fn on_client_disconnect_defaults_to_cancel_and_drain_takes_its_bound() {
     );
     let c = from_toml(&two).expect("valid");
     assert_eq!(
-        c.routes[0].on_client_disconnect,
+        c.routes[0].disconnect(c.upstream.drain_timeout),
         OnClientDisconnect::Drain {
             timeout: Duration::from_secs(45)
         },
         "the global drain_timeout"
     );
     assert_eq!(
-        c.routes[1].on_client_disconnect,
+        c.routes[1].disconnect(c.upstream.drain_timeout),
         OnClientDisconnect::Drain {
             timeout: Duration::from_secs(120)
         },
@@ -1070,8 +1073,8 @@ fn on_client_disconnect_defaults_to_cancel_and_drain_takes_its_bound() {
     );
     let back = from_toml(&c.redacted_toml()).expect("the shown config reads back");
     assert_eq!(
-        back.routes[1].on_client_disconnect,
-        c.routes[1].on_client_disconnect
+        back.routes[1].disconnect(back.upstream.drain_timeout),
+        c.routes[1].disconnect(c.upstream.drain_timeout)
     );
     assert_eq!(back.upstream.drain_timeout, Duration::from_secs(45));
 }
@@ -1363,4 +1366,47 @@ fn sampling_reads_from_file_env_and_otel_and_names_bad_keys() {
         &[("OTEL_TRACES_SAMPLER", "jaeger_remote")],
     );
     assert_mentions(&e, &["telemetry.sampling.ratio", "OTEL_TRACES_SAMPLER"]);
+}
+
+#[test]
+fn route_labels_load_show_and_read_back() {
+    let c = from_toml(&format!(
+        "{ROUTES}labels = {{ hardware = \"H100\", quantization = \"fp8\" }}\n\
+         [[routes]]\nname = \"b\"\nprefix = \"/b\"\nupstream = \"http://b\"\n"
+    ))
+    .expect("valid");
+    let labels = &c.routes[0].labels;
+    assert_eq!(
+        labels.iter().collect::<Vec<_>>(),
+        [("hardware", "H100"), ("quantization", "fp8")]
+    );
+    assert!(c.routes[1].labels.is_empty(), "none unless configured");
+    let shown = c.redacted_toml();
+    assert!(
+        shown.contains("H100") && shown.contains("quantization"),
+        "{shown}"
+    );
+    let back = from_toml(&shown).expect("the shown config reads back");
+    assert_eq!(back.routes[0].labels, c.routes[0].labels);
+    assert!(back.routes[1].labels.is_empty());
+}
+
+#[test]
+fn route_label_errors_name_the_route_and_the_key() {
+    for (labels, key) in [
+        ("{ Hardware = \"H100\" }", "label `Hardware`"),
+        ("{ gpu = \"\" }", "label `gpu`"),
+        ("{ \"a..b\" = \"x\" }", "label `a..b`"),
+        ("{ gpu = 8 }", "string"),
+    ] {
+        let err = from_toml(&format!("{ROUTES}labels = {labels}\n"))
+            .expect_err(labels)
+            .to_string();
+        assert_mentions(&err, &["routes[0].labels", key]);
+    }
+    let many: Vec<String> = (0..17).map(|i| format!("k{i} = \"v\"")).collect();
+    let err = from_toml(&format!("{ROUTES}labels = {{ {} }}\n", many.join(", ")))
+        .expect_err("17 labels")
+        .to_string();
+    assert_mentions(&err, &["routes[0].labels", "at most 16"]);
 }

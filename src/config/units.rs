@@ -154,6 +154,94 @@ pub(super) fn opt_decimal<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>
     decimal(d).map(Some)
 }
 
+/// `routes[].prefix`: must start with `/`; trailing slashes dropped.
+pub(super) fn prefix<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    parse::prefix(&String::deserialize(d)?).map_err(de::Error::custom)
+}
+
+/// `routes[].host`: a host name or IP without port, lowercased.
+pub(super) fn host<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    parse::host(&String::deserialize(d)?)
+        .map(Some)
+        .map_err(de::Error::custom)
+}
+
+/// `routes[].upstream`: an http(s) base URL; shown without the trailing
+/// `/` of an empty path.
+pub(super) mod upstream {
+    use super::*;
+
+    /// The upstream as the docs write it.
+    pub(crate) fn shown(uri: &http::Uri) -> String {
+        let url = uri.to_string();
+        match url.strip_suffix('/') {
+            Some(bare) if uri.path() == "/" => bare.to_owned(),
+            _ => url,
+        }
+    }
+
+    pub(crate) fn serialize<S: Serializer>(uri: &http::Uri, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&shown(uri))
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<http::Uri, D::Error> {
+        parse::upstream_url(&String::deserialize(d)?).map_err(de::Error::custom)
+    }
+}
+
+/// `[routes.sigv4]`: the settings in, credentials resolved from the `AWS_*`
+/// environment where unset; shown as region, service and key id only.
+pub(super) mod sigv4 {
+    use std::sync::Arc;
+
+    use super::super::sigv4::{SigV4Config, SigV4Settings};
+    use super::*;
+
+    pub(crate) fn serialize<S: Serializer>(
+        c: &Option<Arc<SigV4Config>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        use serde::Serialize;
+        // Secrets never leave.
+        c.as_ref()
+            .map(|c| SigV4Settings {
+                region: Some(c.region.clone()),
+                service: Some(c.service.clone()),
+                access_key_id: Some(c.access_key_id.clone()),
+                secret_access_key: None,
+                session_token: None,
+            })
+            .serialize(s)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Arc<SigV4Config>>, D::Error> {
+        SigV4Settings::deserialize(d)?
+            .resolve(|k| std::env::var(k).ok())
+            .map(|c| Some(Arc::new(c)))
+            .map_err(de::Error::custom)
+    }
+}
+
+/// `routes[].proxy`: `"none"` or a proxy URL; shown with the password
+/// redacted.
+pub(super) mod route_proxy {
+    use super::super::proxy::RouteProxy;
+    use super::*;
+
+    pub(crate) fn serialize<S: Serializer>(p: &RouteProxy, s: S) -> Result<S::Ok, S::Error> {
+        match p.shown() {
+            Some(text) => s.serialize_str(&text),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<RouteProxy, D::Error> {
+        RouteProxy::parse(&String::deserialize(d)?).map_err(de::Error::custom)
+    }
+}
+
 /// Written in place of secrets when the effective config is shown.
 pub(super) const REDACTED: &str = "<redacted>";
 

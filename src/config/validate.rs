@@ -12,13 +12,13 @@ use figment::error::Kind;
 use figment::value::Value;
 use figment::{Figment, Metadata, Source};
 
-use super::raw::{RawConfig, RawRoute};
+use super::DisconnectMode;
+use super::raw::RawConfig;
 use super::{
     ADMIN_OFF, Config, ConfigError, DEFAULT_ADMIN_LISTEN, RouteConfig, TelemetryConfig,
     UpstreamConfig, parse,
 };
 use super::{AdminConfig, ClientAuth, TlsConfig};
-use super::{DisconnectMode, OnClientDisconnect};
 use super::{LiveConfig, SloSettings};
 use crate::pricing::PriceOverride;
 
@@ -222,7 +222,7 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
     let tls = raw.tls.as_ref().map(|t| tls(&cx, "tls", t)).transpose()?;
     let admin = admin(&cx, &raw.admin, admin_listen)?;
     let upstream = upstream(&cx, &raw.upstream)?;
-    let routes = routes(&cx, &raw.routes, upstream.drain_timeout)?;
+    let routes = routes(&cx, &raw.routes)?;
     let live = live(&cx, &raw.live)?;
     let slo = slo::settings(&cx, &raw.slo, raw.alerts.as_ref(), &routes, &live)?;
     super::state::check(&raw.state).map_err(|(key, message)| cx.invalid(key, message))?;
@@ -423,18 +423,15 @@ fn connect_retries(cx: &Cx, n: u32) -> Result<u32, ConfigError> {
     Ok(n)
 }
 
-fn routes(
-    cx: &Cx,
-    raw: &[RawRoute],
-    drain_timeout: Duration,
-) -> Result<Vec<RouteConfig>, ConfigError> {
-    if raw.is_empty() {
+/// `[[routes]]`, each parsed by its fields' serde helpers: the checks
+/// across routes (names, matches) and across keys of one route.
+fn routes(cx: &Cx, routes: &[RouteConfig]) -> Result<Vec<RouteConfig>, ConfigError> {
+    if routes.is_empty() {
         return Err(ConfigError::NoRoutes);
     }
     let mut names = HashSet::new();
     let mut matches = HashSet::new();
-    let mut out = Vec::with_capacity(raw.len());
-    for (i, r) in raw.iter().enumerate() {
+    for (i, r) in routes.iter().enumerate() {
         let at = |field: &str| format!("routes.{i}.{field}");
         let name_ok = !r.name.is_empty()
             && r.name
@@ -452,67 +449,18 @@ fn routes(
         if !names.insert(r.name.as_str()) {
             return Err(cx.invalid(&at("name"), format!("duplicate route name `{}`", r.name)));
         }
-        let prefix = parse::prefix(&r.prefix).map_err(|m| cx.invalid(&at("prefix"), m))?;
-        let host = r
-            .host
-            .as_deref()
-            .map(parse::host)
-            .transpose()
-            .map_err(|m| cx.invalid(&at("host"), m))?;
-        if !matches.insert((prefix.clone(), host.clone())) {
+        if !matches.insert((r.prefix.as_str(), r.host.as_deref())) {
             return Err(cx.invalid(&at("prefix"), format!("route `{}` matches the same prefix and host as an earlier route, so it would never be used", r.name)));
         }
-        let upstream =
-            parse::upstream_url(&r.upstream).map_err(|m| cx.invalid(&at("upstream"), m))?;
-        let sigv4 = r
-            .sigv4
-            .as_ref()
-            .map(|s| s.resolve(|k| std::env::var(k).ok()))
-            .transpose()
-            .map_err(|e| cx.invalid(&at("sigv4"), e.to_string()))?
-            .map(std::sync::Arc::new);
-        let on_client_disconnect = disconnect(cx, r, &at, drain_timeout)?;
-        out.push(RouteConfig {
-            name: r.name.clone(),
-            prefix,
-            host,
-            upstream,
-            provider: r.provider,
-            inject_usage: r.inject_usage,
-            sigv4,
-            on_client_disconnect,
-            http2: r.http2,
-            proxy: r
-                .proxy
-                .as_deref()
-                .map(super::proxy::RouteProxy::parse)
-                .transpose()
-                .map_err(|m| cx.invalid(&at("proxy"), m))?
-                .unwrap_or_default(),
-            prices: prices(cx, &at("prices"), &r.prices)?,
-        });
+        if r.on_client_disconnect == DisconnectMode::Cancel && r.drain_timeout.is_some() {
+            return Err(cx.invalid(
+                &at("drain_timeout"),
+                "only applies with on_client_disconnect = \"drain\"",
+            ));
+        }
+        prices(cx, &at("prices"), &r.prices)?;
     }
-    Ok(out)
-}
-
-/// `on_client_disconnect` and its `drain_timeout` (route, else global).
-fn disconnect(
-    cx: &Cx,
-    r: &RawRoute,
-    at: &dyn Fn(&str) -> String,
-    default_timeout: Duration,
-) -> Result<OnClientDisconnect, ConfigError> {
-    let timeout = r.drain_timeout;
-    match r.on_client_disconnect {
-        DisconnectMode::Drain => Ok(OnClientDisconnect::Drain {
-            timeout: timeout.unwrap_or(default_timeout),
-        }),
-        DisconnectMode::Cancel if timeout.is_some() => Err(cx.invalid(
-            &at("drain_timeout"),
-            "only applies with on_client_disconnect = \"drain\"",
-        )),
-        DisconnectMode::Cancel => Ok(OnClientDisconnect::Cancel),
-    }
+    Ok(routes.to_vec())
 }
 
 /// Most buckets per series (`live.window / live.bucket`).

@@ -110,6 +110,9 @@ impl TokenSource {
 pub struct RequestFacts {
     /// Configured route name.
     pub route: Arc<str>,
+    /// The route's operator labels (`routes[].labels`): span attributes,
+    /// never metric labels.
+    pub route_labels: super::labels::RouteLabels,
     /// The provider: the route's or the path's at first (`openai` when
     /// neither says), then the one the response head resolved, if any.
     pub provider: ProviderKind,

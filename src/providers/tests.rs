@@ -463,6 +463,30 @@ fn each_of_all_operations_belongs_to_exactly_one_wire_format() {
     }
 }
 
+/// The fixture tests cover `Operation::ALL`: every operation has a
+/// recorded response in `FIXTURES`, or is named here as having none yet,
+/// so a new operation fails this test until it gets one or is listed.
+#[test]
+fn every_operation_has_a_fixture_or_is_listed_without_one() {
+    const WITHOUT: [Operation; 7] = [
+        Operation::DeleteResponse,
+        Operation::ResponseInputItems,
+        Operation::FileContent,
+        Operation::BatchResults,
+        Operation::EmbedContent,
+        Operation::RawPredict,
+        Operation::StreamRawPredict,
+    ];
+    for op in Operation::ALL {
+        let has = FIXTURES.iter().any(|f| f.operation == op);
+        assert_ne!(
+            has,
+            WITHOUT.contains(&op),
+            "{op:?}: a fixture in FIXTURES, or listed in WITHOUT (not both)"
+        );
+    }
+}
+
 #[test]
 fn every_operation_has_exactly_one_wire_format() {
     let all = [
