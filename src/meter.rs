@@ -7,6 +7,7 @@
 pub mod body;
 pub mod decompress;
 pub mod drain;
+pub mod labels;
 pub mod ledger;
 pub mod session;
 pub mod shutdown;
@@ -144,6 +145,9 @@ impl RequestBody {
 pub struct RequestFacts {
     /// Configured route name.
     pub route: Arc<str>,
+    /// The route's operator labels (`routes[].labels`): span attributes,
+    /// never metric labels.
+    pub route_labels: labels::RouteLabels,
     /// The provider: the route's or the path's at first (`openai` when
     /// neither says), then the one the response head resolved, if any.
     pub provider: ProviderKind,

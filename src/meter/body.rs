@@ -80,8 +80,9 @@ pub struct Meter {
     /// Count tokens with a tokenizer when the provider reports none.
     plan: Option<Plan>,
     /// Set by the upstream client once the request's head is written to
-    /// an upstream connection; `None` when nobody tracks it.
-    sent: Option<Arc<AtomicBool>>,
+    /// an upstream connection; `None` when nobody tracks it. The meter's
+    /// own: the client borrows it while it sends (`Meter::sent_flag`).
+    sent: Option<AtomicBool>,
     /// Count the usage once per response id (stored and background responses).
     once: Option<CountOnce>,
     /// Count a batch result file once per file or batch id.
@@ -402,12 +403,19 @@ impl Meter {
         self.plan = Some(plan);
     }
 
-    /// `sent` turns true once the request's head is written upstream.
-    /// Until then the provider has received nothing: a request that ends
-    /// before (no connection, a refused proxy, a full pool, a client that
-    /// left) gets no input-token estimate and so no cost.
-    pub fn sent_when(&mut self, sent: Arc<AtomicBool>) {
-        self.sent = Some(sent);
+    /// Track whether the request's head is written upstream, starting
+    /// with `sent`; the upstream client sets the flag ([`Meter::sent_flag`]).
+    /// Until it is set the provider has received nothing: a request that
+    /// ends before (no connection, a refused proxy, a full pool, a client
+    /// that left) gets no input-token estimate and so no cost.
+    pub fn track_sent(&mut self, sent: bool) {
+        self.sent = Some(AtomicBool::new(sent));
+    }
+
+    /// The flag [`Meter::track_sent`] made, for the upstream client to
+    /// set while it sends (`None` when nobody tracks it).
+    pub fn sent_flag(&self) -> Option<&AtomicBool> {
+        self.sent.as_ref()
     }
 
     /// Whether the provider may have received the request: a response
@@ -1241,6 +1249,7 @@ mod tests {
     fn facts(stream: bool) -> RequestFacts {
         RequestFacts {
             route: Arc::from("r"),
+            route_labels: Default::default(),
             provider: ProviderKind::Openai,
             operation: Some(Operation::ChatCompletions),
             request_model: Some("m".into()),
@@ -1302,7 +1311,7 @@ mod tests {
             .expect("gpt-4o-mini has an encoding");
         meter.count_tokens_with(plan);
         if let Some(sent) = sent {
-            meter.sent_when(Arc::new(AtomicBool::new(sent)));
+            meter.track_sent(sent);
         }
         if head {
             meter.on_head(500, false, Err(Unmetered::UnknownFormat("x".into())), None);

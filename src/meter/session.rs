@@ -480,6 +480,7 @@ mod tests {
         let seen = Seen::default();
         let facts = RequestFacts {
             route: "rt".into(),
+            route_labels: Default::default(),
             provider: ProviderKind::Openai,
             operation: None,
             request_model: Some("gpt-realtime".into()),
