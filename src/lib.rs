@@ -7,7 +7,10 @@
 //! `app` is the only place that wires the stages together; `admin` serves
 //! metrics, health and the dashboard on a separate listener; `reload`
 //! swaps in a new configuration on SIGHUP or a changed config file;
-//! `bench` drives load through the same `meter` for `tokentap bench`.
+//! `bench` drives load through the same `meter` for `tokentap bench`;
+//! `compare` keeps, per route and model, repeated windows of finished
+//! requests by prompt-size and load class (fed by `telemetry`, read by
+//! `admin` as `/api/compare`).
 
 pub mod admin;
 pub mod app;
