@@ -14,13 +14,11 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::Method;
 use serde_json::Value;
-use support::client::{self, Req};
+use support::client;
 use support::proxy::q;
 use support::rig::Rig;
 use support::script::{self, StreamSpec};
@@ -48,24 +46,9 @@ fn reply(ex: &Exchange, response_model: Option<&str>, server: &str) -> Reply {
     script::openai_chat_sse(&spec).header("server", server)
 }
 
-fn admin(rig: &Rig) -> SocketAddr {
-    rig.proxy.running().unwrap().admin_addr.unwrap()
-}
-
-/// `GET path` on the admin listener.
-async fn fetch(admin: SocketAddr, path: &str) -> client::Streamed {
-    let req = Req {
-        method: Method::GET,
-        url: format!("http://{admin}{path}"),
-        headers: Vec::new(),
-        body: bytes::Bytes::new(),
-    };
-    client::fetch(&client::http1(), &req).await
-}
-
-/// `GET path`'s JSON, which must come with a 200.
-async fn get(admin: SocketAddr, path: &str) -> Value {
-    let got = fetch(admin, path).await;
+/// `GET path`'s JSON on the admin listener, which must come with a 200.
+async fn get(rig: &Rig, path: &str) -> Value {
+    let got = rig.admin_get(path).await;
     assert_eq!(got.status, 200, "{path}: {}", got.text());
     got.json()
 }
@@ -141,7 +124,6 @@ async fn ratios_follow_the_script_per_cell_and_differences_are_named() {
     )
     .await;
     let rig = Arc::new(rig);
-    let admin = admin(&rig);
 
     // Load 1, then load 2-8 (three workers per model), 3.5 s each: every
     // cell has three requests or more over at least two 1 s windows.
@@ -152,7 +134,7 @@ async fn ratios_follow_the_script_per_cell_and_differences_are_named() {
         chat(&rig, "/two", "a", false).await;
     }
 
-    let listed = get(admin, "/api/compare").await;
+    let listed = get(&rig, "/api/compare").await;
     let sides: Vec<String> = listed["sides"]
         .as_array()
         .unwrap()
@@ -172,7 +154,7 @@ async fn ratios_follow_the_script_per_cell_and_differences_are_named() {
     );
     assert!(listed.get("cells").is_none(), "a listing has no cells");
 
-    let report = get(admin, "/api/compare?side=gpu:a&side=gpu%3Ab").await;
+    let report = get(&rig, "/api/compare?side=gpu:a&side=gpu%3Ab").await;
     assert_eq!(report["like_with_like"], true, "{report:#}");
     assert_eq!(report["differences"], serde_json::json!(["models differ"]));
     let served = &report["sides"][0]["served_by"];
@@ -218,7 +200,7 @@ async fn ratios_follow_the_script_per_cell_and_differences_are_named() {
 
     // The same model on another route: other labels, another response
     // model version and serving software; too few requests to compare.
-    let report = get(admin, "/api/compare?side=gpu:a&side=two:a").await;
+    let report = get(&rig, "/api/compare?side=gpu:a&side=two:a").await;
     assert_eq!(report["like_with_like"], false, "{report:#}");
     assert_eq!(
         report["differences"],
@@ -241,7 +223,7 @@ async fn ratios_follow_the_script_per_cell_and_differences_are_named() {
     );
 
     // A malformed side is refused by name.
-    let got = fetch(admin, "/api/compare?side=nocolon").await;
+    let got = rig.admin_get("/api/compare?side=nocolon").await;
     assert_eq!(got.status, 400);
     assert!(got.text().contains("nocolon"), "{}", got.text());
     if let Ok(rig) = Arc::try_unwrap(rig) {
