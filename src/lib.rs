@@ -7,7 +7,9 @@
 //! metrics, access log). A finished measurement then goes two ways:
 //! `ship` puts what was recorded on the wire (OTLP, Prometheus text, the
 //! log), and `watch` keeps the live windows, SLOs and session rollups that
-//! `admin` reads. `attrs` (attribute and metric names) and `capped_maps`
+//! `admin` reads (`compare` among them: per route and model, repeated
+//! windows of finished requests by prompt-size and load class, read as
+//! `/api/compare`). `attrs` (attribute and metric names) and `capped_maps`
 //! are leaves those three share. `app` is the only place that wires the
 //! stages together; `admin` serves metrics, health and the dashboard on a
 //! separate listener; `reload` swaps in a new configuration on SIGHUP or a

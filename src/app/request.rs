@@ -614,6 +614,7 @@ fn take_head(
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok());
     meter.on_head(head.status.as_u16(), format.is_stream(), parser, encoding);
+    meter.on_served_by(&head.headers);
 
     // Restore the stream the client asked for (plain SSE only; a compressed
     // body is forwarded as it came).

@@ -63,6 +63,8 @@ pub struct Meter {
     /// parser after every chunk, so it survives the parser).
     malformed_events: u64,
     status: u16,
+    /// The response head's `x-served-by` or `server` header.
+    server_software: Option<http::HeaderValue>,
     time_to_headers: Option<Duration>,
     pool_wait: Option<Duration>,
     request_overhead: Option<Duration>,
@@ -357,6 +359,7 @@ impl Meter {
             metered: false,
             malformed_events: 0,
             status: 0,
+            server_software: None,
             time_to_headers: None,
             pool_wait: None,
             request_overhead: None,
@@ -466,6 +469,15 @@ impl Meter {
         if let Some(r) = self.recorder.as_mut() {
             r.chunk_overhead(read.elapsed());
         }
+    }
+
+    /// What the response head says served it: its `x-served-by`, else its
+    /// `server` header (a handle to the header's bytes; nothing is copied).
+    pub fn on_served_by(&mut self, headers: &http::HeaderMap) {
+        self.server_software = headers
+            .get("x-served-by")
+            .or_else(|| headers.get(http::header::SERVER))
+            .cloned();
     }
 
     /// The response head arrived. `parser` is `Err(reason)` when the body
@@ -774,6 +786,7 @@ impl Meter {
             unmetered: self.unmetered.take(),
             malformed_events: self.malformed_events,
             upstream_timing: tally.upstream_timing,
+            server_software: self.server_software.take(),
             pool_wait: self.pool_wait,
             request_overhead: self.request_overhead,
             modalities: super::ModalityTokens::default(),

@@ -259,6 +259,10 @@ pub struct Measurement {
     /// Timings the upstream reported about its own work
     /// (`Event::UpstreamTiming`, merged field by field).
     pub upstream_timing: UpstreamTiming,
+    /// The serving software the response head named (its `x-served-by`,
+    /// else its `server` header), as sent: a reference-counted copy, no
+    /// allocation; for `/api/compare`'s "served by".
+    pub server_software: Option<http::HeaderValue>,
     /// Time waited for an upstream connection or HTTP/2 stream slot before
     /// the request could be sent (part of proxy overhead, not provider
     /// latency); `None` when the request never asked for one.
@@ -552,6 +556,7 @@ impl Measurement {
             unmetered: None,
             malformed_events: 0,
             upstream_timing: UpstreamTiming::default(),
+            server_software: None,
             pool_wait: None,
             request_overhead: None,
             modalities: ModalityTokens::default(),

@@ -446,6 +446,7 @@ impl SessionMeter {
             unmetered: None,
             malformed_events: 0,
             upstream_timing: UpstreamTiming::default(),
+            server_software: None,
             request: r.facts,
         };
         let _ = r.trigger;

@@ -151,6 +151,19 @@ impl Rig {
         );
     }
 
+    /// `GET path` on the admin listener (the config must set
+    /// `admin_listen`), read to its end.
+    pub(crate) async fn admin_get(&self, path: &str) -> client::Streamed {
+        let admin = self.proxy.running().unwrap().admin_addr.unwrap();
+        let req = Req {
+            method: http::Method::GET,
+            url: format!("http://{admin}{path}"),
+            headers: Vec::new(),
+            body: bytes::Bytes::new(),
+        };
+        client::fetch(&client::http1(), &req).await
+    }
+
     /// A JSON POST to the proxy.
     pub(crate) fn post(&self, path: &str, body: Vec<u8>) -> Req {
         Req::post_json(self.proxy.addr, path, body)
