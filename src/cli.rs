@@ -10,6 +10,7 @@ use clap::builder::TypedValueParser as _;
 use crate::bench::BenchCli;
 use crate::config::{self, LogFormat, OtlpProtocol};
 use crate::demo::DemoArgs;
+use crate::fleet::CompareArgs;
 use crate::providers::ProviderKind;
 use crate::simulate::SimulateArgs;
 
@@ -61,6 +62,10 @@ pub enum Command {
     /// measured by tokentap's own meter (`bench compare A.json B.json`
     /// puts two runs side by side)
     Bench(BenchCli),
+    /// Compare two sides (ROUTE:MODEL) across the fleet from Prometheus:
+    /// per prompt size and load class, side by side with the ratio, by the
+    /// compare dashboard's PromQL (`compare --prometheus URL --side A --side B`)
+    Compare(CompareArgs),
 }
 
 /// `tokentap price PROVIDER MODEL`: which price applies, and why.

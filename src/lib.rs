@@ -7,7 +7,8 @@
 //! `app` is the only place that wires the stages together; `admin` serves
 //! metrics, health and the dashboard on a separate listener; `reload`
 //! swaps in a new configuration on SIGHUP or a changed config file;
-//! `bench` drives load through the same `meter` for `tokentap bench`.
+//! `bench` drives load through the same `meter` for `tokentap bench`;
+//! `fleet` reads the same figures back from Prometheus for `tokentap compare`.
 
 pub mod admin;
 pub mod app;
@@ -16,6 +17,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod error;
+pub mod fleet;
 pub mod framing;
 #[allow(
     clippy::disallowed_methods,

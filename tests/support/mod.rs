@@ -14,6 +14,7 @@ pub(crate) mod frames;
 pub(crate) mod h2up;
 pub(crate) mod inspect;
 pub(crate) mod otlp;
+pub(crate) mod prometheus;
 pub(crate) mod proxy;
 pub(crate) mod raw;
 pub(crate) mod redis;
