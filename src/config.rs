@@ -8,6 +8,7 @@
 //! are marked on the field. `validate` only adds checks across keys; see
 //! CONTRIBUTING.md, "Add a config key".
 
+pub mod compare;
 mod layers;
 mod parse;
 pub mod proxy;
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::pricing::PriceOverride;
 use crate::providers::ProviderKind;
 
+pub use self::compare::CompareConfig;
 pub use self::restart::RESTART_ONLY;
 pub use self::state::StateConfig;
 
@@ -707,6 +709,11 @@ pub struct TelemetryConfig {
     /// Add `tokentap.prompt.size_class` (input tokens: ≤1Ki, ≤8Ki, ≤32Ki,
     /// ≤128Ki, more) to the TTFT and prefill histograms; off saves series.
     pub prompt_size_class: bool,
+    /// Add `tokentap.load_class` (requests in flight to the same route and
+    /// model when the request started, in the classes of
+    /// `compare.load_classes`: `1`, `2-8`, `9+` by default) to the TTFT,
+    /// prefill and decode-rate histograms; off saves series.
+    pub load_class: bool,
     /// Label every `/metrics` series with `otel_scope_name` and
     /// `otel_scope_version` (the OpenTelemetry mapping's default); `false`
     /// leaves them out, a smaller scrape. OTLP export is unaffected.
@@ -733,6 +740,10 @@ pub struct TelemetryConfig {
     /// Live statistics for the dashboard and slowdown detection (`[live]`).
     #[serde(skip)]
     pub live: LiveConfig,
+    /// The comparison from production traffic and the load classes
+    /// (`[compare]`).
+    #[serde(skip)]
+    pub compare: CompareConfig,
     /// Slowdown detection (`[[slo]]`) and its webhook (`[alerts]`).
     #[serde(skip)]
     pub slo: SloSettings,
@@ -760,6 +771,7 @@ impl Default for TelemetryConfig {
             max_tenants: 100,
             max_series: 2000,
             prompt_size_class: true,
+            load_class: true,
             prometheus_scope_labels: true,
             prometheus_bucket_stride: 1,
             semconv: Semconv::Latest,
@@ -768,6 +780,7 @@ impl Default for TelemetryConfig {
             log_format: LogFormat::Text,
             sampling: SamplingConfig::default(),
             live: LiveConfig::default(),
+            compare: CompareConfig::default(),
             slo: SloSettings::default(),
             sessions: SessionLimits::default(),
         }

@@ -14,6 +14,7 @@ pub mod admin;
 pub mod app;
 pub mod bench;
 pub mod cli;
+pub mod compare;
 pub mod config;
 pub mod demo;
 pub mod error;

@@ -115,6 +115,10 @@ struct Inner {
     in_flight: Arc<InFlight>,
     /// `telemetry.prompt_size_class`.
     prompt_size_class: bool,
+    /// `telemetry.load_class`.
+    load_class: bool,
+    /// The load classes (`compare.load_classes`).
+    load_classes: crate::compare::LoadClasses,
     /// `telemetry.prometheus_scope_labels` and `prometheus_bucket_stride`.
     exposition: prometheus::Exposition,
     /// Prices for finished requests; swapped on reload, `None` = no pricing.
@@ -299,6 +303,8 @@ impl Telemetry {
             observed: std::sync::Mutex::new(Vec::new()),
             in_flight: Arc::default(),
             prompt_size_class: cfg.prompt_size_class,
+            load_class: cfg.load_class,
+            load_classes: crate::compare::LoadClasses::new(&cfg.compare.load_classes),
             exposition: prometheus::Exposition {
                 scope_labels: cfg.prometheus_scope_labels,
                 bucket_stride: cfg.prometheus_bucket_stride,
@@ -404,6 +410,7 @@ impl Telemetry {
             live,
             _in_flight: in_flight,
             in_flight_at_start: concurrency,
+            load_class: inner.load_classes.index(concurrency),
             first_of_pair,
             session_kept: None,
             frame_overhead: None,
@@ -776,6 +783,8 @@ pub struct RequestTelemetry {
     _in_flight: InFlightGuard,
     /// The count it found when it started, itself included.
     in_flight_at_start: u64,
+    /// Its load class (index into `Inner::load_classes`).
+    load_class: usize,
     /// The first request its (route, model) pair has seen.
     first_of_pair: bool,
     /// A WebSocket response: set when its span is kept, so its session's
@@ -891,6 +900,7 @@ impl Recorder for RequestTelemetry {
             .rollups
             .record_local(&m, rollups::RequestCost::of(cost));
         let kept = kept.map(|(_, slo, kept)| (slo, kept));
+        let load_class = this.inner.load_classes.label(this.load_class).clone();
         let (inner, start, in_flight) = (this.inner, this.span, this.in_flight_at_start);
         let push = move |m: Measurement| {
             let (Some(spans), Some((slo, kept))) = (&inner.spans, kept) else {
@@ -900,6 +910,7 @@ impl Recorder for RequestTelemetry {
                 start,
                 m,
                 in_flight,
+                load_class,
                 tier,
                 cost: span_cost,
                 slo,
@@ -1100,7 +1111,7 @@ impl RequestTelemetry {
         let inner = &self.inner;
         let ins = &inner.instruments;
         // Room for the end-of-request attributes, so none reallocates.
-        let mut attrs = Vec::with_capacity(self.attrs.len() + 5);
+        let mut attrs = Vec::with_capacity(self.attrs.len() + 6);
         attrs.extend_from_slice(&self.attrs);
         attrs.push(KeyValue::new(OUTCOME, m.outcome.as_str()));
         attrs.push(KeyValue::new(TOKENS_ESTIMATED, m.estimated()));
@@ -1150,9 +1161,17 @@ impl RequestTelemetry {
                 .flatten(),
             cost,
         };
-        // The TTFT and prefill histograms take the same set plus the prompt
-        // size class: one vector, the class last, `all` a prefix of it.
+        // The decode-rate histogram takes the same set plus the load class,
+        // the TTFT and prefill histograms both classes: one vector, the
+        // classes last, `all` and `loaded` prefixes of it.
         let all = attrs.len();
+        if inner.load_class {
+            attrs.push(KeyValue::new(
+                LOAD_CLASS,
+                inner.load_classes.label(self.load_class).clone(),
+            ));
+        }
+        let loaded = attrs.len();
         if inner.prompt_size_class {
             attrs.push(KeyValue::new(
                 PROMPT_SIZE_CLASS,
@@ -1162,6 +1181,7 @@ impl RequestTelemetry {
         let sets = FinishAttrs {
             all: &attrs[..all],
             sized: &attrs,
+            loaded: &attrs[..loaded],
             begin: &self.attrs,
         };
         ins.record_finish(&sets, &record);

@@ -23,6 +23,8 @@ use support::script::{self, StreamSpec};
 
 use support::CHAT;
 const PREFILL: &str = "tokentap.prefill.tokens_per_second";
+const DECODE: &str = "tokentap.decode.tokens_per_second";
+const LOAD_CLASS: &str = "tokentap.load_class";
 /// The usage counter of each kind of token.
 const USAGE: [(&str, &str); 5] = [
     ("input", "gen_ai.client.inference.usage.input_tokens"),
@@ -120,6 +122,11 @@ async fn prefill_rate_prompt_class_tokens_served_and_overhead_follow_the_script(
         1.0,
         "one request at a time: in flight at start = itself"
     );
+    assert_eq!(
+        span.str(LOAD_CLASS),
+        "1",
+        "one request at a time: load class 1"
+    );
     let request_overhead = span.num("tokentap.proxy.overhead.request");
     assert!(
         (0.0..0.25).contains(&request_overhead),
@@ -130,6 +137,7 @@ async fn prefill_rate_prompt_class_tokens_served_and_overhead_follow_the_script(
     let p = col.wait_hist(PREFILL, 2).await;
     assert_eq!(p.unit, "{token}/s", "{PREFILL} unit");
     assert_eq!(p.attr_str(SIZE_CLASS), Some("le_8k"), "3,000 tokens: ≤ 8k");
+    assert_eq!(p.attr_str(LOAD_CLASS), Some("1"), "{PREFILL} load class");
     let mean = p.hist().sum / p.hist().count as f64;
     assert!((lo..=hi).contains(&mean), "{PREFILL} mean {mean}");
     assert_eq!(p.hist().bounds.first(), Some(&10.0), "prefill buckets");
@@ -148,6 +156,13 @@ async fn prefill_rate_prompt_class_tokens_served_and_overhead_follow_the_script(
         tpot.attr_str(SIZE_CLASS),
         None,
         "the class is on TTFT and prefill only"
+    );
+    assert_eq!(tpot.attr_str(LOAD_CLASS), None, "no load class on TPOT");
+    let decode = col.wait_hist(DECODE, 2).await;
+    assert_eq!(
+        (decode.attr_str(LOAD_CLASS), decode.attr_str(SIZE_CLASS)),
+        (Some("1"), None),
+        "the decode rate has the load class, not the prompt size"
     );
 
     // Served throughput: counters, so rate() is tokens per second.
@@ -220,7 +235,28 @@ async fn prompt_size_class_can_be_switched_off() {
     for name in [SERVER_TTFT, PREFILL] {
         let p = rig.col.wait_hist(name, 1).await;
         assert_eq!(p.attr_str(SIZE_CLASS), None, "{name}: class switched off");
+        assert_eq!(p.attr_str(LOAD_CLASS), Some("1"), "{name}: load class on");
     }
+    rig.proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn load_class_can_be_switched_off() {
+    let spec = StreamSpec::tokens(3, Duration::from_millis(10), Duration::from_millis(5))
+        .with_usage(200, 3);
+    let rig = Rig::openai_with(
+        script::openai_chat_sse(&spec),
+        "",
+        &[("telemetry", "load_class", "false")],
+    )
+    .await;
+    assert_eq!(rig.chat("m", true).await.status, 200);
+    for name in [SERVER_TTFT, PREFILL, DECODE] {
+        let p = rig.col.wait_hist(name, 1).await;
+        assert_eq!(p.attr_str(LOAD_CLASS), None, "{name}: class switched off");
+    }
+    let span = rig.col.wait_span_named("chat m").await;
+    assert_eq!(span.str(LOAD_CLASS), "1", "the span keeps its load class");
     rig.proxy.shutdown().await;
 }
 
@@ -294,6 +330,15 @@ async fn in_flight_counts_concurrent_requests_to_the_same_route_and_model() {
         [1.0, 2.0, 3.0],
         "three overlapping requests found 0, 1 and 2 others in flight"
     );
+    let mut classes: Vec<String> = rig
+        .col
+        .spans()
+        .iter()
+        .filter(|s| s.name == "chat m")
+        .map(|s| s.str(LOAD_CLASS).to_owned())
+        .collect();
+    classes.sort();
+    assert_eq!(classes, ["1", "2-8", "2-8"], "load classes of 1, 2 and 3");
     let other = rig.col.wait_span_named("chat other").await;
     assert_eq!(other.num(IN_FLIGHT), 1.0, "another model is its own count");
     let gauge = rig

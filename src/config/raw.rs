@@ -57,6 +57,8 @@ pub(super) struct RawConfig {
     pub state: super::StateConfig,
     /// Live statistics (dashboard, slowdown detection).
     pub live: LiveConfig,
+    /// `[compare]`: the comparison from production traffic.
+    pub compare: super::CompareConfig,
     /// `[[slo]]`: slowdown objectives.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub slo: Vec<SloConfig>,
@@ -183,6 +185,7 @@ impl Default for RawConfig {
             telemetry: TelemetryConfig::default(),
             state: super::StateConfig::default(),
             live: LiveConfig::default(),
+            compare: super::CompareConfig::default(),
             slo: Vec::new(),
             alerts: None,
             prices: Vec::new(),
@@ -280,6 +283,7 @@ impl RawConfig {
             telemetry: t.clone(),
             state: c.state.clone(),
             live: t.live.clone(),
+            compare: t.compare.clone(),
             slo: t.slo.slos.clone(),
             alerts: t.slo.alerts.as_ref().map(raw_alerts),
             prices: c.prices.clone(),

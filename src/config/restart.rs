@@ -27,6 +27,7 @@ pub const RESTART_ONLY: &[&str] = &[
     "state",
     "telemetry",
     "live",
+    "compare",
     "slo",
     "alerts",
 ];

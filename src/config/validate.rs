@@ -226,6 +226,7 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
     let live = live(&cx, &raw.live)?;
     let slo = slo::settings(&cx, &raw.slo, raw.alerts.as_ref(), &routes, &live)?;
     super::state::check(&raw.state).map_err(|(key, message)| cx.invalid(key, message))?;
+    super::compare::check(&raw.compare).map_err(|(key, message)| cx.invalid(key, message))?;
     Ok(Config {
         listen,
         admin_listen,
@@ -243,6 +244,7 @@ pub(super) fn build(fig: &Figment) -> Result<Config, ConfigError> {
         sessions: raw.sessions.clone(),
         telemetry: TelemetryConfig {
             sessions: raw.sessions.limits(),
+            compare: raw.compare.clone(),
             ..telemetry(&cx, &raw.telemetry, live, slo)?
         },
         state: raw.state.clone(),

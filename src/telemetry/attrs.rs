@@ -343,6 +343,9 @@ pub const M_IN_FLIGHT: &str = "tokentap.requests.in_flight";
 pub const M_PROXY_OVERHEAD: &str = "tokentap.proxy.overhead";
 /// Prompt-size class of the input tokens (`le_1k` … `gt_128k`, `unknown`).
 pub const PROMPT_SIZE_CLASS: &str = "tokentap.prompt.size_class";
+/// Load class: requests in flight to the same route and model when the
+/// request started (`1`, `2-8`, `9+` by default; `compare.load_classes`).
+pub const LOAD_CLASS: &str = "tokentap.load_class";
 /// Span: prefill rate, input tokens / TTFT (double, {token}/s).
 pub const PREFILL_TPS: &str = "tokentap.prefill.tokens_per_second";
 /// Span: requests in flight to the same route and model when this one

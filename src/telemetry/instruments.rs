@@ -175,8 +175,10 @@ enum Kind {
 enum Set {
     /// `all`: every end-of-request attribute.
     All,
-    /// `sized`: `all` plus the prompt-size class when that is on.
+    /// `sized`: `all` plus the load and prompt-size classes when on.
     Sized,
+    /// `loaded`: `all` plus the load class when that is on.
+    Loaded,
 }
 
 /// One value a row reads from a finished request.
@@ -286,6 +288,14 @@ impl Row {
         }
     }
 
+    /// This row recorded under `loaded`.
+    const fn loaded(self) -> Row {
+        Row {
+            set: Set::Loaded,
+            ..self
+        }
+    }
+
     /// This row with unit `unit`.
     const fn unit(self, unit: &'static str) -> Row {
         Row { unit, ..self }
@@ -381,6 +391,7 @@ static FINISH: [Row; ROWS] = [
         &TPS_BUCKETS,
         |r, _| f(r.decode_tps),
     )
+    .loaded()
     .unit("{token}/s")
     .exemplar(Measure::DecodeTps),
     seconds_row(
@@ -494,6 +505,7 @@ impl Row {
         match self.set {
             Set::All => a.all,
             Set::Sized => a.sized,
+            Set::Loaded => a.loaded,
         }
     }
 }
@@ -703,9 +715,12 @@ impl FinishRecord {
 pub(super) struct FinishAttrs<'a> {
     /// Every end-of-request attribute.
     pub all: &'a [KeyValue],
-    /// `all` plus `tokentap.prompt.size_class` when that is on (else
-    /// `all`): TTFT and prefill histograms.
+    /// `loaded` plus `tokentap.prompt.size_class` when that is on (else
+    /// `loaded`): TTFT and prefill histograms.
     pub sized: &'a [KeyValue],
+    /// `all` plus `tokentap.load_class` when that is on (else `all`), a
+    /// prefix of `sized`: the decode-rate histogram.
+    pub loaded: &'a [KeyValue],
     /// The attributes known when the request began (a prefix of `all`):
     /// cost, and the route of the proxy overhead sets (`overhead_attrs`
     /// with stage `request`, and `pool_wait` for the wait for an upstream
@@ -1033,18 +1048,21 @@ impl Instruments {
             let Some(ex) = &bound.exemplars else {
                 continue;
             };
-            // Bound per `sized` set (with the prompt-size class); the
-            // series of rows recorded under `all` lack that attribute.
-            let all: Vec<KeyValue> = attrs
-                .iter()
-                .filter(|kv| kv.key.as_str() != PROMPT_SIZE_CLASS)
-                .cloned()
-                .collect();
+            // Bound per `sized` set (with the load and prompt-size
+            // classes); the series of rows recorded under `loaded` lack
+            // the prompt-size class, those under `all` both.
+            let without = |keys: &[&str]| -> Vec<KeyValue> {
+                let keep = |kv: &&KeyValue| !keys.contains(&kv.key.as_str());
+                attrs.iter().filter(keep).cloned().collect()
+            };
+            let all = without(&[PROMPT_SIZE_CLASS, LOAD_CLASS]);
+            let loaded = without(&[PROMPT_SIZE_CLASS]);
             for row in &FINISH {
                 let Some(m) = row.exemplar else { continue };
                 if let Some(buckets) = ex.read(m as usize) {
                     let series = match row.set {
                         Set::Sized => attrs,
+                        Set::Loaded => &loaded,
                         Set::All => &all,
                     };
                     snap.insert(series, row.name, buckets);

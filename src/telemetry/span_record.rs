@@ -159,6 +159,8 @@ pub(super) struct RequestSpan {
     pub(super) m: Measurement,
     /// `tokentap.in_flight` at the start.
     pub(super) in_flight: u64,
+    /// `tokentap.load_class`: the class of `in_flight`.
+    pub(super) load_class: std::sync::Arc<str>,
     /// `tokentap.service_tier`, when known.
     pub(super) tier: Option<&'static str>,
     pub(super) cost: Option<SpanCost>,
@@ -218,6 +220,7 @@ impl RequestSpan {
         let m = &self.m;
         start_attributes(&m.request, a);
         a.count(IN_FLIGHT, self.in_flight);
+        a.str(LOAD_CLASS, &self.load_class);
         if let Some(tier) = self.tier {
             a.str(SERVICE_TIER, tier);
         }
@@ -441,6 +444,7 @@ pub(super) mod tests {
         let mut start = Vec::new();
         start_attributes(facts, &mut start);
         start.push(KeyValue::new(IN_FLIGHT, r.in_flight as i64));
+        start.push(KeyValue::new(LOAD_CLASS, r.load_class.clone()));
         let mut span = tracer
             .span_builder(name)
             .with_kind(SpanKind::Client)
@@ -557,6 +561,7 @@ pub(super) mod tests {
                         start: tracing.start(&cx),
                         m: m.clone(),
                         in_flight: 3,
+                        load_class: "2-8".into(),
                         tier,
                         cost: cost.clone(),
                         slo,
@@ -641,6 +646,7 @@ pub(super) mod tests {
                         start,
                         m: m.clone(),
                         in_flight: 3,
+                        load_class: "2-8".into(),
                         tier,
                         cost: cost.clone(),
                         slo,

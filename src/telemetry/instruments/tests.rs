@@ -47,6 +47,7 @@ fn exemplars_are_kept_for_the_first_sets_only_within_a_fixed_budget() {
         let a = FinishAttrs {
             all: attrs,
             sized: attrs,
+            loaded: attrs,
             begin: attrs,
         };
         ins.record_finish(&a, &r);
@@ -181,6 +182,7 @@ fn unbound_records_match_bound_ones_under_every_semconv() {
                 let a = FinishAttrs {
                     all: attrs,
                     sized: attrs,
+                    loaded: attrs,
                     begin: &attrs[1..],
                 };
                 match bound {
