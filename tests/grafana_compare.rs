@@ -280,14 +280,15 @@ async fn run() {
         fig(ttft, "Prefill tokens/s p50 A") > fig(ttft, "Prefill tokens/s p50 B"),
         "{figures:#?}"
     );
-    // Two requests per model per round one at a time (one per replica):
-    // at least 12 in load class 1 over the six measured rounds.
+    // Two requests per model per round one at a time (one per replica),
+    // and the first of each burst: 12 to 30 in load class 1 over the six
+    // measured rounds (increase() extrapolates a little past them).
     let n = fig(ttft, "Requests A");
-    assert!((11.5..=20.0).contains(&n), "requests in the cell: {n}");
+    assert!((11.5..=33.0).contains(&n), "requests in the cell: {n}");
     let panel = |prefix: &str, side: &str| -> f64 {
         *figures
             .iter()
-            .find(|(k, _)| k.starts_with(prefix) && k.contains(&format!("/ {side} chat:")))
+            .find(|(k, _)| k.starts_with(prefix) && k.contains(&format!("/ {side} $route_")))
             .unwrap_or_else(|| panic!("no {prefix} panel figure for {side}: {figures:#?}"))
             .1
     };
@@ -346,7 +347,7 @@ async fn run() {
             assert!(lo <= mid && mid <= hi, "{k}: min ≤ median ≤ max: {cell:#}");
         }
         let n = s["requests"].as_u64().unwrap();
-        assert!((12..=20).contains(&n), "requests in the cell: {cell:#}");
+        assert!((12..=33).contains(&n), "requests in the cell: {cell:#}");
         assert!(s["windows"].as_u64().unwrap() >= 1, "{cell:#}");
         assert_eq!(s["enough_data"], true, "{cell:#}");
     }
