@@ -157,6 +157,7 @@ fn telemetry() -> Telemetry {
 fn facts(provider: ProviderKind, operation: Operation) -> RequestFacts {
     RequestFacts {
         route: Arc::from("bench"),
+        route_labels: Default::default(),
         provider,
         operation: Some(operation),
         request_model: Some("gpt-4o-mini".into()),

@@ -6,6 +6,7 @@
 //! (with required client certificates) and behind a bearer token; the
 //! probes can stay open for load balancers.
 
+mod compare;
 mod dashboard;
 
 use std::net::SocketAddr;
@@ -296,7 +297,14 @@ pub async fn handle<B>(state: Arc<AdminState>, req: Request<B>) -> Response<Full
     let path = req.uri().path();
     let known = matches!(
         path,
-        "/metrics" | "/healthz" | "/readyz" | "/config" | "/" | "/api/live" | "/api/sessions"
+        "/metrics"
+            | "/healthz"
+            | "/readyz"
+            | "/config"
+            | "/"
+            | "/api/live"
+            | "/api/sessions"
+            | "/api/compare"
     );
     if !matches!(*req.method(), Method::GET | Method::HEAD) {
         return if known {
@@ -322,6 +330,7 @@ pub async fn handle<B>(state: Arc<AdminState>, req: Request<B>) -> Response<Full
         "/" => dashboard::page(),
         "/api/live" => dashboard::live(&state),
         "/api/sessions" => dashboard::sessions(&state, req.uri().query()).await,
+        "/api/compare" => compare::answer(&state, req.uri().query()),
         _ => not_found(path),
     }
 }

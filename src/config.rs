@@ -318,6 +318,8 @@ pub struct RouteConfig {
     /// Price overrides for this route's requests (`[[routes.prices]]`),
     /// checked before the global ones.
     pub prices: Vec<PriceOverride>,
+    /// Operator labels (`routes[].labels`), on every span of the route.
+    pub labels: crate::meter::labels::RouteLabels,
 }
 
 impl RouteConfig {

@@ -7,6 +7,7 @@
 pub mod body;
 pub mod decompress;
 pub mod drain;
+pub mod labels;
 pub mod ledger;
 pub mod session;
 pub mod shutdown;
@@ -144,6 +145,9 @@ impl RequestBody {
 pub struct RequestFacts {
     /// Configured route name.
     pub route: Arc<str>,
+    /// The route's operator labels (`routes[].labels`): span attributes,
+    /// never metric labels.
+    pub route_labels: labels::RouteLabels,
     /// The provider: the route's or the path's at first (`openai` when
     /// neither says), then the one the response head resolved, if any.
     pub provider: ProviderKind,
@@ -290,6 +294,10 @@ pub struct Measurement {
     /// Timings the upstream reported about its own work
     /// (`Event::UpstreamTiming`, merged field by field).
     pub upstream_timing: UpstreamTiming,
+    /// The serving software the response head named (its `x-served-by`,
+    /// else its `server` header), as sent: a reference-counted copy, no
+    /// allocation; for `/api/compare`'s "served by".
+    pub server_software: Option<http::HeaderValue>,
     /// Time waited for an upstream connection or HTTP/2 stream slot before
     /// the request could be sent (part of proxy overhead, not provider
     /// latency); `None` when the request never asked for one.
@@ -583,6 +591,7 @@ impl Measurement {
             unmetered: None,
             malformed_events: 0,
             upstream_timing: UpstreamTiming::default(),
+            server_software: None,
             pool_wait: None,
             request_overhead: None,
             modalities: ModalityTokens::default(),

@@ -35,6 +35,8 @@ pub struct Route {
     pub http2: crate::config::Http2Mode,
     /// Egress proxy choice (`routes[].proxy`).
     pub proxy: crate::config::proxy::RouteProxy,
+    /// Operator labels (`routes[].labels`), carried into each request's facts.
+    pub labels: crate::meter::labels::RouteLabels,
     /// `server.address` for telemetry.
     pub server_address: Arc<str>,
     /// `server.port` for telemetry.
@@ -84,6 +86,7 @@ impl Route {
             on_client_disconnect: cfg.on_client_disconnect,
             http2: cfg.http2,
             proxy: cfg.proxy.clone(),
+            labels: cfg.labels.clone(),
         }
     }
 
@@ -303,6 +306,7 @@ mod tests {
             on_client_disconnect: crate::config::OnClientDisconnect::Cancel,
             http2: crate::config::Http2Mode::Auto,
             proxy: Default::default(),
+            labels: Default::default(),
         }
     }
 

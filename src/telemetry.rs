@@ -117,8 +117,8 @@ struct Inner {
     prompt_size_class: bool,
     /// `telemetry.load_class`.
     load_class: bool,
-    /// The load classes (`compare.load_classes`).
-    load_classes: crate::compare::LoadClasses,
+    /// The comparison windows (`/api/compare`) and the load classes.
+    compare: Arc<crate::compare::Compare>,
     /// `telemetry.prometheus_scope_labels` and `prometheus_bucket_stride`.
     exposition: prometheus::Exposition,
     /// Prices for finished requests; swapped on reload, `None` = no pricing.
@@ -304,7 +304,7 @@ impl Telemetry {
             in_flight: Arc::default(),
             prompt_size_class: cfg.prompt_size_class,
             load_class: cfg.load_class,
-            load_classes: crate::compare::LoadClasses::new(&cfg.compare.load_classes),
+            compare: Arc::new(crate::compare::Compare::new(&cfg.compare)),
             exposition: prometheus::Exposition {
                 scope_labels: cfg.prometheus_scope_labels,
                 bucket_stride: cfg.prometheus_bucket_stride,
@@ -410,7 +410,7 @@ impl Telemetry {
             live,
             _in_flight: in_flight,
             in_flight_at_start: concurrency,
-            load_class: inner.load_classes.index(concurrency),
+            load_class: inner.compare.classes().index(concurrency),
             first_of_pair,
             session_kept: None,
             frame_overhead: None,
@@ -655,6 +655,11 @@ impl Telemetry {
         &self.inner.live
     }
 
+    /// The comparison from production traffic (`/api/compare`).
+    pub fn compare(&self) -> &crate::compare::Compare {
+        &self.inner.compare
+    }
+
     /// Per-session rollups (`/api/sessions`, the dashboard).
     pub fn sessions(&self) -> &rollups::SessionRollups {
         &self.inner.rollups
@@ -891,6 +896,10 @@ impl Recorder for RequestTelemetry {
             }
         };
         this.record_live(&m, cost, recorded);
+        if let Some(model) = &this.live.key().model {
+            let route = &this.live.key().route;
+            this.inner.compare.record(route, model, this.load_class, &m);
+        }
         if this.inner.access_log {
             access_log(&m, &this.span.context, recorded);
         }
@@ -900,7 +909,7 @@ impl Recorder for RequestTelemetry {
             .rollups
             .record_local(&m, rollups::RequestCost::of(cost));
         let kept = kept.map(|(_, slo, kept)| (slo, kept));
-        let load_class = this.inner.load_classes.label(this.load_class).clone();
+        let load_class = this.inner.compare.classes().label(this.load_class).clone();
         let (inner, start, in_flight) = (this.inner, this.span, this.in_flight_at_start);
         let push = move |m: Measurement| {
             let (Some(spans), Some((slo, kept))) = (&inner.spans, kept) else {
@@ -1168,7 +1177,7 @@ impl RequestTelemetry {
         if inner.load_class {
             attrs.push(KeyValue::new(
                 LOAD_CLASS,
-                inner.load_classes.label(self.load_class).clone(),
+                inner.compare.classes().label(self.load_class).clone(),
             ));
         }
         let loaded = attrs.len();

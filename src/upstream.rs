@@ -53,17 +53,19 @@ pub struct Sent {
     pub pool_wait: Duration,
 }
 
-/// Set once the request is handed to an open upstream connection, which
-/// writes its head: from then on the provider may have received it (and
-/// may bill it). Put in the request's extensions by the caller; cleared
-/// again when a connection gives the request back unsent.
-#[derive(Debug, Clone, Default)]
-pub struct SentMark(pub Arc<AtomicBool>);
+/// The caller's "sent" flag (`Meter::sent_flag`), set once the request is
+/// handed to an open upstream connection, which writes its head: from
+/// then on the provider may have received it (and may bill it). Cleared
+/// again when a connection gives the request back unsent. Borrowed for the
+/// exchange, so no request extension (a map allocated per request) and no
+/// shared allocation carries it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SentMark<'a>(pub Option<&'a AtomicBool>);
 
-impl SentMark {
-    fn set(req: &Request<UpstreamBody>, sent: bool) {
-        if let Some(mark) = req.extensions().get::<SentMark>() {
-            mark.0.store(sent, Ordering::Release);
+impl SentMark<'_> {
+    fn set(self, sent: bool) {
+        if let Some(flag) = self.0 {
+            flag.store(sent, Ordering::Release);
         }
     }
 }
@@ -457,19 +459,22 @@ impl Client {
         shard: Shard,
         mode: Http2Mode,
     ) -> Result<Sent, UpstreamError> {
-        self.send_via(req, shard, mode, &RouteProxy::Env).await
+        self.send_via(req, shard, mode, &RouteProxy::Env, None)
+            .await
     }
 
     /// [`Client::send`] for a route whose egress proxy choice is `proxy`
-    /// (`routes[].proxy`).
+    /// (`routes[].proxy`), setting `sent` (see [`SentMark`]) when the
+    /// request goes on a connection.
     pub async fn send_via(
         &self,
         req: Request<UpstreamBody>,
         shard: Shard,
         mode: Http2Mode,
         proxy: &RouteProxy,
+        sent: Option<&AtomicBool>,
     ) -> Result<Sent, UpstreamError> {
-        let fut = self.exchange(req, shard, mode, proxy);
+        let fut = self.exchange(req, shard, mode, proxy, SentMark(sent));
         match self.head_timeout {
             Some(limit) => tokio::time::timeout(limit, fut).await.map_err(|_| {
                 UpstreamError::Timeout("no response head within upstream.idle_timeout")
@@ -498,6 +503,7 @@ impl Client {
         shard: Shard,
         mode: Http2Mode,
         proxy: &RouteProxy,
+        sent: SentMark<'_>,
     ) -> Result<Sent, UpstreamError> {
         #[allow(
             clippy::disallowed_methods,
@@ -529,7 +535,7 @@ impl Client {
                     // body's chunks are reference-counted), and only for a
                     // body read completely.
                     let copy = if refused_retry { try_clone(&req) } else { None };
-                    SentMark::set(&req, true);
+                    sent.set(true);
                     match lease.sender().try_send_request(req).await {
                         Ok(res) => {
                             let response = res.map(|body| ResponseBody::Shared(body, lease));
@@ -540,7 +546,7 @@ impl Client {
                         }
                         Err(mut e) => match e.take_message() {
                             Some(back) => {
-                                SentMark::set(&back, false);
+                                sent.set(false);
                                 back
                             }
                             None => {
@@ -564,7 +570,7 @@ impl Client {
                         Some(proxy) if absolute => to_proxy_form(&mut req, proxy),
                         _ => to_h1_form(&mut req),
                     };
-                    SentMark::set(&req, true);
+                    sent.set(true);
                     match h1.send(req).await {
                         Ok((res, h1)) => {
                             let pool = self.h1.clone();
@@ -576,7 +582,7 @@ impl Client {
                             });
                         }
                         Err(conn::SendError::Unsent(mut back)) => {
-                            SentMark::set(&back, false);
+                            sent.set(false);
                             // As it came: the next connection may speak HTTP/2.
                             *back.uri_mut() = uri.clone();
                             if added_host {
@@ -776,9 +782,6 @@ fn try_clone(req: &Request<UpstreamBody>) -> Option<Request<UpstreamBody>> {
     *copy.uri_mut() = req.uri().clone();
     *copy.version_mut() = req.version();
     *copy.headers_mut() = req.headers().clone();
-    if let Some(mark) = req.extensions().get::<SentMark>() {
-        copy.extensions_mut().insert(mark.clone());
-    }
     Some(copy)
 }
 

@@ -32,6 +32,7 @@ fn allocations(f: impl FnOnce()) -> u64 {
 fn measurement(session: Arc<str>, base: Instant, i: u64) -> Measurement {
     let request = RequestFacts {
         route: Arc::from("openai"),
+        route_labels: Default::default(),
         provider: ProviderKind::Openai,
         operation: Some(Operation::ChatCompletions),
         request_model: Some("gpt-4o".into()),

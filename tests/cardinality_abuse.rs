@@ -164,6 +164,7 @@ fn assert_live_capped(live: &serde_json::Value, what: &str) {
 fn facts(model: usize, tenant: usize) -> RequestFacts {
     RequestFacts {
         route: Arc::from("openai"),
+        route_labels: Default::default(),
         provider: ProviderKind::Openai,
         operation: Some(Operation::ChatCompletions),
         request_model: Some(format!("abuse-model-{model}")),

@@ -813,6 +813,79 @@ async fn routes_match_by_host_and_prefix() {
     );
 }
 
+/// `routes[].labels` go on every span of the route as
+/// `tokentap.route.label.<key>`, and on no metric point; an unlabelled
+/// route's spans carry none.
+#[tokio::test]
+async fn route_labels_are_span_attributes_never_metric_labels() {
+    let rig = Rig::start(
+        |_| script::openai_chat_json("m", "ok", (3, 1)),
+        |t, up| {
+            t.route_with(
+                "labelled",
+                "/lab",
+                up,
+                "openai",
+                r#"labels = { hardware = "H100", quantization = "fp8", "serving.stack" = "vllm 0.6" }"#,
+            )
+            .route("plain", "/", up, "openai")
+        },
+    )
+    .await;
+    let labelled = rig.post(
+        &format!("/lab{CHAT}"),
+        script::openai_request("m-labelled", false, None),
+    );
+    assert_eq!(client::fetch(&rig.client, &labelled).await.status, 200);
+    assert_eq!(rig.chat("m-plain", false).await.status, 200);
+    let span = rig.col.wait_span_named("chat m-labelled").await;
+    let labels: Vec<(&str, &str)> = (span.attrs.iter())
+        .filter(|(k, _)| k.starts_with("tokentap.route.label."))
+        .map(|(k, v)| (k.as_str(), v.as_str().unwrap_or("(not a string)")))
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            ("tokentap.route.label.hardware", "H100"),
+            ("tokentap.route.label.quantization", "fp8"),
+            ("tokentap.route.label.serving.stack", "vllm 0.6"),
+        ],
+        "every label, as a string attribute"
+    );
+    assert_eq!(span.str(ROUTE), "labelled");
+    let plain = rig.col.wait_span_named("chat m-plain").await;
+    assert_eq!(plain.str(ROUTE), "plain");
+    assert!(
+        !plain
+            .attrs
+            .keys()
+            .any(|k| k.starts_with("tokentap.route.label.")),
+        "no labels on an unlabelled route's span: {:?}",
+        plain.attrs
+    );
+    let labelled_point = rig
+        .col
+        .wait_point(STEP_TIMEOUT, OP_DURATION, |p| {
+            p.attr_str(ROUTE) == Some("labelled")
+        })
+        .await;
+    assert_eq!(labelled_point.hist().count, 1);
+    let points = rig.col.metric_points();
+    assert!(!points.is_empty());
+    for p in &points {
+        let strings = p.all_strings();
+        assert!(
+            !strings
+                .iter()
+                .any(|s| s.contains("route.label") || s == "H100"),
+            "metric {} carries a route label: {:?}",
+            p.name,
+            p.attrs
+        );
+    }
+    rig.proxy.shutdown().await;
+}
+
 #[tokio::test]
 async fn concurrent_streams_each_yield_one_span_and_exact_bytes() {
     let mut rig = Rig::start(

@@ -108,6 +108,7 @@ pub fn meter(plan: &Plan, encoding: Option<&str>, pieces: &[&[u8]]) -> Measureme
     let seen = Arc::new(Mutex::new(Vec::new()));
     let facts = RequestFacts {
         route: Arc::from("fuzz"),
+        route_labels: Default::default(),
         provider: plan.parse.kind,
         operation: plan.parse.operation,
         request_model: None,

@@ -178,7 +178,7 @@ pub(super) async fn sessions(state: &AdminState, query: Option<&str>) -> Respons
 
 /// A query value with `%XX` escapes and `+` decoded (bytes that do not
 /// form UTF-8 are replaced, so such an id matches nothing).
-fn percent_decode(value: &str) -> String {
+pub(super) fn percent_decode(value: &str) -> String {
     let bytes = value.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -236,6 +236,7 @@ async fn forward(
             shard,
             admitted.route.http2,
             &admitted.route.proxy,
+            prepared.meter.sent_flag(),
         )
         .await
     {
@@ -398,6 +399,7 @@ impl Admitted<'_> {
     fn facts(&self, arrival: Arrival) -> RequestFacts {
         RequestFacts {
             route: self.route.name.clone(),
+            route_labels: self.route.labels.clone(),
             provider: self.provider.unwrap_or(ProviderKind::Openai),
             operation: self.operation,
             request_model: None,
@@ -486,9 +488,7 @@ fn prepare(
     parts.version = Version::HTTP_11;
     let stream = facts.stream;
     let mut meter = Meter::new(facts, Box::new(telemetry));
-    let sent = upstream::SentMark::default();
-    meter.sent_when(sent.0.clone());
-    parts.extensions.insert(sent);
+    meter.track_sent(false);
     meter.watch_shutdown(&state.shutdown);
     // Streams that will carry no usage get their tokens counted afterwards.
     if stream && sniffed.include_usage != Some(true) && injected.is_none() {
@@ -614,6 +614,7 @@ fn take_head(
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok());
     meter.on_head(head.status.as_u16(), format.is_stream(), parser, encoding);
+    meter.on_served_by(&head.headers);
 
     // Restore the stream the client asked for (plain SSE only; a compressed
     // body is forwarded as it came).
@@ -662,6 +663,7 @@ async fn websocket_session(
         .or_else(|| ProviderKind::detect(path));
     let facts = RequestFacts {
         route: route.name.clone(),
+        route_labels: route.labels.clone(),
         provider: provider.unwrap_or(ProviderKind::Openai),
         operation: Some(Operation::Responses),
         request_model: websocket::model_from_path(&path_and_query),

@@ -215,6 +215,7 @@ async fn one(job: &Job, prompt: &Prompt) -> Sample {
     let arrival = Arrival::now();
     let facts = RequestFacts {
         route: Arc::from("bench"),
+        route_labels: Default::default(),
         provider: family.provider(),
         operation: Some(family.operation()),
         request_model: Some(job.target.model.clone()),
@@ -370,6 +371,7 @@ mod tests {
     fn a_failed_measurement_is_an_error_sample_with_its_type() {
         let facts = crate::meter::RequestFacts {
             route: Arc::from("bench"),
+            route_labels: Default::default(),
             provider: crate::providers::ProviderKind::Openai,
             operation: None,
             request_model: None,

@@ -15,6 +15,7 @@ use super::{
     ServerConfig, SessionSource, SessionsConfig, SloConfig, SniffConfig, TelemetryConfig,
     TenantConfig, TenantSource, UpstreamConfig, WebsocketConfig,
 };
+use crate::meter::labels::RouteLabels;
 use crate::pricing::PriceOverride;
 use crate::providers::ProviderKind;
 
@@ -119,6 +120,10 @@ pub(super) struct RawRoute {
     /// of environment variables. The password is redacted in `/config`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<String>,
+    /// Operator labels, e.g. `{ hardware = "H100" }`: span attributes
+    /// `tokentap.route.label.<key>`, never metric labels.
+    #[serde(default, skip_serializing_if = "RouteLabels::is_empty")]
+    pub labels: RouteLabels,
 }
 
 fn is_auto(m: &Http2Mode) -> bool {
@@ -273,6 +278,7 @@ impl RawConfig {
                     http2: r.http2,
                     prices: r.prices.clone(),
                     proxy: r.proxy.shown(),
+                    labels: r.labels.clone(),
                 })
                 .collect(),
             sniff: c.sniff.clone(),

@@ -1364,3 +1364,46 @@ fn sampling_reads_from_file_env_and_otel_and_names_bad_keys() {
     );
     assert_mentions(&e, &["telemetry.sampling.ratio", "OTEL_TRACES_SAMPLER"]);
 }
+
+#[test]
+fn route_labels_load_show_and_read_back() {
+    let c = from_toml(&format!(
+        "{ROUTES}labels = {{ hardware = \"H100\", quantization = \"fp8\" }}\n\
+         [[routes]]\nname = \"b\"\nprefix = \"/b\"\nupstream = \"http://b\"\n"
+    ))
+    .expect("valid");
+    let labels = &c.routes[0].labels;
+    assert_eq!(
+        labels.iter().collect::<Vec<_>>(),
+        [("hardware", "H100"), ("quantization", "fp8")]
+    );
+    assert!(c.routes[1].labels.is_empty(), "none unless configured");
+    let shown = c.redacted_toml();
+    assert!(
+        shown.contains("H100") && shown.contains("quantization"),
+        "{shown}"
+    );
+    let back = from_toml(&shown).expect("the shown config reads back");
+    assert_eq!(back.routes[0].labels, c.routes[0].labels);
+    assert!(back.routes[1].labels.is_empty());
+}
+
+#[test]
+fn route_label_errors_name_the_route_and_the_key() {
+    for (labels, key) in [
+        ("{ Hardware = \"H100\" }", "label `Hardware`"),
+        ("{ gpu = \"\" }", "label `gpu`"),
+        ("{ \"a..b\" = \"x\" }", "label `a..b`"),
+        ("{ gpu = 8 }", "string"),
+    ] {
+        let err = from_toml(&format!("{ROUTES}labels = {labels}\n"))
+            .expect_err(labels)
+            .to_string();
+        assert_mentions(&err, &["routes[0].labels", key]);
+    }
+    let many: Vec<String> = (0..17).map(|i| format!("k{i} = \"v\"")).collect();
+    let err = from_toml(&format!("{ROUTES}labels = {{ {} }}\n", many.join(", ")))
+        .expect_err("17 labels")
+        .to_string();
+    assert_mentions(&err, &["routes[0].labels", "at most 16"]);
+}

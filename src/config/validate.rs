@@ -492,6 +492,7 @@ fn routes(
                 .map_err(|m| cx.invalid(&at("proxy"), m))?
                 .unwrap_or_default(),
             prices: prices(cx, &at("prices"), &r.prices)?,
+            labels: r.labels.clone(),
         });
     }
     Ok(out)

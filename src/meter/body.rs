@@ -63,6 +63,8 @@ pub struct Meter {
     /// parser after every chunk, so it survives the parser).
     malformed_events: u64,
     status: u16,
+    /// The response head's `x-served-by` or `server` header.
+    server_software: Option<http::HeaderValue>,
     time_to_headers: Option<Duration>,
     pool_wait: Option<Duration>,
     request_overhead: Option<Duration>,
@@ -78,8 +80,9 @@ pub struct Meter {
     /// Count tokens with a tokenizer when the provider reports none.
     plan: Option<Plan>,
     /// Set by the upstream client once the request's head is written to
-    /// an upstream connection; `None` when nobody tracks it.
-    sent: Option<Arc<AtomicBool>>,
+    /// an upstream connection; `None` when nobody tracks it. The meter's
+    /// own: the client borrows it while it sends (`Meter::sent_flag`).
+    sent: Option<AtomicBool>,
     /// Count the usage once per response id (stored and background responses).
     once: Option<CountOnce>,
     /// Count a batch result file once per file or batch id.
@@ -356,6 +359,7 @@ impl Meter {
             metered: false,
             malformed_events: 0,
             status: 0,
+            server_software: None,
             time_to_headers: None,
             pool_wait: None,
             request_overhead: None,
@@ -399,12 +403,19 @@ impl Meter {
         self.plan = Some(plan);
     }
 
-    /// `sent` turns true once the request's head is written upstream.
-    /// Until then the provider has received nothing: a request that ends
-    /// before (no connection, a refused proxy, a full pool, a client that
-    /// left) gets no input-token estimate and so no cost.
-    pub fn sent_when(&mut self, sent: Arc<AtomicBool>) {
-        self.sent = Some(sent);
+    /// Track whether the request's head is written upstream, starting
+    /// with `sent`; the upstream client sets the flag ([`Meter::sent_flag`]).
+    /// Until it is set the provider has received nothing: a request that
+    /// ends before (no connection, a refused proxy, a full pool, a client
+    /// that left) gets no input-token estimate and so no cost.
+    pub fn track_sent(&mut self, sent: bool) {
+        self.sent = Some(AtomicBool::new(sent));
+    }
+
+    /// The flag [`Meter::track_sent`] made, for the upstream client to
+    /// set while it sends (`None` when nobody tracks it).
+    pub fn sent_flag(&self) -> Option<&AtomicBool> {
+        self.sent.as_ref()
     }
 
     /// Whether the provider may have received the request: a response
@@ -458,6 +469,15 @@ impl Meter {
         if let Some(r) = self.recorder.as_mut() {
             r.chunk_overhead(read.elapsed());
         }
+    }
+
+    /// What the response head says served it: its `x-served-by`, else its
+    /// `server` header (a handle to the header's bytes; nothing is copied).
+    pub fn on_served_by(&mut self, headers: &http::HeaderMap) {
+        self.server_software = headers
+            .get("x-served-by")
+            .or_else(|| headers.get(http::header::SERVER))
+            .cloned();
     }
 
     /// The response head arrived. `parser` is `Err(reason)` when the body
@@ -766,6 +786,7 @@ impl Meter {
             unmetered: self.unmetered.take(),
             malformed_events: self.malformed_events,
             upstream_timing: tally.upstream_timing,
+            server_software: self.server_software.take(),
             pool_wait: self.pool_wait,
             request_overhead: self.request_overhead,
             modalities: super::ModalityTokens::default(),
@@ -1228,6 +1249,7 @@ mod tests {
     fn facts(stream: bool) -> RequestFacts {
         RequestFacts {
             route: Arc::from("r"),
+            route_labels: Default::default(),
             provider: ProviderKind::Openai,
             operation: Some(Operation::ChatCompletions),
             request_model: Some("m".into()),
@@ -1289,7 +1311,7 @@ mod tests {
             .expect("gpt-4o-mini has an encoding");
         meter.count_tokens_with(plan);
         if let Some(sent) = sent {
-            meter.sent_when(Arc::new(AtomicBool::new(sent)));
+            meter.track_sent(sent);
         }
         if head {
             meter.on_head(500, false, Err(Unmetered::UnknownFormat("x".into())), None);

@@ -446,6 +446,7 @@ impl SessionMeter {
             unmetered: None,
             malformed_events: 0,
             upstream_timing: UpstreamTiming::default(),
+            server_software: None,
             request: r.facts,
         };
         let _ = r.trigger;
@@ -479,6 +480,7 @@ mod tests {
         let seen = Seen::default();
         let facts = RequestFacts {
             route: "rt".into(),
+            route_labels: Default::default(),
             provider: ProviderKind::Openai,
             operation: None,
             request_model: Some("gpt-realtime".into()),

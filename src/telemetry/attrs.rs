@@ -196,6 +196,9 @@ pub const ERROR_TYPE: &str = "error.type";
 // tokentap attribute keys.
 /// Name of the configured route that matched.
 pub const ROUTE: &str = "tokentap.route";
+/// Prefix of an operator label of the route (`routes[].labels`):
+/// `tokentap.route.label.<key>`, a string, on spans only.
+pub const ROUTE_LABEL: &str = crate::meter::labels::ATTRIBUTE_PREFIX;
 /// Tenant the request was attributed to (capped label).
 pub const TENANT: &str = "tokentap.tenant";
 /// How the request ended (`complete`, `client_cancelled`, ...).

@@ -457,6 +457,19 @@ static FINISH: [Row; ROWS] = [
     },
 ];
 
+/// Every row's value for one finished request, in [`FINISH`]'s order, in
+/// one pass that recording and exemplars share. The indices are literals,
+/// so each row's function is called directly (and inlined), not through
+/// the pointer in the table; a row added to [`FINISH`] without its index
+/// here fails to compile (the array has `ROWS` values).
+#[inline(always)]
+fn finish_values(r: &FinishRecord, s: Semconv) -> [Option<Num>; ROWS] {
+    macro_rules! each_row {
+        ($($i:literal)*) => { [$((FINISH[$i].value)(r, s)),*] };
+    }
+    each_row!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17)
+}
+
 /// One row's instrument.
 enum Instrument {
     Histogram(Histogram<f64>),
@@ -775,8 +788,10 @@ impl Default for FinishBound {
 
 impl FinishBound {
     fn record(&self, ins: &Instruments, a: &FinishAttrs<'_>, r: &FinishRecord) {
-        for ((row, cell), instrument) in FINISH.iter().zip(&self.finish).zip(&ins.finish) {
-            if let Some(v) = (row.value)(r, ins.semconv) {
+        let values = finish_values(r, ins.semconv);
+        let rows = FINISH.iter().zip(&self.finish).zip(&ins.finish);
+        for (((row, cell), instrument), v) in rows.zip(values) {
+            if let Some(v) = v {
                 cell.get_or_init(|| instrument.bind(row.attrs(a))).record(v);
             }
         }
@@ -837,12 +852,12 @@ impl FinishBound {
         // After the histograms, so a scrape that sees an exemplar counts it.
         if let (Some(ex), Some(mark)) = (&self.exemplars, r.trace) {
             let mut offered = [false; MEASURES];
-            for row in &FINISH {
+            for (row, v) in FINISH.iter().zip(values) {
                 let Some(m) = row.exemplar else { continue };
                 if offered[m as usize] {
                     continue;
                 }
-                if let Some(v) = (row.value)(r, ins.semconv) {
+                if let Some(v) = v {
                     ex.offer(m as usize, row.buckets, v.f64(), mark);
                     offered[m as usize] = true;
                 }
@@ -1115,8 +1130,9 @@ impl Instruments {
     fn record_unbound(&self, a: &FinishAttrs<'_>, r: &FinishRecord) {
         let attrs = a.all;
         let (latest, legacy) = (self.semconv.latest(), self.semconv.legacy());
-        for (row, instrument) in FINISH.iter().zip(&self.finish) {
-            if let Some(v) = (row.value)(r, self.semconv) {
+        let values = finish_values(r, self.semconv);
+        for ((row, instrument), v) in FINISH.iter().zip(&self.finish).zip(values) {
+            if let Some(v) = v {
                 instrument.record(v, row.attrs(a));
             }
         }

@@ -265,11 +265,7 @@ impl WireAttributes<'_> {
 
 impl AttributeSink for WireAttributes<'_> {
     fn str(&mut self, name: &'static str, v: &str) {
-        if self.admit() {
-            attribute(9, name, nested_len(1, v.len()), self.out, |out| {
-                bytes_any(1, v.as_bytes(), out)
-            });
-        }
+        self.keyed_str(name, v);
     }
     fn int(&mut self, name: &'static str, v: i64) {
         if self.admit() {
@@ -313,6 +309,13 @@ impl AttributeSink for WireAttributes<'_> {
     fn key_value(&mut self, kv: &KeyValue) {
         if self.admit() {
             key_value_field(9, kv.key.as_str(), &kv.value, self.out);
+        }
+    }
+    fn keyed_str(&mut self, name: &str, v: &str) {
+        if self.admit() {
+            attribute(9, name, nested_len(1, v.len()), self.out, |out| {
+                bytes_any(1, v.as_bytes(), out)
+            });
         }
     }
 }

@@ -23,6 +23,8 @@ pub(super) trait AttributeSink {
     fn strs(&mut self, key: &'static str, v: &[String]);
     /// An attribute someone else built (a sampler's, the SLO mark).
     fn key_value(&mut self, kv: &KeyValue);
+    /// A string under a key made at configuration time (a route label's).
+    fn keyed_str(&mut self, key: &str, v: &str);
 
     /// A count, saturating at `i64::MAX`.
     fn count(&mut self, key: &'static str, v: u64) {
@@ -71,6 +73,9 @@ impl AttributeSink for Vec<KeyValue> {
     fn key_value(&mut self, kv: &KeyValue) {
         self.push(kv.clone());
     }
+    fn keyed_str(&mut self, key: &str, v: &str) {
+        self.push(KeyValue::new(key.to_owned(), v.to_owned()));
+    }
 }
 
 /// `gen_ai.operation.name` of a request (`unknown` when its path named no
@@ -92,6 +97,10 @@ pub(super) fn start_attributes(facts: &RequestFacts, a: &mut impl AttributeSink)
     a.str_opt(TENANT, facts.tenant.as_deref());
     a.str(REQUEST_BODY, facts.request_body.as_str());
     a.str_opt(GEN_AI_CONVERSATION_ID, facts.session.as_deref());
+    // `ROUTE_LABEL` + key: the keys are the operator's, made once per config.
+    for (key, v) in facts.route_labels.attributes() {
+        a.keyed_str(key, v);
+    }
 }
 
 /// Read-only view of the client's headers that exposes only the W3C trace

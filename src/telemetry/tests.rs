@@ -78,6 +78,7 @@ impl Harness {
 pub(super) fn facts(model: Option<&str>, tenant: Option<&str>, stream: bool) -> RequestFacts {
     RequestFacts {
         route: Arc::from("openai"),
+        route_labels: Default::default(),
         provider: ProviderKind::Openai,
         operation: Some(Operation::ChatCompletions),
         request_model: model.map(str::to_owned),
