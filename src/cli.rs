@@ -365,5 +365,40 @@ mod tests {
             (c.a, c.b, c.force),
             ("a.json".into(), "b.json".into(), true)
         );
+        let fleet = [
+            "compare",
+            "--prometheus",
+            "http://prom:9090/",
+            "--side",
+            "r:m",
+        ];
+        let Ok(Command::Compare(c)) = parse(
+            &[
+                &fleet[..],
+                &["--side", "r:llama3:8b", "--range", "30m", "--json"],
+            ]
+            .concat(),
+        ) else {
+            panic!("expected compare");
+        };
+        assert_eq!(
+            c.prometheus, "http://prom:9090",
+            "the trailing slash is dropped"
+        );
+        assert_eq!(c.sides[1].model, "llama3:8b", "the first colon splits");
+        assert_eq!(std::time::Duration::from(c.range).as_secs(), 1800);
+        assert!(c.json);
+        for bad in [
+            &["--side", "nocolon"][..],
+            &["--range", "0s"],
+            &["--prometheus", "prom:9090"],
+        ] {
+            let e = parse(&[&fleet[..], bad].concat()).expect_err("refused");
+            assert!(e.to_string().contains(bad[1]), "{bad:?}: {e}");
+        }
+        assert!(
+            parse(&["compare", "--side", "r:m"]).is_err(),
+            "--prometheus is required"
+        );
     }
 }

@@ -123,7 +123,8 @@ async function run(context, origin) {
       cell.sides.forEach((s, k) => {
         const got = tds[col + k], v = s[f];
         check(got.main === (v == null ? "—" : fmt(v.median)), `${key} ${f} ${"AB"[k]}: shows ${got.main}, API median ${v && v.median}`);
-        if (v != null) check(got.small === `${fmt(v.min)}–${fmt(v.max)}`, `${key} ${f} ${"AB"[k]}: spread ${got.small}, API ${v.min}–${v.max}`);
+        const bare = t => t.replace(/ ms$/, "");
+        if (v != null) check(got.small === `${bare(fmt(v.min))}–${bare(fmt(v.max))}`, `${key} ${f} ${"AB"[k]}: spread ${got.small}, API ${v.min}–${v.max}`);
       });
       const r = cell.ratio ? cell.ratio[f] : null;
       check(tds[col + 2].text === ratio(r), `${key} ${f} B/A: shows ${tds[col + 2].text}, API ${r}`);
