@@ -212,10 +212,7 @@ async fn dashboard_shows_requests_in_a_real_browser() {
         &[],
     )
     .await;
-    let png = std::fs::read(&screenshot)
-        .unwrap_or_else(|e| panic!("no screenshot at {}: {e}", screenshot.display()));
-    assert!(png.starts_with(b"\x89PNG"), "screenshot is a PNG");
-    println!("dashboard screenshot: {}", screenshot.display());
+    assert_screenshot(&screenshot, "dashboard");
 
     running.shutdown().await;
 }
@@ -327,11 +324,19 @@ async fn compare_view_shows_two_sides_in_a_real_browser() {
         ],
     )
     .await;
-    let png = std::fs::read(&screenshot)
-        .unwrap_or_else(|e| panic!("no screenshot at {}: {e}", screenshot.display()));
-    assert!(png.starts_with(b"\x89PNG"), "screenshot is a PNG");
-    println!("compare view screenshot: {}", screenshot.display());
+    assert_screenshot(&screenshot, "compare view");
     running.shutdown().await;
+}
+
+/// The browser test saved a PNG at `path`.
+fn assert_screenshot(path: &Path, what: &str) {
+    let png = std::fs::read(path)
+        .unwrap_or_else(|e| panic!("no {what} screenshot at {}: {e}", path.display()));
+    assert!(
+        png.starts_with(b"\x89PNG"),
+        "the {what} screenshot is a PNG"
+    );
+    println!("{what} screenshot: {}", path.display());
 }
 
 async fn run_browser_with(

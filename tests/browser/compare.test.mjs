@@ -20,10 +20,9 @@
 //   CHROMIUM                 browser binary (default /usr/bin/chromium)
 //   TOKENTAP_WAIT_MS         how long to wait for the view (default 20000)
 
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { chromium } from "playwright-core";
+import { mkdirSync } from "node:fs";
+import { dirname, resolve } from "node:path";
+import { checks, open, withChromium } from "./harness.mjs";
 
 const url = process.env.TOKENTAP_DASHBOARD_URL;
 const sides = (process.env.TOKENTAP_COMPARE_SIDES ?? "").split(",").map(s => s.trim()).filter(Boolean);
@@ -32,14 +31,7 @@ const screenshot = resolve(process.env.TOKENTAP_SCREENSHOT ?? "target/compare.pn
 const executablePath = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const waitMs = Number(process.env.TOKENTAP_WAIT_MS ?? 20000);
 
-function fail(message) {
-  console.error(`compare view test FAILED: ${message}`);
-  process.exitCode = 1;
-  throw new Error(message);
-}
-function check(cond, message) {
-  if (!cond) fail(message);
-}
+const { fail, check } = checks("compare view test");
 
 // The page's own number formats (src/admin/dashboard.html).
 const rate = v => v == null ? "—" : v >= 100 ? v.toFixed(0) : v.toFixed(1);
@@ -51,36 +43,11 @@ async function main() {
   check(sides.length === 2, "set TOKENTAP_COMPARE_SIDES to two route:model sides");
   check(expected && Array.isArray(expected.cells) && expected.cells.length > 0,
     "set TOKENTAP_EXPECT_COMPARE to /api/compare's answer, with cells");
-  const origin = new URL(url).origin;
-  const userDataDir = mkdtempSync(join(tmpdir(), "tokentap-chromium-"));
-  let context;
-  try {
-    context = await chromium.launchPersistentContext(userDataDir, {
-      executablePath,
-      headless: true,
-      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-      viewport: { width: 1440, height: 1000 },
-      deviceScaleFactor: 1,
-    });
-    await run(context, origin);
-  } finally {
-    await context?.close().catch(() => {});
-    rmSync(userDataDir, { recursive: true, force: true });
-  }
+  await withChromium(executablePath, run);
 }
 
-async function run(context, origin) {
-  const page = context.pages()[0] ?? (await context.newPage());
-  const problems = [];
-  page.on("pageerror", e => problems.push(`page error: ${e.message}`));
-  page.on("console", m => { if (m.type() === "error") problems.push(`console error: ${m.text()}`); });
-  page.on("request", r => {
-    const u = r.url();
-    if (!u.startsWith(origin) && !u.startsWith("data:")) problems.push(`request outside the admin origin: ${u}`);
-  });
-  const res = await page.goto(url, { waitUntil: "load" });
-  check(res && res.ok(), `GET ${url} answered ${res && res.status()}`);
+async function run(context) {
+  const { page, problems } = await open(context, url, check);
 
   // The side lists come from /api/compare with no side.
   try {

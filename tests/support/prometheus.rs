@@ -4,7 +4,6 @@
 //! directory, stopped by its own PID.
 
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::process::{Child, Command};
@@ -39,26 +38,17 @@ impl Prometheus {
                 list.join(", ")
             ),
         );
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.0.join("data").display()
-            ))
-            .arg(format!("--web.listen-address={addr}"))
-            .arg("--log.level=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot run prometheus ({e}): install it with \
-                     `apt-get install -y --no-install-recommends prometheus` \
-                     (scripts/setup-test-env.sh does)"
-                )
-            });
+        let child = super::spawn_server(
+            Command::new("prometheus")
+                .arg(format!("--config.file={}", config.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.0.join("data").display()
+                ))
+                .arg(format!("--web.listen-address={addr}"))
+                .arg("--log.level=warn"),
+            "prometheus",
+        );
         let p = Prometheus {
             addr,
             child: Some(child),
