@@ -16,14 +16,13 @@ pub mod window;
 
 pub use self::classes::LoadClasses;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
-
 use self::window::{Cell, FIGURES, Figures, SAMPLE_BYTES, Summary};
 use crate::config::CompareConfig;
+use crate::meter::labels::RouteLabels;
 use crate::meter::{Measurement, Outcome, PromptSize};
 
 /// The prompt-size classes, in report order.
@@ -39,9 +38,6 @@ pub const PROMPT_SIZES: [PromptSize; 6] = [
 /// Longest response model and serving software kept (bytes).
 const MAX_SERVED_BY_LEN: usize = 128;
 
-/// Route labels (`routes[].labels`), by route name.
-pub type RouteLabels = HashMap<String, BTreeMap<String, String>>;
-
 /// A side: (route, requested model as capped by telemetry).
 type SideKey = (Arc<str>, Arc<str>);
 
@@ -54,7 +50,6 @@ pub struct Compare {
     /// Window numbers count from here.
     epoch: Instant,
     sides: RwLock<HashMap<SideKey, Arc<Mutex<Side>>>>,
-    labels: ArcSwap<RouteLabels>,
 }
 
 /// One side's cells and what served it.
@@ -74,6 +69,8 @@ struct Served {
     response_model: Option<Box<str>>,
     software: Option<Box<str>>,
     tier: Option<&'static str>,
+    /// The route's labels (`routes[].labels`; one shared `Arc`).
+    labels: RouteLabels,
 }
 
 impl Compare {
@@ -93,18 +90,12 @@ impl Compare {
             classes: LoadClasses::new(&settings.load_classes),
             epoch,
             sides: RwLock::new(HashMap::new()),
-            labels: ArcSwap::from_pointee(RouteLabels::new()),
         }
     }
 
     /// The load classes (`compare.load_classes`).
     pub fn classes(&self) -> &LoadClasses {
         &self.classes
-    }
-
-    /// The routes' labels from now on (start-up and every reload).
-    pub fn set_labels(&self, labels: RouteLabels) {
-        self.labels.store(Arc::new(labels));
     }
 
     /// The most bytes the sample buffers can hold: every side, class and
@@ -173,6 +164,9 @@ impl Compare {
             m.server_software.as_ref().map(|v| v.as_bytes()),
             tier.map(|t| t.as_str()),
         );
+        if side.served.labels != m.request.route_labels {
+            side.served.labels = m.request.route_labels.clone();
+        }
         let windows = self.settings.windows;
         if let Some(slot) = side.cells.get_mut(index) {
             slot.get_or_insert_with(|| Box::new(Cell::new(windows)))

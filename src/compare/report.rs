@@ -132,12 +132,15 @@ impl Compare {
     /// `report` at window number `now`.
     pub(super) fn report_at(&self, now: u64, sides: &[(String, String)]) -> Report {
         let s = &self.settings;
-        let labels = self.labels.load();
-        let served_by = |route: &str, served: &Served| ServedBy {
+        let served_by = |served: &Served| ServedBy {
             response_model: served.response_model.as_deref().map(str::to_owned),
             serving_software: served.software.as_deref().map(str::to_owned),
             service_tier: served.tier,
-            labels: labels.get(route).cloned().unwrap_or_default(),
+            labels: served
+                .labels
+                .iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
         };
         let mut report = Report {
             window_seconds: s.window.as_secs_f64(),
@@ -159,7 +162,7 @@ impl Compare {
                         route: key.0.to_string(),
                         model: key.1.to_string(),
                         requests: snap.requests,
-                        served_by: served_by(&key.0, &snap.served),
+                        served_by: served_by(&snap.served),
                     });
                 }
             }
@@ -177,13 +180,9 @@ impl Compare {
                 route: route.clone(),
                 model: model.clone(),
                 requests: snap.as_ref().map_or(0, |s| s.requests),
-                served_by: match snap {
-                    Some(snap) => served_by(route, &snap.served),
-                    None => ServedBy {
-                        labels: labels.get(route).cloned().unwrap_or_default(),
-                        ..ServedBy::default()
-                    },
-                },
+                served_by: snap
+                    .as_ref()
+                    .map_or_else(ServedBy::default, |snap| served_by(&snap.served)),
             });
         }
         let fields: Vec<(&str, &ServedBy)> = report

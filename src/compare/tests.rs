@@ -22,6 +22,8 @@ fn settings() -> CompareConfig {
 fn request(start: Instant, ttft_ms: u64, decode_ms: u64, input: u64) -> Measurement {
     let facts = RequestFacts {
         route: Arc::from("r"),
+        route_labels: RouteLabels::new([("hardware".to_owned(), "H100".to_owned())].into())
+            .expect("valid labels"),
         provider: ProviderKind::Openai,
         operation: Some(Operation::ChatCompletions),
         request_model: Some("m".into()),
@@ -107,6 +109,7 @@ fn cells_keep_prompt_sizes_and_loads_apart_and_ratios_follow_the_medians() {
     let json = serde_json::to_value(&r).expect("json");
     assert_eq!(json["cells"][0]["sides"][0]["ttft_ms"]["median"], 100.0);
     assert_eq!(json["sides"][1]["served_by"]["response_model"], "m-2025");
+    assert_eq!(json["sides"][1]["served_by"]["labels"]["hardware"], "H100");
     assert_eq!(json["load_classes"], serde_json::json!(["1", "2-8", "9+"]));
 }
 

@@ -263,6 +263,9 @@ impl Upstream {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                // As real servers do: a small write (one token) goes out
+                // at once, not after the previous one's delayed ACK.
+                let _ = stream.set_nodelay(true);
                 s.connections
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let s = s.clone();
