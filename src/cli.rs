@@ -388,13 +388,14 @@ mod tests {
         assert_eq!(c.sides[1].model, "llama3:8b", "the first colon splits");
         assert_eq!(std::time::Duration::from(c.range).as_secs(), 1800);
         assert!(c.json);
-        for bad in [
-            &["--side", "nocolon"][..],
-            &["--range", "0s"],
-            &["--prometheus", "prom:9090"],
+        let schemeless = ["compare", "--prometheus", "prom:9090", "--side", "r:m"];
+        for (args, names) in [
+            ([&fleet[..], &["--side", "nocolon"]].concat(), "nocolon"),
+            ([&fleet[..], &["--range", "0s"]].concat(), "0s"),
+            (schemeless.to_vec(), "prom:9090"),
         ] {
-            let e = parse(&[&fleet[..], bad].concat()).expect_err("refused");
-            assert!(e.to_string().contains(bad[1]), "{bad:?}: {e}");
+            let e = parse(&args).expect_err("refused");
+            assert!(e.to_string().contains(names), "{args:?}: {e}");
         }
         assert!(
             parse(&["compare", "--side", "r:m"]).is_err(),
