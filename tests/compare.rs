@@ -1,5 +1,5 @@
-//! The comparison from production traffic (`/api/compare`, issue 38 part
-//! 1) through the real server: a scripted upstream serves two models with
+//! The comparison from production traffic (`/api/compare`, issue 38,
+//! part one) through the real server: a scripted upstream serves two models with
 //! known timings (model `b` exactly twice as slow as `a` in every figure
 //! but output length), at two prompt sizes and two loads, with 1 s windows.
 //! Each cell's ratio b / a must be within 10 % of the script; a second
