@@ -8,7 +8,10 @@
 //! metrics, health and the dashboard on a separate listener; `reload`
 //! swaps in a new configuration on SIGHUP or a changed config file;
 //! `bench` drives load through the same `meter` for `tokentap bench`;
-//! `fleet` reads the same figures back from Prometheus for `tokentap compare`.
+//! `compare` keeps, per route and model, repeated windows of finished
+//! requests by prompt-size and load class (fed by `telemetry`, read by
+//! `admin` as `/api/compare`); `fleet` reads the same cells back from
+//! Prometheus for `tokentap compare --prometheus`.
 
 pub mod admin;
 pub mod app;

@@ -26,20 +26,22 @@ use support::rig::Rig;
 use support::script::{self, StreamSpec};
 use support::upstream::{Exchange, Reply, Upstream};
 
-const TOKENS: usize = 5;
+const TOKENS: usize = 2;
 /// Input tokens of the small and big prompts (`le_1k`, `le_8k`).
 const SMALL: u64 = 500;
 const BIG: u64 = 5000;
 
-/// Model `a`'s script: TTFT 30 ms (small) or 90 ms (big) and 20 ms
-/// between tokens; model `b` (and anything else) takes twice as long.
+/// Model `a`'s script: TTFT 100 ms (small) or 200 ms (big) and 100 ms
+/// between its two tokens; model `b` (and anything else) takes twice as
+/// long. Waits of 100 ms and more keep the ratios clear of the scheduling
+/// jitter of a loaded machine (10 ms per wait at a load of 10 on 2 cores).
 fn reply(ex: &Exchange, response_model: Option<&str>, server: &str) -> Reply {
     let body = ex.json();
     let model = body["model"].as_str().unwrap_or("a").to_owned();
     let big = body["user"].as_str() == Some("big");
     let slow = if model == "a" { 1 } else { 2 };
-    let ttft = Duration::from_millis(if big { 90 } else { 30 } * slow);
-    let gap = Duration::from_millis(20 * slow);
+    let ttft = Duration::from_millis(if big { 200 } else { 100 } * slow);
+    let gap = Duration::from_millis(100 * slow);
     let spec = StreamSpec::tokens(TOKENS, ttft, gap)
         .with_usage(if big { BIG } else { SMALL }, TOKENS as u64)
         .model(&format!("{model}-{}", response_model.unwrap_or("2025")));
@@ -50,14 +52,20 @@ fn admin(rig: &Rig) -> SocketAddr {
     rig.proxy.running().unwrap().admin_addr.unwrap()
 }
 
-async fn get(admin: SocketAddr, path: &str) -> Value {
+/// `GET path` on the admin listener.
+async fn fetch(admin: SocketAddr, path: &str) -> client::Streamed {
     let req = Req {
         method: Method::GET,
         url: format!("http://{admin}{path}"),
         headers: Vec::new(),
         body: bytes::Bytes::new(),
     };
-    let got = client::fetch(&client::http1(), &req).await;
+    client::fetch(&client::http1(), &req).await
+}
+
+/// `GET path`'s JSON, which must come with a 200.
+async fn get(admin: SocketAddr, path: &str) -> Value {
+    let got = fetch(admin, path).await;
     assert_eq!(got.status, 200, "{path}: {}", got.text());
     got.json()
 }
@@ -114,8 +122,8 @@ async fn ratios_follow_the_script_per_cell_and_differences_are_named() {
         move |t, up| {
             t.top("admin_listen", &q("127.0.0.1:0"))
                 .set("compare", "window", &q("1s"))
-                .set("compare", "windows", "6")
-                .set("compare", "min_requests", "4")
+                .set("compare", "windows", "12")
+                .set("compare", "min_requests", "3")
                 .set("compare", "min_windows", "2")
                 .raw_route(&format!(
                     "[[routes]]\nname = \"two\"\nprefix = \"/two\"\nupstream = {}\n\
@@ -135,10 +143,10 @@ async fn ratios_follow_the_script_per_cell_and_differences_are_named() {
     let rig = Arc::new(rig);
     let admin = admin(&rig);
 
-    // Load 1, then load 2-8 (three workers per model), 2.5 s each: every
-    // cell spans at least two 1 s windows.
-    traffic(&rig, 1, Duration::from_millis(2500)).await;
-    traffic(&rig, 3, Duration::from_millis(2500)).await;
+    // Load 1, then load 2-8 (three workers per model), 3.5 s each: every
+    // cell has three requests or more over at least two 1 s windows.
+    traffic(&rig, 1, Duration::from_millis(3500)).await;
+    traffic(&rig, 3, Duration::from_millis(3500)).await;
     // A few requests of model a on the other route: a sparse cell.
     for _ in 0..2 {
         chat(&rig, "/two", "a", false).await;
@@ -233,13 +241,7 @@ async fn ratios_follow_the_script_per_cell_and_differences_are_named() {
     );
 
     // A malformed side is refused by name.
-    let req = Req {
-        method: Method::GET,
-        url: format!("http://{admin}/api/compare?side=nocolon"),
-        headers: Vec::new(),
-        body: bytes::Bytes::new(),
-    };
-    let got = client::fetch(&client::http1(), &req).await;
+    let got = fetch(admin, "/api/compare?side=nocolon").await;
     assert_eq!(got.status, 400);
     assert!(got.text().contains("nocolon"), "{}", got.text());
     if let Ok(rig) = Arc::try_unwrap(rig) {
