@@ -2,7 +2,8 @@
 # Create the Python virtual environment the drop-in SDK test uses
 # (tests/python_sdk.rs): .venv at the repository root with the official
 # openai and anthropic packages pinned in tests/sdk/requirements.txt; and
-# install redis-server for tests/shared_state.rs.
+# install redis-server for tests/shared_state.rs and prometheus for
+# tests/grafana_compare.rs.
 # Idempotent: re-running only installs what changed.
 set -euo pipefail
 
@@ -13,16 +14,21 @@ venv="$root/.venv"
 req="$root/tests/sdk/requirements.txt"
 python="${PYTHON:-python3}"
 
-# redis-server (Debian) for the shared-state tests (tests/shared_state.rs):
-# each test starts its own on a free port and stops it by its PID.
-if ! command -v redis-server >/dev/null 2>&1; then
+# redis-server (Debian) for the shared-state tests (tests/shared_state.rs),
+# prometheus (Debian) for the compare dashboard's queries against a real
+# Prometheus (tests/grafana_compare.rs): each test starts its own on a free
+# port and stops it by its PID.
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "setup-test-env: installing redis-server (Debian)" >&2
+        echo "setup-test-env: installing ${missing[*]} (Debian)" >&2
         export DEBIAN_FRONTEND=noninteractive
         retry apt-get update -qq >/dev/null
-        retry apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+        retry apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     else
-        echo "setup-test-env: redis-server not found; run as root: apt-get install -y --no-install-recommends redis-server" >&2
+        echo "setup-test-env: ${missing[*]} not found; run as root: apt-get install -y --no-install-recommends ${missing[*]}" >&2
         exit 1
     fi
 fi

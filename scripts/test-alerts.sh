@@ -3,7 +3,8 @@
 #   promtool check rules deploy/prometheus/alerts.yml
 #   promtool test rules  deploy/prometheus/alerts_test.yml
 #   promtool check rules on every PromQL query of deploy/grafana/tokentap.json
-#                        (Grafana variables replaced), to catch syntax errors
+#                        and deploy/grafana/compare.json (Grafana variables
+#                        replaced), to catch syntax errors
 # promtool comes from Debian's `prometheus` package (2.42 on bookworm); when
 # it is missing and we are root with apt-get, it is installed. Run by .ci/run.
 # The metric names these rules (and the Grafana dashboard) use are checked
@@ -36,10 +37,11 @@ promtool test rules deploy/prometheus/alerts_test.yml
 # not PromQL: its selector is checked).
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-python3 - deploy/grafana/tokentap.json "$tmp/dashboard-rules.yml" <<'PY'
+python3 - "$tmp/dashboard-rules.yml" deploy/grafana/tokentap.json deploy/grafana/compare.json <<'PY'
 import json, re, sys
-dash = json.load(open(sys.argv[1]))
 subst = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h",
+         "$route_a": "a", "$model_a": "m", "$route_b": "b", "$model_b": "m",
+         "$prompt_size": ".+", "$load_class": ".+",
          "$route": ".*", "$model": ".*", "$tenant": ".*"}
 exprs = []
 def walk(v):
@@ -52,8 +54,9 @@ def walk(v):
     elif isinstance(v, list):
         for x in v:
             walk(x)
-walk(dash)
-with open(sys.argv[2], "w") as out:
+for path in sys.argv[2:]:
+    walk(json.load(open(path)))
+with open(sys.argv[1], "w") as out:
     out.write("groups:\n  - name: dashboard\n    rules:\n")
     for i, e in enumerate(exprs):
         for k, val in subst.items():
@@ -64,6 +67,6 @@ with open(sys.argv[2], "w") as out:
         out.write(f"      - record: dashboard:query:{i}\n        expr: {json.dumps(e)}\n")
 print(f"{len(exprs)} dashboard queries")
 PY
-echo "-- promtool check rules: deploy/grafana/tokentap.json queries"
+echo "-- promtool check rules: deploy/grafana/{tokentap,compare}.json queries"
 promtool check rules "$tmp/dashboard-rules.yml"
 echo "test-alerts: rules valid, unit tests passed, dashboard queries parse"

@@ -19,7 +19,7 @@ done < <(env)
 # The SDK's 5 s span batch delay only slows the telemetry tests down.
 export OTEL_BSP_SCHEDULE_DELAY=100
 
-echo "== scripts/setup-test-env.sh (Python SDKs for the drop-in tests, redis-server)"
+echo "== scripts/setup-test-env.sh (Python SDKs for the drop-in tests, redis-server, prometheus)"
 scripts/setup-test-env.sh
 export TOKENTAP_PYTHON="$root/.venv/bin/python"
 echo "== scripts/setup-browser-test.sh (Chromium + playwright-core for the dashboard test)"

@@ -10,6 +10,7 @@ use clap::builder::TypedValueParser as _;
 use crate::bench::BenchCli;
 use crate::config::{self, LogFormat, OtlpProtocol};
 use crate::demo::DemoArgs;
+use crate::fleet::CompareArgs;
 use crate::providers::ProviderKind;
 use crate::simulate::SimulateArgs;
 
@@ -61,6 +62,10 @@ pub enum Command {
     /// measured by tokentap's own meter (`bench compare A.json B.json`
     /// puts two runs side by side)
     Bench(BenchCli),
+    /// Compare two sides (ROUTE:MODEL) across the fleet from Prometheus:
+    /// per prompt size and load class, side by side with the ratio, by the
+    /// compare dashboard's PromQL (`compare --prometheus URL --side A --side B`)
+    Compare(CompareArgs),
 }
 
 /// `tokentap price PROVIDER MODEL`: which price applies, and why.
@@ -359,6 +364,42 @@ mod tests {
         assert_eq!(
             (c.a, c.b, c.force),
             ("a.json".into(), "b.json".into(), true)
+        );
+        let fleet = [
+            "compare",
+            "--prometheus",
+            "http://prom:9090/",
+            "--side",
+            "r:m",
+        ];
+        let Ok(Command::Compare(c)) = parse(
+            &[
+                &fleet[..],
+                &["--side", "r:llama3:8b", "--range", "30m", "--json"],
+            ]
+            .concat(),
+        ) else {
+            panic!("expected compare");
+        };
+        assert_eq!(
+            c.prometheus, "http://prom:9090",
+            "the trailing slash is dropped"
+        );
+        assert_eq!(c.sides[1].model, "llama3:8b", "the first colon splits");
+        assert_eq!(std::time::Duration::from(c.range).as_secs(), 1800);
+        assert!(c.json);
+        let schemeless = ["compare", "--prometheus", "prom:9090", "--side", "r:m"];
+        for (args, names) in [
+            ([&fleet[..], &["--side", "nocolon"]].concat(), "nocolon"),
+            ([&fleet[..], &["--range", "0s"]].concat(), "0s"),
+            (schemeless.to_vec(), "prom:9090"),
+        ] {
+            let e = parse(&args).expect_err("refused");
+            assert!(e.to_string().contains(names), "{args:?}: {e}");
+        }
+        assert!(
+            parse(&["compare", "--side", "r:m"]).is_err(),
+            "--prometheus is required"
         );
     }
 }

@@ -14,7 +14,8 @@
 //! stages together; `admin` serves metrics, health and the dashboard on a
 //! separate listener; `reload` swaps in a new configuration on SIGHUP or a
 //! changed config file; `bench` drives load through the same `meter` for
-//! `tokentap bench`.
+//! `tokentap bench`; `fleet` reads the comparison cells back from
+//! Prometheus for `tokentap compare --prometheus`.
 
 pub mod admin;
 pub mod app;
@@ -25,6 +26,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod error;
+pub mod fleet;
 pub mod framing;
 #[allow(
     clippy::disallowed_methods,

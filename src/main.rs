@@ -23,6 +23,7 @@ fn main() -> ExitCode {
         Command::Check(args) => return check(&args.overrides()),
         Command::Price(args) => return price(&args),
         Command::Bench(bench) => return block_on(tokentap::bench::run(bench), 1),
+        Command::Compare(args) => return block_on(tokentap::fleet::run(args), 1),
         Command::Run(args) => args.overrides(),
     };
     // Before loading, so an edit made while starting is not missed.

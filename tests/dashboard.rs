@@ -7,7 +7,9 @@
 //! screenshot to `target/dashboard.png`; the sessions view must list
 //! both sessions, the costlier first. `tokentap demo` is opened the same
 //! way: its simulated models priced (demo prices, said so), its agent
-//! sessions listed, export off said in plain text. Missing node, chromium or
+//! sessions listed, export off said in plain text. The Compare view
+//! (`tests/browser/compare.test.mjs`) picks two sides of `/api/compare`
+//! and must show its cells, ratios, differences and chart lines. Missing node, chromium or
 //! playwright-core fail the test with the install command; nothing is skipped.
 #![allow(
     clippy::disallowed_methods,
@@ -210,12 +212,131 @@ async fn dashboard_shows_requests_in_a_real_browser() {
         &[],
     )
     .await;
-    let png = std::fs::read(&screenshot)
-        .unwrap_or_else(|e| panic!("no screenshot at {}: {e}", screenshot.display()));
-    assert!(png.starts_with(b"\x89PNG"), "screenshot is a PNG");
-    println!("dashboard screenshot: {}", screenshot.display());
+    assert_screenshot(&screenshot, "dashboard");
 
     running.shutdown().await;
+}
+
+/// The Compare view: requests for two models one at a time (load class
+/// `1`) and in bursts (`2-8`); `/api/compare` for the two sides has cells
+/// in both load classes; the page, opened in chromium
+/// (`tests/browser/compare.test.mjs`), picks the two sides and must show
+/// those cells with the API's figures, the ratio and spread, the sides'
+/// differences, and a chart line per side against the load class; the
+/// screenshot goes to `target/compare.png`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compare_view_shows_two_sides_in_a_real_browser() {
+    let chromium = require_tools();
+    let up = upstream().await;
+    // Short windows and low minimums, so a few seconds of traffic is
+    // enough data for a ratio.
+    let toml = Toml::openai(&up.url())
+        .set("compare", "window", "\"10s\"")
+        .set("compare", "min_requests", "2")
+        .set("compare", "min_windows", "1");
+    let running = start_with_admin(toml).await;
+    let admin = running.admin_addr.expect("admin listener bound");
+    let send = |model: &'static str| {
+        let proxy = running.addr;
+        async move {
+            let req = Req::post_json(proxy, CHAT, script::openai_request(model, true, None));
+            let res = client::fetch(&client::http1(), &req).await;
+            assert_eq!(res.status, 200, "{model} through the proxy: {}", res.text());
+        }
+    };
+    let mut sent = 0;
+    for model in [FAST, SLOW] {
+        for _ in 0..3 {
+            send(model).await;
+        }
+        // A burst: all but the first start with others in flight.
+        let burst: Vec<_> = (0..4).map(|_| tokio::spawn(send(model))).collect();
+        for b in burst {
+            b.await.unwrap();
+        }
+        sent += 7;
+    }
+    wait_for_requests(admin, sent).await;
+    let (a, b) = (format!("openai:{FAST}"), format!("openai:{SLOW}"));
+    let listed = get_json(admin, "/api/compare").await;
+    let names: Vec<String> = listed["sides"]
+        .as_array()
+        .map(|s| {
+            s.iter()
+                .map(|s| {
+                    format!(
+                        "{}:{}",
+                        s["route"].as_str().unwrap_or(""),
+                        s["model"].as_str().unwrap_or("")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        names.contains(&a) && names.contains(&b),
+        "both sides listed: {listed}"
+    );
+    let answer = get_json(admin, &format!("/api/compare?side={a}&side={b}")).await;
+    let cells = answer["cells"].as_array().cloned().unwrap_or_default();
+    let loads: std::collections::BTreeSet<&str> = cells
+        .iter()
+        .filter_map(|c| c["load_class"].as_str())
+        .collect();
+    assert!(
+        loads.contains("1") && loads.contains("2-8"),
+        "cells in load classes 1 and 2-8: {answer}"
+    );
+    let one = cells
+        .iter()
+        .find(|c| c["load_class"] == "1")
+        .unwrap_or_else(|| panic!("a load class 1 cell: {answer}"));
+    let decode = |i: usize| {
+        one["sides"][i]["decode_tps"]["median"]
+            .as_f64()
+            .unwrap_or(0.0)
+    };
+    assert!(
+        decode(0) > 2.0 * decode(1),
+        "{FAST} decodes faster than {SLOW}: {one}"
+    );
+    assert!(
+        one["ratio"]["decode_tps"].as_f64().is_some_and(|r| r < 0.5),
+        "a ratio B/A, the slow model's decode under half the fast one's: {one}"
+    );
+    assert!(
+        answer["differences"]
+            .as_array()
+            .is_some_and(|d| !d.is_empty()),
+        "the sides differ in their model, and say so: {answer}"
+    );
+
+    let screenshot = root().join("target/compare.png");
+    let _ = std::fs::remove_file(&screenshot);
+    run_node(
+        "compare.test.mjs",
+        [
+            ("TOKENTAP_DASHBOARD_URL", format!("http://{admin}/")),
+            ("TOKENTAP_COMPARE_SIDES", format!("{a},{b}")),
+            ("TOKENTAP_EXPECT_COMPARE", answer.to_string()),
+            ("TOKENTAP_SCREENSHOT", screenshot.display().to_string()),
+            ("CHROMIUM", chromium.display().to_string()),
+        ],
+    )
+    .await;
+    assert_screenshot(&screenshot, "compare view");
+    running.shutdown().await;
+}
+
+/// The browser test saved a PNG at `path`.
+fn assert_screenshot(path: &Path, what: &str) {
+    let png = std::fs::read(path)
+        .unwrap_or_else(|e| panic!("no {what} screenshot at {}: {e}", path.display()));
+    assert!(
+        png.starts_with(b"\x89PNG"),
+        "the {what} screenshot is a PNG"
+    );
+    println!("{what} screenshot: {}", path.display());
 }
 
 async fn run_browser_with(
@@ -227,17 +348,26 @@ async fn run_browser_with(
     sessions: &[&str],
     extra: &[(&str, &str)],
 ) {
-    let script = root().join("tests/browser/dashboard.test.mjs");
+    let envs = [
+        ("TOKENTAP_DASHBOARD_URL", url.to_owned()),
+        ("TOKENTAP_EXPECT_MODELS", models.join(",")),
+        ("TOKENTAP_EXPECT_REASONING", reasoners.join(",")),
+        ("TOKENTAP_EXPECT_SESSIONS", sessions.join(",")),
+        ("TOKENTAP_SCREENSHOT", screenshot.display().to_string()),
+        ("CHROMIUM", chromium.display().to_string()),
+    ];
+    let extra = extra.iter().map(|(k, v)| (*k, (*v).to_owned()));
+    run_node("dashboard.test.mjs", envs.into_iter().chain(extra)).await;
+}
+
+/// Run `tests/browser/{name}` with node and these variables; its stdout
+/// is printed, a failure fails the test with both outputs.
+async fn run_node(name: &str, envs: impl IntoIterator<Item = (&str, String)>) {
+    let script = root().join("tests/browser").join(name);
     let child = tokio::process::Command::new("node")
         .arg(&script)
         .current_dir(root())
-        .env("TOKENTAP_DASHBOARD_URL", url)
-        .env("TOKENTAP_EXPECT_MODELS", models.join(","))
-        .env("TOKENTAP_EXPECT_REASONING", reasoners.join(","))
-        .env("TOKENTAP_EXPECT_SESSIONS", sessions.join(","))
-        .env("TOKENTAP_SCREENSHOT", screenshot)
-        .env("CHROMIUM", chromium)
-        .envs(extra.iter().copied())
+        .envs(envs)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -246,7 +376,7 @@ async fn run_browser_with(
         .unwrap_or_else(|e| panic!("cannot start node {}: {e}", script.display()));
     let out = within(
         Duration::from_secs(120),
-        "the browser test (node tests/browser/dashboard.test.mjs)",
+        &format!("the browser test (node tests/browser/{name})"),
         child.wait_with_output(),
     )
     .await

@@ -129,7 +129,9 @@ fn invocations(doc: &str) -> Vec<Invocation> {
 #[test]
 fn documented_commands_and_flags_exist() {
     let top = help(&[]);
-    let subs = ["run", "check", "simulate", "demo", "price", "bench"];
+    let subs = [
+        "run", "check", "simulate", "demo", "price", "bench", "compare",
+    ];
     for s in subs {
         assert!(top.contains(&format!("  {s} ")), "`{s}` in --help:\n{top}");
     }

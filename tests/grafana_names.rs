@@ -1,4 +1,5 @@
-//! The shipped Grafana dashboard (`deploy/grafana/tokentap.json`) and
+//! The shipped Grafana dashboards (`deploy/grafana/tokentap.json` and
+//! `deploy/grafana/compare.json`) and
 //! Prometheus rules (`deploy/prometheus/alerts.yml`) name only metrics and
 //! labels that tokentap really exports: the proxy runs in this process with
 //! an admin listener in front of a scripted upstream, a few requests go
@@ -40,6 +41,8 @@ use support::{STEP_TIMEOUT, within};
 
 use support::CHAT;
 const DASHBOARD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/grafana/tokentap.json");
+/// The side-by-side dashboard (two routes and models, per prompt size and load class).
+const COMPARE_DASHBOARD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/grafana/compare.json");
 const RULES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/alerts.yml");
 
 const METRICS_DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/METRICS.md");
@@ -473,7 +476,7 @@ fn rule_exprs(yaml: &str) -> Vec<(String, String)> {
 
 /// Every PromQL string of the dashboard: panel targets, annotations, and
 /// template variable queries.
-fn dashboard_exprs(dash: &Value) -> Vec<(String, String)> {
+fn dashboard_exprs(dash: &Value, file: &str) -> Vec<(String, String)> {
     fn walk(v: &Value, place: &str, out: &mut Vec<(String, String)>) {
         match v {
             Value::Object(map) => {
@@ -502,7 +505,7 @@ fn dashboard_exprs(dash: &Value) -> Vec<(String, String)> {
         }
     }
     let mut out = Vec::new();
-    walk(dash, "tokentap.json", &mut out);
+    walk(dash, file, &mut out);
     out
 }
 
@@ -684,7 +687,14 @@ async fn dashboard_and_rules_name_only_exported_metrics() {
 
     let dash: Value = serde_json::from_str(&std::fs::read_to_string(DASHBOARD).unwrap())
         .expect("tokentap.json is JSON");
-    let dash_exprs = dashboard_exprs(&dash);
+    let dash_exprs = dashboard_exprs(&dash, "tokentap.json");
+    let compare: Value = serde_json::from_str(&std::fs::read_to_string(COMPARE_DASHBOARD).unwrap())
+        .expect("compare.json is JSON");
+    let compare_exprs = dashboard_exprs(&compare, "compare.json");
+    assert!(
+        compare_exprs.len() >= 15,
+        "the compare dashboard's queries were found: {compare_exprs:#?}"
+    );
     let rules_text = std::fs::read_to_string(RULES).unwrap();
     let rules = rule_exprs(&rules_text);
     let declared = rules_text
@@ -702,7 +712,7 @@ async fn dashboard_and_rules_name_only_exported_metrics() {
 
     let mut problems = Vec::new();
     let mut used = BTreeSet::new();
-    for (place, expr) in dash_exprs.iter().chain(&rules) {
+    for (place, expr) in dash_exprs.iter().chain(&compare_exprs).chain(&rules) {
         problems.extend(check(place, expr, &exported));
         used.extend(
             names(expr)
@@ -731,6 +741,7 @@ async fn dashboard_and_rules_name_only_exported_metrics() {
         "gen_ai_client_inference_duration_seconds_bucket",
         "tokentap_slo_breached",
         "tokentap_slo_breaches_total",
+        "tokentap_prefill_tokens_per_second_bucket",
     ] {
         assert!(used.contains(needed), "no query uses {needed}: {used:?}");
     }

@@ -396,40 +396,40 @@ def check_grafana() -> None:
             path = (p.get("options") or {}).get("path", "")
             if not any(t.startswith(path.rstrip("/") + "/") or t == path for t in mounted):
                 error(rel(f), f"providers[{i}].options.path {path} is not mounted by compose.yaml")
-    dash = DEPLOY / "grafana" / "tokentap.json"
-    if not dash.exists():
-        print(f"note  {rel(dash)} not present yet (written under issue 4); skipped its data source check")
-    else:
-        d = json.loads(dash.read_text())
-        refs = set()
+    for dash in (DEPLOY / "grafana" / "tokentap.json", DEPLOY / "grafana" / "compare.json"):
+        if not dash.exists():
+            print(f"note  {rel(dash)} not present yet (written under issue 4); skipped its data source check")
+        else:
+            d = json.loads(dash.read_text())
+            refs = set()
 
-        def walk(o):
-            if isinstance(o, dict):
-                ds = o.get("datasource")
-                if isinstance(ds, dict) and isinstance(ds.get("uid"), str):
-                    refs.add(ds["uid"])
-                elif isinstance(ds, str):
-                    refs.add(ds)
-                for v in o.values():
-                    walk(v)
-            elif isinstance(o, list):
-                for v in o:
-                    walk(v)
+            def walk(o):
+                if isinstance(o, dict):
+                    ds = o.get("datasource")
+                    if isinstance(ds, dict) and isinstance(ds.get("uid"), str):
+                        refs.add(ds["uid"])
+                    elif isinstance(ds, str):
+                        refs.add(ds)
+                    for v in o.values():
+                        walk(v)
+                elif isinstance(o, list):
+                    for v in o:
+                        walk(v)
 
-        walk(d)
-        for r in refs:
-            if r.startswith("$") or r.startswith("${") or r in ("-- Grafana --", "-- Mixed --", "grafana"):
-                continue
-            if r not in uids:
-                error(rel(dash), f"uses data source uid {r!r}, which provisioning does not define ({sorted(uids)})")
-        # A ${DS_...} input only resolves through the import UI, not through
-        # file provisioning, unless a templating variable of that name exists.
-        tvars = {v.get("name") for v in (d.get("templating") or {}).get("list", [])}
-        for r in refs:
-            m = re.fullmatch(r"\$\{?(\w+)\}?", r)
-            if m and m.group(1) not in tvars:
-                error(rel(dash), f"data source {r} is neither a provisioned uid nor a dashboard variable")
-        ok(f"{rel(dash)}: data sources {sorted(refs)} resolve")
+            walk(d)
+            for r in refs:
+                if r.startswith("$") or r.startswith("${") or r in ("-- Grafana --", "-- Mixed --", "grafana"):
+                    continue
+                if r not in uids:
+                    error(rel(dash), f"uses data source uid {r!r}, which provisioning does not define ({sorted(uids)})")
+            # A ${DS_...} input only resolves through the import UI, not through
+            # file provisioning, unless a templating variable of that name exists.
+            tvars = {v.get("name") for v in (d.get("templating") or {}).get("list", [])}
+            for r in refs:
+                m = re.fullmatch(r"\$\{?(\w+)\}?", r)
+                if m and m.group(1) not in tvars:
+                    error(rel(dash), f"data source {r} is neither a provisioned uid nor a dashboard variable")
+            ok(f"{rel(dash)}: data sources {sorted(refs)} resolve")
     ok(f"{rel(prov)}: {len(ds_files)} data source file(s), {len(db_files)} dashboard provider file(s)")
 
 

@@ -14,11 +14,9 @@
 //   TOKENTAP_SCREENSHOT      where to save the PNG (default target/bench-report.png)
 //   CHROMIUM                 browser binary (default /usr/bin/chromium)
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
-import { chromium } from "playwright-core";
+import { withChromium } from "./harness.mjs";
 
 const report = process.env.TOKENTAP_BENCH_REPORT;
 const targets = (process.env.TOKENTAP_EXPECT_TARGETS ?? "").split(",").map(s => s.trim()).filter(Boolean);
@@ -39,17 +37,7 @@ async function main() {
   check(targets.length > 0, "set TOKENTAP_EXPECT_TARGETS to the targets measured");
   check(points > 0, "set TOKENTAP_EXPECT_POINTS to the number of load levels");
   const url = pathToFileURL(resolve(report)).href;
-  const userDataDir = mkdtempSync(join(tmpdir(), "tokentap-chromium-"));
-  let context;
-  try {
-    context = await chromium.launchPersistentContext(userDataDir, {
-      executablePath,
-      headless: true,
-      args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-      viewport: { width: 1440, height: 1000 },
-      deviceScaleFactor: 1,
-    });
+  await withChromium(executablePath, async context => {
     const page = context.pages()[0] ?? (await context.newPage());
     const problems = [];
     page.on("pageerror", e => problems.push(`page error: ${e.message}`));
@@ -96,10 +84,7 @@ async function main() {
     check(problems.length === 0, problems.join("; "));
     await page.screenshot({ path: screenshot, fullPage: true });
     console.log(`bench report OK: ${charts.length} charts, ${targets.length} targets; screenshot ${screenshot}`);
-  } finally {
-    await context?.close().catch(() => {});
-    rmSync(userDataDir, { recursive: true, force: true });
-  }
+  });
 }
 
 main().catch(e => {

@@ -31,10 +31,9 @@
 // Always checked: the charts' title names the time their axis draws, and
 // when span export is off the recent-requests table says so in plain text.
 
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { chromium } from "playwright-core";
+import { mkdirSync } from "node:fs";
+import { dirname, resolve } from "node:path";
+import { checks, open, withChromium } from "./harness.mjs";
 
 const url = process.env.TOKENTAP_DASHBOARD_URL;
 const models = (process.env.TOKENTAP_EXPECT_MODELS ?? "").split(",").map(s => s.trim()).filter(Boolean);
@@ -50,58 +49,17 @@ const prefillModels = process.env.TOKENTAP_EXPECT_PREFILL
   ? process.env.TOKENTAP_EXPECT_PREFILL.split(",").map(s => s.trim()).filter(Boolean)
   : models;
 
-function fail(message) {
-  console.error(`dashboard test FAILED: ${message}`);
-  process.exitCode = 1;
-  throw new Error(message);
-}
-
-function check(cond, message) {
-  if (!cond) fail(message);
-}
+const { fail, check } = checks("dashboard test");
 
 async function main() {
   check(url, "set TOKENTAP_DASHBOARD_URL to the dashboard URL");
   check(models.length > 0, "set TOKENTAP_EXPECT_MODELS to the models sent through the proxy");
-  const origin = new URL(url).origin;
-  const userDataDir = mkdtempSync(join(tmpdir(), "tokentap-chromium-"));
-  let context;
-  try {
-    context = await chromium.launchPersistentContext(userDataDir, {
-      executablePath,
-      headless: true,
-      args: [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-      ],
-      viewport: { width: 1440, height: 1000 },
-      deviceScaleFactor: 1,
-    });
-    await run(context, origin);
-  } finally {
-    await context?.close().catch(() => {});
-    rmSync(userDataDir, { recursive: true, force: true });
-  }
+  await withChromium(executablePath, run);
 }
 
-async function run(context, origin) {
-  const page = context.pages()[0] ?? (await context.newPage());
-  const problems = [];
-  page.on("pageerror", e => problems.push(`page error: ${e.message}`));
-  page.on("console", m => { if (m.type() === "error") problems.push(`console error: ${m.text()}`); });
-  page.on("request", r => {
-    const u = r.url();
-    if (!u.startsWith(origin) && !u.startsWith("data:")) problems.push(`request outside the admin origin: ${u}`);
-  });
+async function run(context) {
+  const { page, problems } = await open(context, url, check);
 
-  const res = await page.goto(url, { waitUntil: "load" });
-  check(res && res.ok(), `GET ${url} answered ${res && res.status()}`);
   check(/tokentap/.test(await page.title()), `unexpected page title ${JSON.stringify(await page.title())}`);
 
   // The page polls /api/live every second; the aggregator publishes every second.

@@ -14,6 +14,7 @@ pub(crate) mod frames;
 pub(crate) mod h2up;
 pub(crate) mod inspect;
 pub(crate) mod otlp;
+pub(crate) mod prometheus;
 pub(crate) mod proxy;
 pub(crate) mod raw;
 pub(crate) mod redis;
@@ -31,6 +32,27 @@ pub(crate) const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The OpenAI chat completions path, the one most tests send to.
 pub(crate) const CHAT: &str = "/v1/chat/completions";
+
+/// Start a server binary a test owns (a Debian package: redis-server,
+/// prometheus): no stdio, killed with the test; a missing binary panics
+/// with the install command.
+pub(crate) fn spawn_server(
+    cmd: &mut tokio::process::Command,
+    package: &str,
+) -> tokio::process::Child {
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {package} ({e}): install it with \
+                 `apt-get install -y --no-install-recommends {package}` \
+                 (scripts/setup-test-env.sh does)"
+            )
+        })
+}
 
 /// Await `fut` for at most `limit`, panicking with `what` when it does not finish.
 pub(crate) async fn within<F: Future>(limit: Duration, what: &str, fut: F) -> F::Output {

@@ -90,26 +90,17 @@ impl Redis {
             true => ("0".to_owned(), self.addr.port().to_string()),
             false => (self.addr.port().to_string(), "0".to_owned()),
         };
-        let child = Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port"])
-            .arg(plain)
-            .arg("--tls-port")
-            .arg(tls_port)
-            .args(&self.server_args)
-            .args(["--save", "", "--appendonly", "no", "--dir"])
-            .arg(&self.dir.0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot run redis-server ({e}): install it with \
-                     `apt-get install -y --no-install-recommends redis-server` \
-                     (scripts/setup-test-env.sh does)"
-                )
-            });
+        let child = super::spawn_server(
+            Command::new("redis-server")
+                .args(["--bind", "127.0.0.1", "--port"])
+                .arg(plain)
+                .arg("--tls-port")
+                .arg(tls_port)
+                .args(&self.server_args)
+                .args(["--save", "", "--appendonly", "no", "--dir"])
+                .arg(&self.dir.0),
+            "redis-server",
+        );
         self.child = Some(child);
         let deadline = tokio::time::Instant::now() + super::STEP_TIMEOUT;
         while self.ping().await != Some(true) {
