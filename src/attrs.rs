@@ -198,7 +198,7 @@ pub const ERROR_TYPE: &str = "error.type";
 pub const ROUTE: &str = "tokentap.route";
 /// Prefix of an operator label of the route (`routes[].labels`):
 /// `tokentap.route.label.<key>`, a string, on spans only.
-pub const ROUTE_LABEL: &str = crate::meter::labels::ATTRIBUTE_PREFIX;
+pub const ROUTE_LABEL: &str = "tokentap.route.label.";
 /// Tenant the request was attributed to (capped label).
 pub const TENANT: &str = "tokentap.tenant";
 /// How the request ended (`complete`, `client_cancelled`, ...).

@@ -27,7 +27,7 @@ use figment::Figment;
 use figment::providers::{Format, Toml};
 use serde::{Deserialize, Serialize};
 
-use crate::meter::labels::RouteLabels;
+use crate::labels::RouteLabels;
 use crate::pricing::PriceOverride;
 use crate::providers::ProviderKind;
 

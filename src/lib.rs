@@ -9,10 +9,10 @@
 //! log), and `watch` keeps the live windows, SLOs and session rollups that
 //! `admin` reads (`compare` among them: per route and model, repeated
 //! windows of finished requests by prompt-size and load class, read as
-//! `/api/compare`). `attrs` (attribute and metric names) and `capped_maps`
-//! are leaves those three share. `app` is the only place that wires the
-//! stages together; `admin` serves metrics, health and the dashboard on a
-//! separate listener; `reload` swaps in a new configuration on SIGHUP or a
+//! `/api/compare`). `attrs` (attribute and metric names), `capped_maps`
+//! and `labels` (routes[].labels) are leaves those three share. `app` is
+//! the only place that wires the stages together; `admin` serves metrics,
+//! health and the dashboard on a separate listener; `reload` swaps in a new configuration on SIGHUP or a
 //! changed config file; `bench` drives load through the same `meter` for
 //! `tokentap bench`; `fleet` reads the comparison cells back from
 //! Prometheus for `tokentap compare --prometheus`.
@@ -28,6 +28,7 @@ pub mod demo;
 pub mod error;
 pub mod fleet;
 pub mod framing;
+pub mod labels;
 #[allow(
     clippy::disallowed_methods,
     reason = "`meter` is the one clock owner (CONTRIBUTING.md convention 4): it reads the clock for every measurement"

@@ -8,7 +8,6 @@
 pub mod body;
 pub mod decompress;
 pub mod drain;
-pub mod labels;
 pub mod ledger;
 mod measurement;
 pub mod session;

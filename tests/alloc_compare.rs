@@ -20,10 +20,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alloc::{allocations, chat_facts};
-use tokentap::watch::compare::Compare;
 use tokentap::config::CompareConfig;
 use tokentap::meter::{Measurement, TokenSource};
 use tokentap::providers::Usage;
+use tokentap::watch::compare::Compare;
 
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;

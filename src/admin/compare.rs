@@ -8,8 +8,8 @@ use http_body_util::Full;
 
 use super::dashboard::percent_decode;
 use super::{AdminState, respond};
-use crate::watch::compare::report::parse_side;
 use crate::error::error_response;
+use crate::watch::compare::report::parse_side;
 
 const JSON: &str = "application/json";
 /// Most sides one request may compare.

@@ -112,7 +112,7 @@ pub struct RequestFacts {
     pub route: Arc<str>,
     /// The route's operator labels (`routes[].labels`): span attributes,
     /// never metric labels.
-    pub route_labels: super::labels::RouteLabels,
+    pub route_labels: crate::labels::RouteLabels,
     /// The provider: the route's or the path's at first (`openai` when
     /// neither says), then the one the response head resolved, if any.
     pub provider: ProviderKind,

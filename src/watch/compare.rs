@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use self::window::{Cell, FIGURES, Figures, SAMPLE_BYTES, Summary};
 use crate::config::CompareConfig;
-use crate::meter::labels::RouteLabels;
+use crate::labels::RouteLabels;
 use crate::meter::{Measurement, Outcome, PromptSize};
 
 /// The prompt-size classes, in report order.
