@@ -65,10 +65,11 @@ async function run(context) {
   await page.selectOption("#compare-b", sides[1]);
   const want = expected.cells.map(c => `${c.prompt_size}/${c.load_class}`);
   try {
-    await page.waitForFunction(([a, cells]) =>
-      document.querySelector("#compare-legend")?.textContent.includes(`A ${a}`) &&
-      cells.every(k => document.querySelector(`#compare-body tr[data-cell="${k}"]`)),
-    [sides[0], want], { timeout: waitMs, polling: 200 });
+    await page.waitForFunction(([a, b, cells]) => {
+      const legend = document.querySelector("#compare-legend")?.textContent ?? "";
+      return legend.includes(`A ${a}`) && legend.includes(`B ${b}`) &&
+        cells.every(k => document.querySelector(`#compare-body tr[data-cell="${k}"]`));
+    }, [sides[0], sides[1], want], { timeout: waitMs, polling: 200 });
   } catch {
     const shown = await page.$$eval("#compare-body tr", trs => trs.map(tr => tr.innerText.replace(/\s+/g, " ")));
     fail(`the cells ${want.join(", ")} never showed for ${sides.join(" vs ")}; table: ${JSON.stringify(shown)}`);
