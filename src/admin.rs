@@ -24,11 +24,11 @@ use tokio::task::JoinHandle;
 
 use crate::config::{AdminConfig, Config, ServerConfig};
 use crate::error::error_response;
+use crate::meter::ws_sessions::WsSessions;
 use crate::server;
 use crate::server::tls::Tls;
 use crate::ship::prometheus::Format;
 use crate::telemetry::Telemetry;
-use crate::websocket::Sessions;
 
 /// Admin connections served at once (scrapers, probes, a few browsers).
 const MAX_CONNECTIONS: usize = 64;
@@ -123,7 +123,7 @@ pub struct AdminState {
     /// `/config`: the active configuration, secrets redacted.
     pub config: ConfigView,
     /// WebSocket sessions relayed now (`/readyz`, the dashboard).
-    pub sessions: Arc<Sessions>,
+    pub sessions: Arc<WsSessions>,
 }
 
 /// A running admin listener.
@@ -478,7 +478,7 @@ mod tests {
             telemetry: Arc::new(telemetry),
             readiness: Readiness::new(),
             config: ConfigView::new(&config),
-            sessions: Sessions::new(Shutdown::new()),
+            sessions: WsSessions::new(Shutdown::new()),
         })
     }
 

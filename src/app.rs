@@ -1,7 +1,9 @@
 //! Wiring: a validated `Config` in, a running proxy out. The only module
-//! that knows every stage; `handle` walks one request through them.
+//! that knows every stage; `handle` walks one request through them, and
+//! `websocket` one upgraded session.
 
 mod request;
+pub mod websocket;
 
 pub use request::ProxyBody;
 
@@ -19,6 +21,7 @@ use crate::meter::drain::Drains;
 use crate::meter::ledger::Ledger;
 use crate::meter::shutdown::{Cut, Shutdown};
 use crate::meter::tokenize::Tokenizer;
+use crate::meter::ws_sessions::WsSessions;
 use crate::pricing::{Day, PriceBook, PriceError, When};
 use crate::providers::{ProviderKind, ServiceTier};
 use crate::route::Router;
@@ -27,7 +30,6 @@ use crate::server::tls::Tls;
 use crate::state::{StateFile, Store};
 use crate::telemetry::Telemetry;
 use crate::upstream::{Client, Egress, Shard};
-use crate::websocket::Sessions;
 
 /// How long stopped drains get to record before telemetry is flushed.
 const DRAIN_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -55,7 +57,7 @@ struct State {
     /// Upstream bodies read on after their client left (drain routes).
     drains: Arc<Drains>,
     /// WebSocket sessions being relayed.
-    sessions: Arc<Sessions>,
+    sessions: Arc<WsSessions>,
     /// Open streams and the drain's cut (kept across reloads).
     shutdown: Arc<Shutdown>,
 }
@@ -79,7 +81,7 @@ pub struct Running {
     /// What `/config` shows.
     config_view: ConfigView,
     drains: Arc<Drains>,
-    sessions: Arc<Sessions>,
+    sessions: Arc<WsSessions>,
     shutdown: Arc<Shutdown>,
     shutdown_grace: std::time::Duration,
     /// The shared state store (`[state] url`).
@@ -264,7 +266,7 @@ async fn cut_at(
     close_at: tokio::time::Instant,
     grace_ends: tokio::time::Instant,
     cut_now: impl Future<Output = ()>,
-    sessions: &Sessions,
+    sessions: &WsSessions,
     shutdown: &Shutdown,
 ) -> Cut {
     let mut cut_now = std::pin::pin!(cut_now);
@@ -290,7 +292,7 @@ async fn cut_at(
 
 /// Every `DRAIN_PROGRESS_EVERY`, log the streams the drain still waits for
 /// and the oldest one's age. Never ends.
-async fn report_progress(sessions: &Sessions, shutdown: &Shutdown) {
+async fn report_progress(sessions: &WsSessions, shutdown: &Shutdown) {
     let mut tick = tokio::time::interval(DRAIN_PROGRESS_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
@@ -514,7 +516,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let readiness = Readiness::new();
     let config_view = ConfigView::new(&config);
     let shutdown = Shutdown::new();
-    let sessions = Sessions::new(shutdown.clone());
+    let sessions = WsSessions::new(shutdown.clone());
     let admin = admin_listener.map(|l| {
         let state = AdminState {
             telemetry: telemetry.clone(),

@@ -48,4 +48,3 @@ pub mod state;
 pub mod telemetry;
 pub mod upstream;
 pub mod watch;
-pub mod websocket;

@@ -13,5 +13,6 @@ mod measurement;
 pub mod session;
 pub mod shutdown;
 pub mod tokenize;
+pub mod ws_sessions;
 
 pub use self::measurement::*;

@@ -16,6 +16,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 
 use super::State;
+use crate::app::websocket;
 use crate::config::{Http2Mode, OnClientDisconnect, SessionSource};
 use crate::error::{BoxError, ProxyError, Side};
 use crate::meter::body::{Meter, MeteredBody};
@@ -27,7 +28,6 @@ use crate::route::{self, Route};
 use crate::server::tls::ClientIdentity;
 use crate::sniff::{self, Replay, Sniffed};
 use crate::upstream::{self, ResponseBody, Shard, UpstreamBody, sigv4};
-use crate::websocket;
 
 /// The response body served to clients.
 #[derive(Debug)]

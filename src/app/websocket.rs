@@ -24,86 +24,13 @@ use tokio::sync::watch;
 use crate::config::WebsocketConfig;
 use crate::meter::RequestFacts;
 use crate::meter::body::Meter;
-use crate::meter::shutdown::{OpenStream, Shutdown};
+use crate::meter::ws_sessions::{Slot, WsSessions};
 use crate::providers::ProviderKind;
 use crate::providers::realtime::{self, Dialect};
 use crate::telemetry::Telemetry;
 use crate::upstream::{self, Client};
 
 pub use relay::BUFFER_BYTES;
-
-/// The WebSocket sessions of one tokentap instance: how many run, the cap
-/// on them, and the shutdown signal they watch. Shared across reloads.
-#[derive(Debug)]
-pub struct Sessions {
-    count: watch::Sender<usize>,
-    stop: watch::Sender<bool>,
-    /// The instance's shutdown: sessions count among its open streams,
-    /// and one stopped after its cut is recorded as that cut.
-    shutdown: Arc<Shutdown>,
-}
-
-impl Sessions {
-    /// No sessions yet; they count among `shutdown`'s open streams.
-    pub fn new(shutdown: Arc<Shutdown>) -> Arc<Sessions> {
-        Arc::new(Sessions {
-            count: watch::Sender::new(0),
-            stop: watch::Sender::new(false),
-            shutdown,
-        })
-    }
-
-    /// The instance's shutdown state (its open streams, its cut).
-    pub fn shutdown(&self) -> &Arc<Shutdown> {
-        &self.shutdown
-    }
-
-    /// Sessions running now.
-    pub fn active(&self) -> usize {
-        *self.count.borrow()
-    }
-
-    /// A place for one more session (started at `start`), unless `cap`
-    /// are running.
-    fn enter(self: &Arc<Self>, cap: usize, start: std::time::Instant) -> Option<Slot> {
-        let admitted = self.count.send_if_modified(|n| {
-            let room = *n < cap;
-            if room {
-                *n += 1;
-            }
-            room
-        });
-        admitted.then(|| Slot {
-            sessions: self.clone(),
-            _open: self.shutdown.enter(start),
-        })
-    }
-
-    /// Resolves once no session is running.
-    pub async fn wait_idle(&self) {
-        let _ = self.count.subscribe().wait_for(|n| *n == 0).await;
-    }
-
-    /// End every session: each direction gets a close frame 1001 (going
-    /// away) when it stands at a frame boundary, and is closed either way.
-    pub fn stop(&self) {
-        self.stop.send_replace(true);
-    }
-}
-
-/// A running session's place in the count and among the open streams.
-struct Slot {
-    sessions: Arc<Sessions>,
-    _open: OpenStream,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.sessions
-            .count
-            .send_modify(|n| *n = n.saturating_sub(1));
-    }
-}
 
 /// Whether `req` asks for a WebSocket: an HTTP/1.1 upgrade (RFC 6455 §4.1:
 /// `Connection` naming `upgrade` and `Upgrade` naming `websocket`) or an
@@ -165,7 +92,7 @@ pub struct Handshake<'a> {
     /// Telemetry the session and its responses are recorded into.
     pub telemetry: &'a Arc<Telemetry>,
     /// The instance's sessions: count, cap and shutdown signal.
-    pub sessions: &'a Arc<Sessions>,
+    pub sessions: &'a Arc<WsSessions>,
     /// The configuration the session keeps for its whole life.
     pub config: WebsocketConfig,
     /// Upstream URI the handshake is forwarded to.
@@ -243,7 +170,7 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
     }
     if res.status() != StatusCode::SWITCHING_PROTOCOLS {
         let mut meter = Meter::new(h.facts.clone(), Box::new(session.begin_child(&h.facts)));
-        meter.watch_shutdown(&h.sessions.shutdown);
+        meter.watch_shutdown(h.sessions.shutdown());
         session.refused(&h.facts, "handshake_refused");
         upstream::strip_hop_by_hop(res.headers_mut());
         return Answer::Upstream(res, Box::new(meter));
@@ -277,13 +204,13 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
         &deflate_offered,
         h.config.max_message_bytes,
         session,
-        h.sessions.shutdown.clone(),
+        h.sessions.shutdown().clone(),
     );
     let run = Run {
         client: client_side,
         upstream: upstream_side,
         idle: h.config.idle_timeout,
-        stop: h.sessions.stop.subscribe(),
+        stop: h.sessions.stopping(),
         slot,
     };
     tokio::spawn(run.relay(metering));
@@ -602,20 +529,5 @@ mod tests {
             Ok(()),
             "HTTP/1.1 clients check their own accept"
         );
-    }
-
-    #[test]
-    fn sessions_are_capped_and_counted() {
-        let s = Sessions::new(Shutdown::new());
-        #[allow(clippy::disallowed_methods, reason = "test clock")]
-        let now = std::time::Instant::now();
-        let a = s.enter(2, now).expect("first");
-        let _b = s.enter(2, now).expect("second");
-        assert!(s.enter(2, now).is_none(), "third over the cap");
-        assert_eq!(s.shutdown.open().streams, 2, "open streams");
-        assert_eq!(s.active(), 2);
-        drop(a);
-        assert_eq!(s.active(), 1);
-        assert!(s.enter(2, now).is_some(), "room again");
     }
 }
