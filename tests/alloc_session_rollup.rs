@@ -11,40 +11,25 @@
 #![allow(clippy::unwrap_used)] // a failed unwrap is a failed test
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use tokentap::config::SessionLimits;
-use tokentap::meter::{Measurement, RequestBody, RequestFacts, TokenSource};
-use tokentap::providers::{Operation, ProviderKind, Usage};
+use tokentap::meter::{Measurement, RequestFacts, TokenSource};
+use tokentap::providers::Usage;
 use tokentap::watch::rollups::{RequestCost, SessionRollups, SortBy};
+
+#[path = "support/alloc.rs"]
+mod alloc;
+
+use alloc::allocations;
 
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
 
-/// Allocations (blocks) made while `f` runs; this file holds one test, so
-/// nothing else allocates meanwhile but the test harness, which waits.
-fn allocations(f: impl FnOnce()) -> u64 {
-    let before = dhat::HeapStats::get().total_blocks;
-    f();
-    dhat::HeapStats::get().total_blocks - before
-}
-
 fn measurement(session: Arc<str>, base: Instant, i: u64) -> Measurement {
     let request = RequestFacts {
-        route: Arc::from("openai"),
-        route_labels: Default::default(),
-        provider: ProviderKind::Openai,
-        operation: Some(Operation::ChatCompletions),
-        request_model: Some("gpt-4o".into()),
-        stream: true,
-        tenant: None,
         session: Some(session),
-        server_address: Arc::from("api.openai.com"),
-        server_port: 443,
-        request_body: RequestBody::Sniffed,
-        service_tier: None,
-        start_wall: SystemTime::now(),
-        start: base + Duration::from_millis(i),
+        ..alloc::chat_facts(base + Duration::from_millis(i))
     };
     Measurement {
         usage: Usage {
