@@ -15,10 +15,8 @@ pub const MAX_LABELS: usize = 16;
 pub const MAX_KEY_LEN: usize = 64;
 /// Longest label value, in bytes.
 pub const MAX_VALUE_LEN: usize = 256;
-/// What a label's span attribute key starts with: `attrs::ROUTE_LABEL`,
-/// written again here so that config imports no attribute table (a unit
-/// test holds the two equal).
-pub const ATTRIBUTE_PREFIX: &str = "tokentap.route.label.";
+/// What a label's span attribute key starts with (`attrs::ROUTE_LABEL`).
+pub const ATTRIBUTE_PREFIX: &str = crate::attrs::ROUTE_LABEL;
 
 /// A route's labels, sorted by key. Cloned into every request's facts, so
 /// it is shared: no labels is `None` (no reference count to touch), some
@@ -129,11 +127,6 @@ impl<'de> Deserialize<'de> for RouteLabels {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_attribute_prefix_is_the_attribute_tables() {
-        assert_eq!(ATTRIBUTE_PREFIX, crate::attrs::ROUTE_LABEL);
-    }
 
     fn labels(pairs: &[(&str, &str)]) -> Result<RouteLabels, String> {
         RouteLabels::new(

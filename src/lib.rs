@@ -10,11 +10,12 @@
 //! `admin` reads (`compare` among them: per route and model, repeated
 //! windows of finished requests by prompt-size and load class, read as
 //! `/api/compare`). `attrs` (attribute and metric names), `capped_maps`
-//! and `labels` (routes[].labels) are leaves those three share. `app` is
-//! the only place that wires the stages together; `admin` serves metrics,
-//! health and the dashboard on a separate listener; `reload` swaps in a new configuration on SIGHUP or a
-//! changed config file; `bench` drives load through the same `meter` for
-//! `tokentap bench`; `fleet` reads the comparison cells back from
+//! and `labels` (routes[].labels, reading only `attrs`) sit below the
+//! three rooms and are shared by them. `app` is the only place that wires
+//! the stages together; `admin` serves metrics, health and the dashboard
+//! on a separate listener; `reload` swaps in a new configuration on SIGHUP
+//! or a changed config file; `bench` drives load through the same `meter`
+//! for `tokentap bench`; `fleet` reads the comparison cells back from
 //! Prometheus for `tokentap compare --prometheus`.
 
 pub mod admin;
