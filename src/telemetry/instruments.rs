@@ -457,17 +457,21 @@ static FINISH: [Row; ROWS] = [
     },
 ];
 
-/// Every row's value for one finished request, in [`FINISH`]'s order, in
-/// one pass that recording and exemplars share. The indices are literals,
-/// so each row's function is called directly (and inlined), not through
-/// the pointer in the table; a row added to [`FINISH`] without its index
-/// here fails to compile (the array has `ROWS` values).
+/// Call `f` with every row of [`FINISH`] and its index, in order. The
+/// calls are written out with literal indices, so once `f` is inlined each
+/// row's fields are constants there: its value function is called directly
+/// (and inlined), its kind, attribute set and exemplar measure are known,
+/// and no value array or iterator stands between a row and its record. A
+/// row added to [`FINISH`] without its index here fails to compile.
 #[inline(always)]
-fn finish_values(r: &FinishRecord, s: Semconv) -> [Option<Num>; ROWS] {
-    macro_rules! each_row {
-        ($($i:literal)*) => { [$((FINISH[$i].value)(r, s)),*] };
+fn each_row(mut f: impl FnMut(&'static Row, usize)) {
+    macro_rules! rows {
+        ($($i:literal)*) => {
+            const _: () = assert!([$($i),*].len() == ROWS, "each_row must visit every row");
+            $(f(&FINISH[$i], $i);)*
+        };
     }
-    each_row!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17)
+    rows!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17);
 }
 
 /// One row's instrument.
@@ -774,13 +778,19 @@ impl Default for FinishBound {
 
 impl FinishBound {
     fn record(&self, ins: &Instruments, a: &FinishAttrs<'_>, r: &FinishRecord) {
-        let values = finish_values(r, ins.semconv);
-        let rows = FINISH.iter().zip(&self.finish).zip(&ins.finish);
-        for (((row, cell), instrument), v) in rows.zip(values) {
-            if let Some(v) = v {
-                cell.get_or_init(|| instrument.bind(row.attrs(a))).record(v);
+        // The first value of each exemplar measure, with its buckets.
+        let mut offers: [Option<(f64, &[f64])>; MEASURES] = [None; MEASURES];
+        each_row(|row, i| {
+            let Some(v) = (row.value)(r, ins.semconv) else {
+                return;
+            };
+            self.finish[i]
+                .get_or_init(|| ins.finish[i].bind(row.attrs(a)))
+                .record(v);
+            if let Some(m) = row.exemplar {
+                offers[m as usize].get_or_insert((v.f64(), row.buckets));
             }
-        }
+        });
         let (latest, legacy) = (ins.semconv.latest(), ins.semconv.legacy());
         for (cell, stage, v) in [
             (&self.request_overhead, STAGE_REQUEST, r.request_overhead),
@@ -837,15 +847,9 @@ impl FinishBound {
         }
         // After the histograms, so a scrape that sees an exemplar counts it.
         if let (Some(ex), Some(mark)) = (&self.exemplars, r.trace) {
-            let mut offered = [false; MEASURES];
-            for (row, v) in FINISH.iter().zip(values) {
-                let Some(m) = row.exemplar else { continue };
-                if offered[m as usize] {
-                    continue;
-                }
-                if let Some(v) = v {
-                    ex.offer(m as usize, row.buckets, v.f64(), mark);
-                    offered[m as usize] = true;
+            for (m, offer) in offers.into_iter().enumerate() {
+                if let Some((v, buckets)) = offer {
+                    ex.offer(m, buckets, v, mark);
                 }
             }
         }
@@ -1116,12 +1120,11 @@ impl Instruments {
     fn record_unbound(&self, a: &FinishAttrs<'_>, r: &FinishRecord) {
         let attrs = a.all;
         let (latest, legacy) = (self.semconv.latest(), self.semconv.legacy());
-        let values = finish_values(r, self.semconv);
-        for ((row, instrument), v) in FINISH.iter().zip(&self.finish).zip(values) {
-            if let Some(v) = v {
-                instrument.record(v, row.attrs(a));
+        each_row(|row, i| {
+            if let Some(v) = (row.value)(r, self.semconv) {
+                self.finish[i].record(v, row.attrs(a));
             }
-        }
+        });
         for (stage, v) in [
             (STAGE_REQUEST, r.request_overhead),
             (STAGE_POOL_WAIT, r.pool_wait),
