@@ -311,167 +311,177 @@ fn latest_of(r: &FinishRecord, s: Semconv, class: OpClass) -> Option<Num> {
     (s.latest() && r.class == class).then_some(Num::F(r.duration))
 }
 
-/// How many rows [`FINISH`] has.
-const ROWS: usize = 18;
+/// Declares [`FINISH`] from its rows, `ROWS` (how many) and [`each_row`],
+/// which calls `f` with every row and its index, in order. The calls are
+/// written out one per row with the index counted up, so once `f` is
+/// inlined each row's index and fields are constants there: its value
+/// function is called directly (and inlined), its kind, attribute set and
+/// exemplar measure are known, and no value array or iterator stands
+/// between a row and its record. A new row is visited by being written.
+macro_rules! finish_table {
+    ($(#[$doc:meta])* static FINISH = [$($row:expr),* $(,)?];) => {
+        /// How many rows [`FINISH`] has.
+        const ROWS: usize = [$(stringify!($row)),*].len();
 
-/// Every instrument a finished request records from its `FinishRecord`
-/// alone, under `all` or `sized`. Instruments with attributes of their own
-/// (token type, modality, cost source, proxy stage, estimated reasoning)
-/// are recorded by hand below.
-static FINISH: [Row; ROWS] = [
-    seconds_row(
-        M_INFERENCE_DURATION,
-        "GenAI client inference operation duration.",
-        &DURATION_BUCKETS,
-        |r, s| latest_of(r, s, OpClass::Inference),
-    )
-    .exemplar(Measure::Duration),
-    seconds_row(
-        M_EMBEDDINGS_DURATION,
-        "GenAI client embeddings operation duration.",
-        &DURATION_BUCKETS,
-        |r, s| latest_of(r, s, OpClass::Embeddings),
-    )
-    .exemplar(Measure::Duration),
-    // Latest: unrecognised endpoints only; legacy: every request.
-    seconds_row(
-        M_OPERATION_DURATION,
-        "GenAI operation duration.",
-        &DURATION_BUCKETS,
-        |r, s| (s.legacy() || r.class == OpClass::Unknown).then_some(Num::F(r.duration)),
-    )
-    .exemplar(Measure::Duration),
-    seconds_row(
-        M_SERVER_REQUEST_DURATION,
-        "Request duration, to the last byte of the response.",
-        &DURATION_BUCKETS,
-        |r, _| Some(Num::F(r.duration)),
-    )
-    .exemplar(Measure::Duration),
-    seconds_row(
-        M_SERVER_TTFT,
-        "Time to generate the first token.",
-        &TTFT_BUCKETS,
-        |r, _| f(r.ttft),
-    )
-    .sized()
-    .exemplar(Measure::Ttft),
-    seconds_row(
-        M_INFERENCE_TIME_TO_FIRST_CHUNK,
-        "Time to receive the first chunk of a streaming response.",
-        &DURATION_BUCKETS,
-        |r, s| f(r.first_chunk.filter(|_| s.latest())),
-    )
-    .sized(),
-    // Legacy.
-    seconds_row(
-        M_TIME_TO_FIRST_CHUNK,
-        "Time to receive the first chunk of a streaming response.",
-        &DURATION_BUCKETS,
-        |r, s| f(r.first_chunk.filter(|_| s.legacy())),
-    )
-    .sized(),
-    seconds_row(
-        M_PREFILL_TPS,
-        "Prefill rate: input tokens / time to first token.",
-        &PREFILL_BUCKETS,
-        |r, _| f(r.prefill_tps),
-    )
-    .sized()
-    .unit("{token}/s"),
-    seconds_row(
-        M_SERVER_TPOT,
-        "Time per output token generated after the first token.",
-        &TPOT_BUCKETS,
-        |r, _| f(r.tpot),
-    ),
-    seconds_row(
-        M_DECODE_TPS,
-        "Decode rate: (output tokens - 1) / (last token - first token).",
-        &TPS_BUCKETS,
-        |r, _| f(r.decode_tps),
-    )
-    .loaded()
-    .unit("{token}/s")
-    .exemplar(Measure::DecodeTps),
-    seconds_row(
-        M_MAX_STALL,
-        "Largest gap between content chunks in one response.",
-        &STALL_BUCKETS,
-        |r, _| f(r.max_stall),
-    )
-    .exemplar(Measure::MaxStall),
-    seconds_row(
-        M_POOL_WAIT,
-        "Time a request waited for an upstream connection or HTTP/2 stream slot.",
-        &POOL_WAIT_BUCKETS,
-        |r, _| f(r.pool_wait),
-    ),
-    seconds_row(
-        M_TIME_TO_FIRST_VISIBLE,
-        "Time to the first visible output (text, audio, tool call), reasoning excluded.",
-        &TTFT_BUCKETS,
-        |r, _| f(r.visible_ttft),
-    ),
-    seconds_row(
-        M_REASONING_DURATION,
-        "Thinking time: first reasoning output to first visible output.",
-        &DURATION_BUCKETS,
-        |r, _| f(r.reasoning_duration),
-    ),
-    // Token histograms of the current names take known counts only: a
-    // `0` there would pull the percentiles down.
-    tokens_row(
-        M_OPERATION_INPUT_TOKENS,
-        "Input (prompt) tokens per inference operation.",
-        |r, s| {
-            let on = s.latest() && r.class != OpClass::Embeddings;
-            r.input_tokens.filter(|_| on).map(Num::U)
-        },
-    ),
-    tokens_row(
-        M_OPERATION_OUTPUT_TOKENS,
-        "Output (completion) tokens per inference operation.",
-        |r, s| {
-            let on = s.latest() && r.class != OpClass::Embeddings;
-            r.output_tokens.filter(|_| on).map(Num::U)
-        },
-    ),
-    tokens_row(
-        M_EMBEDDINGS_INPUT_TOKENS,
-        "Input tokens per embeddings operation.",
-        |r, s| {
-            let on = s.latest() && r.class == OpClass::Embeddings;
-            r.input_tokens.filter(|_| on).map(Num::U)
-        },
-    ),
-    Row {
-        name: M_REQUESTS,
-        unit: "{request}",
-        kind: Kind::Counter,
-        description: "Finished requests, by outcome.",
-        buckets: &[],
-        set: Set::All,
-        value: |_, _| Some(Num::U(1)),
-        exemplar: None,
-    },
-];
+        $(#[$doc])*
+        static FINISH: [Row; ROWS] = [$($row),*];
 
-/// Call `f` with every row of [`FINISH`] and its index, in order. The
-/// calls are written out with literal indices, so once `f` is inlined each
-/// row's fields are constants there: its value function is called directly
-/// (and inlined), its kind, attribute set and exemplar measure are known,
-/// and no value array or iterator stands between a row and its record. A
-/// row added to [`FINISH`] without its index here fails to compile.
-#[inline(always)]
-fn each_row(mut f: impl FnMut(&'static Row, usize)) {
-    macro_rules! rows {
-        ($($i:literal)*) => {
-            const _: () = assert!([$($i),*].len() == ROWS, "each_row must visit every row");
-            $(f(&FINISH[$i], $i);)*
-        };
-    }
-    rows!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17);
+        #[inline(always)]
+        fn each_row(mut f: impl FnMut(&'static Row, usize)) {
+            let mut i = 0;
+            $(
+                let _ = stringify!($row);
+                f(&FINISH[i], i);
+                i += 1;
+            )*
+            debug_assert_eq!(i, ROWS);
+        }
+    };
+}
+
+finish_table! {
+    /// Every instrument a finished request records from its `FinishRecord`
+    /// alone, under `all` or `sized`. Instruments with attributes of their own
+    /// (token type, modality, cost source, proxy stage, estimated reasoning)
+    /// are recorded by hand below.
+    static FINISH = [
+        seconds_row(
+            M_INFERENCE_DURATION,
+            "GenAI client inference operation duration.",
+            &DURATION_BUCKETS,
+            |r, s| latest_of(r, s, OpClass::Inference),
+        )
+        .exemplar(Measure::Duration),
+        seconds_row(
+            M_EMBEDDINGS_DURATION,
+            "GenAI client embeddings operation duration.",
+            &DURATION_BUCKETS,
+            |r, s| latest_of(r, s, OpClass::Embeddings),
+        )
+        .exemplar(Measure::Duration),
+        // Latest: unrecognised endpoints only; legacy: every request.
+        seconds_row(
+            M_OPERATION_DURATION,
+            "GenAI operation duration.",
+            &DURATION_BUCKETS,
+            |r, s| (s.legacy() || r.class == OpClass::Unknown).then_some(Num::F(r.duration)),
+        )
+        .exemplar(Measure::Duration),
+        seconds_row(
+            M_SERVER_REQUEST_DURATION,
+            "Request duration, to the last byte of the response.",
+            &DURATION_BUCKETS,
+            |r, _| Some(Num::F(r.duration)),
+        )
+        .exemplar(Measure::Duration),
+        seconds_row(
+            M_SERVER_TTFT,
+            "Time to generate the first token.",
+            &TTFT_BUCKETS,
+            |r, _| f(r.ttft),
+        )
+        .sized()
+        .exemplar(Measure::Ttft),
+        seconds_row(
+            M_INFERENCE_TIME_TO_FIRST_CHUNK,
+            "Time to receive the first chunk of a streaming response.",
+            &DURATION_BUCKETS,
+            |r, s| f(r.first_chunk.filter(|_| s.latest())),
+        )
+        .sized(),
+        // Legacy.
+        seconds_row(
+            M_TIME_TO_FIRST_CHUNK,
+            "Time to receive the first chunk of a streaming response.",
+            &DURATION_BUCKETS,
+            |r, s| f(r.first_chunk.filter(|_| s.legacy())),
+        )
+        .sized(),
+        seconds_row(
+            M_PREFILL_TPS,
+            "Prefill rate: input tokens / time to first token.",
+            &PREFILL_BUCKETS,
+            |r, _| f(r.prefill_tps),
+        )
+        .sized()
+        .unit("{token}/s"),
+        seconds_row(
+            M_SERVER_TPOT,
+            "Time per output token generated after the first token.",
+            &TPOT_BUCKETS,
+            |r, _| f(r.tpot),
+        ),
+        seconds_row(
+            M_DECODE_TPS,
+            "Decode rate: (output tokens - 1) / (last token - first token).",
+            &TPS_BUCKETS,
+            |r, _| f(r.decode_tps),
+        )
+        .loaded()
+        .unit("{token}/s")
+        .exemplar(Measure::DecodeTps),
+        seconds_row(
+            M_MAX_STALL,
+            "Largest gap between content chunks in one response.",
+            &STALL_BUCKETS,
+            |r, _| f(r.max_stall),
+        )
+        .exemplar(Measure::MaxStall),
+        seconds_row(
+            M_POOL_WAIT,
+            "Time a request waited for an upstream connection or HTTP/2 stream slot.",
+            &POOL_WAIT_BUCKETS,
+            |r, _| f(r.pool_wait),
+        ),
+        seconds_row(
+            M_TIME_TO_FIRST_VISIBLE,
+            "Time to the first visible output (text, audio, tool call), reasoning excluded.",
+            &TTFT_BUCKETS,
+            |r, _| f(r.visible_ttft),
+        ),
+        seconds_row(
+            M_REASONING_DURATION,
+            "Thinking time: first reasoning output to first visible output.",
+            &DURATION_BUCKETS,
+            |r, _| f(r.reasoning_duration),
+        ),
+        // Token histograms of the current names take known counts only: a
+        // `0` there would pull the percentiles down.
+        tokens_row(
+            M_OPERATION_INPUT_TOKENS,
+            "Input (prompt) tokens per inference operation.",
+            |r, s| {
+                let on = s.latest() && r.class != OpClass::Embeddings;
+                r.input_tokens.filter(|_| on).map(Num::U)
+            },
+        ),
+        tokens_row(
+            M_OPERATION_OUTPUT_TOKENS,
+            "Output (completion) tokens per inference operation.",
+            |r, s| {
+                let on = s.latest() && r.class != OpClass::Embeddings;
+                r.output_tokens.filter(|_| on).map(Num::U)
+            },
+        ),
+        tokens_row(
+            M_EMBEDDINGS_INPUT_TOKENS,
+            "Input tokens per embeddings operation.",
+            |r, s| {
+                let on = s.latest() && r.class == OpClass::Embeddings;
+                r.input_tokens.filter(|_| on).map(Num::U)
+            },
+        ),
+        Row {
+            name: M_REQUESTS,
+            unit: "{request}",
+            kind: Kind::Counter,
+            description: "Finished requests, by outcome.",
+            buckets: &[],
+            set: Set::All,
+            value: |_, _| Some(Num::U(1)),
+            exemplar: None,
+        },
+    ];
 }
 
 /// One row's instrument.
