@@ -17,12 +17,12 @@ mod in_flight;
 mod instruments;
 pub mod pull;
 pub(crate) mod sampling;
-mod session;
 pub(crate) mod span;
 pub(crate) mod span_export;
 pub(crate) mod span_record;
+mod ws_session;
 
-pub use self::session::SessionTelemetry;
+pub use self::ws_session::WsSessionTelemetry;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -286,7 +286,7 @@ impl Telemetry {
             in_flight_at_start: concurrency,
             load_class: inner.compare.classes().index(concurrency),
             first_of_pair,
-            session_kept: None,
+            ws_session_kept: None,
             frame_overhead: None,
         }
     }
@@ -421,7 +421,7 @@ impl Telemetry {
 
     /// Report `active()` as `tokentap.websocket.sessions.active` at each
     /// collection (WebSocket sessions being relayed).
-    pub fn observe_sessions(&self, active: impl Fn() -> u64 + Send + Sync + 'static) {
+    pub fn observe_ws_sessions(&self, active: impl Fn() -> u64 + Send + Sync + 'static) {
         let Some(meter) = &self.inner.meter else {
             return;
         };
@@ -616,7 +616,7 @@ pub struct RequestTelemetry {
     first_of_pair: bool,
     /// A WebSocket response: set when its span is kept, so its session's
     /// span is kept too.
-    session_kept: Option<Arc<std::sync::atomic::AtomicBool>>,
+    ws_session_kept: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// `tokentap.proxy.overhead` for response frames, bound at the first
     /// sampled frame.
     frame_overhead: Option<BoundHistogram<f64>>,
@@ -700,7 +700,7 @@ impl Recorder for RequestTelemetry {
             Some((spans, slo, kept))
         });
         if kept.is_some()
-            && let Some(flag) = &this.session_kept
+            && let Some(flag) = &this.ws_session_kept
         {
             flag.store(true, std::sync::atomic::Ordering::Relaxed);
         }

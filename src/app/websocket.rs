@@ -92,7 +92,7 @@ pub struct Handshake<'a> {
     /// Telemetry the session and its responses are recorded into.
     pub telemetry: &'a Arc<Telemetry>,
     /// The instance's sessions: count, cap and shutdown signal.
-    pub sessions: &'a Arc<WsSessions>,
+    pub ws_sessions: &'a Arc<WsSessions>,
     /// The configuration the session keeps for its whole life.
     pub config: WebsocketConfig,
     /// Upstream URI the handshake is forwarded to.
@@ -122,8 +122,8 @@ pub enum Answer {
 /// current runtime.
 pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
     let via = Via::of(&req).unwrap_or(Via::Upgrade);
-    let session = h.telemetry.begin_session(&h.facts, req.headers());
-    let Some(slot) = h.sessions.enter(h.config.max_sessions, h.facts.start) else {
+    let session = h.telemetry.begin_ws_session(&h.facts, req.headers());
+    let Some(slot) = h.ws_sessions.enter(h.config.max_sessions, h.facts.start) else {
         let (status, code) = (StatusCode::SERVICE_UNAVAILABLE, "websocket_sessions_full");
         record_refusal(&h.facts, session, status, code);
         let message = "websocket.max_sessions sessions are running; try again later";
@@ -170,7 +170,7 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
     }
     if res.status() != StatusCode::SWITCHING_PROTOCOLS {
         let mut meter = Meter::new(h.facts.clone(), Box::new(session.begin_child(&h.facts)));
-        meter.watch_shutdown(h.sessions.shutdown());
+        meter.watch_shutdown(h.ws_sessions.shutdown());
         session.refused(&h.facts, "handshake_refused");
         upstream::strip_hop_by_hop(res.headers_mut());
         return Answer::Upstream(res, Box::new(meter));
@@ -204,13 +204,13 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
         &deflate_offered,
         h.config.max_message_bytes,
         session,
-        h.sessions.shutdown().clone(),
+        h.ws_sessions.shutdown().clone(),
     );
     let run = Run {
         client: client_side,
         upstream: upstream_side,
         idle: h.config.idle_timeout,
-        stop: h.sessions.stopping(),
+        stop: h.ws_sessions.stopping(),
         slot,
     };
     tokio::spawn(run.relay(metering));
@@ -224,7 +224,7 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
 /// response (`status`, `code`) inside the session span, which ends with `code`.
 fn record_refusal(
     facts: &RequestFacts,
-    session: crate::telemetry::SessionTelemetry,
+    session: crate::telemetry::WsSessionTelemetry,
     status: StatusCode,
     code: &str,
 ) {

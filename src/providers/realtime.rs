@@ -1,7 +1,7 @@
 //! WebSocket session dialects: complete JSON messages of a relayed session
 //! (client → server and server → client) in, session events out.
 //!
-//! Three dialects share the session events and `SessionParser` here
+//! Three dialects share the session events and `RealtimeParser` here
 //! because they share the shape "a client asks, the server streams deltas,
 //! a terminal event carries usage"; each reads its messages in its own
 //! file (`openai`, `gemini`):
@@ -190,7 +190,7 @@ pub enum DoneStatus<'a> {
 
 /// What one message of a session meant, as far as metering cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionEvent<'a> {
+pub enum RealtimeEvent<'a> {
     /// The client asked for a response (`response.create`, Gemini
     /// `clientContent` with `turnComplete`, `realtimeInput.activityEnd`,
     /// `toolResponse`): the TTFT clock starts. `model` is the model the
@@ -261,7 +261,7 @@ pub enum SessionEvent<'a> {
 
 /// Per-session parser state: one per relayed WebSocket session.
 #[derive(Debug)]
-pub struct SessionParser {
+pub struct RealtimeParser {
     dialect: Dialect,
     /// Gemini Live's turn state (unused by the other dialects).
     gemini: GeminiTurn,
@@ -269,10 +269,10 @@ pub struct SessionParser {
     no_scan: bool,
 }
 
-impl SessionParser {
+impl RealtimeParser {
     /// A parser for a session speaking `dialect`.
     pub fn new(dialect: Dialect) -> Self {
-        SessionParser {
+        RealtimeParser {
             dialect,
             gemini: GeminiTurn::default(),
             no_scan: false,
@@ -283,9 +283,9 @@ impl SessionParser {
     /// against it.
     #[cfg(test)]
     fn without_scan(dialect: Dialect) -> Self {
-        SessionParser {
+        RealtimeParser {
             no_scan: true,
-            ..SessionParser::new(dialect)
+            ..RealtimeParser::new(dialect)
         }
     }
 
@@ -300,7 +300,7 @@ impl SessionParser {
     pub fn client_message(
         &mut self,
         json: &[u8],
-        out: &mut dyn FnMut(SessionEvent<'_>),
+        out: &mut dyn FnMut(RealtimeEvent<'_>),
     ) -> Result<(), AdapterError> {
         match self.dialect {
             Dialect::OpenaiRealtime | Dialect::OpenaiResponses => {
@@ -314,7 +314,7 @@ impl SessionParser {
     pub fn server_message(
         &mut self,
         json: &[u8],
-        out: &mut dyn FnMut(SessionEvent<'_>),
+        out: &mut dyn FnMut(RealtimeEvent<'_>),
     ) -> Result<(), AdapterError> {
         match self.dialect {
             Dialect::OpenaiRealtime | Dialect::OpenaiResponses => {

@@ -148,7 +148,7 @@ pub(crate) enum SpanRecord {
     /// A request's (or a WebSocket response's) CLIENT span.
     Request(Box<RequestSpan>),
     /// A WebSocket session's span: rare, so a plain attribute list.
-    Session(Box<SpanParts>),
+    WsSession(Box<SpanParts>),
 }
 
 /// What a request's span is made of; the attributes are written from it
@@ -310,7 +310,7 @@ impl SpanRecord {
                     error: error_type(m),
                 }
             }
-            SpanRecord::Session(s) => SpanHead {
+            SpanRecord::WsSession(s) => SpanHead {
                 start: &s.start,
                 kept: &s.kept,
                 name: (&s.name, None),
@@ -326,7 +326,7 @@ impl SpanRecord {
     pub(crate) fn attributes(&self, a: &mut impl AttributeSink) {
         match self {
             SpanRecord::Request(r) => r.attributes(a),
-            SpanRecord::Session(s) => {
+            SpanRecord::WsSession(s) => {
                 s.attributes.iter().for_each(|kv| a.key_value(kv));
                 sampling_attributes(&s.kept, a);
             }
@@ -587,7 +587,7 @@ pub(crate) mod tests {
             };
         }
         let session = |error: Option<&str>, attributes: Vec<KeyValue>| {
-            SpanRecord::Session(Box::new(SpanParts {
+            SpanRecord::WsSession(Box::new(SpanParts {
                 start: tracing.start(&Context::new()),
                 name: "websocket gpt-4o-realtime".into(),
                 start_time: UNIX_EPOCH + Duration::from_millis(1_764_000_000_000),

@@ -17,7 +17,7 @@ use super::span_record::{SpanParts, SpanRecord, SpanStart, span_name};
 use super::{RequestTelemetry, Telemetry};
 use crate::attrs::*;
 use crate::meter::RequestFacts;
-use crate::meter::session::SessionSummary;
+use crate::meter::ws_session::WsSessionSummary;
 
 /// A session's span, and the context its response spans start from.
 /// Clones share the span; the first `finish` or `refused` ends it, or, if
@@ -25,12 +25,12 @@ use crate::meter::session::SessionSummary;
 /// on): the span then ends with its start attributes and no outcome, as
 /// the SDK ends a dropped span.
 #[derive(Debug, Clone)]
-pub struct SessionTelemetry {
-    span: Arc<SessionStart>,
+pub struct WsSessionTelemetry {
+    span: Arc<WsSessionSpan>,
 }
 
 #[derive(Debug)]
-struct SessionStart {
+struct WsSessionSpan {
     telemetry: Telemetry,
     start: SpanStart,
     /// When the handshake arrived (for the end time of a dropped span).
@@ -47,7 +47,11 @@ struct SessionStart {
 impl Telemetry {
     /// Start a WebSocket session's span (continuing the client's W3C trace
     /// context from the handshake's `headers`).
-    pub fn begin_session(&self, facts: &RequestFacts, headers: &HeaderMap) -> SessionTelemetry {
+    pub fn begin_ws_session(
+        &self,
+        facts: &RequestFacts,
+        headers: &HeaderMap,
+    ) -> WsSessionTelemetry {
         let inner = &self.inner;
         let parent = inner.propagator.extract(&TraceHeaders(headers));
         let start = inner.tracing.start(&parent);
@@ -60,8 +64,8 @@ impl Telemetry {
                 attributes,
             )
         });
-        SessionTelemetry {
-            span: Arc::new(SessionStart {
+        WsSessionTelemetry {
+            span: Arc::new(WsSessionSpan {
                 telemetry: self.clone(),
                 arrived: facts.start,
                 cx: Context::new().with_remote_span_context(start.context.clone()),
@@ -73,7 +77,7 @@ impl Telemetry {
     }
 }
 
-impl SessionStart {
+impl WsSessionSpan {
     /// End the span with `more` attributes and `error` as its status (unset
     /// when `None`), if it is recorded and not ended yet, and export it if
     /// sampling keeps it: a failed handshake, a session one of whose
@@ -100,7 +104,7 @@ impl SessionStart {
             return;
         };
         attributes.extend(more);
-        spans.push(SpanRecord::Session(Box::new(SpanParts {
+        spans.push(SpanRecord::WsSession(Box::new(SpanParts {
             start: self.start.clone(),
             name,
             start_time,
@@ -112,7 +116,7 @@ impl SessionStart {
     }
 }
 
-impl Drop for SessionStart {
+impl Drop for WsSessionSpan {
     fn drop(&mut self) {
         let end_time = self.open.lock().ok().and_then(|o| {
             o.as_ref()
@@ -124,7 +128,7 @@ impl Drop for SessionStart {
     }
 }
 
-impl SessionTelemetry {
+impl WsSessionTelemetry {
     /// Write `traceparent` for the upstream handshake: the upstream's work
     /// sits inside the session span.
     pub fn inject(&self, headers: &mut HeaderMap) {
@@ -134,7 +138,7 @@ impl SessionTelemetry {
     /// Start a response's telemetry, its span a child of the session's.
     pub fn begin_child(&self, facts: &RequestFacts) -> RequestTelemetry {
         let mut child = self.span.telemetry.begin_in(facts, &self.span.cx);
-        child.session_kept = Some(self.span.response_kept.clone());
+        child.ws_session_kept = Some(self.span.response_kept.clone());
         child
     }
 
@@ -143,7 +147,7 @@ impl SessionTelemetry {
     pub fn refused(self, facts: &RequestFacts, code: &str) {
         self.span.end(
             vec![
-                KeyValue::new(SESSION_END, "handshake_failed"),
+                KeyValue::new(WS_SESSION_END, "handshake_failed"),
                 KeyValue::new(ERROR_TYPE, code.to_owned()),
             ],
             Some(code.to_owned()),
@@ -152,43 +156,43 @@ impl SessionTelemetry {
     }
 
     /// The session is over.
-    pub fn finish(self, facts: &RequestFacts, s: &SessionSummary) {
+    pub fn finish(self, facts: &RequestFacts, s: &WsSessionSummary) {
         let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let mut a = vec![
-            KeyValue::new(SESSION_RESPONSES, int(s.responses)),
-            KeyValue::new(SESSION_INPUT_TOKENS, int(s.input_tokens)),
-            KeyValue::new(SESSION_OUTPUT_TOKENS, int(s.output_tokens)),
-            KeyValue::new(SESSION_ERRORS, int(s.errors)),
-            KeyValue::new(SESSION_END, s.end),
-            KeyValue::new(SESSION_BYTES_UP, int(s.bytes_up)),
-            KeyValue::new(SESSION_BYTES_DOWN, int(s.bytes_down)),
+            KeyValue::new(WS_SESSION_RESPONSES, int(s.responses)),
+            KeyValue::new(WS_SESSION_INPUT_TOKENS, int(s.input_tokens)),
+            KeyValue::new(WS_SESSION_OUTPUT_TOKENS, int(s.output_tokens)),
+            KeyValue::new(WS_SESSION_ERRORS, int(s.errors)),
+            KeyValue::new(WS_SESSION_END, s.end),
+            KeyValue::new(WS_SESSION_BYTES_UP, int(s.bytes_up)),
+            KeyValue::new(WS_SESSION_BYTES_DOWN, int(s.bytes_down)),
             KeyValue::new(HTTP_RESPONSE_STATUS_CODE, 101),
         ];
         let split = &s.modalities;
         for (key, v) in [
-            (SESSION_CACHE_READ, s.cached_input_tokens),
-            (SESSION_TEXT_INPUT, split.input_text),
-            (SESSION_AUDIO_INPUT, split.input_audio),
-            (SESSION_CACHE_READ_TEXT, split.cached_text),
-            (SESSION_CACHE_READ_AUDIO, split.cached_audio),
-            (SESSION_TEXT_OUTPUT, split.output_text),
-            (SESSION_AUDIO_OUTPUT, split.output_audio),
+            (WS_SESSION_CACHE_READ, s.cached_input_tokens),
+            (WS_SESSION_TEXT_INPUT, split.input_text),
+            (WS_SESSION_AUDIO_INPUT, split.input_audio),
+            (WS_SESSION_CACHE_READ_TEXT, split.cached_text),
+            (WS_SESSION_CACHE_READ_AUDIO, split.cached_audio),
+            (WS_SESSION_TEXT_OUTPUT, split.output_text),
+            (WS_SESSION_AUDIO_OUTPUT, split.output_audio),
         ] {
             if let Some(v) = v {
                 a.push(KeyValue::new(key, int(v)));
             }
         }
         if s.tool_calls > 0 {
-            a.push(KeyValue::new(SESSION_TOOL_CALLS, int(s.tool_calls)));
+            a.push(KeyValue::new(WS_SESSION_TOOL_CALLS, int(s.tool_calls)));
         }
         if let Some(c) = s.close_client {
-            a.push(KeyValue::new(SESSION_CLOSE_CODE_CLIENT, i64::from(c)));
+            a.push(KeyValue::new(WS_SESSION_CLOSE_CODE_CLIENT, i64::from(c)));
         }
         if let Some(c) = s.close_upstream {
-            a.push(KeyValue::new(SESSION_CLOSE_CODE_UPSTREAM, i64::from(c)));
+            a.push(KeyValue::new(WS_SESSION_CLOSE_CODE_UPSTREAM, i64::from(c)));
         }
         if let Some(why) = &s.unmetered {
-            a.push(KeyValue::new(SESSION_UNMETERED, why.clone()));
+            a.push(KeyValue::new(WS_SESSION_UNMETERED, why.clone()));
         }
         if let Some(model) = &s.model {
             a.push(KeyValue::new(GEN_AI_RESPONSE_MODEL, model.clone()));

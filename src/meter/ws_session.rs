@@ -2,7 +2,7 @@
 //! events (a response asked for, input committed, output deltas, usage,
 //! response done, errors, close frames) in; one `Measurement` per
 //! response, each through a `Recorder` of its own, and one
-//! `SessionSummary` when the session ends, out. Reads the clock.
+//! `WsSessionSummary` when the session ends, out. Reads the clock.
 //!
 //! TTFT of a response runs from the client message that asked for it
 //! (`response.create`) or, with server-side voice activity detection, from
@@ -19,7 +19,7 @@ use super::{
 use crate::providers::{ServerTool, UpstreamTiming, Usage};
 
 /// Starts one response's recorder (its span is the session span's child).
-pub type StartRecorder = Box<dyn FnMut(&RequestFacts) -> Box<dyn Recorder> + Send>;
+pub type WsStartRecorder = Box<dyn FnMut(&RequestFacts) -> Box<dyn Recorder> + Send>;
 
 /// What started a response's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +57,7 @@ pub enum Party {
 
 /// How a session ended, as the relay saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionEnd {
+pub enum WsSessionEnd {
     /// Both sides closed; this one first.
     Closed(Party),
     /// The connection to this side failed (reset, broken pipe).
@@ -70,24 +70,24 @@ pub enum SessionEnd {
     NotUpgraded,
 }
 
-impl SessionEnd {
+impl WsSessionEnd {
     /// The `tokentap.session.end` attribute value.
     pub fn as_str(self) -> &'static str {
         match self {
-            SessionEnd::Closed(Party::Client) => "client_closed",
-            SessionEnd::Closed(Party::Upstream) => "upstream_closed",
-            SessionEnd::Failed(Party::Client) => "client_failed",
-            SessionEnd::Failed(Party::Upstream) => "upstream_failed",
-            SessionEnd::Idle => "idle_timeout",
-            SessionEnd::Shutdown(_) => "shutdown",
-            SessionEnd::NotUpgraded => "not_upgraded",
+            WsSessionEnd::Closed(Party::Client) => "client_closed",
+            WsSessionEnd::Closed(Party::Upstream) => "upstream_closed",
+            WsSessionEnd::Failed(Party::Client) => "client_failed",
+            WsSessionEnd::Failed(Party::Upstream) => "upstream_failed",
+            WsSessionEnd::Idle => "idle_timeout",
+            WsSessionEnd::Shutdown(_) => "shutdown",
+            WsSessionEnd::NotUpgraded => "not_upgraded",
         }
     }
 }
 
 /// The session's record, for its span.
 #[derive(Debug, Clone, Default)]
-pub struct SessionSummary {
+pub struct WsSessionSummary {
     /// From the handshake request to the end of the relay.
     pub duration: Duration,
     /// Responses measured (each also recorded on its own).
@@ -108,7 +108,7 @@ pub struct SessionSummary {
     pub close_client: Option<u16>,
     /// Close code the upstream sent, when seen.
     pub close_upstream: Option<u16>,
-    /// `SessionEnd::as_str`.
+    /// `WsSessionEnd::as_str`.
     pub end: &'static str,
     /// Why the session's messages were not metered, when they were not.
     pub unmetered: Option<String>,
@@ -137,9 +137,9 @@ struct Response {
 }
 
 /// Folds one session's events into per-response measurements.
-pub struct SessionMeter {
+pub struct WsSessionMeter {
     facts: RequestFacts,
-    start_child: StartRecorder,
+    start_child: WsStartRecorder,
     /// When the bytes being read now were read: the time of their events.
     last_read: Instant,
     /// The last read in each direction (client to upstream, back).
@@ -148,22 +148,22 @@ pub struct SessionMeter {
     model: Option<String>,
     /// Who sent the first close frame: who closed the session.
     first_close: Option<Party>,
-    summary: SessionSummary,
+    summary: WsSessionSummary,
 }
 
-impl std::fmt::Debug for SessionMeter {
+impl std::fmt::Debug for WsSessionMeter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionMeter")
+        f.debug_struct("WsSessionMeter")
             .field("route", &self.facts.route)
             .field("in_flight", &self.current.is_some())
             .finish_non_exhaustive()
     }
 }
 
-impl SessionMeter {
+impl WsSessionMeter {
     /// A session whose handshake is described by `facts`.
-    pub fn new(facts: RequestFacts, start_child: StartRecorder) -> SessionMeter {
-        SessionMeter {
+    pub fn new(facts: RequestFacts, start_child: WsStartRecorder) -> WsSessionMeter {
+        WsSessionMeter {
             model: facts.request_model.clone(),
             facts,
             start_child,
@@ -171,7 +171,7 @@ impl SessionMeter {
             reads: [Instant::now(); 2],
             current: None,
             first_close: None,
-            summary: SessionSummary::default(),
+            summary: WsSessionSummary::default(),
         }
     }
 
@@ -335,24 +335,26 @@ impl SessionMeter {
 
     /// The session is over: a response still in flight is recorded with
     /// the outcome the end implies; the session's summary is returned.
-    pub fn end(mut self, end: SessionEnd) -> SessionSummary {
+    pub fn end(mut self, end: WsSessionEnd) -> WsSessionSummary {
         // The server closes TCP first after a close handshake (RFC 6455
         // §7.1.1), whoever started it: the first close frame says who did.
         let end = match (end, self.first_close) {
-            (SessionEnd::Closed(_), Some(party)) => SessionEnd::Closed(party),
+            (WsSessionEnd::Closed(_), Some(party)) => WsSessionEnd::Closed(party),
             _ => end,
         };
         let (outcome, why) = match end {
-            SessionEnd::Closed(Party::Client) | SessionEnd::Failed(Party::Client) => {
+            WsSessionEnd::Closed(Party::Client) | WsSessionEnd::Failed(Party::Client) => {
                 (Outcome::ClientCancelled, None)
             }
-            SessionEnd::Closed(Party::Upstream) => {
+            WsSessionEnd::Closed(Party::Upstream) => {
                 (Outcome::UpstreamError, Some("upstream_closed_mid_response"))
             }
-            SessionEnd::Failed(Party::Upstream) => (Outcome::UpstreamError, Some("upstream_reset")),
-            SessionEnd::Idle => (Outcome::UpstreamTimeout, Some("websocket_idle_timeout")),
-            SessionEnd::Shutdown(cut) => (Outcome::Shutdown, Some(cut.error_type())),
-            SessionEnd::NotUpgraded => (Outcome::UpstreamError, Some("upgrade_failed")),
+            WsSessionEnd::Failed(Party::Upstream) => {
+                (Outcome::UpstreamError, Some("upstream_reset"))
+            }
+            WsSessionEnd::Idle => (Outcome::UpstreamTimeout, Some("websocket_idle_timeout")),
+            WsSessionEnd::Shutdown(cut) => (Outcome::Shutdown, Some(cut.error_type())),
+            WsSessionEnd::NotUpgraded => (Outcome::UpstreamError, Some("upgrade_failed")),
         };
         self.finish(outcome, why.map(str::to_owned));
         let mut summary = std::mem::take(&mut self.summary);
@@ -476,7 +478,7 @@ mod tests {
         }
     }
 
-    fn meter() -> (SessionMeter, Seen) {
+    fn meter() -> (WsSessionMeter, Seen) {
         let seen = Seen::default();
         let facts = RequestFacts {
             route: "rt".into(),
@@ -495,8 +497,8 @@ mod tests {
             start: Instant::now(),
         };
         let sink = seen.clone();
-        let start: StartRecorder = Box::new(move |_| Box::new(Sink(sink.clone())));
-        (SessionMeter::new(facts, start), seen)
+        let start: WsStartRecorder = Box::new(move |_| Box::new(Sink(sink.clone())));
+        (WsSessionMeter::new(facts, start), seen)
     }
 
     #[test]
@@ -537,7 +539,7 @@ mod tests {
         m.input_committed();
         m.output(1);
         m.close(Party::Client, Some(1000));
-        let summary = m.end(SessionEnd::Closed(Party::Client));
+        let summary = m.end(WsSessionEnd::Closed(Party::Client));
         let seen = seen.lock().expect("lock");
         assert_eq!(seen.len(), 2, "two responses, each once");
         assert_eq!(seen[0].outcome, Outcome::Complete);
@@ -583,7 +585,7 @@ mod tests {
         m.requested(None);
         m.error("server_error");
         m.error("rate_limit"); // between responses: counted, nothing recorded
-        let summary = m.end(SessionEnd::Closed(Party::Upstream));
+        let summary = m.end(WsSessionEnd::Closed(Party::Upstream));
         let seen = seen.lock().expect("lock");
         assert_eq!(seen.len(), 2);
         assert_eq!(seen[0].outcome, Outcome::UpstreamError);
@@ -602,7 +604,7 @@ mod tests {
         m.requested(None);
         m.output(1);
         m.done(None, Done::Completed);
-        let summary = m.end(SessionEnd::Shutdown(Cut::GraceExpired));
+        let summary = m.end(WsSessionEnd::Shutdown(Cut::GraceExpired));
         assert_eq!(seen.lock().expect("lock").len(), 1);
         assert_eq!(summary.end, "shutdown");
     }
@@ -616,7 +618,7 @@ mod tests {
             let (mut m, seen) = meter();
             m.requested(None);
             m.output(1);
-            let summary = m.end(SessionEnd::Shutdown(cut));
+            let summary = m.end(WsSessionEnd::Shutdown(cut));
             let seen = seen.lock().expect("lock");
             assert_eq!(seen.len(), 1, "the response in flight is recorded");
             assert_eq!(
