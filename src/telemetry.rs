@@ -1,6 +1,6 @@
 //! Telemetry (recording): finished `Measurement`s in; span records, GenAI
 //! metrics and one access-log line per request out, handed to `ship` (which
-//! puts them on the wire) and to `watch` (live windows, SLOs, session
+//! puts them on the wire) and to `watch` (live windows, SLOs, agent-session
 //! rollups). Never blocks the request path.
 //!
 //! Everything here is owned by one `Telemetry` value (no global providers),
@@ -109,7 +109,8 @@ struct Inner {
     exposition: Exposition,
     /// Prices for finished requests; swapped on reload, `None` = no pricing.
     prices: ArcSwapOption<PriceBook>,
-    /// Per-session totals (`/api/sessions`), every request with a session.
+    /// Per-agent-session totals (`/api/sessions`), every request with an
+    /// agent session.
     rollups: rollups::SessionRollups,
 }
 
@@ -521,7 +522,7 @@ impl Telemetry {
         &self.inner.compare
     }
 
-    /// Per-session rollups (`/api/sessions`, the dashboard).
+    /// Per-agent-session rollups (`/api/sessions`, the dashboard).
     pub fn sessions(&self) -> &rollups::SessionRollups {
         &self.inner.rollups
     }
@@ -614,8 +615,8 @@ pub struct RequestTelemetry {
     load_class: usize,
     /// The first request its (route, model) pair has seen.
     first_of_pair: bool,
-    /// A WebSocket response: set when its span is kept, so its session's
-    /// span is kept too.
+    /// A WebSocket response: set when its span is kept, so its WebSocket
+    /// session's span is kept too.
     ws_session_kept: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// `tokentap.proxy.overhead` for response frames, bound at the first
     /// sampled frame.

@@ -1,8 +1,8 @@
-//! WebSocket session metering: the relay's read stamps and the session's
+//! WebSocket session metering: the relay's read stamps and the WebSocket session's
 //! events (a response asked for, input committed, output deltas, usage,
 //! response done, errors, close frames) in; one `Measurement` per
 //! response, each through a `Recorder` of its own, and one
-//! `WsSessionSummary` when the session ends, out. Reads the clock.
+//! `WsSessionSummary` when the WebSocket session ends, out. Reads the clock.
 //!
 //! TTFT of a response runs from the client message that asked for it
 //! (`response.create`) or, with server-side voice activity detection, from
@@ -18,7 +18,7 @@ use super::{
 };
 use crate::providers::{ServerTool, UpstreamTiming, Usage};
 
-/// Starts one response's recorder (its span is the session span's child).
+/// Starts one response's recorder (its span is the WebSocket session span's child).
 pub type WsStartRecorder = Box<dyn FnMut(&RequestFacts) -> Box<dyn Recorder> + Send>;
 
 /// What started a response's clock.
@@ -46,7 +46,7 @@ pub enum Done {
     Incomplete(Option<String>),
 }
 
-/// A side of the session (who sent a close frame, who left).
+/// A side of the WebSocket session (who sent a close frame, who left).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Party {
     /// The downstream client.
@@ -55,7 +55,7 @@ pub enum Party {
     Upstream,
 }
 
-/// How a session ended, as the relay saw it.
+/// How a WebSocket session ended, as the relay saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WsSessionEnd {
     /// Both sides closed; this one first.
@@ -85,22 +85,22 @@ impl WsSessionEnd {
     }
 }
 
-/// The session's record, for its span.
+/// The WebSocket session's record, for its span.
 #[derive(Debug, Clone, Default)]
 pub struct WsSessionSummary {
     /// From the handshake request to the end of the relay.
     pub duration: Duration,
     /// Responses measured (each also recorded on its own).
     pub responses: u64,
-    /// Input tokens summed over the session's responses.
+    /// Input tokens summed over the WebSocket session's responses.
     pub input_tokens: u64,
-    /// Output tokens summed over the session's responses.
+    /// Output tokens summed over the WebSocket session's responses.
     pub output_tokens: u64,
     /// Cached input tokens summed over the responses that reported them.
     pub cached_input_tokens: Option<u64>,
     /// The text/audio split summed over the responses that reported it.
     pub modalities: ModalityTokens,
-    /// Client tool calls summed over the session's responses.
+    /// Client tool calls summed over the WebSocket session's responses.
     pub tool_calls: u64,
     /// `error` events and bad messages seen.
     pub errors: u64,
@@ -110,13 +110,13 @@ pub struct WsSessionSummary {
     pub close_upstream: Option<u16>,
     /// `WsSessionEnd::as_str`.
     pub end: &'static str,
-    /// Why the session's messages were not metered, when they were not.
+    /// Why the WebSocket session's messages were not metered, when they were not.
     pub unmetered: Option<String>,
     /// Bytes relayed from client to upstream.
     pub bytes_up: u64,
     /// Bytes relayed from upstream to client.
     pub bytes_down: u64,
-    /// The last response's model, else the session's.
+    /// The last response's model, else the WebSocket session's.
     pub model: Option<String>,
 }
 
@@ -136,7 +136,7 @@ struct Response {
     tools: ToolUse,
 }
 
-/// Folds one session's events into per-response measurements.
+/// Folds one WebSocket session's events into per-response measurements.
 pub struct WsSessionMeter {
     facts: RequestFacts,
     start_child: WsStartRecorder,
@@ -161,7 +161,7 @@ impl std::fmt::Debug for WsSessionMeter {
 }
 
 impl WsSessionMeter {
-    /// A session whose handshake is described by `facts`.
+    /// A WebSocket session whose handshake is described by `facts`.
     pub fn new(facts: RequestFacts, start_child: WsStartRecorder) -> WsSessionMeter {
         WsSessionMeter {
             model: facts.request_model.clone(),
@@ -196,7 +196,7 @@ impl WsSessionMeter {
         }
     }
 
-    /// Metering cannot read this session's messages, and why.
+    /// Metering cannot read this WebSocket session's messages, and why.
     pub fn unmetered(&mut self, why: String) {
         self.summary.unmetered = Some(why);
     }
@@ -270,7 +270,7 @@ impl WsSessionMeter {
         }
     }
 
-    /// The model the session (or response) runs on, from a server event.
+    /// The model the WebSocket session (or response) runs on, from a server event.
     pub fn model(&mut self, model: &str) {
         if self.model.as_deref() != Some(model) {
             self.model = Some(model.to_owned());
@@ -333,8 +333,8 @@ impl WsSessionMeter {
         }
     }
 
-    /// The session is over: a response still in flight is recorded with
-    /// the outcome the end implies; the session's summary is returned.
+    /// The WebSocket session is over: a response still in flight is recorded with
+    /// the outcome the end implies; the WebSocket session's summary is returned.
     pub fn end(mut self, end: WsSessionEnd) -> WsSessionSummary {
         // The server closes TCP first after a close handshake (RFC 6455
         // §7.1.1), whoever started it: the first close frame says who did.
@@ -423,9 +423,9 @@ impl WsSessionMeter {
             token_source,
             content_chunks: r.pieces,
             time_to_headers: None,
-            // A session's responses never wait for an upstream connection.
+            // A WebSocket session's responses never wait for an upstream connection.
             pool_wait: None,
-            // Nothing is forwarded per response: the relay's cost is the session's.
+            // Nothing is forwarded per response: the relay's cost is the WebSocket session's.
             request_overhead: None,
             modalities: r.modalities,
             tools: r.tools,
@@ -456,7 +456,7 @@ impl WsSessionMeter {
     }
 }
 
-/// The wall-clock time of `at`, from the session's start readings.
+/// The wall-clock time of `at`, from the WebSocket session's start readings.
 fn wall_at(facts: &RequestFacts, at: Instant) -> SystemTime {
     facts.start_wall + at.saturating_duration_since(facts.start)
 }

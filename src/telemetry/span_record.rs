@@ -67,7 +67,7 @@ impl Tracing {
     }
 
     /// Start a CLIENT span under `parent` (the client's extracted context,
-    /// or a session span's): the parent's trace id or a new one, a new
+    /// or a WebSocket session span's): the parent's trace id or a new one, a new
     /// span id, the parent's trace state, and the sampled flag the start
     /// can already decide (the ratio's pick, or a sampled remote parent
     /// under `respect_parent`).
@@ -545,7 +545,7 @@ pub(crate) mod tests {
 
     /// Sampled records of every shape: the measurements above under no
     /// parent and a remote sampled one (with a trace state), with and
-    /// without an SLO mark, one with a sampler's attribute; and session
+    /// without an SLO mark, one with a sampler's attribute; and WebSocket session
     /// spans, ended, failed (with an array attribute) and dropped.
     pub(crate) fn records() -> Vec<SpanRecord> {
         let tracing = Tracing::default();

@@ -1509,7 +1509,7 @@ fn delta_export_keeps_its_own_reader_and_exact_deltas() {
 }
 
 #[test]
-fn a_session_dropped_before_its_end_still_exports_its_span_once() {
+fn a_ws_session_dropped_before_its_end_still_exports_its_span_once() {
     let h = harness(config());
     let f = facts(Some("gpt-4o-realtime"), None, true);
     let session = h.telemetry.begin_ws_session(&f, &HeaderMap::new());
@@ -1541,7 +1541,7 @@ fn a_session_dropped_before_its_end_still_exports_its_span_once() {
 }
 
 #[test]
-fn a_session_span_is_kept_when_one_of_its_responses_is() {
+fn a_ws_session_span_is_kept_when_one_of_its_responses_is() {
     let mut cfg = config();
     cfg.sampling.ratio = 0.0;
     let h = harness(cfg);

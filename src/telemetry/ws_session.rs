@@ -1,5 +1,5 @@
 //! WebSocket session telemetry: the handshake's facts and trace headers
-//! in; the session span (parent of its response spans, which are recorded
+//! in; the WebSocket session span (parent of its response spans, which are recorded
 //! like any request's) and the upstream `traceparent` out.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,7 +19,7 @@ use crate::attrs::*;
 use crate::meter::RequestFacts;
 use crate::meter::ws_session::WsSessionSummary;
 
-/// A session's span, and the context its response spans start from.
+/// A WebSocket session's span, and the context its response spans start from.
 /// Clones share the span; the first `finish` or `refused` ends it, or, if
 /// neither came, dropping the last clone (a handshake the client gave up
 /// on): the span then ends with its start attributes and no outcome, as
@@ -35,12 +35,12 @@ struct WsSessionSpan {
     start: SpanStart,
     /// When the handshake arrived (for the end time of a dropped span).
     arrived: std::time::Instant,
-    /// The session's own context, parent of its response spans.
+    /// The WebSocket session's own context, parent of its response spans.
     cx: Context,
     /// Name, start time and start attributes; taken when the span ends
     /// (`None` once it has, or without a span pipeline).
     open: Mutex<Option<(String, SystemTime, Vec<KeyValue>)>>,
-    /// Set when one of its responses' spans is kept: the session's is too.
+    /// Set when one of its responses' spans is kept: the WebSocket session's is too.
     response_kept: Arc<AtomicBool>,
 }
 
@@ -80,7 +80,7 @@ impl Telemetry {
 impl WsSessionSpan {
     /// End the span with `more` attributes and `error` as its status (unset
     /// when `None`), if it is recorded and not ended yet, and export it if
-    /// sampling keeps it: a failed handshake, a session one of whose
+    /// sampling keeps it: a failed handshake, a WebSocket session one of whose
     /// responses was kept, or what the parent and the ratio say.
     fn end(&self, more: Vec<KeyValue>, error: Option<String>, end_time: SystemTime) {
         let Some(spans) = &self.telemetry.inner.spans else {
@@ -130,12 +130,12 @@ impl Drop for WsSessionSpan {
 
 impl WsSessionTelemetry {
     /// Write `traceparent` for the upstream handshake: the upstream's work
-    /// sits inside the session span.
+    /// sits inside the WebSocket session span.
     pub fn inject(&self, headers: &mut HeaderMap) {
         inject_trace_context(&self.span.start.context, headers);
     }
 
-    /// Start a response's telemetry, its span a child of the session's.
+    /// Start a response's telemetry, its span a child of the WebSocket session's.
     pub fn begin_child(&self, facts: &RequestFacts) -> RequestTelemetry {
         let mut child = self.span.telemetry.begin_in(facts, &self.span.cx);
         child.ws_session_kept = Some(self.span.response_kept.clone());
@@ -143,7 +143,7 @@ impl WsSessionTelemetry {
     }
 
     /// The handshake did not switch protocols (refused, failed or answered
-    /// with an error): the session span ends with `code`.
+    /// with an error): the WebSocket session span ends with `code`.
     pub fn refused(self, facts: &RequestFacts, code: &str) {
         self.span.end(
             vec![
@@ -155,7 +155,7 @@ impl WsSessionTelemetry {
         );
     }
 
-    /// The session is over.
+    /// The WebSocket session is over.
     pub fn finish(self, facts: &RequestFacts, s: &WsSessionSummary) {
         let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let mut a = vec![

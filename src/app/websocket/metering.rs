@@ -1,9 +1,9 @@
-//! A session's side view: the relayed bytes of each direction in (from the
+//! A WebSocket session's side view: the relayed bytes of each direction in (from the
 //! relay, after they were written on); WebSocket messages decoded from
-//! them (`framing::websocket`), session events parsed from those
-//! (`providers::realtime`), and the session meter fed, out. Never touches
+//! them (`framing::websocket`), realtime events parsed from those
+//! (`providers::realtime`), and the WebSocket session meter fed, out. Never touches
 //! the relayed bytes and never fails the relay: a bad message is counted
-//! and skipped; a broken frame stream stops metering for the session,
+//! and skipped; a broken frame stream stops metering for the WebSocket session,
 //! which is then marked unmetered with the reason.
 
 use std::sync::Arc;
@@ -23,14 +23,14 @@ use super::relay::{Dir, End, Side, Tap};
 pub(super) struct Metering {
     facts: RequestFacts,
     meter: Option<WsSessionMeter>,
-    session: Option<WsSessionTelemetry>,
+    ws_session: Option<WsSessionTelemetry>,
     /// The decoders and parser; `None` once metering cannot follow.
     view: Option<View>,
-    /// Why a session stopped by tokentap's shutdown was stopped.
+    /// Why a WebSocket session stopped by tokentap's shutdown was stopped.
     shutdown: Arc<Shutdown>,
 }
 
-/// What reads the session's messages.
+/// What reads the WebSocket session's messages.
 struct View {
     up: WsDecoder,
     down: WsDecoder,
@@ -38,7 +38,7 @@ struct View {
 }
 
 impl Metering {
-    /// Metering for the session `session`, whose handshake `facts`
+    /// Metering for the WebSocket session `ws_session`, whose handshake `facts`
     /// describe; `extensions` are the upstream's `Sec-WebSocket-Extensions`
     /// answer (permessage-deflate parameters); messages larger than
     /// `max_message` pass unread.
@@ -47,10 +47,10 @@ impl Metering {
         path_and_query: &str,
         extensions: &[String],
         max_message: usize,
-        session: WsSessionTelemetry,
+        ws_session: WsSessionTelemetry,
         shutdown: Arc<Shutdown>,
     ) -> Metering {
-        let child = session.clone();
+        let child = ws_session.clone();
         let start: WsStartRecorder = Box::new(move |f| Box::new(child.begin_child(f)));
         let mut meter = WsSessionMeter::new(facts.clone(), start);
         let extensions: Vec<&str> = extensions.iter().map(String::as_str).collect();
@@ -79,18 +79,18 @@ impl Metering {
         Metering {
             facts: facts.clone(),
             meter: Some(meter),
-            session: Some(session),
+            ws_session: Some(ws_session),
             view,
             shutdown,
         }
     }
 
-    /// One side's upgrade never completed: the session ends here.
+    /// One side's upgrade never completed: the WebSocket session ends here.
     pub(super) fn not_upgraded(&mut self) {
         self.end(WsSessionEnd::NotUpgraded);
     }
 
-    /// The relay is over: record what is in flight and the session span.
+    /// The relay is over: record what is in flight and the WebSocket session span.
     pub(super) fn finish(&mut self, end: End) {
         let end = match end {
             End::Closed { first } => WsSessionEnd::Closed(party(first)),
@@ -99,7 +99,7 @@ impl Metering {
                 WsSessionEnd::Failed(party(side))
             }
             End::Idle => WsSessionEnd::Idle,
-            // Sessions are stopped just before the drain's cut, or with it.
+            // WebSocket sessions are stopped just before the drain's cut, or with it.
             End::Shutdown => {
                 WsSessionEnd::Shutdown(self.shutdown.is_cut().unwrap_or(Cut::GraceExpired))
             }
@@ -108,9 +108,9 @@ impl Metering {
     }
 
     fn end(&mut self, end: WsSessionEnd) {
-        if let (Some(meter), Some(session)) = (self.meter.take(), self.session.take()) {
+        if let (Some(meter), Some(ws_session)) = (self.meter.take(), self.ws_session.take()) {
             let summary = meter.end(end);
-            session.finish(&self.facts, &summary);
+            ws_session.finish(&self.facts, &summary);
         }
     }
 }
@@ -168,7 +168,7 @@ impl Tap for Metering {
     }
 }
 
-/// Fold one session event into the meter.
+/// Fold one WebSocket session event into the meter.
 fn apply(meter: &mut WsSessionMeter, ev: RealtimeEvent<'_>) {
     match ev {
         RealtimeEvent::ResponseRequested { model } => meter.requested(model),

@@ -1,5 +1,5 @@
 //! The Gemini Live dialect of a WebSocket session (`BidiGenerateContent`):
-//! one complete JSON message in, session events out, with the turn state
+//! one complete JSON message in, realtime events out, with the turn state
 //! only this dialect needs (`GeminiTurn`).
 
 use super::*;
@@ -241,7 +241,7 @@ impl<'de> Fold<'de> for PartCounts {
 
 deserialize_by_fold!(PartCounts);
 
-/// Gemini Live's per-session state, on its own parser: Gemini has no
+/// Gemini Live's per-WebSocket-session state, on its own parser: Gemini has no
 /// response-created event, so a turn opens with its first model content
 /// and closes at `turnComplete`.
 #[derive(Debug, Default)]

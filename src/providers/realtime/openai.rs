@@ -1,5 +1,5 @@
 //! The OpenAI dialects of a WebSocket session (Realtime, and the
-//! Responses API's WebSocket mode): one complete JSON event in, session
+//! Responses API's WebSocket mode): one complete JSON event in, realtime
 //! events out. Shapes and the scan are described in `realtime`'s header.
 
 use super::*;
@@ -267,7 +267,7 @@ pub(super) fn openai_client(event: &OpenAiView<'_>, out: &mut dyn FnMut(Realtime
             out(RealtimeEvent::Lane(lane));
         }
         // Responses mode names the model at the top level; Realtime's
-        // `response` parameters document none (the session's applies), but
+        // `response` parameters document none (the WebSocket session's applies), but
         // one is read if present.
         let model = event
             .full
