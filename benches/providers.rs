@@ -11,7 +11,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use tokentap::providers::realtime::{Dialect, SessionEvent, SessionParser};
+use tokentap::providers::realtime::{Dialect, RealtimeEvent, RealtimeParser};
 use tokentap::providers::{Event, Operation, Parser, ProviderKind};
 
 #[path = "support/streams.rs"]
@@ -183,12 +183,12 @@ fn bench_realtime(c: &mut Criterion) {
     let mut group = c.benchmark_group("providers/realtime");
     group.throughput(Throughput::Elements(1));
     for (name, server, msg) in cases {
-        let mut parser = SessionParser::new(Dialect::OpenaiRealtime);
+        let mut parser = RealtimeParser::new(Dialect::OpenaiRealtime);
         let mut tally = 0u64;
         group.bench_function(name, |b| {
             b.iter(|| {
                 let on =
-                    &mut |ev: SessionEvent<'_>| tally += u64::from(ev != SessionEvent::Closing);
+                    &mut |ev: RealtimeEvent<'_>| tally += u64::from(ev != RealtimeEvent::Closing);
                 let msg = black_box(msg.as_bytes());
                 let parsed = if server {
                     parser.server_message(msg, on)

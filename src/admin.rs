@@ -123,7 +123,7 @@ pub struct AdminState {
     /// `/config`: the active configuration, secrets redacted.
     pub config: ConfigView,
     /// WebSocket sessions relayed now (`/readyz`, the dashboard).
-    pub sessions: Arc<WsSessions>,
+    pub ws_sessions: Arc<WsSessions>,
 }
 
 /// A running admin listener.
@@ -318,7 +318,10 @@ pub async fn handle<B>(state: Arc<AdminState>, req: Request<B>) -> Response<Full
         "/healthz" => respond(StatusCode::OK, TEXT, "ok\n"),
         "/readyz" if state.readiness.is_ready() => {
             // The first line stays `ready` for probes that match the body.
-            let body = format!("ready\nwebsocket_sessions: {}\n", state.sessions.active());
+            let body = format!(
+                "ready\nwebsocket_sessions: {}\n",
+                state.ws_sessions.active()
+            );
             respond(StatusCode::OK, TEXT, body)
         }
         "/readyz" => respond(StatusCode::SERVICE_UNAVAILABLE, TEXT, draining(&state)),
@@ -447,7 +450,7 @@ fn method_not_allowed() -> Response<Full<Bytes>> {
 /// (HTTP requests and WebSocket sessions), the oldest one's age, and the
 /// WebSocket sessions among them.
 fn draining(state: &AdminState) -> String {
-    let open = state.sessions.shutdown().open();
+    let open = state.ws_sessions.shutdown().open();
     let oldest = open
         .oldest
         .map(|age| format!("oldest_stream_age: {}\n", humantime::format_duration(age)))
@@ -455,7 +458,7 @@ fn draining(state: &AdminState) -> String {
     format!(
         "draining\nstreams: {}\n{oldest}websocket_sessions: {}\n",
         open.streams,
-        state.sessions.active()
+        state.ws_sessions.active()
     )
 }
 
@@ -478,7 +481,7 @@ mod tests {
             telemetry: Arc::new(telemetry),
             readiness: Readiness::new(),
             config: ConfigView::new(&config),
-            sessions: WsSessions::new(Shutdown::new()),
+            ws_sessions: WsSessions::new(Shutdown::new()),
         })
     }
 
@@ -515,7 +518,7 @@ mod tests {
             "/readyz is 503 once draining"
         );
         #[allow(clippy::disallowed_methods, reason = "test clock")]
-        let open = s.sessions.shutdown().enter(std::time::Instant::now());
+        let open = s.ws_sessions.shutdown().enter(std::time::Instant::now());
         assert_eq!(
             get(&s, Method::GET, "/readyz").await.1,
             "draining\nstreams: 1\noldest_stream_age: 0s\nwebsocket_sessions: 0\n",

@@ -38,7 +38,7 @@ const DRAIN_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// (at most half of it) are stopped then: a session over HTTP/2 rides on a
 /// connection the server's drain cuts when the grace period ends, and its
 /// close frame 1001 has to be out before that.
-const SESSION_CLOSE_WINDOW: std::time::Duration = std::time::Duration::from_millis(100);
+const WS_SESSION_CLOSE_WINDOW: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// How often a drain logs what it still waits for.
 const DRAIN_PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
@@ -57,7 +57,7 @@ struct State {
     /// Upstream bodies read on after their client left (drain routes).
     drains: Arc<Drains>,
     /// WebSocket sessions being relayed.
-    sessions: Arc<WsSessions>,
+    ws_sessions: Arc<WsSessions>,
     /// Open streams and the drain's cut (kept across reloads).
     shutdown: Arc<Shutdown>,
 }
@@ -81,7 +81,7 @@ pub struct Running {
     /// What `/config` shows.
     config_view: ConfigView,
     drains: Arc<Drains>,
-    sessions: Arc<WsSessions>,
+    ws_sessions: Arc<WsSessions>,
     shutdown: Arc<Shutdown>,
     shutdown_grace: std::time::Duration,
     /// The shared state store (`[state] url`).
@@ -115,14 +115,14 @@ impl Running {
         let grace_ends = tokio::time::Instant::now() + self.shutdown_grace;
         self.readiness.set_draining();
         let _ = self.stop.send(true);
-        let (sessions, shutdown) = (self.sessions.clone(), self.shutdown.clone());
-        let close_at = grace_ends - SESSION_CLOSE_WINDOW.min(self.shutdown_grace / 2);
-        let deadline = cut_at(close_at, grace_ends, cut_now, &sessions, &shutdown);
+        let (ws_sessions, shutdown) = (self.ws_sessions.clone(), self.shutdown.clone());
+        let close_at = grace_ends - WS_SESSION_CLOSE_WINDOW.min(self.shutdown_grace / 2);
+        let deadline = cut_at(close_at, grace_ends, cut_now, &ws_sessions, &shutdown);
         let all_done = async {
             self.server.served().await;
-            sessions.wait_idle().await;
+            ws_sessions.wait_idle().await;
         };
-        let progress = report_progress(&sessions, &shutdown);
+        let progress = report_progress(&ws_sessions, &shutdown);
         let cut = tokio::select! {
             () = all_done => None,
             cut = deadline => Some(cut),
@@ -151,7 +151,7 @@ impl Running {
         }
         self.drains.stop();
         let _ = tokio::time::timeout(DRAIN_STOP_WAIT, self.drains.wait_idle()).await;
-        let _ = tokio::time::timeout(DRAIN_STOP_WAIT, self.sessions.wait_idle()).await;
+        let _ = tokio::time::timeout(DRAIN_STOP_WAIT, self.ws_sessions.wait_idle()).await;
         if let Some(admin) = self.admin {
             admin.shutdown().await;
         }
@@ -184,8 +184,8 @@ impl Running {
     }
 
     /// WebSocket sessions being relayed.
-    pub fn sessions_active(&self) -> usize {
-        self.sessions.active()
+    pub fn ws_sessions_active(&self) -> usize {
+        self.ws_sessions.active()
     }
 
     /// Whether the active configuration asks for the config file to be watched.
@@ -251,7 +251,7 @@ impl Running {
             tokenizer: current.tokenizer.clone(),
             ledger: current.ledger.clone(),
             drains: current.drains.clone(),
-            sessions: current.sessions.clone(),
+            ws_sessions: current.ws_sessions.clone(),
             shutdown: current.shutdown.clone(),
             config,
         }));
@@ -266,7 +266,7 @@ async fn cut_at(
     close_at: tokio::time::Instant,
     grace_ends: tokio::time::Instant,
     cut_now: impl Future<Output = ()>,
-    sessions: &WsSessions,
+    ws_sessions: &WsSessions,
     shutdown: &Shutdown,
 ) -> Cut {
     let mut cut_now = std::pin::pin!(cut_now);
@@ -276,9 +276,9 @@ async fn cut_at(
     };
     // Sessions on an HTTP/2 connection ride on what the cut closes: their
     // close frames go out first.
-    sessions.stop();
+    ws_sessions.stop();
     let why = if forced {
-        let _ = tokio::time::timeout(SESSION_CLOSE_WINDOW, sessions.wait_idle()).await;
+        let _ = tokio::time::timeout(WS_SESSION_CLOSE_WINDOW, ws_sessions.wait_idle()).await;
         Cut::Forced
     } else {
         tokio::select! {
@@ -292,7 +292,7 @@ async fn cut_at(
 
 /// Every `DRAIN_PROGRESS_EVERY`, log the streams the drain still waits for
 /// and the oldest one's age. Never ends.
-async fn report_progress(sessions: &WsSessions, shutdown: &Shutdown) {
+async fn report_progress(ws_sessions: &WsSessions, shutdown: &Shutdown) {
     let mut tick = tokio::time::interval(DRAIN_PROGRESS_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
@@ -303,7 +303,7 @@ async fn report_progress(sessions: &WsSessions, shutdown: &Shutdown) {
         tracing::info!(
             streams = open.streams,
             oldest = %humantime::format_duration(oldest),
-            websocket_sessions = sessions.active(),
+            websocket_sessions = ws_sessions.active(),
             "draining: streams still open"
         );
     }
@@ -516,13 +516,13 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let readiness = Readiness::new();
     let config_view = ConfigView::new(&config);
     let shutdown = Shutdown::new();
-    let sessions = WsSessions::new(shutdown.clone());
+    let ws_sessions = WsSessions::new(shutdown.clone());
     let admin = admin_listener.map(|l| {
         let state = AdminState {
             telemetry: telemetry.clone(),
             readiness: readiness.clone(),
             config: config_view.clone(),
-            sessions: sessions.clone(),
+            ws_sessions: ws_sessions.clone(),
         };
         Admin::spawn(l, state, &config.server, admin_tls.clone(), &config.admin)
     });
@@ -536,12 +536,12 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let drains = Drains::new(config.upstream.max_drains);
     let observed = drains.clone();
     telemetry.observe_drains(move || observed.active() as u64);
-    let observed = sessions.clone();
-    telemetry.observe_sessions(move || observed.active() as u64);
+    let observed = ws_sessions.clone();
+    telemetry.observe_ws_sessions(move || observed.active() as u64);
     let shutdown_grace = config.server.shutdown_grace;
     let state: Arc<ArcSwap<State>> = Arc::new(ArcSwap::from_pointee(State {
         drains: drains.clone(),
-        sessions: sessions.clone(),
+        ws_sessions: ws_sessions.clone(),
         shutdown: shutdown.clone(),
         router: Router::new(&config.routes, config.upstream.drain_timeout),
         client,
@@ -584,7 +584,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         state,
         config_view,
         drains,
-        sessions,
+        ws_sessions,
         shutdown,
         shutdown_grace,
         store,

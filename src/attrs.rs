@@ -89,42 +89,44 @@ pub const M_WEBSOCKET_SESSIONS_ACTIVE: &str = "tokentap.websocket.sessions.activ
 pub const M_MODALITY_TOKENS: &str = "tokentap.token.modality.usage";
 
 // WebSocket session span attributes (no GenAI convention covers sessions).
-/// Session span: responses measured in the session (int).
-pub const SESSION_RESPONSES: &str = "tokentap.session.responses";
-/// Session span: input tokens summed over its responses (int).
-pub const SESSION_INPUT_TOKENS: &str = "tokentap.session.input_tokens";
-/// Session span: output tokens summed over its responses (int).
-pub const SESSION_OUTPUT_TOKENS: &str = "tokentap.session.output_tokens";
-/// Session span: client tool calls summed over its responses (int).
-pub const SESSION_TOOL_CALLS: &str = "tokentap.session.tool_calls";
-/// Session span: cached input tokens summed over its responses (int).
-pub const SESSION_CACHE_READ: &str = "tokentap.session.cache_read.input_tokens";
-/// Session span: text input tokens summed over its responses (int).
-pub const SESSION_TEXT_INPUT: &str = "tokentap.session.text.input_tokens";
-/// Session span: audio input tokens summed over its responses (int).
-pub const SESSION_AUDIO_INPUT: &str = "tokentap.session.audio.input_tokens";
-/// Session span: cached text input tokens summed over its responses (int).
-pub const SESSION_CACHE_READ_TEXT: &str = "tokentap.session.cache_read.text.input_tokens";
-/// Session span: cached audio input tokens summed over its responses (int).
-pub const SESSION_CACHE_READ_AUDIO: &str = "tokentap.session.cache_read.audio.input_tokens";
-/// Session span: text output tokens summed over its responses (int).
-pub const SESSION_TEXT_OUTPUT: &str = "tokentap.session.text.output_tokens";
-/// Session span: audio output tokens summed over its responses (int).
-pub const SESSION_AUDIO_OUTPUT: &str = "tokentap.session.audio.output_tokens";
-/// Session span: why the session ended (`client_closed`, `idle_timeout`, ...).
-pub const SESSION_END: &str = "tokentap.session.end";
-/// Session span: close code the client sent (int).
-pub const SESSION_CLOSE_CODE_CLIENT: &str = "tokentap.session.close_code.client";
-/// Session span: close code the upstream sent (int).
-pub const SESSION_CLOSE_CODE_UPSTREAM: &str = "tokentap.session.close_code.upstream";
-/// Session span: error events and unreadable or oversized messages (int).
-pub const SESSION_ERRORS: &str = "tokentap.session.errors";
-/// Session span: why the session's messages were not metered.
-pub const SESSION_UNMETERED: &str = "tokentap.session.unmetered";
-/// Session span: bytes relayed from client to upstream (int).
-pub const SESSION_BYTES_UP: &str = "tokentap.session.bytes.client_to_upstream";
-/// Session span: bytes relayed from upstream to client (int).
-pub const SESSION_BYTES_DOWN: &str = "tokentap.session.bytes.upstream_to_client";
+// The wire names keep `tokentap.session.*`; in code they are `WS_SESSION_*`,
+// apart from the agent session (`GEN_AI_CONVERSATION_ID`).
+/// WebSocket session span: responses measured in the WebSocket session (int).
+pub const WS_SESSION_RESPONSES: &str = "tokentap.session.responses";
+/// WebSocket session span: input tokens summed over its responses (int).
+pub const WS_SESSION_INPUT_TOKENS: &str = "tokentap.session.input_tokens";
+/// WebSocket session span: output tokens summed over its responses (int).
+pub const WS_SESSION_OUTPUT_TOKENS: &str = "tokentap.session.output_tokens";
+/// WebSocket session span: client tool calls summed over its responses (int).
+pub const WS_SESSION_TOOL_CALLS: &str = "tokentap.session.tool_calls";
+/// WebSocket session span: cached input tokens summed over its responses (int).
+pub const WS_SESSION_CACHE_READ: &str = "tokentap.session.cache_read.input_tokens";
+/// WebSocket session span: text input tokens summed over its responses (int).
+pub const WS_SESSION_TEXT_INPUT: &str = "tokentap.session.text.input_tokens";
+/// WebSocket session span: audio input tokens summed over its responses (int).
+pub const WS_SESSION_AUDIO_INPUT: &str = "tokentap.session.audio.input_tokens";
+/// WebSocket session span: cached text input tokens summed over its responses (int).
+pub const WS_SESSION_CACHE_READ_TEXT: &str = "tokentap.session.cache_read.text.input_tokens";
+/// WebSocket session span: cached audio input tokens summed over its responses (int).
+pub const WS_SESSION_CACHE_READ_AUDIO: &str = "tokentap.session.cache_read.audio.input_tokens";
+/// WebSocket session span: text output tokens summed over its responses (int).
+pub const WS_SESSION_TEXT_OUTPUT: &str = "tokentap.session.text.output_tokens";
+/// WebSocket session span: audio output tokens summed over its responses (int).
+pub const WS_SESSION_AUDIO_OUTPUT: &str = "tokentap.session.audio.output_tokens";
+/// WebSocket session span: why the WebSocket session ended (`client_closed`, `idle_timeout`, ...).
+pub const WS_SESSION_END: &str = "tokentap.session.end";
+/// WebSocket session span: close code the client sent (int).
+pub const WS_SESSION_CLOSE_CODE_CLIENT: &str = "tokentap.session.close_code.client";
+/// WebSocket session span: close code the upstream sent (int).
+pub const WS_SESSION_CLOSE_CODE_UPSTREAM: &str = "tokentap.session.close_code.upstream";
+/// WebSocket session span: error events and unreadable or oversized messages (int).
+pub const WS_SESSION_ERRORS: &str = "tokentap.session.errors";
+/// WebSocket session span: why the WebSocket session's messages were not metered.
+pub const WS_SESSION_UNMETERED: &str = "tokentap.session.unmetered";
+/// WebSocket session span: bytes relayed from client to upstream (int).
+pub const WS_SESSION_BYTES_UP: &str = "tokentap.session.bytes.client_to_upstream";
+/// WebSocket session span: bytes relayed from upstream to client (int).
+pub const WS_SESSION_BYTES_DOWN: &str = "tokentap.session.bytes.upstream_to_client";
 /// Histogram: wait for an upstream connection or HTTP/2 stream slot (s).
 pub const M_POOL_WAIT: &str = "tokentap.upstream.pool.wait";
 /// Gauge: open HTTP/2 upstream connections taking new streams, per host ({connection}).

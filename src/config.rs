@@ -643,7 +643,7 @@ impl SessionsConfig {
     }
 }
 
-/// The bounds of the per-session rollups.
+/// The bounds of the per-agent-session rollups (`[sessions]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionLimits {
     /// Sessions kept; the least recently seen goes first.

@@ -6,7 +6,7 @@
 //! (frames) → `providers` (events) → `telemetry` (record: span records,
 //! metrics, access log). A finished measurement then goes two ways:
 //! `ship` puts what was recorded on the wire (OTLP, Prometheus text, the
-//! log), and `watch` keeps the live windows, SLOs and session rollups that
+//! log), and `watch` keeps the live windows, SLOs and agent-session rollups that
 //! `admin` reads (`compare` among them: per route and model, repeated
 //! windows of finished requests by prompt-size and load class, read as
 //! `/api/compare`). `attrs` (attribute and metric names), `capped_maps`
@@ -17,6 +17,12 @@
 //! or a changed config file; `bench` drives load through the same `meter`
 //! for `tokentap bench`; `fleet` reads the comparison cells back from
 //! Prometheus for `tokentap compare --prometheus`.
+//!
+//! "Session" means an agent session (`[sessions]`, `/api/sessions`,
+//! `watch::rollups`); a relayed WebSocket connection is a WebSocket
+//! session, and its names say so: `meter::ws_session`,
+//! `telemetry::WsSessionTelemetry`, `meter::ws_sessions::WsSessions`,
+//! `providers::realtime::RealtimeParser`.
 
 pub mod admin;
 pub mod app;

@@ -10,9 +10,9 @@ pub mod decompress;
 pub mod drain;
 pub mod ledger;
 mod measurement;
-pub mod session;
 pub mod shutdown;
 pub mod tokenize;
+pub mod ws_session;
 pub mod ws_sessions;
 
 pub use self::measurement::*;

@@ -63,7 +63,7 @@ pub fn as_ledger(store: &std::sync::Arc<Store>) -> std::sync::Arc<dyn SharedLedg
     store.clone()
 }
 
-/// The store seen as telemetry's fleet rollups.
+/// The store seen as telemetry's fleet agent-session rollups.
 pub fn as_sessions(store: &std::sync::Arc<Store>) -> std::sync::Arc<dyn SharedSessions> {
     store.clone()
 }

@@ -1,6 +1,6 @@
 //! Telemetry (recording): finished `Measurement`s in; span records, GenAI
 //! metrics and one access-log line per request out, handed to `ship` (which
-//! puts them on the wire) and to `watch` (live windows, SLOs, session
+//! puts them on the wire) and to `watch` (live windows, SLOs, agent-session
 //! rollups). Never blocks the request path.
 //!
 //! Everything here is owned by one `Telemetry` value (no global providers),
@@ -17,12 +17,12 @@ mod in_flight;
 mod instruments;
 pub mod pull;
 pub(crate) mod sampling;
-mod session;
 pub(crate) mod span;
 pub(crate) mod span_export;
 pub(crate) mod span_record;
+mod ws_session;
 
-pub use self::session::SessionTelemetry;
+pub use self::ws_session::WsSessionTelemetry;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,7 +109,8 @@ struct Inner {
     exposition: Exposition,
     /// Prices for finished requests; swapped on reload, `None` = no pricing.
     prices: ArcSwapOption<PriceBook>,
-    /// Per-session totals (`/api/sessions`), every request with a session.
+    /// Per-agent-session totals (`/api/sessions`), every request with an
+    /// agent session.
     rollups: rollups::SessionRollups,
 }
 
@@ -286,7 +287,7 @@ impl Telemetry {
             in_flight_at_start: concurrency,
             load_class: inner.compare.classes().index(concurrency),
             first_of_pair,
-            session_kept: None,
+            ws_session_kept: None,
             frame_overhead: None,
         }
     }
@@ -421,7 +422,7 @@ impl Telemetry {
 
     /// Report `active()` as `tokentap.websocket.sessions.active` at each
     /// collection (WebSocket sessions being relayed).
-    pub fn observe_sessions(&self, active: impl Fn() -> u64 + Send + Sync + 'static) {
+    pub fn observe_ws_sessions(&self, active: impl Fn() -> u64 + Send + Sync + 'static) {
         let Some(meter) = &self.inner.meter else {
             return;
         };
@@ -521,7 +522,7 @@ impl Telemetry {
         &self.inner.compare
     }
 
-    /// Per-session rollups (`/api/sessions`, the dashboard).
+    /// Per-agent-session rollups (`/api/sessions`, the dashboard).
     pub fn sessions(&self) -> &rollups::SessionRollups {
         &self.inner.rollups
     }
@@ -614,9 +615,9 @@ pub struct RequestTelemetry {
     load_class: usize,
     /// The first request its (route, model) pair has seen.
     first_of_pair: bool,
-    /// A WebSocket response: set when its span is kept, so its session's
-    /// span is kept too.
-    session_kept: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// A WebSocket response: set when its span is kept, so its WebSocket
+    /// session's span is kept too.
+    ws_session_kept: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// `tokentap.proxy.overhead` for response frames, bound at the first
     /// sampled frame.
     frame_overhead: Option<BoundHistogram<f64>>,
@@ -700,7 +701,7 @@ impl Recorder for RequestTelemetry {
             Some((spans, slo, kept))
         });
         if kept.is_some()
-            && let Some(flag) = &this.session_kept
+            && let Some(flag) = &this.ws_session_kept
         {
             flag.store(true, std::sync::atomic::Ordering::Relaxed);
         }

@@ -267,7 +267,7 @@ async fn sessions_over_the_cap_get_503() {
         Err(WsError::Http(res)) => assert_eq!(res.status(), 503, "over the cap"),
         other => panic!("expected 503, got {other:?}"),
     }
-    assert_eq!(proxy.running().unwrap().sessions_active(), 1);
+    assert_eq!(proxy.running().unwrap().ws_sessions_active(), 1);
     first.send(Message::text("still works")).await.unwrap();
     assert_eq!(
         first.next().await.unwrap().unwrap(),
@@ -1528,7 +1528,7 @@ async fn over_http2_idle_sessions_are_closed_when_configured() {
         other => panic!("expected close 1001 after the idle timeout, got {other:?}"),
     }
     let closed = async {
-        while proxy.running().unwrap().sessions_active() != 0 {
+        while proxy.running().unwrap().ws_sessions_active() != 0 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     };

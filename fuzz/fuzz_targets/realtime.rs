@@ -1,5 +1,5 @@
 //! Fuzz target: arbitrary WebSocket sessions through
-//! `providers::realtime::SessionParser`; see `fuzz/src/realtime.rs`.
+//! `providers::realtime::RealtimeParser`; see `fuzz/src/realtime.rs`.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|input: &[u8]| {

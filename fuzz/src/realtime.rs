@@ -1,5 +1,5 @@
 //! WebSocket session harness: raw fuzzer input in, assertions about
-//! `providers::realtime::SessionParser` out.
+//! `providers::realtime::RealtimeParser` out.
 //!
 //! The first byte picks the dialect (modulo 3); the rest is a session, one
 //! message per `\n`-separated line, whose first byte says the direction
@@ -10,7 +10,7 @@
 //! - the OpenAI dialects keep no state between messages: each message
 //!   parsed by a fresh parser gives the events it gave inside the session.
 
-use tokentap::providers::realtime::{Dialect, SessionEvent, SessionParser};
+use tokentap::providers::realtime::{Dialect, RealtimeEvent, RealtimeParser};
 
 /// Every dialect, indexed by the control byte.
 pub const DIALECTS: [Dialect; 3] = [
@@ -22,15 +22,15 @@ pub const DIALECTS: [Dialect; 3] = [
 /// One message's events, in `Debug` form, or `None` when it was rejected.
 type Result1 = Option<Vec<String>>;
 
-fn feed(parser: &mut SessionParser, line: &[u8]) -> Result1 {
+fn feed(parser: &mut RealtimeParser, line: &[u8]) -> Result1 {
     let (client, json) = match line.split_first() {
         Some((b'c', json)) => (true, json),
         Some((_, json)) => (false, json),
         None => (false, line),
     };
     let mut events = Vec::new();
-    let mut on = |e: SessionEvent<'_>| {
-        if let SessionEvent::Output { pieces, .. } = e {
+    let mut on = |e: RealtimeEvent<'_>| {
+        if let RealtimeEvent::Output { pieces, .. } = e {
             assert!(pieces >= 1, "an Output event with no pieces");
         }
         events.push(format!("{e:?}"));
@@ -55,11 +55,11 @@ pub fn fuzz_one(input: &[u8]) {
         return;
     };
     let dialect = DIALECTS[usize::from(*control) % DIALECTS.len()];
-    let mut parser = SessionParser::new(dialect);
+    let mut parser = RealtimeParser::new(dialect);
     for line in session.split(|b| *b == b'\n') {
         let in_session = feed(&mut parser, line);
         if dialect != Dialect::GeminiLive {
-            let alone = feed(&mut SessionParser::new(dialect), line);
+            let alone = feed(&mut RealtimeParser::new(dialect), line);
             assert_eq!(alone, in_session, "OpenAI messages do not depend on state");
         }
     }

@@ -59,7 +59,7 @@ pub(super) fn live(state: &AdminState) -> Response<Full<Bytes>> {
     let snapshot = live.snapshot();
     let json = LiveJson {
         snapshot: &snapshot,
-        websocket_sessions: state.sessions.active(),
+        websocket_sessions: state.ws_sessions.active(),
         span_export: state.telemetry.exports_spans(),
         cost_note: live.cost_note(),
     };

@@ -680,7 +680,7 @@ async fn websocket_session(
     let handshake = websocket::Handshake {
         client: &state.client,
         telemetry: &state.telemetry,
-        sessions: &state.sessions,
+        ws_sessions: &state.ws_sessions,
         config: state.config.websocket.clone(),
         upstream_uri: admitted.upstream_uri,
         facts,

@@ -1,7 +1,7 @@
 //! WebSocket sessions: an HTTP/1.1 upgrade request or an HTTP/2 extended
 //! CONNECT (RFC 8441) in; the upstream's answer to the handshake out to the
 //! client (its `101` and headers, or `200` to an HTTP/2 client; its error
-//! response unchanged), then a session task that relays the bytes both
+//! response unchanged), then a WebSocket session task that relays the bytes both
 //! ways untouched (`relay`) while metering reads a side view. tokentap
 //! never terminates the WebSocket: the client and the upstream negotiate
 //! subprotocol and extensions end to end.
@@ -72,12 +72,12 @@ fn has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool
         .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
-/// The model a session asks for in its URL (`model=`, `deployment=`).
+/// The model a WebSocket session asks for in its URL (`model=`, `deployment=`).
 pub fn model_from_path(path_and_query: &str) -> Option<String> {
     realtime::model_from_query(path_and_query)
 }
 
-/// The provider a session's URL implies when the route names none.
+/// The provider a WebSocket session's URL implies when the route names none.
 pub fn provider_for_path(path_and_query: &str) -> Option<ProviderKind> {
     match realtime::dialect_for_path(path_and_query)? {
         Dialect::GeminiLive => Some(ProviderKind::Gemini),
@@ -89,15 +89,15 @@ pub fn provider_for_path(path_and_query: &str) -> Option<ProviderKind> {
 pub struct Handshake<'a> {
     /// Upstream client that opens the upstream WebSocket connection.
     pub client: &'a Client,
-    /// Telemetry the session and its responses are recorded into.
+    /// Telemetry the WebSocket session and its responses are recorded into.
     pub telemetry: &'a Arc<Telemetry>,
-    /// The instance's sessions: count, cap and shutdown signal.
-    pub sessions: &'a Arc<WsSessions>,
-    /// The configuration the session keeps for its whole life.
+    /// The instance's WebSocket sessions: count, cap and shutdown signal.
+    pub ws_sessions: &'a Arc<WsSessions>,
+    /// The configuration the WebSocket session keeps for its whole life.
     pub config: WebsocketConfig,
     /// Upstream URI the handshake is forwarded to.
     pub upstream_uri: Uri,
-    /// Request facts shared by the session's measurements.
+    /// Request facts shared by the WebSocket session's measurements.
     pub facts: RequestFacts,
     /// The path and query the client asked for (after the route prefix).
     pub path_and_query: String,
@@ -118,20 +118,20 @@ pub enum Answer {
     Upstream(Response<Incoming>, Box<Meter>),
 }
 
-/// Forward the handshake; on `101`, start the session's relay task on the
+/// Forward the handshake; on `101`, start the WebSocket session's relay task on the
 /// current runtime.
 pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
     let via = Via::of(&req).unwrap_or(Via::Upgrade);
-    let session = h.telemetry.begin_session(&h.facts, req.headers());
-    let Some(slot) = h.sessions.enter(h.config.max_sessions, h.facts.start) else {
+    let ws_session = h.telemetry.begin_ws_session(&h.facts, req.headers());
+    let Some(slot) = h.ws_sessions.enter(h.config.max_sessions, h.facts.start) else {
         let (status, code) = (StatusCode::SERVICE_UNAVAILABLE, "websocket_sessions_full");
-        record_refusal(&h.facts, session, status, code);
+        record_refusal(&h.facts, ws_session, status, code);
         let message = "websocket.max_sessions sessions are running; try again later";
         return Answer::Local(crate::error::error_response(status, message, code));
     };
     if h.upstream_http2_only {
         let (status, code) = (StatusCode::BAD_GATEWAY, "websocket_upstream_http2_only");
-        record_refusal(&h.facts, session, status, code);
+        record_refusal(&h.facts, ws_session, status, code);
         let message = "the route's upstream is HTTP/2 only (http2 = \"always\"); \
             tokentap opens WebSockets upstream with an HTTP/1.1 upgrade and does not send \
             extended CONNECT upstream";
@@ -149,7 +149,7 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
     parts.headers.remove(header::HOST);
     restore_upgrade(&mut parts.headers, upgrade_to);
     let key = (via == Via::Connect).then(|| as_http1_upgrade(&mut parts));
-    session.inject(&mut parts.headers);
+    ws_session.inject(&mut parts.headers);
     parts.uri = h.upstream_uri.clone();
     parts.version = Version::HTTP_11;
     let request = Request::from_parts(parts, Empty::<Bytes>::new());
@@ -158,20 +158,20 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
         Ok(res) => res,
         Err(e) => {
             tracing::debug!(route = %h.facts.route, error = %e, "upstream upgrade failed");
-            record_refusal(&h.facts, session, e.status(), e.code());
+            record_refusal(&h.facts, ws_session, e.status(), e.code());
             return Answer::Local(e.to_response());
         }
     };
     if let Err((code, message)) = check_switch(via, &res, key.as_ref()) {
         tracing::debug!(route = %h.facts.route, code, "upstream handshake answer unusable");
         let status = StatusCode::BAD_GATEWAY;
-        record_refusal(&h.facts, session, status, code);
+        record_refusal(&h.facts, ws_session, status, code);
         return Answer::Local(crate::error::error_response(status, &message, code));
     }
     if res.status() != StatusCode::SWITCHING_PROTOCOLS {
-        let mut meter = Meter::new(h.facts.clone(), Box::new(session.begin_child(&h.facts)));
-        meter.watch_shutdown(h.sessions.shutdown());
-        session.refused(&h.facts, "handshake_refused");
+        let mut meter = Meter::new(h.facts.clone(), Box::new(ws_session.begin_child(&h.facts)));
+        meter.watch_shutdown(h.ws_sessions.shutdown());
+        ws_session.refused(&h.facts, "handshake_refused");
         upstream::strip_hop_by_hop(res.headers_mut());
         return Answer::Upstream(res, Box::new(meter));
     }
@@ -203,14 +203,14 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
         &h.path_and_query,
         &deflate_offered,
         h.config.max_message_bytes,
-        session,
-        h.sessions.shutdown().clone(),
+        ws_session,
+        h.ws_sessions.shutdown().clone(),
     );
     let run = Run {
         client: client_side,
         upstream: upstream_side,
         idle: h.config.idle_timeout,
-        stop: h.sessions.stopping(),
+        stop: h.ws_sessions.stopping(),
         slot,
     };
     tokio::spawn(run.relay(metering));
@@ -221,16 +221,16 @@ pub async fn upgrade(h: Handshake<'_>, mut req: Request<Incoming>) -> Answer {
 }
 
 /// A handshake that ends before the upstream switched: one failed
-/// response (`status`, `code`) inside the session span, which ends with `code`.
+/// response (`status`, `code`) inside the WebSocket session span, which ends with `code`.
 fn record_refusal(
     facts: &RequestFacts,
-    session: crate::telemetry::SessionTelemetry,
+    ws_session: crate::telemetry::WsSessionTelemetry,
     status: StatusCode,
     code: &str,
 ) {
-    let mut meter = Meter::new(facts.clone(), Box::new(session.begin_child(facts)));
+    let mut meter = Meter::new(facts.clone(), Box::new(ws_session.begin_child(facts)));
     meter.fail(status.as_u16(), code);
-    session.refused(facts, code);
+    ws_session.refused(facts, code);
 }
 
 /// Turn an extended CONNECT's head into an HTTP/1.1 upgrade GET (RFC 8441
@@ -313,7 +313,7 @@ fn restore_upgrade(headers: &mut HeaderMap, upgrade_to: Option<HeaderValue>) {
     }
 }
 
-/// A session between the handshake and its end.
+/// A WebSocket session between the handshake and its end.
 struct Run {
     client: OnUpgrade,
     upstream: OnUpgrade,

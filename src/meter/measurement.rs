@@ -1,7 +1,7 @@
 //! The meter's vocabulary: what one request was (`RequestFacts`) and what
 //! it measured (`Measurement`, its `Outcome`, usage, reasoning, tools and
 //! modalities) in one place; `Recorder` is what receives it. Built by the
-//! meter (`body`, `session`, `drain`), read by `telemetry`, `watch`,
+//! meter (`body`, `ws_session`, `drain`), read by `telemetry`, `watch`,
 //! `state` and `bench`.
 
 use std::sync::Arc;

@@ -1,5 +1,5 @@
 //! WebSocket sessions of one instance (`WsSessions`): the count of relayed
-//! sessions and its cap, the stop signal, and their place among the
+//! WebSocket sessions and its cap, the stop signal, and their place among the
 //! drain's open streams; not agent sessions (`watch::rollups`). In:
 //! `enter`/`stop` from the relay, `active`/`wait_idle` from admin and the
 //! drain; out: a `Slot` per running session.
@@ -16,13 +16,13 @@ use super::shutdown::{OpenStream, Shutdown};
 pub struct WsSessions {
     count: watch::Sender<usize>,
     stop: watch::Sender<bool>,
-    /// The instance's shutdown: sessions count among its open streams,
+    /// The instance's shutdown: WebSocket sessions count among its open streams,
     /// and one stopped after its cut is recorded as that cut.
     shutdown: Arc<Shutdown>,
 }
 
 impl WsSessions {
-    /// No sessions yet; they count among `shutdown`'s open streams.
+    /// No WebSocket sessions yet; they count among `shutdown`'s open streams.
     pub fn new(shutdown: Arc<Shutdown>) -> Arc<WsSessions> {
         Arc::new(WsSessions {
             count: watch::Sender::new(0),
@@ -36,18 +36,18 @@ impl WsSessions {
         &self.shutdown
     }
 
-    /// Watches the stop signal (`stop`): true once every session is told
+    /// Watches the stop signal (`stop`): true once every WebSocket session is told
     /// to end.
     pub(crate) fn stopping(&self) -> watch::Receiver<bool> {
         self.stop.subscribe()
     }
 
-    /// Sessions running now.
+    /// WebSocket sessions running now.
     pub fn active(&self) -> usize {
         *self.count.borrow()
     }
 
-    /// A place for one more session (started at `start`), unless `cap`
+    /// A place for one more WebSocket session (started at `start`), unless `cap`
     /// are running.
     pub(crate) fn enter(self: &Arc<Self>, cap: usize, start: std::time::Instant) -> Option<Slot> {
         let admitted = self.count.send_if_modified(|n| {
@@ -63,19 +63,19 @@ impl WsSessions {
         })
     }
 
-    /// Resolves once no session is running.
+    /// Resolves once no WebSocket session is running.
     pub async fn wait_idle(&self) {
         let _ = self.count.subscribe().wait_for(|n| *n == 0).await;
     }
 
-    /// End every session: each direction gets a close frame 1001 (going
+    /// End every WebSocket session: each direction gets a close frame 1001 (going
     /// away) when it stands at a frame boundary, and is closed either way.
     pub fn stop(&self) {
         self.stop.send_replace(true);
     }
 }
 
-/// A running session's place in the count and among the open streams.
+/// A running WebSocket session's place in the count and among the open streams.
 pub(crate) struct Slot {
     sessions: Arc<WsSessions>,
     _open: OpenStream,

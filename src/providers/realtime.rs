@@ -1,7 +1,7 @@
-//! WebSocket session dialects: complete JSON messages of a relayed session
-//! (client → server and server → client) in, session events out.
+//! WebSocket session dialects: complete JSON messages of a relayed WebSocket session
+//! (client → server and server → client) in, realtime events out.
 //!
-//! Three dialects share the session events and `SessionParser` here
+//! Three dialects share the realtime events and `RealtimeParser` here
 //! because they share the shape "a client asks, the server streams deltas,
 //! a terminal event carries usage"; each reads its messages in its own
 //! file (`openai`, `gemini`):
@@ -27,13 +27,13 @@
 //! OpenAI events are first read by a validating scan (`providers::scan`)
 //! that keeps only the top-level `type`, `delta` and `stream_id`: that is
 //! all an output delta, a VAD event or an ignored event needs, and they are
-//! nearly every message of a session (audio deltas and client audio
+//! nearly every message of a WebSocket session (audio deltas and client audio
 //! appends are large base64 strings, walked once and never copied). An
 //! event with a field only serde reads (`response`, `session`, `error`,
 //! `model`), or anything the scan is unsure of, is deserialized once into
 //! borrowed structs holding only the fields metering reads; malformed JSON
 //! is rejected either way. Deltas are borrowed as raw JSON and only checked
-//! for emptiness (the session meter counts pieces, it reads no text).
+//! for emptiness (the WebSocket session meter counts pieces, it reads no text).
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -188,9 +188,9 @@ pub enum DoneStatus<'a> {
     },
 }
 
-/// What one message of a session meant, as far as metering cares.
+/// What one message of a WebSocket session meant, as far as metering cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionEvent<'a> {
+pub enum RealtimeEvent<'a> {
     /// The client asked for a response (`response.create`, Gemini
     /// `clientContent` with `turnComplete`, `realtimeInput.activityEnd`,
     /// `toolResponse`): the TTFT clock starts. `model` is the model the
@@ -230,7 +230,7 @@ pub enum SessionEvent<'a> {
     /// mode: a `web_search_call`, `file_search_call` or
     /// `code_interpreter_call` item).
     ServerToolCall(ServerTool),
-    /// The model serving the session or response (`session.created` /
+    /// The model serving the WebSocket session or response (`session.created` /
     /// `session.updated`, `response.created`, Gemini `setup.model`).
     Model(&'a str),
     /// Usage of the current response, reported just before its
@@ -255,13 +255,13 @@ pub enum SessionEvent<'a> {
     /// message belong to this `stream_id` lane (lanes run concurrently;
     /// requests within a lane are answered in order).
     Lane(&'a str),
-    /// The server announced it will close the session soon (Gemini `goAway`).
+    /// The server announced it will close the WebSocket session soon (Gemini `goAway`).
     Closing,
 }
 
-/// Per-session parser state: one per relayed WebSocket session.
+/// Parser state of one relayed WebSocket session.
 #[derive(Debug)]
-pub struct SessionParser {
+pub struct RealtimeParser {
     dialect: Dialect,
     /// Gemini Live's turn state (unused by the other dialects).
     gemini: GeminiTurn,
@@ -269,10 +269,10 @@ pub struct SessionParser {
     no_scan: bool,
 }
 
-impl SessionParser {
-    /// A parser for a session speaking `dialect`.
+impl RealtimeParser {
+    /// A parser for a WebSocket session speaking `dialect`.
     pub fn new(dialect: Dialect) -> Self {
-        SessionParser {
+        RealtimeParser {
             dialect,
             gemini: GeminiTurn::default(),
             no_scan: false,
@@ -283,9 +283,9 @@ impl SessionParser {
     /// against it.
     #[cfg(test)]
     fn without_scan(dialect: Dialect) -> Self {
-        SessionParser {
+        RealtimeParser {
             no_scan: true,
-            ..SessionParser::new(dialect)
+            ..RealtimeParser::new(dialect)
         }
     }
 
@@ -296,11 +296,11 @@ impl SessionParser {
 
     /// Map one complete client → server message (the payload of a text or
     /// binary frame) to events. A malformed message is an error for that
-    /// message only; the session goes on.
+    /// message only; the WebSocket session goes on.
     pub fn client_message(
         &mut self,
         json: &[u8],
-        out: &mut dyn FnMut(SessionEvent<'_>),
+        out: &mut dyn FnMut(RealtimeEvent<'_>),
     ) -> Result<(), AdapterError> {
         match self.dialect {
             Dialect::OpenaiRealtime | Dialect::OpenaiResponses => {
@@ -314,7 +314,7 @@ impl SessionParser {
     pub fn server_message(
         &mut self,
         json: &[u8],
-        out: &mut dyn FnMut(SessionEvent<'_>),
+        out: &mut dyn FnMut(RealtimeEvent<'_>),
     ) -> Result<(), AdapterError> {
         match self.dialect {
             Dialect::OpenaiRealtime | Dialect::OpenaiResponses => {

@@ -355,7 +355,7 @@ mod tests {
     use super::*;
 
     fn record(i: u64) -> SpanRecord {
-        SpanRecord::Session(Box::new(SpanParts {
+        SpanRecord::WsSession(Box::new(SpanParts {
             start: SpanStart {
                 context: opentelemetry::trace::SpanContext::empty_context(),
                 parent: opentelemetry::trace::SpanId::INVALID,

@@ -67,7 +67,7 @@ impl Tracing {
     }
 
     /// Start a CLIENT span under `parent` (the client's extracted context,
-    /// or a session span's): the parent's trace id or a new one, a new
+    /// or a WebSocket session span's): the parent's trace id or a new one, a new
     /// span id, the parent's trace state, and the sampled flag the start
     /// can already decide (the ratio's pick, or a sampled remote parent
     /// under `respect_parent`).
@@ -148,7 +148,7 @@ pub(crate) enum SpanRecord {
     /// A request's (or a WebSocket response's) CLIENT span.
     Request(Box<RequestSpan>),
     /// A WebSocket session's span: rare, so a plain attribute list.
-    Session(Box<SpanParts>),
+    WsSession(Box<SpanParts>),
 }
 
 /// What a request's span is made of; the attributes are written from it
@@ -310,7 +310,7 @@ impl SpanRecord {
                     error: error_type(m),
                 }
             }
-            SpanRecord::Session(s) => SpanHead {
+            SpanRecord::WsSession(s) => SpanHead {
                 start: &s.start,
                 kept: &s.kept,
                 name: (&s.name, None),
@@ -326,7 +326,7 @@ impl SpanRecord {
     pub(crate) fn attributes(&self, a: &mut impl AttributeSink) {
         match self {
             SpanRecord::Request(r) => r.attributes(a),
-            SpanRecord::Session(s) => {
+            SpanRecord::WsSession(s) => {
                 s.attributes.iter().for_each(|kv| a.key_value(kv));
                 sampling_attributes(&s.kept, a);
             }
@@ -545,7 +545,7 @@ pub(crate) mod tests {
 
     /// Sampled records of every shape: the measurements above under no
     /// parent and a remote sampled one (with a trace state), with and
-    /// without an SLO mark, one with a sampler's attribute; and session
+    /// without an SLO mark, one with a sampler's attribute; and WebSocket session
     /// spans, ended, failed (with an array attribute) and dropped.
     pub(crate) fn records() -> Vec<SpanRecord> {
         let tracing = Tracing::default();
@@ -587,7 +587,7 @@ pub(crate) mod tests {
             };
         }
         let session = |error: Option<&str>, attributes: Vec<KeyValue>| {
-            SpanRecord::Session(Box::new(SpanParts {
+            SpanRecord::WsSession(Box::new(SpanParts {
                 start: tracing.start(&Context::new()),
                 name: "websocket gpt-4o-realtime".into(),
                 start_time: UNIX_EPOCH + Duration::from_millis(1_764_000_000_000),

@@ -1509,10 +1509,10 @@ fn delta_export_keeps_its_own_reader_and_exact_deltas() {
 }
 
 #[test]
-fn a_session_dropped_before_its_end_still_exports_its_span_once() {
+fn a_ws_session_dropped_before_its_end_still_exports_its_span_once() {
     let h = harness(config());
     let f = facts(Some("gpt-4o-realtime"), None, true);
-    let session = h.telemetry.begin_session(&f, &HeaderMap::new());
+    let session = h.telemetry.begin_ws_session(&f, &HeaderMap::new());
     let clone = session.clone();
     drop(session);
     assert!(
@@ -1530,35 +1530,35 @@ fn a_session_dropped_before_its_end_still_exports_its_span_once() {
         !span
             .attributes
             .iter()
-            .any(|kv| kv.key.as_str() == SESSION_END),
+            .any(|kv| kv.key.as_str() == WS_SESSION_END),
         "a dropped session has no end reason"
     );
 
     // A session that ended is not exported again when dropped.
-    let session = h.telemetry.begin_session(&f, &HeaderMap::new());
+    let session = h.telemetry.begin_ws_session(&f, &HeaderMap::new());
     session.refused(&f, "handshake_refused");
     assert_eq!(h.finished_spans().len(), 2, "refused once, nothing on drop");
 }
 
 #[test]
-fn a_session_span_is_kept_when_one_of_its_responses_is() {
+fn a_ws_session_span_is_kept_when_one_of_its_responses_is() {
     let mut cfg = config();
     cfg.sampling.ratio = 0.0;
     let h = harness(cfg);
     let f = facts(Some("gpt-4o-realtime"), None, true);
-    let summary = crate::meter::session::SessionSummary::default();
+    let summary = crate::meter::ws_session::WsSessionSummary::default();
     let reason = |s: &SpanData| attr(&s.attributes, SAMPLING_REASON).cloned();
 
     // The pair's first response is kept: its session too.
-    let first = h.telemetry.begin_session(&f, &HeaderMap::new());
+    let first = h.telemetry.begin_ws_session(&f, &HeaderMap::new());
     Box::new(first.begin_child(&f)).finish(measurement(f.clone()));
     first.finish(&f, &summary);
     // An ordinary response at ratio 0 is dropped, and so is its session.
-    let quiet = h.telemetry.begin_session(&f, &HeaderMap::new());
+    let quiet = h.telemetry.begin_ws_session(&f, &HeaderMap::new());
     Box::new(quiet.begin_child(&f)).finish(measurement(f.clone()));
     quiet.finish(&f, &summary);
     // A failed response is kept, and its session with it.
-    let failing = h.telemetry.begin_session(&f, &HeaderMap::new());
+    let failing = h.telemetry.begin_ws_session(&f, &HeaderMap::new());
     let mut failed = measurement(f.clone());
     failed.outcome = crate::meter::Outcome::UpstreamError;
     failed.error_type = Some("server_error".into());

@@ -26,7 +26,7 @@ use crate::pricing::CostRecord;
 /// A slot that is no slot (ends of the recency list).
 const NIL: u32 = u32::MAX;
 
-/// The session rollups of one tokentap instance.
+/// The agent-session rollups of one tokentap instance.
 #[derive(Debug)]
 pub struct SessionRollups {
     limits: SessionLimits,
@@ -99,7 +99,7 @@ pub struct SessionList {
     pub evicted: u64,
 }
 
-/// The fleet's session rollups on a state store. `add` never waits (it
+/// The fleet's agent-session rollups on a state store. `add` never waits (it
 /// queues the figures); the reads answer `None` when the store cannot.
 #[async_trait::async_trait]
 pub trait SharedSessions: Send + Sync + std::fmt::Debug {
@@ -199,7 +199,7 @@ impl SortBy {
     }
 }
 
-/// One session as `/api/sessions` shows it (docs/METRICS.md).
+/// One agent session as `/api/sessions` shows it (docs/METRICS.md).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SessionView {
     /// The session id (`gen_ai.conversation.id`).

@@ -1,44 +1,44 @@
-//! A session's side view: the relayed bytes of each direction in (from the
+//! A WebSocket session's side view: the relayed bytes of each direction in (from the
 //! relay, after they were written on); WebSocket messages decoded from
-//! them (`framing::websocket`), session events parsed from those
-//! (`providers::realtime`), and the session meter fed, out. Never touches
+//! them (`framing::websocket`), realtime events parsed from those
+//! (`providers::realtime`), and the WebSocket session meter fed, out. Never touches
 //! the relayed bytes and never fails the relay: a bad message is counted
-//! and skipped; a broken frame stream stops metering for the session,
+//! and skipped; a broken frame stream stops metering for the WebSocket session,
 //! which is then marked unmetered with the reason.
 
 use std::sync::Arc;
 
 use crate::framing::websocket::{Sender, WsDecoder, WsMessage, negotiated_deflate};
-use crate::meter::session::{Done, Party, SessionEnd, SessionMeter, StartRecorder};
 use crate::meter::shutdown::{Cut, Shutdown};
+use crate::meter::ws_session::{Done, Party, WsSessionEnd, WsSessionMeter, WsStartRecorder};
 use crate::meter::{ModalityTokens, RequestFacts};
 use crate::providers::realtime::{
-    DoneStatus, RealtimeUsage, SessionEvent, SessionParser, dialect_for_path,
+    DoneStatus, RealtimeEvent, RealtimeParser, RealtimeUsage, dialect_for_path,
 };
-use crate::telemetry::SessionTelemetry;
+use crate::telemetry::WsSessionTelemetry;
 
 use super::relay::{Dir, End, Side, Tap};
 
 /// Metering for one session.
 pub(super) struct Metering {
     facts: RequestFacts,
-    meter: Option<SessionMeter>,
-    session: Option<SessionTelemetry>,
+    meter: Option<WsSessionMeter>,
+    ws_session: Option<WsSessionTelemetry>,
     /// The decoders and parser; `None` once metering cannot follow.
     view: Option<View>,
-    /// Why a session stopped by tokentap's shutdown was stopped.
+    /// Why a WebSocket session stopped by tokentap's shutdown was stopped.
     shutdown: Arc<Shutdown>,
 }
 
-/// What reads the session's messages.
+/// What reads the WebSocket session's messages.
 struct View {
     up: WsDecoder,
     down: WsDecoder,
-    parser: SessionParser,
+    parser: RealtimeParser,
 }
 
 impl Metering {
-    /// Metering for the session `session`, whose handshake `facts`
+    /// Metering for the WebSocket session `ws_session`, whose handshake `facts`
     /// describe; `extensions` are the upstream's `Sec-WebSocket-Extensions`
     /// answer (permessage-deflate parameters); messages larger than
     /// `max_message` pass unread.
@@ -47,12 +47,12 @@ impl Metering {
         path_and_query: &str,
         extensions: &[String],
         max_message: usize,
-        session: SessionTelemetry,
+        ws_session: WsSessionTelemetry,
         shutdown: Arc<Shutdown>,
     ) -> Metering {
-        let child = session.clone();
-        let start: StartRecorder = Box::new(move |f| Box::new(child.begin_child(f)));
-        let mut meter = SessionMeter::new(facts.clone(), start);
+        let child = ws_session.clone();
+        let start: WsStartRecorder = Box::new(move |f| Box::new(child.begin_child(f)));
+        let mut meter = WsSessionMeter::new(facts.clone(), start);
         let extensions: Vec<&str> = extensions.iter().map(String::as_str).collect();
         let view = match (
             dialect_for_path(path_and_query),
@@ -73,44 +73,44 @@ impl Metering {
                     .skip_opaque_binary(),
                 down: WsDecoder::new(Sender::Server, max_message, deflate.map(|d| d.1))
                     .skip_opaque_binary(),
-                parser: SessionParser::new(dialect),
+                parser: RealtimeParser::new(dialect),
             }),
         };
         Metering {
             facts: facts.clone(),
             meter: Some(meter),
-            session: Some(session),
+            ws_session: Some(ws_session),
             view,
             shutdown,
         }
     }
 
-    /// One side's upgrade never completed: the session ends here.
+    /// One side's upgrade never completed: the WebSocket session ends here.
     pub(super) fn not_upgraded(&mut self) {
-        self.end(SessionEnd::NotUpgraded);
+        self.end(WsSessionEnd::NotUpgraded);
     }
 
-    /// The relay is over: record what is in flight and the session span.
+    /// The relay is over: record what is in flight and the WebSocket session span.
     pub(super) fn finish(&mut self, end: End) {
         let end = match end {
-            End::Closed { first } => SessionEnd::Closed(party(first)),
+            End::Closed { first } => WsSessionEnd::Closed(party(first)),
             End::Failed { side, error } => {
                 tracing::debug!(?side, %error, "websocket session failed");
-                SessionEnd::Failed(party(side))
+                WsSessionEnd::Failed(party(side))
             }
-            End::Idle => SessionEnd::Idle,
-            // Sessions are stopped just before the drain's cut, or with it.
+            End::Idle => WsSessionEnd::Idle,
+            // WebSocket sessions are stopped just before the drain's cut, or with it.
             End::Shutdown => {
-                SessionEnd::Shutdown(self.shutdown.is_cut().unwrap_or(Cut::GraceExpired))
+                WsSessionEnd::Shutdown(self.shutdown.is_cut().unwrap_or(Cut::GraceExpired))
             }
         };
         self.end(end);
     }
 
-    fn end(&mut self, end: SessionEnd) {
-        if let (Some(meter), Some(session)) = (self.meter.take(), self.session.take()) {
+    fn end(&mut self, end: WsSessionEnd) {
+        if let (Some(meter), Some(ws_session)) = (self.meter.take(), self.ws_session.take()) {
             let summary = meter.end(end);
-            session.finish(&self.facts, &summary);
+            ws_session.finish(&self.facts, &summary);
         }
     }
 }
@@ -141,7 +141,7 @@ impl Tap for Metering {
         };
         let fed = decoder.feed(bytes, &mut |msg| match msg {
             WsMessage::Text(json) | WsMessage::Binary(json) => {
-                let apply = &mut |ev: SessionEvent<'_>| apply(meter, ev);
+                let apply = &mut |ev: RealtimeEvent<'_>| apply(meter, ev);
                 let parsed = if up {
                     parser.client_message(json, apply)
                 } else {
@@ -168,18 +168,18 @@ impl Tap for Metering {
     }
 }
 
-/// Fold one session event into the meter.
-fn apply(meter: &mut SessionMeter, ev: SessionEvent<'_>) {
+/// Fold one WebSocket session event into the meter.
+fn apply(meter: &mut WsSessionMeter, ev: RealtimeEvent<'_>) {
     match ev {
-        SessionEvent::ResponseRequested { model } => meter.requested(model),
-        SessionEvent::InputCommitted => meter.input_committed(),
-        SessionEvent::ResponseStarted { id } => meter.started(id),
-        SessionEvent::Output { pieces, .. } => meter.output(pieces),
-        SessionEvent::ToolCall { name } => meter.tool_call(name),
-        SessionEvent::ServerToolCall(tool) => meter.server_tool(tool),
-        SessionEvent::Model(model) => meter.model(model),
-        SessionEvent::Usage(usage) => meter.usage(usage.to_usage(), split(&usage)),
-        SessionEvent::ResponseDone { id, status } => {
+        RealtimeEvent::ResponseRequested { model } => meter.requested(model),
+        RealtimeEvent::InputCommitted => meter.input_committed(),
+        RealtimeEvent::ResponseStarted { id } => meter.started(id),
+        RealtimeEvent::Output { pieces, .. } => meter.output(pieces),
+        RealtimeEvent::ToolCall { name } => meter.tool_call(name),
+        RealtimeEvent::ServerToolCall(tool) => meter.server_tool(tool),
+        RealtimeEvent::Model(model) => meter.model(model),
+        RealtimeEvent::Usage(usage) => meter.usage(usage.to_usage(), split(&usage)),
+        RealtimeEvent::ResponseDone { id, status } => {
             let done = match status {
                 DoneStatus::Completed => Done::Completed,
                 DoneStatus::Cancelled { .. } => Done::Cancelled,
@@ -188,8 +188,8 @@ fn apply(meter: &mut SessionMeter, ev: SessionEvent<'_>) {
             };
             meter.done(id, done);
         }
-        SessionEvent::Error { kind } => meter.error(kind),
-        SessionEvent::Lane(_) | SessionEvent::Closing => {}
+        RealtimeEvent::Error { kind } => meter.error(kind),
+        RealtimeEvent::Lane(_) | RealtimeEvent::Closing => {}
     }
 }
 

@@ -47,7 +47,7 @@ pub(super) trait Tap {
     fn relayed(&mut self, dir: Dir, bytes: &[u8]);
 }
 
-/// How a session's relay ended.
+/// How a WebSocket session's relay ended.
 #[derive(Debug)]
 pub(super) enum End {
     /// Both sides closed their streams; `first` closed first.

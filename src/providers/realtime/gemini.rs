@@ -1,5 +1,5 @@
 //! The Gemini Live dialect of a WebSocket session (`BidiGenerateContent`):
-//! one complete JSON message in, session events out, with the turn state
+//! one complete JSON message in, realtime events out, with the turn state
 //! only this dialect needs (`GeminiTurn`).
 
 use super::*;
@@ -241,7 +241,7 @@ impl<'de> Fold<'de> for PartCounts {
 
 deserialize_by_fold!(PartCounts);
 
-/// Gemini Live's per-session state, on its own parser: Gemini has no
+/// Gemini Live's per-WebSocket-session state, on its own parser: Gemini has no
 /// response-created event, so a turn opens with its first model content
 /// and closes at `turnComplete`.
 #[derive(Debug, Default)]
@@ -261,7 +261,7 @@ impl GeminiTurn {
     pub(super) fn client(
         &mut self,
         json: &[u8],
-        out: &mut dyn FnMut(SessionEvent<'_>),
+        out: &mut dyn FnMut(RealtimeEvent<'_>),
     ) -> Result<(), AdapterError> {
         let msg: LiveClient<'_> = serde_json::from_slice(json)
             .map_err(|_| AdapterError("malformed Gemini Live client message"))?;
@@ -270,14 +270,14 @@ impl GeminiTurn {
             let model = model.as_str();
             let model = model.rsplit_once("models/").map_or(model, |(_, m)| m);
             if !model.is_empty() {
-                out(SessionEvent::Model(model));
+                out(RealtimeEvent::Model(model));
             }
         }
         if msg.tool_response.is_some() && self.in_turn && self.awaiting_tool {
             // The turn that asked for the tool gets no `turnComplete`.
             self.in_turn = false;
             self.awaiting_tool = false;
-            out(SessionEvent::ResponseDone {
+            out(RealtimeEvent::ResponseDone {
                 id: None,
                 status: DoneStatus::Completed,
             });
@@ -285,13 +285,13 @@ impl GeminiTurn {
         if msg.client_content.and_then(|c| c.turn_complete) == Some(true)
             || msg.tool_response.is_some()
         {
-            out(SessionEvent::ResponseRequested { model: None });
+            out(RealtimeEvent::ResponseRequested { model: None });
         }
         if let Some(input) = &msg.realtime_input {
             if input.activity_end.is_some() {
-                out(SessionEvent::ResponseRequested { model: None });
+                out(RealtimeEvent::ResponseRequested { model: None });
             } else if input.audio_stream_end == Some(true) || non_empty(input.text) {
-                out(SessionEvent::InputCommitted);
+                out(RealtimeEvent::InputCommitted);
             }
         }
         Ok(())
@@ -301,7 +301,7 @@ impl GeminiTurn {
     pub(super) fn server(
         &mut self,
         json: &[u8],
-        out: &mut dyn FnMut(SessionEvent<'_>),
+        out: &mut dyn FnMut(RealtimeEvent<'_>),
     ) -> Result<(), AdapterError> {
         let msg: LiveServer<'_> = serde_json::from_slice(json)
             .map_err(|_| AdapterError("malformed Gemini Live server message"))?;
@@ -310,7 +310,7 @@ impl GeminiTurn {
             .as_ref()
             .and_then(|v| v.voice_activity_type.as_ref());
         if end.is_some_and(|t| t.as_str() == "ACTIVITY_END") {
-            out(SessionEvent::InputCommitted);
+            out(RealtimeEvent::InputCommitted);
         }
         let content = msg.server_content.as_ref();
         let parts = content
@@ -341,25 +341,25 @@ impl GeminiTurn {
         let has_output = outputs.iter().any(|(_, n)| *n > 0);
         if !self.in_turn && (has_output || turn_complete || msg.tool_call.is_some()) {
             self.in_turn = true;
-            out(SessionEvent::ResponseStarted { id: None });
+            out(RealtimeEvent::ResponseStarted { id: None });
         }
         if msg.tool_call.is_some() {
             self.awaiting_tool = true;
         }
         for (kind, pieces) in outputs {
             if pieces > 0 {
-                out(SessionEvent::Output { kind, pieces });
+                out(RealtimeEvent::Output { kind, pieces });
             }
         }
         for call in calls {
             let name = non_empty_str(call.name.as_ref());
-            out(SessionEvent::ToolCall { name });
+            out(RealtimeEvent::ToolCall { name });
         }
         if content.and_then(|c| c.interrupted) == Some(true) {
             self.interrupted = true;
         }
         if let Some(usage) = &msg.usage_metadata {
-            out(SessionEvent::Usage(usage.to_usage()));
+            out(RealtimeEvent::Usage(usage.to_usage()));
         }
         if turn_complete {
             let reason = content
@@ -384,10 +384,10 @@ impl GeminiTurn {
             };
             self.in_turn = false;
             self.awaiting_tool = false;
-            out(SessionEvent::ResponseDone { id: None, status });
+            out(RealtimeEvent::ResponseDone { id: None, status });
         }
         if msg.go_away.is_some() {
-            out(SessionEvent::Closing);
+            out(RealtimeEvent::Closing);
         }
         Ok(())
     }

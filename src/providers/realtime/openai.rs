@@ -1,5 +1,5 @@
 //! The OpenAI dialects of a WebSocket session (Realtime, and the
-//! Responses API's WebSocket mode): one complete JSON event in, session
+//! Responses API's WebSocket mode): one complete JSON event in, realtime
 //! events out. Shapes and the scan are described in `realtime`'s header.
 
 use super::*;
@@ -261,13 +261,13 @@ pub(super) fn scan_openai(json: &[u8]) -> Option<OpenAiView<'_>> {
     })
 }
 
-pub(super) fn openai_client(event: &OpenAiView<'_>, out: &mut dyn FnMut(SessionEvent<'_>)) {
+pub(super) fn openai_client(event: &OpenAiView<'_>, out: &mut dyn FnMut(RealtimeEvent<'_>)) {
     if event.kind == "response.create" {
         if let Some(lane) = event.lane {
-            out(SessionEvent::Lane(lane));
+            out(RealtimeEvent::Lane(lane));
         }
         // Responses mode names the model at the top level; Realtime's
-        // `response` parameters document none (the session's applies), but
+        // `response` parameters document none (the WebSocket session's applies), but
         // one is read if present.
         let model = event
             .full
@@ -277,24 +277,24 @@ pub(super) fn openai_client(event: &OpenAiView<'_>, out: &mut dyn FnMut(SessionE
                     .response()
                     .and_then(|r| non_empty_str(r.model.as_ref()))
             });
-        out(SessionEvent::ResponseRequested { model });
+        out(RealtimeEvent::ResponseRequested { model });
     }
 }
 
-pub(super) fn openai_server(event: &OpenAiView<'_>, out: &mut dyn FnMut(SessionEvent<'_>)) {
+pub(super) fn openai_server(event: &OpenAiView<'_>, out: &mut dyn FnMut(RealtimeEvent<'_>)) {
     let kind = event.kind;
     // The lane goes first, and only before an event that belongs to it.
     let mut lane = event.lane;
-    let out = &mut |e: SessionEvent<'_>| {
+    let out = &mut |e: RealtimeEvent<'_>| {
         if let Some(lane) = lane.take() {
-            out(SessionEvent::Lane(lane));
+            out(RealtimeEvent::Lane(lane));
         }
         out(e);
     };
     if kind.starts_with("response.") && kind.ends_with(".delta") {
         if event.delta.is_some_and(non_empty_raw) {
             let kind = output_kind(kind);
-            out(SessionEvent::Output { kind, pieces: 1 });
+            out(RealtimeEvent::Output { kind, pieces: 1 });
         }
         return;
     }
@@ -302,25 +302,25 @@ pub(super) fn openai_server(event: &OpenAiView<'_>, out: &mut dyn FnMut(SessionE
         "session.created" | "session.updated" => {
             let session = event.full.and_then(|e| e.session.as_ref());
             if let Some(model) = non_empty_str(session.and_then(|s| s.model.as_ref())) {
-                out(SessionEvent::Model(model));
+                out(RealtimeEvent::Model(model));
             }
         }
         "input_audio_buffer.speech_stopped" | "input_audio_buffer.committed" => {
-            out(SessionEvent::InputCommitted);
+            out(RealtimeEvent::InputCommitted);
         }
         "response.created" => {
             let response = event.response();
             if let Some(model) = response.and_then(|r| non_empty_str(r.model.as_ref())) {
-                out(SessionEvent::Model(model));
+                out(RealtimeEvent::Model(model));
             }
             let id = response.and_then(|r| non_empty_str(r.id.as_ref()));
-            out(SessionEvent::ResponseStarted { id });
+            out(RealtimeEvent::ResponseStarted { id });
         }
         "response.output_item.added" => {
             let item = event.full.and_then(|e| e.item.as_ref());
             match item.and_then(OutputItem::tool) {
-                Some(ItemTool::Client(name)) => out(SessionEvent::ToolCall { name }),
-                Some(ItemTool::Server(tool)) => out(SessionEvent::ServerToolCall(tool)),
+                Some(ItemTool::Client(name)) => out(RealtimeEvent::ToolCall { name }),
+                Some(ItemTool::Server(tool)) => out(RealtimeEvent::ServerToolCall(tool)),
                 None => {}
             }
         }
@@ -329,7 +329,7 @@ pub(super) fn openai_server(event: &OpenAiView<'_>, out: &mut dyn FnMut(SessionE
         }
         "error" => {
             let error = event.full.and_then(|e| e.error.as_ref());
-            out(SessionEvent::Error {
+            out(RealtimeEvent::Error {
                 kind: error.and_then(OpenAiError::kind).unwrap_or("error"),
             });
         }
@@ -365,10 +365,10 @@ fn output_kind(event: &str) -> OutputKind {
 fn response_done(
     event: &str,
     response: Option<&OpenAiResponse<'_>>,
-    out: &mut dyn FnMut(SessionEvent<'_>),
+    out: &mut dyn FnMut(RealtimeEvent<'_>),
 ) {
     if let Some(usage) = response.and_then(|r| r.usage.as_ref()) {
-        out(SessionEvent::Usage(usage.to_usage()));
+        out(RealtimeEvent::Usage(usage.to_usage()));
     }
     let status = match event {
         "response.completed" => "completed",
@@ -402,5 +402,5 @@ fn response_done(
         },
     };
     let id = response.and_then(|r| non_empty_str(r.id.as_ref()));
-    out(SessionEvent::ResponseDone { id, status });
+    out(RealtimeEvent::ResponseDone { id, status });
 }

@@ -24,9 +24,9 @@ struct Replay {
     binary_lines: usize,
 }
 
-fn record(r: &mut Replay, e: SessionEvent<'_>) {
+fn record(r: &mut Replay, e: RealtimeEvent<'_>) {
     match e {
-        SessionEvent::Usage(u) => {
+        RealtimeEvent::Usage(u) => {
             r.usages.push(u);
             r.events.push("Usage".to_owned());
         }
@@ -35,7 +35,7 @@ fn record(r: &mut Replay, e: SessionEvent<'_>) {
 }
 
 fn replay(dialect: Dialect, transcript: &str) -> Replay {
-    let mut parser = SessionParser::new(dialect);
+    let mut parser = RealtimeParser::new(dialect);
     let mut r = Replay::default();
     for (n, text) in transcript.lines().enumerate() {
         let line: Line<'_> = serde_json::from_str(text).expect("a fixture line");
@@ -444,7 +444,7 @@ fn gemini_fixtures_carry_binary_frames() {
 
 /// Events of one message, in `Debug` form; `Err` when it is rejected.
 fn one(dialect: Dialect, server: bool, json: &str) -> Result<Vec<String>, AdapterError> {
-    let mut parser = SessionParser::new(dialect);
+    let mut parser = RealtimeParser::new(dialect);
     let mut r = Replay::default();
     let result = if server {
         parser.server_message(json.as_bytes(), &mut |e| record(&mut r, e))
@@ -572,7 +572,7 @@ fn unknown_event_types_are_ignored_and_unknown_deltas_count_as_other() {
 
 #[test]
 fn malformed_messages_are_errors_and_the_session_goes_on() {
-    let mut parser = SessionParser::new(Dialect::OpenaiRealtime);
+    let mut parser = RealtimeParser::new(Dialect::OpenaiRealtime);
     let mut events = Vec::new();
     for bad in [
         &b"{\"type\":"[..],
@@ -604,7 +604,7 @@ fn malformed_messages_are_errors_and_the_session_goes_on() {
     );
     assert_eq!(events, [TEXT]);
 
-    let mut gemini = SessionParser::new(Dialect::GeminiLive);
+    let mut gemini = RealtimeParser::new(Dialect::GeminiLive);
     for bad in [&b"\"text\""[..], b"{\"serverContent\":", b"{\"setup\""] {
         assert!(gemini.server_message(bad, &mut |_| {}).is_err());
         assert!(gemini.client_message(bad, &mut |_| {}).is_err());
@@ -715,7 +715,7 @@ fn openai_fixture_messages() -> Vec<(bool, Vec<u8>)> {
 type Outcome = Result<Vec<String>, AdapterError>;
 
 /// One message through a parser, as events in `Debug` form.
-fn through(parser: &mut SessionParser, server: bool, json: &[u8]) -> Outcome {
+fn through(parser: &mut RealtimeParser, server: bool, json: &[u8]) -> Outcome {
     let mut r = Replay::default();
     let result = if server {
         parser.server_message(json, &mut |e| record(&mut r, e))
@@ -734,8 +734,8 @@ fn through(parser: &mut SessionParser, server: bool, json: &[u8]) -> Outcome {
 #[track_caller]
 fn same_as_serde(server: bool, json: &[u8]) {
     for dialect in [Dialect::OpenaiRealtime, Dialect::OpenaiResponses] {
-        let scan = through(&mut SessionParser::new(dialect), server, json);
-        let serde = through(&mut SessionParser::without_scan(dialect), server, json);
+        let scan = through(&mut RealtimeParser::new(dialect), server, json);
+        let serde = through(&mut RealtimeParser::without_scan(dialect), server, json);
         assert_eq!(
             scan,
             serde,
@@ -821,7 +821,7 @@ fn malformed_deltas_are_still_malformed() {
         }
     }
     let bytes = b"{\"type\":\"response.output_text.delta\",\"delta\":\"\xff\"}";
-    let mut parser = SessionParser::new(Dialect::OpenaiRealtime);
+    let mut parser = RealtimeParser::new(Dialect::OpenaiRealtime);
     assert!(
         parser.server_message(bytes, &mut |_| {}).is_err(),
         "not UTF-8"

@@ -289,7 +289,7 @@ fn exporter(endpoint: &str) -> OtlpSpanExporter {
 fn span(name: &str) -> SpanRecord {
     use crate::telemetry::span_record::{SpanParts, SpanStart};
     use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
-    SpanRecord::Session(Box::new(SpanParts {
+    SpanRecord::WsSession(Box::new(SpanParts {
         start: SpanStart {
             context: SpanContext::new(
                 TraceId::from(9_u128),

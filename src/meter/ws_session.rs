@@ -1,8 +1,8 @@
-//! WebSocket session metering: the relay's read stamps and the session's
+//! WebSocket session metering: the relay's read stamps and the WebSocket session's
 //! events (a response asked for, input committed, output deltas, usage,
 //! response done, errors, close frames) in; one `Measurement` per
 //! response, each through a `Recorder` of its own, and one
-//! `SessionSummary` when the session ends, out. Reads the clock.
+//! `WsSessionSummary` when the WebSocket session ends, out. Reads the clock.
 //!
 //! TTFT of a response runs from the client message that asked for it
 //! (`response.create`) or, with server-side voice activity detection, from
@@ -18,8 +18,8 @@ use super::{
 };
 use crate::providers::{ServerTool, UpstreamTiming, Usage};
 
-/// Starts one response's recorder (its span is the session span's child).
-pub type StartRecorder = Box<dyn FnMut(&RequestFacts) -> Box<dyn Recorder> + Send>;
+/// Starts one response's recorder (its span is the WebSocket session span's child).
+pub type WsStartRecorder = Box<dyn FnMut(&RequestFacts) -> Box<dyn Recorder> + Send>;
 
 /// What started a response's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +46,7 @@ pub enum Done {
     Incomplete(Option<String>),
 }
 
-/// A side of the session (who sent a close frame, who left).
+/// A side of the WebSocket session (who sent a close frame, who left).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Party {
     /// The downstream client.
@@ -55,9 +55,9 @@ pub enum Party {
     Upstream,
 }
 
-/// How a session ended, as the relay saw it.
+/// How a WebSocket session ended, as the relay saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionEnd {
+pub enum WsSessionEnd {
     /// Both sides closed; this one first.
     Closed(Party),
     /// The connection to this side failed (reset, broken pipe).
@@ -70,37 +70,37 @@ pub enum SessionEnd {
     NotUpgraded,
 }
 
-impl SessionEnd {
+impl WsSessionEnd {
     /// The `tokentap.session.end` attribute value.
     pub fn as_str(self) -> &'static str {
         match self {
-            SessionEnd::Closed(Party::Client) => "client_closed",
-            SessionEnd::Closed(Party::Upstream) => "upstream_closed",
-            SessionEnd::Failed(Party::Client) => "client_failed",
-            SessionEnd::Failed(Party::Upstream) => "upstream_failed",
-            SessionEnd::Idle => "idle_timeout",
-            SessionEnd::Shutdown(_) => "shutdown",
-            SessionEnd::NotUpgraded => "not_upgraded",
+            WsSessionEnd::Closed(Party::Client) => "client_closed",
+            WsSessionEnd::Closed(Party::Upstream) => "upstream_closed",
+            WsSessionEnd::Failed(Party::Client) => "client_failed",
+            WsSessionEnd::Failed(Party::Upstream) => "upstream_failed",
+            WsSessionEnd::Idle => "idle_timeout",
+            WsSessionEnd::Shutdown(_) => "shutdown",
+            WsSessionEnd::NotUpgraded => "not_upgraded",
         }
     }
 }
 
-/// The session's record, for its span.
+/// The WebSocket session's record, for its span.
 #[derive(Debug, Clone, Default)]
-pub struct SessionSummary {
+pub struct WsSessionSummary {
     /// From the handshake request to the end of the relay.
     pub duration: Duration,
     /// Responses measured (each also recorded on its own).
     pub responses: u64,
-    /// Input tokens summed over the session's responses.
+    /// Input tokens summed over the WebSocket session's responses.
     pub input_tokens: u64,
-    /// Output tokens summed over the session's responses.
+    /// Output tokens summed over the WebSocket session's responses.
     pub output_tokens: u64,
     /// Cached input tokens summed over the responses that reported them.
     pub cached_input_tokens: Option<u64>,
     /// The text/audio split summed over the responses that reported it.
     pub modalities: ModalityTokens,
-    /// Client tool calls summed over the session's responses.
+    /// Client tool calls summed over the WebSocket session's responses.
     pub tool_calls: u64,
     /// `error` events and bad messages seen.
     pub errors: u64,
@@ -108,15 +108,15 @@ pub struct SessionSummary {
     pub close_client: Option<u16>,
     /// Close code the upstream sent, when seen.
     pub close_upstream: Option<u16>,
-    /// `SessionEnd::as_str`.
+    /// `WsSessionEnd::as_str`.
     pub end: &'static str,
-    /// Why the session's messages were not metered, when they were not.
+    /// Why the WebSocket session's messages were not metered, when they were not.
     pub unmetered: Option<String>,
     /// Bytes relayed from client to upstream.
     pub bytes_up: u64,
     /// Bytes relayed from upstream to client.
     pub bytes_down: u64,
-    /// The last response's model, else the session's.
+    /// The last response's model, else the WebSocket session's.
     pub model: Option<String>,
 }
 
@@ -136,10 +136,10 @@ struct Response {
     tools: ToolUse,
 }
 
-/// Folds one session's events into per-response measurements.
-pub struct SessionMeter {
+/// Folds one WebSocket session's events into per-response measurements.
+pub struct WsSessionMeter {
     facts: RequestFacts,
-    start_child: StartRecorder,
+    start_child: WsStartRecorder,
     /// When the bytes being read now were read: the time of their events.
     last_read: Instant,
     /// The last read in each direction (client to upstream, back).
@@ -148,22 +148,22 @@ pub struct SessionMeter {
     model: Option<String>,
     /// Who sent the first close frame: who closed the session.
     first_close: Option<Party>,
-    summary: SessionSummary,
+    summary: WsSessionSummary,
 }
 
-impl std::fmt::Debug for SessionMeter {
+impl std::fmt::Debug for WsSessionMeter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionMeter")
+        f.debug_struct("WsSessionMeter")
             .field("route", &self.facts.route)
             .field("in_flight", &self.current.is_some())
             .finish_non_exhaustive()
     }
 }
 
-impl SessionMeter {
-    /// A session whose handshake is described by `facts`.
-    pub fn new(facts: RequestFacts, start_child: StartRecorder) -> SessionMeter {
-        SessionMeter {
+impl WsSessionMeter {
+    /// A WebSocket session whose handshake is described by `facts`.
+    pub fn new(facts: RequestFacts, start_child: WsStartRecorder) -> WsSessionMeter {
+        WsSessionMeter {
             model: facts.request_model.clone(),
             facts,
             start_child,
@@ -171,7 +171,7 @@ impl SessionMeter {
             reads: [Instant::now(); 2],
             current: None,
             first_close: None,
-            summary: SessionSummary::default(),
+            summary: WsSessionSummary::default(),
         }
     }
 
@@ -196,7 +196,7 @@ impl SessionMeter {
         }
     }
 
-    /// Metering cannot read this session's messages, and why.
+    /// Metering cannot read this WebSocket session's messages, and why.
     pub fn unmetered(&mut self, why: String) {
         self.summary.unmetered = Some(why);
     }
@@ -270,7 +270,7 @@ impl SessionMeter {
         }
     }
 
-    /// The model the session (or response) runs on, from a server event.
+    /// The model the WebSocket session (or response) runs on, from a server event.
     pub fn model(&mut self, model: &str) {
         if self.model.as_deref() != Some(model) {
             self.model = Some(model.to_owned());
@@ -333,26 +333,28 @@ impl SessionMeter {
         }
     }
 
-    /// The session is over: a response still in flight is recorded with
-    /// the outcome the end implies; the session's summary is returned.
-    pub fn end(mut self, end: SessionEnd) -> SessionSummary {
+    /// The WebSocket session is over: a response still in flight is recorded with
+    /// the outcome the end implies; the WebSocket session's summary is returned.
+    pub fn end(mut self, end: WsSessionEnd) -> WsSessionSummary {
         // The server closes TCP first after a close handshake (RFC 6455
         // §7.1.1), whoever started it: the first close frame says who did.
         let end = match (end, self.first_close) {
-            (SessionEnd::Closed(_), Some(party)) => SessionEnd::Closed(party),
+            (WsSessionEnd::Closed(_), Some(party)) => WsSessionEnd::Closed(party),
             _ => end,
         };
         let (outcome, why) = match end {
-            SessionEnd::Closed(Party::Client) | SessionEnd::Failed(Party::Client) => {
+            WsSessionEnd::Closed(Party::Client) | WsSessionEnd::Failed(Party::Client) => {
                 (Outcome::ClientCancelled, None)
             }
-            SessionEnd::Closed(Party::Upstream) => {
+            WsSessionEnd::Closed(Party::Upstream) => {
                 (Outcome::UpstreamError, Some("upstream_closed_mid_response"))
             }
-            SessionEnd::Failed(Party::Upstream) => (Outcome::UpstreamError, Some("upstream_reset")),
-            SessionEnd::Idle => (Outcome::UpstreamTimeout, Some("websocket_idle_timeout")),
-            SessionEnd::Shutdown(cut) => (Outcome::Shutdown, Some(cut.error_type())),
-            SessionEnd::NotUpgraded => (Outcome::UpstreamError, Some("upgrade_failed")),
+            WsSessionEnd::Failed(Party::Upstream) => {
+                (Outcome::UpstreamError, Some("upstream_reset"))
+            }
+            WsSessionEnd::Idle => (Outcome::UpstreamTimeout, Some("websocket_idle_timeout")),
+            WsSessionEnd::Shutdown(cut) => (Outcome::Shutdown, Some(cut.error_type())),
+            WsSessionEnd::NotUpgraded => (Outcome::UpstreamError, Some("upgrade_failed")),
         };
         self.finish(outcome, why.map(str::to_owned));
         let mut summary = std::mem::take(&mut self.summary);
@@ -421,9 +423,9 @@ impl SessionMeter {
             token_source,
             content_chunks: r.pieces,
             time_to_headers: None,
-            // A session's responses never wait for an upstream connection.
+            // A WebSocket session's responses never wait for an upstream connection.
             pool_wait: None,
-            // Nothing is forwarded per response: the relay's cost is the session's.
+            // Nothing is forwarded per response: the relay's cost is the WebSocket session's.
             request_overhead: None,
             modalities: r.modalities,
             tools: r.tools,
@@ -454,7 +456,7 @@ impl SessionMeter {
     }
 }
 
-/// The wall-clock time of `at`, from the session's start readings.
+/// The wall-clock time of `at`, from the WebSocket session's start readings.
 fn wall_at(facts: &RequestFacts, at: Instant) -> SystemTime {
     facts.start_wall + at.saturating_duration_since(facts.start)
 }
@@ -476,7 +478,7 @@ mod tests {
         }
     }
 
-    fn meter() -> (SessionMeter, Seen) {
+    fn meter() -> (WsSessionMeter, Seen) {
         let seen = Seen::default();
         let facts = RequestFacts {
             route: "rt".into(),
@@ -495,8 +497,8 @@ mod tests {
             start: Instant::now(),
         };
         let sink = seen.clone();
-        let start: StartRecorder = Box::new(move |_| Box::new(Sink(sink.clone())));
-        (SessionMeter::new(facts, start), seen)
+        let start: WsStartRecorder = Box::new(move |_| Box::new(Sink(sink.clone())));
+        (WsSessionMeter::new(facts, start), seen)
     }
 
     #[test]
@@ -537,7 +539,7 @@ mod tests {
         m.input_committed();
         m.output(1);
         m.close(Party::Client, Some(1000));
-        let summary = m.end(SessionEnd::Closed(Party::Client));
+        let summary = m.end(WsSessionEnd::Closed(Party::Client));
         let seen = seen.lock().expect("lock");
         assert_eq!(seen.len(), 2, "two responses, each once");
         assert_eq!(seen[0].outcome, Outcome::Complete);
@@ -583,7 +585,7 @@ mod tests {
         m.requested(None);
         m.error("server_error");
         m.error("rate_limit"); // between responses: counted, nothing recorded
-        let summary = m.end(SessionEnd::Closed(Party::Upstream));
+        let summary = m.end(WsSessionEnd::Closed(Party::Upstream));
         let seen = seen.lock().expect("lock");
         assert_eq!(seen.len(), 2);
         assert_eq!(seen[0].outcome, Outcome::UpstreamError);
@@ -602,7 +604,7 @@ mod tests {
         m.requested(None);
         m.output(1);
         m.done(None, Done::Completed);
-        let summary = m.end(SessionEnd::Shutdown(Cut::GraceExpired));
+        let summary = m.end(WsSessionEnd::Shutdown(Cut::GraceExpired));
         assert_eq!(seen.lock().expect("lock").len(), 1);
         assert_eq!(summary.end, "shutdown");
     }
@@ -616,7 +618,7 @@ mod tests {
             let (mut m, seen) = meter();
             m.requested(None);
             m.output(1);
-            let summary = m.end(SessionEnd::Shutdown(cut));
+            let summary = m.end(WsSessionEnd::Shutdown(cut));
             let seen = seen.lock().expect("lock");
             assert_eq!(seen.len(), 1, "the response in flight is recorded");
             assert_eq!(
