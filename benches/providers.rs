@@ -190,12 +190,7 @@ fn bench_realtime(c: &mut Criterion) {
                 let on =
                     &mut |ev: RealtimeEvent<'_>| tally += u64::from(ev != RealtimeEvent::Closing);
                 let msg = black_box(msg.as_bytes());
-                let parsed = if server {
-                    parser.server_message(msg, on)
-                } else {
-                    parser.client_message(msg, on)
-                };
-                parsed.expect("a valid message");
+                parser.message(server, msg, on).expect("a valid message");
             })
         });
         black_box(tally);

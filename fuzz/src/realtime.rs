@@ -35,12 +35,7 @@ fn feed(parser: &mut RealtimeParser, line: &[u8]) -> Result1 {
         }
         events.push(format!("{e:?}"));
     };
-    let result = if client {
-        parser.client_message(json, &mut on)
-    } else {
-        parser.server_message(json, &mut on)
-    };
-    match result {
+    match parser.message(!client, json, &mut on) {
         Ok(()) => Some(events),
         Err(_) => {
             assert!(events.is_empty(), "a rejected message yielded {events:?}");

@@ -302,12 +302,7 @@ impl RealtimeParser {
         json: &[u8],
         out: &mut dyn FnMut(RealtimeEvent<'_>),
     ) -> Result<(), AdapterError> {
-        match self.dialect {
-            Dialect::OpenaiRealtime | Dialect::OpenaiResponses => {
-                openai_message(json, self.no_scan, |e| openai_client(e, out))
-            }
-            Dialect::GeminiLive => self.gemini.client(json, out),
-        }
+        self.message(false, json, out)
     }
 
     /// Map one complete server → client message to events.
@@ -316,13 +311,39 @@ impl RealtimeParser {
         json: &[u8],
         out: &mut dyn FnMut(RealtimeEvent<'_>),
     ) -> Result<(), AdapterError> {
+        self.message(true, json, out)
+    }
+
+    /// Map one complete message to events: a server → client one when
+    /// `from_server`, else a client → server one.
+    pub fn message(
+        &mut self,
+        from_server: bool,
+        json: &[u8],
+        out: &mut dyn FnMut(RealtimeEvent<'_>),
+    ) -> Result<(), AdapterError> {
         match self.dialect {
             Dialect::OpenaiRealtime | Dialect::OpenaiResponses => {
-                openai_message(json, self.no_scan, |e| openai_server(e, out))
+                openai_message(json, self.no_scan, |e| {
+                    if from_server {
+                        openai_server(e, out);
+                    } else {
+                        openai_client(e, out);
+                    }
+                })
             }
-            Dialect::GeminiLive => self.gemini.server(json, out),
+            Dialect::GeminiLive if from_server => self.gemini.server(json, out),
+            Dialect::GeminiLive => self.gemini.client(json, out),
         }
     }
+}
+
+/// An object of which metering reads only `model`: Gemini Live's `setup`,
+/// OpenAI Realtime's `session`.
+#[derive(Deserialize)]
+struct ModelOnly<'a> {
+    #[serde(borrow)]
+    model: Option<Str<'a>>,
 }
 
 /// The string if present and not empty.

@@ -142,12 +142,7 @@ impl Tap for Metering {
         let fed = decoder.feed(bytes, &mut |msg| match msg {
             WsMessage::Text(json) | WsMessage::Binary(json) => {
                 let apply = &mut |ev: RealtimeEvent<'_>| apply(meter, ev);
-                let parsed = if up {
-                    parser.client_message(json, apply)
-                } else {
-                    parser.server_message(json, apply)
-                };
-                if parsed.is_err() {
+                if parser.message(!up, json, apply).is_err() {
                     meter.bad_message();
                 }
             }

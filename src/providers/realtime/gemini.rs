@@ -8,17 +8,11 @@ use super::*;
 #[serde(rename_all = "camelCase")]
 struct LiveClient<'a> {
     #[serde(borrow)]
-    setup: Option<Setup<'a>>,
+    setup: Option<ModelOnly<'a>>,
     client_content: Option<ClientContent>,
     #[serde(borrow)]
     realtime_input: Option<RealtimeInput<'a>>,
     tool_response: Option<IgnoredAny>,
-}
-
-#[derive(Deserialize)]
-struct Setup<'a> {
-    #[serde(borrow)]
-    model: Option<Str<'a>>,
 }
 
 #[derive(Deserialize)]

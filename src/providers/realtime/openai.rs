@@ -16,7 +16,7 @@ pub(super) struct OpenAiEvent<'a> {
     #[serde(borrow)]
     response: Option<OpenAiResponse<'a>>,
     #[serde(borrow)]
-    session: Option<OpenAiSession<'a>>,
+    session: Option<ModelOnly<'a>>,
     #[serde(borrow)]
     error: Option<OpenAiError<'a>>,
     /// Responses `response.create` names its model at the top level.
@@ -56,12 +56,6 @@ struct StatusDetails<'a> {
     reason: Option<Str<'a>>,
     #[serde(borrow)]
     error: Option<OpenAiError<'a>>,
-}
-
-#[derive(Deserialize)]
-struct OpenAiSession<'a> {
-    #[serde(borrow)]
-    model: Option<Str<'a>>,
 }
 
 #[derive(Deserialize)]

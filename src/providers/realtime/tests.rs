@@ -34,33 +34,44 @@ fn record(r: &mut Replay, e: RealtimeEvent<'_>) {
     }
 }
 
+/// One message from the server (`server`) or the client through
+/// `parser`, its events recorded in `r`.
+fn feed(
+    parser: &mut RealtimeParser,
+    server: bool,
+    json: &[u8],
+    r: &mut Replay,
+) -> Result<(), AdapterError> {
+    parser.message(server, json, &mut |e| record(r, e))
+}
+
 fn replay(dialect: Dialect, transcript: &str) -> Replay {
     let mut parser = RealtimeParser::new(dialect);
     let mut r = Replay::default();
     for (n, text) in transcript.lines().enumerate() {
         let line: Line<'_> = serde_json::from_str(text).expect("a fixture line");
         r.binary_lines += usize::from(line.binary);
-        let json = line.msg.get().as_bytes();
-        let result = match line.dir {
-            "client" => parser.client_message(json, &mut |e| record(&mut r, e)),
-            "server" => parser.server_message(json, &mut |e| record(&mut r, e)),
+        let server = match line.dir {
+            "client" => false,
+            "server" => true,
             other => panic!("line {}: unknown direction {other}", n + 1),
         };
-        if result.is_err() {
+        if feed(&mut parser, server, line.msg.get().as_bytes(), &mut r).is_err() {
             r.errors.push(n + 1);
         }
     }
     r
 }
 
+/// The transcript `tests/fixtures/realtime/{name}`.
+fn fixture(name: &str) -> String {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/realtime");
+    std::fs::read_to_string(format!("{dir}/{name}")).expect("the fixture file")
+}
+
 #[track_caller]
 fn expect(dialect: Dialect, name: &str, events: &[&str], usages: &[RealtimeUsage]) {
-    let path = format!(
-        "{}/tests/fixtures/realtime/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let transcript = std::fs::read_to_string(&path).expect("the fixture file");
-    let r = replay(dialect, &transcript);
+    let r = replay(dialect, &fixture(name));
     assert_eq!(r.errors, Vec::<usize>::new(), "{name}: no malformed lines");
     assert_eq!(r.events, events, "{name}: event sequence");
     assert_eq!(r.usages, usages, "{name}: usage numbers");
@@ -101,6 +112,15 @@ fn rt_usage(
         output_text: Some(output_text),
         output_audio: Some(output_audio),
         reasoning: None,
+    }
+}
+
+/// `u` without the cached text/audio split (the provider reported none).
+fn no_cached_split(u: RealtimeUsage) -> RealtimeUsage {
+    RealtimeUsage {
+        cached_input_text: None,
+        cached_input_audio: None,
+        ..u
     }
 }
 
@@ -156,11 +176,7 @@ fn openai_realtime_audio_with_transcript_under_server_vad() {
 
 #[test]
 fn openai_realtime_function_call_then_answer() {
-    let second = RealtimeUsage {
-        cached_input_text: None,
-        cached_input_audio: None,
-        ..rt_usage(105, 8, 113, 64, 0, 105, 0, 8, 0)
-    };
+    let second = no_cached_split(rt_usage(105, 8, 113, 64, 0, 105, 0, 8, 0));
     expect(
         Dialect::OpenaiRealtime,
         "openai_function_call.jsonl",
@@ -185,11 +201,7 @@ fn openai_realtime_function_call_then_answer() {
 
 #[test]
 fn openai_realtime_cancelled_incomplete_and_failed_responses() {
-    let cancelled = RealtimeUsage {
-        cached_input_text: None,
-        cached_input_audio: None,
-        ..rt_usage(120, 20, 140, 0, 0, 100, 20, 5, 15)
-    };
+    let cancelled = no_cached_split(rt_usage(120, 20, 140, 0, 0, 100, 20, 5, 15));
     expect(
         Dialect::OpenaiRealtime,
         "openai_cancelled_failed.jsonl",
@@ -433,25 +445,20 @@ fn gemini_live_audio_turns_interruption_and_tool_call() {
 
 #[test]
 fn gemini_fixtures_carry_binary_frames() {
-    let path = format!(
-        "{}/tests/fixtures/realtime/gemini_audio.jsonl",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let transcript = std::fs::read_to_string(path).expect("the fixture file");
-    let r = replay(Dialect::GeminiLive, &transcript);
+    let r = replay(Dialect::GeminiLive, &fixture("gemini_audio.jsonl"));
     assert!(r.binary_lines > 10, "server messages are marked binary");
 }
 
 /// Events of one message, in `Debug` form; `Err` when it is rejected.
 fn one(dialect: Dialect, server: bool, json: &str) -> Result<Vec<String>, AdapterError> {
-    let mut parser = RealtimeParser::new(dialect);
     let mut r = Replay::default();
-    let result = if server {
-        parser.server_message(json.as_bytes(), &mut |e| record(&mut r, e))
-    } else {
-        parser.client_message(json.as_bytes(), &mut |e| record(&mut r, e))
-    };
-    result.map(|()| r.events)
+    feed(
+        &mut RealtimeParser::new(dialect),
+        server,
+        json.as_bytes(),
+        &mut r,
+    )
+    .map(|()| r.events)
 }
 
 #[test]
@@ -692,7 +699,6 @@ const SHAPES: &[&str] = &[
 
 /// Every OpenAI message of the recorded transcripts, with its side.
 fn openai_fixture_messages() -> Vec<(bool, Vec<u8>)> {
-    let dir = format!("{}/tests/fixtures/realtime", env!("CARGO_MANIFEST_DIR"));
     let mut out = Vec::new();
     for name in [
         "openai_audio_vad.jsonl",
@@ -703,8 +709,7 @@ fn openai_fixture_messages() -> Vec<(bool, Vec<u8>)> {
         "responses_ws.jsonl",
         "responses_ws_lanes.jsonl",
     ] {
-        let text = std::fs::read_to_string(format!("{dir}/{name}")).expect("the fixture file");
-        for line in text.lines() {
+        for line in fixture(name).lines() {
             let line: Line<'_> = serde_json::from_str(line).expect("a fixture line");
             out.push((line.dir == "server", line.msg.get().as_bytes().to_vec()));
         }
@@ -717,12 +722,7 @@ type Outcome = Result<Vec<String>, AdapterError>;
 /// One message through a parser, as events in `Debug` form.
 fn through(parser: &mut RealtimeParser, server: bool, json: &[u8]) -> Outcome {
     let mut r = Replay::default();
-    let result = if server {
-        parser.server_message(json, &mut |e| record(&mut r, e))
-    } else {
-        parser.client_message(json, &mut |e| record(&mut r, e))
-    };
-    result.map(|()| {
+    feed(parser, server, json, &mut r).map(|()| {
         let mut events = r.events;
         events.extend(r.usages.iter().map(|u| format!("{u:?}")));
         events
