@@ -306,6 +306,12 @@ fn f(v: Option<f64>) -> Option<Num> {
     v.map(Num::F)
 }
 
+/// A token count of the current names, when `on` (of the row's class);
+/// known counts only: a `0` there would pull the percentiles down.
+fn latest_tokens(s: Semconv, n: Option<u64>, on: bool) -> Option<Num> {
+    n.filter(|_| on && s.latest()).map(Num::U)
+}
+
 /// The current name of a duration records a request of its class.
 fn latest_of(r: &FinishRecord, s: Semconv, class: OpClass) -> Option<Num> {
     (s.latest() && r.class == class).then_some(Num::F(r.duration))
@@ -445,31 +451,20 @@ finish_table! {
             &DURATION_BUCKETS,
             |r, _| f(r.reasoning_duration),
         ),
-        // Token histograms of the current names take known counts only: a
-        // `0` there would pull the percentiles down.
         tokens_row(
             M_OPERATION_INPUT_TOKENS,
             "Input (prompt) tokens per inference operation.",
-            |r, s| {
-                let on = s.latest() && r.class != OpClass::Embeddings;
-                r.input_tokens.filter(|_| on).map(Num::U)
-            },
+            |r, s| latest_tokens(s, r.input_tokens, r.class != OpClass::Embeddings),
         ),
         tokens_row(
             M_OPERATION_OUTPUT_TOKENS,
             "Output (completion) tokens per inference operation.",
-            |r, s| {
-                let on = s.latest() && r.class != OpClass::Embeddings;
-                r.output_tokens.filter(|_| on).map(Num::U)
-            },
+            |r, s| latest_tokens(s, r.output_tokens, r.class != OpClass::Embeddings),
         ),
         tokens_row(
             M_EMBEDDINGS_INPUT_TOKENS,
             "Input tokens per embeddings operation.",
-            |r, s| {
-                let on = s.latest() && r.class == OpClass::Embeddings;
-                r.input_tokens.filter(|_| on).map(Num::U)
-            },
+            |r, s| latest_tokens(s, r.input_tokens, r.class == OpClass::Embeddings),
         ),
         Row {
             name: M_REQUESTS,
@@ -500,30 +495,13 @@ enum Bound {
 
 impl Row {
     fn build(&self, meter: &Meter) -> Instrument {
+        let (name, unit, desc, b) = (self.name, self.unit, self.description, self.buckets);
         match self.kind {
-            Kind::Histogram => Instrument::Histogram(
-                meter
-                    .f64_histogram(self.name)
-                    .with_unit(self.unit)
-                    .with_description(self.description)
-                    .with_boundaries(self.buckets.to_vec())
-                    .build(),
-            ),
-            Kind::IntHistogram => Instrument::IntHistogram(
-                meter
-                    .u64_histogram(self.name)
-                    .with_unit(self.unit)
-                    .with_description(self.description)
-                    .with_boundaries(self.buckets.to_vec())
-                    .build(),
-            ),
-            Kind::Counter => Instrument::Counter(
-                meter
-                    .u64_counter(self.name)
-                    .with_unit(self.unit)
-                    .with_description(self.description)
-                    .build(),
-            ),
+            Kind::Histogram => Instrument::Histogram(f64_histogram(meter, name, unit, desc, b)),
+            Kind::IntHistogram => {
+                Instrument::IntHistogram(u64_histogram(meter, name, unit, desc, b))
+            }
+            Kind::Counter => Instrument::Counter(counter(meter, name, unit, desc)),
         }
     }
 
@@ -902,11 +880,46 @@ fn with_modality(attrs: &[KeyValue], modality: &'static str) -> Vec<KeyValue> {
     a
 }
 
-fn counter(meter: &Meter, name: &'static str, desc: &'static str) -> Counter<u64> {
+fn counter(
+    meter: &Meter,
+    name: &'static str,
+    unit: &'static str,
+    desc: &'static str,
+) -> Counter<u64> {
     meter
         .u64_counter(name)
-        .with_unit("{token}")
+        .with_unit(unit)
         .with_description(desc)
+        .build()
+}
+
+fn f64_histogram(
+    meter: &Meter,
+    name: &'static str,
+    unit: &'static str,
+    desc: &'static str,
+    b: &[f64],
+) -> Histogram<f64> {
+    meter
+        .f64_histogram(name)
+        .with_unit(unit)
+        .with_description(desc)
+        .with_boundaries(b.to_vec())
+        .build()
+}
+
+fn u64_histogram(
+    meter: &Meter,
+    name: &'static str,
+    unit: &'static str,
+    desc: &'static str,
+    b: &[f64],
+) -> Histogram<u64> {
+    meter
+        .u64_histogram(name)
+        .with_unit(unit)
+        .with_description(desc)
+        .with_boundaries(b.to_vec())
         .build()
 }
 
@@ -917,12 +930,7 @@ impl std::fmt::Debug for Instruments {
 }
 
 fn seconds(meter: &Meter, name: &'static str, desc: &'static str, b: &[f64]) -> Histogram<f64> {
-    meter
-        .f64_histogram(name)
-        .with_unit("s")
-        .with_description(desc)
-        .with_boundaries(b.to_vec())
-        .build()
+    f64_histogram(meter, name, "s", desc, b)
 }
 
 impl Instruments {
@@ -948,79 +956,89 @@ impl Instruments {
                 counter(
                     meter,
                     M_USAGE_INPUT,
+                    "{token}",
                     "Input (prompt) tokens used, cached tokens included.",
                 ),
                 counter(
                     meter,
                     M_USAGE_OUTPUT,
+                    "{token}",
                     "Output (completion) tokens used, reasoning tokens included.",
                 ),
                 counter(
                     meter,
                     M_USAGE_CACHE_READ,
+                    "{token}",
                     "Input tokens served from a provider-managed cache.",
                 ),
                 counter(
                     meter,
                     M_USAGE_CACHE_WRITE,
+                    "{token}",
                     "Input tokens written to a provider-managed cache.",
                 ),
                 counter(
                     meter,
                     M_USAGE_REASONING,
+                    "{token}",
                     "Output tokens used for reasoning.",
                 ),
             ],
-            token_usage: meter
-                .u64_histogram(M_TOKEN_USAGE)
-                .with_unit("{token}")
-                .with_description("Number of input and output tokens used.")
-                .with_boundaries(TOKEN_BUCKETS.to_vec())
-                .build(),
+            token_usage: u64_histogram(
+                meter,
+                M_TOKEN_USAGE,
+                "{token}",
+                "Number of input and output tokens used.",
+                &TOKEN_BUCKETS,
+            ),
             time_per_output_chunk: seconds(
                 meter,
                 M_TIME_PER_OUTPUT_CHUNK,
                 "Time between consecutive output chunks of a streaming response.",
                 &DURATION_BUCKETS,
             ),
-            reasoning_tokens: meter
-                .u64_histogram(M_REASONING_TOKENS)
-                .with_unit("{token}")
-                .with_description("Reasoning tokens per response.")
-                .with_boundaries(TOKEN_BUCKETS.to_vec())
-                .build(),
+            reasoning_tokens: u64_histogram(
+                meter,
+                M_REASONING_TOKENS,
+                "{token}",
+                "Reasoning tokens per response.",
+                &TOKEN_BUCKETS,
+            ),
             chunk_gap: seconds(
                 meter,
                 M_CHUNK_GAP,
                 "Gap between consecutive content chunks.",
                 &GAP_BUCKETS,
             ),
-            tokens: meter
-                .u64_counter(M_TOKENS)
-                .with_unit("{token}")
-                .with_description("Tokens served, by token type; rate() is tokens per second.")
-                .build(),
+            tokens: counter(
+                meter,
+                M_TOKENS,
+                "{token}",
+                "Tokens served, by token type; rate() is tokens per second.",
+            ),
             proxy_overhead: seconds(
                 meter,
                 M_PROXY_OVERHEAD,
                 "Time tokentap itself adds: before the request leaves, and per response frame.",
                 &OVERHEAD_BUCKETS,
             ),
-            modality_tokens: meter
-                .u64_counter(M_MODALITY_TOKENS)
-                .with_unit("{token}")
-                .with_description("Tokens by type, modality and (input) cache status, where the provider splits them.")
-                .build(),
+            modality_tokens: counter(
+                meter,
+                M_MODALITY_TOKENS,
+                "{token}",
+                "Tokens by type, modality and (input) cache status, where the provider splits them.",
+            ),
             streams_active: meter
                 .i64_up_down_counter(M_STREAMS_ACTIVE)
                 .with_unit("{request}")
                 .with_description("Requests whose response has not finished yet.")
                 .build(),
-            config_reloads: meter
-                .u64_counter(M_CONFIG_RELOADS)
-                .with_unit("{reload}")
-                .with_description("Configuration reloads (SIGHUP or file watch), by result.")
-                .build(),
+            config_reloads: counter(
+                meter,
+                M_CONFIG_RELOADS,
+                "{reload}",
+                "Configuration reloads (SIGHUP or file watch), by result.",
+            ),
             cost: meter
                 .f64_counter(M_COST)
                 .with_unit("{USD}")
@@ -1028,21 +1046,24 @@ impl Instruments {
                     "Spend in USD, from provider usage and the price table (docs/COST.md).",
                 )
                 .build(),
-            cost_unpriced: meter
-                .u64_counter(M_COST_UNPRICED)
-                .with_unit("{request}")
-                .with_description("Requests that used tokens but whose model has no price.")
-                .build(),
-            tool_calls: meter
-                .u64_counter(M_TOOL_CALLS)
-                .with_unit("{call}")
-                .with_description("Tool calls the model asked the client to run, by tool name.")
-                .build(),
-            server_tool_calls: meter
-                .u64_counter(M_SERVER_TOOL_CALLS)
-                .with_unit("{call}")
-                .with_description("Tools the provider ran itself (and bills per call), by tool.")
-                .build(),
+            cost_unpriced: counter(
+                meter,
+                M_COST_UNPRICED,
+                "{request}",
+                "Requests that used tokens but whose model has no price.",
+            ),
+            tool_calls: counter(
+                meter,
+                M_TOOL_CALLS,
+                "{call}",
+                "Tool calls the model asked the client to run, by tool name.",
+            ),
+            server_tool_calls: counter(
+                meter,
+                M_SERVER_TOOL_CALLS,
+                "{call}",
+                "Tools the provider ran itself (and bills per call), by tool.",
+            ),
             _dropped: drops.map(|d| dropped_counter(meter, d)),
             finish_sets: bound_sets(),
             active_sets: bound_sets(),
