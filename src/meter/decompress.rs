@@ -187,29 +187,23 @@ trait SinkWriter: Write {
     fn sink(&mut self) -> &mut Sink;
 }
 
-impl SinkWriter for MultiGzDecoder<Sink> {
-    fn sink(&mut self) -> &mut Sink {
-        self.get_mut()
-    }
+/// Each decoder hands back the sink it writes into.
+macro_rules! sink_writers {
+    ($($decoder:ty),+) => {
+        $(impl SinkWriter for $decoder {
+            fn sink(&mut self) -> &mut Sink {
+                self.get_mut()
+            }
+        })+
+    };
 }
 
-impl SinkWriter for ZlibDecoder<Sink> {
-    fn sink(&mut self) -> &mut Sink {
-        self.get_mut()
-    }
-}
-
-impl SinkWriter for DeflateDecoder<Sink> {
-    fn sink(&mut self) -> &mut Sink {
-        self.get_mut()
-    }
-}
-
-impl SinkWriter for DecompressorWriter<Sink> {
-    fn sink(&mut self) -> &mut Sink {
-        self.get_mut()
-    }
-}
+sink_writers!(
+    MultiGzDecoder<Sink>,
+    ZlibDecoder<Sink>,
+    DeflateDecoder<Sink>,
+    DecompressorWriter<Sink>
+);
 
 /// Push `input` through a writer-style decoder and move its output to `out`.
 fn write_through<W: SinkWriter>(
