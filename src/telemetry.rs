@@ -228,6 +228,24 @@ impl Telemetry {
         }
     }
 
+    /// A gauge without attributes reporting `value()` at each collection.
+    fn observe_gauge(
+        &self,
+        name: &'static str,
+        unit: &'static str,
+        description: &'static str,
+        value: impl Fn() -> u64 + Send + Sync + 'static,
+    ) {
+        self.observe(|meter| {
+            meter
+                .u64_observable_gauge(name)
+                .with_unit(unit)
+                .with_description(description)
+                .with_callback(move |obs| obs.observe(value(), &[]))
+                .build()
+        });
+    }
+
     /// Start one request's telemetry: a span continuing the client's W3C
     /// trace context from `headers`, plus the per-request recorder.
     pub fn begin(&self, facts: &RequestFacts, headers: &HeaderMap) -> RequestTelemetry {
@@ -362,14 +380,12 @@ impl Telemetry {
     /// Report `active()` as `tokentap.drains.active` at each collection
     /// (upstream bodies still read after their client left).
     pub fn observe_drains(&self, active: impl Fn() -> u64 + Send + Sync + 'static) {
-        self.observe(|meter| {
-            meter
-                .u64_observable_gauge(M_DRAINS_ACTIVE)
-                .with_unit("{drain}")
-                .with_description("Upstream bodies still being read after their client left.")
-                .with_callback(move |obs| obs.observe(active(), &[]))
-                .build()
-        });
+        self.observe_gauge(
+            M_DRAINS_ACTIVE,
+            "{drain}",
+            "Upstream bodies still being read after their client left.",
+            active,
+        );
     }
 
     /// Report each served certificate's seconds until expiry as
@@ -419,14 +435,12 @@ impl Telemetry {
     /// Report `active()` as `tokentap.websocket.sessions.active` at each
     /// collection (WebSocket sessions being relayed).
     pub fn observe_sessions(&self, active: impl Fn() -> u64 + Send + Sync + 'static) {
-        self.observe(|meter| {
-            meter
-                .u64_observable_gauge(M_WEBSOCKET_SESSIONS_ACTIVE)
-                .with_unit("{session}")
-                .with_description("WebSocket sessions being relayed.")
-                .with_callback(move |obs| obs.observe(active(), &[]))
-                .build()
-        });
+        self.observe_gauge(
+            M_WEBSOCKET_SESSIONS_ACTIVE,
+            "{session}",
+            "WebSocket sessions being relayed.",
+            active,
+        );
     }
 
     /// Report the upstream HTTP/2 pool at each collection:
