@@ -525,7 +525,7 @@ pub enum TenantSource {
 #[serde(deny_unknown_fields, default)]
 pub struct TenantConfig {
     /// Sources tried in order; the first that yields a value wins.
-    #[serde(with = "units::tenant_sources")]
+    #[serde(with = "units::sources")]
     pub sources: Vec<TenantSource>,
     /// Header for `TenantSource::Header`, lowercase.
     #[serde(with = "units::header")]
@@ -599,7 +599,7 @@ impl std::fmt::Display for BodyField {
 pub struct SessionsConfig {
     /// Sources tried in order; the first that yields a valid id wins
     /// (empty = no sessions).
-    #[serde(with = "units::session_sources")]
+    #[serde(with = "units::sources")]
     pub sources: Vec<SessionSource>,
     /// Header for `SessionSource::Header`, lowercase.
     #[serde(with = "units::header")]

@@ -134,21 +134,27 @@ pub(crate) mod testing {
         input: &[u8],
         render: fn(Frame<'_>) -> T,
     ) -> (Vec<T>, Result<(), FramingError>) {
-        let whole = decode(make(), &[input], render);
+        all_ways(input, |pieces| decode(make(), pieces, render))
+    }
+
+    /// `run` over `input` whole, at every two-piece split, and byte by
+    /// byte; all must agree. Returns the whole-input result.
+    #[track_caller]
+    pub(crate) fn all_ways<T: PartialEq + std::fmt::Debug>(
+        input: &[u8],
+        run: impl Fn(&[&[u8]]) -> T,
+    ) -> T {
+        let whole = run(&[input]);
         for at in 0..=input.len() {
             let (a, b) = input.split_at(at);
             assert_eq!(
-                decode(make(), &[a, b], render),
+                run(&[a, b]),
                 whole,
                 "split at {at} differs from whole input"
             );
         }
         let bytes: Vec<&[u8]> = input.chunks(1).collect();
-        assert_eq!(
-            decode(make(), &bytes, render),
-            whole,
-            "byte-by-byte differs from whole input"
-        );
+        assert_eq!(run(&bytes), whole, "byte-by-byte differs from whole input");
         whole
     }
 

@@ -67,15 +67,8 @@ fn check(flags: &Overrides) -> ExitCode {
         config::LogFormat::Text => None,
     };
     // The upstream client is built as start-up builds it, which needs a runtime.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("tokentap: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = runtime(&mut tokio::runtime::Builder::new_current_thread()) else {
+        return ExitCode::FAILURE;
     };
     let checked = config::load(flags)
         .map_err(|e| format!("configuration error: {e}"))
@@ -138,22 +131,28 @@ fn price(args: &PriceArgs) -> ExitCode {
 /// Workers of the control-plane runtime.
 const CONTROL_WORKERS: usize = 2;
 
+/// The runtime `builder` makes, with I/O and timers; `None` after saying
+/// on stderr why there is none.
+fn runtime(builder: &mut tokio::runtime::Builder) -> Option<tokio::runtime::Runtime> {
+    match builder.enable_all().build() {
+        Ok(rt) => Some(rt),
+        Err(e) => {
+            eprintln!("tokentap: cannot start the async runtime: {e}");
+            None
+        }
+    }
+}
+
 /// Run `fut` on a multi-threaded runtime; its result becomes the exit code
 /// (`failure` when it fails).
 /// It runs the control plane (acceptor, admin listener, reloads, live
 /// statistics): requests are served on the serving threads
 /// (`server.threads`), so two workers are enough however many CPUs there are.
 fn block_on(fut: impl Future<Output = anyhow::Result<()>>, failure: u8) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(CONTROL_WORKERS)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("tokentap: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) =
+        runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(CONTROL_WORKERS))
+    else {
+        return ExitCode::FAILURE;
     };
     match runtime.block_on(fut) {
         Ok(()) => ExitCode::SUCCESS,

@@ -344,28 +344,24 @@ mod tests {
             ],
             Duration::from_secs(30),
         );
-        let uri: Uri = "/openai/v1/chat/completions?x=1&y=%20"
-            .parse()
-            .expect("uri");
-        let r = router.find(None, uri.path()).expect("route");
-        assert_eq!(
-            r.upstream_uri(&uri).expect("uri").to_string(),
-            "https://api.openai.com/v1/chat/completions?x=1&y=%20"
-        );
-        assert_eq!(r.server_port, 443);
-        let uri: Uri = "/v1/messages".parse().expect("uri");
-        let r = router.find(None, uri.path()).expect("route");
-        assert_eq!(
-            r.upstream_uri(&uri).expect("uri").to_string(),
-            "http://127.0.0.1:9000/base/v1/messages"
-        );
-        assert_eq!(r.server_port, 9000);
-        let uri: Uri = "/openai".parse().expect("uri");
-        let r = router.find(None, uri.path()).expect("route");
-        assert_eq!(
-            r.upstream_uri(&uri).expect("uri").to_string(),
-            "https://api.openai.com/"
-        );
+        for (path, upstream, port) in [
+            (
+                "/openai/v1/chat/completions?x=1&y=%20",
+                "https://api.openai.com/v1/chat/completions?x=1&y=%20",
+                443,
+            ),
+            (
+                "/v1/messages",
+                "http://127.0.0.1:9000/base/v1/messages",
+                9000,
+            ),
+            ("/openai", "https://api.openai.com/", 443),
+        ] {
+            let uri: Uri = path.parse().expect("uri");
+            let r = router.find(None, uri.path()).expect("route");
+            let got = r.upstream_uri(&uri).expect("uri").to_string();
+            assert_eq!((got.as_str(), r.server_port), (upstream, port), "{path}");
+        }
     }
 
     #[test]

@@ -197,27 +197,54 @@ impl Telemetry {
     /// Report `tokentap.requests.in_flight` per route and model at each
     /// collection.
     fn observe_in_flight(&self) {
+        self.observe(|meter| {
+            let in_flight = self.inner.in_flight.clone();
+            meter
+                .u64_observable_gauge(M_IN_FLIGHT)
+                .with_unit("{request}")
+                .with_description("Requests in flight, per route and model.")
+                .with_callback(move |obs| {
+                    for (route, model, n) in in_flight.snapshot() {
+                        let mut attrs = vec![KeyValue::new(ROUTE, route)];
+                        if let Some(model) = model {
+                            attrs.push(KeyValue::new(GEN_AI_REQUEST_MODEL, model));
+                        }
+                        obs.observe(n, &attrs);
+                    }
+                })
+                .build()
+        });
+    }
+
+    /// Build an observable instrument (or several) with the late meter and
+    /// keep it alive, since its callback runs only while it lives; nothing
+    /// without a reader.
+    fn observe<I: std::any::Any + Send + Sync>(&self, build: impl FnOnce(&Meter) -> I) {
         let Some(meter) = &self.inner.meter else {
             return;
         };
-        let in_flight = self.inner.in_flight.clone();
-        let gauge = meter
-            .u64_observable_gauge(M_IN_FLIGHT)
-            .with_unit("{request}")
-            .with_description("Requests in flight, per route and model.")
-            .with_callback(move |obs| {
-                for (route, model, n) in in_flight.snapshot() {
-                    let mut attrs = vec![KeyValue::new(ROUTE, route)];
-                    if let Some(model) = model {
-                        attrs.push(KeyValue::new(GEN_AI_REQUEST_MODEL, model));
-                    }
-                    obs.observe(n, &attrs);
-                }
-            })
-            .build();
+        let instrument = build(meter);
         if let Ok(mut kept) = self.inner.observed.lock() {
-            kept.push(Box::new(gauge));
+            kept.push(Box::new(instrument));
         }
+    }
+
+    /// A gauge without attributes reporting `value()` at each collection.
+    fn observe_gauge(
+        &self,
+        name: &'static str,
+        unit: &'static str,
+        description: &'static str,
+        value: impl Fn() -> u64 + Send + Sync + 'static,
+    ) {
+        self.observe(|meter| {
+            meter
+                .u64_observable_gauge(name)
+                .with_unit(unit)
+                .with_description(description)
+                .with_callback(move |obs| obs.observe(value(), &[]))
+                .build()
+        });
     }
 
     /// Start one request's telemetry: a span continuing the client's W3C
@@ -354,87 +381,67 @@ impl Telemetry {
     /// Report `active()` as `tokentap.drains.active` at each collection
     /// (upstream bodies still read after their client left).
     pub fn observe_drains(&self, active: impl Fn() -> u64 + Send + Sync + 'static) {
-        let Some(meter) = &self.inner.meter else {
-            return;
-        };
-        let gauge = meter
-            .u64_observable_gauge(M_DRAINS_ACTIVE)
-            .with_unit("{drain}")
-            .with_description("Upstream bodies still being read after their client left.")
-            .with_callback(move |obs| obs.observe(active(), &[]))
-            .build();
-        if let Ok(mut kept) = self.inner.observed.lock() {
-            kept.push(Box::new(gauge));
-        }
+        self.observe_gauge(
+            M_DRAINS_ACTIVE,
+            "{drain}",
+            "Upstream bodies still being read after their client left.",
+            active,
+        );
     }
 
     /// Report each served certificate's seconds until expiry as
     /// `tokentap.tls.certificate.expiry` (attributes `tokentap.listener`,
     /// `tokentap.tls.server_name`) at each collection.
     pub fn observe_certificates(&self, tls: Vec<Arc<crate::server::tls::Tls>>) {
-        let Some(meter) = &self.inner.meter else {
-            return;
-        };
         if tls.is_empty() {
             return;
         }
-        let gauge = meter
-            .i64_observable_gauge(M_TLS_CERT_EXPIRY)
-            .with_unit("s")
-            .with_description(
-                "Seconds until a served TLS certificate expires (negative once expired).",
-            )
-            .with_callback(move |obs| {
-                for t in &tls {
-                    for cert in t.expiry().iter() {
-                        obs.observe(
-                            cert.seconds_left(),
-                            &[
-                                KeyValue::new("tokentap.listener", t.listener),
-                                KeyValue::new("tokentap.tls.server_name", cert.name.clone()),
-                            ],
-                        );
+        self.observe(|meter| {
+            meter
+                .i64_observable_gauge(M_TLS_CERT_EXPIRY)
+                .with_unit("s")
+                .with_description(
+                    "Seconds until a served TLS certificate expires (negative once expired).",
+                )
+                .with_callback(move |obs| {
+                    for t in &tls {
+                        for cert in t.expiry().iter() {
+                            obs.observe(
+                                cert.seconds_left(),
+                                &[
+                                    KeyValue::new("tokentap.listener", t.listener),
+                                    KeyValue::new("tokentap.tls.server_name", cert.name.clone()),
+                                ],
+                            );
+                        }
                     }
-                }
-            })
-            .build();
-        if let Ok(mut kept) = self.inner.observed.lock() {
-            kept.push(Box::new(gauge));
-        }
+                })
+                .build()
+        });
     }
 
     /// Report `errors()` as `tokentap.state.errors` at each collection
     /// (state store operations that failed or timed out).
     pub fn observe_state_errors(&self, errors: impl Fn() -> u64 + Send + Sync + 'static) {
-        let Some(meter) = &self.inner.meter else {
-            return;
-        };
-        let counter = meter
-            .u64_observable_counter(M_STATE_ERRORS)
-            .with_unit("{error}")
-            .with_description("State store operations that failed or timed out.")
-            .with_callback(move |obs| obs.observe(errors(), &[]))
-            .build();
-        if let Ok(mut kept) = self.inner.observed.lock() {
-            kept.push(Box::new(counter));
-        }
+        self.observe(|meter| {
+            meter
+                .u64_observable_counter(M_STATE_ERRORS)
+                .with_unit("{error}")
+                .with_description("State store operations that failed or timed out.")
+                .with_callback(move |obs| obs.observe(errors(), &[]))
+                .build()
+        });
     }
 
     /// Report `active()` as `tokentap.websocket.sessions.active` at each
     /// collection (WebSocket sessions being relayed).
     pub fn observe_ws_sessions(&self, active: impl Fn() -> u64 + Send + Sync + 'static) {
-        let Some(meter) = &self.inner.meter else {
-            return;
-        };
-        let gauge = meter
-            .u64_observable_gauge(M_WEBSOCKET_SESSIONS_ACTIVE)
-            .with_unit("{session}")
-            .with_description("WebSocket sessions being relayed.")
-            .with_callback(move |obs| obs.observe(active(), &[]))
-            .build();
-        if let Ok(mut kept) = self.inner.observed.lock() {
-            kept.push(Box::new(gauge));
-        }
+        self.observe_gauge(
+            M_WEBSOCKET_SESSIONS_ACTIVE,
+            "{session}",
+            "WebSocket sessions being relayed.",
+            active,
+        );
     }
 
     /// Report the upstream HTTP/2 pool at each collection:
@@ -445,49 +452,45 @@ impl Telemetry {
         &self,
         figures: impl Fn() -> Vec<(String, u64, u64, u64)> + Send + Sync + 'static,
     ) {
-        let Some(meter) = &self.inner.meter else {
-            return;
-        };
         let figures = Arc::new(figures);
-        let gauge = |name: &'static str,
-                     unit: &'static str,
-                     desc: &'static str,
-                     pick: fn(&(String, u64, u64, u64)) -> u64| {
-            let figures = figures.clone();
-            meter
-                .u64_observable_gauge(name)
-                .with_unit(unit)
-                .with_description(desc)
-                .with_callback(move |obs| {
-                    for f in figures() {
-                        obs.observe(pick(&f), &[KeyValue::new(UPSTREAM_HOST, f.0.clone())]);
-                    }
-                })
-                .build()
-        };
-        let gauges = [
-            gauge(
-                M_POOL_CONNECTIONS,
-                "{connection}",
-                "Open HTTP/2 upstream connections that take new streams.",
-                |f| f.1,
-            ),
-            gauge(
-                M_POOL_STREAMS,
-                "{stream}",
-                "HTTP/2 streams in flight on upstream connections.",
-                |f| f.2,
-            ),
-            gauge(
-                M_POOL_QUEUED,
-                "{request}",
-                "Requests waiting for an upstream HTTP/2 connection or stream slot.",
-                |f| f.3,
-            ),
-        ];
-        if let Ok(mut kept) = self.inner.observed.lock() {
-            kept.extend(gauges.map(|g| Box::new(g) as Box<dyn std::any::Any + Send + Sync>));
-        }
+        self.observe(|meter| {
+            let gauge = |name: &'static str,
+                         unit: &'static str,
+                         desc: &'static str,
+                         pick: fn(&(String, u64, u64, u64)) -> u64| {
+                let figures = figures.clone();
+                meter
+                    .u64_observable_gauge(name)
+                    .with_unit(unit)
+                    .with_description(desc)
+                    .with_callback(move |obs| {
+                        for f in figures() {
+                            obs.observe(pick(&f), &[KeyValue::new(UPSTREAM_HOST, f.0.clone())]);
+                        }
+                    })
+                    .build()
+            };
+            [
+                gauge(
+                    M_POOL_CONNECTIONS,
+                    "{connection}",
+                    "Open HTTP/2 upstream connections that take new streams.",
+                    |f| f.1,
+                ),
+                gauge(
+                    M_POOL_STREAMS,
+                    "{stream}",
+                    "HTTP/2 streams in flight on upstream connections.",
+                    |f| f.2,
+                ),
+                gauge(
+                    M_POOL_QUEUED,
+                    "{request}",
+                    "Requests waiting for an upstream HTTP/2 connection or stream slot.",
+                    |f| f.3,
+                ),
+            ]
+        });
     }
 
     /// Price finished requests with `book` from now on (start-up and each

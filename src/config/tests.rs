@@ -88,6 +88,21 @@ fn load_err(args: &[&str], vars: &[(&str, &str)]) -> String {
     }
 }
 
+/// Each `(body, key, words)`: `section` holding `body` is refused with an
+/// error that names `key` and says `words`.
+fn assert_refused(section: &str, cases: &[(&str, &str, &str)]) {
+    for (body, key, words) in cases {
+        let e = from_toml(&format!("{ROUTES}\n{section}\n{body}\n"))
+            .expect_err(&format!("{section} {body} must be refused"));
+        assert_mentions(&e.to_string(), &[key, words]);
+    }
+}
+
+/// The error from loading `--upstream` with one environment variable set.
+fn env_err(var: &str, value: &str) -> String {
+    load_err(&["--upstream", "http://127.0.0.1:9"], &[(var, value)])
+}
+
 fn assert_mentions(msg: &str, parts: &[&str]) {
     for p in parts {
         assert!(
@@ -375,19 +390,13 @@ fn config_unknown_key_in_file_names_key_and_file() {
 
 #[test]
 fn config_unknown_env_key_names_the_variable() {
-    let e = load_err(
-        &["--upstream", "http://127.0.0.1:9"],
-        &[("TOKENTAP_SERVR__X", "1")],
-    );
+    let e = env_err("TOKENTAP_SERVR__X", "1");
     assert_mentions(&e, &["servr", "environment variable TOKENTAP_SERVR__X"]);
 }
 
 #[test]
 fn config_bad_duration_in_env_names_the_variable() {
-    let e = load_err(
-        &["--upstream", "http://127.0.0.1:9"],
-        &[("TOKENTAP_UPSTREAM__CONNECT_TIMEOUT", "5")],
-    );
+    let e = env_err("TOKENTAP_UPSTREAM__CONNECT_TIMEOUT", "5");
     assert_mentions(
         &e,
         &[
@@ -396,10 +405,7 @@ fn config_bad_duration_in_env_names_the_variable() {
             "unit",
         ],
     );
-    let e = load_err(
-        &["--upstream", "http://127.0.0.1:9"],
-        &[("OTEL_METRIC_EXPORT_INTERVAL", "often")],
-    );
+    let e = env_err("OTEL_METRIC_EXPORT_INTERVAL", "often");
     assert_mentions(
         &e,
         &[
@@ -483,6 +489,44 @@ fn config_bad_values_in_file_name_key_and_file() {
         let err = load_with_env(&cli(&["--config", &f.path()]), &[]).expect_err(key);
         assert_eq!(err.key(), Some(key), "wrong key in: {err}");
         assert_mentions(&err.to_string(), &[key, &f.path()]);
+    }
+}
+
+#[test]
+fn config_source_lists_parse_in_order_and_name_every_allowed_source() {
+    let f = TempToml::new(&format!(
+        "[tenant]\nsources = [\" client_cert\", \"api_key\"]\n[sessions]\nsources = [\"agents\", \"header\"]\n{ROUTES}"
+    ));
+    let c = load_ok(&["--config", &f.path()], &[]);
+    assert_eq!(
+        c.tenant.sources,
+        [TenantSource::ClientCert, TenantSource::ApiKey]
+    );
+    assert_eq!(
+        c.sessions.sources,
+        [SessionSource::Agents, SessionSource::Header]
+    );
+    for (body, words) in [
+        (
+            "[tenant]\nsources = [\"cookie\"]\n",
+            "unknown tenant source `cookie`; expected `header`, `body`, `api_key` or `client_cert`",
+        ),
+        (
+            "[sessions]\nsources = [\" cookie \"]\n",
+            "unknown session source `cookie`; expected `header`, `body` or `agents`",
+        ),
+        (
+            "[sessions]\nsources = [\"agents\", \"agents\"]\n",
+            "`agents` is listed twice",
+        ),
+        (
+            "[tenant]\nsources = [\" body\", \"body\"]\n",
+            "`body` is listed twice",
+        ),
+    ] {
+        let f = TempToml::new(&format!("{body}{ROUTES}"));
+        let err = load_with_env(&cli(&["--config", &f.path()]), &[]).expect_err(body);
+        assert_mentions(&err.to_string(), &[words]);
     }
 }
 
@@ -687,24 +731,23 @@ fn config_live_defaults_overrides_and_bounds() {
         "env layer sets [live]"
     );
 
-    for (body, key, words) in [
-        ("bucket = \"0s\"", "live.bucket", "longer than zero"),
-        ("bucket = \"10ms\"", "live.bucket", "100ms"),
-        ("window = \"1s\"", "live.window", "live.bucket"),
-        (
-            "window = \"1d\"\nbucket = \"1s\"",
-            "live.window",
-            "10000 buckets",
-        ),
-        ("max_series = 0", "live.max_series", "at least 1"),
-        ("max_series = 20000", "live.max_series", "at most"),
-        ("recent = 20000", "live.recent", "at most"),
-        ("windows = \"5m\"", "live.windows", "unknown key"),
-    ] {
-        let e = from_toml(&format!("[live]\n{body}\n{ROUTES}"))
-            .expect_err(&format!("[live] {body} must be refused"));
-        assert_mentions(&e.to_string(), &[key, words]);
-    }
+    assert_refused(
+        "[live]",
+        &[
+            ("bucket = \"0s\"", "live.bucket", "longer than zero"),
+            ("bucket = \"10ms\"", "live.bucket", "100ms"),
+            ("window = \"1s\"", "live.window", "live.bucket"),
+            (
+                "window = \"1d\"\nbucket = \"1s\"",
+                "live.window",
+                "10000 buckets",
+            ),
+            ("max_series = 0", "live.max_series", "at least 1"),
+            ("max_series = 20000", "live.max_series", "at most"),
+            ("recent = 20000", "live.recent", "at most"),
+            ("windows = \"5m\"", "live.windows", "unknown key"),
+        ],
+    );
 }
 
 const SLO_LIVE: &str = "[live]\nwindow = \"1h\"\nbucket = \"15s\"\n";
@@ -775,75 +818,74 @@ fn config_slo_defaults_and_objectives() {
 
 #[test]
 fn config_slo_errors_name_the_key() {
-    for (body, key, words) in [
-        ("name = \"x\"", "slo[0].name", "no objective"),
-        (
-            "name = \"a b\"\nerror_ratio = 0.1",
-            "slo[0].name",
-            "letters",
-        ),
-        (
-            "name = \"x\"\nroute = \"nope\"\nerror_ratio = 0.1",
-            "slo[0].route",
-            "openai",
-        ),
-        (
-            "name = \"x\"\nwindow = \"20m\"\nerror_ratio = 0.1",
-            "slo[0].window",
-            "live.window (10m)",
-        ),
-        (
-            "name = \"x\"\nwindow = \"1s\"\nerror_ratio = 0.1",
-            "slo[0].window",
-            "live.bucket",
-        ),
-        (
-            "name = \"x\"\nerror_ratio = 1.5",
-            "slo[0].error_ratio",
-            "from 0 to 1",
-        ),
-        (
-            "name = \"x\"\ndecode_tps_drop = 1",
-            "slo[0].decode_tps_drop",
-            "below 1",
-        ),
-        (
-            "name = \"x\"\ndecode_tps_p50_min = -1",
-            "slo[0].decode_tps_p50_min",
-            "positive",
-        ),
-        (
-            "name = \"x\"\nttft_p95 = \"0s\"",
-            "slo[0].ttft_p95",
-            "longer than zero",
-        ),
-        ("name = \"x\"\nttft_p95 = 5", "slo[0].ttft_p95", "no unit"),
-        (
-            "name = \"x\"\nmin_requests = 0\nerror_ratio = 0.1",
-            "slo[0].min_requests",
-            "at least 1",
-        ),
-        (
-            "name = \"x\"\nerror_ratio = 0.1\nwindows = \"5m\"",
-            "slo[0].windows",
-            "unknown key",
-        ),
-        // The default 1h baseline does not fit the default 10m live window.
-        (
-            "name = \"x\"\ndecode_tps_drop = 0.3",
-            "slo[0].baseline_window",
-            "raise live.window",
-        ),
-        (
-            "name = \"x\"\ndecode_tps_drop = 0.3\nbaseline_window = \"5m\"",
-            "slo[0].baseline_window",
-            "longer than the SLO's window",
-        ),
-    ] {
-        let e = from_toml(&format!("{ROUTES}\n[[slo]]\n{body}\n"))
-            .expect_err(&format!("[[slo]] {body} must be refused"));
-        assert_mentions(&e.to_string(), &[key, words]);
-    }
+    assert_refused(
+        "[[slo]]",
+        &[
+            ("name = \"x\"", "slo[0].name", "no objective"),
+            (
+                "name = \"a b\"\nerror_ratio = 0.1",
+                "slo[0].name",
+                "letters",
+            ),
+            (
+                "name = \"x\"\nroute = \"nope\"\nerror_ratio = 0.1",
+                "slo[0].route",
+                "openai",
+            ),
+            (
+                "name = \"x\"\nwindow = \"20m\"\nerror_ratio = 0.1",
+                "slo[0].window",
+                "live.window (10m)",
+            ),
+            (
+                "name = \"x\"\nwindow = \"1s\"\nerror_ratio = 0.1",
+                "slo[0].window",
+                "live.bucket",
+            ),
+            (
+                "name = \"x\"\nerror_ratio = 1.5",
+                "slo[0].error_ratio",
+                "from 0 to 1",
+            ),
+            (
+                "name = \"x\"\ndecode_tps_drop = 1",
+                "slo[0].decode_tps_drop",
+                "below 1",
+            ),
+            (
+                "name = \"x\"\ndecode_tps_p50_min = -1",
+                "slo[0].decode_tps_p50_min",
+                "positive",
+            ),
+            (
+                "name = \"x\"\nttft_p95 = \"0s\"",
+                "slo[0].ttft_p95",
+                "longer than zero",
+            ),
+            ("name = \"x\"\nttft_p95 = 5", "slo[0].ttft_p95", "no unit"),
+            (
+                "name = \"x\"\nmin_requests = 0\nerror_ratio = 0.1",
+                "slo[0].min_requests",
+                "at least 1",
+            ),
+            (
+                "name = \"x\"\nerror_ratio = 0.1\nwindows = \"5m\"",
+                "slo[0].windows",
+                "unknown key",
+            ),
+            // The default 1h baseline does not fit the default 10m live window.
+            (
+                "name = \"x\"\ndecode_tps_drop = 0.3",
+                "slo[0].baseline_window",
+                "raise live.window",
+            ),
+            (
+                "name = \"x\"\ndecode_tps_drop = 0.3\nbaseline_window = \"5m\"",
+                "slo[0].baseline_window",
+                "longer than the SLO's window",
+            ),
+        ],
+    );
     let e = from_toml(&format!(
         "{ROUTES}\n[[slo]]\nname = \"x\"\nerror_ratio = 0.1\n[[slo]]\nname = \"x\"\nerror_ratio = 0.2\n"
     ))
@@ -877,48 +919,47 @@ fn config_alerts_defaults_bounds_and_redaction() {
     let b = back.telemetry.slo.alerts.expect("[alerts] survives");
     assert_eq!((b.format, b.max_retries), (a.format, a.max_retries));
 
-    for (body, key, words) in [
-        ("format = \"json\"", "alerts.webhook_url", "required"),
-        (
-            "webhook_url = \"ftp://x.org/h\"",
-            "alerts.webhook_url",
-            "http://",
-        ),
-        (
-            "webhook_url = \"https://u:p@x.org/h\"",
-            "alerts.webhook_url",
-            "credentials",
-        ),
-        (
-            "webhook_url = \"https://x.org\"\nformat = \"xml\"",
-            "alerts.format",
-            "slack",
-        ),
-        (
-            "webhook_url = \"https://x.org\"\ntimeout = \"0s\"",
-            "alerts.timeout",
-            "longer than zero",
-        ),
-        (
-            "webhook_url = \"https://x.org\"\nmax_retries = 99",
-            "alerts.max_retries",
-            "at most",
-        ),
-        (
-            "webhook_url = \"https://x.org\"\nheaders = { \"a b\" = \"1\" }",
-            "alerts.headers",
-            "header name",
-        ),
-        (
-            "webhook_url = \"https://x.org\"\nretries = 1",
-            "alerts.retries",
-            "unknown key",
-        ),
-    ] {
-        let e = from_toml(&format!("{ROUTES}\n[alerts]\n{body}\n"))
-            .expect_err(&format!("[alerts] {body} must be refused"));
-        assert_mentions(&e.to_string(), &[key, words]);
-    }
+    assert_refused(
+        "[alerts]",
+        &[
+            ("format = \"json\"", "alerts.webhook_url", "required"),
+            (
+                "webhook_url = \"ftp://x.org/h\"",
+                "alerts.webhook_url",
+                "http://",
+            ),
+            (
+                "webhook_url = \"https://u:p@x.org/h\"",
+                "alerts.webhook_url",
+                "credentials",
+            ),
+            (
+                "webhook_url = \"https://x.org\"\nformat = \"xml\"",
+                "alerts.format",
+                "slack",
+            ),
+            (
+                "webhook_url = \"https://x.org\"\ntimeout = \"0s\"",
+                "alerts.timeout",
+                "longer than zero",
+            ),
+            (
+                "webhook_url = \"https://x.org\"\nmax_retries = 99",
+                "alerts.max_retries",
+                "at most",
+            ),
+            (
+                "webhook_url = \"https://x.org\"\nheaders = { \"a b\" = \"1\" }",
+                "alerts.headers",
+                "header name",
+            ),
+            (
+                "webhook_url = \"https://x.org\"\nretries = 1",
+                "alerts.retries",
+                "unknown key",
+            ),
+        ],
+    );
 }
 
 #[test]
@@ -985,18 +1026,12 @@ fn config_export_timeout_and_span_queue() {
     let f = TempToml::new(&format!("[telemetry]\nspan_queue_size = 0\n{ROUTES}"));
     let e = load_err(&["--config", &f.path()], &[]);
     assert_mentions(&e, &["telemetry.span_queue_size", "at least 1"]);
-    let e = load_err(
-        &["--upstream", "http://127.0.0.1:9"],
-        &[("OTEL_BSP_MAX_QUEUE_SIZE", "lots")],
-    );
+    let e = env_err("OTEL_BSP_MAX_QUEUE_SIZE", "lots");
     assert_mentions(
         &e,
         &["telemetry.span_queue_size", "OTEL_BSP_MAX_QUEUE_SIZE"],
     );
-    let e = load_err(
-        &["--upstream", "http://127.0.0.1:9"],
-        &[("TOKENTAP_TELEMETRY__OTLP_TIMEOUT", "0s")],
-    );
+    let e = env_err("TOKENTAP_TELEMETRY__OTLP_TIMEOUT", "0s");
     assert_mentions(&e, &["telemetry.otlp_timeout", "longer than zero"]);
     assert_eq!(c.telemetry.max_series, 2000, "default");
     let f = TempToml::new(&format!("[telemetry]\nmax_series = 20001\n{ROUTES}"));
@@ -1021,10 +1056,7 @@ fn config_connect_retries_default_off_and_bounded() {
     );
     assert_eq!(c.upstream.connect_retries, 3);
     assert_eq!(c.upstream.connect_retry_backoff, Duration::from_millis(250));
-    let e = load_err(
-        &["--upstream", "http://127.0.0.1:9"],
-        &[("TOKENTAP_UPSTREAM__CONNECT_RETRIES", "11")],
-    );
+    let e = env_err("TOKENTAP_UPSTREAM__CONNECT_RETRIES", "11");
     assert_mentions(
         &e,
         &[
@@ -1033,10 +1065,7 @@ fn config_connect_retries_default_off_and_bounded() {
             "at most 10",
         ],
     );
-    let e = load_err(
-        &["--upstream", "http://127.0.0.1:9"],
-        &[("TOKENTAP_UPSTREAM__CONNECT_RETRY_BACKOFF", "0s")],
-    );
+    let e = env_err("TOKENTAP_UPSTREAM__CONNECT_RETRY_BACKOFF", "0s");
     assert_mentions(&e, &["upstream.connect_retry_backoff", "longer than zero"]);
 }
 
@@ -1356,15 +1385,9 @@ fn sampling_reads_from_file_env_and_otel_and_names_bad_keys() {
         let e = load_err(&["--config", &f.path()], &[]);
         assert_mentions(&e, words);
     }
-    let e = load_err(
-        &["--upstream", "http://127.0.0.1:9"],
-        &[("TOKENTAP_TELEMETRY__SAMPLING__RATIO", "2")],
-    );
+    let e = env_err("TOKENTAP_TELEMETRY__SAMPLING__RATIO", "2");
     assert_mentions(&e, &["telemetry.sampling.ratio", "from 0 to 1"]);
-    let e = load_err(
-        &["--upstream", "http://127.0.0.1:9"],
-        &[("OTEL_TRACES_SAMPLER", "jaeger_remote")],
-    );
+    let e = env_err("OTEL_TRACES_SAMPLER", "jaeger_remote");
     assert_mentions(&e, &["telemetry.sampling.ratio", "OTEL_TRACES_SAMPLER"]);
 }
 

@@ -362,63 +362,54 @@ pub(super) mod headers {
     }
 }
 
-/// Tenant sources in order, each once (`header`, `body`, `api_key`).
-pub(super) mod tenant_sources {
-    use super::*;
-    use crate::config::TenantSource;
+/// A value named in a config list of sources (`[tenant] sources`,
+/// `[sessions] sources`).
+pub(super) trait Source: Copy + PartialEq + 'static {
+    /// What the list holds, for errors (`tenant source`).
+    const WHAT: &'static str;
+    /// Every value, in the order an error lists their names.
+    const ALL: &'static [Self];
+    /// The name used in config.
+    fn name(self) -> &'static str;
+}
 
-    pub(crate) fn serialize<S: Serializer>(v: &[TenantSource], s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(v.iter().map(|t| t.as_str()))
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<Vec<TenantSource>, D::Error> {
-        let mut sources = Vec::new();
-        for name in names(d)? {
-            let s = match name.trim() {
-                "header" => TenantSource::Header,
-                "body" => TenantSource::Body,
-                "api_key" => TenantSource::ApiKey,
-                "client_cert" => TenantSource::ClientCert,
-                other => {
-                    return Err(de::Error::custom(format!(
-                        "unknown tenant source `{other}`; expected `header`, `body`, `api_key` or `client_cert`"
-                    )));
-                }
-            };
-            if sources.contains(&s) {
-                return Err(de::Error::custom(format!("`{name}` is listed twice")));
-            }
-            sources.push(s);
-        }
-        Ok(sources)
+impl Source for crate::config::TenantSource {
+    const WHAT: &'static str = "tenant source";
+    const ALL: &'static [Self] = &[Self::Header, Self::Body, Self::ApiKey, Self::ClientCert];
+    fn name(self) -> &'static str {
+        self.as_str()
     }
 }
 
-/// Session sources in order, each once (`header`, `body`, `agents`).
-pub(super) mod session_sources {
-    use super::*;
-    use crate::config::SessionSource;
+impl Source for crate::config::SessionSource {
+    const WHAT: &'static str = "session source";
+    const ALL: &'static [Self] = &[Self::Header, Self::Body, Self::Agents];
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+}
 
-    pub(crate) fn serialize<S: Serializer>(v: &[SessionSource], s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(v.iter().map(|t| t.as_str()))
+/// Sources in order, each once (tenant: `header`, `body`, `api_key`,
+/// `client_cert`; session: `header`, `body`, `agents`).
+pub(super) mod sources {
+    use super::*;
+
+    pub(crate) fn serialize<T: Source, S: Serializer>(v: &[T], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(v.iter().map(|t| t.name()))
     }
 
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+    pub(crate) fn deserialize<'de, T: Source, D: Deserializer<'de>>(
         d: D,
-    ) -> Result<Vec<SessionSource>, D::Error> {
+    ) -> Result<Vec<T>, D::Error> {
         let mut sources = Vec::new();
         for name in names(d)? {
-            let s = match name.trim() {
-                "header" => SessionSource::Header,
-                "body" => SessionSource::Body,
-                "agents" => SessionSource::Agents,
-                other => {
-                    return Err(de::Error::custom(format!(
-                        "unknown session source `{other}`; expected `header`, `body` or `agents`"
-                    )));
-                }
+            let Some(s) = T::ALL.iter().copied().find(|s| s.name() == name.trim()) else {
+                return Err(de::Error::custom(format!(
+                    "unknown {} `{}`; expected {}",
+                    T::WHAT,
+                    name.trim(),
+                    expected::<T>()
+                )));
             };
             if sources.contains(&s) {
                 return Err(de::Error::custom(format!("`{name}` is listed twice")));
@@ -426,6 +417,16 @@ pub(super) mod session_sources {
             sources.push(s);
         }
         Ok(sources)
+    }
+
+    /// The names as a sentence: `` `a`, `b` or `c` ``.
+    fn expected<T: Source>() -> String {
+        let names: Vec<String> = T::ALL.iter().map(|s| format!("`{}`", s.name())).collect();
+        match names.split_last() {
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        }
     }
 }
 
@@ -446,21 +447,26 @@ pub(super) mod body_field {
 /// The longest session id kept whole: 16 to 1024 bytes (shorter leaves no
 /// room for the hash a longer id is shortened to).
 pub(super) fn session_id_length<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
-    let n = usize::deserialize(d)?;
-    if !(16..=1024).contains(&n) {
-        return Err(de::Error::custom(format!(
-            "must be between 16 and 1024 (bytes), got {n}"
-        )));
-    }
-    Ok(n)
+    usize_within(d, 16, 1024, " (bytes)")
 }
 
 /// Sessions kept: 1 to 10,000,000 (about 4 GB of rollups at the top).
 pub(super) fn session_count<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    usize_within(d, 1, 10_000_000, "")
+}
+
+/// A whole number from `lo` to `hi`; `unit` follows the bounds in the
+/// error (`must be between 16 and 1024 (bytes), got 8`).
+fn usize_within<'de, D: Deserializer<'de>>(
+    d: D,
+    lo: usize,
+    hi: usize,
+    unit: &str,
+) -> Result<usize, D::Error> {
     let n = usize::deserialize(d)?;
-    if !(1..=10_000_000).contains(&n) {
+    if !(lo..=hi).contains(&n) {
         return Err(de::Error::custom(format!(
-            "must be between 1 and 10000000, got {n}"
+            "must be between {lo} and {hi}{unit}, got {n}"
         )));
     }
     Ok(n)

@@ -122,6 +122,19 @@ impl<'a> Cx<'a> {
         }
     }
 
+    /// A route's or an SLO's name: non-empty letters, digits, `-`, `_`, `.`.
+    fn name(&self, path: &str, name: &str) -> Result<(), ConfigError> {
+        let ok = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        if !ok {
+            let message = format!("`{name}` must be non-empty letters, digits, `-`, `_` or `.`");
+            return Err(self.invalid(path, message));
+        }
+        Ok(())
+    }
+
     /// A header-count limit: hyper allocates room for this many per request.
     fn max_headers(&self, path: &str, n: usize) -> Result<usize, ConfigError> {
         const MAX: usize = 10_000;
@@ -435,19 +448,7 @@ fn routes(cx: &Cx, routes: &[RouteConfig]) -> Result<Vec<RouteConfig>, ConfigErr
     let mut matches = HashSet::new();
     for (i, r) in routes.iter().enumerate() {
         let at = |field: &str| format!("routes.{i}.{field}");
-        let name_ok = !r.name.is_empty()
-            && r.name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-        if !name_ok {
-            return Err(cx.invalid(
-                &at("name"),
-                format!(
-                    "`{}` must be non-empty letters, digits, `-`, `_` or `.`",
-                    r.name
-                ),
-            ));
-        }
+        cx.name(&at("name"), &r.name)?;
         if !names.insert(r.name.as_str()) {
             return Err(cx.invalid(&at("name"), format!("duplicate route name `{}`", r.name)));
         }

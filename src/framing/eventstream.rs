@@ -268,6 +268,12 @@ pub enum HeaderValue<'a> {
     Uuid([u8; 16]),
 }
 
+/// A fixed-size header value: its type byte, then its bytes.
+fn fixed(head: &mut Vec<u8>, kind: u8, bytes: &[u8]) {
+    head.push(kind);
+    head.extend_from_slice(bytes);
+}
+
 /// Append one eventstream message to `out`; for simulated upstreams and
 /// tests. Fails when a header name or value is too long for the format.
 pub fn encode(
@@ -294,27 +300,12 @@ pub fn encode(
             HeaderValue::ByteArray(b) => var(6, b)?,
             HeaderValue::String(s) => var(7, s.as_bytes())?,
             HeaderValue::Bool(b) => head.push(if b { 0 } else { 1 }),
-            HeaderValue::Byte(v) => head.extend_from_slice(&[2, v.to_be_bytes()[0]]),
-            HeaderValue::Short(v) => {
-                head.push(3);
-                head.extend_from_slice(&v.to_be_bytes());
-            }
-            HeaderValue::Integer(v) => {
-                head.push(4);
-                head.extend_from_slice(&v.to_be_bytes());
-            }
-            HeaderValue::Long(v) => {
-                head.push(5);
-                head.extend_from_slice(&v.to_be_bytes());
-            }
-            HeaderValue::Timestamp(v) => {
-                head.push(8);
-                head.extend_from_slice(&v.to_be_bytes());
-            }
-            HeaderValue::Uuid(v) => {
-                head.push(9);
-                head.extend_from_slice(&v);
-            }
+            HeaderValue::Byte(v) => fixed(&mut head, 2, &v.to_be_bytes()),
+            HeaderValue::Short(v) => fixed(&mut head, 3, &v.to_be_bytes()),
+            HeaderValue::Integer(v) => fixed(&mut head, 4, &v.to_be_bytes()),
+            HeaderValue::Long(v) => fixed(&mut head, 5, &v.to_be_bytes()),
+            HeaderValue::Timestamp(v) => fixed(&mut head, 8, &v.to_be_bytes()),
+            HeaderValue::Uuid(v) => fixed(&mut head, 9, &v),
         }
     }
     let too_large = FramingError::TooLarge {

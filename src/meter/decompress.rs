@@ -187,29 +187,23 @@ trait SinkWriter: Write {
     fn sink(&mut self) -> &mut Sink;
 }
 
-impl SinkWriter for MultiGzDecoder<Sink> {
-    fn sink(&mut self) -> &mut Sink {
-        self.get_mut()
-    }
+/// Each decoder hands back the sink it writes into.
+macro_rules! sink_writers {
+    ($($decoder:ty),+) => {
+        $(impl SinkWriter for $decoder {
+            fn sink(&mut self) -> &mut Sink {
+                self.get_mut()
+            }
+        })+
+    };
 }
 
-impl SinkWriter for ZlibDecoder<Sink> {
-    fn sink(&mut self) -> &mut Sink {
-        self.get_mut()
-    }
-}
-
-impl SinkWriter for DeflateDecoder<Sink> {
-    fn sink(&mut self) -> &mut Sink {
-        self.get_mut()
-    }
-}
-
-impl SinkWriter for DecompressorWriter<Sink> {
-    fn sink(&mut self) -> &mut Sink {
-        self.get_mut()
-    }
-}
+sink_writers!(
+    MultiGzDecoder<Sink>,
+    ZlibDecoder<Sink>,
+    DeflateDecoder<Sink>,
+    DecompressorWriter<Sink>
+);
 
 /// Push `input` through a writer-style decoder and move its output to `out`.
 fn write_through<W: SinkWriter>(
@@ -379,23 +373,22 @@ mod tests {
     fn output_is_not_held_back() {
         // A flushed prefix must come out before the stream ends, or the
         // meter would see every token at the end.
-        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        enc.write_all(b"data: first\n\n").expect("gzip");
-        enc.flush().expect("flush");
-        let prefix = enc.get_ref().clone();
-        let mut dec = Decompressor::new("gzip").expect("gzip").expect("a decoder");
-        let mut out = Vec::new();
-        dec.feed(&prefix, &mut out).expect("valid prefix");
-        assert_eq!(out, b"data: first\n\n");
-
-        let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 3).expect("zstd");
-        enc.write_all(b"data: first\n\n").expect("zstd");
-        enc.flush().expect("flush");
-        let prefix = enc.get_ref().clone();
-        let mut dec = Decompressor::new("zstd").expect("zstd").expect("a decoder");
-        let mut out = Vec::new();
-        dec.feed(&prefix, &mut out).expect("valid prefix");
-        assert_eq!(out, b"data: first\n\n");
+        /// What a decoder gives for `encoding`'s flushed but unfinished
+        /// stream of `enc`, whose written bytes `written` returns.
+        fn flushed<W: Write>(encoding: &str, mut enc: W, written: fn(&W) -> &Vec<u8>) -> Vec<u8> {
+            enc.write_all(b"data: first\n\n").expect(encoding);
+            enc.flush().expect("flush");
+            let mut dec = Decompressor::new(encoding)
+                .expect(encoding)
+                .expect("a decoder");
+            let mut out = Vec::new();
+            dec.feed(written(&enc), &mut out).expect("valid prefix");
+            out
+        }
+        let gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        assert_eq!(flushed("gzip", gzip, |e| e.get_ref()), b"data: first\n\n");
+        let zstd = zstd::stream::write::Encoder::new(Vec::new(), 3).expect("zstd");
+        assert_eq!(flushed("zstd", zstd, |e| e.get_ref()), b"data: first\n\n");
     }
 
     #[test]

@@ -389,7 +389,7 @@ impl ToolUse {
         let Some(name) = name.map(str::trim).filter(|n| !n.is_empty()) else {
             return;
         };
-        let name = cut(name, MAX_TOOL_NAME_LEN);
+        let name = cut_at_char(name, MAX_TOOL_NAME_LEN);
         if let Some(at) = self.names.iter().position(|n| &**n == name) {
             self.calls_by_name[at] = self.calls_by_name[at].saturating_add(1);
         } else if self.names.len() < MAX_TOOL_NAMES {
@@ -413,12 +413,10 @@ impl ToolUse {
     }
 }
 
-/// `s` cut to at most `max` bytes, at a character boundary.
-fn cut(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
+/// `s` cut to at most `max` bytes, at a character boundary (bounded
+/// names and texts across the meter and the live statistics).
+pub(crate) fn cut_at_char(s: &str, max: usize) -> &str {
+    let mut end = max.min(s.len());
     while !s.is_char_boundary(end) {
         end -= 1;
     }

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use tiktoken_rs::tokenizer::{Tokenizer as Encoding, get_tokenizer};
 
-use super::{Measurement, Recorder, TokenSource};
+use super::{Measurement, Recorder, TokenSource, cut_at_char};
 
 /// Most text tokenized per request and side; beyond it bytes/4 is assumed.
 pub const MAX_BYTES: usize = 1 << 20;
@@ -151,7 +151,7 @@ impl Job {
             return self.record_as_is();
         };
         let count = |text: &str| {
-            let (head, rest) = text.split_at(floor_char_boundary(text, MAX_BYTES));
+            let (head, rest) = text.split_at(cut_at_char(text, MAX_BYTES).len());
             (bpe.encode_ordinary(head).len() + rest.len().div_ceil(4)) as u64
         };
         let m = &mut self.measurement;
@@ -183,14 +183,6 @@ fn output_text(collected: &mut Vec<u8>) -> Option<Vec<String>> {
     }
     collected.push(b']');
     serde_json::from_slice(collected).ok()
-}
-
-fn floor_char_boundary(s: &str, max: usize) -> usize {
-    let mut i = max.min(s.len());
-    while !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
 }
 
 #[derive(Deserialize)]
@@ -304,7 +296,7 @@ mod tests {
     #[test]
     fn oversized_text_is_bounded() {
         let s = "é".repeat(MAX_BYTES);
-        let cut = floor_char_boundary(&s, MAX_BYTES);
+        let cut = cut_at_char(&s, MAX_BYTES).len();
         assert!(cut <= MAX_BYTES && s.is_char_boundary(cut));
     }
 }

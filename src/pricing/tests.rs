@@ -15,12 +15,24 @@ fn at(rfc3339: &str) -> SystemTime {
 
 const NOON: &str = "2026-11-01T12:00:00Z";
 
+/// Which response a body is: the provider's answer to an operation, in a
+/// content type.
+type Reply = (ProviderKind, Operation, &'static str);
+
+const JSON: &str = "application/json";
+const SSE: &str = "text/event-stream";
+const OPENAI_CHAT: Reply = (ProviderKind::Openai, Operation::ChatCompletions, JSON);
+const OPENAI_RESPONSES: Reply = (ProviderKind::Openai, Operation::Responses, JSON);
+const ANTHROPIC_SSE: Reply = (ProviderKind::Anthropic, Operation::Messages, SSE);
+const GEMINI: Reply = (ProviderKind::Gemini, Operation::GenerateContent, JSON);
+const BEDROCK_CONVERSE: Reply = (ProviderKind::Bedrock, Operation::Converse, JSON);
+const DEEPSEEK_CHAT: Reply = (ProviderKind::Deepseek, Operation::ChatCompletions, JSON);
+const OPENROUTER_SSE: Reply = (ProviderKind::Openrouter, Operation::ChatCompletions, SSE);
+
 /// Parse `body` as `kind`'s response to `op` and price it at `when`.
 fn priced(
     book: &PriceBook,
-    kind: ProviderKind,
-    op: Operation,
-    content_type: &str,
+    (kind, op, content_type): Reply,
     body: &str,
     request_model: &str,
     when: &str,
@@ -83,15 +95,7 @@ fn openai_prompt_tokens_include_the_cached_ones() {
     // 300 output at 10 (genai-prices: 0.006125). Billing the 2000 as
     // uncached on top of the cached 1500 would give 0.011875.
     let body = r#"{"id":"c1","object":"chat.completion","model":"gpt-4o","service_tier":"default","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":2000,"completion_tokens":300,"prompt_tokens_details":{"cached_tokens":1500}}}"#;
-    let (usd, source, estimated, entry, usage) = priced(
-        &book(),
-        ProviderKind::Openai,
-        Operation::ChatCompletions,
-        "application/json",
-        body,
-        "gpt-4o",
-        NOON,
-    );
+    let (usd, source, estimated, entry, usage) = priced(&book(), OPENAI_CHAT, body, "gpt-4o", NOON);
     close(usd, 0.006125);
     assert_eq!(
         (source, estimated, entry.as_str()),
@@ -107,18 +111,7 @@ fn openai_reasoning_is_billed_as_output_at_the_price_of_the_day() {
     // are reasoning and are billed as output, not again.
     let body = r#"{"id":"r1","object":"response","model":"o3","status":"completed","output":[{"type":"message"}],"usage":{"input_tokens":1000,"output_tokens":500,"input_tokens_details":{"cached_tokens":200},"output_tokens_details":{"reasoning_tokens":400}}}"#;
     let b = book();
-    let price = |when| {
-        priced(
-            &b,
-            ProviderKind::Openai,
-            Operation::Responses,
-            "application/json",
-            body,
-            "o3",
-            when,
-        )
-        .0
-    };
+    let price = |when| priced(&b, OPENAI_RESPONSES, body, "o3", when).0;
     close(price("2025-06-01T00:00:00Z"), 0.0281);
     close(price("2025-07-01T00:00:00Z"), 0.0057);
 }
@@ -126,15 +119,7 @@ fn openai_reasoning_is_billed_as_output_at_the_price_of_the_day() {
 #[test]
 fn openai_priority_tier_from_the_response() {
     let body = r#"{"id":"c2","object":"chat.completion","model":"gpt-4o-mini","service_tier":"priority","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1000,"completion_tokens":100}}"#;
-    let (usd, ..) = priced(
-        &book(),
-        ProviderKind::Openai,
-        Operation::ChatCompletions,
-        "application/json",
-        body,
-        "gpt-4o-mini",
-        NOON,
-    );
+    let (usd, ..) = priced(&book(), OPENAI_CHAT, body, "gpt-4o-mini", NOON);
     close(usd, 0.00035);
 }
 
@@ -146,15 +131,8 @@ fn anthropic_input_excludes_cache_reads_and_writes_billed_at_5m_and_1h() {
     // written for 5 minutes at 3.75, 1000 for an hour at 6, 200 out at 15
     // (genai-prices: 0.0171).
     let body = ANTHROPIC_STREAM.replace("TIER", "standard");
-    let (usd, source, _, entry, usage) = priced(
-        &book(),
-        ProviderKind::Anthropic,
-        Operation::Messages,
-        "text/event-stream",
-        &body,
-        "claude-sonnet-4-5",
-        NOON,
-    );
+    let (usd, source, _, entry, usage) =
+        priced(&book(), ANTHROPIC_SSE, &body, "claude-sonnet-4-5", NOON);
     close(usd, 0.0171);
     assert_eq!(
         (source, entry.as_str()),
@@ -169,15 +147,7 @@ fn anthropic_input_excludes_cache_reads_and_writes_billed_at_5m_and_1h() {
 #[test]
 fn anthropic_batch_tier_halves_every_rate() {
     let body = ANTHROPIC_STREAM.replace("TIER", "batch");
-    let (usd, ..) = priced(
-        &book(),
-        ProviderKind::Anthropic,
-        Operation::Messages,
-        "text/event-stream",
-        &body,
-        "claude-sonnet-4-5",
-        NOON,
-    );
+    let (usd, ..) = priced(&book(), ANTHROPIC_SSE, &body, "claude-sonnet-4-5", NOON);
     close(usd, 0.00855);
 }
 
@@ -189,18 +159,7 @@ fn gemini_long_context_moves_to_the_tier_price_and_thoughts_are_output() {
         )
     };
     let b = book();
-    let price = |prompt| {
-        priced(
-            &b,
-            ProviderKind::Gemini,
-            Operation::GenerateContent,
-            "application/json",
-            &body(prompt),
-            "gemini-2.5-pro",
-            NOON,
-        )
-        .0
-    };
+    let price = |prompt| priced(&b, GEMINI, &body(prompt), "gemini-2.5-pro", NOON).0;
     close(price(1000), 0.01625);
     close(price(250_000), 0.6475);
 }
@@ -210,9 +169,7 @@ fn bedrock_converse_input_excludes_the_cache() {
     let body = r#"{"output":{"message":{"role":"assistant","content":[{"text":"hi"}]}},"stopReason":"end_turn","usage":{"inputTokens":1000,"outputTokens":40,"cacheReadInputTokens":100,"cacheWriteInputTokens":50,"totalTokens":1190},"metrics":{"latencyMs":120}}"#;
     let (usd, source, ..) = priced(
         &book(),
-        ProviderKind::Bedrock,
-        Operation::Converse,
-        "application/json",
+        BEDROCK_CONVERSE,
         body,
         "anthropic.claude-3-5-sonnet-20240620-v1:0",
         NOON,
@@ -225,18 +182,7 @@ fn bedrock_converse_input_excludes_the_cache() {
 fn deepseek_cache_hits_and_off_peak_hours() {
     let body = r#"{"id":"d","object":"chat.completion","model":"deepseek-chat","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1000,"completion_tokens":100,"prompt_cache_hit_tokens":600,"prompt_cache_miss_tokens":400}}"#;
     let b = book();
-    let price = |when| {
-        priced(
-            &b,
-            ProviderKind::Deepseek,
-            Operation::ChatCompletions,
-            "application/json",
-            body,
-            "deepseek-chat",
-            when,
-        )
-        .0
-    };
+    let price = |when| priced(&b, DEEPSEEK_CHAT, body, "deepseek-chat", when).0;
     close(price(NOON), 0.000260);
     close(price("2026-11-01T20:00:00Z"), 0.000130);
 }
@@ -244,15 +190,8 @@ fn deepseek_cache_hits_and_off_peak_hours() {
 #[test]
 fn openrouter_reported_cost_is_used_and_marked_provider() {
     let body = "data: {\"id\":\"gen-1\",\"model\":\"openai/gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"id\":\"gen-1\",\"model\":\"openai/gpt-4o\",\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5,\"total_tokens\":15,\"cost\":0.00123,\"is_byok\":false}}\n\ndata: [DONE]\n\n";
-    let (usd, source, estimated, entry, _) = priced(
-        &book(),
-        ProviderKind::Openrouter,
-        Operation::ChatCompletions,
-        "text/event-stream",
-        body,
-        "openai/gpt-4o",
-        NOON,
-    );
+    let (usd, source, estimated, entry, _) =
+        priced(&book(), OPENROUTER_SSE, body, "openai/gpt-4o", NOON);
     close(usd, 0.00123);
     assert_eq!(
         (source, estimated, entry.as_str()),
@@ -260,15 +199,7 @@ fn openrouter_reported_cost_is_used_and_marked_provider() {
     );
     // A cost some other router sends as an object is skipped, not an error.
     let odd = body.replace("\"cost\":0.00123", "\"cost\":{\"total\":1}");
-    let (_, source, ..) = priced(
-        &book(),
-        ProviderKind::Openrouter,
-        Operation::ChatCompletions,
-        "text/event-stream",
-        &odd,
-        "openai/gpt-4o",
-        NOON,
-    );
+    let (_, source, ..) = priced(&book(), OPENROUTER_SSE, &odd, "openai/gpt-4o", NOON);
     assert_eq!(source, CostSource::Table);
 }
 

@@ -161,19 +161,26 @@ mod tests {
         }
     }
 
+    /// `tools` run by `provider`, priced from the embedded table.
+    fn table_fees(provider: ProviderKind, tools: &ServerTools) -> ToolFees {
+        let book = PriceBook::table_only().expect("table");
+        book.tool_fees(&request(provider, tools))
+    }
+
+    #[track_caller]
+    fn assert_total(fees: &ToolFees, want: f64, why: &str) {
+        assert!((fees.total - want).abs() < 1e-12, "{why}: {fees:?}");
+    }
+
     #[test]
     fn anthropic_web_search_is_ten_dollars_per_thousand() {
-        let book = PriceBook::table_only().expect("table");
         let tools = ServerTools {
             web_search: 3,
             web_fetch: 2,
             ..ServerTools::default()
         };
-        let fees = book.tool_fees(&request(ProviderKind::Anthropic, &tools));
-        assert!(
-            (fees.total - 0.03).abs() < 1e-12,
-            "3 searches at $0.01: {fees:?}"
-        );
+        let fees = table_fees(ProviderKind::Anthropic, &tools);
+        assert_total(&fees, 0.03, "3 searches at $0.01");
         assert_eq!(
             fees.per_tool[ServerTool::WebFetch as usize],
             0.0,
@@ -184,17 +191,13 @@ mod tests {
 
     #[test]
     fn tools_without_a_rate_are_counted_as_unpriced() {
-        let book = PriceBook::table_only().expect("table");
         let tools = ServerTools {
             code_interpreter: 4,
             file_search: 2,
             ..ServerTools::default()
         };
-        let fees = book.tool_fees(&request(ProviderKind::Openai, &tools));
-        assert!(
-            (fees.total - 0.005).abs() < 1e-12,
-            "2 file searches at $0.0025: {fees:?}"
-        );
+        let fees = table_fees(ProviderKind::Openai, &tools);
+        assert_total(&fees, 0.005, "2 file searches at $0.0025");
         assert_eq!(
             fees.unpriced_calls, 4,
             "code interpreter has no per-call rate"
@@ -214,18 +217,12 @@ mod tests {
             ..ServerTools::default()
         };
         let fees = book.tool_fees(&request(ProviderKind::Anthropic, &tools));
-        assert!(
-            (fees.total - 0.10).abs() < 1e-12,
-            "5 searches at $0.02: {fees:?}"
-        );
+        assert_total(&fees, 0.10, "5 searches at $0.02");
         let mut other = request(ProviderKind::Anthropic, &tools);
         other.response_model = Some("claude-opus-4-1");
         other.request_model = None;
         let fees = book.tool_fees(&other);
-        assert!(
-            (fees.total - 0.05).abs() < 1e-12,
-            "other models keep $0.01: {fees:?}"
-        );
+        assert_total(&fees, 0.05, "other models keep $0.01");
     }
 
     #[test]

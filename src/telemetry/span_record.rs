@@ -184,6 +184,30 @@ pub(crate) enum SpanCost {
     Unpriced,
 }
 
+impl SpanCost {
+    /// `tokentap.cost.*`: the amount and where its price came from, or
+    /// the unpriced flag.
+    fn attributes(&self, a: &mut impl AttributeSink) {
+        match self {
+            SpanCost::Priced {
+                usd,
+                source,
+                estimated,
+                entry,
+                tools,
+            } => {
+                a.float(COST_AMOUNT, *usd);
+                a.str(COST_CURRENCY, pricing::CURRENCY);
+                a.str(COST_SOURCE, source);
+                a.bool(COST_ESTIMATED, *estimated);
+                a.str(COST_PRICE_ENTRY, entry);
+                a.float_opt(COST_TOOLS, *tools);
+            }
+            SpanCost::Unpriced => a.bool(COST_UNPRICED, true),
+        }
+    }
+}
+
 /// A WebSocket session's span as recorded. Attributes in order.
 #[derive(Debug)]
 pub(crate) struct SpanParts {
@@ -224,23 +248,8 @@ impl RequestSpan {
         if let Some(tier) = self.tier {
             a.str(SERVICE_TIER, tier);
         }
-        match &self.cost {
-            Some(SpanCost::Priced {
-                usd,
-                source,
-                estimated,
-                entry,
-                tools,
-            }) => {
-                a.float(COST_AMOUNT, *usd);
-                a.str(COST_CURRENCY, pricing::CURRENCY);
-                a.str(COST_SOURCE, source);
-                a.bool(COST_ESTIMATED, *estimated);
-                a.str(COST_PRICE_ENTRY, entry);
-                a.float_opt(COST_TOOLS, *tools);
-            }
-            Some(SpanCost::Unpriced) => a.bool(COST_UNPRICED, true),
-            None => {}
+        if let Some(cost) = &self.cost {
+            cost.attributes(a);
         }
         if let Some(mark) = &self.slo {
             a.key_value(mark);
@@ -437,10 +446,7 @@ pub(crate) mod tests {
         let m = &r.m;
         let facts = &m.request;
         let op = operation_name(facts);
-        let name = match &facts.request_model {
-            Some(model) => format!("{op} {model}"),
-            None => op.to_owned(),
-        };
+        let name = span_name(op, facts.request_model.as_deref());
         let mut start = Vec::new();
         start_attributes(facts, &mut start);
         start.push(KeyValue::new(IN_FLIGHT, r.in_flight as i64));
@@ -454,27 +460,10 @@ pub(crate) mod tests {
         if let Some(tier) = r.tier {
             span.set_attribute(KeyValue::new(SERVICE_TIER, tier));
         }
-        match &r.cost {
-            Some(SpanCost::Priced {
-                usd,
-                source,
-                estimated,
-                entry,
-                tools,
-            }) => {
-                span.set_attributes([
-                    KeyValue::new(COST_AMOUNT, *usd),
-                    KeyValue::new(COST_CURRENCY, pricing::CURRENCY),
-                    KeyValue::new(COST_SOURCE, *source),
-                    KeyValue::new(COST_ESTIMATED, *estimated),
-                    KeyValue::new(COST_PRICE_ENTRY, entry.clone()),
-                ]);
-                if let Some(tools) = tools {
-                    span.set_attribute(KeyValue::new(COST_TOOLS, *tools));
-                }
-            }
-            Some(SpanCost::Unpriced) => span.set_attribute(KeyValue::new(COST_UNPRICED, true)),
-            None => {}
+        if let Some(cost) = &r.cost {
+            let mut attributes = Vec::new();
+            cost.attributes(&mut attributes);
+            span.set_attributes(attributes);
         }
         if let Some(mark) = &r.slo {
             span.set_attribute(mark.clone());
@@ -498,6 +487,27 @@ pub(crate) mod tests {
             s.span_context = exported_context(&s.span_context, &r.kept);
             s
         })
+    }
+
+    /// Request spans under `cx` for every measurement, with and without an
+    /// SLO mark, kept for `reason`.
+    fn request_spans(tracing: &Tracing, cx: &Context, reason: Reason) -> Vec<RequestSpan> {
+        let mut out = Vec::new();
+        for (m, tier, cost) in measurements() {
+            for slo in [None, Some(KeyValue::new("tokentap.slo.breached", "p95"))] {
+                out.push(RequestSpan {
+                    start: tracing.start(cx),
+                    m: m.clone(),
+                    in_flight: 3,
+                    load_class: "2-8".into(),
+                    tier,
+                    cost: cost.clone(),
+                    slo,
+                    kept: Kept::always(reason),
+                });
+            }
+        }
+        out
     }
 
     /// Measurements covering every optional part of the span.
@@ -555,19 +565,8 @@ pub(crate) mod tests {
             Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
         ] {
             let cx = parent(header);
-            for (m, tier, cost) in measurements() {
-                for slo in [None, Some(KeyValue::new("tokentap.slo.breached", "p95"))] {
-                    out.push(SpanRecord::Request(Box::new(RequestSpan {
-                        start: tracing.start(&cx),
-                        m: m.clone(),
-                        in_flight: 3,
-                        load_class: "2-8".into(),
-                        tier,
-                        cost: cost.clone(),
-                        slo,
-                        kept: Kept::always(Reason::All),
-                    })));
-                }
+            for r in request_spans(&tracing, &cx, Reason::All) {
+                out.push(SpanRecord::Request(Box::new(r)));
             }
         }
         // A parent's decision without a threshold (no `th`, no weight),
@@ -639,32 +638,19 @@ pub(crate) mod tests {
         let mut n = 0;
         for header in parents {
             let cx = parent(header);
-            for (m, tier, cost) in measurements() {
-                for slo in [None, Some(KeyValue::new("tokentap.slo.breached", "p95"))] {
-                    let start = tracing.start(&cx);
-                    let record = RequestSpan {
-                        start,
-                        m: m.clone(),
-                        in_flight: 3,
-                        load_class: "2-8".into(),
-                        tier,
-                        cost: cost.clone(),
-                        slo,
-                        kept: Kept::always(Reason::Error),
-                    };
-                    let Some(sdk) = by_sdk(&record, &cx) else {
-                        // The SDK's parent-based sampler exported nothing.
-                        assert!(header.is_some_and(|h| h.ends_with("-00")));
-                        continue;
-                    };
-                    assert!(record.start.context.is_sampled());
-                    let exported = exported_context(&record.start.context, &record.kept);
-                    assert_eq!(exported, sdk.span_context, "{header:?}");
-                    assert_eq!(exported.trace_state().get("ot"), Some("th:0"));
-                    let ours = SpanRecord::Request(Box::new(record)).span_data(&scope(), 128);
-                    assert_eq!(ours, sdk, "{header:?}");
-                    n += 1;
-                }
+            for record in request_spans(&tracing, &cx, Reason::Error) {
+                let Some(sdk) = by_sdk(&record, &cx) else {
+                    // The SDK's parent-based sampler exported nothing.
+                    assert!(header.is_some_and(|h| h.ends_with("-00")));
+                    continue;
+                };
+                assert!(record.start.context.is_sampled());
+                let exported = exported_context(&record.start.context, &record.kept);
+                assert_eq!(exported, sdk.span_context, "{header:?}");
+                assert_eq!(exported.trace_state().get("ot"), Some("th:0"));
+                let ours = SpanRecord::Request(Box::new(record)).span_data(&scope(), 128);
+                assert_eq!(ours, sdk, "{header:?}");
+                n += 1;
             }
         }
         assert_eq!(n, 16, "two sampled parents (none, sampled) x 8");

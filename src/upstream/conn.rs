@@ -157,6 +157,26 @@ fn stale_prefix<T>(
     list.partition_point(|i| now.saturating_duration_since(since(i)) >= timeout)
 }
 
+/// Run `expire` on `pool` every `period` (the first a period from now)
+/// until the pool is dropped. Must run inside the tokio runtime.
+pub(super) fn expire_every<P: Send + Sync + 'static>(
+    pool: &Arc<P>,
+    period: Duration,
+    expire: fn(&P),
+) {
+    let weak = Arc::downgrade(pool);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let Some(pool) = weak.upgrade() else { return };
+            expire(&pool);
+        }
+    });
+}
+
 impl Pool {
     /// An empty pool, and a task that closes connections idle for longer
     /// than `timeout` (it ends with the pool). Must run inside the tokio
@@ -167,17 +187,11 @@ impl Pool {
             max_per_host,
             timeout,
         });
-        let weak = Arc::downgrade(&pool);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(timeout.max(Duration::from_millis(100)) / 2);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                let Some(pool) = weak.upgrade() else { return };
-                pool.expire();
-            }
-        });
+        expire_every(
+            &pool,
+            timeout.max(Duration::from_millis(100)) / 2,
+            Pool::expire,
+        );
         pool
     }
 

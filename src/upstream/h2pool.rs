@@ -16,7 +16,7 @@ use hyper::client::conn::http2;
 use tokio::sync::Notify;
 
 use super::UpstreamBody;
-use super::conn::Key;
+use super::conn::{Key, expire_every};
 use super::tap::Peer;
 
 /// The pool's limits (from `[upstream]`).
@@ -156,17 +156,7 @@ impl H2Pool {
             hosts: Mutex::new(HashMap::new()),
             limits,
         });
-        let weak = Arc::downgrade(&pool);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(period);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                let Some(pool) = weak.upgrade() else { return };
-                pool.expire();
-            }
-        });
+        expire_every(&pool, period, H2Pool::expire);
         pool
     }
 

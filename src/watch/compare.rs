@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use self::window::{Cell, FIGURES, Figures, SAMPLE_BYTES, Summary};
 use crate::config::CompareConfig;
 use crate::labels::RouteLabels;
-use crate::meter::{Measurement, Outcome, PromptSize};
+use crate::meter::{Measurement, Outcome, PromptSize, cut_at_char};
 
 /// The prompt-size classes, in report order.
 pub const PROMPT_SIZES: [PromptSize; 6] = [
@@ -268,14 +268,7 @@ impl Served {
 
 /// `s` cut to at most `MAX_SERVED_BY_LEN` bytes, at a character boundary.
 fn bounded(s: &str) -> &str {
-    if s.len() <= MAX_SERVED_BY_LEN {
-        return s;
-    }
-    let mut end = MAX_SERVED_BY_LEN;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
+    cut_at_char(s, MAX_SERVED_BY_LEN)
 }
 
 /// The figures' names in report order (`window::FIGURES`).

@@ -464,4 +464,4 @@ fn ser_opt_str<S: Serializer>(v: &Option<Arc<str>>, s: S) -> Result<S::Ok, S::Er
     clippy::disallowed_methods,
     reason = "tests build timestamps and deadlines freely"
 )]
-mod tests;
+pub(crate) mod tests;

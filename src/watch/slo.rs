@@ -196,35 +196,29 @@ fn log(t: &Transition) {
     let model = t.model.as_deref().unwrap_or(SLO_ALL_MODELS);
     let window_s = t.window.as_secs_f64();
     let baseline_window_s = t.baseline_window.map(|d| d.as_secs_f64());
+    // One field list for both levels: `tracing` needs the level at compile
+    // time, so the macro names it.
+    macro_rules! transition {
+        ($level:ident, $message:literal) => {
+            tracing::$level!(
+                target: "tokentap::slo",
+                slo = %t.slo,
+                objective = t.objective.as_str(),
+                route,
+                model,
+                observed = t.observed,
+                threshold = t.threshold,
+                unit = t.objective.unit(),
+                window_s,
+                baseline = t.baseline,
+                baseline_window_s,
+                $message
+            )
+        };
+    }
     match t.change {
-        Change::Breach => tracing::warn!(
-            target: "tokentap::slo",
-            slo = %t.slo,
-            objective = t.objective.as_str(),
-            route,
-            model,
-            observed = t.observed,
-            threshold = t.threshold,
-            unit = t.objective.unit(),
-            window_s,
-            baseline = t.baseline,
-            baseline_window_s,
-            "SLO breached"
-        ),
-        Change::Recovery => tracing::info!(
-            target: "tokentap::slo",
-            slo = %t.slo,
-            objective = t.objective.as_str(),
-            route,
-            model,
-            observed = t.observed,
-            threshold = t.threshold,
-            unit = t.objective.unit(),
-            window_s,
-            baseline = t.baseline,
-            baseline_window_s,
-            "SLO recovered"
-        ),
+        Change::Breach => transition!(warn, "SLO breached"),
+        Change::Recovery => transition!(info, "SLO recovered"),
     }
 }
 

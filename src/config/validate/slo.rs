@@ -41,17 +41,7 @@ fn slo(
     live: &LiveConfig,
 ) -> Result<SloConfig, ConfigError> {
     let at = |field: &str| format!("slo.{i}.{field}");
-    let name_ok = !r.name.is_empty()
-        && r.name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-    if !name_ok {
-        let message = format!(
-            "`{}` must be non-empty letters, digits, `-`, `_` or `.`",
-            r.name
-        );
-        return Err(cx.invalid(&at("name"), message));
-    }
+    cx.name(&at("name"), &r.name)?;
     if let Some(route) = &r.route
         && !routes.iter().any(|c| &c.name == route)
     {

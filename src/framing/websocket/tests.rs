@@ -1,7 +1,7 @@
 //! Unit tests of `websocket`: its own code in, assertions out.
 
 use super::*;
-use crate::framing::testing::text;
+use crate::framing::testing::{all_ways, text};
 use flate2::{Compress, Compression, FlushCompress};
 
 /// A message copied out of the decoder, for comparison.
@@ -49,25 +49,10 @@ fn decode(mut dec: WsDecoder, pieces: &[&[u8]]) -> Outcome {
 }
 
 /// The same input whole, split in two at every offset, and byte by byte
-/// must give the same messages and result (the `framing::testing` shape,
-/// for `WsMessage`). Returns the whole-input outcome.
+/// must give the same messages and result (`framing::testing::all_ways`
+/// over `decode`). Returns the whole-input outcome.
 fn decode_all_ways(make: impl Fn() -> WsDecoder, input: &[u8]) -> Outcome {
-    let whole = decode(make(), &[input]);
-    for at in 0..=input.len() {
-        let (a, b) = input.split_at(at);
-        assert_eq!(
-            decode(make(), &[a, b]),
-            whole,
-            "split at {at} differs from whole input"
-        );
-    }
-    let bytes: Vec<&[u8]> = input.chunks(1).collect();
-    assert_eq!(
-        decode(make(), &bytes),
-        whole,
-        "byte-by-byte differs from whole input"
-    );
-    whole
+    all_ways(input, |pieces| decode(make(), pieces))
 }
 
 /// Whole, byte by byte, and split at a few offsets (for long inputs).

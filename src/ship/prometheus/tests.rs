@@ -216,29 +216,35 @@ fn every_instrument_name_maps_as_documented() {
 
 #[test]
 fn names_are_sanitized_and_suffixes_not_doubled() {
-    assert_eq!(metric_name("a.b-c/d", "", Kind::Gauge), "a_b_c_d");
-    assert_eq!(metric_name("a..b", "", Kind::Gauge), "a_b", "runs collapse");
-    assert_eq!(metric_name("9lives", "", Kind::Gauge), "_9lives");
-    assert_eq!(
-        metric_name("x.ns:y", "", Kind::Gauge),
-        "x_ns:y",
-        "colons kept"
-    );
-    assert_eq!(
-        metric_name("db.latency_seconds", "seconds", Kind::Histogram),
-        "db_latency_seconds",
-        "unit already in the name"
-    );
-    assert_eq!(
-        metric_name("jobs.total", "", Kind::Counter),
-        "jobs",
-        "`_total` is a sample suffix, not part of the family name"
-    );
-    assert_eq!(
-        metric_name("io.total", "bytes", Kind::Counter),
-        "io_bytes",
-        "the unit goes before the type suffix"
-    );
+    for (name, unit, kind, want, why) in [
+        ("a.b-c/d", "", Kind::Gauge, "a_b_c_d", "sanitized"),
+        ("a..b", "", Kind::Gauge, "a_b", "runs collapse"),
+        ("9lives", "", Kind::Gauge, "_9lives", "no leading digit"),
+        ("x.ns:y", "", Kind::Gauge, "x_ns:y", "colons kept"),
+        (
+            "db.latency_seconds",
+            "seconds",
+            Kind::Histogram,
+            "db_latency_seconds",
+            "unit already in the name",
+        ),
+        (
+            "jobs.total",
+            "",
+            Kind::Counter,
+            "jobs",
+            "`_total` is a sample suffix, not part of the family name",
+        ),
+        (
+            "io.total",
+            "bytes",
+            Kind::Counter,
+            "io_bytes",
+            "the unit goes before the type suffix",
+        ),
+    ] {
+        assert_eq!(metric_name(name, unit, kind), want, "{name}: {why}");
+    }
 }
 
 #[test]

@@ -100,30 +100,16 @@ fn special_requests_are_always_kept_with_weight_one() {
         k.reason
     };
     use Reason::*;
-    assert_eq!(
-        reason(&|m| m.outcome = Outcome::UpstreamError, false, false),
-        Error
-    );
-    assert_eq!(
-        reason(&|m| m.outcome = Outcome::UpstreamTimeout, false, false),
-        Error
-    );
-    assert_eq!(
-        reason(&|m| m.outcome = Outcome::Incomplete, false, false),
-        Incomplete
-    );
-    assert_eq!(
-        reason(&|m| m.outcome = Outcome::ClientCancelled, false, false),
-        Cancelled
-    );
-    assert_eq!(
-        reason(&|m| m.outcome = Outcome::Shutdown, false, false),
-        Shutdown
-    );
-    assert_eq!(
-        reason(&|m| m.outcome = Outcome::Malformed, false, false),
-        Malformed
-    );
+    for (outcome, want) in [
+        (Outcome::UpstreamError, Error),
+        (Outcome::UpstreamTimeout, Error),
+        (Outcome::Incomplete, Incomplete),
+        (Outcome::ClientCancelled, Cancelled),
+        (Outcome::Shutdown, Shutdown),
+        (Outcome::Malformed, Malformed),
+    ] {
+        assert_eq!(reason(&|m| m.outcome = outcome, false, false), want);
+    }
     assert_eq!(reason(&|m| m.malformed_events = 1, false, false), Malformed);
     assert_eq!(reason(&|_| {}, true, false), Slo);
     let ttft = |m: &mut Measurement| m.time_to_first_token = Some(Duration::from_millis(2001));

@@ -27,7 +27,9 @@ fn key(route: &str, model: &str, tenant: Option<&str>) -> SeriesKey {
     }
 }
 
-fn sample(key: SeriesKey, end: Instant) -> Sample {
+/// A complete request of `key` ending at `end` (the SLO tests start from
+/// it too).
+pub(crate) fn sample(key: SeriesKey, end: Instant) -> Sample {
     Sample {
         key,
         response_model: None,

@@ -4,6 +4,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -18,7 +19,8 @@ use tokio::net::TcpListener;
 use super::*;
 use crate::config::{AlertFormat, AlertsConfig, LiveConfig, SloConfig};
 use crate::meter::Outcome;
-use crate::watch::live::{Aggregator, Sample};
+use crate::watch::live::Aggregator;
+use crate::watch::live::tests::sample;
 
 const S: Duration = Duration::from_secs(1);
 
@@ -35,6 +37,14 @@ fn slo(name: &str) -> SloConfig {
         error_ratio: None,
         decode_tps_drop: None,
         baseline_window: 600 * S,
+    }
+}
+
+/// An SLO on TTFT p95 at 200 ms.
+fn ttft_slo(name: &str) -> SloConfig {
+    SloConfig {
+        ttft_p95: Some(Duration::from_millis(200)),
+        ..slo(name)
     }
 }
 
@@ -69,30 +79,19 @@ impl Rig {
 
     /// One complete request of `key` ending at `at` with this TTFT and rate.
     fn req(&mut self, key: &SeriesKey, at: Duration, ttft: f64, tps: f64) {
-        self.agg.record(Sample {
-            key: key.clone(),
-            response_model: None,
-            outcome: Outcome::Complete,
-            status: 200,
-            error_type: None,
-            ttft: Some(ttft),
-            visible_ttft: None,
-            thinking: None,
-            decode_tps: Some(tps),
-            max_stall: Some(0.05),
-            tokens_in: Some(10),
-            tokens_out: Some(20),
-            estimated: false,
-            duration: 1.0,
-            end: self.t0 + at,
-            end_wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000) + at,
-            trace_id: None,
-            span_exported: false,
-            prefill_tps: None,
-            in_flight: None,
-            cost_usd: None,
-            unpriced: false,
-        });
+        let mut s = sample(key.clone(), self.t0 + at);
+        s.ttft = Some(ttft);
+        s.decode_tps = Some(tps);
+        s.max_stall = Some(0.05);
+        s.end_wall += at;
+        self.agg.record(s);
+    }
+
+    /// One request a second for each second in `secs`.
+    fn reqs(&mut self, key: &SeriesKey, secs: RangeInclusive<u32>, ttft: f64, tps: f64) {
+        for i in secs {
+            self.req(key, i * S, ttft, tps);
+        }
     }
 
     fn snap(&mut self, at: Duration) -> Snapshot {
@@ -108,23 +107,18 @@ fn close(got: f64, want: f64) -> bool {
 #[test]
 fn slo_ttft_breach_then_recovery_with_marks() {
     let mut r = Rig::new(60 * S, S);
-    let mut cfg = slo("latency");
-    cfg.ttft_p95 = Some(Duration::from_millis(200));
+    let mut cfg = ttft_slo("latency");
     cfg.route = Some("openai".into());
     let mut eval = Evaluator::new(&[cfg]);
     let k = key("openai", "gpt-4o");
-    for i in 1..=5 {
-        r.req(&k, i * S, 0.02, 50.0);
-    }
+    r.reqs(&k, 1..=5, 0.02, 50.0);
     assert_eq!(
         eval.evaluate(&r.snap(6 * S)),
         vec![],
         "fast traffic: no change"
     );
 
-    for i in 6..=9 {
-        r.req(&k, i * S, 0.4, 50.0);
-    }
+    r.reqs(&k, 6..=9, 0.4, 50.0);
     let t = eval.evaluate(&r.snap(10 * S));
     assert_eq!(t.len(), 1, "one breach expected: {t:#?}");
     let b = &t[0];
@@ -177,9 +171,7 @@ fn slo_ttft_breach_then_recovery_with_marks() {
         "other routes unmarked"
     );
 
-    for i in 11..=25 {
-        r.req(&k, i * S, 0.02, 50.0);
-    }
+    r.reqs(&k, 11..=25, 0.02, 50.0);
     let t = eval.evaluate(&r.snap(25 * S));
     assert_eq!(t.len(), 1, "one recovery expected: {t:#?}");
     assert_eq!(
@@ -198,14 +190,11 @@ fn slo_ttft_breach_then_recovery_with_marks() {
 #[test]
 fn slo_min_requests_gives_no_verdict_and_holds_state() {
     let mut r = Rig::new(60 * S, S);
-    let mut cfg = slo("thin");
-    cfg.ttft_p95 = Some(Duration::from_millis(200));
+    let mut cfg = ttft_slo("thin");
     cfg.min_requests = 4;
     let mut eval = Evaluator::new(&[cfg]);
     let k = key("openai", "gpt-4o");
-    for i in 1..=3 {
-        r.req(&k, i * S, 0.9, 50.0);
-    }
+    r.reqs(&k, 1..=3, 0.9, 50.0);
     assert_eq!(
         eval.evaluate(&r.snap(4 * S)),
         vec![],
@@ -228,11 +217,9 @@ fn slo_min_requests_gives_no_verdict_and_holds_state() {
 #[test]
 fn slo_model_glob_fans_out_per_model() {
     let mut r = Rig::new(60 * S, S);
-    let mut per_model = slo("per-model");
+    let mut per_model = ttft_slo("per-model");
     per_model.model = Some("gpt-4o*".into());
-    per_model.ttft_p95 = Some(Duration::from_millis(200));
-    let mut whole = slo("whole");
-    whole.ttft_p95 = Some(Duration::from_millis(200));
+    let whole = ttft_slo("whole");
     let mut eval = Evaluator::new(&[per_model, whole]);
     let (slow, fast, other) = (
         key("openai", "gpt-4o"),
@@ -328,33 +315,15 @@ fn slo_other_objectives() {
     cfg.error_ratio = Some(0.2);
     let mut eval = Evaluator::new(&[cfg]);
     let k = key("openai", "m");
-    for i in 1..=4 {
-        r.req(&k, i * S, 0.1, 20.0);
-    }
-    let mut s = Sample {
-        key: k.clone(),
-        response_model: None,
-        outcome: Outcome::UpstreamError,
-        status: 500,
-        error_type: Some(Arc::from("server_error")),
-        ttft: None,
-        visible_ttft: None,
-        thinking: None,
-        decode_tps: None,
-        max_stall: Some(3.0),
-        tokens_in: None,
-        tokens_out: None,
-        estimated: false,
-        duration: 0.1,
-        end: r.t0 + 5 * S,
-        end_wall: SystemTime::UNIX_EPOCH,
-        trace_id: None,
-        span_exported: false,
-        prefill_tps: None,
-        in_flight: None,
-        cost_usd: None,
-        unpriced: false,
-    };
+    r.reqs(&k, 1..=4, 0.1, 20.0);
+    let mut s = sample(k.clone(), r.t0 + 5 * S);
+    s.outcome = Outcome::UpstreamError;
+    s.status = 500;
+    s.error_type = Some(Arc::from("server_error"));
+    (s.ttft, s.decode_tps) = (None, None);
+    (s.tokens_in, s.tokens_out) = (None, None);
+    s.max_stall = Some(3.0);
+    s.duration = 0.1;
     r.agg.record(s.clone());
     s.end = r.t0 + 5 * S + Duration::from_millis(10);
     r.agg.record(s);
@@ -578,6 +547,15 @@ fn alerts(addr: SocketAddr, format: AlertFormat) -> AlertsConfig {
     }
 }
 
+/// A JSON webhook to `rx` that retries quickly.
+fn json_hook(rx: &Receiver) -> Webhook {
+    hook(&alerts(rx.addr, AlertFormat::Json))
+}
+
+fn hook(cfg: &AlertsConfig) -> Webhook {
+    Webhook::new(cfg).expect("client").with_backoff(fast())
+}
+
 fn fast() -> Backoff {
     Backoff {
         base: Duration::from_millis(20),
@@ -588,9 +566,7 @@ fn fast() -> Backoff {
 #[tokio::test]
 async fn slo_webhook_retries_500_then_delivers() {
     let rx = receiver(vec![500, 503]).await;
-    let hook = Webhook::new(&alerts(rx.addr, AlertFormat::Json))
-        .expect("client")
-        .with_backoff(fast());
+    let hook = json_hook(&rx);
     let e = event("latency", Change::Breach);
     let attempts = tokio::time::timeout(10 * S, hook.deliver(&e))
         .await
@@ -612,9 +588,7 @@ async fn slo_webhook_retries_500_then_delivers() {
 #[tokio::test]
 async fn slo_webhook_gives_up_on_4xx_and_after_max_retries() {
     let rx = receiver(vec![400]).await;
-    let hook = Webhook::new(&alerts(rx.addr, AlertFormat::Json))
-        .expect("client")
-        .with_backoff(fast());
+    let hook = json_hook(&rx);
     let err = hook
         .deliver(&event("x", Change::Breach))
         .await
@@ -623,9 +597,7 @@ async fn slo_webhook_gives_up_on_4xx_and_after_max_retries() {
     assert_eq!(rx.got.lock().expect("lock").len(), 1, "4xx is not retried");
 
     let rx = receiver(vec![500; 10]).await;
-    let hook = Webhook::new(&alerts(rx.addr, AlertFormat::Json))
-        .expect("client")
-        .with_backoff(fast());
+    let hook = json_hook(&rx);
     let err = hook
         .deliver(&event("x", Change::Breach))
         .await
@@ -643,7 +615,7 @@ async fn slo_webhook_task_rate_limits_per_slo_and_posts_slack() {
     let rx = receiver(Vec::new()).await;
     let mut cfg = alerts(rx.addr, AlertFormat::Slack);
     cfg.min_interval = Duration::from_millis(400);
-    let hook = Webhook::new(&cfg).expect("client").with_backoff(fast());
+    let hook = hook(&cfg);
     let meter = opentelemetry::global::meter("slo-test");
     let (tx, queue) = tokio::sync::mpsc::channel(8);
     let task = tokio::spawn(webhook::run(
