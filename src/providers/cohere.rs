@@ -14,7 +14,7 @@ use super::scan::{Scan, Seen};
 use super::spec::{
     FrameAdapter, ProviderSpec, Wire, body_says, frame_json, never_response, no_model, whole_json,
 };
-use super::wire::{AnyContent, HasContent, Str, non_empty, non_empty_raw};
+use super::wire::{AnyContent, HasContent, Str, ToolFunction, non_empty, non_empty_raw};
 use super::{AdapterError, ContentKind, Event, Usage};
 use super::{Operation, ProviderKind};
 use crate::framing::Frame;
@@ -341,7 +341,7 @@ impl DeltaMessage<'_> {
         let tool = object(self.tool_calls)
             .and_then(|r| serde_json::from_str::<ToolCall<'_>>(r.get()).ok())
             .and_then(|t| t.function)
-            .is_some_and(|f| non_empty(f.name) || non_empty(f.arguments));
+            .is_some_and(|f| f.has_content());
         ContentKind::of(text || non_empty(self.tool_plan) || tool, thinking)
     }
 }
@@ -363,27 +363,14 @@ impl HasContent for Part<'_> {
 #[derive(Deserialize)]
 struct ToolCall<'a> {
     #[serde(borrow)]
-    function: Option<Function<'a>>,
+    function: Option<ToolFunction<'a>>,
 }
 
 impl<'a> ToolCall<'a> {
     /// The function's name, when it is a non-empty string.
     fn name(&self) -> Option<Str<'a>> {
-        let raw = self
-            .function
-            .as_ref()?
-            .name
-            .filter(|n| non_empty(Some(n)))?;
-        serde_json::from_str::<Str<'a>>(raw.get()).ok()
+        self.function.as_ref()?.name_str()
     }
-}
-
-#[derive(Deserialize)]
-struct Function<'a> {
-    #[serde(borrow)]
-    name: Option<&'a RawValue>,
-    #[serde(borrow)]
-    arguments: Option<&'a RawValue>,
 }
 
 /// A whole response's `message`.

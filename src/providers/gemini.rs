@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::spec::{FrameAdapter, JsonBody, ProviderSpec, Wire, each_document, never_response};
-use super::wire::{Fold, HasKind, Str, deserialize_by_fold, non_empty};
+use super::wire::{Fold, HasKind, Named, Str, deserialize_by_fold, non_empty};
 use super::{AdapterError, ContentKind, Event, Operation, ServerTool, Usage};
 use super::{ProviderKind, percent_decode};
 use crate::framing::Frame;
@@ -330,22 +330,12 @@ impl<'de: 'a, 'a> Fold<'de> for Parts<'a> {
         self.visible |= visible;
         self.reasoning |= reasoning;
         if let Some(call) = part.function_call.filter(|c| non_empty(Some(c))) {
-            self.calls.push(call_name(call));
+            self.calls.push(Named::of(call));
         }
     }
 }
 
 deserialize_by_fold!(Parts<'a>);
-
-/// A `functionCall`'s name.
-fn call_name<'a>(call: &'a RawValue) -> Option<Str<'a>> {
-    #[derive(Deserialize)]
-    struct Call<'a> {
-        #[serde(borrow)]
-        name: Option<Str<'a>>,
-    }
-    serde_json::from_str::<Call<'a>>(call.get()).ok()?.name
-}
 
 /// One part: text (including thought summaries), a function call,
 /// generated code or inline data are output; a bare thought signature or a

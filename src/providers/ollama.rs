@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 use super::ProviderKind;
 use super::scan::{Scan, Seen};
 use super::spec::{FrameAdapter, JsonBody, ProviderSpec, Wire, frame_json, no_model};
-use super::wire::{Str, non_empty, non_empty_raw};
+use super::wire::{Named, Str, non_empty, non_empty_raw};
 use super::{AdapterError, ContentKind, Event, Operation, UpstreamTiming, Usage};
 use crate::framing::Frame;
 
@@ -321,12 +321,7 @@ fn emit_tool_calls(raw: &RawValue, out: &mut dyn FnMut(Event<'_>)) {
     #[derive(Deserialize)]
     struct Call<'a> {
         #[serde(borrow)]
-        function: Option<Function<'a>>,
-    }
-    #[derive(Deserialize)]
-    struct Function<'a> {
-        #[serde(borrow)]
-        name: Option<Str<'a>>,
+        function: Option<Named<'a>>,
     }
     let Ok(calls) = serde_json::from_str::<Vec<Call<'_>>>(raw.get()) else {
         return;

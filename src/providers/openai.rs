@@ -17,7 +17,8 @@ use super::ProviderKind;
 use super::scan::{self, Scan, Seen};
 use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
 use super::wire::{
-    Fold, HasContent, Str, deserialize_by_fold, non_empty, non_empty_raw, reported_cost,
+    Fold, HasContent, Str, ToolFunction, deserialize_by_fold, non_empty, non_empty_raw,
+    reported_cost,
 };
 use super::{
     AdapterError, ContentKind, Event, Operation, ReportedCost, ServerTool, ServiceTier,
@@ -780,7 +781,7 @@ struct Message<'a> {
     tool_calls: Option<ToolCalls<'a>>,
     /// The deprecated single `function_call`.
     #[serde(borrow)]
-    function_call: Option<Function<'a>>,
+    function_call: Option<ToolFunction<'a>>,
 }
 
 impl<'a> Message<'a> {
@@ -832,7 +833,7 @@ struct ToolCall<'a> {
     #[serde(borrow)]
     id: Option<&'a RawValue>,
     #[serde(borrow)]
-    function: Option<Function<'a>>,
+    function: Option<ToolFunction<'a>>,
 }
 
 impl HasContent for ToolCall<'_> {
@@ -863,28 +864,6 @@ impl<'de: 'a, 'a> Fold<'de> for ToolCalls<'a> {
 }
 
 deserialize_by_fold!(ToolCalls<'a>);
-
-#[derive(Deserialize)]
-struct Function<'a> {
-    #[serde(borrow)]
-    name: Option<&'a RawValue>,
-    #[serde(borrow)]
-    arguments: Option<&'a RawValue>,
-}
-
-impl HasContent for Function<'_> {
-    fn has_content(&self) -> bool {
-        non_empty(self.name) || non_empty(self.arguments)
-    }
-}
-
-impl<'a> Function<'a> {
-    /// The function's name, when it is a non-empty string.
-    fn name_str(&self) -> Option<Str<'a>> {
-        let raw = self.name.filter(|n| non_empty(Some(n)))?;
-        serde_json::from_str::<Str<'a>>(raw.get()).ok()
-    }
-}
 
 /// A streamed chat chunk of the common shape, borrowed from the payload:
 /// at most one choice, whose delta carries only text fields.
