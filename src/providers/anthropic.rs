@@ -455,11 +455,10 @@ impl<'a> StreamEvent<'a> {
     /// of the event types above, with no field but `type`, `delta` and
     /// ones serde ignores.
     fn scan(data: &'a [u8]) -> Option<StreamEvent<'a>> {
-        let mut s = Scan::new(data)?;
         let mut seen = Seen::default();
         let mut kind = None;
         let mut delta = None;
-        s.object(0, |s, key| match key {
+        Scan::document(data, |s, key| match key {
             "type" => {
                 seen.first(0)?;
                 kind = s.str_or_null()?;
@@ -467,16 +466,13 @@ impl<'a> StreamEvent<'a> {
             }
             "delta" => {
                 seen.first(1)?;
-                if !s.null()? {
-                    delta = Some(scan_delta(s)?);
-                }
+                delta = s.or_null(scan_delta)?;
                 Some(())
             }
             "message" | "content_block" | "usage" | "error" | "id" | "model" | "content"
             | "stop_reason" => None,
             _ => s.skip(1),
         })?;
-        s.end()?;
         match kind? {
             "content_block_delta" => {
                 let texts: [Option<&str>; 3] = delta.unwrap_or_default();
@@ -554,10 +550,9 @@ impl<'a> WholeMessage<'a> {
     /// message (`type` `"message"` or absent) with no error, no escapes
     /// in the strings read and counts as plain integers.
     fn scan(data: &'a [u8]) -> Option<WholeMessage<'a>> {
-        let mut s = Scan::new(data)?;
         let mut m = WholeMessage::default();
         let mut seen = Seen::default();
-        s.object(0, |s, key| {
+        Scan::document(data, |s, key| {
             let (bit, value) = match key {
                 "id" => (0, &mut m.id),
                 "model" => (1, &mut m.model),
@@ -568,16 +563,12 @@ impl<'a> WholeMessage<'a> {
                 }
                 "content" => {
                     seen.first(4)?;
-                    if !s.null()? {
-                        m.content = any_block_content(s)?;
-                    }
+                    m.content = s.or_null(any_block_content)?.unwrap_or(false);
                     return Some(());
                 }
                 "usage" => {
                     seen.first(5)?;
-                    if !s.null()? {
-                        m.usage = Some(scan_usage(s)?);
-                    }
+                    m.usage = s.or_null(scan_usage)?;
                     return Some(());
                 }
                 "error" => {
@@ -591,7 +582,6 @@ impl<'a> WholeMessage<'a> {
             *value = s.str_or_null()?;
             Some(())
         })?;
-        s.end()?;
         Some(m)
     }
 }
@@ -601,26 +591,17 @@ impl<'a> WholeMessage<'a> {
 fn any_block_content(s: &mut Scan<'_>) -> Option<bool> {
     let mut any = false;
     s.array(1, |s| {
-        let mut seen = Seen::default();
         let mut tool = false;
         let mut output = false;
-        s.object(2, |s, key| {
-            let bit = match key {
-                "type" => {
-                    seen.first(0)?;
-                    tool = matches!(
-                        s.str_or_null()?,
-                        Some("tool_use" | "server_tool_use" | "mcp_tool_use")
-                    );
-                    return Some(());
-                }
-                "text" => 1,
-                "thinking" => 2,
-                "data" => 3,
-                _ => return s.skip(3),
-            };
-            seen.first(bit)?;
-            output |= s.raw(3)?.is_some_and(non_empty_raw);
+        s.fields(2, ["type", "text", "thinking", "data"], |s, at| {
+            if at == 0 {
+                tool = matches!(
+                    s.str_or_null()?,
+                    Some("tool_use" | "server_tool_use" | "mcp_tool_use")
+                );
+            } else {
+                output |= s.raw(3)?.is_some_and(non_empty_raw);
+            }
             Some(())
         })?;
         any |= tool || output;
@@ -651,9 +632,7 @@ fn scan_usage(s: &mut Scan<'_>) -> Option<WireUsage> {
             "cache_creation_input_tokens" => (3, &mut u.cache_creation_input_tokens),
             "cache_creation" => {
                 seen.first(4)?;
-                if !s.null()? {
-                    u.cache_creation = Some(scan_cache_creation(s)?);
-                }
+                u.cache_creation = s.or_null(scan_cache_creation)?;
                 return Some(());
             }
             "service_tier" => {
@@ -677,22 +656,14 @@ fn scan_usage(s: &mut Scan<'_>) -> Option<WireUsage> {
 
 /// `usage.cache_creation`, the write split by lifetime.
 fn scan_cache_creation(s: &mut Scan<'_>) -> Option<CacheCreation> {
-    let mut seen = Seen::default();
-    let mut c = CacheCreation {
-        ephemeral_5m_input_tokens: None,
-        ephemeral_1h_input_tokens: None,
-    };
-    s.object(2, |s, key| {
-        let (bit, count) = match key {
-            "ephemeral_5m_input_tokens" => (0, &mut c.ephemeral_5m_input_tokens),
-            "ephemeral_1h_input_tokens" => (1, &mut c.ephemeral_1h_input_tokens),
-            _ => return s.skip(3),
-        };
-        seen.first(bit)?;
-        *count = s.u64_or_null()?;
-        Some(())
-    })?;
-    Some(c)
+    let [five_minutes, one_hour] = s.counts(
+        2,
+        ["ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"],
+    )?;
+    Some(CacheCreation {
+        ephemeral_5m_input_tokens: five_minutes,
+        ephemeral_1h_input_tokens: one_hour,
+    })
 }
 
 #[derive(Deserialize)]

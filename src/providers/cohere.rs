@@ -161,10 +161,9 @@ impl<'a> WholeResponse<'a> {
     /// whole response (no `type`, no `delta`) with no escapes in the
     /// strings read and counts as plain integers.
     fn scan(data: &'a [u8]) -> Option<WholeResponse<'a>> {
-        let mut s = Scan::new(data)?;
         let mut w = WholeResponse::default();
         let mut seen = Seen::default();
-        s.object(0, |s, key| match key {
+        Scan::document(data, |s, key| match key {
             "id" => {
                 seen.first(0)?;
                 w.id = s.str_or_null()?;
@@ -181,21 +180,18 @@ impl<'a> WholeResponse<'a> {
             }
             "message" => {
                 seen.first(4)?;
-                if !s.null()? {
-                    w.content = message_has_content(s)?;
-                }
+                w.content = s.or_null(message_has_content)?.unwrap_or(false);
                 Some(())
             }
             "usage" => {
                 seen.first(5)?;
-                if !s.null()? {
-                    (w.tokens, w.billed_units) = scan_usage(s)?;
+                if let Some(usage) = s.or_null(scan_usage)? {
+                    [w.tokens, w.billed_units] = usage;
                 }
                 Some(())
             }
             _ => s.skip(1),
         })?;
-        s.end()?;
         Some(w)
     }
 }
@@ -212,14 +208,7 @@ fn message_has_content(s: &mut Scan<'_>) -> Option<bool> {
                 return Some(());
             }
             s.array(2, |s| {
-                let mut fields = Seen::default();
-                s.object(3, |s, key| {
-                    let bit = match key {
-                        "text" => 0,
-                        "thinking" => 1,
-                        _ => return s.skip(4),
-                    };
-                    fields.first(bit)?;
+                s.fields(3, ["text", "thinking"], |s, _| {
                     any |= s.raw(4)?.is_some_and(non_empty_raw);
                     Some(())
                 })
@@ -237,35 +226,11 @@ fn message_has_content(s: &mut Scan<'_>) -> Option<bool> {
     Some(any)
 }
 
-/// `usage`: `(tokens, billed_units)`, each `[input, output]`.
-type ScannedUsage = (Option<[Option<u64>; 2]>, Option<[Option<u64>; 2]>);
-
-fn scan_usage(s: &mut Scan<'_>) -> Option<ScannedUsage> {
-    let mut seen = Seen::default();
-    let mut usage: ScannedUsage = (None, None);
-    s.object(1, |s, key| {
-        let (bit, slot) = match key {
-            "tokens" => (0, &mut usage.0),
-            "billed_units" => (1, &mut usage.1),
-            _ => return s.skip(2),
-        };
-        seen.first(bit)?;
-        if s.null()? {
-            return Some(());
-        }
-        let mut counts = [None; 2];
-        let mut fields = Seen::default();
-        s.object(2, |s, key| {
-            let at = match key {
-                "input_tokens" => 0,
-                "output_tokens" => 1,
-                _ => return s.skip(3),
-            };
-            fields.first(at)?;
-            counts[at as usize] = s.u64_or_null()?;
-            Some(())
-        })?;
-        *slot = Some(counts);
+/// `usage`: `[tokens, billed_units]`, each `[input, output]`.
+fn scan_usage(s: &mut Scan<'_>) -> Option<[Option<[Option<u64>; 2]>; 2]> {
+    let mut usage = [None; 2];
+    s.fields(1, ["tokens", "billed_units"], |s, at| {
+        usage[at] = s.or_null(|s| s.counts(2, ["input_tokens", "output_tokens"]))?;
         Some(())
     })?;
     Some(usage)

@@ -183,10 +183,9 @@ impl<'a> Line<'a> {
     /// no `error`, no escapes in the strings read and counts as plain
     /// integers.
     fn scan(data: &'a [u8]) -> Option<Line<'a>> {
-        let mut s = Scan::new(data)?;
         let mut l = Line::default();
         let mut seen = Seen::default();
-        s.object(0, |s, key| {
+        Scan::document(data, |s, key| {
             let count = match key {
                 "prompt_eval_count" => 0,
                 "eval_count" => 1,
@@ -226,8 +225,7 @@ impl<'a> Line<'a> {
                 }
                 "message" => {
                     seen.first(13)?;
-                    if !s.null()? {
-                        let (visible, thinking) = scan_message(s)?;
+                    if let Some((visible, thinking)) = s.or_null(scan_message)? {
                         l.visible |= visible;
                         l.thinking |= thinking;
                     }
@@ -243,28 +241,19 @@ impl<'a> Line<'a> {
             l.counts[count as usize] = s.u64_or_null()?;
             Some(())
         })?;
-        s.end()?;
         Some(l)
     }
 }
 
 /// `message`: `(visible, thinking)` as `Message::kinds` gives them.
 fn scan_message(s: &mut Scan<'_>) -> Option<(bool, bool)> {
-    let mut seen = Seen::default();
     let (mut visible, mut thinking) = (false, false);
-    s.object(1, |s, key| {
-        let bit = match key {
-            "content" => 0,
-            "tool_calls" => 1,
-            "thinking" => 2,
-            _ => return s.skip(2),
-        };
-        seen.first(bit)?;
+    s.fields(1, ["content", "tool_calls", "thinking"], |s, at| {
         let has = s.raw(2)?.is_some_and(non_empty_raw);
-        if bit == 1 && has {
+        if at == 1 && has {
             return None; // tool calls are counted and named on the serde path
         }
-        if bit == 2 {
+        if at == 2 {
             thinking |= has;
         } else {
             visible |= has;

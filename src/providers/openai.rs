@@ -1000,10 +1000,9 @@ impl<'a> ChatChunk<'a> {
     /// the common shape: no `usage`, `error`, tool calls, Responses or
     /// server-timing fields, no escapes in the strings read as text.
     fn scan(data: &'a [u8]) -> Option<ChatChunk<'a>> {
-        let mut s = Scan::new(data)?;
         let mut c = ChatChunk::default();
         let mut seen = Seen::default();
-        s.object(0, |s, key| match key {
+        Scan::document(data, |s, key| match key {
             "id" => {
                 seen.first(0)?;
                 c.id = s.str_or_null()?;
@@ -1034,7 +1033,6 @@ impl<'a> ChatChunk<'a> {
             | "x_groq" | "timings" | "stats" => None,
             _ => s.skip(1),
         })?;
-        s.end()?;
         Some(c)
     }
 
@@ -1138,10 +1136,9 @@ impl<'a> WholeBody<'a> {
     /// streaming event fields, server timings or reported cost, no
     /// escapes in the strings read, counts as plain integers.
     fn scan(data: &'a [u8]) -> Option<WholeBody<'a>> {
-        let mut s = Scan::new(data)?;
         let mut b = WholeBody::default();
         let mut seen = Seen::default();
-        s.object(0, |s, key| {
+        Scan::document(data, |s, key| {
             let (bit, value) = match key {
                 "id" => (0, &mut b.id),
                 "model" => (1, &mut b.model),
@@ -1168,9 +1165,7 @@ impl<'a> WholeBody<'a> {
                 }
                 "incomplete_details" => {
                     seen.first(9)?;
-                    if !s.null()? {
-                        b.incomplete = Some(incomplete_reason(s)?);
-                    }
+                    b.incomplete = s.or_null(incomplete_reason)?;
                     return Some(());
                 }
                 "type" | "code" | "delta" | "response" | "x_groq" | "timings" | "stats" => {
@@ -1182,7 +1177,6 @@ impl<'a> WholeBody<'a> {
             *value = s.str_or_null()?;
             Some(())
         })?;
-        s.end()?;
         Some(b)
     }
 
@@ -1217,26 +1211,18 @@ impl<'a> WholeBody<'a> {
 type WholeChoice<'a> = (bool, bool, Option<&'a str>, Option<&'a str>);
 
 fn whole_choice<'a>(s: &mut Scan<'a>) -> Option<WholeChoice<'a>> {
-    let mut seen = Seen::default();
     let mut choice: WholeChoice<'a> = (false, false, None, None);
-    s.object(2, |s, key| match key {
-        "message" => {
-            seen.first(0)?;
-            if !s.null()? {
-                let (visible, reasoning, text) = whole_message(s)?;
-                choice.0 = visible;
-                choice.1 = reasoning;
-                choice.2 = text;
+    s.fields(2, ["message", "finish_reason", "delta", "text"], |s, at| {
+        match at {
+            0 => {
+                if let Some((visible, reasoning, text)) = s.or_null(whole_message)? {
+                    (choice.0, choice.1, choice.2) = (visible, reasoning, text);
+                }
             }
-            Some(())
+            1 => choice.3 = s.str_or_null()?,
+            _ => return None,
         }
-        "finish_reason" => {
-            seen.first(1)?;
-            choice.3 = s.str_or_null()?;
-            Some(())
-        }
-        "delta" | "text" => None,
-        _ => s.skip(3),
+        Some(())
     })?;
     Some(choice)
 }
@@ -1280,13 +1266,8 @@ fn whole_message<'a>(s: &mut Scan<'a>) -> Option<(bool, bool, Option<&'a str>)> 
 
 /// `incomplete_details.reason` (an object is required, as serde wants).
 fn incomplete_reason<'a>(s: &mut Scan<'a>) -> Option<Option<&'a str>> {
-    let mut seen = Seen::default();
     let mut reason = None;
-    s.object(2, |s, key| {
-        if key != "reason" {
-            return s.skip(3);
-        }
-        seen.first(0)?;
+    s.fields(2, ["reason"], |s, _| {
         reason = s.str_or_null()?;
         Some(())
     })?;
@@ -1322,9 +1303,7 @@ fn whole_usage(s: &mut Scan<'_>) -> Option<Option<Usage>> {
                     _ => 3,
                 };
                 seen.first(5 + at)?;
-                if !s.null()? {
-                    details[at as usize] = Some(usage_details(s)?);
-                }
+                details[at as usize] = s.or_null(usage_details)?;
                 return Some(());
             }
             "cost" | "queue_time" | "prompt_time" | "completion_time" | "total_time" => {
@@ -1352,20 +1331,7 @@ fn whole_usage(s: &mut Scan<'_>) -> Option<Option<Usage>> {
 
 /// A `*_tokens_details` object: `[cached, reasoning, audio]` (`Details`).
 fn usage_details(s: &mut Scan<'_>) -> Option<[Option<u64>; 3]> {
-    let mut seen = Seen::default();
-    let mut d = [None; 3];
-    s.object(2, |s, key| {
-        let at = match key {
-            "cached_tokens" => 0,
-            "reasoning_tokens" => 1,
-            "audio_tokens" => 2,
-            _ => return s.skip(3),
-        };
-        seen.first(at)?;
-        d[at as usize] = s.u64_or_null()?;
-        Some(())
-    })?;
-    Some(d)
+    s.counts(2, ["cached_tokens", "reasoning_tokens", "audio_tokens"])
 }
 
 /// OpenAI's wire format, also spoken by every OpenAI-compatible server.
