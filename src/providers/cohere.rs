@@ -15,14 +15,14 @@ use super::spec::{
     FrameAdapter, ProviderSpec, Wire, body_says, frame_json, never_response, no_model, whole_json,
 };
 use super::wire::{AnyContent, HasContent, Str, ToolFunction, non_empty, non_empty_raw};
-use super::{AdapterError, ContentKind, Event, Usage};
+use super::{AdapterError, ContentKind, Event, Identity, Usage};
 use super::{Operation, ProviderKind};
 use crate::framing::Frame;
 
 /// Adapter state for one Cohere response.
 #[derive(Debug, Default)]
 pub struct CohereAdapter {
-    id_seen: bool,
+    identity: Identity,
     /// Take the serde path only (tests that compare it with the scan).
     no_scan: bool,
 }
@@ -63,12 +63,7 @@ impl FrameAdapter for CohereAdapter {
         }
         let doc: Doc<'_> = serde_json::from_slice(data)
             .map_err(|_| AdapterError("malformed Cohere JSON payload"))?;
-        if !self.id_seen {
-            if let Some(id) = doc.id.as_ref().filter(|i| !i.as_str().is_empty()) {
-                out(Event::ResponseId(id.as_str()));
-                self.id_seen = true;
-            }
-        }
+        self.identity.id(doc.id.as_ref().map(Str::as_str), out);
         let delta_message = doc.delta.as_ref().and_then(|d| d.message.as_ref());
         match doc.kind.as_ref().map(Str::as_str) {
             Some("content-delta" | "tool-plan-delta" | "tool-call-delta" | "tool-call-start") => {
@@ -122,12 +117,7 @@ impl FrameAdapter for CohereAdapter {
 impl CohereAdapter {
     /// The events the serde path gives for the same whole response.
     fn on_whole(&mut self, w: &WholeResponse<'_>, out: &mut dyn FnMut(Event<'_>)) {
-        if !self.id_seen {
-            if let Some(id) = w.id.filter(|i| !i.is_empty()) {
-                out(Event::ResponseId(id));
-                self.id_seen = true;
-            }
-        }
+        self.identity.id(w.id, out);
         if w.content {
             out(Event::ONE_VISIBLE);
         }

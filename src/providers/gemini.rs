@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 
 use super::spec::{FrameAdapter, JsonBody, ProviderSpec, Wire, each_document, never_response};
 use super::wire::{Fold, HasKind, Named, Str, deserialize_by_fold, non_empty};
-use super::{AdapterError, ContentKind, Event, Operation, ServerTool, Usage};
+use super::{AdapterError, ContentKind, Event, Identity, Operation, ServerTool, Usage};
 use super::{ProviderKind, percent_decode};
 use crate::framing::Frame;
 
@@ -25,8 +25,7 @@ const MAX_FINISH_REASONS: usize = 16;
 #[derive(Debug)]
 pub struct GeminiAdapter {
     operation: Option<Operation>,
-    model_seen: bool,
-    id_seen: bool,
+    identity: Identity,
 }
 
 impl GeminiAdapter {
@@ -34,8 +33,7 @@ impl GeminiAdapter {
     pub fn new(operation: Option<Operation>) -> Self {
         GeminiAdapter {
             operation,
-            model_seen: false,
-            id_seen: false,
+            identity: Identity::default(),
         }
     }
 }
@@ -71,22 +69,11 @@ impl GeminiAdapter {
                 kind: &error.kind(),
             });
         }
-        if !self.model_seen {
-            if let Some(m) = doc
-                .model_version
-                .as_ref()
-                .filter(|m| !m.as_str().is_empty())
-            {
-                out(Event::Model(m.as_str()));
-                self.model_seen = true;
-            }
-        }
-        if !self.id_seen {
-            if let Some(id) = doc.response_id.as_ref().filter(|i| !i.as_str().is_empty()) {
-                out(Event::ResponseId(id.as_str()));
-                self.id_seen = true;
-            }
-        }
+        self.identity.report(
+            doc.model_version.as_ref().map(Str::as_str),
+            doc.response_id.as_ref().map(Str::as_str),
+            out,
+        );
         if let Some(reason) = doc
             .prompt_feedback
             .as_ref()

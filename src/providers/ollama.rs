@@ -18,14 +18,14 @@ use super::ProviderKind;
 use super::scan::{Scan, Seen};
 use super::spec::{FrameAdapter, JsonBody, ProviderSpec, Wire, frame_json, no_model};
 use super::wire::{Named, Str, non_empty, non_empty_raw};
-use super::{AdapterError, ContentKind, Event, Operation, UpstreamTiming, Usage};
+use super::{AdapterError, ContentKind, Event, Identity, Operation, UpstreamTiming, Usage};
 use crate::framing::Frame;
 
 /// Adapter state for one Ollama response.
 #[derive(Debug)]
 pub struct OllamaAdapter {
     operation: Option<Operation>,
-    model_seen: bool,
+    identity: Identity,
     /// Try the scan before serde (off only in tests that compare the two).
     scan: bool,
 }
@@ -35,7 +35,7 @@ impl OllamaAdapter {
     pub fn new(operation: Option<Operation>) -> Self {
         OllamaAdapter {
             operation,
-            model_seen: false,
+            identity: Identity::default(),
             scan: true,
         }
     }
@@ -71,12 +71,8 @@ impl FrameAdapter for OllamaAdapter {
         if doc.error.is_some() {
             out(Event::Error { kind: "error" });
         }
-        if !self.model_seen {
-            if let Some(m) = doc.model.as_ref().filter(|m| !m.as_str().is_empty()) {
-                out(Event::Model(m.as_str()));
-                self.model_seen = true;
-            }
-        }
+        self.identity
+            .model(doc.model.as_ref().map(Str::as_str), out);
         let (msg_visible, msg_thinking) =
             doc.message.as_ref().map_or((false, false), Message::kinds);
         let kind = ContentKind::of(
@@ -123,12 +119,7 @@ impl FrameAdapter for OllamaAdapter {
 impl OllamaAdapter {
     /// The events the serde path gives for the same object, in order.
     fn on_line(&mut self, l: &Line<'_>, out: &mut dyn FnMut(Event<'_>)) {
-        if !self.model_seen {
-            if let Some(m) = l.model.filter(|m| !m.is_empty()) {
-                out(Event::Model(m));
-                self.model_seen = true;
-            }
-        }
+        self.identity.model(l.model, out);
         if let Some(kind) = ContentKind::of(l.visible, l.thinking) {
             out(Event::Content { pieces: 1, kind });
         }

@@ -21,7 +21,7 @@ use super::wire::{
     reported_cost,
 };
 use super::{
-    AdapterError, ContentKind, Event, Operation, ReportedCost, ServerTool, ServiceTier,
+    AdapterError, ContentKind, Event, Identity, Operation, ReportedCost, ServerTool, ServiceTier,
     UpstreamTiming, Usage, millis, seconds,
 };
 use crate::framing::Frame;
@@ -34,8 +34,7 @@ const MAX_FINISH_REASONS: usize = 16;
 pub struct OpenaiAdapter {
     operation: Option<Operation>,
     /// Model and id are reported once: every chunk repeats them.
-    model_seen: bool,
-    id_seen: bool,
+    identity: Identity,
     /// Try the scan before serde (off only in tests that compare the two).
     scan: bool,
     /// Streamed tool calls already counted, by `(choice << 32) | index`:
@@ -51,8 +50,7 @@ impl OpenaiAdapter {
     pub fn new(operation: Option<Operation>) -> Self {
         OpenaiAdapter {
             operation,
-            model_seen: false,
-            id_seen: false,
+            identity: Identity::default(),
             scan: true,
             tools_seen: Vec::new(),
             last: LastChunk::default(),
@@ -112,7 +110,7 @@ impl OpenaiAdapter {
     /// `data` read as a chat chunk of the common shape: by the last chunk's
     /// shape when it fits, else by the scan (and its shape kept).
     fn chat_chunk<'a>(&mut self, data: &'a [u8]) -> Option<ChatChunk<'a>> {
-        if let Some(chunk) = self.last.read(data, !(self.model_seen && self.id_seen)) {
+        if let Some(chunk) = self.last.read(data, !self.identity.known()) {
             return Some(chunk);
         }
         let chunk = ChatChunk::scan(data)?;
@@ -146,7 +144,7 @@ impl OpenaiAdapter {
                 kind: &error_kind(doc.error, None),
             });
         }
-        self.identify(
+        self.identity.report(
             doc.model.as_ref().map(Str::as_str),
             doc.id.as_ref().map(Str::as_str),
             out,
@@ -214,22 +212,6 @@ impl OpenaiAdapter {
         Ok(())
     }
 
-    /// Report the model and response id the first time each appears.
-    fn identify(&mut self, model: Option<&str>, id: Option<&str>, out: &mut dyn FnMut(Event<'_>)) {
-        if !self.model_seen {
-            if let Some(model) = model.filter(|m| !m.is_empty()) {
-                out(Event::Model(model));
-                self.model_seen = true;
-            }
-        }
-        if !self.id_seen {
-            if let Some(id) = id.filter(|i| !i.is_empty()) {
-                out(Event::ResponseId(id));
-                self.id_seen = true;
-            }
-        }
-    }
-
     /// Count a tool call once: `key` (choice and index of a streamed call)
     /// is remembered, so the call's later deltas are not counted again.
     fn tool_call(&mut self, key: Option<u64>, name: Option<&str>, out: &mut dyn FnMut(Event<'_>)) {
@@ -244,7 +226,7 @@ impl OpenaiAdapter {
 
     /// The events `on_json` gives for the same chunk, in the same order.
     fn on_chat_chunk(&mut self, c: &ChatChunk<'_>, out: &mut dyn FnMut(Event<'_>)) {
-        self.identify(c.model, c.id, out);
+        self.identity.report(c.model, c.id, out);
         if let Some(kind) = c.kind {
             out(Event::Content { pieces: 1, kind });
             if let Some(text) = c.text {
@@ -259,7 +241,7 @@ impl OpenaiAdapter {
 
     /// The events `on_json` gives for the same whole body, in the same order.
     fn on_whole_body(&mut self, b: &WholeBody<'_>, out: &mut dyn FnMut(Event<'_>)) {
-        self.identify(b.model, b.id, out);
+        self.identity.report(b.model, b.id, out);
         if let (true, Some(kind)) = (b.content, ContentKind::of(b.visible, b.reasoning)) {
             out(Event::Content { pieces: 1, kind });
             if let Some(text) = b.text {
@@ -313,7 +295,7 @@ impl OpenaiAdapter {
         let Some(response) = &doc.response else {
             return;
         };
-        self.identify(
+        self.identity.report(
             response.model.as_ref().map(Str::as_str),
             response.id.as_ref().map(Str::as_str),
             out,
