@@ -1073,15 +1073,12 @@ impl<'a> ChatChunk<'a> {
             texts[field as usize] = s.raw(4)?;
             Some(())
         })?;
-        let text = texts.into_iter().flatten().find(|raw| non_empty_raw(raw));
         let has = |t: Option<&str>| t.is_some_and(non_empty_raw);
         self.only_content =
             texts[0].filter(|t| t.starts_with('"') && !texts[1..].iter().any(|t| has(*t)));
-        self.kind = ContentKind::of(
-            has(texts[0]) || has(texts[3]),
-            has(texts[1]) || has(texts[2]),
-        );
-        self.text = text.filter(|t| t.starts_with('"'));
+        let (visible, reasoning, text) = text_kinds(texts);
+        self.kind = ContentKind::of(visible, reasoning);
+        self.text = text;
         Some(())
     }
 }
@@ -1237,13 +1234,21 @@ fn whole_message<'a>(s: &mut Scan<'a>) -> Option<(bool, bool, Option<&'a str>)> 
         texts[field as usize] = s.raw(4)?;
         Some(())
     })?;
+    Some(text_kinds(texts))
+}
+
+/// The raw text fields of a chat `delta` or `message`, in `Message::text`'s
+/// order of preference (`content`, `reasoning_content`, `reasoning`,
+/// `refusal`): `(visible, reasoning)` as `Message::kinds` gives them, and
+/// the text `Message::text` picks, kept when it is a string literal.
+fn text_kinds(texts: [Option<&str>; 4]) -> (bool, bool, Option<&str>) {
     let has = |t: Option<&str>| t.is_some_and(non_empty_raw);
     let text = texts.into_iter().flatten().find(|raw| non_empty_raw(raw));
-    Some((
+    (
         has(texts[0]) || has(texts[3]),
         has(texts[1]) || has(texts[2]),
         text.filter(|t| t.starts_with('"')),
-    ))
+    )
 }
 
 /// `incomplete_details.reason` (an object is required, as serde wants).
