@@ -83,31 +83,15 @@ impl<'a> Scan<'a> {
         depth: u32,
         mut member: impl FnMut(&mut Self, &'a str) -> Option<()>,
     ) -> Option<()> {
-        if depth > MAX_DEPTH {
-            return None;
-        }
-        self.eat(b'{')?;
-        if self.peek()? == b'}' {
-            self.at += 1;
-            return Some(());
-        }
-        loop {
-            if self.peek()? != b'"' {
+        self.items(depth, [b'{', b'}'], |s| {
+            if s.peek()? != b'"' {
                 return None;
             }
-            let key = self.plain_string()?;
-            self.eat(b':')?;
-            self.skip_ws();
-            member(self, key)?;
-            match self.peek()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
-        }
+            let key = s.plain_string()?;
+            s.eat(b':')?;
+            s.skip_ws();
+            member(s, key)
+        })
     }
 
     /// An object whose members named in `keys` are each read by `read`,
@@ -150,20 +134,35 @@ impl<'a> Scan<'a> {
         depth: u32,
         mut element: impl FnMut(&mut Self) -> Option<()>,
     ) -> Option<()> {
+        self.items(depth, [b'[', b']'], |s| {
+            s.skip_ws();
+            element(s)
+        })
+    }
+
+    /// An object or array between `open` and `close`: `item` is called at
+    /// each member or element and must consume it; the commas between them
+    /// are checked here. Nesting deeper than `MAX_DEPTH` gives up.
+    #[inline(always)]
+    fn items(
+        &mut self,
+        depth: u32,
+        [open, close]: [u8; 2],
+        mut item: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
         if depth > MAX_DEPTH {
             return None;
         }
-        self.eat(b'[')?;
-        if self.peek()? == b']' {
+        self.eat(open)?;
+        if self.peek()? == close {
             self.at += 1;
             return Some(());
         }
         loop {
-            self.skip_ws();
-            element(self)?;
+            item(self)?;
             match self.peek()? {
                 b',' => self.at += 1,
-                b']' => {
+                b if b == close => {
                     self.at += 1;
                     return Some(());
                 }
