@@ -49,6 +49,31 @@ impl Summary {
         }
     }
 
+    /// The same, ended by a terminal event.
+    pub(crate) fn done(mut self) -> Summary {
+        self.done = 1;
+        self
+    }
+
+    /// The same, with `usage`.
+    pub(crate) fn usage(mut self, usage: Usage) -> Summary {
+        self.usage = usage;
+        self
+    }
+
+    /// The same, with `errors`.
+    pub(crate) fn errors(mut self, errors: &[&str]) -> Summary {
+        self.errors = errors.iter().map(|e| e.to_string()).collect();
+        self
+    }
+
+    /// The same, with one client tool call per name.
+    pub(crate) fn tools(mut self, names: &[&str]) -> Summary {
+        self.tool_calls = names.len() as u32;
+        self.tool_names = names.iter().map(|n| n.to_string()).collect();
+        self
+    }
+
     pub(crate) fn record(&mut self, event: Event<'_>) {
         match event {
             Event::Content { pieces, .. } => {
