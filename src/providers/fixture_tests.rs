@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use super::tests::{Summary, fixture};
+use super::tests::{Summary, fixture, ollama_timing};
 use super::*;
 
 /// What each fixture amounts to, parsed whole, one fixture a line:
@@ -173,13 +173,7 @@ fn server_timings_and_cache_reads() {
     assert_eq!(s.timing.decode, Some(Duration::from_millis(1690)));
     assert_eq!(
         check("ollama/chat_stream.ndjson").timing,
-        UpstreamTiming {
-            total: Some(Duration::from_nanos(1_835_468_459)),
-            load: Some(Duration::from_nanos(21_473_125)),
-            prompt_eval: Some(Duration::from_millis(112)),
-            decode: Some(Duration::from_millis(1690)),
-            ..UpstreamTiming::default()
-        }
+        ollama_timing([1_835_468_459, 21_473_125, 112_000_000, 1_690_000_000])
     );
     assert_eq!(check("bedrock/converse.json").timing.total, ms(2045.0));
     assert_eq!(

@@ -88,30 +88,16 @@ impl FrameAdapter for OllamaAdapter {
         let embeddings = self.operation.is_some_and(Operation::is_embeddings)
             || doc.embeddings.is_some()
             || doc.embedding.is_some();
-        if doc.prompt_eval_count.is_some() || doc.eval_count.is_some() || embeddings {
-            out(Event::Usage(Usage {
-                input: doc.prompt_eval_count,
-                output: if embeddings { Some(0) } else { doc.eval_count },
-                ..Usage::default()
-            }));
-        }
-        let timing = UpstreamTiming {
-            total: doc.total_duration.map(Duration::from_nanos),
-            load: doc.load_duration.map(Duration::from_nanos),
-            prompt_eval: doc.prompt_eval_duration.map(Duration::from_nanos),
-            decode: doc.eval_duration.map(Duration::from_nanos),
-            ..UpstreamTiming::default()
-        };
-        if !timing.is_empty() {
-            out(Event::UpstreamTiming(timing));
-        }
-        if let Some(reason) = doc.done_reason.as_ref().filter(|r| !r.as_str().is_empty()) {
-            out(Event::FinishReason(reason.as_str()));
-        }
-        // An embeddings answer is one whole object without `done`.
-        if doc.done == Some(true) || embeddings {
-            out(Event::Done);
-        }
+        let counts = [
+            doc.prompt_eval_count,
+            doc.eval_count,
+            doc.total_duration,
+            doc.load_duration,
+            doc.prompt_eval_duration,
+            doc.eval_duration,
+        ];
+        let reason = doc.done_reason.as_ref().map(Str::as_str);
+        emit_end(counts, embeddings, reason, doc.done, out);
         Ok(())
     }
 }
@@ -124,30 +110,7 @@ impl OllamaAdapter {
             out(Event::Content { pieces: 1, kind });
         }
         let embeddings = self.operation.is_some_and(Operation::is_embeddings) || l.embeddings;
-        let [input, output, total, load, prompt_eval, decode] = l.counts;
-        if input.is_some() || output.is_some() || embeddings {
-            out(Event::Usage(Usage {
-                input,
-                output: if embeddings { Some(0) } else { output },
-                ..Usage::default()
-            }));
-        }
-        let timing = UpstreamTiming {
-            total: total.map(Duration::from_nanos),
-            load: load.map(Duration::from_nanos),
-            prompt_eval: prompt_eval.map(Duration::from_nanos),
-            decode: decode.map(Duration::from_nanos),
-            ..UpstreamTiming::default()
-        };
-        if !timing.is_empty() {
-            out(Event::UpstreamTiming(timing));
-        }
-        if let Some(reason) = l.done_reason.filter(|r| !r.is_empty()) {
-            out(Event::FinishReason(reason));
-        }
-        if l.done == Some(true) || embeddings {
-            out(Event::Done);
-        }
+        emit_end(l.counts, embeddings, l.done_reason, l.done, out);
     }
 }
 
@@ -233,6 +196,44 @@ impl<'a> Line<'a> {
             Some(())
         })?;
         Some(l)
+    }
+}
+
+/// The events after an object's content, on both paths: usage from
+/// `counts` (`prompt_eval_count`, `eval_count`; output 0 for
+/// embeddings), the timing from its durations in nanoseconds
+/// (`total_duration`, `load_duration`, `prompt_eval_duration`,
+/// `eval_duration`), the `done_reason`, and `Done` (an embeddings answer
+/// is one whole object without `done`).
+fn emit_end(
+    [input, output, total, load, prompt_eval, decode]: [Option<u64>; 6],
+    embeddings: bool,
+    done_reason: Option<&str>,
+    done: Option<bool>,
+    out: &mut dyn FnMut(Event<'_>),
+) {
+    if input.is_some() || output.is_some() || embeddings {
+        out(Event::Usage(Usage {
+            input,
+            output: if embeddings { Some(0) } else { output },
+            ..Usage::default()
+        }));
+    }
+    let timing = UpstreamTiming {
+        total: total.map(Duration::from_nanos),
+        load: load.map(Duration::from_nanos),
+        prompt_eval: prompt_eval.map(Duration::from_nanos),
+        decode: decode.map(Duration::from_nanos),
+        ..UpstreamTiming::default()
+    };
+    if !timing.is_empty() {
+        out(Event::UpstreamTiming(timing));
+    }
+    if let Some(reason) = done_reason.filter(|r| !r.is_empty()) {
+        out(Event::FinishReason(reason));
+    }
+    if done == Some(true) || embeddings {
+        out(Event::Done);
     }
 }
 
@@ -357,7 +358,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
 mod tests {
     use super::*;
     use crate::providers::scan::differential::{Outcome, json_outcome, mutations};
-    use crate::providers::tests::{FIXTURES, Summary, feed_json};
+    use crate::providers::tests::{FIXTURES, Summary, feed_json, ollama_timing};
 
     /// Objects the scan must read exactly as serde does (or leave to it).
     const LINES: &[&str] = &[
@@ -516,13 +517,7 @@ mod tests {
         assert_eq!(s.done, 1);
         assert_eq!(
             s.timing,
-            UpstreamTiming {
-                total: Some(Duration::from_nanos(5_191_566_416)),
-                load: Some(Duration::from_nanos(2_154_458)),
-                prompt_eval: Some(Duration::from_nanos(383_809_000)),
-                decode: Some(Duration::from_nanos(4_799_921_000)),
-                ..UpstreamTiming::default()
-            }
+            ollama_timing([5_191_566_416, 2_154_458, 383_809_000, 4_799_921_000])
         );
     }
 

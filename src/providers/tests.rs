@@ -35,6 +35,20 @@ pub(crate) struct Summary {
     pub server_billed: [Option<u32>; 5],
 }
 
+/// The timing of an Ollama answer from its durations in nanoseconds:
+/// `total_duration`, `load_duration`, `prompt_eval_duration`,
+/// `eval_duration`.
+pub(crate) fn ollama_timing([total, load, prompt_eval, decode]: [u64; 4]) -> UpstreamTiming {
+    let ns = |n| Some(std::time::Duration::from_nanos(n));
+    UpstreamTiming {
+        total: ns(total),
+        load: ns(load),
+        prompt_eval: ns(prompt_eval),
+        decode: ns(decode),
+        ..UpstreamTiming::default()
+    }
+}
+
 impl Summary {
     /// A response of `content` one-piece content events, naming `model`
     /// and `id` (none when empty), with `finish` reasons; the rest default.
