@@ -73,7 +73,15 @@ impl FrameAdapter for AnthropicAdapter {
         if !self.no_scan {
             if let Frame::Json(_) = frame {
                 if let Some(m) = WholeMessage::scan(data) {
-                    self.on_whole_message(&m, out);
+                    let view = MessageView {
+                        id: m.id,
+                        model: m.model,
+                        content: m.content,
+                        tools: &[],
+                        usage: m.usage.as_ref(),
+                        stop_reason: m.stop_reason,
+                    };
+                    self.on_message(&view, out);
                     return Ok(());
                 }
             }
@@ -88,11 +96,12 @@ impl FrameAdapter for AnthropicAdapter {
             Some("message_start") => {
                 if let Some(m) = &doc.message {
                     let view = MessageView {
-                        id: m.id.as_ref(),
-                        model: m.model.as_ref(),
-                        content: None,
+                        id: m.id.as_ref().map(Str::as_str),
+                        model: m.model.as_ref().map(Str::as_str),
+                        content: false,
+                        tools: &[],
                         usage: m.usage.as_ref(),
-                        stop_reason: m.stop_reason.as_ref(),
+                        stop_reason: m.stop_reason.as_ref().map(Str::as_str),
                     };
                     self.on_message(&view, out);
                 }
@@ -132,11 +141,12 @@ impl FrameAdapter for AnthropicAdapter {
             }),
             Some("message") | None => {
                 let view = MessageView {
-                    id: doc.id.as_ref(),
-                    model: doc.model.as_ref(),
-                    content: doc.content.as_ref(),
+                    id: doc.id.as_ref().map(Str::as_str),
+                    model: doc.model.as_ref().map(Str::as_str),
+                    content: doc.content.as_ref().is_some_and(|c| c.any),
+                    tools: doc.content.as_ref().map_or(&[], |c| &c.tools),
                     usage: doc.usage.as_ref(),
-                    stop_reason: doc.stop_reason.as_ref(),
+                    stop_reason: doc.stop_reason.as_ref().map(Str::as_str),
                 };
                 self.on_message(&view, out);
             }
@@ -147,31 +157,9 @@ impl FrameAdapter for AnthropicAdapter {
 }
 
 impl AnthropicAdapter {
-    /// A message object: the whole body, or the shell in `message_start`.
-    fn on_message(&mut self, m: &MessageView<'_, '_>, out: &mut dyn FnMut(Event<'_>)) {
-        if let Some(model) = m.model.filter(|s| !s.as_str().is_empty()) {
-            out(Event::Model(model.as_str()));
-        }
-        if let Some(id) = m.id.filter(|s| !s.as_str().is_empty()) {
-            out(Event::ResponseId(id.as_str()));
-        }
-        if m.content.is_some_and(|c| c.any) {
-            out(Event::ONE_VISIBLE);
-        }
-        for tool in m.content.iter().flat_map(|c| &c.tools) {
-            tool.emit(out);
-        }
-        if let Some(usage) = m.usage {
-            out(Event::Usage(self.usage(usage)));
-            usage.emit_server_tools(out);
-        }
-        if let Some(reason) = m.stop_reason {
-            out(Event::FinishReason(reason.as_str()));
-        }
-    }
-
-    /// The events `on_message` gives for the same whole message.
-    fn on_whole_message(&mut self, m: &WholeMessage<'_>, out: &mut dyn FnMut(Event<'_>)) {
+    /// A message object: the whole body (scanned or not), or the shell
+    /// in `message_start`.
+    fn on_message(&mut self, m: &MessageView<'_>, out: &mut dyn FnMut(Event<'_>)) {
         if let Some(model) = m.model.filter(|s| !s.is_empty()) {
             out(Event::Model(model));
         }
@@ -181,8 +169,12 @@ impl AnthropicAdapter {
         if m.content {
             out(Event::ONE_VISIBLE);
         }
-        if let Some(usage) = &m.usage {
+        for tool in m.tools {
+            tool.emit(out);
+        }
+        if let Some(usage) = m.usage {
             out(Event::Usage(self.usage(usage)));
+            usage.emit_server_tools(out);
         }
         if let Some(reason) = m.stop_reason {
             out(Event::FinishReason(reason));
@@ -272,13 +264,16 @@ struct MessageFields<'a> {
     stop_reason: Option<Str<'a>>,
 }
 
-/// A message's metered fields, wherever they were found.
-struct MessageView<'s, 'a> {
-    id: Option<&'s Str<'a>>,
-    model: Option<&'s Str<'a>>,
-    content: Option<&'s Blocks<'a>>,
+/// A message's metered fields, wherever they were found (a scanned
+/// message has no tool blocks: the scan leaves those to serde).
+struct MessageView<'s> {
+    id: Option<&'s str>,
+    model: Option<&'s str>,
+    /// Some content block carries output.
+    content: bool,
+    tools: &'s [ToolBlock<'s>],
     usage: Option<&'s WireUsage>,
-    stop_reason: Option<&'s Str<'a>>,
+    stop_reason: Option<&'s str>,
 }
 
 /// A content block, in a whole message or a `content_block_start`.
