@@ -26,7 +26,7 @@ pub use event::{
     AdapterError, ContentKind, Event, ParseError, ReportedCost, ServerTool, ServiceTier,
     UpstreamTiming, Usage,
 };
-pub(crate) use event::{millis, seconds};
+pub(crate) use event::{Identity, millis, seconds};
 pub use spec::{ContentType, FrameAdapter, JsonBody, ProviderSpec, ResponseFormat, Wire};
 
 use std::borrow::Cow;

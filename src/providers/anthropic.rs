@@ -73,7 +73,15 @@ impl FrameAdapter for AnthropicAdapter {
         if !self.no_scan {
             if let Frame::Json(_) = frame {
                 if let Some(m) = WholeMessage::scan(data) {
-                    self.on_whole_message(&m, out);
+                    let view = MessageView {
+                        id: m.id,
+                        model: m.model,
+                        content: m.content,
+                        tools: &[],
+                        usage: m.usage.as_ref(),
+                        stop_reason: m.stop_reason,
+                    };
+                    self.on_message(&view, out);
                     return Ok(());
                 }
             }
@@ -88,11 +96,12 @@ impl FrameAdapter for AnthropicAdapter {
             Some("message_start") => {
                 if let Some(m) = &doc.message {
                     let view = MessageView {
-                        id: m.id.as_ref(),
-                        model: m.model.as_ref(),
-                        content: None,
+                        id: m.id.as_ref().map(Str::as_str),
+                        model: m.model.as_ref().map(Str::as_str),
+                        content: false,
+                        tools: &[],
                         usage: m.usage.as_ref(),
-                        stop_reason: m.stop_reason.as_ref(),
+                        stop_reason: m.stop_reason.as_ref().map(Str::as_str),
                     };
                     self.on_message(&view, out);
                 }
@@ -132,11 +141,12 @@ impl FrameAdapter for AnthropicAdapter {
             }),
             Some("message") | None => {
                 let view = MessageView {
-                    id: doc.id.as_ref(),
-                    model: doc.model.as_ref(),
-                    content: doc.content.as_ref(),
+                    id: doc.id.as_ref().map(Str::as_str),
+                    model: doc.model.as_ref().map(Str::as_str),
+                    content: doc.content.as_ref().is_some_and(|c| c.any),
+                    tools: doc.content.as_ref().map_or(&[], |c| &c.tools),
                     usage: doc.usage.as_ref(),
-                    stop_reason: doc.stop_reason.as_ref(),
+                    stop_reason: doc.stop_reason.as_ref().map(Str::as_str),
                 };
                 self.on_message(&view, out);
             }
@@ -147,31 +157,9 @@ impl FrameAdapter for AnthropicAdapter {
 }
 
 impl AnthropicAdapter {
-    /// A message object: the whole body, or the shell in `message_start`.
-    fn on_message(&mut self, m: &MessageView<'_, '_>, out: &mut dyn FnMut(Event<'_>)) {
-        if let Some(model) = m.model.filter(|s| !s.as_str().is_empty()) {
-            out(Event::Model(model.as_str()));
-        }
-        if let Some(id) = m.id.filter(|s| !s.as_str().is_empty()) {
-            out(Event::ResponseId(id.as_str()));
-        }
-        if m.content.is_some_and(|c| c.any) {
-            out(Event::ONE_VISIBLE);
-        }
-        for tool in m.content.iter().flat_map(|c| &c.tools) {
-            tool.emit(out);
-        }
-        if let Some(usage) = m.usage {
-            out(Event::Usage(self.usage(usage)));
-            usage.emit_server_tools(out);
-        }
-        if let Some(reason) = m.stop_reason {
-            out(Event::FinishReason(reason.as_str()));
-        }
-    }
-
-    /// The events `on_message` gives for the same whole message.
-    fn on_whole_message(&mut self, m: &WholeMessage<'_>, out: &mut dyn FnMut(Event<'_>)) {
+    /// A message object: the whole body (scanned or not), or the shell
+    /// in `message_start`.
+    fn on_message(&mut self, m: &MessageView<'_>, out: &mut dyn FnMut(Event<'_>)) {
         if let Some(model) = m.model.filter(|s| !s.is_empty()) {
             out(Event::Model(model));
         }
@@ -181,8 +169,12 @@ impl AnthropicAdapter {
         if m.content {
             out(Event::ONE_VISIBLE);
         }
-        if let Some(usage) = &m.usage {
+        for tool in m.tools {
+            tool.emit(out);
+        }
+        if let Some(usage) = m.usage {
             out(Event::Usage(self.usage(usage)));
+            usage.emit_server_tools(out);
         }
         if let Some(reason) = m.stop_reason {
             out(Event::FinishReason(reason));
@@ -272,13 +264,16 @@ struct MessageFields<'a> {
     stop_reason: Option<Str<'a>>,
 }
 
-/// A message's metered fields, wherever they were found.
-struct MessageView<'s, 'a> {
-    id: Option<&'s Str<'a>>,
-    model: Option<&'s Str<'a>>,
-    content: Option<&'s Blocks<'a>>,
+/// A message's metered fields, wherever they were found (a scanned
+/// message has no tool blocks: the scan leaves those to serde).
+struct MessageView<'s> {
+    id: Option<&'s str>,
+    model: Option<&'s str>,
+    /// Some content block carries output.
+    content: bool,
+    tools: &'s [ToolBlock<'s>],
     usage: Option<&'s WireUsage>,
-    stop_reason: Option<&'s Str<'a>>,
+    stop_reason: Option<&'s str>,
 }
 
 /// A content block, in a whole message or a `content_block_start`.
@@ -455,11 +450,10 @@ impl<'a> StreamEvent<'a> {
     /// of the event types above, with no field but `type`, `delta` and
     /// ones serde ignores.
     fn scan(data: &'a [u8]) -> Option<StreamEvent<'a>> {
-        let mut s = Scan::new(data)?;
         let mut seen = Seen::default();
         let mut kind = None;
         let mut delta = None;
-        s.object(0, |s, key| match key {
+        Scan::document(data, |s, key| match key {
             "type" => {
                 seen.first(0)?;
                 kind = s.str_or_null()?;
@@ -467,16 +461,13 @@ impl<'a> StreamEvent<'a> {
             }
             "delta" => {
                 seen.first(1)?;
-                if !s.null()? {
-                    delta = Some(scan_delta(s)?);
-                }
+                delta = s.or_null(scan_delta)?;
                 Some(())
             }
             "message" | "content_block" | "usage" | "error" | "id" | "model" | "content"
             | "stop_reason" => None,
             _ => s.skip(1),
         })?;
-        s.end()?;
         match kind? {
             "content_block_delta" => {
                 let texts: [Option<&str>; 3] = delta.unwrap_or_default();
@@ -554,10 +545,9 @@ impl<'a> WholeMessage<'a> {
     /// message (`type` `"message"` or absent) with no error, no escapes
     /// in the strings read and counts as plain integers.
     fn scan(data: &'a [u8]) -> Option<WholeMessage<'a>> {
-        let mut s = Scan::new(data)?;
         let mut m = WholeMessage::default();
         let mut seen = Seen::default();
-        s.object(0, |s, key| {
+        Scan::document(data, |s, key| {
             let (bit, value) = match key {
                 "id" => (0, &mut m.id),
                 "model" => (1, &mut m.model),
@@ -568,16 +558,12 @@ impl<'a> WholeMessage<'a> {
                 }
                 "content" => {
                     seen.first(4)?;
-                    if !s.null()? {
-                        m.content = any_block_content(s)?;
-                    }
+                    m.content = s.or_null(any_block_content)?.unwrap_or(false);
                     return Some(());
                 }
                 "usage" => {
                     seen.first(5)?;
-                    if !s.null()? {
-                        m.usage = Some(scan_usage(s)?);
-                    }
+                    m.usage = s.or_null(scan_usage)?;
                     return Some(());
                 }
                 "error" => {
@@ -591,7 +577,6 @@ impl<'a> WholeMessage<'a> {
             *value = s.str_or_null()?;
             Some(())
         })?;
-        s.end()?;
         Some(m)
     }
 }
@@ -601,26 +586,17 @@ impl<'a> WholeMessage<'a> {
 fn any_block_content(s: &mut Scan<'_>) -> Option<bool> {
     let mut any = false;
     s.array(1, |s| {
-        let mut seen = Seen::default();
         let mut tool = false;
         let mut output = false;
-        s.object(2, |s, key| {
-            let bit = match key {
-                "type" => {
-                    seen.first(0)?;
-                    tool = matches!(
-                        s.str_or_null()?,
-                        Some("tool_use" | "server_tool_use" | "mcp_tool_use")
-                    );
-                    return Some(());
-                }
-                "text" => 1,
-                "thinking" => 2,
-                "data" => 3,
-                _ => return s.skip(3),
-            };
-            seen.first(bit)?;
-            output |= s.raw(3)?.is_some_and(non_empty_raw);
+        s.fields(2, ["type", "text", "thinking", "data"], |s, at| {
+            if at == 0 {
+                tool = matches!(
+                    s.str_or_null()?,
+                    Some("tool_use" | "server_tool_use" | "mcp_tool_use")
+                );
+            } else {
+                output |= s.raw(3)?.is_some_and(non_empty_raw);
+            }
             Some(())
         })?;
         any |= tool || output;
@@ -651,9 +627,7 @@ fn scan_usage(s: &mut Scan<'_>) -> Option<WireUsage> {
             "cache_creation_input_tokens" => (3, &mut u.cache_creation_input_tokens),
             "cache_creation" => {
                 seen.first(4)?;
-                if !s.null()? {
-                    u.cache_creation = Some(scan_cache_creation(s)?);
-                }
+                u.cache_creation = s.or_null(scan_cache_creation)?;
                 return Some(());
             }
             "service_tier" => {
@@ -677,22 +651,14 @@ fn scan_usage(s: &mut Scan<'_>) -> Option<WireUsage> {
 
 /// `usage.cache_creation`, the write split by lifetime.
 fn scan_cache_creation(s: &mut Scan<'_>) -> Option<CacheCreation> {
-    let mut seen = Seen::default();
-    let mut c = CacheCreation {
-        ephemeral_5m_input_tokens: None,
-        ephemeral_1h_input_tokens: None,
-    };
-    s.object(2, |s, key| {
-        let (bit, count) = match key {
-            "ephemeral_5m_input_tokens" => (0, &mut c.ephemeral_5m_input_tokens),
-            "ephemeral_1h_input_tokens" => (1, &mut c.ephemeral_1h_input_tokens),
-            _ => return s.skip(3),
-        };
-        seen.first(bit)?;
-        *count = s.u64_or_null()?;
-        Some(())
-    })?;
-    Some(c)
+    let [five_minutes, one_hour] = s.counts(
+        2,
+        ["ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"],
+    )?;
+    Some(CacheCreation {
+        ephemeral_5m_input_tokens: five_minutes,
+        ephemeral_1h_input_tokens: one_hour,
+    })
 }
 
 #[derive(Deserialize)]

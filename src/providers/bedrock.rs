@@ -21,7 +21,7 @@ use std::borrow::Cow;
 use super::anthropic::AnthropicAdapter;
 use super::openai::OpenaiAdapter;
 use super::spec::{FrameAdapter, ProviderSpec, Wire, whole_json};
-use super::wire::{AnyContent, HasContent, Str, non_empty};
+use super::wire::{AnyContent, HasContent, Named, Str, non_empty};
 use super::{AdapterError, ContentKind, Event, UpstreamTiming, Usage, millis};
 use super::{Operation, ProviderKind, percent_decode};
 use crate::framing::Frame;
@@ -220,14 +220,7 @@ struct ConverseEvent<'a> {
 #[serde(rename_all = "camelCase")]
 struct BlockStart<'a> {
     #[serde(borrow)]
-    tool_use: Option<ToolName<'a>>,
-}
-
-/// A `toolUse` object, as far as its name.
-#[derive(Deserialize)]
-struct ToolName<'a> {
-    #[serde(borrow)]
-    name: Option<Str<'a>>,
+    tool_use: Option<Named<'a>>,
 }
 
 /// A `contentBlockDelta`'s delta: text, tool input or reasoning text are
@@ -434,9 +427,9 @@ impl ModelJson<'_> {
             .flatten()
         {
             if let Some(tool) = block.tool_use.filter(|t| non_empty(Some(t))) {
-                let tool = serde_json::from_str::<ToolName<'_>>(tool.get()).ok();
+                let name = Named::of(tool);
                 out(Event::ToolCall {
-                    name: tool.as_ref().and_then(|t| t.name.as_ref()).map(Str::as_str),
+                    name: name.as_ref().map(Str::as_str),
                 });
             }
         }

@@ -14,15 +14,15 @@ use super::scan::{Scan, Seen};
 use super::spec::{
     FrameAdapter, ProviderSpec, Wire, body_says, frame_json, never_response, no_model, whole_json,
 };
-use super::wire::{AnyContent, HasContent, Str, non_empty, non_empty_raw};
-use super::{AdapterError, ContentKind, Event, Usage};
+use super::wire::{AnyContent, HasContent, Str, ToolFunction, non_empty, non_empty_raw};
+use super::{AdapterError, ContentKind, Event, Identity, Usage};
 use super::{Operation, ProviderKind};
 use crate::framing::Frame;
 
 /// Adapter state for one Cohere response.
 #[derive(Debug, Default)]
 pub struct CohereAdapter {
-    id_seen: bool,
+    identity: Identity,
     /// Take the serde path only (tests that compare it with the scan).
     no_scan: bool,
 }
@@ -63,12 +63,7 @@ impl FrameAdapter for CohereAdapter {
         }
         let doc: Doc<'_> = serde_json::from_slice(data)
             .map_err(|_| AdapterError("malformed Cohere JSON payload"))?;
-        if !self.id_seen {
-            if let Some(id) = doc.id.as_ref().filter(|i| !i.as_str().is_empty()) {
-                out(Event::ResponseId(id.as_str()));
-                self.id_seen = true;
-            }
-        }
+        self.identity.id(doc.id.as_ref().map(Str::as_str), out);
         let delta_message = doc.delta.as_ref().and_then(|d| d.message.as_ref());
         match doc.kind.as_ref().map(Str::as_str) {
             Some("content-delta" | "tool-plan-delta" | "tool-call-delta" | "tool-call-start") => {
@@ -122,12 +117,7 @@ impl FrameAdapter for CohereAdapter {
 impl CohereAdapter {
     /// The events the serde path gives for the same whole response.
     fn on_whole(&mut self, w: &WholeResponse<'_>, out: &mut dyn FnMut(Event<'_>)) {
-        if !self.id_seen {
-            if let Some(id) = w.id.filter(|i| !i.is_empty()) {
-                out(Event::ResponseId(id));
-                self.id_seen = true;
-            }
-        }
+        self.identity.id(w.id, out);
         if w.content {
             out(Event::ONE_VISIBLE);
         }
@@ -161,10 +151,9 @@ impl<'a> WholeResponse<'a> {
     /// whole response (no `type`, no `delta`) with no escapes in the
     /// strings read and counts as plain integers.
     fn scan(data: &'a [u8]) -> Option<WholeResponse<'a>> {
-        let mut s = Scan::new(data)?;
         let mut w = WholeResponse::default();
         let mut seen = Seen::default();
-        s.object(0, |s, key| match key {
+        Scan::document(data, |s, key| match key {
             "id" => {
                 seen.first(0)?;
                 w.id = s.str_or_null()?;
@@ -181,21 +170,18 @@ impl<'a> WholeResponse<'a> {
             }
             "message" => {
                 seen.first(4)?;
-                if !s.null()? {
-                    w.content = message_has_content(s)?;
-                }
+                w.content = s.or_null(message_has_content)?.unwrap_or(false);
                 Some(())
             }
             "usage" => {
                 seen.first(5)?;
-                if !s.null()? {
-                    (w.tokens, w.billed_units) = scan_usage(s)?;
+                if let Some(usage) = s.or_null(scan_usage)? {
+                    [w.tokens, w.billed_units] = usage;
                 }
                 Some(())
             }
             _ => s.skip(1),
         })?;
-        s.end()?;
         Some(w)
     }
 }
@@ -212,14 +198,7 @@ fn message_has_content(s: &mut Scan<'_>) -> Option<bool> {
                 return Some(());
             }
             s.array(2, |s| {
-                let mut fields = Seen::default();
-                s.object(3, |s, key| {
-                    let bit = match key {
-                        "text" => 0,
-                        "thinking" => 1,
-                        _ => return s.skip(4),
-                    };
-                    fields.first(bit)?;
+                s.fields(3, ["text", "thinking"], |s, _| {
                     any |= s.raw(4)?.is_some_and(non_empty_raw);
                     Some(())
                 })
@@ -237,35 +216,11 @@ fn message_has_content(s: &mut Scan<'_>) -> Option<bool> {
     Some(any)
 }
 
-/// `usage`: `(tokens, billed_units)`, each `[input, output]`.
-type ScannedUsage = (Option<[Option<u64>; 2]>, Option<[Option<u64>; 2]>);
-
-fn scan_usage(s: &mut Scan<'_>) -> Option<ScannedUsage> {
-    let mut seen = Seen::default();
-    let mut usage: ScannedUsage = (None, None);
-    s.object(1, |s, key| {
-        let (bit, slot) = match key {
-            "tokens" => (0, &mut usage.0),
-            "billed_units" => (1, &mut usage.1),
-            _ => return s.skip(2),
-        };
-        seen.first(bit)?;
-        if s.null()? {
-            return Some(());
-        }
-        let mut counts = [None; 2];
-        let mut fields = Seen::default();
-        s.object(2, |s, key| {
-            let at = match key {
-                "input_tokens" => 0,
-                "output_tokens" => 1,
-                _ => return s.skip(3),
-            };
-            fields.first(at)?;
-            counts[at as usize] = s.u64_or_null()?;
-            Some(())
-        })?;
-        *slot = Some(counts);
+/// `usage`: `[tokens, billed_units]`, each `[input, output]`.
+fn scan_usage(s: &mut Scan<'_>) -> Option<[Option<[Option<u64>; 2]>; 2]> {
+    let mut usage = [None; 2];
+    s.fields(1, ["tokens", "billed_units"], |s, at| {
+        usage[at] = s.or_null(|s| s.counts(2, ["input_tokens", "output_tokens"]))?;
         Some(())
     })?;
     Some(usage)
@@ -341,7 +296,7 @@ impl DeltaMessage<'_> {
         let tool = object(self.tool_calls)
             .and_then(|r| serde_json::from_str::<ToolCall<'_>>(r.get()).ok())
             .and_then(|t| t.function)
-            .is_some_and(|f| non_empty(f.name) || non_empty(f.arguments));
+            .is_some_and(|f| f.has_content());
         ContentKind::of(text || non_empty(self.tool_plan) || tool, thinking)
     }
 }
@@ -363,27 +318,14 @@ impl HasContent for Part<'_> {
 #[derive(Deserialize)]
 struct ToolCall<'a> {
     #[serde(borrow)]
-    function: Option<Function<'a>>,
+    function: Option<ToolFunction<'a>>,
 }
 
 impl<'a> ToolCall<'a> {
     /// The function's name, when it is a non-empty string.
     fn name(&self) -> Option<Str<'a>> {
-        let raw = self
-            .function
-            .as_ref()?
-            .name
-            .filter(|n| non_empty(Some(n)))?;
-        serde_json::from_str::<Str<'a>>(raw.get()).ok()
+        self.function.as_ref()?.name_str()
     }
-}
-
-#[derive(Deserialize)]
-struct Function<'a> {
-    #[serde(borrow)]
-    name: Option<&'a RawValue>,
-    #[serde(borrow)]
-    arguments: Option<&'a RawValue>,
 }
 
 /// A whole response's `message`.

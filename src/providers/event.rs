@@ -83,6 +83,55 @@ pub(crate) fn seconds(s: f64) -> Option<Duration> {
     Duration::try_from_secs_f64(s).ok()
 }
 
+/// The model and response id of one response, each reported once: the
+/// first time it appears and is not empty.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Identity {
+    model: bool,
+    id: bool,
+}
+
+impl Identity {
+    /// Whether both have been reported.
+    pub(crate) fn known(self) -> bool {
+        self.model && self.id
+    }
+
+    /// `Event::Model`, unless a model was reported.
+    pub(crate) fn model(&mut self, model: Option<&str>, out: &mut dyn FnMut(Event<'_>)) {
+        once(&mut self.model, model, Event::Model, out);
+    }
+
+    /// `Event::ResponseId`, unless an id was reported.
+    pub(crate) fn id(&mut self, id: Option<&str>, out: &mut dyn FnMut(Event<'_>)) {
+        once(&mut self.id, id, Event::ResponseId, out);
+    }
+
+    /// `model`, then `id`.
+    pub(crate) fn report(
+        &mut self,
+        model: Option<&str>,
+        id: Option<&str>,
+        out: &mut dyn FnMut(Event<'_>),
+    ) {
+        self.model(model, out);
+        self.id(id, out);
+    }
+}
+
+/// `event(value)` unless `sent` or `value` is empty; `sent` once it is.
+fn once<'v>(
+    sent: &mut bool,
+    value: Option<&'v str>,
+    event: fn(&'v str) -> Event<'v>,
+    out: &mut dyn FnMut(Event<'_>),
+) {
+    if let Some(value) = value.filter(|v| !*sent && !v.is_empty()) {
+        out(event(value));
+        *sent = true;
+    }
+}
+
 /// Token usage as reported by a provider. Absent fields were not reported.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {

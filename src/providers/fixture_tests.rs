@@ -5,61 +5,117 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use super::tests::{Summary, fixture};
+use super::tests::{Summary, fixture, ollama_timing};
 use super::*;
 
-/// The figures a fixture must yield; fields left `None` are not checked.
-#[derive(Default)]
-struct Want {
-    content: u32,
-    input: Option<u64>,
-    output: Option<u64>,
-    finish: &'static [&'static str],
-    errors: &'static [&'static str],
-    model: Option<&'static str>,
+/// What each fixture amounts to, parsed whole, one fixture a line:
+/// content chunks, input and output tokens (`-`: none reported), the
+/// finish reasons and `!`errors in order (`-`: none), and the model where
+/// it is checked. `#` starts a comment line.
+const FIGURES: &str = "
+# A thought summary and three text chunks; output = 19 + 87 thoughts.
+gemini/stream_generate.sse                    4  12   106  STOP                 gemini-2.5-flash
+gemini/stream_generate_array.json             4  12   106  STOP                 gemini-2.5-flash
+gemini/stream_generate_error.sse              2  12   91   !UNAVAILABLE
+gemini/stream_generate_error_array.json       2  12   91   !UNAVAILABLE
+gemini/stream_generate_blocked_array.json     0  9    -    !PROHIBITED_CONTENT
+gemini/generate.json                          1  64   100  STOP                 gemini-2.5-pro
+gemini/error.json                             0  -    -    !RESOURCE_EXHAUSTED
+vertex/stream_generate.sse                    3  5    9    STOP                 gemini-2.0-flash-001
+vertex/stream_generate_array.json             3  5    9    STOP                 gemini-2.0-flash-001
+ollama/chat.json                              1  31   5    stop                 llama3.2
+ollama/embed.json                             0  8    0    -
+ollama/chat_stream.ndjson                     5  31   5    stop                 llama3.2
+# Three thinking lines, two response lines.
+ollama/generate_stream.ndjson                 5  14   28   stop                 qwen3:4b
+ollama/chat_stream_error.ndjson               2  -    -    !error
+bedrock/converse.json                         1  17   9    end_turn
+bedrock/invoke_claude.json                    1  10   6    end_turn             claude-3-5-haiku-20241022
+bedrock/invoke_titan.json                     1  6    11   FINISH
+# Two reasoning deltas (the signature is not output), five text deltas.
+bedrock/converse_stream.eventstream           7  45   88   end_turn
+# The empty first tool input is not content; cache reads count as input.
+bedrock/converse_stream_tool_use.eventstream  2  2444 40   tool_use
+bedrock/converse_stream_throttled.eventstream 2  -    -    !throttlingException
+bedrock/invoke_stream_claude.eventstream      3  14   9    end_turn             claude-3-5-haiku-20241022
+bedrock/invoke_stream_llama.eventstream       7  19   7    stop
+# Azure's content-filter annotations are not content.
+azure/chat_stream_usage.sse                   4  23   4    stop                 gpt-4o-mini-2024-07-18
+azure/content_filter_error.json               0  -    -    !content_filter
+# vLLM: usage rides on every chunk, cumulative: the last report wins, and
+# a chunk carrying both usage and text still counts as content.
+vllm/chat_stream_continuous_usage.sse         7  42   8    stop
+# No usage in the stream: counts come from `timings` (prompt_n + cache_n).
+llamacpp/chat_stream_timings.sse              3  15   3    stop
+llamacpp/chat.json                            1  15   3    stop
+tgi/generate_stream.sse                       3  6    4    eos_token
+tgi/generate_stream_error.sse                 2  -    -    !generation
+tgi/generate.json                             1  -    8    length
+mistral/chat_stream.sse                       3  8    4    stop                 mistral-small-latest
+groq/chat_stream.sse                          3  44   4    stop                 llama-3.3-70b-versatile
+deepseek/chat_stream_reasoning.sse            5  18   45   stop
+openrouter/chat_stream.sse                    3  10   3    stop                 openai/gpt-4o-mini
+openrouter/chat_stream_error.sse              1  -    -    error,!server_error
+together/chat_stream.sse                      4  39   5    eos
+lmstudio/chat_stream.sse                      3  24   4    stop
+lmstudio/chat_v0.json                         1  24   4    stop
+cohere/chat_stream.sse                        4  69   7    COMPLETE
+# Two plan deltas, the tool's name, two argument pieces.
+cohere/chat_stream_tool.sse                   5  1012 21   TOOL_CALL
+cohere/chat.json                              1  71   9    COMPLETE
+";
+
+/// The lines of a fixture table (`FIGURES`, `TOOLS`): its fixture name
+/// and the other words of each line that is not blank or a comment.
+fn table_rows(table: &'static str) -> impl Iterator<Item = (&'static str, Vec<&'static str>)> {
+    table
+        .lines()
+        .filter(|line| !line.trim().is_empty() && !line.starts_with('#'))
+        .map(|line| {
+            let mut words = line.split_whitespace();
+            let name = words.next().expect("a fixture name");
+            (name, words.collect())
+        })
 }
 
-fn want(content: u32, input: Option<u64>, output: Option<u64>) -> Want {
-    Want {
-        content,
-        input,
-        output,
-        ..Want::default()
+/// A comma-separated list of a table (`-`: empty).
+fn list(word: &str) -> Vec<&str> {
+    match word {
+        "-" => Vec::new(),
+        _ => word.split(',').collect(),
     }
 }
 
-impl Want {
-    fn finish(mut self, f: &'static [&'static str]) -> Want {
-        self.finish = f;
-        self
-    }
-    fn errors(mut self, e: &'static [&'static str]) -> Want {
-        self.errors = e;
-        self
-    }
-    fn model(mut self, m: &'static str) -> Want {
-        self.model = Some(m);
-        self
-    }
-}
-
-/// Parse fixture `name` whole, check it against `w`, return the summary.
+/// Parse fixture `name` whole, check it against its line of `FIGURES`,
+/// return the summary.
 #[track_caller]
-fn check(name: &str, w: Want) -> Summary {
+fn check(name: &str) -> Summary {
+    let (_, words) = table_rows(FIGURES)
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("{name} has a line in FIGURES"));
+    let count = |w: &str| w.parse::<u64>().ok();
+    let (outcome, model) = (list(words[3]), words.get(4).copied());
+    let finish: Vec<&str> = outcome
+        .iter()
+        .filter(|o| !o.starts_with('!'))
+        .copied()
+        .collect();
+    let errors: Vec<&str> = outcome.iter().filter_map(|o| o.strip_prefix('!')).collect();
     let (s, log, result) = fixture(name).run();
     assert_eq!(result, Ok(()), "{name}: parses without error");
     assert_eq!(
-        s.content_frames, w.content,
+        s.content_frames.to_string(),
+        words[0],
         "{name}: content chunks\n{log:#?}"
     );
     assert_eq!(
         (s.usage.input, s.usage.output),
-        (w.input, w.output),
+        (count(words[1]), count(words[2])),
         "{name}: usage (input, output)"
     );
-    assert_eq!(s.finish, w.finish, "{name}: finish reasons");
-    assert_eq!(s.errors, w.errors, "{name}: errors");
-    if let Some(m) = w.model {
+    assert_eq!(s.finish, finish, "{name}: finish reasons");
+    assert_eq!(s.errors, errors, "{name}: errors");
+    if let Some(m) = model {
         assert_eq!(s.model.as_deref(), Some(m), "{name}: model");
     }
     s
@@ -70,179 +126,77 @@ fn ms(v: f64) -> Option<Duration> {
 }
 
 #[test]
-fn gemini_streams_both_shapes() {
+fn every_fixture_yields_its_figures() {
+    let mut rows = 0;
+    for (name, _) in table_rows(FIGURES) {
+        check(name);
+        rows += 1;
+    }
+    assert_eq!(rows, 41, "every line of FIGURES is read");
+}
+
+#[test]
+fn gemini_reasoning_ids_and_cache_reads() {
     for name in [
         "gemini/stream_generate.sse",
         "gemini/stream_generate_array.json",
     ] {
-        // A thought summary and three text chunks; output = 19 + 87 thoughts.
-        let s = check(
-            name,
-            want(4, Some(12), Some(106))
-                .finish(&["STOP"])
-                .model("gemini-2.5-flash"),
-        );
+        let s = check(name);
         assert_eq!(s.usage.reasoning, Some(87), "{name}: reasoning");
         assert_eq!(s.response_id.as_deref(), Some("qVlGaPKzLp6n1PIPpO3B6AQ"));
     }
-    for name in [
-        "gemini/stream_generate_error.sse",
-        "gemini/stream_generate_error_array.json",
-    ] {
-        check(name, want(2, Some(12), Some(91)).errors(&["UNAVAILABLE"]));
-    }
-    check(
-        "gemini/stream_generate_blocked_array.json",
-        want(0, Some(9), None).errors(&["PROHIBITED_CONTENT"]),
-    );
-}
-
-#[test]
-fn gemini_whole_bodies() {
-    let s = check(
-        "gemini/generate.json",
-        want(1, Some(64), Some(100))
-            .finish(&["STOP"])
-            .model("gemini-2.5-pro"),
-    );
+    let s = check("gemini/generate.json");
     assert_eq!(
         (s.usage.cache_read, s.usage.reasoning),
         (Some(32), Some(83))
     );
-    check(
-        "gemini/error.json",
-        want(0, None, None).errors(&["RESOURCE_EXHAUSTED"]),
-    );
 }
 
 #[test]
-fn vertex_streams() {
+fn done_markers_are_counted_once() {
     for name in [
-        "vertex/stream_generate.sse",
-        "vertex/stream_generate_array.json",
+        "ollama/chat.json",
+        "ollama/chat_stream.ndjson",
+        "azure/chat_stream_usage.sse",
+        "tgi/generate_stream.sse",
+        "cohere/chat_stream.sse",
+        "bedrock/converse_stream.eventstream",
     ] {
-        check(
-            name,
-            want(3, Some(5), Some(9))
-                .finish(&["STOP"])
-                .model("gemini-2.0-flash-001"),
-        );
+        assert_eq!(check(name).done, 1, "{name}");
     }
 }
 
 #[test]
-fn ollama_whole_bodies() {
-    let s = check(
-        "ollama/chat.json",
-        want(1, Some(31), Some(5))
-            .finish(&["stop"])
-            .model("llama3.2"),
-    );
+fn server_timings_and_cache_reads() {
+    let s = check("ollama/chat.json");
     assert_eq!(s.timing.prompt_eval, Some(Duration::from_millis(112)));
     assert_eq!(s.timing.decode, Some(Duration::from_millis(1690)));
-    assert_eq!(s.done, 1);
-    check("ollama/embed.json", want(0, Some(8), Some(0)));
-}
-
-#[test]
-fn bedrock_whole_bodies() {
-    let s = check(
-        "bedrock/converse.json",
-        want(1, Some(17), Some(9)).finish(&["end_turn"]),
+    assert_eq!(
+        check("ollama/chat_stream.ndjson").timing,
+        ollama_timing([1_835_468_459, 21_473_125, 112_000_000, 1_690_000_000])
     );
-    assert_eq!(s.timing.total, ms(2045.0));
-    check(
-        "bedrock/invoke_claude.json",
-        want(1, Some(10), Some(6))
-            .finish(&["end_turn"])
-            .model("claude-3-5-haiku-20241022"),
+    assert_eq!(check("bedrock/converse.json").timing.total, ms(2045.0));
+    assert_eq!(
+        check("bedrock/converse_stream.eventstream").timing.total,
+        ms(1421.0)
     );
-    check(
-        "bedrock/invoke_titan.json",
-        want(1, Some(6), Some(11)).finish(&["FINISH"]),
-    );
-}
-
-#[test]
-fn azure_filter_annotations_are_not_content() {
-    let s = check(
-        "azure/chat_stream_usage.sse",
-        want(4, Some(23), Some(4))
-            .finish(&["stop"])
-            .model("gpt-4o-mini-2024-07-18"),
-    );
-    assert_eq!(s.done, 1);
-    check(
-        "azure/content_filter_error.json",
-        want(0, None, None).errors(&["content_filter"]),
-    );
-}
-
-#[test]
-fn vllm_continuous_usage_is_not_double_counted() {
-    // Usage rides on every chunk, cumulative: the last report wins, and a
-    // chunk carrying both usage and text still counts as content.
-    check(
-        "vllm/chat_stream_continuous_usage.sse",
-        want(7, Some(42), Some(8)).finish(&["stop"]),
-    );
-}
-
-#[test]
-fn llamacpp_timings() {
-    // No usage in the stream: counts come from `timings` (prompt_n + cache_n).
-    let s = check(
-        "llamacpp/chat_stream_timings.sse",
-        want(3, Some(15), Some(3)).finish(&["stop"]),
-    );
+    let s = check("bedrock/converse_stream_tool_use.eventstream");
+    assert_eq!(s.usage.cache_read, Some(2048));
+    let s = check("bedrock/invoke_stream_claude.eventstream");
+    assert_eq!((s.timing.ttft, s.timing.total), (ms(402.0), ms(688.0)));
+    let s = check("llamacpp/chat_stream_timings.sse");
     assert_eq!(s.usage.cache_read, Some(11));
     assert_eq!(
         (s.timing.prompt_eval, s.timing.decode),
         (ms(31.12), ms(48.7))
     );
-    let s = check(
-        "llamacpp/chat.json",
-        want(1, Some(15), Some(3)).finish(&["stop"]),
-    );
+    let s = check("llamacpp/chat.json");
     assert_eq!(
         (s.timing.prompt_eval, s.timing.decode),
         (ms(95.3), ms(51.2))
     );
-}
-
-#[test]
-fn tgi_native_endpoints() {
-    let s = check(
-        "tgi/generate_stream.sse",
-        want(3, Some(6), Some(4)).finish(&["eos_token"]),
-    );
-    assert_eq!(s.done, 1);
-    check(
-        "tgi/generate_stream_error.sse",
-        want(2, None, None).errors(&["generation"]),
-    );
-    check(
-        "tgi/generate.json",
-        want(1, None, Some(8)).finish(&["length"]),
-    );
-}
-
-#[test]
-fn openai_compatible_flavours() {
-    check(
-        "mistral/chat_stream.sse",
-        want(3, Some(8), Some(4))
-            .finish(&["stop"])
-            .model("mistral-small-latest"),
-    );
-    let s = check(
-        "groq/chat_stream.sse",
-        want(3, Some(44), Some(4))
-            .finish(&["stop"])
-            .model("llama-3.3-70b-versatile"),
-    );
     assert_eq!(
-        s.timing,
+        check("groq/chat_stream.sse").timing,
         UpstreamTiming {
             queue: seconds(0.051234),
             prompt_eval: seconds(0.002817),
@@ -251,56 +205,12 @@ fn openai_compatible_flavours() {
             ..UpstreamTiming::default()
         }
     );
-    let s = check(
-        "deepseek/chat_stream_reasoning.sse",
-        want(5, Some(18), Some(45)).finish(&["stop"]),
-    );
+    let s = check("deepseek/chat_stream_reasoning.sse");
     assert_eq!((s.usage.reasoning, s.usage.cache_read), (Some(40), Some(0)));
-    check(
-        "openrouter/chat_stream.sse",
-        want(3, Some(10), Some(3))
-            .finish(&["stop"])
-            .model("openai/gpt-4o-mini"),
-    );
-    check(
-        "openrouter/chat_stream_error.sse",
-        want(1, None, None)
-            .finish(&["error"])
-            .errors(&["server_error"]),
-    );
-    check(
-        "together/chat_stream.sse",
-        want(4, Some(39), Some(5)).finish(&["eos"]),
-    );
-    check(
-        "lmstudio/chat_stream.sse",
-        want(3, Some(24), Some(4)).finish(&["stop"]),
-    );
-    let s = check(
-        "lmstudio/chat_v0.json",
-        want(1, Some(24), Some(4)).finish(&["stop"]),
-    );
+    let s = check("lmstudio/chat_v0.json");
     assert_eq!(
         (s.timing.ttft, s.timing.decode),
         (seconds(0.111), seconds(0.0778))
-    );
-}
-
-#[test]
-fn cohere_chat() {
-    let s = check(
-        "cohere/chat_stream.sse",
-        want(4, Some(69), Some(7)).finish(&["COMPLETE"]),
-    );
-    assert_eq!(s.done, 1);
-    // Two plan deltas, the tool's name, two argument pieces.
-    check(
-        "cohere/chat_stream_tool.sse",
-        want(5, Some(1012), Some(21)).finish(&["TOOL_CALL"]),
-    );
-    check(
-        "cohere/chat.json",
-        want(1, Some(71), Some(9)).finish(&["COMPLETE"]),
     );
 }
 
@@ -630,69 +540,6 @@ fn server_first_token_equivalent() {
 }
 
 #[test]
-fn ollama_ndjson_streams() {
-    let s = check(
-        "ollama/chat_stream.ndjson",
-        want(5, Some(31), Some(5))
-            .finish(&["stop"])
-            .model("llama3.2"),
-    );
-    assert_eq!(
-        s.timing,
-        UpstreamTiming {
-            total: Some(Duration::from_nanos(1_835_468_459)),
-            load: Some(Duration::from_nanos(21_473_125)),
-            prompt_eval: Some(Duration::from_millis(112)),
-            decode: Some(Duration::from_millis(1690)),
-            ..UpstreamTiming::default()
-        }
-    );
-    assert_eq!(s.done, 1);
-    // Three thinking lines, two response lines.
-    check(
-        "ollama/generate_stream.ndjson",
-        want(5, Some(14), Some(28))
-            .finish(&["stop"])
-            .model("qwen3:4b"),
-    );
-    check(
-        "ollama/chat_stream_error.ndjson",
-        want(2, None, None).errors(&["error"]),
-    );
-}
-
-#[test]
-fn bedrock_eventstreams() {
-    // Two reasoning deltas (the signature is not output), five text deltas.
-    let s = check(
-        "bedrock/converse_stream.eventstream",
-        want(7, Some(45), Some(88)).finish(&["end_turn"]),
-    );
-    assert_eq!((s.timing.total, s.done), (ms(1421.0), 1));
-    // The empty first tool input is not content; cache reads count as input.
-    let s = check(
-        "bedrock/converse_stream_tool_use.eventstream",
-        want(2, Some(2444), Some(40)).finish(&["tool_use"]),
-    );
-    assert_eq!(s.usage.cache_read, Some(2048));
-    check(
-        "bedrock/converse_stream_throttled.eventstream",
-        want(2, None, None).errors(&["throttlingException"]),
-    );
-    let s = check(
-        "bedrock/invoke_stream_claude.eventstream",
-        want(3, Some(14), Some(9))
-            .finish(&["end_turn"])
-            .model("claude-3-5-haiku-20241022"),
-    );
-    assert_eq!((s.timing.ttft, s.timing.total), (ms(402.0), ms(688.0)));
-    check(
-        "bedrock/invoke_stream_llama.eventstream",
-        want(7, Some(19), Some(7)).finish(&["stop"]),
-    );
-}
-
-#[test]
 fn gemini_json_body_is_an_array_or_an_object() {
     let run = |body: &[u8]| {
         let pieces: Vec<&[u8]> = body.chunks(3).collect();
@@ -786,139 +633,68 @@ fn streamed_content_types() {
     assert!(!is_stream_content_type(""));
 }
 
-/// Client tool calls, their names, and provider-run tool counts (web
-/// search, web fetch, file search, code interpreter, grounding) of a
-/// fixture.
-#[track_caller]
-fn check_tools(name: &str, calls: u32, names: &[&str], server: [u32; 5]) {
-    let (s, log, result) = fixture(name).run();
-    assert_eq!(result, Ok(()), "{name}: parses without error");
-    assert_eq!(s.tool_calls, calls, "{name}: client tool calls\n{log:#?}");
-    assert_eq!(s.tool_names, names, "{name}: tool names, in order");
-    // The meter's rule: the provider's billed count wins over blocks seen.
-    let got: Vec<u32> = (0..5)
-        .map(|i| s.server_billed[i].unwrap_or(s.server_seen[i]))
-        .collect();
-    assert_eq!(got, server, "{name}: provider-run tools\n{log:#?}");
-}
+/// The client tool calls of each fixture with tools, by name in order
+/// (`-`: none), and its provider-run tool counts: web search, web fetch,
+/// file search, code interpreter, grounding. `#` starts a comment line.
+const TOOLS: &str = "
+# OpenAI chat: one call per index, however many argument deltas.
+openai/chat_stream_tool_calls.sse             get_weather                      0,0,0,0,0
+openai/chat_stream_parallel_tool_calls.sse    get_weather,get_time             0,0,0,0,0
+openai/chat_stream_function_call.sse          lookup_order                     0,0,0,0,0
+openai/chat_tool_calls.json                   get_weather,get_weather,get_time 0,0,0,0,0
+# Responses: function_call items; web search, file search and code
+# interpreter items are provider-run.
+openai/responses_tools_stream.sse             get_weather                      2,0,0,0,0
+openai/responses_tools.json                   open_ticket,open_ticket          1,0,1,1,0
+# Anthropic: usage.server_tool_use is authoritative (2 searches billed,
+# one block seen).
+anthropic/message_tools.json                  get_weather,get_time             2,0,0,0,0
+anthropic/messages_stream_web_search.sse      get_weather                      1,0,0,0,0
+anthropic/messages_stream_tool_use.sse        get_weather                      0,0,0,0,0
+# Gemini: each functionCall part is a call; grounding counts queries.
+gemini/generate_tools.json                    get_weather,get_weather          0,0,0,0,2
+gemini/stream_generate_tools.sse              get_time,get_weather             0,0,0,0,0
+# Bedrock Converse, whole and streamed (one contentBlockStart.toolUse).
+bedrock/converse_tools.json                   get_weather,get_time             0,0,0,0,0
+bedrock/converse_stream_tool_use.eventstream  top_song                         0,0,0,0,0
+# Ollama sends each call whole.
+ollama/chat_tools.json                        get_weather,get_time             0,0,0,0,0
+ollama/chat_stream_tools.ndjson               get_weather,get_weather          0,0,0,0,0
+# Cohere v2: tool-call-start once per call; whole message.tool_calls.
+cohere/chat_stream_tool.sse                   get_weather                      0,0,0,0,0
+cohere/chat_tools.json                        get_weather,get_weather          0,0,0,0,0
+# Text only.
+openai/chat_stream.sse                        -                                0,0,0,0,0
+openai/responses_stream.sse                   -                                0,0,0,0,0
+anthropic/messages_stream.sse                 -                                0,0,0,0,0
+gemini/stream_generate.sse                    -                                0,0,0,0,0
+ollama/chat_stream.ndjson                     -                                0,0,0,0,0
+cohere/chat_stream.sse                        -                                0,0,0,0,0
+";
 
 #[test]
 fn tool_calls_in_every_family_streamed_and_whole() {
-    let none = [0; 5];
-    // OpenAI chat: one call per index, however many argument deltas.
-    check_tools(
-        "openai/chat_stream_tool_calls.sse",
-        1,
-        &["get_weather"],
-        none,
-    );
-    check_tools(
-        "openai/chat_stream_parallel_tool_calls.sse",
-        2,
-        &["get_weather", "get_time"],
-        none,
-    );
-    check_tools(
-        "openai/chat_stream_function_call.sse",
-        1,
-        &["lookup_order"],
-        none,
-    );
-    check_tools(
-        "openai/chat_tool_calls.json",
-        3,
-        &["get_weather", "get_weather", "get_time"],
-        none,
-    );
-    // Responses: function_call items; web search, file search and code
-    // interpreter items are provider-run.
-    check_tools(
-        "openai/responses_tools_stream.sse",
-        1,
-        &["get_weather"],
-        [2, 0, 0, 0, 0],
-    );
-    check_tools(
-        "openai/responses_tools.json",
-        2,
-        &["open_ticket", "open_ticket"],
-        [1, 0, 1, 1, 0],
-    );
-    // Anthropic: usage.server_tool_use is authoritative (2 searches billed,
-    // one block seen).
-    check_tools(
-        "anthropic/message_tools.json",
-        2,
-        &["get_weather", "get_time"],
-        [2, 0, 0, 0, 0],
-    );
-    check_tools(
-        "anthropic/messages_stream_web_search.sse",
-        1,
-        &["get_weather"],
-        [1, 0, 0, 0, 0],
-    );
-    check_tools(
-        "anthropic/messages_stream_tool_use.sse",
-        1,
-        &["get_weather"],
-        none,
-    );
-    // Gemini: each functionCall part is a call; grounding counts queries.
-    check_tools(
-        "gemini/generate_tools.json",
-        2,
-        &["get_weather", "get_weather"],
-        [0, 0, 0, 0, 2],
-    );
-    check_tools(
-        "gemini/stream_generate_tools.sse",
-        2,
-        &["get_time", "get_weather"],
-        none,
-    );
-    // Bedrock Converse, whole and streamed (contentBlockStart.toolUse).
-    check_tools(
-        "bedrock/converse_tools.json",
-        2,
-        &["get_weather", "get_time"],
-        none,
-    );
-    let (stream, _, _) = fixture("bedrock/converse_stream_tool_use.eventstream").run();
-    assert_eq!(stream.tool_calls, 1, "ConverseStream: one toolUse start");
-    // Ollama sends each call whole.
-    check_tools(
-        "ollama/chat_tools.json",
-        2,
-        &["get_weather", "get_time"],
-        none,
-    );
-    check_tools(
-        "ollama/chat_stream_tools.ndjson",
-        2,
-        &["get_weather", "get_weather"],
-        none,
-    );
-    // Cohere v2: tool-call-start once per call; whole message.tool_calls.
-    check_tools("cohere/chat_stream_tool.sse", 1, &["get_weather"], none);
-    check_tools(
-        "cohere/chat_tools.json",
-        2,
-        &["get_weather", "get_weather"],
-        none,
-    );
-}
-
-#[test]
-fn text_only_fixtures_have_no_tool_calls() {
-    for name in [
-        "openai/chat_stream.sse",
-        "openai/responses_stream.sse",
-        "anthropic/messages_stream.sse",
-        "gemini/stream_generate.sse",
-        "ollama/chat_stream.ndjson",
-        "cohere/chat_stream.sse",
-    ] {
-        check_tools(name, 0, &[], [0; 5]);
+    let mut rows = 0;
+    for (name, words) in table_rows(TOOLS) {
+        let (names, server) = (list(words[0]), list(words[1]).join(","));
+        let (s, log, result) = fixture(name).run();
+        assert_eq!(result, Ok(()), "{name}: parses without error");
+        assert_eq!(
+            s.tool_calls as usize,
+            names.len(),
+            "{name}: client tool calls\n{log:#?}"
+        );
+        assert_eq!(s.tool_names, names, "{name}: tool names, in order");
+        // The meter's rule: the provider's billed count wins over blocks seen.
+        let got: Vec<String> = (0..5)
+            .map(|i| s.server_billed[i].unwrap_or(s.server_seen[i]).to_string())
+            .collect();
+        assert_eq!(
+            got.join(","),
+            server,
+            "{name}: provider-run tools\n{log:#?}"
+        );
+        rows += 1;
     }
+    assert_eq!(rows, 23, "every line of TOOLS is read");
 }

@@ -13,8 +13,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::spec::{FrameAdapter, JsonBody, ProviderSpec, Wire, each_document, never_response};
-use super::wire::{Fold, HasKind, Str, deserialize_by_fold, non_empty};
-use super::{AdapterError, ContentKind, Event, Operation, ServerTool, Usage};
+use super::wire::{Fold, HasKind, Named, Str, deserialize_by_fold, non_empty};
+use super::{AdapterError, ContentKind, Event, Identity, Operation, ServerTool, Usage};
 use super::{ProviderKind, percent_decode};
 use crate::framing::Frame;
 
@@ -25,8 +25,7 @@ const MAX_FINISH_REASONS: usize = 16;
 #[derive(Debug)]
 pub struct GeminiAdapter {
     operation: Option<Operation>,
-    model_seen: bool,
-    id_seen: bool,
+    identity: Identity,
 }
 
 impl GeminiAdapter {
@@ -34,8 +33,7 @@ impl GeminiAdapter {
     pub fn new(operation: Option<Operation>) -> Self {
         GeminiAdapter {
             operation,
-            model_seen: false,
-            id_seen: false,
+            identity: Identity::default(),
         }
     }
 }
@@ -71,22 +69,11 @@ impl GeminiAdapter {
                 kind: &error.kind(),
             });
         }
-        if !self.model_seen {
-            if let Some(m) = doc
-                .model_version
-                .as_ref()
-                .filter(|m| !m.as_str().is_empty())
-            {
-                out(Event::Model(m.as_str()));
-                self.model_seen = true;
-            }
-        }
-        if !self.id_seen {
-            if let Some(id) = doc.response_id.as_ref().filter(|i| !i.as_str().is_empty()) {
-                out(Event::ResponseId(id.as_str()));
-                self.id_seen = true;
-            }
-        }
+        self.identity.report(
+            doc.model_version.as_ref().map(Str::as_str),
+            doc.response_id.as_ref().map(Str::as_str),
+            out,
+        );
         if let Some(reason) = doc
             .prompt_feedback
             .as_ref()
@@ -330,22 +317,12 @@ impl<'de: 'a, 'a> Fold<'de> for Parts<'a> {
         self.visible |= visible;
         self.reasoning |= reasoning;
         if let Some(call) = part.function_call.filter(|c| non_empty(Some(c))) {
-            self.calls.push(call_name(call));
+            self.calls.push(Named::of(call));
         }
     }
 }
 
 deserialize_by_fold!(Parts<'a>);
-
-/// A `functionCall`'s name.
-fn call_name<'a>(call: &'a RawValue) -> Option<Str<'a>> {
-    #[derive(Deserialize)]
-    struct Call<'a> {
-        #[serde(borrow)]
-        name: Option<Str<'a>>,
-    }
-    serde_json::from_str::<Call<'a>>(call.get()).ok()?.name
-}
 
 /// One part: text (including thought summaries), a function call,
 /// generated code or inline data are output; a bare thought signature or a

@@ -17,15 +17,15 @@ use serde_json::value::RawValue;
 use super::ProviderKind;
 use super::scan::{Scan, Seen};
 use super::spec::{FrameAdapter, JsonBody, ProviderSpec, Wire, frame_json, no_model};
-use super::wire::{Str, non_empty, non_empty_raw};
-use super::{AdapterError, ContentKind, Event, Operation, UpstreamTiming, Usage};
+use super::wire::{Named, Str, non_empty, non_empty_raw};
+use super::{AdapterError, ContentKind, Event, Identity, Operation, UpstreamTiming, Usage};
 use crate::framing::Frame;
 
 /// Adapter state for one Ollama response.
 #[derive(Debug)]
 pub struct OllamaAdapter {
     operation: Option<Operation>,
-    model_seen: bool,
+    identity: Identity,
     /// Try the scan before serde (off only in tests that compare the two).
     scan: bool,
 }
@@ -35,7 +35,7 @@ impl OllamaAdapter {
     pub fn new(operation: Option<Operation>) -> Self {
         OllamaAdapter {
             operation,
-            model_seen: false,
+            identity: Identity::default(),
             scan: true,
         }
     }
@@ -71,12 +71,8 @@ impl FrameAdapter for OllamaAdapter {
         if doc.error.is_some() {
             out(Event::Error { kind: "error" });
         }
-        if !self.model_seen {
-            if let Some(m) = doc.model.as_ref().filter(|m| !m.as_str().is_empty()) {
-                out(Event::Model(m.as_str()));
-                self.model_seen = true;
-            }
-        }
+        self.identity
+            .model(doc.model.as_ref().map(Str::as_str), out);
         let (msg_visible, msg_thinking) =
             doc.message.as_ref().map_or((false, false), Message::kinds);
         let kind = ContentKind::of(
@@ -92,30 +88,16 @@ impl FrameAdapter for OllamaAdapter {
         let embeddings = self.operation.is_some_and(Operation::is_embeddings)
             || doc.embeddings.is_some()
             || doc.embedding.is_some();
-        if doc.prompt_eval_count.is_some() || doc.eval_count.is_some() || embeddings {
-            out(Event::Usage(Usage {
-                input: doc.prompt_eval_count,
-                output: if embeddings { Some(0) } else { doc.eval_count },
-                ..Usage::default()
-            }));
-        }
-        let timing = UpstreamTiming {
-            total: doc.total_duration.map(Duration::from_nanos),
-            load: doc.load_duration.map(Duration::from_nanos),
-            prompt_eval: doc.prompt_eval_duration.map(Duration::from_nanos),
-            decode: doc.eval_duration.map(Duration::from_nanos),
-            ..UpstreamTiming::default()
-        };
-        if !timing.is_empty() {
-            out(Event::UpstreamTiming(timing));
-        }
-        if let Some(reason) = doc.done_reason.as_ref().filter(|r| !r.as_str().is_empty()) {
-            out(Event::FinishReason(reason.as_str()));
-        }
-        // An embeddings answer is one whole object without `done`.
-        if doc.done == Some(true) || embeddings {
-            out(Event::Done);
-        }
+        let counts = [
+            doc.prompt_eval_count,
+            doc.eval_count,
+            doc.total_duration,
+            doc.load_duration,
+            doc.prompt_eval_duration,
+            doc.eval_duration,
+        ];
+        let reason = doc.done_reason.as_ref().map(Str::as_str);
+        emit_end(counts, embeddings, reason, doc.done, out);
         Ok(())
     }
 }
@@ -123,40 +105,12 @@ impl FrameAdapter for OllamaAdapter {
 impl OllamaAdapter {
     /// The events the serde path gives for the same object, in order.
     fn on_line(&mut self, l: &Line<'_>, out: &mut dyn FnMut(Event<'_>)) {
-        if !self.model_seen {
-            if let Some(m) = l.model.filter(|m| !m.is_empty()) {
-                out(Event::Model(m));
-                self.model_seen = true;
-            }
-        }
+        self.identity.model(l.model, out);
         if let Some(kind) = ContentKind::of(l.visible, l.thinking) {
             out(Event::Content { pieces: 1, kind });
         }
         let embeddings = self.operation.is_some_and(Operation::is_embeddings) || l.embeddings;
-        let [input, output, total, load, prompt_eval, decode] = l.counts;
-        if input.is_some() || output.is_some() || embeddings {
-            out(Event::Usage(Usage {
-                input,
-                output: if embeddings { Some(0) } else { output },
-                ..Usage::default()
-            }));
-        }
-        let timing = UpstreamTiming {
-            total: total.map(Duration::from_nanos),
-            load: load.map(Duration::from_nanos),
-            prompt_eval: prompt_eval.map(Duration::from_nanos),
-            decode: decode.map(Duration::from_nanos),
-            ..UpstreamTiming::default()
-        };
-        if !timing.is_empty() {
-            out(Event::UpstreamTiming(timing));
-        }
-        if let Some(reason) = l.done_reason.filter(|r| !r.is_empty()) {
-            out(Event::FinishReason(reason));
-        }
-        if l.done == Some(true) || embeddings {
-            out(Event::Done);
-        }
+        emit_end(l.counts, embeddings, l.done_reason, l.done, out);
     }
 }
 
@@ -183,10 +137,9 @@ impl<'a> Line<'a> {
     /// no `error`, no escapes in the strings read and counts as plain
     /// integers.
     fn scan(data: &'a [u8]) -> Option<Line<'a>> {
-        let mut s = Scan::new(data)?;
         let mut l = Line::default();
         let mut seen = Seen::default();
-        s.object(0, |s, key| {
+        Scan::document(data, |s, key| {
             let count = match key {
                 "prompt_eval_count" => 0,
                 "eval_count" => 1,
@@ -226,8 +179,7 @@ impl<'a> Line<'a> {
                 }
                 "message" => {
                     seen.first(13)?;
-                    if !s.null()? {
-                        let (visible, thinking) = scan_message(s)?;
+                    if let Some((visible, thinking)) = s.or_null(scan_message)? {
                         l.visible |= visible;
                         l.thinking |= thinking;
                     }
@@ -243,28 +195,57 @@ impl<'a> Line<'a> {
             l.counts[count as usize] = s.u64_or_null()?;
             Some(())
         })?;
-        s.end()?;
         Some(l)
+    }
+}
+
+/// The events after an object's content, on both paths: usage from
+/// `counts` (`prompt_eval_count`, `eval_count`; output 0 for
+/// embeddings), the timing from its durations in nanoseconds
+/// (`total_duration`, `load_duration`, `prompt_eval_duration`,
+/// `eval_duration`), the `done_reason`, and `Done` (an embeddings answer
+/// is one whole object without `done`).
+fn emit_end(
+    [input, output, total, load, prompt_eval, decode]: [Option<u64>; 6],
+    embeddings: bool,
+    done_reason: Option<&str>,
+    done: Option<bool>,
+    out: &mut dyn FnMut(Event<'_>),
+) {
+    if input.is_some() || output.is_some() || embeddings {
+        out(Event::Usage(Usage {
+            input,
+            output: if embeddings { Some(0) } else { output },
+            ..Usage::default()
+        }));
+    }
+    let timing = UpstreamTiming {
+        total: total.map(Duration::from_nanos),
+        load: load.map(Duration::from_nanos),
+        prompt_eval: prompt_eval.map(Duration::from_nanos),
+        decode: decode.map(Duration::from_nanos),
+        ..UpstreamTiming::default()
+    };
+    if !timing.is_empty() {
+        out(Event::UpstreamTiming(timing));
+    }
+    if let Some(reason) = done_reason.filter(|r| !r.is_empty()) {
+        out(Event::FinishReason(reason));
+    }
+    if done == Some(true) || embeddings {
+        out(Event::Done);
     }
 }
 
 /// `message`: `(visible, thinking)` as `Message::kinds` gives them.
 fn scan_message(s: &mut Scan<'_>) -> Option<(bool, bool)> {
-    let mut seen = Seen::default();
     let (mut visible, mut thinking) = (false, false);
-    s.object(1, |s, key| {
-        let bit = match key {
-            "content" => 0,
-            "tool_calls" => 1,
-            "thinking" => 2,
-            _ => return s.skip(2),
-        };
-        seen.first(bit)?;
+    s.fields(1, ["content", "tool_calls", "thinking"], |s, at| {
         let has = s.raw(2)?.is_some_and(non_empty_raw);
-        if bit == 1 && has {
+        if at == 1 && has {
             return None; // tool calls are counted and named on the serde path
         }
-        if bit == 2 {
+        if at == 2 {
             thinking |= has;
         } else {
             visible |= has;
@@ -321,12 +302,7 @@ fn emit_tool_calls(raw: &RawValue, out: &mut dyn FnMut(Event<'_>)) {
     #[derive(Deserialize)]
     struct Call<'a> {
         #[serde(borrow)]
-        function: Option<Function<'a>>,
-    }
-    #[derive(Deserialize)]
-    struct Function<'a> {
-        #[serde(borrow)]
-        name: Option<Str<'a>>,
+        function: Option<Named<'a>>,
     }
     let Ok(calls) = serde_json::from_str::<Vec<Call<'_>>>(raw.get()) else {
         return;
@@ -382,7 +358,7 @@ pub const SPEC: ProviderSpec = ProviderSpec {
 mod tests {
     use super::*;
     use crate::providers::scan::differential::{Outcome, json_outcome, mutations};
-    use crate::providers::tests::{FIXTURES, Summary, feed_json};
+    use crate::providers::tests::{FIXTURES, Summary, feed_json, ollama_timing};
 
     /// Objects the scan must read exactly as serde does (or leave to it).
     const LINES: &[&str] = &[
@@ -541,13 +517,7 @@ mod tests {
         assert_eq!(s.done, 1);
         assert_eq!(
             s.timing,
-            UpstreamTiming {
-                total: Some(Duration::from_nanos(5_191_566_416)),
-                load: Some(Duration::from_nanos(2_154_458)),
-                prompt_eval: Some(Duration::from_nanos(383_809_000)),
-                decode: Some(Duration::from_nanos(4_799_921_000)),
-                ..UpstreamTiming::default()
-            }
+            ollama_timing([5_191_566_416, 2_154_458, 383_809_000, 4_799_921_000])
         );
     }
 

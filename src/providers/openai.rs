@@ -17,10 +17,11 @@ use super::ProviderKind;
 use super::scan::{self, Scan, Seen};
 use super::spec::{FrameAdapter, ProviderSpec, Wire, never_response, no_model, whole_json};
 use super::wire::{
-    Fold, HasContent, Str, deserialize_by_fold, non_empty, non_empty_raw, reported_cost,
+    Fold, HasContent, Str, ToolFunction, deserialize_by_fold, non_empty, non_empty_raw,
+    reported_cost,
 };
 use super::{
-    AdapterError, ContentKind, Event, Operation, ReportedCost, ServerTool, ServiceTier,
+    AdapterError, ContentKind, Event, Identity, Operation, ReportedCost, ServerTool, ServiceTier,
     UpstreamTiming, Usage, millis, seconds,
 };
 use crate::framing::Frame;
@@ -33,8 +34,7 @@ const MAX_FINISH_REASONS: usize = 16;
 pub struct OpenaiAdapter {
     operation: Option<Operation>,
     /// Model and id are reported once: every chunk repeats them.
-    model_seen: bool,
-    id_seen: bool,
+    identity: Identity,
     /// Try the scan before serde (off only in tests that compare the two).
     scan: bool,
     /// Streamed tool calls already counted, by `(choice << 32) | index`:
@@ -50,8 +50,7 @@ impl OpenaiAdapter {
     pub fn new(operation: Option<Operation>) -> Self {
         OpenaiAdapter {
             operation,
-            model_seen: false,
-            id_seen: false,
+            identity: Identity::default(),
             scan: true,
             tools_seen: Vec::new(),
             last: LastChunk::default(),
@@ -111,7 +110,7 @@ impl OpenaiAdapter {
     /// `data` read as a chat chunk of the common shape: by the last chunk's
     /// shape when it fits, else by the scan (and its shape kept).
     fn chat_chunk<'a>(&mut self, data: &'a [u8]) -> Option<ChatChunk<'a>> {
-        if let Some(chunk) = self.last.read(data, !(self.model_seen && self.id_seen)) {
+        if let Some(chunk) = self.last.read(data, !self.identity.known()) {
             return Some(chunk);
         }
         let chunk = ChatChunk::scan(data)?;
@@ -145,7 +144,7 @@ impl OpenaiAdapter {
                 kind: &error_kind(doc.error, None),
             });
         }
-        self.identify(
+        self.identity.report(
             doc.model.as_ref().map(Str::as_str),
             doc.id.as_ref().map(Str::as_str),
             out,
@@ -213,22 +212,6 @@ impl OpenaiAdapter {
         Ok(())
     }
 
-    /// Report the model and response id the first time each appears.
-    fn identify(&mut self, model: Option<&str>, id: Option<&str>, out: &mut dyn FnMut(Event<'_>)) {
-        if !self.model_seen {
-            if let Some(model) = model.filter(|m| !m.is_empty()) {
-                out(Event::Model(model));
-                self.model_seen = true;
-            }
-        }
-        if !self.id_seen {
-            if let Some(id) = id.filter(|i| !i.is_empty()) {
-                out(Event::ResponseId(id));
-                self.id_seen = true;
-            }
-        }
-    }
-
     /// Count a tool call once: `key` (choice and index of a streamed call)
     /// is remembered, so the call's later deltas are not counted again.
     fn tool_call(&mut self, key: Option<u64>, name: Option<&str>, out: &mut dyn FnMut(Event<'_>)) {
@@ -243,7 +226,7 @@ impl OpenaiAdapter {
 
     /// The events `on_json` gives for the same chunk, in the same order.
     fn on_chat_chunk(&mut self, c: &ChatChunk<'_>, out: &mut dyn FnMut(Event<'_>)) {
-        self.identify(c.model, c.id, out);
+        self.identity.report(c.model, c.id, out);
         if let Some(kind) = c.kind {
             out(Event::Content { pieces: 1, kind });
             if let Some(text) = c.text {
@@ -258,7 +241,7 @@ impl OpenaiAdapter {
 
     /// The events `on_json` gives for the same whole body, in the same order.
     fn on_whole_body(&mut self, b: &WholeBody<'_>, out: &mut dyn FnMut(Event<'_>)) {
-        self.identify(b.model, b.id, out);
+        self.identity.report(b.model, b.id, out);
         if let (true, Some(kind)) = (b.content, ContentKind::of(b.visible, b.reasoning)) {
             out(Event::Content { pieces: 1, kind });
             if let Some(text) = b.text {
@@ -312,7 +295,7 @@ impl OpenaiAdapter {
         let Some(response) = &doc.response else {
             return;
         };
-        self.identify(
+        self.identity.report(
             response.model.as_ref().map(Str::as_str),
             response.id.as_ref().map(Str::as_str),
             out,
@@ -780,7 +763,7 @@ struct Message<'a> {
     tool_calls: Option<ToolCalls<'a>>,
     /// The deprecated single `function_call`.
     #[serde(borrow)]
-    function_call: Option<Function<'a>>,
+    function_call: Option<ToolFunction<'a>>,
 }
 
 impl<'a> Message<'a> {
@@ -832,7 +815,7 @@ struct ToolCall<'a> {
     #[serde(borrow)]
     id: Option<&'a RawValue>,
     #[serde(borrow)]
-    function: Option<Function<'a>>,
+    function: Option<ToolFunction<'a>>,
 }
 
 impl HasContent for ToolCall<'_> {
@@ -863,28 +846,6 @@ impl<'de: 'a, 'a> Fold<'de> for ToolCalls<'a> {
 }
 
 deserialize_by_fold!(ToolCalls<'a>);
-
-#[derive(Deserialize)]
-struct Function<'a> {
-    #[serde(borrow)]
-    name: Option<&'a RawValue>,
-    #[serde(borrow)]
-    arguments: Option<&'a RawValue>,
-}
-
-impl HasContent for Function<'_> {
-    fn has_content(&self) -> bool {
-        non_empty(self.name) || non_empty(self.arguments)
-    }
-}
-
-impl<'a> Function<'a> {
-    /// The function's name, when it is a non-empty string.
-    fn name_str(&self) -> Option<Str<'a>> {
-        let raw = self.name.filter(|n| non_empty(Some(n)))?;
-        serde_json::from_str::<Str<'a>>(raw.get()).ok()
-    }
-}
 
 /// A streamed chat chunk of the common shape, borrowed from the payload:
 /// at most one choice, whose delta carries only text fields.
@@ -1021,10 +982,9 @@ impl<'a> ChatChunk<'a> {
     /// the common shape: no `usage`, `error`, tool calls, Responses or
     /// server-timing fields, no escapes in the strings read as text.
     fn scan(data: &'a [u8]) -> Option<ChatChunk<'a>> {
-        let mut s = Scan::new(data)?;
         let mut c = ChatChunk::default();
         let mut seen = Seen::default();
-        s.object(0, |s, key| match key {
+        Scan::document(data, |s, key| match key {
             "id" => {
                 seen.first(0)?;
                 c.id = s.str_or_null()?;
@@ -1055,7 +1015,6 @@ impl<'a> ChatChunk<'a> {
             | "x_groq" | "timings" | "stats" => None,
             _ => s.skip(1),
         })?;
-        s.end()?;
         Some(c)
     }
 
@@ -1114,15 +1073,12 @@ impl<'a> ChatChunk<'a> {
             texts[field as usize] = s.raw(4)?;
             Some(())
         })?;
-        let text = texts.into_iter().flatten().find(|raw| non_empty_raw(raw));
         let has = |t: Option<&str>| t.is_some_and(non_empty_raw);
         self.only_content =
             texts[0].filter(|t| t.starts_with('"') && !texts[1..].iter().any(|t| has(*t)));
-        self.kind = ContentKind::of(
-            has(texts[0]) || has(texts[3]),
-            has(texts[1]) || has(texts[2]),
-        );
-        self.text = text.filter(|t| t.starts_with('"'));
+        let (visible, reasoning, text) = text_kinds(texts);
+        self.kind = ContentKind::of(visible, reasoning);
+        self.text = text;
         Some(())
     }
 }
@@ -1159,10 +1115,9 @@ impl<'a> WholeBody<'a> {
     /// streaming event fields, server timings or reported cost, no
     /// escapes in the strings read, counts as plain integers.
     fn scan(data: &'a [u8]) -> Option<WholeBody<'a>> {
-        let mut s = Scan::new(data)?;
         let mut b = WholeBody::default();
         let mut seen = Seen::default();
-        s.object(0, |s, key| {
+        Scan::document(data, |s, key| {
             let (bit, value) = match key {
                 "id" => (0, &mut b.id),
                 "model" => (1, &mut b.model),
@@ -1189,9 +1144,7 @@ impl<'a> WholeBody<'a> {
                 }
                 "incomplete_details" => {
                     seen.first(9)?;
-                    if !s.null()? {
-                        b.incomplete = Some(incomplete_reason(s)?);
-                    }
+                    b.incomplete = s.or_null(incomplete_reason)?;
                     return Some(());
                 }
                 "type" | "code" | "delta" | "response" | "x_groq" | "timings" | "stats" => {
@@ -1203,7 +1156,6 @@ impl<'a> WholeBody<'a> {
             *value = s.str_or_null()?;
             Some(())
         })?;
-        s.end()?;
         Some(b)
     }
 
@@ -1238,26 +1190,18 @@ impl<'a> WholeBody<'a> {
 type WholeChoice<'a> = (bool, bool, Option<&'a str>, Option<&'a str>);
 
 fn whole_choice<'a>(s: &mut Scan<'a>) -> Option<WholeChoice<'a>> {
-    let mut seen = Seen::default();
     let mut choice: WholeChoice<'a> = (false, false, None, None);
-    s.object(2, |s, key| match key {
-        "message" => {
-            seen.first(0)?;
-            if !s.null()? {
-                let (visible, reasoning, text) = whole_message(s)?;
-                choice.0 = visible;
-                choice.1 = reasoning;
-                choice.2 = text;
+    s.fields(2, ["message", "finish_reason", "delta", "text"], |s, at| {
+        match at {
+            0 => {
+                if let Some((visible, reasoning, text)) = s.or_null(whole_message)? {
+                    (choice.0, choice.1, choice.2) = (visible, reasoning, text);
+                }
             }
-            Some(())
+            1 => choice.3 = s.str_or_null()?,
+            _ => return None,
         }
-        "finish_reason" => {
-            seen.first(1)?;
-            choice.3 = s.str_or_null()?;
-            Some(())
-        }
-        "delta" | "text" => None,
-        _ => s.skip(3),
+        Some(())
     })?;
     Some(choice)
 }
@@ -1290,24 +1234,27 @@ fn whole_message<'a>(s: &mut Scan<'a>) -> Option<(bool, bool, Option<&'a str>)> 
         texts[field as usize] = s.raw(4)?;
         Some(())
     })?;
+    Some(text_kinds(texts))
+}
+
+/// The raw text fields of a chat `delta` or `message`, in `Message::text`'s
+/// order of preference (`content`, `reasoning_content`, `reasoning`,
+/// `refusal`): `(visible, reasoning)` as `Message::kinds` gives them, and
+/// the text `Message::text` picks, kept when it is a string literal.
+fn text_kinds(texts: [Option<&str>; 4]) -> (bool, bool, Option<&str>) {
     let has = |t: Option<&str>| t.is_some_and(non_empty_raw);
     let text = texts.into_iter().flatten().find(|raw| non_empty_raw(raw));
-    Some((
+    (
         has(texts[0]) || has(texts[3]),
         has(texts[1]) || has(texts[2]),
         text.filter(|t| t.starts_with('"')),
-    ))
+    )
 }
 
 /// `incomplete_details.reason` (an object is required, as serde wants).
 fn incomplete_reason<'a>(s: &mut Scan<'a>) -> Option<Option<&'a str>> {
-    let mut seen = Seen::default();
     let mut reason = None;
-    s.object(2, |s, key| {
-        if key != "reason" {
-            return s.skip(3);
-        }
-        seen.first(0)?;
+    s.fields(2, ["reason"], |s, _| {
         reason = s.str_or_null()?;
         Some(())
     })?;
@@ -1343,9 +1290,7 @@ fn whole_usage(s: &mut Scan<'_>) -> Option<Option<Usage>> {
                     _ => 3,
                 };
                 seen.first(5 + at)?;
-                if !s.null()? {
-                    details[at as usize] = Some(usage_details(s)?);
-                }
+                details[at as usize] = s.or_null(usage_details)?;
                 return Some(());
             }
             "cost" | "queue_time" | "prompt_time" | "completion_time" | "total_time" => {
@@ -1373,20 +1318,7 @@ fn whole_usage(s: &mut Scan<'_>) -> Option<Option<Usage>> {
 
 /// A `*_tokens_details` object: `[cached, reasoning, audio]` (`Details`).
 fn usage_details(s: &mut Scan<'_>) -> Option<[Option<u64>; 3]> {
-    let mut seen = Seen::default();
-    let mut d = [None; 3];
-    s.object(2, |s, key| {
-        let at = match key {
-            "cached_tokens" => 0,
-            "reasoning_tokens" => 1,
-            "audio_tokens" => 2,
-            _ => return s.skip(3),
-        };
-        seen.first(at)?;
-        d[at as usize] = s.u64_or_null()?;
-        Some(())
-    })?;
-    Some(d)
+    s.counts(2, ["cached_tokens", "reasoning_tokens", "audio_tokens"])
 }
 
 /// OpenAI's wire format, also spoken by every OpenAI-compatible server.

@@ -6,33 +6,41 @@ use super::tests::{fixture, kinds};
 use super::*;
 use ContentKind::{Mixed, Reasoning, Visible};
 
-/// The kinds of the content events of one SSE payload per line.
-fn sse(kind: ProviderKind, op: Operation, payloads: &[&str]) -> Vec<Vec<ContentKind>> {
-    payloads
-        .iter()
-        .map(|p| {
-            let frame = format!("data: {p}\n\n");
-            kinds(kind, Some(op), "text/event-stream", &[frame.as_bytes()])
-        })
-        .collect()
-}
+/// The kind of a payload's one content event, for the tables below:
+/// none, reasoning, visible, mixed.
+const N: Option<ContentKind> = None;
+const R: Option<ContentKind> = Some(Reasoning);
+const V: Option<ContentKind> = Some(Visible);
+const M: Option<ContentKind> = Some(Mixed);
 
-/// The kinds of the content events of one NDJSON line each.
-fn ndjson(kind: ProviderKind, op: Operation, lines: &[&str]) -> Vec<Vec<ContentKind>> {
-    lines
-        .iter()
-        .map(|l| {
-            let line = format!("{l}\n");
-            kinds(kind, Some(op), "application/x-ndjson", &[line.as_bytes()])
-        })
-        .collect()
+/// Each payload fed alone to a fresh adapter of `kind` for `op`, framed
+/// as `content_type` has it (an SSE event or an NDJSON line): the kind of
+/// its content event is its place in `want`.
+#[track_caller]
+fn assert_kinds(
+    kind: ProviderKind,
+    op: Operation,
+    content_type: &str,
+    payloads: &[&str],
+    want: &[Option<ContentKind>],
+) {
+    assert_eq!(payloads.len(), want.len(), "one kind per payload");
+    for (payload, want) in payloads.iter().zip(want) {
+        let frame = match content_type {
+            "text/event-stream" => format!("data: {payload}\n\n"),
+            _ => format!("{payload}\n"),
+        };
+        let got = kinds(kind, Some(op), content_type, &[frame.as_bytes()]);
+        assert_eq!(got, Vec::from_iter(*want), "{kind:?} {op:?}: {payload}");
+    }
 }
 
 #[test]
 fn openai_chat_reasoning_deltas_are_reasoning() {
-    let got = sse(
+    assert_kinds(
         ProviderKind::Deepseek,
         Operation::ChatCompletions,
+        "text/event-stream",
         &[
             r#"{"id":"c","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
             r#"{"id":"c","choices":[{"index":0,"delta":{"role":"assistant"}}]}"#,
@@ -48,33 +56,16 @@ fn openai_chat_reasoning_deltas_are_reasoning() {
             r#"{"id":"c","choices":[{"index":0,"delta":{"audio":{"id":"a"}}}]}"#,
             r#"{"id":"c","choices":[{"index":0,"delta":{"reasoning_content":"x"}},{"index":1,"delta":{"content":"y"}}]}"#,
         ],
-    );
-    let want: Vec<Vec<ContentKind>> = vec![
-        vec![],
-        vec![],
-        vec![],
-        vec![],
-        vec![Reasoning],
-        vec![Reasoning],
-        vec![Visible],
-        vec![Visible],
-        vec![Mixed],
-        vec![Visible],
-        vec![Visible],
-        vec![],
-        vec![Mixed],
-    ];
-    assert_eq!(
-        got, want,
-        "chat deltas: role-only and empty frames are nothing"
+        &[N, N, N, N, R, R, V, V, M, V, V, N, M],
     );
 }
 
 #[test]
 fn openai_responses_reasoning_events_are_reasoning() {
-    let got = sse(
+    assert_kinds(
         ProviderKind::Openai,
         Operation::Responses,
+        "text/event-stream",
         &[
             r#"{"type":"response.created","response":{"id":"r","model":"o4-mini","status":"in_progress"}}"#,
             r#"{"type":"response.reasoning_summary_text.delta","item_id":"rs","delta":"Plan"}"#,
@@ -85,25 +76,16 @@ fn openai_responses_reasoning_events_are_reasoning() {
             r#"{"type":"response.function_call_arguments.delta","item_id":"f","delta":"{"}"#,
             r#"{"type":"response.audio.delta","delta":"UklGR"}"#,
         ],
+        &[N, R, R, N, N, V, V, V],
     );
-    let want: Vec<Vec<ContentKind>> = vec![
-        vec![],
-        vec![Reasoning],
-        vec![Reasoning],
-        vec![],
-        vec![],
-        vec![Visible],
-        vec![Visible],
-        vec![Visible],
-    ];
-    assert_eq!(got, want, "Responses events");
 }
 
 #[test]
 fn anthropic_thinking_blocks_are_reasoning() {
-    let got = sse(
+    assert_kinds(
         ProviderKind::Anthropic,
         Operation::Messages,
+        "text/event-stream",
         &[
             r#"{"type":"message_start","message":{"id":"m","model":"claude","content":[],"usage":{"input_tokens":3,"output_tokens":1}}}"#,
             r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#,
@@ -116,27 +98,16 @@ fn anthropic_thinking_blocks_are_reasoning() {
             r#"{"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"Hi"}}"#,
             r#"{"type":"content_block_delta","index":3,"delta":{"type":"input_json_delta","partial_json":"{"}}"#,
         ],
+        &[N, N, N, N, R, N, R, N, V, V],
     );
-    let want: Vec<Vec<ContentKind>> = vec![
-        vec![],
-        vec![],
-        vec![],
-        vec![],
-        vec![Reasoning],
-        vec![],
-        vec![Reasoning],
-        vec![],
-        vec![Visible],
-        vec![Visible],
-    ];
-    assert_eq!(got, want, "Anthropic events");
 }
 
 #[test]
 fn gemini_thought_parts_are_reasoning() {
-    let got = sse(
+    assert_kinds(
         ProviderKind::Gemini,
         Operation::StreamGenerateContent,
+        "text/event-stream",
         &[
             r#"{"candidates":[{"content":{"role":"model","parts":[]}}]}"#,
             r#"{"candidates":[{"content":{"role":"model"}}]}"#,
@@ -148,26 +119,16 @@ fn gemini_thought_parts_are_reasoning() {
             r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"so","thought":true},{"text":"Hi"}]}}]}"#,
             r#"{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"f","args":{}}}]}}]}"#,
         ],
+        &[N, N, N, N, R, V, V, M, V],
     );
-    let want: Vec<Vec<ContentKind>> = vec![
-        vec![],
-        vec![],
-        vec![],
-        vec![],
-        vec![Reasoning],
-        vec![Visible],
-        vec![Visible],
-        vec![Mixed],
-        vec![Visible],
-    ];
-    assert_eq!(got, want, "Gemini chunks");
 }
 
 #[test]
 fn ollama_thinking_is_reasoning() {
-    let chat = ndjson(
+    assert_kinds(
         ProviderKind::Ollama,
         Operation::OllamaChat,
+        "application/x-ndjson",
         &[
             r#"{"model":"m","message":{"role":"assistant","content":""},"done":false}"#,
             r#"{"model":"m","message":{"role":"assistant","content":"","thinking":""},"done":false}"#,
@@ -176,32 +137,18 @@ fn ollama_thinking_is_reasoning() {
             r#"{"model":"m","message":{"role":"assistant","content":"Hi","thinking":"so"},"done":false}"#,
             r#"{"model":"m","message":{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":{}}}]},"done":false}"#,
         ],
+        &[N, N, R, V, M, V],
     );
-    assert_eq!(
-        chat,
-        vec![
-            vec![],
-            vec![],
-            vec![Reasoning],
-            vec![Visible],
-            vec![Mixed],
-            vec![Visible]
-        ],
-        "Ollama chat lines"
-    );
-    let generate = ndjson(
+    assert_kinds(
         ProviderKind::Ollama,
         Operation::OllamaGenerate,
+        "application/x-ndjson",
         &[
             r#"{"model":"m","response":"","done":false}"#,
             r#"{"model":"m","response":"","thinking":"hm","done":false}"#,
             r#"{"model":"m","response":"Hi","done":false}"#,
         ],
-    );
-    assert_eq!(
-        generate,
-        vec![vec![], vec![Reasoning], vec![Visible]],
-        "Ollama generate lines"
+        &[N, R, V],
     );
 }
 
@@ -257,16 +204,7 @@ fn bedrock_reasoning_content_is_reasoning() {
     ];
     assert_eq!(
         got.to_vec(),
-        vec![
-            vec![],
-            vec![],
-            vec![Reasoning],
-            vec![Reasoning],
-            vec![],
-            vec![],
-            vec![Visible],
-            vec![Visible]
-        ],
+        [N, N, R, R, N, N, V, V].map(Vec::from_iter),
         "Bedrock ConverseStream deltas"
     );
 }

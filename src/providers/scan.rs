@@ -38,6 +38,17 @@ impl<'a> Scan<'a> {
         })
     }
 
+    /// A whole document that is one object: `member` as `object` calls it
+    /// (at depth 0), then nothing but whitespace.
+    pub(crate) fn document(
+        data: &'a [u8],
+        member: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        let mut s = Scan::new(data)?;
+        s.object(0, member)?;
+        s.end()
+    }
+
     /// Nothing but whitespace is left.
     pub(crate) fn end(mut self) -> Option<()> {
         self.skip_ws();
@@ -72,31 +83,49 @@ impl<'a> Scan<'a> {
         depth: u32,
         mut member: impl FnMut(&mut Self, &'a str) -> Option<()>,
     ) -> Option<()> {
-        if depth > MAX_DEPTH {
-            return None;
-        }
-        self.eat(b'{')?;
-        if self.peek()? == b'}' {
-            self.at += 1;
-            return Some(());
-        }
-        loop {
-            if self.peek()? != b'"' {
+        self.items(depth, [b'{', b'}'], |s| {
+            if s.peek()? != b'"' {
                 return None;
             }
-            let key = self.plain_string()?;
-            self.eat(b':')?;
-            self.skip_ws();
-            member(self, key)?;
-            match self.peek()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
+            let key = s.plain_string()?;
+            s.eat(b':')?;
+            s.skip_ws();
+            member(s, key)
+        })
+    }
+
+    /// An object whose members named in `keys` are each read by `read`,
+    /// given the key's place in `keys` (a repeated one gives up: serde
+    /// rejects a repeated struct field); other members are skipped.
+    pub(crate) fn fields<const N: usize>(
+        &mut self,
+        depth: u32,
+        keys: [&str; N],
+        mut read: impl FnMut(&mut Self, usize) -> Option<()>,
+    ) -> Option<()> {
+        let mut seen = Seen::default();
+        self.object(depth, |s, key| match keys.iter().position(|k| *k == key) {
+            Some(at) => {
+                seen.first(at as u32)?;
+                read(s, at)
             }
-        }
+            None => s.skip(depth + 1),
+        })
+    }
+
+    /// An object of counts: the member named `keys[i]` at `[i]`, as
+    /// `u64_or_null` reads it (`fields`).
+    pub(crate) fn counts<const N: usize>(
+        &mut self,
+        depth: u32,
+        keys: [&str; N],
+    ) -> Option<[Option<u64>; N]> {
+        let mut counts = [None; N];
+        self.fields(depth, keys, |s, at| {
+            counts[at] = s.u64_or_null()?;
+            Some(())
+        })?;
+        Some(counts)
     }
 
     /// An array: `element` is called at each element and must consume it.
@@ -105,20 +134,35 @@ impl<'a> Scan<'a> {
         depth: u32,
         mut element: impl FnMut(&mut Self) -> Option<()>,
     ) -> Option<()> {
+        self.items(depth, [b'[', b']'], |s| {
+            s.skip_ws();
+            element(s)
+        })
+    }
+
+    /// An object or array between `open` and `close`: `item` is called at
+    /// each member or element and must consume it; the commas between them
+    /// are checked here. Nesting deeper than `MAX_DEPTH` gives up.
+    #[inline(always)]
+    fn items(
+        &mut self,
+        depth: u32,
+        [open, close]: [u8; 2],
+        mut item: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
         if depth > MAX_DEPTH {
             return None;
         }
-        self.eat(b'[')?;
-        if self.peek()? == b']' {
+        self.eat(open)?;
+        if self.peek()? == close {
             self.at += 1;
             return Some(());
         }
         loop {
-            self.skip_ws();
-            element(self)?;
+            item(self)?;
             match self.peek()? {
                 b',' => self.at += 1,
-                b']' => {
+                b if b == close => {
                     self.at += 1;
                     return Some(());
                 }
@@ -134,6 +178,17 @@ impl<'a> Scan<'a> {
             return Some(true);
         }
         Some(false)
+    }
+
+    /// `null` (as `None`), or what `read` makes of the value at the cursor.
+    pub(crate) fn or_null<T>(
+        &mut self,
+        read: impl FnOnce(&mut Self) -> Option<T>,
+    ) -> Option<Option<T>> {
+        if self.null()? {
+            return Some(None);
+        }
+        read(self).map(Some)
     }
 
     /// Any value, as its raw text (what serde's `RawValue` borrows);

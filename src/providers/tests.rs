@@ -35,6 +35,20 @@ pub(crate) struct Summary {
     pub server_billed: [Option<u32>; 5],
 }
 
+/// The timing of an Ollama answer from its durations in nanoseconds:
+/// `total_duration`, `load_duration`, `prompt_eval_duration`,
+/// `eval_duration`.
+pub(crate) fn ollama_timing([total, load, prompt_eval, decode]: [u64; 4]) -> UpstreamTiming {
+    let ns = |n| Some(std::time::Duration::from_nanos(n));
+    UpstreamTiming {
+        total: ns(total),
+        load: ns(load),
+        prompt_eval: ns(prompt_eval),
+        decode: ns(decode),
+        ..UpstreamTiming::default()
+    }
+}
+
 impl Summary {
     /// A response of `content` one-piece content events, naming `model`
     /// and `id` (none when empty), with `finish` reasons; the rest default.
@@ -47,6 +61,31 @@ impl Summary {
             finish: finish.iter().map(|s| s.to_string()).collect(),
             ..Summary::default()
         }
+    }
+
+    /// The same, ended by a terminal event.
+    pub(crate) fn done(mut self) -> Summary {
+        self.done = 1;
+        self
+    }
+
+    /// The same, with `usage`.
+    pub(crate) fn usage(mut self, usage: Usage) -> Summary {
+        self.usage = usage;
+        self
+    }
+
+    /// The same, with `errors`.
+    pub(crate) fn errors(mut self, errors: &[&str]) -> Summary {
+        self.errors = errors.iter().map(|e| e.to_string()).collect();
+        self
+    }
+
+    /// The same, with one client tool call per name.
+    pub(crate) fn tools(mut self, names: &[&str]) -> Summary {
+        self.tool_calls = names.len() as u32;
+        self.tool_names = names.iter().map(|n| n.to_string()).collect();
+        self
     }
 
     pub(crate) fn record(&mut self, event: Event<'_>) {
@@ -340,60 +379,64 @@ fn oversized_json_body_is_rejected() {
     );
 }
 
+/// A malformed SSE event, NDJSON line or streamed JSON array element is
+/// counted and skipped: the content, usage and terminal event around it
+/// still count.
 #[test]
-fn a_malformed_event_is_counted_and_skipped() {
-    let (summary, _, result) = run(
-        ProviderKind::Openai,
-        Some(Operation::ChatCompletions),
-        "text/event-stream",
-        &[
-            b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
-            b"data: {\"choices\": [\n\n",
-            b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"},\"finish_reason\":\"stop\"}]}\n\n",
-            b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n",
-            b"data: [DONE]\n\n",
-        ],
-    );
-    assert_eq!(result, Ok(()), "a bad event is no parse error");
-    assert_eq!(summary.malformed, 1, "the bad event is counted");
-    assert_eq!(summary.content_frames, 2, "content after it still counts");
-    assert_eq!(summary.usage.output, Some(2), "usage after it still counts");
-    assert_eq!(summary.done, 1, "and so does the terminal event");
-}
-
-#[test]
-fn a_malformed_ndjson_line_is_skipped() {
-    let (summary, _, result) = run(
-        ProviderKind::Ollama,
-        Some(Operation::OllamaChat),
-        "application/x-ndjson",
-        &[
-            b"{\"model\":\"m\",\"message\":{\"content\":\"a\"},\"done\":false}\n",
-            b"{\"model\":\"m\",\"message\":{\"con\n",
-            b"{\"model\":\"m\",\"message\":{\"content\":\"\"},\"done\":true,\"eval_count\":5}\n",
-        ],
-    );
-    assert_eq!(result, Ok(()));
-    assert_eq!(summary.malformed, 1);
-    assert_eq!(summary.content_frames, 1);
-    assert_eq!(summary.usage.output, Some(5), "usage on the line after");
-    assert_eq!(summary.done, 1);
-}
-
-#[test]
-fn a_malformed_json_array_element_is_skipped() {
-    let body = b"[{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"a\"}]}}]},\n{\"candidates\": nope},\n{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"b\"}]},\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"candidatesTokenCount\":4}}]";
-    let (summary, _, result) = run(
-        ProviderKind::Gemini,
-        Some(Operation::StreamGenerateContent),
-        "application/json",
-        &[body],
-    );
-    assert_eq!(result, Ok(()));
-    assert_eq!(summary.malformed, 1);
-    assert_eq!(summary.content_frames, 2);
-    assert_eq!(summary.usage.output, Some(4));
-    assert_eq!(summary.done, 1, "finishReason ends a Gemini stream");
+fn a_malformed_event_line_or_element_is_counted_and_skipped() {
+    let sse: &[&[u8]] = &[
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
+        b"data: {\"choices\": [\n\n",
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"},\"finish_reason\":\"stop\"}]}\n\n",
+        b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n",
+        b"data: [DONE]\n\n",
+    ];
+    let ndjson: &[&[u8]] = &[
+        b"{\"model\":\"m\",\"message\":{\"content\":\"a\"},\"done\":false}\n",
+        b"{\"model\":\"m\",\"message\":{\"con\n",
+        b"{\"model\":\"m\",\"message\":{\"content\":\"\"},\"done\":true,\"eval_count\":5}\n",
+    ];
+    let array = b"[{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"a\"}]}}]},\n{\"candidates\": nope},\n{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"b\"}]},\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"candidatesTokenCount\":4}}]";
+    for (kind, op, content_type, chunks, content, output) in [
+        (
+            ProviderKind::Openai,
+            Operation::ChatCompletions,
+            "text/event-stream",
+            sse,
+            2,
+            2,
+        ),
+        (
+            ProviderKind::Ollama,
+            Operation::OllamaChat,
+            "application/x-ndjson",
+            ndjson,
+            1,
+            5,
+        ),
+        (
+            ProviderKind::Gemini,
+            Operation::StreamGenerateContent,
+            "application/json",
+            &[array],
+            2,
+            4,
+        ),
+    ] {
+        let (summary, _, result) = run(kind, Some(op), content_type, chunks);
+        assert_eq!(
+            result,
+            Ok(()),
+            "{content_type}: a bad event is no parse error"
+        );
+        assert_eq!(
+            summary.malformed, 1,
+            "{content_type}: the bad one is counted"
+        );
+        assert_eq!(summary.content_frames, content, "{content_type}: content");
+        assert_eq!(summary.usage.output, Some(output), "{content_type}: usage");
+        assert_eq!(summary.done, 1, "{content_type}: the terminal event");
+    }
 }
 
 #[test]

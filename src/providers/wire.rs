@@ -135,6 +135,46 @@ impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
     }
 }
 
+/// An object as far as its `name`: a Bedrock `toolUse`, a Gemini
+/// `functionCall`, the `function` of an Ollama tool call.
+#[derive(Deserialize)]
+pub(crate) struct Named<'a> {
+    #[serde(borrow)]
+    pub(crate) name: Option<Str<'a>>,
+}
+
+impl<'a> Named<'a> {
+    /// The `name` of the JSON object `raw`; `None` when it has none or is
+    /// not such an object.
+    pub(crate) fn of(raw: &'a RawValue) -> Option<Str<'a>> {
+        serde_json::from_str::<Named<'a>>(raw.get()).ok()?.name
+    }
+}
+
+/// The `function` of an OpenAI-style tool call (OpenAI's chat and
+/// Cohere v2's): its name and arguments, raw.
+#[derive(Deserialize)]
+pub(crate) struct ToolFunction<'a> {
+    #[serde(borrow)]
+    pub(crate) name: Option<&'a RawValue>,
+    #[serde(borrow)]
+    pub(crate) arguments: Option<&'a RawValue>,
+}
+
+impl HasContent for ToolFunction<'_> {
+    fn has_content(&self) -> bool {
+        non_empty(self.name) || non_empty(self.arguments)
+    }
+}
+
+impl<'a> ToolFunction<'a> {
+    /// The function's name, when it is a non-empty string.
+    pub(crate) fn name_str(&self) -> Option<Str<'a>> {
+        let raw = self.name.filter(|n| non_empty(Some(n)))?;
+        serde_json::from_str::<Str<'a>>(raw.get()).ok()
+    }
+}
+
 /// A `service_tier` string as the tier it names (`None` for `null`, for
 /// values that do not change the price, and for anything not a string:
 /// never an error, so a request body or payload stays readable).

@@ -202,14 +202,14 @@ fn text_deltas_carry_their_text() {
 
 #[test]
 fn text_stream() {
-    let mut s = Summary::of(
+    let s = Summary::of(
         3,
         "claude-sonnet-4-20250514",
         "msg_01XFDUDYJgAACzvnptvVoYEL",
         &["end_turn"],
-    );
-    s.done = 1;
-    s.usage = usage(472, 27, 2048, 0);
+    )
+    .done()
+    .usage(usage(472, 27, 2048, 0));
     expect("anthropic/messages_stream.sse", s);
 }
 
@@ -217,57 +217,57 @@ fn text_stream() {
 fn tool_use_stream() {
     // 2 text deltas; the tool_use start and the empty first partial_json
     // are not content; 4 argument pieces are.
-    let mut s = Summary::of(
+    // One client tool call, named at its block start.
+    let s = Summary::of(
         6,
         "claude-opus-4-1-20250805",
         "msg_014p7gG3wDgGV9EUtLvnow3U",
         &["tool_use"],
-    );
-    s.done = 1;
-    s.usage = usage(472, 89, 0, 1536);
-    // One client tool call, named at its block start.
-    s.tool_calls = 1;
-    s.tool_names = vec!["get_weather".into()];
+    )
+    .done()
+    .usage(usage(472, 89, 0, 1536))
+    .tools(&["get_weather"]);
     expect("anthropic/messages_stream_tool_use.sse", s);
 }
 
 #[test]
 fn thinking_stream() {
     // 3 thinking deltas and 1 text delta; the signature is not content.
-    let mut s = Summary::of(
+    let s = Summary::of(
         4,
         "claude-3-7-sonnet-20250219",
         "msg_01Hn2rQa8Vt5LkZx3Wm7Pb9Y",
         &["end_turn"],
-    );
-    s.done = 1;
-    s.usage = usage(36, 118, 0, 0);
+    )
+    .done()
+    .usage(usage(36, 118, 0, 0));
     expect("anthropic/messages_stream_thinking.sse", s);
 }
 
 #[test]
 fn stream_with_error_event() {
-    let mut s = Summary::of(
+    let s = Summary::of(
         2,
         "claude-sonnet-4-20250514",
         "msg_01Ab3Cd5Ef7Gh9Ij1Kl3Mn5P",
         &[],
-    );
-    s.usage = usage(1024, 1, 0, 0);
-    s.errors = vec!["overloaded_error".into()];
+    )
+    .usage(usage(1024, 1, 0, 0))
+    .errors(&["overloaded_error"]);
     expect("anthropic/messages_stream_error.sse", s);
 }
 
 #[test]
 fn whole_message() {
-    let mut s = Summary::of(
+    // a whole body that parsed is its own terminal event
+    let s = Summary::of(
         1,
         "claude-sonnet-4-20250514",
         "msg_01EcyWo6m4hyW8KHs2y2pei5",
         &["end_turn"],
-    );
-    s.done = 1; // a whole body that parsed is its own terminal event
-    s.usage = usage(21, 10, 0, 0);
+    )
+    .done()
+    .usage(usage(21, 10, 0, 0));
     expect("anthropic/message.json", s);
 }
 
@@ -294,73 +294,67 @@ fn content(data: &str) -> u32 {
 fn what_counts_as_content() {
     let start =
         |b: &str| format!(r#"{{"type":"content_block_start","index":0,"content_block":{b}}}"#);
-    assert_eq!(
-        content(&start(r#"{"type":"text","text":""}"#)),
-        0,
-        "empty text start"
-    );
-    assert_eq!(
-        content(&start(r#"{"type":"text","text":"Hi"}"#)),
-        1,
-        "text start with text"
-    );
-    assert_eq!(
-        content(&start(
-            r#"{"type":"tool_use","id":"toolu_1","name":"f","input":{}}"#
-        )),
-        0,
-        "tool_use start"
-    );
-    assert_eq!(
-        content(&start(
-            r#"{"type":"thinking","thinking":"","signature":""}"#
-        )),
-        0,
-        "thinking start"
-    );
-    assert_eq!(
-        content(&start(r#"{"type":"redacted_thinking","data":"EmwKAhgB"}"#)),
-        1,
-        "redacted thinking"
-    );
     let delta = |d: &str| format!(r#"{{"type":"content_block_delta","index":0,"delta":{d}}}"#);
-    assert_eq!(
-        content(&delta(r#"{"type":"text_delta","text":"a"}"#)),
-        1,
-        "text_delta"
-    );
-    assert_eq!(
-        content(&delta(r#"{"type":"text_delta","text":"\n\n"}"#)),
-        1,
-        "escaped text"
-    );
-    assert_eq!(
-        content(&delta(r#"{"type":"text_delta","text":""}"#)),
-        0,
-        "empty text_delta"
-    );
-    assert_eq!(
-        content(&delta(r#"{"type":"input_json_delta","partial_json":""}"#)),
-        0,
-        "empty partial_json"
-    );
-    assert_eq!(
-        content(&delta(
-            r#"{"type":"input_json_delta","partial_json":"{\"a\""}"#
-        )),
-        1,
-        "partial_json"
-    );
-    assert_eq!(
-        content(&delta(r#"{"type":"thinking_delta","thinking":"so"}"#)),
-        1,
-        "thinking_delta"
-    );
-    assert_eq!(
-        content(&delta(r#"{"type":"signature_delta","signature":"EqQB"}"#)),
-        0,
-        "signature_delta"
-    );
+    for (payload, pieces, what) in [
+        (start(r#"{"type":"text","text":""}"#), 0, "empty text start"),
+        (
+            start(r#"{"type":"text","text":"Hi"}"#),
+            1,
+            "text start with text",
+        ),
+        (
+            start(r#"{"type":"tool_use","id":"toolu_1","name":"f","input":{}}"#),
+            0,
+            "tool_use start",
+        ),
+        (
+            start(r#"{"type":"thinking","thinking":"","signature":""}"#),
+            0,
+            "thinking start",
+        ),
+        (
+            start(r#"{"type":"redacted_thinking","data":"EmwKAhgB"}"#),
+            1,
+            "redacted thinking",
+        ),
+        (
+            delta(r#"{"type":"text_delta","text":"a"}"#),
+            1,
+            "text_delta",
+        ),
+        (
+            delta(r#"{"type":"text_delta","text":"\n\n"}"#),
+            1,
+            "escaped text",
+        ),
+        (
+            delta(r#"{"type":"text_delta","text":""}"#),
+            0,
+            "empty text_delta",
+        ),
+        (
+            delta(r#"{"type":"input_json_delta","partial_json":""}"#),
+            0,
+            "empty partial_json",
+        ),
+        (
+            delta(r#"{"type":"input_json_delta","partial_json":"{\"a\""}"#),
+            1,
+            "partial_json",
+        ),
+        (
+            delta(r#"{"type":"thinking_delta","thinking":"so"}"#),
+            1,
+            "thinking_delta",
+        ),
+        (
+            delta(r#"{"type":"signature_delta","signature":"EqQB"}"#),
+            0,
+            "signature_delta",
+        ),
+    ] {
+        assert_eq!(content(&payload), pieces, "{what}: {payload}");
+    }
     for quiet in [
         r#"{"type": "ping"}"#,
         r#"{"type":"content_block_stop","index":0}"#,

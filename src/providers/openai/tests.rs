@@ -54,26 +54,26 @@ fn text_pieces_reassemble_the_answer() {
 
 #[test]
 fn chat_stream_with_usage() {
-    let mut s = Summary::of(
+    let s = Summary::of(
         9,
         "gpt-4o-mini-2024-07-18",
         "chatcmpl-BxY8pQ2mKf3r7VtH1nZcL0aWdE9sJ",
         &["stop"],
-    );
-    s.usage = chat_usage(19, 9, 0, 0);
-    s.done = 1;
+    )
+    .usage(chat_usage(19, 9, 0, 0))
+    .done();
     expect("openai/chat_stream_usage.sse", s);
 }
 
 #[test]
 fn chat_stream_without_usage() {
-    let mut s = Summary::of(
+    let s = Summary::of(
         6,
         "gpt-4o-2024-08-06",
         "chatcmpl-BxYA1k9sVb2MwTq7Rr3eLhU0cNg5X",
         &["stop"],
-    );
-    s.done = 1;
+    )
+    .done();
     expect("openai/chat_stream.sse", s.clone());
     expect("openai/chat_stream_crlf.sse", s);
 }
@@ -81,66 +81,66 @@ fn chat_stream_without_usage() {
 #[test]
 fn chat_stream_with_tool_calls() {
     // The first chunk names the tool (content), then 11 argument pieces.
-    let mut s = Summary::of(
+    // One call however many argument deltas repeat its index.
+    let s = Summary::of(
         12,
         "gpt-4o-2024-08-06",
         "chatcmpl-BxYB7nR2dQw0pLk4Hs9Jt1Ve6Yc3M",
         &["tool_calls"],
-    );
-    s.usage = chat_usage(85, 18, 0, 0);
-    s.done = 1;
-    // One call however many argument deltas repeat its index.
-    s.tool_calls = 1;
-    s.tool_names = vec!["get_weather".into()];
+    )
+    .usage(chat_usage(85, 18, 0, 0))
+    .done()
+    .tools(&["get_weather"]);
     expect("openai/chat_stream_tool_calls.sse", s);
 }
 
 #[test]
 fn chat_stream_with_mid_stream_error() {
-    let mut s = Summary::of(
+    let s = Summary::of(
         3,
         "gpt-4o-2024-08-06",
         "chatcmpl-BxYC3aB8eT5qWn1Kz6Lp0Xr9Dm2Fs",
         &[],
-    );
-    s.errors = vec!["server_error".into()];
+    )
+    .errors(&["server_error"]);
     expect("openai/chat_stream_error.sse", s);
 }
 
 #[test]
 fn azure_filter_chunks_are_not_content() {
-    let mut s = Summary::of(
+    let s = Summary::of(
         4,
         "gpt-4o-2024-11-20",
         "chatcmpl-BxYDq4Kc7Nh2Ze8Wv5Ta1Ur3Ps6Jm",
         &["stop"],
-    );
-    s.done = 1;
+    )
+    .done();
     expect("openai/azure_chat_stream.sse", s);
 }
 
 #[test]
 fn chat_whole_body() {
-    let mut s = Summary::of(
+    // a whole body that parsed is its own terminal event
+    let s = Summary::of(
         1,
         "o4-mini-2025-04-16",
         "chatcmpl-BxYFa2Ts8Lk5Wq0Rn3Ve7Hc1Mz9Pj",
         &["stop"],
-    );
-    s.usage = chat_usage(1536, 210, 1024, 192);
-    s.done = 1; // a whole body that parsed is its own terminal event
+    )
+    .usage(chat_usage(1536, 210, 1024, 192))
+    .done();
     expect("openai/chat.json", s);
 }
 
 #[test]
 fn legacy_completions_stream() {
-    let mut s = Summary::of(
+    let s = Summary::of(
         6,
         "gpt-3.5-turbo-instruct:20230824-v2",
         "cmpl-BxYEw7Lm3Qa9Vt2Rk5Hn0Jc8Zp4Xs",
         &["length"],
-    );
-    s.done = 1;
+    )
+    .done();
     expect("openai/completions_stream.sse", s);
 }
 
@@ -148,9 +148,9 @@ fn legacy_completions_stream() {
 fn responses_stream() {
     // 3 reasoning-summary deltas and 4 output-text deltas.
     let id = "resp_6887a1f3c2e08191b5a7d4e2f90c13ab0d9e4f6a7b8c9d01";
-    let mut s = Summary::of(7, "o4-mini-2025-04-16", id, &["completed"]);
-    s.usage = tier_usage(37, 150, 0, 128);
-    s.done = 1;
+    let s = Summary::of(7, "o4-mini-2025-04-16", id, &["completed"])
+        .usage(tier_usage(37, 150, 0, 128))
+        .done();
     expect("openai/responses_stream.sse", s);
 }
 
@@ -158,14 +158,14 @@ fn responses_stream() {
 fn background_stream_resume_and_polls() {
     let id = "resp_68b1c0d2e3f48193a5b6c7d8e9f0a1b20c3d4e5f6a7b8c9d";
     let final_usage = tier_usage(37, 150, 0, 128);
-    let mut s = Summary::of(7, "o4-mini-2025-04-16", id, &["completed"]);
-    s.usage = final_usage;
-    s.done = 1;
+    let s = Summary::of(7, "o4-mini-2025-04-16", id, &["completed"])
+        .usage(final_usage)
+        .done();
     expect("openai/responses_background_stream.sse", s);
     // Resumed after event 11: the four text deltas, then completion.
-    let mut s = Summary::of(4, "o4-mini-2025-04-16", id, &["completed"]);
-    s.usage = final_usage;
-    s.done = 1;
+    let s = Summary::of(4, "o4-mini-2025-04-16", id, &["completed"])
+        .usage(final_usage)
+        .done();
     expect("openai/responses_resume_stream.sse", s);
     for (file, status) in [
         ("openai/responses_background_queued.json", "queued"),
@@ -193,17 +193,16 @@ fn background_stream_resume_and_polls() {
 #[test]
 fn responses_whole_body() {
     let id = "resp_6887a1f3c2e08191b5a7d4e2f90c13ab0d9e4f6a7b8c9d01";
-    let mut s = Summary::of(1, "o4-mini-2025-04-16", id, &["completed"]);
-    s.usage = tier_usage(37, 150, 0, 128);
-    s.done = 1;
+    let s = Summary::of(1, "o4-mini-2025-04-16", id, &["completed"])
+        .usage(tier_usage(37, 150, 0, 128))
+        .done();
     expect("openai/responses.json", s);
 }
 
 #[test]
 fn responses_failed_stream() {
     let id = "resp_6887a2b0e5f48190a9b8c7d6e5f4a3b20c1d2e3f4a5b6c7d";
-    let mut s = Summary::of(2, "gpt-4.1-2025-04-14", id, &[]);
-    s.errors = vec!["server_error".into()];
+    let s = Summary::of(2, "gpt-4.1-2025-04-14", id, &[]).errors(&["server_error"]);
     expect("openai/responses_failed_stream.sse", s);
 }
 
@@ -239,52 +238,44 @@ fn content(data: &str) -> u32 {
 fn what_counts_as_content() {
     let delta =
         |d: &str| format!(r#"{{"choices":[{{"index":0,"delta":{d},"finish_reason":null}}]}}"#);
-    assert_eq!(
-        content(&delta(r#"{"role":"assistant","content":""}"#)),
-        0,
-        "role only"
-    );
-    assert_eq!(content(&delta(r#"{"content":null}"#)), 0, "null content");
-    assert_eq!(content(&delta("{}")), 0, "empty delta");
-    assert_eq!(content(r#"{"choices":[]}"#), 0, "no choices");
-    assert_eq!(content(&delta(r#"{"content":"\n"}"#)), 1, "escaped newline");
-    assert_eq!(
-        content(&delta(r#"{"content":"\"q\""}"#)),
-        1,
-        "escaped quotes"
-    );
-    assert_eq!(content(&delta(r#"{"refusal":"I can't"}"#)), 1, "refusal");
-    assert_eq!(
-        content(&delta(r#"{"reasoning_content":"hmm"}"#)),
-        1,
-        "reasoning_content"
-    );
-    assert_eq!(content(&delta(r#"{"reasoning":"hmm"}"#)), 1, "reasoning");
-    assert_eq!(
-        content(&delta(r#"{"content":[]}"#)),
-        0,
-        "empty content parts"
-    );
     let tool = |f: &str| {
         delta(&format!(
             r#"{{"tool_calls":[{{"index":0,"function":{f}}}]}}"#
         ))
     };
-    assert_eq!(content(&tool(r#"{"arguments":""}"#)), 0, "empty arguments");
-    assert_eq!(content(&tool(r#"{"arguments":"{\"a"}"#)), 1, "arguments");
-    assert_eq!(
-        content(&tool(r#"{"name":"f","arguments":""}"#)),
-        1,
-        "tool name"
-    );
-    assert_eq!(
-        content(&delta(r#"{"function_call":{"arguments":"x"}}"#)),
-        1,
-        "legacy function_call"
-    );
     let legacy = |t: &str| format!(r#"{{"choices":[{{"text":{t},"index":0}}]}}"#);
-    assert_eq!(content(&legacy(r#""""#)), 0, "empty legacy text");
-    assert_eq!(content(&legacy(r#""hi""#)), 1, "legacy text");
+    for (payload, pieces, what) in [
+        (
+            delta(r#"{"role":"assistant","content":""}"#),
+            0,
+            "role only",
+        ),
+        (delta(r#"{"content":null}"#), 0, "null content"),
+        (delta("{}"), 0, "empty delta"),
+        (r#"{"choices":[]}"#.to_owned(), 0, "no choices"),
+        (delta(r#"{"content":"\n"}"#), 1, "escaped newline"),
+        (delta(r#"{"content":"\"q\""}"#), 1, "escaped quotes"),
+        (delta(r#"{"refusal":"I can't"}"#), 1, "refusal"),
+        (
+            delta(r#"{"reasoning_content":"hmm"}"#),
+            1,
+            "reasoning_content",
+        ),
+        (delta(r#"{"reasoning":"hmm"}"#), 1, "reasoning"),
+        (delta(r#"{"content":[]}"#), 0, "empty content parts"),
+        (tool(r#"{"arguments":""}"#), 0, "empty arguments"),
+        (tool(r#"{"arguments":"{\"a"}"#), 1, "arguments"),
+        (tool(r#"{"name":"f","arguments":""}"#), 1, "tool name"),
+        (
+            delta(r#"{"function_call":{"arguments":"x"}}"#),
+            1,
+            "legacy function_call",
+        ),
+        (legacy(r#""""#), 0, "empty legacy text"),
+        (legacy(r#""hi""#), 1, "legacy text"),
+    ] {
+        assert_eq!(content(&payload), pieces, "{what}: {payload}");
+    }
     let azure = r#"{"choices":[{"content_filter_offsets":{"check_offset":1},"content_filter_results":{"hate":{"filtered":false}},"finish_reason":null,"index":0}],"id":"","model":""}"#;
     assert_eq!(
         sse(&[azure]).expect("valid"),
