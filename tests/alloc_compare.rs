@@ -15,11 +15,14 @@
 
 #[path = "support/alloc.rs"]
 mod alloc;
+#[path = "support/facts.rs"]
+mod facts;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use alloc::{allocations, chat_facts};
+use alloc::allocations;
+use facts::chat_facts;
 use tokentap::config::CompareConfig;
 use tokentap::meter::{Measurement, TokenSource};
 use tokentap::providers::Usage;

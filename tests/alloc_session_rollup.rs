@@ -20,6 +20,8 @@ use tokentap::watch::rollups::{RequestCost, SessionRollups, SortBy};
 
 #[path = "support/alloc.rs"]
 mod alloc;
+#[path = "support/facts.rs"]
+mod facts;
 
 use alloc::allocations;
 
@@ -29,7 +31,7 @@ static ALLOC: dhat::Alloc = dhat::Alloc;
 fn measurement(session: Arc<str>, base: Instant, i: u64) -> Measurement {
     let request = RequestFacts {
         session: Some(session),
-        ..alloc::chat_facts(base + Duration::from_millis(i))
+        ..facts::chat_facts(base + Duration::from_millis(i))
     };
     Measurement {
         usage: Usage {

@@ -28,11 +28,11 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use http::HeaderMap;
-use tokentap::meter::{Measurement, Recorder, RequestBody, RequestFacts, TokenSource};
-use tokentap::providers::{Operation, ProviderKind, Usage};
+use tokentap::meter::{Measurement, Recorder, RequestFacts, TokenSource};
+use tokentap::providers::Usage;
 use tokentap::ship::prometheus::Format;
 use tokentap::telemetry::Telemetry;
 
@@ -163,20 +163,9 @@ fn assert_live_capped(live: &serde_json::Value, what: &str) {
 
 fn facts(model: usize, tenant: usize) -> RequestFacts {
     RequestFacts {
-        route: Arc::from("openai"),
-        route_labels: Default::default(),
-        provider: ProviderKind::Openai,
-        operation: Some(Operation::ChatCompletions),
         request_model: Some(format!("abuse-model-{model}")),
-        stream: true,
         tenant: Some(format!("abuse-tenant-{tenant}")),
-        session: None,
-        server_address: Arc::from("api.openai.com"),
-        server_port: 443,
-        request_body: RequestBody::Sniffed,
-        service_tier: None,
-        start_wall: SystemTime::now(),
-        start: Instant::now(),
+        ..support::facts::chat_facts(Instant::now())
     }
 }
 

@@ -8,6 +8,7 @@
 )]
 
 pub(crate) mod client;
+pub(crate) mod facts;
 pub(crate) mod faulty;
 pub(crate) mod forward;
 pub(crate) mod frames;
