@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use rustc_hash::FxHashMap;
 use serde::Deserialize;
 
 use super::date::{Day, When, parse_minute};
@@ -299,24 +300,33 @@ pub struct Provider {
     fallback: Box<[usize]>,
     /// Models in table order (the first match wins).
     pub models: Box<[Model]>,
-    /// Exact lowercased names → the first model accepting each.
-    exact: HashMap<Box<str>, u32>,
+    /// Exact lowercased names → the first model accepting each, patterns
+    /// included (settled when the table is indexed). Fx, not SipHash: the
+    /// keys are the table's own, so a peer's name can only look up.
+    exact: FxHashMap<Box<str>, u32>,
     /// Models whose match accepts more than exact names, ascending.
     scan: Box<[u32]>,
 }
 
 impl Provider {
     /// The first model (in table order) whose match accepts `name`
-    /// (lowercased).
+    /// (lowercased): one hash lookup for a name the table spells out,
+    /// else the patterns in order.
     fn find(&self, name: &str) -> Option<&Model> {
-        let exact = self.exact.get(name).copied().unwrap_or(u32::MAX);
+        let i = match self.exact.get(name) {
+            Some(&i) => i,
+            None => self.first_pattern(name, u32::MAX)?,
+        };
+        Some(&self.models[i as usize])
+    }
+
+    /// The first model before index `before` whose pattern accepts `name`.
+    fn first_pattern(&self, name: &str, before: u32) -> Option<u32> {
         self.scan
             .iter()
-            .take_while(|i| **i < exact)
+            .take_while(|i| **i < before)
             .find(|i| self.models[**i as usize].matcher.matches(name))
             .copied()
-            .or((exact != u32::MAX).then_some(exact))
-            .map(|i| &self.models[i as usize])
     }
 }
 
@@ -420,7 +430,7 @@ fn provider(p: RawProvider, ids: &[String]) -> Result<Provider, TableError> {
         .into_iter()
         .map(|m| model(m).map_err(|e| TableError(format!("{}: {e}", p.id))))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut exact = HashMap::new();
+    let mut exact = FxHashMap::<Box<str>, u32>::default();
     let mut scan = Vec::new();
     for (i, m) in models.iter().enumerate() {
         let mut names = Vec::new();
@@ -431,14 +441,23 @@ fn provider(p: RawProvider, ids: &[String]) -> Result<Provider, TableError> {
             exact.entry(n.into()).or_insert(i as u32);
         }
     }
-    Ok(Provider {
+    let mut p = Provider {
         id: p.id.into(),
         name: p.name.into(),
         fallback: fallback.into(),
         models: models.into(),
         exact,
         scan: scan.into(),
-    })
+    };
+    // A pattern earlier in the table wins over a later exact name: settle
+    // that now, so a lookup by exact name is one hash lookup.
+    let earlier: Vec<(Box<str>, u32)> = p
+        .exact
+        .iter()
+        .filter_map(|(name, &i)| Some((name.clone(), p.first_pattern(name, i)?)))
+        .collect();
+    p.exact.extend(earlier);
+    Ok(p)
 }
 
 fn model(m: RawModel) -> Result<Model, String> {
@@ -563,5 +582,27 @@ pub(super) mod tests_support {
     /// `dash_compact_date`, for the module tests.
     pub(in crate::pricing) fn dash(model: &str) -> Option<String> {
         super::dash_compact_date(model)
+    }
+
+    /// Names `provider` finds a different model for than a walk of every
+    /// model in table order (the definition of `find`), as
+    /// `(name, found, walked)` model ids. `names` are tried as given and
+    /// as every exact name in the table.
+    pub(in crate::pricing) fn find_disagreements(
+        provider: &super::Provider,
+        names: &[&str],
+    ) -> Vec<(String, Option<String>, Option<String>)> {
+        let id = |m: Option<&super::Model>| m.map(|m| m.id.to_string());
+        let exact = provider.exact.keys().map(|k| &**k);
+        names
+            .iter()
+            .copied()
+            .chain(exact)
+            .filter_map(|name| {
+                let found = id(provider.find(name));
+                let walked = id(provider.models.iter().find(|m| m.matcher.matches(name)));
+                (found != walked).then(|| (name.to_owned(), found, walked))
+            })
+            .collect()
     }
 }

@@ -90,6 +90,37 @@ fn the_embedded_table_loads_and_names_its_source() {
 }
 
 #[test]
+fn every_lookup_finds_the_first_model_in_table_order() {
+    // Exact names go through a hash index settled at load; the rest walk
+    // the patterns. Both must agree with a plain walk of every model.
+    let t = Table::embedded().expect("loads");
+    let names = [
+        "gpt-4o-mini",
+        "gpt-4o-2024-08-06",
+        "claude-sonnet-4-5-20250929",
+        "gemini-2.5-pro-preview-06-05",
+        "ft:gpt-4o-mini-2024-07-18:acme::abc",
+        "computer-use-preview",
+        "house-model-1",
+    ];
+    for p in t.providers.iter() {
+        let wrong = table::tests_support::find_disagreements(p, &names);
+        assert!(wrong.is_empty(), "{}: {wrong:?}", p.id);
+    }
+    // A pattern earlier in the table beats a later exact name.
+    let snapshot = br#"{"source": {"package": "p", "version": "1", "license": "l", "url": "u"},
+        "providers": [{"id": "x", "name": "X", "models": [
+            {"id": "family", "match": {"starts_with": "m-"}, "prices": [{"prices": {"input_mtok": 1}}]},
+            {"id": "exact", "match": {"equals": "m-1"}, "prices": [{"prices": {"input_mtok": 2}}]}]}]}"#;
+    let t = Table::parse(snapshot).expect("parses");
+    let p = &t.providers[0];
+    assert!(table::tests_support::find_disagreements(p, &["m-1", "m-2"]).is_empty());
+    let cx = table::Context::default();
+    let found = t.lookup("x", "m-1", When::of(SystemTime::UNIX_EPOCH), &cx);
+    assert_eq!(found.map(|r| &*r.model.id), Some("family"));
+}
+
+#[test]
 fn openai_prompt_tokens_include_the_cached_ones() {
     // 2000 prompt tokens of which 1500 cached: 500 at 2.5, 1500 at 1.25,
     // 300 output at 10 (genai-prices: 0.006125). Billing the 2000 as
