@@ -105,6 +105,15 @@ pub enum Entry<'b> {
 }
 
 impl Entry<'_> {
+    /// The entry's name (`tokentap.cost.price_entry`), as `Display` writes
+    /// it; a table model's is shared, the others are written now.
+    pub fn reference(&self) -> std::sync::Arc<str> {
+        match self {
+            Entry::Table(r) => r.model.reference.clone(),
+            _ => self.to_string().into(),
+        }
+    }
+
     /// The cost source this entry makes.
     pub fn source(&self) -> CostSource {
         match self {

@@ -817,7 +817,7 @@ impl RequestTelemetry {
                     usd,
                     source: source.as_str(),
                     estimated: c.estimated,
-                    entry: c.entry.to_string(),
+                    entry: c.entry.reference(),
                     tools: tools_usd,
                 });
                 let cost = CostRecord::Priced {
@@ -904,7 +904,7 @@ impl RequestTelemetry {
                     usd,
                     source: source.as_str(),
                     estimated: false,
-                    entry: "batch: per model".to_owned(),
+                    entry: "batch: per model".into(),
                     tools: None,
                 }),
             ),

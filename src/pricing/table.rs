@@ -4,7 +4,7 @@
 //! Parsed and indexed once per process.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
@@ -204,6 +204,9 @@ pub struct Model {
     pub prices: Box<[Dated]>,
     /// Request variants, first match per unit wins.
     pub variants: Box<[Variant]>,
+    /// `provider/id`, the entry's name on every span it prices (shared,
+    /// not formatted per request).
+    pub reference: Arc<str>,
 }
 
 /// The request context variants are chosen by.
@@ -428,7 +431,7 @@ fn provider(p: RawProvider, ids: &[String]) -> Result<Provider, TableError> {
     let models = p
         .models
         .into_iter()
-        .map(|m| model(m).map_err(|e| TableError(format!("{}: {e}", p.id))))
+        .map(|m| model(&p.id, m).map_err(|e| TableError(format!("{}: {e}", p.id))))
         .collect::<Result<Vec<_>, _>>()?;
     let mut exact = FxHashMap::<Box<str>, u32>::default();
     let mut scan = Vec::new();
@@ -460,7 +463,7 @@ fn provider(p: RawProvider, ids: &[String]) -> Result<Provider, TableError> {
     Ok(p)
 }
 
-fn model(m: RawModel) -> Result<Model, String> {
+fn model(provider: &str, m: RawModel) -> Result<Model, String> {
     let matcher = clause(m.matcher).map_err(|e| format!("{}: {e}", m.id))?;
     let prices = m
         .prices
@@ -495,6 +498,7 @@ fn model(m: RawModel) -> Result<Model, String> {
         .collect::<Result<Vec<_>, String>>()
         .map_err(|e| format!("{}: {e}", m.id))?;
     Ok(Model {
+        reference: format!("{provider}/{}", m.id).into(),
         id: m.id.into(),
         name: m.name.map(Into::into),
         matcher,

@@ -106,6 +106,9 @@ fn every_lookup_finds_the_first_model_in_table_order() {
     for p in t.providers.iter() {
         let wrong = table::tests_support::find_disagreements(p, &names);
         assert!(wrong.is_empty(), "{}: {wrong:?}", p.id);
+        for m in p.models.iter() {
+            assert_eq!(*m.reference, format!("{}/{}", p.id, m.id));
+        }
     }
     // A pattern earlier in the table beats a later exact name.
     let snapshot = br#"{"source": {"package": "p", "version": "1", "license": "l", "url": "u"},
@@ -340,7 +343,11 @@ fn overrides_win_in_order_route_config_file() {
         let mut r = usage_request(&u, kind, model);
         r.route = route;
         match book.price(&r) {
-            Priced::Cost(c) => (c.usd, c.entry.to_string()),
+            Priced::Cost(c) => {
+                // The span's shared name is what `Display` writes.
+                assert_eq!(*c.entry.reference(), c.entry.to_string());
+                (c.usd, c.entry.to_string())
+            }
             other => panic!("{model}: {other:?}"),
         }
     };

@@ -9,6 +9,7 @@
 //! with a span pipeline. With export off no record is built at all.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
@@ -177,7 +178,7 @@ pub(crate) enum SpanCost {
         usd: f64,
         source: &'static str,
         estimated: bool,
-        entry: String,
+        entry: Arc<str>,
         /// The provider-run tool fees inside `usd`, when there were any.
         tools: Option<f64>,
     },
