@@ -266,24 +266,18 @@ impl PriceBook {
             return Priced::Nothing;
         };
         let tier = r.usage.service_tier.or(r.requested_tier);
-        let names = [r.response_model, r.request_model];
-        if names.iter().all(Option::is_none) {
+        if r.response_model.is_none() && r.request_model.is_none() {
             return Priced::Nothing;
         }
+        let names = [r.response_model, r.request_model].map(|n| n.map(lowercase));
+        let names = || names.iter().flatten();
         let at = When::of(r.at);
         // An override for either name beats the table for either name (an
         // override on the requested alias wins over the dated model the
         // response names).
-        let found = names
-            .into_iter()
-            .flatten()
-            .find_map(|name| self.quote_override(r.route, r.provider, &lowercase(name), at, tier))
-            .or_else(|| {
-                names
-                    .into_iter()
-                    .flatten()
-                    .find_map(|name| self.quote_table(r.provider, &lowercase(name), at, tier))
-            });
+        let found = names()
+            .find_map(|name| self.quote_override(r.route, r.provider, name, at, tier))
+            .or_else(|| names().find_map(|name| self.quote_table(r.provider, name, at, tier)));
         match found {
             Some((entry, rates)) => {
                 let bill = rates.cost(&counts);
