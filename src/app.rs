@@ -488,7 +488,13 @@ pub fn price_report(args: &PriceQuery<'_>) -> anyhow::Result<String> {
         None => PriceBook::new(&[], args.prices, std::iter::empty())?,
     };
     let route = args.route.unwrap_or("");
-    Ok(book.explain(route, provider, args.model, at, tier))
+    Ok(book.explain(&crate::pricing::Query {
+        route,
+        provider,
+        model: args.model,
+        at,
+        tier,
+    }))
 }
 
 /// Bind the listener and start serving. Must run inside a tokio runtime.

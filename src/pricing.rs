@@ -84,6 +84,34 @@ pub enum List {
     File,
 }
 
+impl List {
+    /// How `tokentap price` names the list.
+    fn label(self) -> &'static str {
+        match self {
+            List::Route => "route",
+            List::Config => "[[prices]]",
+            List::File => "--prices",
+        }
+    }
+}
+
+/// What is asked of the price book: the entry and rates for `model`
+/// (lowercased, except as [`PriceBook::explain`] takes it) from `provider`
+/// on `route`, at `at`, in service tier `tier`.
+#[derive(Debug, Clone, Copy)]
+pub struct Query<'a> {
+    /// Route name (selects the route's overrides).
+    pub route: &'a str,
+    /// The provider that answers.
+    pub provider: ProviderKind,
+    /// The model.
+    pub model: &'a str,
+    /// When (its prices are the ones in force then).
+    pub at: When,
+    /// The service tier, if one changes the price.
+    pub tier: Option<ServiceTier>,
+}
+
 /// The price entry a cost used.
 #[derive(Debug, Clone, Copy)]
 pub enum Entry<'b> {
@@ -275,9 +303,16 @@ impl PriceBook {
         // An override for either name beats the table for either name (an
         // override on the requested alias wins over the dated model the
         // response names).
+        let query = |model| Query {
+            route: r.route,
+            provider: r.provider,
+            model,
+            at,
+            tier,
+        };
         let found = names()
-            .find_map(|name| self.quote_override(r.route, r.provider, name, at, tier))
-            .or_else(|| names().find_map(|name| self.quote_table(r.provider, name, at, tier)));
+            .find_map(|name| self.quote_override(&query(name)))
+            .or_else(|| names().find_map(|name| self.quote_table(&query(name))));
         match found {
             Some((entry, rates)) => {
                 let bill = rates.cost(&counts);
@@ -292,65 +327,39 @@ impl PriceBook {
         }
     }
 
-    /// The entry and rates for `model` (lowercased) at `at`: overrides in
-    /// order, then the table.
-    pub fn quote(
-        &self,
-        route: &str,
-        provider: ProviderKind,
-        model: &str,
-        at: When,
-        tier: Option<ServiceTier>,
-    ) -> Option<(Entry<'_>, Rates)> {
-        self.quote_override(route, provider, model, at, tier)
-            .or_else(|| self.quote_table(provider, model, at, tier))
+    /// The entry and rates for `q`: overrides in order, then the table.
+    pub fn quote(&self, q: &Query<'_>) -> Option<(Entry<'_>, Rates)> {
+        self.quote_override(q).or_else(|| self.quote_table(q))
     }
 
-    /// The table's entry and rates for `model` (lowercased).
-    fn quote_table(
-        &self,
-        provider: ProviderKind,
-        model: &str,
-        at: When,
-        tier: Option<ServiceTier>,
-    ) -> Option<(Entry<'_>, Rates)> {
-        self.resolve_table(provider, model, at, tier)
-            .map(|r| (Entry::Table(r), r.rates))
+    /// The table's entry and rates for `q`.
+    fn quote_table(&self, q: &Query<'_>) -> Option<(Entry<'_>, Rates)> {
+        self.resolve_table(q).map(|r| (Entry::Table(r), r.rates))
     }
 
-    fn resolve_table(
-        &self,
-        provider: ProviderKind,
-        model: &str,
-        at: When,
-        tier: Option<ServiceTier>,
-    ) -> Option<Resolved<'_>> {
-        let id = table_provider(provider)?;
-        self.table.lookup(id, model, at, &context(tier))
+    fn resolve_table(&self, q: &Query<'_>) -> Option<Resolved<'_>> {
+        let id = table_provider(q.provider)?;
+        self.table.lookup(id, q.model, q.at, &context(q.tier))
     }
 
-    /// The first override covering `model` (lowercased): the route's, the
+    /// The override lists in the order they are tried: the route's, the
     /// config's, then the `--prices` file's.
-    fn quote_override(
-        &self,
-        route: &str,
-        provider: ProviderKind,
-        model: &str,
-        at: When,
-        tier: Option<ServiceTier>,
-    ) -> Option<(Entry<'_>, Rates)> {
-        let table = |model: &str| self.resolve_table(provider, model, at, tier);
-        let lists = [
+    fn lists(&self, route: &str) -> [(List, &[Override]); 3] {
+        [
             (
                 List::Route,
                 self.routes.get(route).map(|b| &**b).unwrap_or(&[]),
             ),
             (List::Config, &*self.config),
             (List::File, &*self.file),
-        ];
-        for (list, entries) in lists {
+        ]
+    }
+
+    /// The first override covering `q`, in the order of [`Self::lists`].
+    fn quote_override(&self, q: &Query<'_>) -> Option<(Entry<'_>, Rates)> {
+        for (list, entries) in self.lists(q.route) {
             for (index, o) in entries.iter().enumerate() {
-                if !o.covers(provider.config_name(), model, at) {
+                if !o.covers(q.provider.config_name(), q.model, q.at) {
                     continue;
                 }
                 if o.has_rates() {
@@ -369,7 +378,7 @@ impl PriceBook {
                     ));
                 }
                 // A scale-only entry discounts the table's price, if any.
-                if let (Some(r), Some(f)) = (table(model), o.scale) {
+                if let (Some(r), Some(f)) = (self.resolve_table(q), o.scale) {
                     return Some((
                         Entry::Override {
                             list,
@@ -385,18 +394,22 @@ impl PriceBook {
         None
     }
 
-    /// A human-readable account of the price `model` gets from `provider`
-    /// on `route` at `at`: every override considered, the table entry, the
+    /// A human-readable account of the price `q` gets (its model as the
+    /// user wrote it): every override considered, the table entry, the
     /// dated price and variants in force, and the rates (`tokentap price`).
-    pub fn explain(
-        &self,
-        route: &str,
-        provider: ProviderKind,
-        model: &str,
-        at: When,
-        tier: Option<ServiceTier>,
-    ) -> String {
+    pub fn explain(&self, q: &Query<'_>) -> String {
+        let Query {
+            route: _,
+            provider,
+            model,
+            at,
+            tier,
+        } = *q;
         let lower = lowercase(model);
+        let lowered = Query {
+            model: &lower,
+            ..*q
+        };
         let mut out = String::new();
         let src = &self.table.source;
         let _ = writeln!(
@@ -426,12 +439,9 @@ impl PriceBook {
                 );
             }
         }
-        let route_list = self.routes.get(route).map(|b| &**b).unwrap_or(&[]);
-        let lists = [
-            ("route", route_list),
-            ("[[prices]]", &*self.config),
-            ("--prices", &*self.file),
-        ];
+        let lists = self
+            .lists(q.route)
+            .map(|(list, entries)| (list.label(), entries));
         for (name, entries) in lists {
             for (i, o) in entries.iter().enumerate() {
                 let verdict = match (o.covers(provider.config_name(), &lower, at), o.scale) {
@@ -451,7 +461,7 @@ impl PriceBook {
                 );
             }
         }
-        match self.quote(route, provider, &lower, at, tier) {
+        match self.quote(&lowered) {
             None => {
                 let _ = writeln!(
                     out,

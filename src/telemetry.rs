@@ -801,16 +801,7 @@ impl RequestTelemetry {
                 let source = c.entry.source();
                 // A provider-reported cost already includes its tool fees.
                 let fees = (source != pricing::CostSource::Provider && m.tools.server.total() > 0)
-                    .then(|| {
-                        book.tool_fees(&pricing::tools::ToolRequest {
-                            route: &m.request.route,
-                            provider: m.request.provider,
-                            response_model: m.response_model.as_deref(),
-                            request_model: m.request.request_model.as_deref(),
-                            at: m.request.start_wall,
-                            tools: &m.tools.server,
-                        })
-                    });
+                    .then(|| book.tool_fees(&request, &m.tools.server));
                 let tools_usd = fees.map(|f| f.total);
                 let usd = c.usd + tools_usd.unwrap_or(0.0);
                 let span = recorded.then(|| SpanCost::Priced {

@@ -370,13 +370,13 @@ fn overrides_win_in_order_route_config_file() {
     let (usd, entry) = cost("other", ProviderKind::Ollama, "Llama3.2");
     close(usd, 0.3);
     assert_eq!(entry, "--prices[0]");
-    let text = book.explain(
-        "other",
-        ProviderKind::Openai,
-        "gpt-4o",
-        When::of(at(NOON)),
-        None,
-    );
+    let text = book.explain(&Query {
+        route: "other",
+        provider: ProviderKind::Openai,
+        model: "gpt-4o",
+        at: When::of(at(NOON)),
+        tier: None,
+    });
     assert!(
         text.contains("price used: prices[0] (source override)"),
         "{text}"

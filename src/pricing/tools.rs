@@ -8,10 +8,8 @@
 //! then a `--prices` file's; the first entry covering the model that sets
 //! a tool's rate wins for that tool). A `scale` does not apply to them.
 
-use std::time::SystemTime;
-
 use super::date::When;
-use super::{PriceBook, lowercase};
+use super::{PriceBook, Request, lowercase};
 use crate::meter::ServerTools;
 use crate::providers::{ProviderKind, ServerTool};
 
@@ -77,43 +75,21 @@ pub struct ToolFees {
     pub unpriced_calls: u32,
 }
 
-/// One request's provider-run tool calls, as pricing sees them.
-#[derive(Debug, Clone, Copy)]
-pub struct ToolRequest<'a> {
-    /// Route name (selects the route's overrides).
-    pub route: &'a str,
-    /// The provider that answered.
-    pub provider: ProviderKind,
-    /// Model the response named (tried first).
-    pub response_model: Option<&'a str>,
-    /// Model the request named.
-    pub request_model: Option<&'a str>,
-    /// When the request arrived.
-    pub at: SystemTime,
-    /// The calls.
-    pub tools: &'a ServerTools,
-}
-
 impl PriceBook {
     /// The per-call rates that apply to a request: per tool, the first
     /// override covering either model name that sets it, else the
     /// provider's built-in rate.
-    pub fn call_rates(&self, r: &ToolRequest<'_>) -> CallRates {
+    pub fn call_rates(&self, r: &Request<'_>) -> CallRates {
         let mut rates = CallRates::builtin(r.provider);
         let at = When::of(r.at);
-        let lists = [
-            self.routes.get(r.route).map(|b| &**b).unwrap_or(&[]),
-            &*self.config,
-            &*self.file,
-        ];
-        let names = [r.response_model, r.request_model];
+        let lists = self.lists(r.route);
+        let names = [r.response_model, r.request_model].map(|n| n.map(lowercase));
         for tool in ServerTool::ALL {
-            let set = names.into_iter().flatten().find_map(|name| {
-                let model = lowercase(name);
+            let set = names.iter().flatten().find_map(|model| {
                 lists
                     .iter()
-                    .flat_map(|l| l.iter())
-                    .filter(|o| o.covers(r.provider.config_name(), &model, at))
+                    .flat_map(|(_, l)| l.iter())
+                    .filter(|o| o.covers(r.provider.config_name(), model, at))
                     .find_map(|o| o.calls.get(tool))
             });
             if let Some(usd) = set {
@@ -123,15 +99,15 @@ impl PriceBook {
         rates
     }
 
-    /// The fees of a request's provider-run tool calls.
-    pub fn tool_fees(&self, r: &ToolRequest<'_>) -> ToolFees {
+    /// The fees of `tools`, the provider-run tool calls of request `r`.
+    pub fn tool_fees(&self, r: &Request<'_>, tools: &ServerTools) -> ToolFees {
         let mut fees = ToolFees::default();
-        if r.tools.total() == 0 {
+        if tools.total() == 0 {
             return fees;
         }
         let rates = self.call_rates(r);
         for tool in ServerTool::ALL {
-            let calls = r.tools.get(tool);
+            let calls = tools.get(tool);
             match rates.get(tool) {
                 Some(usd) => {
                     let fee = f64::from(calls) * usd;
@@ -149,22 +125,30 @@ impl PriceBook {
 mod tests {
     use super::*;
     use crate::pricing::PriceOverride;
+    use crate::providers::Usage;
+    use std::time::SystemTime;
 
-    fn request<'a>(provider: ProviderKind, tools: &'a ServerTools) -> ToolRequest<'a> {
-        ToolRequest {
+    /// Tool fees read no token counts.
+    static NO_USAGE: std::sync::LazyLock<Usage> = std::sync::LazyLock::new(Usage::default);
+
+    fn request(provider: ProviderKind) -> Request<'static> {
+        Request {
             route: "default",
             provider,
             response_model: Some("claude-sonnet-4-5-20250929"),
             request_model: Some("claude-sonnet-4-5"),
+            usage: &NO_USAGE,
+            counted_output: None,
+            estimated: false,
+            requested_tier: None,
             at: SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_780_000_000),
-            tools,
         }
     }
 
     /// `tools` run by `provider`, priced from the embedded table.
     fn table_fees(provider: ProviderKind, tools: &ServerTools) -> ToolFees {
         let book = PriceBook::table_only().expect("table");
-        book.tool_fees(&request(provider, tools))
+        book.tool_fees(&request(provider), tools)
     }
 
     #[track_caller]
@@ -216,12 +200,12 @@ mod tests {
             web_search: 5,
             ..ServerTools::default()
         };
-        let fees = book.tool_fees(&request(ProviderKind::Anthropic, &tools));
+        let fees = book.tool_fees(&request(ProviderKind::Anthropic), &tools);
         assert_total(&fees, 0.10, "5 searches at $0.02");
-        let mut other = request(ProviderKind::Anthropic, &tools);
+        let mut other = request(ProviderKind::Anthropic);
         other.response_model = Some("claude-opus-4-1");
         other.request_model = None;
-        let fees = book.tool_fees(&other);
+        let fees = book.tool_fees(&other, &tools);
         assert_total(&fees, 0.05, "other models keep $0.01");
     }
 
@@ -234,13 +218,13 @@ mod tests {
         }];
         let book = PriceBook::new(&config, None, std::iter::empty()).expect("valid entry");
         let at = When::of(SystemTime::now());
-        let quote = book.quote(
-            "default",
-            ProviderKind::Gemini,
-            "gemini-2.5-flash",
+        let quote = book.quote(&crate::pricing::Query {
+            route: "default",
+            provider: ProviderKind::Gemini,
+            model: "gemini-2.5-flash",
             at,
-            None,
-        );
+            tier: None,
+        });
         assert!(
             matches!(quote, Some((crate::pricing::Entry::Table(_), _))),
             "token rates still come from the table"
