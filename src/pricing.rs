@@ -439,10 +439,8 @@ impl PriceBook {
                 );
             }
         }
-        let lists = self
-            .lists(q.route)
-            .map(|(list, entries)| (list.label(), entries));
-        for (name, entries) in lists {
+        let lists = self.lists(q.route);
+        for (list, entries) in lists {
             for (i, o) in entries.iter().enumerate() {
                 let verdict = match (o.covers(provider.config_name(), &lower, at), o.scale) {
                     (false, _) => "does not match",
@@ -452,7 +450,8 @@ impl PriceBook {
                 };
                 let _ = writeln!(
                     out,
-                    "override {name}[{i}] (model {:?}{}): {verdict}",
+                    "override {}[{i}] (model {:?}{}): {verdict}",
+                    list.label(),
                     o.glob,
                     o.provider
                         .as_deref()
@@ -537,7 +536,7 @@ impl PriceBook {
 /// that sets it (as [`PriceBook::call_rates`] picks), else the built-in rate.
 fn explain_call_rates(
     out: &mut String,
-    lists: &[(&str, &[Override])],
+    lists: &[(List, &[Override])],
     provider: ProviderKind,
     model: &str,
     at: When,
@@ -545,13 +544,8 @@ fn explain_call_rates(
     let builtin = tools::CallRates::builtin(provider);
     let mut lines = Vec::new();
     for tool in crate::providers::ServerTool::ALL {
-        let set = lists.iter().find_map(|(name, entries)| {
-            entries
-                .iter()
-                .enumerate()
-                .filter(|(_, o)| o.covers(provider.config_name(), model, at))
-                .find_map(|(i, o)| Some((o.calls.get(tool)?, format!("override {name}[{i}]"))))
-        });
+        let set = tools::override_call_rate(lists, provider, model, at, tool)
+            .map(|(usd, list, i)| (usd, format!("override {}[{i}]", list.label())));
         let rate = set.or_else(|| Some((builtin.get(tool)?, "built-in".to_owned())));
         if let Some((usd, from)) = rate {
             lines.push(format!("  {:<24} {usd} ({from})", tool.as_str()));

@@ -9,7 +9,8 @@
 //! a tool's rate wins for that tool). A `scale` does not apply to them.
 
 use super::date::When;
-use super::{PriceBook, Request, lowercase};
+use super::overrides::Override;
+use super::{List, PriceBook, Request, lowercase};
 use crate::meter::ServerTools;
 use crate::providers::{ProviderKind, ServerTool};
 
@@ -85,14 +86,11 @@ impl PriceBook {
         let lists = self.lists(r.route);
         let names = [r.response_model, r.request_model].map(|n| n.map(lowercase));
         for tool in ServerTool::ALL {
-            let set = names.iter().flatten().find_map(|model| {
-                lists
-                    .iter()
-                    .flat_map(|(_, l)| l.iter())
-                    .filter(|o| o.covers(r.provider.config_name(), model, at))
-                    .find_map(|o| o.calls.get(tool))
-            });
-            if let Some(usd) = set {
+            let set = names
+                .iter()
+                .flatten()
+                .find_map(|model| override_call_rate(&lists, r.provider, model, at, tool));
+            if let Some((usd, ..)) = set {
                 rates.set(tool, usd);
             }
         }
@@ -119,6 +117,25 @@ impl PriceBook {
         }
         fees
     }
+}
+
+/// The first override in `lists` (in order) covering `model` (lowercased)
+/// from `provider` at `at` that sets a per-call rate for `tool`: the rate,
+/// and the entry's list and index.
+pub(super) fn override_call_rate(
+    lists: &[(List, &[Override])],
+    provider: ProviderKind,
+    model: &str,
+    at: When,
+    tool: ServerTool,
+) -> Option<(f64, List, usize)> {
+    lists.iter().find_map(|&(list, entries)| {
+        entries
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.covers(provider.config_name(), model, at))
+            .find_map(|(i, o)| Some((o.calls.get(tool)?, list, i)))
+    })
 }
 
 #[cfg(test)]
