@@ -24,7 +24,7 @@ use self::overrides::{Override, compile_all};
 pub use self::overrides::{PriceFile, PriceOverride};
 use self::rates::{Bill, Counts, Rates, Unit};
 use self::table::{Context, Resolved, Table};
-use crate::providers::{ProviderKind, ServiceTier, Usage};
+use crate::providers::{ProviderKind, ServerTool, ServiceTier, Usage};
 
 /// The currency of every price and cost (`tokentap.cost.currency`).
 pub const CURRENCY: &str = "USD";
@@ -531,6 +531,25 @@ impl PriceBook {
     }
 }
 
+/// The first override in `lists` (in order) covering `model` (lowercased)
+/// from `provider` at `at` that sets a per-call rate for `tool`: the rate,
+/// and the entry's list and index.
+fn override_call_rate(
+    lists: &[(List, &[Override])],
+    provider: ProviderKind,
+    model: &str,
+    at: When,
+    tool: ServerTool,
+) -> Option<(f64, List, usize)> {
+    lists.iter().find_map(|&(list, entries)| {
+        entries
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.covers(provider.config_name(), model, at))
+            .find_map(|(i, o)| Some((o.calls.get(tool)?, list, i)))
+    })
+}
+
 /// The per-call rates of provider-run tools a request would be billed,
 /// each with where it comes from: the first override covering the model
 /// that sets it (as [`PriceBook::call_rates`] picks), else the built-in rate.
@@ -543,8 +562,8 @@ fn explain_call_rates(
 ) {
     let builtin = tools::CallRates::builtin(provider);
     let mut lines = Vec::new();
-    for tool in crate::providers::ServerTool::ALL {
-        let set = tools::override_call_rate(lists, provider, model, at, tool)
+    for tool in ServerTool::ALL {
+        let set = override_call_rate(lists, provider, model, at, tool)
             .map(|(usd, list, i)| (usd, format!("override {}[{i}]", list.label())));
         let rate = set.or_else(|| Some((builtin.get(tool)?, "built-in".to_owned())));
         if let Some((usd, from)) = rate {

@@ -9,8 +9,7 @@
 //! a tool's rate wins for that tool). A `scale` does not apply to them.
 
 use super::date::When;
-use super::overrides::Override;
-use super::{List, PriceBook, Request, lowercase};
+use super::{PriceBook, Request, lowercase, override_call_rate};
 use crate::meter::ServerTools;
 use crate::providers::{ProviderKind, ServerTool};
 
@@ -117,25 +116,6 @@ impl PriceBook {
         }
         fees
     }
-}
-
-/// The first override in `lists` (in order) covering `model` (lowercased)
-/// from `provider` at `at` that sets a per-call rate for `tool`: the rate,
-/// and the entry's list and index.
-pub(super) fn override_call_rate(
-    lists: &[(List, &[Override])],
-    provider: ProviderKind,
-    model: &str,
-    at: When,
-    tool: ServerTool,
-) -> Option<(f64, List, usize)> {
-    lists.iter().find_map(|&(list, entries)| {
-        entries
-            .iter()
-            .enumerate()
-            .filter(|(_, o)| o.covers(provider.config_name(), model, at))
-            .find_map(|(i, o)| Some((o.calls.get(tool)?, list, i)))
-    })
 }
 
 #[cfg(test)]
